@@ -1,0 +1,343 @@
+//! The job board: one small shared region per job where ranks meet at start-up.
+//!
+//! Every rank publishes its pid and its control segment there, learns everyone else's, and
+//! watches the job-wide abort word. The launcher creates the board as an inherited memfd
+//! (no name, cannot leak); without the launcher, ranks meet through a named object in
+//! `/dev/shm` that rank 0 creates and unlinks as soon as every rank has published.
+//!
+//! # Layout (offsets in bytes)
+//! ```text
+//! 0      header: magic, version, size, job id, launcher pid, creator pid   (written once)
+//! 128    abort word (u64): 0, or reason << 32 | (rank + 1)     writers: launcher, any rank
+//! 256    published count (u64): ranks that have published        writers: every rank once
+//! 384    sleeper count (u32) for waits on the words above
+//! 512    one 128-byte entry per rank: state, pid, control segment id and key
+//!                                                                writer: that rank only
+//! ```
+//! All shared words are atomics: Release when written, Acquire when read.
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use bytemuck::{Pod, Zeroable};
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::transport::shm::{memfd, page_round, Mapping, PAD};
+
+const MAGIC: u64 = u64::from_le_bytes(*b"TCABOARD");
+const VERSION: u32 = 1;
+const ABORT: usize = 128;
+const PUBLISHED: usize = 256;
+const SLEEPERS: usize = 384;
+const ENTRIES: usize = 512;
+
+/// A rank's state on the board.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u32)]
+pub enum RankState {
+    /// Not yet published.
+    Empty = 0,
+    /// Published and running.
+    Ready = 1,
+    /// Left the job cleanly (its `World` was dropped or finalized).
+    Done = 2,
+    /// Failed: panicked, or returned an error in thread mode.
+    Failed = 3,
+}
+
+/// Why a job was aborted (the high half of the abort word).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u32)]
+pub enum AbortReason {
+    /// A rank saw this peer die.
+    PeerDied = 1,
+    /// The launcher saw this rank exit with an error or a signal.
+    RankFailed = 2,
+    /// The launcher was interrupted (SIGINT / SIGTERM).
+    Interrupted = 3,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Pod, Zeroable)]
+struct Header {
+    magic: u64,
+    version: u32,
+    size: u32,
+    job: u64,
+    launcher_pid: u32,
+    creator_pid: u32,
+}
+
+/// What a rank published about itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Entry {
+    /// Process id.
+    pub pid: u32,
+    /// Segment id (descriptor number) of the rank's control segment.
+    pub ctrl_segment: u32,
+    /// Key of the control segment.
+    pub ctrl_key: u64,
+}
+
+/// A mapped job board.
+#[derive(Debug)]
+pub struct Board {
+    map: Mapping,
+    size: u32,
+    job: u64,
+    launcher_pid: Option<u32>,
+}
+
+impl Board {
+    /// Bytes a board for `size` ranks occupies.
+    pub fn bytes_for(size: u32) -> usize {
+        page_round(ENTRIES + PAD * size as usize).unwrap_or(usize::MAX)
+    }
+
+    /// Creates a board in a fresh memfd. `inheritable` keeps the descriptor open across
+    /// `exec` (the launcher passes it to its children).
+    pub fn create(size: u32, job: u64, launcher_pid: Option<u32>, inheritable: bool) -> Result<(OwnedFd, Self)> {
+        let bytes = Self::bytes_for(size);
+        let fd = memfd::create(&format!("board-{job:016x}"), bytes, inheritable)?;
+        let board = Self::init(&fd, bytes, size, job, launcher_pid)?;
+        Ok((fd, board))
+    }
+
+    fn init(fd: impl AsFd, bytes: usize, size: u32, job: u64, launcher_pid: Option<u32>) -> Result<Self> {
+        let map = Mapping::map(fd, bytes)?;
+        let h = Header {
+            magic: 0,
+            version: VERSION,
+            size,
+            job,
+            launcher_pid: launcher_pid.unwrap_or(0),
+            creator_pid: std::process::id(),
+        };
+        map.write(0, bytemuck::bytes_of(&h));
+        // The magic goes last, with Release, so a reader that sees it sees the whole header.
+        word(&map, 0).store(MAGIC, Ordering::Release);
+        Ok(Self { map, size, job, launcher_pid })
+    }
+
+    /// Maps an existing board from a descriptor and checks it is one for `size` ranks.
+    pub fn open(fd: impl AsFd, size: u32) -> Result<Self> {
+        let len = memfd::file_len(&fd)?;
+        if len < Self::bytes_for(size) {
+            return Err(Error::new(
+                ErrorKind::Bootstrap,
+                format!("job board is {len} bytes, too small for {size} ranks"),
+            ));
+        }
+        let map = Mapping::map(&fd, len)?;
+        Self::validate(map, size)
+    }
+
+    fn validate(map: Mapping, size: u32) -> Result<Self> {
+        if word(&map, 0).load(Ordering::Acquire) != MAGIC {
+            return Err(Error::new(ErrorKind::Bootstrap, "job board has no valid header (not a tca board)"));
+        }
+        let mut h = Header::zeroed();
+        map.read(0, bytemuck::bytes_of_mut(&mut h));
+        if h.version != VERSION {
+            return Err(Error::new(
+                ErrorKind::Bootstrap,
+                format!("job board layout version {} is not {VERSION}: mixed tca versions?", h.version),
+            ));
+        }
+        if h.size != size {
+            return Err(Error::new(
+                ErrorKind::Bootstrap,
+                format!("job board is for {} ranks but this rank was told the job has {size}", h.size),
+            ));
+        }
+        let launcher_pid = (h.launcher_pid != 0).then_some(h.launcher_pid);
+        Ok(Self { map, size, job: h.job, launcher_pid })
+    }
+
+    /// Meets the other ranks through a named object in `/dev/shm` (no launcher). Rank 0
+    /// creates it; the others open it, retrying until it exists or `deadline` passes.
+    pub fn open_named(name: &str, rank: u32, size: u32, job: u64, deadline: std::time::Instant) -> Result<Self> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let path = std::path::Path::new("/dev/shm").join(name);
+        let bytes = Self::bytes_for(size);
+        if rank == 0 {
+            // A leftover of an earlier job with the same id (crashed before the unlink) is
+            // replaced, never reused.
+            let _ = std::fs::remove_file(&path);
+            let f = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&path)
+                .map_err(|e| Error::os(ErrorKind::Bootstrap, format!("creating {}", path.display()), e))?;
+            f.set_len(bytes as u64)
+                .map_err(|e| Error::os(ErrorKind::Bootstrap, format!("sizing {}", path.display()), e))?;
+            return Self::init(&f, bytes, size, job, None);
+        }
+        loop {
+            if let Ok(f) = std::fs::OpenOptions::new().read(true).write(true).open(&path) {
+                if memfd::file_len(&f)? >= bytes {
+                    let map = Mapping::map(&f, bytes)?;
+                    if word(&map, 0).load(Ordering::Acquire) == MAGIC {
+                        let mut h = Header::zeroed();
+                        map.read(0, bytemuck::bytes_of_mut(&mut h));
+                        // A board whose creator is gone is a leftover; wait for the new one.
+                        if h.job == job && pid_alive(h.creator_pid) {
+                            return Self::validate(map, size);
+                        }
+                    }
+                }
+            }
+            if std::time::Instant::now() >= deadline {
+                return Err(Error::new(
+                    ErrorKind::Bootstrap,
+                    format!("rank {rank}: rank 0 did not create the job board {} in time (TCA_BOOT_TIMEOUT)", path.display()),
+                ));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+    }
+
+    /// Number of ranks the board is for.
+    pub fn size(&self) -> u32 {
+        self.size
+    }
+
+    /// The job id.
+    pub fn job(&self) -> u64 {
+        self.job
+    }
+
+    /// Pid of the launcher, if the job was started by `tca run`.
+    pub fn launcher_pid(&self) -> Option<u32> {
+        self.launcher_pid
+    }
+
+    fn entry_word(&self, rank: u32, off: usize) -> &AtomicU64 {
+        word(&self.map, ENTRIES + PAD * rank as usize + off)
+    }
+
+    fn state_word(&self, rank: u32) -> &AtomicU32 {
+        self.map
+            .atomic_u32(ENTRIES + PAD * rank as usize)
+            .expect("board entry lies inside the board (checked at open)")
+    }
+
+    /// Publishes this rank's entry and counts it.
+    pub fn publish(&self, rank: u32, e: Entry) {
+        self.entry_word(rank, 8).store(u64::from(e.pid) | (u64::from(e.ctrl_segment) << 32), Ordering::Relaxed);
+        self.entry_word(rank, 16).store(e.ctrl_key, Ordering::Relaxed);
+        self.state_word(rank).store(RankState::Ready as u32, Ordering::Release);
+        self.published().fetch_add(1, Ordering::SeqCst);
+        crate::transport::shm::wait::notify(self.published(), self.sleepers());
+    }
+
+    /// A rank's published entry, if it has published.
+    pub fn entry(&self, rank: u32) -> Option<Entry> {
+        if self.state(rank) == RankState::Empty {
+            return None;
+        }
+        let a = self.entry_word(rank, 8).load(Ordering::Relaxed);
+        Some(Entry {
+            pid: a as u32,
+            ctrl_segment: (a >> 32) as u32,
+            ctrl_key: self.entry_word(rank, 16).load(Ordering::Relaxed),
+        })
+    }
+
+    /// A rank's state.
+    pub fn state(&self, rank: u32) -> RankState {
+        match self.state_word(rank).load(Ordering::Acquire) {
+            0 => RankState::Empty,
+            1 => RankState::Ready,
+            2 => RankState::Done,
+            _ => RankState::Failed,
+        }
+    }
+
+    /// Records that `rank` left (cleanly or not). A failure is never overwritten by `Done`.
+    pub fn set_state(&self, rank: u32, s: RankState) {
+        let w = self.state_word(rank);
+        if s == RankState::Failed {
+            w.store(s as u32, Ordering::Release);
+        } else {
+            let _ = w.fetch_update(Ordering::AcqRel, Ordering::Acquire, |cur| {
+                (cur != RankState::Failed as u32).then_some(s as u32)
+            });
+        }
+    }
+
+    /// The count of ranks that have published.
+    pub fn published(&self) -> &AtomicU64 {
+        word(&self.map, PUBLISHED)
+    }
+
+    /// Sleeper count for waits on board words.
+    pub fn sleepers(&self) -> &AtomicU32 {
+        self.map.atomic_u32(SLEEPERS).expect("sleeper word lies inside the board")
+    }
+
+    /// Aborts the job on account of `rank` (first abort wins). Returns the abort in force.
+    pub fn abort(&self, rank: u32, reason: AbortReason) -> (u32, AbortReason) {
+        let v = (u64::from(reason as u32) << 32) | u64::from(rank + 1);
+        let w = word(&self.map, ABORT);
+        match w.compare_exchange(0, v, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => (rank, reason),
+            Err(cur) => decode_abort(cur).unwrap_or((rank, reason)),
+        }
+    }
+
+    /// The abort in force, if any: the rank it is about and why.
+    pub fn aborted(&self) -> Option<(u32, AbortReason)> {
+        decode_abort(word(&self.map, ABORT).load(Ordering::Acquire))
+    }
+}
+
+fn decode_abort(v: u64) -> Option<(u32, AbortReason)> {
+    if v == 0 {
+        return None;
+    }
+    let reason = match (v >> 32) as u32 {
+        1 => AbortReason::PeerDied,
+        2 => AbortReason::RankFailed,
+        _ => AbortReason::Interrupted,
+    };
+    Some(((v as u32).wrapping_sub(1), reason))
+}
+
+fn word(map: &Mapping, off: usize) -> &AtomicU64 {
+    map.atomic_u64(off).expect("board word lies inside the board (layout constant)")
+}
+
+/// Whether a process exists (signal 0 probe).
+pub fn pid_alive(pid: u32) -> bool {
+    let Some(p) = i32::try_from(pid).ok().and_then(rustix::process::Pid::from_raw) else {
+        return false;
+    };
+    rustix::process::test_kill_process(p).is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn publish_and_abort() {
+        let (fd, b) = Board::create(4, 0xabc, None, false).unwrap();
+        assert_eq!(b.entry(2), None);
+        b.publish(2, Entry { pid: 7, ctrl_segment: 9, ctrl_key: 11 });
+        assert_eq!(b.entry(2), Some(Entry { pid: 7, ctrl_segment: 9, ctrl_key: 11 }));
+        assert_eq!(b.published().load(Ordering::SeqCst), 1);
+        let again = Board::open(&fd, 4).unwrap();
+        assert_eq!(again.job(), 0xabc);
+        assert_eq!(again.state(2), RankState::Ready);
+        assert!(Board::open(&fd, 5).is_err());
+        assert_eq!(b.aborted(), None);
+        assert_eq!(b.abort(3, AbortReason::PeerDied), (3, AbortReason::PeerDied));
+        assert_eq!(again.abort(1, AbortReason::RankFailed), (3, AbortReason::PeerDied));
+        b.set_state(2, RankState::Failed);
+        b.set_state(2, RankState::Done);
+        assert_eq!(b.state(2), RankState::Failed);
+    }
+}

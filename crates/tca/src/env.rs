@@ -1,0 +1,83 @@
+//! Every `TCA_*` environment variable, defined once and shared by the launcher and the runtime.
+//!
+//! | variable | set by | meaning |
+//! |---|---|---|
+//! | `TCA_RANK`, `TCA_SIZE` | launcher | this process's rank and the job size |
+//! | `TCA_JOB_ID` | launcher | 64-bit job id (hex); handles of other jobs are refused |
+//! | `TCA_BOARD_FD` | launcher | inherited descriptor of the job's board (a memfd) |
+//! | `TCA_LAUNCHER_PID` | launcher | the launcher's pid: ranks abort if it dies |
+//! | `TCA_SPIN` | user | spin iterations before a wait yields or sleeps (overrides the adaptive default) |
+//! | `TCA_BOOT_TIMEOUT` | user | seconds to wait for all ranks at start-up without the launcher (default 60) |
+//! | `TCA_MAX_RANKS` | user | raises or lowers the per-node rank limit (default 1024) |
+//!
+//! Unknown `TCA_*` names are reported once on stderr by [`warn_unknown`], so a typo such as
+//! `TCA_SPINS=0` does not silently do nothing.
+
+/// Rank of this process, set by `tca run`.
+pub const RANK: &str = "TCA_RANK";
+/// Number of ranks in the job, set by `tca run`.
+pub const SIZE: &str = "TCA_SIZE";
+/// Job id in hex, set by `tca run`.
+pub const JOB_ID: &str = "TCA_JOB_ID";
+/// Inherited file descriptor of the job board, set by `tca run`.
+pub const BOARD_FD: &str = "TCA_BOARD_FD";
+/// Pid of the launcher, set by `tca run`.
+pub const LAUNCHER_PID: &str = "TCA_LAUNCHER_PID";
+/// Spin iterations before yielding or sleeping in a wait.
+pub const SPIN: &str = "TCA_SPIN";
+/// Start-up timeout in seconds when ranks meet without the launcher.
+pub const BOOT_TIMEOUT: &str = "TCA_BOOT_TIMEOUT";
+/// Per-node rank limit.
+pub const MAX_RANKS: &str = "TCA_MAX_RANKS";
+
+/// Every variable tca reads or sets. Prefixes of per-operation variables (such as the
+/// collective selection variables of later services) are listed in [`KNOWN_PREFIXES`].
+pub const KNOWN: &[&str] = &[RANK, SIZE, JOB_ID, BOARD_FD, LAUNCHER_PID, SPIN, BOOT_TIMEOUT, MAX_RANKS];
+
+/// Prefixes of families of variables (`TCA_COLL_ALLREDUCE=ring` and the like).
+pub const KNOWN_PREFIXES: &[&str] = &["TCA_COLL_"];
+
+/// Default per-node rank limit: each rank maps every peer's control segment and holds a pidfd
+/// per peer, so the cost grows as N^2 over the node.
+pub const DEFAULT_MAX_RANKS: u32 = 1024;
+
+/// Reads an environment variable as a parsed value, with a clear error for garbage.
+pub(crate) fn parse<T: std::str::FromStr>(name: &str) -> crate::Result<Option<T>> {
+    match std::env::var(name) {
+        Ok(v) => v.trim().parse().map(Some).map_err(|_| {
+            crate::Error::new(
+                crate::ErrorKind::Bootstrap,
+                format!("environment variable {name}={v:?} is not a valid value"),
+            )
+        }),
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(std::env::VarError::NotUnicode(_)) => Err(crate::Error::new(
+            crate::ErrorKind::Bootstrap,
+            format!("environment variable {name} is not valid UTF-8"),
+        )),
+    }
+}
+
+/// The per-node rank limit in force.
+pub fn max_ranks() -> u32 {
+    parse::<u32>(MAX_RANKS).ok().flatten().unwrap_or(DEFAULT_MAX_RANKS)
+}
+
+/// Names of `TCA_*` variables in the environment that tca does not know.
+pub fn unknown() -> Vec<String> {
+    std::env::vars_os()
+        .filter_map(|(k, _)| k.into_string().ok())
+        .filter(|k| k.starts_with("TCA_"))
+        .filter(|k| !KNOWN.contains(&k.as_str()) && !KNOWN_PREFIXES.iter().any(|p| k.starts_with(p)))
+        .collect()
+}
+
+/// Prints one warning per unknown `TCA_*` variable (once per process).
+pub fn warn_unknown() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        for name in unknown() {
+            eprintln!("tca: warning: unknown environment variable {name} (known: {})", KNOWN.join(", "));
+        }
+    });
+}

@@ -1,0 +1,84 @@
+//! Errors: one typed [`Error`] with an inspectable [`ErrorKind`].
+//!
+//! Operating-system errors are translated in one place ([`Error::os`]) so that every message
+//! names what tca was doing when the system said no. Nothing in the library panics on a peer's
+//! mistake: a bad handle, a dead rank or an out-of-range write all come back as an `Error`.
+
+use std::fmt;
+
+/// What went wrong, for callers that want to react rather than print.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// A write or read would fall outside the target segment.
+    OutOfBounds,
+    /// A handle is malformed, belongs to another job, or names a segment that is gone.
+    InvalidHandle,
+    /// A rank number is not in `0..size`.
+    InvalidRank,
+    /// An argument is invalid (alignment, size limits, mismatched collective arguments).
+    InvalidArgument,
+    /// A peer rank died or exited while this rank still needed it.
+    PeerDied,
+    /// The job was aborted (by the launcher, or by a rank that saw a peer die).
+    Aborted,
+    /// A wait with a deadline did not see its signal in time.
+    Timeout,
+    /// Finding rank, size or peers failed (environment, launcher board, start-up timeout).
+    Bootstrap,
+    /// The transport (memory mapping, futex, file descriptors) failed.
+    Transport,
+    /// Starting or supervising processes failed.
+    Launch,
+}
+
+/// The error type of every fallible tca call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Error {
+    kind: ErrorKind,
+    rank: Option<u32>,
+    message: String,
+}
+
+/// `Result` with tca's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    pub(crate) fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Self { kind, rank: None, message: message.into() }
+    }
+
+    /// An error about a specific peer rank (dead, aborted).
+    pub(crate) fn peer(kind: ErrorKind, rank: u32, message: impl Into<String>) -> Self {
+        Self { kind, rank: Some(rank), message: message.into() }
+    }
+
+    /// Translates an OS error, naming what tca was doing.
+    pub(crate) fn os(kind: ErrorKind, doing: impl fmt::Display, err: impl Into<std::io::Error>) -> Self {
+        let err: std::io::Error = err.into();
+        Self::new(kind, format!("{doing}: {err}"))
+    }
+
+    /// The category of the error.
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    /// The peer rank the error is about, for [`ErrorKind::PeerDied`] and [`ErrorKind::Aborted`].
+    pub fn rank(&self) -> Option<u32> {
+        self.rank
+    }
+
+    /// The human-readable message, without the kind.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Error {}

@@ -1,0 +1,13 @@
+//! The fabric: segments, handles, put / put_signal / inline and strided puts, chains,
+//! signals and waits, quiet, fence and barrier. Everything else in tca is built on this.
+
+mod chain;
+mod control;
+pub mod line;
+mod segment;
+mod world;
+
+pub use chain::{Chain, ChainBuilder};
+pub use control::EXCHANGE_MAX;
+pub use segment::{Handle, Segment, SymmetricSegment};
+pub use world::{RemoteWord, SignalOp, Strided, World, INLINE_MAX};

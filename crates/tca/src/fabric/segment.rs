@@ -1,0 +1,367 @@
+//! Segments (memory registered for remote writes) and their handles.
+//!
+//! Every segment is a memfd whose first page is a header that peers check when they attach:
+//!
+//! ```text
+//! 0    magic "TCASEG01", layout version, owner rank, job id, segment id, length, key
+//! 64   state word (u64): 1 live, 2 freed         writer: owner (Release), readers: anyone
+//! 4096 data (the `len` bytes a handle describes), page-aligned
+//! ```
+//!
+//! The header is written once, before the handle exists, so a peer that holds a handle sees a
+//! complete header. The state word is what makes a handle *stale* after `drop(segment)`: a peer
+//! that still has the segment mapped sees `freed` on its next put and gets an error instead of
+//! writing into memory no one reads.
+
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use bytemuck::{Pod, Zeroable};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::transport::shm::{memfd, page_round, Mapping, HEADER_BYTES};
+
+const MAGIC: u64 = u64::from_le_bytes(*b"TCASEG01");
+const VERSION: u32 = 1;
+const STATE: usize = 64;
+const LIVE: u64 = 1;
+const FREED: u64 = 2;
+
+/// What a peer needs to write into a segment: owner rank, segment id, length, key and job.
+///
+/// Handles are plain data (32 bytes, [`Pod`]): send them to peers any way you like (a put, a
+/// file, serde). A handle is only a claim: the owner's header is checked against it when a
+/// peer attaches, so a forged, foreign or stale handle is refused before any byte is written.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Pod, Zeroable, Serialize, Deserialize)]
+pub struct Handle {
+    job: u64,
+    key: u64,
+    len: u64,
+    rank: u32,
+    segment: u32,
+}
+
+impl Handle {
+    /// Size of a handle in bytes (see [`Handle::to_bytes`]).
+    pub const BYTES: usize = 32;
+
+    /// Rank that owns the segment.
+    pub fn rank(&self) -> u32 {
+        self.rank
+    }
+
+    /// Segment id, unique among the owner's live segments.
+    pub fn segment(&self) -> u32 {
+        self.segment
+    }
+
+    /// Length of the segment's data in bytes.
+    pub fn len(&self) -> usize {
+        self.len as usize
+    }
+
+    /// Whether the segment has no data bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The random key that proves the handle came from the owner.
+    pub fn key(&self) -> u64 {
+        self.key
+    }
+
+    /// The job the segment belongs to.
+    pub fn job(&self) -> u64 {
+        self.job
+    }
+
+    /// The handle as 32 bytes, to send to a peer.
+    pub fn to_bytes(&self) -> [u8; Self::BYTES] {
+        bytemuck::cast(*self)
+    }
+
+    /// A handle from 32 bytes (checked when used, not here).
+    pub fn from_bytes(b: &[u8]) -> Result<Self> {
+        bytemuck::try_pod_read_unaligned(b).map_err(|_| {
+            Error::new(ErrorKind::InvalidHandle, format!("a handle is {} bytes, got {}", Self::BYTES, b.len()))
+        })
+    }
+
+    pub(crate) fn zeroed_for(job: u64, key: u64, len: usize, rank: u32, segment: u32) -> Self {
+        Self { job, key, len: len as u64, rank, segment }
+    }
+
+    /// The same handle with fields changed, for tests of the checks (forged handles).
+    #[doc(hidden)]
+    pub fn forged(mut self, rank: Option<u32>, key: Option<u64>, len: Option<usize>, job: Option<u64>) -> Self {
+        if let Some(r) = rank {
+            self.rank = r;
+        }
+        if let Some(k) = key {
+            self.key = k;
+        }
+        if let Some(l) = len {
+            self.len = l as u64;
+        }
+        if let Some(j) = job {
+            self.job = j;
+        }
+        self
+    }
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Pod, Zeroable)]
+struct Header {
+    magic: u64,
+    version: u32,
+    owner: u32,
+    job: u64,
+    segment: u32,
+    _pad: u32,
+    len: u64,
+    key: u64,
+}
+
+/// A mapped segment, local or a peer's: the mapping, its checked header and (for local
+/// segments) the descriptor that keeps the segment id reserved.
+#[derive(Debug)]
+pub(crate) struct Region {
+    pub(crate) map: Mapping,
+    pub(crate) handle: Handle,
+    _fd: Option<OwnedFd>,
+}
+
+impl Region {
+    /// Creates a local segment of `len` data bytes owned by `rank`.
+    pub(crate) fn create(rank: u32, job: u64, len: usize, what: &str) -> Result<Self> {
+        let bytes = page_round(len)
+            .and_then(|l| l.checked_add(HEADER_BYTES))
+            .filter(|&b| b <= isize::MAX as usize)
+            .ok_or_else(|| Error::new(ErrorKind::InvalidArgument, format!("segment of {len} bytes is too large")))?;
+        let fd = memfd::create(&format!("{what}-{job:016x}-r{rank}"), bytes, false)?;
+        let segment = u32::try_from(std::os::fd::AsRawFd::as_raw_fd(&fd))
+            .map_err(|_| Error::new(ErrorKind::Transport, "negative descriptor"))?;
+        let map = Mapping::map(&fd, bytes)?;
+        let key = memfd::random_u64() | 1;
+        let h = Header { magic: MAGIC, version: VERSION, owner: rank, job, segment, _pad: 0, len: len as u64, key };
+        map.write(0, bytemuck::bytes_of(&h));
+        state_word(&map).store(LIVE, Ordering::Release);
+        let handle = Handle { job, key, len: len as u64, rank, segment };
+        Ok(Self { map, handle, _fd: Some(fd) })
+    }
+
+    /// Attaches a peer's segment named by `h`, owned by process `pid`, checking everything.
+    pub(crate) fn attach(h: &Handle, pid: u32) -> Result<Self> {
+        let fd = memfd::open_peer(pid, h.segment)?;
+        let file = memfd::file_len(&fd)?;
+        let need = page_round(h.len()).and_then(|l| l.checked_add(HEADER_BYTES));
+        if need.is_none_or(|n| n > file) {
+            return Err(stale(h, format!("it claims {} bytes but the segment holds {}", h.len, file.saturating_sub(HEADER_BYTES))));
+        }
+        let map = Mapping::map(&fd, file)?;
+        let mut hd = Header::zeroed();
+        map.read(0, bytemuck::bytes_of_mut(&mut hd));
+        if hd.magic != MAGIC {
+            return Err(stale(h, "the segment has no tca header".into()));
+        }
+        if hd.version != VERSION {
+            return Err(stale(h, format!("layout version {} is not {VERSION} (mixed tca versions?)", hd.version)));
+        }
+        if hd.job != h.job {
+            return Err(stale(h, format!("it belongs to job {:016x}, the segment to job {:016x}", h.job, hd.job)));
+        }
+        if hd.owner != h.rank || hd.segment != h.segment || hd.len != h.len || hd.key != h.key {
+            return Err(stale(h, "its key, length or id does not match the segment (stale or forged handle)".into()));
+        }
+        if state_word(&map).load(Ordering::Acquire) != LIVE {
+            return Err(stale(h, "the segment has been freed".into()));
+        }
+        Ok(Self { map, handle: *h, _fd: None })
+    }
+
+    /// Whether the owner has not freed the segment.
+    #[inline]
+    pub(crate) fn is_live(&self) -> bool {
+        state_word(&self.map).load(Ordering::Acquire) == LIVE
+    }
+
+    pub(crate) fn mark_freed(&self) {
+        state_word(&self.map).store(FREED, Ordering::Release);
+    }
+
+    /// Checks that `off..off+n` lies in the data area; returns the mapping offset.
+    #[inline]
+    pub(crate) fn range(&self, off: usize, n: usize) -> Result<usize> {
+        match off.checked_add(n) {
+            Some(end) if end <= self.handle.len() => Ok(HEADER_BYTES + off),
+            _ => Err(out_of_bounds(&self.handle, off, n)),
+        }
+    }
+
+    /// The 8-aligned signal word at data offset `off`.
+    #[inline]
+    pub(crate) fn word(&self, off: usize) -> Result<&AtomicU64> {
+        let at = self.range(off, 8)?;
+        self.map.atomic_u64(at).ok_or_else(|| {
+            Error::new(ErrorKind::InvalidArgument, format!("signal offset {off} is not a multiple of 8"))
+        })
+    }
+}
+
+fn state_word(map: &Mapping) -> &AtomicU64 {
+    map.atomic_u64(STATE).expect("state word lies in the header page (layout constant)")
+}
+
+fn stale(h: &Handle, why: String) -> Error {
+    Error::new(
+        ErrorKind::InvalidHandle,
+        format!("handle to segment {} of rank {} refused: {why}", h.segment, h.rank),
+    )
+}
+
+pub(crate) fn out_of_bounds(h: &Handle, off: usize, n: usize) -> Error {
+    Error::new(
+        ErrorKind::OutOfBounds,
+        format!(
+            "access of {n} bytes at offset {off} is outside segment {} of rank {} ({} bytes); nothing was written",
+            h.segment, h.rank, h.len
+        ),
+    )
+}
+
+/// Memory this rank registered: peers write into it through its [`Handle`].
+///
+/// Reads and writes through the segment are local copies; typed views give slices of
+/// plain-old-data elements. Remote writes can land at any time the protocol allows, so read
+/// after waiting on the signal that says the data is there. Dropping the segment frees it:
+/// peers that still hold its handle get [`ErrorKind::InvalidHandle`] on their next put.
+#[derive(Debug)]
+pub struct Segment {
+    pub(crate) region: Arc<Region>,
+}
+
+impl Segment {
+    /// The handle to give to peers.
+    pub fn handle(&self) -> Handle {
+        self.region.handle
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.region.handle.len()
+    }
+
+    /// Whether the segment has no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Copies `src` into the segment at `off`.
+    pub fn write(&self, off: usize, src: &[u8]) -> Result<()> {
+        let at = self.region.range(off, src.len())?;
+        self.region.map.write(at, src);
+        Ok(())
+    }
+
+    /// Copies bytes at `off` into `dst`.
+    pub fn read(&self, off: usize, dst: &mut [u8]) -> Result<()> {
+        let at = self.region.range(off, dst.len())?;
+        self.region.map.read(at, dst);
+        Ok(())
+    }
+
+    /// The current value of the signal word at `off` (Acquire).
+    pub fn signal_value(&self, off: usize) -> Result<u64> {
+        Ok(self.region.word(off)?.load(Ordering::Acquire))
+    }
+
+    /// The 64-bit word at `off` as an atomic (for local atomics and custom protocols).
+    pub fn atomic_u64(&self, off: usize) -> Result<&AtomicU64> {
+        self.region.word(off)
+    }
+
+    /// The whole segment as a slice of `T` (trailing bytes that do not fill a `T` are left out).
+    pub fn as_slice<T: Pod>(&self) -> &[T] {
+        let n = self.len() / std::mem::size_of::<T>().max(1);
+        self.region.map.view(HEADER_BYTES, n).unwrap_or(&[])
+    }
+
+    /// The whole segment as a mutable slice of `T`.
+    pub fn as_mut_slice<T: Pod>(&mut self) -> &mut [T] {
+        let n = self.len() / std::mem::size_of::<T>().max(1);
+        // SAFETY: `&mut self` is exclusive, and every other local access path (`write`, `read`,
+        // views) borrows the segment, so no other Rust reference to these bytes exists while the
+        // returned slice lives. Peers' writes are outside the Rust model and by protocol.
+        unsafe_view_mut(&self.region.map, n)
+    }
+
+    /// Elements `start..start + count` as a slice of `T`.
+    pub fn view<T: Pod>(&self, start: usize, count: usize) -> Result<&[T]> {
+        let sz = std::mem::size_of::<T>();
+        let off = start.checked_mul(sz).ok_or_else(|| out_of_bounds(&self.handle(), usize::MAX, 0))?;
+        let bytes = count.checked_mul(sz).ok_or_else(|| out_of_bounds(&self.handle(), off, usize::MAX))?;
+        let at = self.region.range(off, bytes)?;
+        self.region.map.view(at, count).ok_or_else(|| out_of_bounds(&self.handle(), off, bytes))
+    }
+}
+
+#[allow(unsafe_code)]
+fn unsafe_view_mut<T: Pod>(map: &Mapping, n: usize) -> &mut [T] {
+    // SAFETY: the caller (`Segment::as_mut_slice`) holds `&mut Segment`, which is the only way
+    // to reach this mapping's data locally, so the slice is exclusive for its lifetime.
+    unsafe { map.view_mut(HEADER_BYTES, n) }.unwrap_or(&mut [])
+}
+
+impl Drop for Segment {
+    fn drop(&mut self) {
+        self.region.mark_freed();
+    }
+}
+
+/// A segment allocated collectively: same length on every rank, with every rank's handle.
+#[derive(Debug)]
+pub struct SymmetricSegment {
+    pub(crate) local: Segment,
+    pub(crate) handles: Vec<Handle>,
+}
+
+impl SymmetricSegment {
+    /// The handle of `rank`'s copy.
+    pub fn handle(&self, rank: u32) -> Result<&Handle> {
+        self.handles.get(rank as usize).ok_or_else(|| {
+            Error::new(ErrorKind::InvalidRank, format!("rank {rank} is not in this {}-rank world", self.handles.len()))
+        })
+    }
+
+    /// All ranks' handles, indexed by rank.
+    pub fn handles(&self) -> &[Handle] {
+        &self.handles
+    }
+
+    /// This rank's copy.
+    pub fn local(&self) -> &Segment {
+        &self.local
+    }
+
+    /// This rank's copy, mutably (for typed views).
+    pub fn local_mut(&mut self) -> &mut Segment {
+        &mut self.local
+    }
+}
+
+impl std::ops::Deref for SymmetricSegment {
+    type Target = Segment;
+    fn deref(&self) -> &Segment {
+        &self.local
+    }
+}
+
+impl std::ops::DerefMut for SymmetricSegment {
+    fn deref_mut(&mut self) -> &mut Segment {
+        &mut self.local
+    }
+}

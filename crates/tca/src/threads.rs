@@ -1,0 +1,92 @@
+//! In-process mode: N ranks as N threads of one process, on the same shared-memory code.
+//!
+//! Each thread joins the job exactly as a process would (its own control segment, a board,
+//! peers attached through `/proc`), so tests and embedders exercise the real transport. A rank
+//! that panics or returns an error is marked failed on the board, and every other rank's next
+//! wait fails with [`ErrorKind::PeerDied`] naming it instead of hanging.
+
+use crate::bootstrap::board::Board;
+use crate::bootstrap::{BoardSource, JobEnv};
+use crate::error::{Error, ErrorKind, Result};
+use crate::fabric::World;
+use crate::transport::shm::memfd;
+
+/// Runs `f` on `n` ranks (threads) and returns each rank's result, indexed by rank.
+pub fn run_each<T, F>(n: u32, f: F) -> Vec<Result<T>>
+where
+    T: Send,
+    F: Fn(&World) -> Result<T> + Sync,
+{
+    let max = crate::env::max_ranks();
+    if n == 0 || n > max {
+        let e = Error::new(ErrorKind::InvalidArgument, format!("thread mode needs 1..={max} ranks, got {n}"));
+        return vec![Err(e)];
+    }
+    let job = memfd::random_u64();
+    let (fd, _board) = match Board::create(n, job, None, false) {
+        Ok(b) => b,
+        Err(e) => return vec![Err(e)],
+    };
+    let raw = std::os::fd::AsRawFd::as_raw_fd(&fd) as u32;
+    let f = &f;
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..n)
+            .map(|rank| {
+                std::thread::Builder::new()
+                    .name(format!("tca-rank-{rank}"))
+                    .spawn_scoped(s, move || -> Result<T> {
+                        let board_fd = memfd::open_peer(std::process::id(), raw)?;
+                        let env = JobEnv {
+                            rank,
+                            size: n,
+                            job,
+                            board: BoardSource::Fd(board_fd),
+                            source: "threads",
+                            boot_deadline: std::time::Instant::now() + std::time::Duration::from_secs(60),
+                        };
+                        let world = World::join(env)?;
+                        let r = f(&world);
+                        if r.is_err() {
+                            world.mark_failed();
+                        }
+                        r
+                    })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .enumerate()
+            .map(|(rank, h)| match h {
+                Err(e) => Err(Error::os(ErrorKind::Launch, format!("spawning thread for rank {rank}"), e)),
+                Ok(h) => h.join().unwrap_or_else(|p| {
+                    let msg = p
+                        .downcast_ref::<&str>()
+                        .map(|s| s.to_string())
+                        .or_else(|| p.downcast_ref::<String>().cloned())
+                        .unwrap_or_else(|| "unknown panic".into());
+                    Err(Error::peer(ErrorKind::PeerDied, rank as u32, format!("rank {rank} panicked: {msg}")))
+                }),
+            })
+            .collect()
+    })
+}
+
+/// Runs `f` on `n` ranks (threads); all results, or the error that caused the failure (a
+/// rank's own error is preferred over the "peer died" errors it caused elsewhere).
+pub fn run<T, F>(n: u32, f: F) -> Result<Vec<T>>
+where
+    T: Send,
+    F: Fn(&World) -> Result<T> + Sync,
+{
+    let all = run_each(n, f);
+    if all.iter().all(|r| r.is_ok()) {
+        return Ok(all.into_iter().map(|r| r.ok().expect("checked: all ok")).collect());
+    }
+    let errs: Vec<Error> = all.into_iter().filter_map(|r| r.err()).collect();
+    let root = errs
+        .iter()
+        .find(|e| !matches!(e.kind(), ErrorKind::PeerDied | ErrorKind::Aborted))
+        .or_else(|| errs.iter().find(|e| e.message().contains("panicked")))
+        .unwrap_or(&errs[0]);
+    Err(root.clone())
+}

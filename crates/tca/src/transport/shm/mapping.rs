@@ -1,0 +1,317 @@
+//! The one module of the transport that touches raw pointers.
+//!
+//! A [`Mapping`] is a `MAP_SHARED` read-write mapping of a whole memfd. Its memory is *not* a
+//! Rust object: other processes (or threads of this one) write into it concurrently, as the
+//! fabric's protocol allows. So nothing here hands out `&`/`&mut` to plain bytes except the
+//! typed views whose callers take responsibility; copies go through raw pointers, and words
+//! that are shared on purpose are accessed only as atomics.
+//!
+//! Every accessor checks its range against the mapping length and returns `None` when it does
+//! not fit, so the fabric above can turn that into an error and no call here can write outside
+//! the mapping whatever its arguments. Memfds are sealed against shrinking before they are
+//! mapped (see [`super::memfd`]), so a mapped page can never disappear under us (no SIGBUS).
+#![allow(unsafe_code)]
+
+use std::os::fd::AsFd;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, AtomicU64};
+
+use rustix::mm::{MapFlags, ProtFlags};
+
+use crate::error::{Error, ErrorKind, Result};
+
+/// A shared read-write mapping of a memfd.
+#[derive(Debug)]
+pub struct Mapping {
+    base: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain shared memory; all access goes through raw-pointer copies and
+// atomics whose concurrent use is defined by the protocol (the same memory is shared with other
+// processes anyway). Moving or sharing the owner of the pointer between threads is fine.
+unsafe impl Send for Mapping {}
+// SAFETY: see `Send`; `&Mapping` only offers copies and atomics.
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    /// Maps `len` bytes of `fd` shared and read-write. `len` must not exceed the file size
+    /// (the caller has checked it with `fstat` on a sealed memfd).
+    pub fn map(fd: impl AsFd, len: usize) -> Result<Self> {
+        if len == 0 {
+            return Err(Error::new(ErrorKind::Transport, "cannot map an empty segment"));
+        }
+        // SAFETY: a fresh mapping at an address the kernel chooses (null hint) cannot alias any
+        // existing Rust object. The fd stays valid for the duration of the call.
+        let ptr = unsafe {
+            rustix::mm::mmap(
+                std::ptr::null_mut(),
+                len,
+                ProtFlags::READ | ProtFlags::WRITE,
+                MapFlags::SHARED,
+                fd,
+                0,
+            )
+        }
+        .map_err(|e| Error::os(ErrorKind::Transport, format!("mmap of {len} bytes"), e))?;
+        let base = NonNull::new(ptr.cast::<u8>())
+            .ok_or_else(|| Error::new(ErrorKind::Transport, "mmap returned null"))?;
+        Ok(Self { base, len })
+    }
+
+    /// Length of the mapping in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the mapping is empty (never true: empty mappings are refused).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Address of the mapping's first byte, for diagnostics and identity comparisons only.
+    pub fn addr(&self) -> usize {
+        self.base.as_ptr() as usize
+    }
+
+    fn fits(&self, off: usize, n: usize) -> bool {
+        off.checked_add(n).is_some_and(|end| end <= self.len)
+    }
+
+    /// Copies `src` to `off` with one `memcpy`. Returns `false` (and writes nothing) if the
+    /// range does not fit.
+    #[inline]
+    pub fn write(&self, off: usize, src: &[u8]) -> bool {
+        if !self.fits(off, src.len()) {
+            return false;
+        }
+        // SAFETY: `off + src.len() <= self.len` was checked, so the destination lies inside the
+        // live mapping. `src` is a Rust slice and cannot overlap the mapping's bytes in a way
+        // that matters for `copy_nonoverlapping`: if a caller passes a slice of this very
+        // mapping (a typed view) the ranges may overlap, so use `copy` in that case.
+        unsafe {
+            let dst = self.base.as_ptr().add(off);
+            if ranges_overlap(src.as_ptr() as usize, dst as usize, src.len()) {
+                std::ptr::copy(src.as_ptr(), dst, src.len());
+            } else {
+                std::ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len());
+            }
+        }
+        true
+    }
+
+    /// Copies a small `src` to `off` with plain 8-byte stores (no `memcpy` call): the inline
+    /// put of the papers' PIO path. Returns `false` if the range does not fit.
+    #[inline]
+    pub fn write_inline(&self, off: usize, src: &[u8]) -> bool {
+        if !self.fits(off, src.len()) {
+            return false;
+        }
+        // SAFETY: the whole range `off..off + src.len()` is inside the mapping (checked above);
+        // each store below writes a sub-range of it, unaligned stores are used for u64 words.
+        unsafe {
+            let dst = self.base.as_ptr().add(off);
+            let words = src.len() / 8;
+            for i in 0..words {
+                let w = std::ptr::read_unaligned(src.as_ptr().add(i * 8).cast::<u64>());
+                std::ptr::write_unaligned(dst.add(i * 8).cast::<u64>(), w);
+            }
+            for i in words * 8..src.len() {
+                *dst.add(i) = *src.as_ptr().add(i);
+            }
+        }
+        true
+    }
+
+    /// Copies `dst.len()` bytes from `off` into `dst`. Returns `false` if out of range.
+    #[inline]
+    pub fn read(&self, off: usize, dst: &mut [u8]) -> bool {
+        if !self.fits(off, dst.len()) {
+            return false;
+        }
+        // SAFETY: the source range is inside the mapping (checked); `dst` is an exclusive Rust
+        // slice. `copy` tolerates a `dst` that is itself a view of this mapping.
+        unsafe {
+            std::ptr::copy(self.base.as_ptr().add(off), dst.as_mut_ptr(), dst.len());
+        }
+        true
+    }
+
+    /// Copies `len` bytes inside the mapping (`memmove` semantics). Returns `false` if either
+    /// range is out of bounds.
+    #[inline]
+    pub fn copy_within(&self, from: usize, to: usize, len: usize) -> bool {
+        if !self.fits(from, len) || !self.fits(to, len) {
+            return false;
+        }
+        // SAFETY: both ranges are inside the mapping (checked); `copy` allows overlap.
+        unsafe {
+            std::ptr::copy(self.base.as_ptr().add(from), self.base.as_ptr().add(to), len);
+        }
+        true
+    }
+
+    /// Copies `len` bytes from `from` in `src` to `to` in `self` with one `memcpy`.
+    #[inline]
+    pub fn copy_from(&self, to: usize, src: &Mapping, from: usize, len: usize) -> bool {
+        if !src.fits(from, len) || !self.fits(to, len) {
+            return false;
+        }
+        // SAFETY: both ranges are inside their live mappings (checked). Two mappings of the
+        // same memfd may alias, so use `copy`, which tolerates overlap.
+        unsafe {
+            std::ptr::copy(src.base.as_ptr().add(from), self.base.as_ptr().add(to), len);
+        }
+        true
+    }
+
+    /// The 64-bit word at `off` as an atomic, if `off` is 8-aligned and in range.
+    #[inline]
+    pub fn atomic_u64(&self, off: usize) -> Option<&AtomicU64> {
+        if off % 8 != 0 || !self.fits(off, 8) {
+            return None;
+        }
+        // SAFETY: in range and 8-aligned (the mapping base is page-aligned). The memory lives as
+        // long as `self`; `AtomicU64` has the same layout as `u64` and all concurrent access to
+        // shared words goes through atomics.
+        Some(unsafe { &*self.base.as_ptr().add(off).cast::<AtomicU64>() })
+    }
+
+    /// The 32-bit word at `off` as an atomic, if `off` is 4-aligned and in range.
+    #[inline]
+    pub fn atomic_u32(&self, off: usize) -> Option<&AtomicU32> {
+        if off % 4 != 0 || !self.fits(off, 4) {
+            return None;
+        }
+        // SAFETY: in range and 4-aligned, lives as long as `self`; same layout as `u32`.
+        Some(unsafe { &*self.base.as_ptr().add(off).cast::<AtomicU32>() })
+    }
+
+    /// A shared typed view of `count` elements at `off`, if aligned and in range.
+    pub fn view<T: bytemuck::Pod>(&self, off: usize, count: usize) -> Option<&[T]> {
+        let bytes = count.checked_mul(std::mem::size_of::<T>())?;
+        if !self.fits(off, bytes) || (self.addr() + off) % std::mem::align_of::<T>() != 0 {
+            return None;
+        }
+        // SAFETY: in range and aligned for `T`; any bit pattern is a valid `T` (Pod). Remote
+        // writes racing with the view can only produce other valid `T` values; the protocol
+        // (wait on a signal before reading) is the caller's contract, as in every RMA library.
+        Some(unsafe { std::slice::from_raw_parts(self.base.as_ptr().add(off).cast::<T>(), count) })
+    }
+
+    /// An exclusive typed view of `count` elements at `off`, if aligned and in range.
+    ///
+    /// # Safety
+    /// The caller must ensure no other Rust reference to the same bytes exists for the
+    /// lifetime of the returned slice (the fabric's `Segment` guarantees this through `&mut`).
+    pub unsafe fn view_mut<T: bytemuck::Pod>(&self, off: usize, count: usize) -> Option<&mut [T]> {
+        let bytes = count.checked_mul(std::mem::size_of::<T>())?;
+        if !self.fits(off, bytes) || (self.addr() + off) % std::mem::align_of::<T>() != 0 {
+            return None;
+        }
+        // SAFETY: in range and aligned; exclusivity is the caller's obligation (see above).
+        Some(unsafe { std::slice::from_raw_parts_mut(self.base.as_ptr().add(off).cast::<T>(), count) })
+    }
+}
+
+/// The low 32 bits of a 64-bit signal word, as the futex word the kernel sleeps on.
+#[inline]
+pub fn futex_half(word: &AtomicU64) -> &AtomicU32 {
+    const _: () = assert!(cfg!(target_endian = "little"), "signal words assume little endian");
+    // SAFETY: an `AtomicU64` is 8-aligned, so its first 4 bytes are a 4-aligned `AtomicU32`
+    // that lives as long as the word; on little-endian targets they hold the low half, which
+    // changes on every increment. Mixed-size atomic access to the same word is what the futex
+    // ABI requires; the kernel reads it atomically, we only ever load or wait on this half.
+    unsafe { &*(word as *const AtomicU64).cast::<AtomicU32>() }
+}
+
+/// Takes ownership of descriptor `fd`, inherited from the launcher (`TCA_BOARD_FD`), after
+/// checking that it is open and is a tca memfd. Each descriptor number can be adopted once per
+/// process; a second attempt is an error rather than a double close.
+pub fn adopt_inherited_fd(fd: u32) -> Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    use std::sync::Mutex;
+    static ADOPTED: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+    let link = std::fs::read_link(format!("/proc/self/fd/{fd}")).map_err(|e| {
+        Error::os(ErrorKind::Bootstrap, format!("inherited job board descriptor {fd} is not open"), e)
+    })?;
+    if !link.to_string_lossy().starts_with(&format!("/memfd:{}board-", super::memfd::NAME_PREFIX)) {
+        return Err(Error::new(
+            ErrorKind::Bootstrap,
+            format!("descriptor {fd} is {}, not a tca job board", link.display()),
+        ));
+    }
+    let mut adopted = ADOPTED.lock().unwrap_or_else(|p| p.into_inner());
+    if adopted.contains(&fd) {
+        return Err(Error::new(ErrorKind::Bootstrap, format!("job board descriptor {fd} was already adopted")));
+    }
+    adopted.push(fd);
+    let raw = i32::try_from(fd).map_err(|_| Error::new(ErrorKind::Bootstrap, "descriptor out of range"))?;
+    // SAFETY: the descriptor is open (its /proc link resolved just above) and refers to a tca
+    // board memfd that the launcher left open for us; no other object in this process owns it,
+    // because the launcher contract gives it to the runtime alone and the list above makes sure
+    // it is adopted at most once.
+    let owned = unsafe { std::os::fd::OwnedFd::from_raw_fd(raw) };
+    // Do not pass it on to programs this rank may start.
+    rustix::io::fcntl_setfd(&owned, rustix::io::FdFlags::CLOEXEC)
+        .map_err(|e| Error::os(ErrorKind::Bootstrap, "setting close-on-exec on the job board", e))?;
+    Ok(owned)
+}
+
+fn ranges_overlap(a: usize, b: usize, n: usize) -> bool {
+    a < b.wrapping_add(n) && b < a.wrapping_add(n)
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: `base..base+len` is exactly the range this object mapped, and no reference
+        // derived from it can outlive `self` (all accessors borrow `self`).
+        let _ = unsafe { rustix::mm::munmap(self.base.as_ptr().cast(), self.len) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(len: usize) -> Mapping {
+        let fd = rustix::fs::memfd_create("tca-test", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
+        rustix::fs::ftruncate(&fd, len as u64).unwrap();
+        Mapping::map(&fd, len).unwrap()
+    }
+
+    #[test]
+    fn writes_outside_are_refused() {
+        let m = scratch(4096);
+        assert!(m.write(4090, &[1; 6]));
+        assert!(!m.write(4091, &[1; 6]));
+        assert!(!m.write(usize::MAX, &[1]));
+        assert!(!m.write_inline(4095, &[1, 2]));
+        assert!(m.atomic_u64(4088).is_some());
+        assert!(m.atomic_u64(4092).is_none());
+        assert!(m.atomic_u64(4).is_none());
+        assert!(m.view::<u64>(8, 511).is_some());
+        assert!(m.view::<u64>(8, 512).is_none());
+        assert!(m.view::<u64>(4, 1).is_none());
+    }
+
+    #[test]
+    fn inline_and_memcpy_agree() {
+        let m = scratch(4096);
+        for n in 0..100usize {
+            let src: Vec<u8> = (0..n).map(|i| (i * 7 + n) as u8).collect();
+            assert!(m.write_inline(3, &src));
+            let mut back = vec![0; n];
+            assert!(m.read(3, &mut back));
+            assert_eq!(back, src);
+        }
+    }
+
+    #[test]
+    fn futex_half_is_low_word() {
+        let m = scratch(4096);
+        let w = m.atomic_u64(64).unwrap();
+        w.store(0x1_0000_0002, std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(futex_half(w).load(std::sync::atomic::Ordering::Relaxed), 2);
+    }
+}

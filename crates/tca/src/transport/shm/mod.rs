@@ -1,0 +1,28 @@
+//! Shared-memory transport: segments are memfds mapped by every rank of the node.
+//!
+//! A rank creates a segment as a sealed memfd (`memfd_create`, size fixed by seals so no one
+//! can shrink it under a mapping) whose first page is a header and whose remaining pages are
+//! the data. Peers attach by opening `/proc/<owner pid>/fd/<segment id>` (the segment id *is*
+//! the owner's descriptor number), mapping it, and checking the header against the handle.
+//! A put is one `memcpy` into that mapping; a signal is an atomic store on a 64-bit word in
+//! it. Nothing has a filesystem name, so nothing can leak (see `SHM.md` in the design notes).
+//!
+//! All pointer code of the transport lives in [`mapping`]; the rest of the crate is safe code.
+
+pub mod mapping;
+pub mod memfd;
+pub mod wait;
+
+pub use mapping::Mapping;
+
+/// Size of the header page in front of every segment's data.
+pub const HEADER_BYTES: usize = 4096;
+/// Cache line size assumed for layout (x86-64 and most AArch64 parts).
+pub const LINE: usize = 64;
+/// Spacing between words written by different ranks (adjacent-line prefetch pulls pairs).
+pub const PAD: usize = 128;
+
+/// Rounds `n` up to a multiple of the page size, or `None` on overflow.
+pub fn page_round(n: usize) -> Option<usize> {
+    n.checked_add(HEADER_BYTES - 1).map(|v| v & !(HEADER_BYTES - 1))
+}

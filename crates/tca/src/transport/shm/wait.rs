@@ -1,0 +1,217 @@
+//! Waiting on a signal word: spin, then yield, then sleep on a futex, without lost wake-ups.
+//!
+//! # Protocol
+//! Every rank owns a *sleeper count* (a 32-bit word in its control segment). A waiter on any
+//! word that lives in rank r's memory announces itself in r's count before sleeping:
+//!
+//! ```text
+//! waiter                                   writer
+//! sleepers.fetch_add(1, SeqCst)            word.swap(v, SeqCst) / fetch_add(SeqCst)
+//! seen = word.load(SeqCst)                 if sleepers.load(SeqCst) != 0 {
+//! if seen >= target { done }                   futex_wake(low32(word))
+//! futex_wait(low32(word), low32(seen))     }
+//! sleepers.fetch_sub(1, SeqCst)
+//! ```
+//!
+//! All four marked operations are SeqCst, so they sit in one total order: either the writer's
+//! load of the count comes after the waiter's increment (and the writer wakes it), or the
+//! waiter's load of the word comes after the writer's store (and the waiter does not sleep).
+//! `futex_wait` itself refuses to sleep if the low half already changed. The writer's common
+//! case (nobody asleep) is a locked store and a load of a line that stays shared in its cache:
+//! no system call.
+//!
+//! The futex is the shared kind (no `FUTEX_PRIVATE_FLAG`): the word lives in a mapping shared
+//! between processes, and the kernel keys shared futexes by (inode, offset), so every process's
+//! mapping address reaches the same sleepers.
+//!
+//! # Oversubscription
+//! With at least one core per local rank a waiter spins ~[`SPIN_DEDICATED`] iterations (some
+//! tens of microseconds) before sleeping: the partner is running and will answer soon. When
+//! local ranks outnumber cores, spinning only burns the time slice the partner needs, so the
+//! waiter spins [`SPIN_OVERSUBSCRIBED`] iterations, then yields the core a few times, then
+//! sleeps. `TCA_SPIN` overrides the spin count.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use rustix::thread::futex;
+
+use super::mapping::futex_half;
+use crate::error::{Error, ErrorKind, Result};
+
+/// Spin iterations before sleeping when every local rank has a core.
+pub const SPIN_DEDICATED: u32 = 20_000;
+/// Spin iterations before yielding when local ranks outnumber cores.
+pub const SPIN_OVERSUBSCRIBED: u32 = 64;
+/// `sched_yield` calls before sleeping when oversubscribed.
+pub const YIELDS_OVERSUBSCRIBED: u32 = 16;
+/// How long one futex sleep lasts before liveness is checked again.
+pub const SLEEP_SLICE: Duration = Duration::from_millis(10);
+
+/// How long a waiter spins and yields before it sleeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpinPolicy {
+    /// Busy-wait iterations (`spin_loop` hints) before yielding.
+    pub spins: u32,
+    /// `sched_yield` calls before sleeping on the futex.
+    pub yields: u32,
+}
+
+impl SpinPolicy {
+    /// The policy for `local_ranks` ranks sharing `cpus` cores, with an optional override of
+    /// the spin count (`TCA_SPIN`).
+    pub fn adaptive(local_ranks: u32, cpus: u32, spin_override: Option<u32>) -> Self {
+        let oversubscribed = local_ranks > cpus.max(1);
+        let mut p = if oversubscribed {
+            Self { spins: SPIN_OVERSUBSCRIBED, yields: YIELDS_OVERSUBSCRIBED }
+        } else {
+            Self { spins: SPIN_DEDICATED, yields: 0 }
+        };
+        if let Some(s) = spin_override {
+            p.spins = s;
+        }
+        p
+    }
+
+    /// Online CPUs this process may run on.
+    pub fn cpus() -> u32 {
+        std::thread::available_parallelism().map_or(1, |n| u32::try_from(n.get()).unwrap_or(u32::MAX))
+    }
+}
+
+/// Waits until `word >= target`, returning the value seen.
+///
+/// `sleepers` is the sleeper count of the rank that owns `word`'s memory. `check` runs each
+/// time a sleep slice expires with nothing seen; it returns an error to give up (dead peer,
+/// abort). `deadline` turns an endless wait into [`ErrorKind::Timeout`].
+pub fn wait_ge(
+    word: &AtomicU64,
+    sleepers: &AtomicU32,
+    target: u64,
+    policy: SpinPolicy,
+    deadline: Option<Instant>,
+    mut check: impl FnMut() -> Result<()>,
+) -> Result<u64> {
+    let v = word.load(Ordering::Acquire);
+    if v >= target {
+        return Ok(v);
+    }
+    for _ in 0..policy.spins {
+        std::hint::spin_loop();
+        let v = word.load(Ordering::Acquire);
+        if v >= target {
+            return Ok(v);
+        }
+    }
+    for _ in 0..policy.yields {
+        rustix::thread::sched_yield();
+        let v = word.load(Ordering::Acquire);
+        if v >= target {
+            return Ok(v);
+        }
+    }
+    let half = futex_half(word);
+    loop {
+        let slice = match deadline {
+            Some(d) => {
+                let now = Instant::now();
+                if now >= d {
+                    return Err(Error::new(
+                        ErrorKind::Timeout,
+                        format!("timed out waiting for a signal to reach {target} (it is {})", word.load(Ordering::Acquire)),
+                    ));
+                }
+                SLEEP_SLICE.min(d - now)
+            }
+            None => SLEEP_SLICE,
+        };
+        sleepers.fetch_add(1, Ordering::SeqCst);
+        let seen = word.load(Ordering::SeqCst);
+        if seen >= target {
+            sleepers.fetch_sub(1, Ordering::SeqCst);
+            return Ok(seen);
+        }
+        let ts = rustix::time::Timespec {
+            tv_sec: slice.as_secs() as i64,
+            tv_nsec: i64::from(slice.subsec_nanos()),
+        };
+        // Truncation to the low half is the futex ABI: the kernel compares the low 32 bits.
+        let r = futex::wait(half, futex::Flags::empty(), seen as u32, Some(&ts));
+        sleepers.fetch_sub(1, Ordering::SeqCst);
+        let v = word.load(Ordering::Acquire);
+        if v >= target {
+            return Ok(v);
+        }
+        match r {
+            Err(rustix::io::Errno::TIMEDOUT) => check()?,
+            Ok(()) | Err(rustix::io::Errno::AGAIN) | Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(Error::os(ErrorKind::Transport, "futex wait", e)),
+        }
+    }
+}
+
+/// Wakes every sleeper on `word` if its owner's sleeper count says anyone sleeps. Call after a
+/// SeqCst store or read-modify-write of `word`.
+#[inline]
+pub fn notify(word: &AtomicU64, sleepers: &AtomicU32) {
+    if sleepers.load(Ordering::SeqCst) != 0 {
+        wake(word);
+    }
+}
+
+#[cold]
+fn wake(word: &AtomicU64) {
+    // A failed wake cannot lose data: sleepers re-check every slice.
+    let _ = futex::wake(futex_half(word), futex::Flags::empty(), i32::MAX as u32);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn policy_adapts_to_oversubscription() {
+        assert_eq!(SpinPolicy::adaptive(2, 2, None).yields, 0);
+        let o = SpinPolicy::adaptive(8, 2, None);
+        assert_eq!(o.spins, SPIN_OVERSUBSCRIBED);
+        assert!(o.yields > 0);
+        assert_eq!(SpinPolicy::adaptive(8, 2, Some(0)).spins, 0);
+    }
+
+    #[test]
+    fn sleeping_waiter_is_woken() {
+        let word = Arc::new(AtomicU64::new(0));
+        let sleepers = Arc::new(AtomicU32::new(0));
+        let (w, s) = (word.clone(), sleepers.clone());
+        let t = std::thread::spawn(move || {
+            wait_ge(&w, &s, 5, SpinPolicy { spins: 0, yields: 0 }, None, || Ok(())).unwrap()
+        });
+        for i in 1..=5 {
+            std::thread::sleep(Duration::from_millis(2));
+            word.store(i, Ordering::SeqCst);
+            notify(&word, &sleepers);
+        }
+        assert!(t.join().unwrap() >= 5);
+    }
+
+    #[test]
+    fn deadline_gives_timeout() {
+        let word = AtomicU64::new(0);
+        let sleepers = AtomicU32::new(0);
+        let d = Instant::now() + Duration::from_millis(30);
+        let e = wait_ge(&word, &sleepers, 1, SpinPolicy { spins: 10, yields: 1 }, Some(d), || Ok(()));
+        assert_eq!(e.unwrap_err().kind(), ErrorKind::Timeout);
+        assert_eq!(sleepers.load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn check_error_ends_wait() {
+        let word = AtomicU64::new(0);
+        let sleepers = AtomicU32::new(0);
+        let e = wait_ge(&word, &sleepers, 1, SpinPolicy { spins: 0, yields: 0 }, None, || {
+            Err(Error::peer(ErrorKind::PeerDied, 3, "rank 3 died"))
+        });
+        assert_eq!(e.unwrap_err().rank(), Some(3));
+    }
+}
