@@ -137,7 +137,21 @@ struct Rank {
     exit: Option<RankExit>,
 }
 
+/// Whether this process was started by `tca run` (it is a rank of a launched job).
+pub fn under_launcher() -> bool {
+    std::env::var_os(env::BOARD_FD).is_some()
+}
+
 impl Launch {
+    /// A launch of this very program with its own arguments, `ranks` times: how a tool such as
+    /// `tca bench pingpong --np 2` starts its own ranks without a separate launcher step.
+    pub fn this_program(ranks: u32) -> Result<Self> {
+        let program = std::env::current_exe()
+            .map_err(|e| Error::os(ErrorKind::Launch, "finding this program's path", e))?
+            .into_os_string();
+        Ok(Self { ranks, tag_output: false, program, args: std::env::args_os().skip(1).collect(), env: Vec::new() })
+    }
+
     /// Starts the ranks and supervises them to the end. `Err` means the job could not be
     /// started at all; a job whose ranks fail returns `Ok` with the failure in the [`Outcome`].
     pub fn run(&self) -> Result<Outcome> {

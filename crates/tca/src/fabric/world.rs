@@ -372,6 +372,14 @@ impl World {
     /// A zero-length put is valid: it checks the handle and offset and writes nothing.
     #[inline]
     pub fn put(&self, dst: &Handle, off: usize, src: &[u8]) -> Result<()> {
+        {
+            let cache = self.cache.borrow();
+            if let Some(d) = live(&cache, dst) {
+                let at = d.range(off, src.len())?;
+                copy(d, at, src);
+                return Ok(());
+            }
+        }
         self.ensure(dst)?;
         let cache = self.cache.borrow();
         let d = self.target(&cache, dst)?;
@@ -404,15 +412,28 @@ impl World {
     /// reader who polls the signal already holds the data.
     #[inline]
     pub fn put_signal(&self, dst: &Handle, off: usize, src: &[u8], sig: &Handle, sig_off: usize, op: SignalOp) -> Result<()> {
+        {
+            // Fast path: both segments attached and live (one probe each, no attach).
+            let cache = self.cache.borrow();
+            if let (Some(d), Some(s)) = (live(&cache, dst), live(&cache, sig)) {
+                return self.put_signal_in(d, off, src, s, sig_off, sig.rank(), op);
+            }
+        }
         self.ensure(dst)?;
         self.ensure(sig)?;
         let cache = self.cache.borrow();
         let d = self.target(&cache, dst)?;
         let s = self.target(&cache, sig)?;
+        self.put_signal_in(d, off, src, s, sig_off, sig.rank(), op)
+    }
+
+    #[inline]
+    #[allow(clippy::too_many_arguments)]
+    fn put_signal_in(&self, d: &Region, off: usize, src: &[u8], s: &Region, sig_off: usize, owner: u32, op: SignalOp) -> Result<()> {
         let word = s.word(sig_off)?;
         let at = d.range(off, src.len())?;
         copy(d, at, src);
-        self.raise(word, sig.rank(), op);
+        self.raise(word, owner, op);
         Ok(())
     }
 
@@ -487,6 +508,7 @@ impl World {
     /// Waits until the signal word at `off` in this rank's segment `seg` is at least `value`;
     /// returns the value seen. Fails with [`ErrorKind::PeerDied`] naming the rank if a peer
     /// dies meanwhile.
+    #[inline]
     pub fn wait_until(&self, seg: &Segment, off: usize, value: u64) -> Result<u64> {
         let word = self.own_word(seg, off)?;
         self.wait_word(word, self.rank, value, None)
@@ -498,6 +520,7 @@ impl World {
         self.wait_word(word, self.rank, value, Some(Instant::now() + timeout))
     }
 
+    #[inline]
     fn own_word<'a>(&self, seg: &'a Segment, off: usize) -> Result<&'a AtomicU64> {
         let h = seg.handle();
         if h.job() != self.job || h.rank() != self.rank {
@@ -510,6 +533,7 @@ impl World {
     }
 
     /// Waits until `word` (in the memory of rank `owner`) reaches `value`.
+    #[inline]
     pub(crate) fn wait_word(&self, word: &AtomicU64, owner: u32, value: u64, deadline: Option<Instant>) -> Result<u64> {
         wait::wait_ge(word, self.sleepers_of(owner), value, self.policy, deadline, || self.check_alive())
     }
@@ -633,6 +657,17 @@ fn copy(d: &Region, at: usize, src: &[u8]) {
         d.map.write_inline(at, src);
     } else {
         d.map.write(at, src);
+    }
+}
+
+/// The attached, live segment of `h`, if any. Matching rank, id and key is enough: bounds
+/// come from the attached (checked) header, never from the caller's handle, and a handle of
+/// another job or a forged one cannot carry the segment's random key.
+#[inline]
+fn live<'a>(cache: &'a Cache, h: &Handle) -> Option<&'a Region> {
+    match cache.get(h.rank() as usize)?.get(h.segment() as usize)? {
+        Some(r) if r.handle.key() == h.key() && r.is_live() => Some(r),
+        _ => None,
     }
 }
 

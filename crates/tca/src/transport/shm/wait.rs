@@ -84,7 +84,24 @@ impl SpinPolicy {
 /// `sleepers` is the sleeper count of the rank that owns `word`'s memory. `check` runs each
 /// time a sleep slice expires with nothing seen; it returns an error to give up (dead peer,
 /// abort). `deadline` turns an endless wait into [`ErrorKind::Timeout`].
+#[inline]
 pub fn wait_ge(
+    word: &AtomicU64,
+    sleepers: &AtomicU32,
+    target: u64,
+    policy: SpinPolicy,
+    deadline: Option<Instant>,
+    check: impl FnMut() -> Result<()>,
+) -> Result<u64> {
+    let v = word.load(Ordering::Acquire);
+    if v >= target {
+        return Ok(v);
+    }
+    wait_slow(word, sleepers, target, policy, deadline, check)
+}
+
+#[inline(never)]
+fn wait_slow(
     word: &AtomicU64,
     sleepers: &AtomicU32,
     target: u64,
@@ -92,10 +109,6 @@ pub fn wait_ge(
     deadline: Option<Instant>,
     mut check: impl FnMut() -> Result<()>,
 ) -> Result<u64> {
-    let v = word.load(Ordering::Acquire);
-    if v >= target {
-        return Ok(v);
-    }
     for _ in 0..policy.spins {
         std::hint::spin_loop();
         let v = word.load(Ordering::Acquire);

@@ -1,0 +1,156 @@
+//! `tca bench floor`: the machine's physical floor, against which every latency and bandwidth
+//! figure of tca is stated.
+//!
+//! - **Cache-line half round trip**: two processes bounce one 64-bit word in one shared cache
+//!   line (rank 0 writes odd values, rank 1 answers with the next even one), spinning with
+//!   plain atomic loads, no futex, no checks. One half round trip moves the line once between
+//!   cores: nothing that communicates through shared memory can be faster.
+//! - **memcpy bandwidth**: one thread copying between two buffers of 4 KiB, 64 KiB, 1 MiB and
+//!   16 MiB, plus 4 MiB to compare with the largest ping-pong (the buffers are reused, as IMB reuses its buffers).
+
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use serde::Serialize;
+
+use anyhow::Result;
+use crate::machine::Machine;
+
+/// Floor measurements.
+#[derive(Debug, Clone, Serialize)]
+pub struct Floor {
+    /// Machine and date.
+    pub machine: Machine,
+    /// Half round trip of one cache line between two processes, nanoseconds (best of rounds).
+    pub cacheline_half_rtt_ns: f64,
+    /// Median over rounds of the same.
+    pub cacheline_half_rtt_ns_median: f64,
+    /// (bytes, GB/s) of single-thread memcpy.
+    pub memcpy_gb_s: Vec<(usize, f64)>,
+}
+
+/// Sizes of the memcpy measurement.
+pub const MEMCPY_SIZES: [usize; 5] = [4 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20];
+
+/// Runs on two ranks; rank 0 returns the result.
+pub fn run(world: &tca::World, iters: u64, rounds: u32) -> Result<Option<Floor>> {
+    let mut per_round = cacheline_half_rtt(world, iters, rounds)?;
+    if world.rank() != 0 {
+        return Ok(None);
+    }
+    per_round.sort_by(f64::total_cmp);
+    let memcpy_gb_s = MEMCPY_SIZES.iter().map(|&n| (n, memcpy_bandwidth(n))).collect();
+    Ok(Some(Floor {
+        machine: Machine::here(),
+        cacheline_half_rtt_ns: per_round[0],
+        cacheline_half_rtt_ns_median: per_round[per_round.len() / 2],
+        memcpy_gb_s,
+    }))
+}
+
+/// Cache-line ping-pong between the ranks of each pair (0-1, 2-3, ...), `rounds` rounds of
+/// `iters` round trips after one warm-up round. Collective. Returns the half round trip of
+/// each round in nanoseconds on pair leaders (even ranks), nothing elsewhere.
+pub fn cacheline_half_rtt(world: &tca::World, iters: u64, rounds: u32) -> Result<Vec<f64>> {
+    let mut line = CacheLine::new(world)?;
+    line.round(world, iters)?; // warm-up
+    let mut per_round = Vec::with_capacity(rounds as usize);
+    for _ in 0..rounds {
+        per_round.push(line.round(world, iters)?);
+    }
+    Ok(if line.measures() { per_round } else { Vec::new() })
+}
+
+/// One shared word per pair (in the pair leader's segment), bounced by plain atomics.
+#[derive(Debug)]
+pub struct CacheLine {
+    word: tca::RemoteWord,
+    leader: bool,
+    active: bool,
+    base: u64,
+    _seg: tca::SymmetricSegment,
+}
+
+impl CacheLine {
+    /// Collective: allocates the words.
+    pub fn new(world: &tca::World) -> Result<Self> {
+        let seg = world.alloc_symmetric(4096)?;
+        let me = world.rank();
+        let pair_leader = me - me % 2;
+        let word = world.remote_word(seg.handle(pair_leader)?, 0)?;
+        Ok(Self { word, leader: me % 2 == 0, active: pair_leader + 1 < world.size(), base: 0, _seg: seg })
+    }
+
+    /// Whether this rank reports (a pair leader with a partner).
+    pub fn measures(&self) -> bool {
+        self.active && self.leader
+    }
+
+    /// One round of `iters` round trips between barriers; the half round trip in ns.
+    pub fn round(&mut self, world: &tca::World, iters: u64) -> Result<f64> {
+        let w = self.word.get();
+        let base = self.base;
+        world.barrier()?;
+        let t0 = Instant::now();
+        if self.active && self.leader {
+            for i in 0..iters {
+                w.store(base + 2 * i + 1, Ordering::Release);
+                while w.load(Ordering::Acquire) != base + 2 * i + 2 {
+                    std::hint::spin_loop();
+                }
+            }
+        } else if self.active {
+            for i in 0..iters {
+                while w.load(Ordering::Acquire) != base + 2 * i + 1 {
+                    std::hint::spin_loop();
+                }
+                w.store(base + 2 * i + 2, Ordering::Release);
+            }
+        }
+        let ns = t0.elapsed().as_secs_f64() * 1e9 / (2 * iters) as f64;
+        self.base += 2 * iters;
+        world.barrier()?;
+        Ok(ns)
+    }
+}
+
+/// Single-thread memcpy bandwidth in GB/s (10^9 bytes/s) at `n` bytes, best of 5 rounds of
+/// about 50 ms each.
+pub fn memcpy_bandwidth(n: usize) -> f64 {
+    let src = vec![1u8; n];
+    let mut dst = vec![0u8; n];
+    dst.copy_from_slice(&src);
+    let reps = ((256usize << 20) / n).clamp(4, 1 << 16);
+    let mut best = 0.0f64;
+    for _ in 0..5 {
+        let t0 = Instant::now();
+        for _ in 0..reps {
+            dst.copy_from_slice(std::hint::black_box(&src));
+            std::hint::black_box(&mut dst);
+        }
+        let gbs = (n * reps) as f64 / t0.elapsed().as_secs_f64() / 1e9;
+        best = best.max(gbs);
+    }
+    best
+}
+
+impl Floor {
+    /// Memcpy bandwidth at `n` bytes, if measured.
+    pub fn memcpy_at(&self, n: usize) -> Option<f64> {
+        self.memcpy_gb_s.iter().find(|(s, _)| *s == n).map(|(_, g)| *g)
+    }
+
+    /// The human-readable table.
+    pub fn table(&self) -> String {
+        let mut s = format!("# tca bench floor: {}\n", self.machine.line());
+        s += &format!(
+            "cache-line half round trip (2 processes): {:.1} ns best, {:.1} ns median\n",
+            self.cacheline_half_rtt_ns, self.cacheline_half_rtt_ns_median
+        );
+        s += "single-thread memcpy:\n";
+        for (n, g) in &self.memcpy_gb_s {
+            s += &format!("  {:>10} bytes  {:>7.2} GB/s\n", n, g);
+        }
+        s
+    }
+}
