@@ -13,8 +13,8 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use anyhow::Result;
 use crate::machine::Machine;
+use anyhow::Result;
 
 /// Floor measurements.
 #[derive(Debug, Clone, Serialize)]
@@ -39,7 +39,10 @@ pub fn run(world: &tca::World, iters: u64, rounds: u32) -> Result<Option<Floor>>
         return Ok(None);
     }
     per_round.sort_by(f64::total_cmp);
-    let memcpy_gb_s = MEMCPY_SIZES.iter().map(|&n| (n, memcpy_bandwidth(n))).collect();
+    let memcpy_gb_s = MEMCPY_SIZES
+        .iter()
+        .map(|&n| (n, memcpy_bandwidth(n)))
+        .collect();
     Ok(Some(Floor {
         machine: Machine::here(),
         cacheline_half_rtt_ns: per_round[0],
@@ -58,7 +61,11 @@ pub fn cacheline_half_rtt(world: &tca::World, iters: u64, rounds: u32) -> Result
     for _ in 0..rounds {
         per_round.push(line.round(world, iters)?);
     }
-    Ok(if line.measures() { per_round } else { Vec::new() })
+    Ok(if line.measures() {
+        per_round
+    } else {
+        Vec::new()
+    })
 }
 
 /// One shared word per pair (in the pair leader's segment), bounced by plain atomics.
@@ -78,7 +85,13 @@ impl CacheLine {
         let me = world.rank();
         let pair_leader = me - me % 2;
         let word = world.remote_word(seg.handle(pair_leader)?, 0)?;
-        Ok(Self { word, leader: me % 2 == 0, active: pair_leader + 1 < world.size(), base: 0, _seg: seg })
+        Ok(Self {
+            word,
+            leader: me % 2 == 0,
+            active: pair_leader + 1 < world.size(),
+            base: 0,
+            _seg: seg,
+        })
     }
 
     /// Whether this rank reports (a pair leader with a partner).
@@ -137,7 +150,10 @@ pub fn memcpy_bandwidth(n: usize) -> f64 {
 impl Floor {
     /// Memcpy bandwidth at `n` bytes, if measured.
     pub fn memcpy_at(&self, n: usize) -> Option<f64> {
-        self.memcpy_gb_s.iter().find(|(s, _)| *s == n).map(|(_, g)| *g)
+        self.memcpy_gb_s
+            .iter()
+            .find(|(s, _)| *s == n)
+            .map(|(_, g)| *g)
     }
 
     /// The human-readable table.

@@ -9,11 +9,14 @@ pub mod floor;
 pub mod machine;
 pub mod pingpong;
 
-use tca::bootstrap::launcher::{under_launcher, Launch};
+use tca::bootstrap::launcher::{Launch, under_launcher};
 
 /// Runs `body` as a rank when this process is one; otherwise launches `np` copies of this
 /// program (with the same arguments) and returns their exit status.
-pub fn launch_or_run(np: u32, body: impl FnOnce(&tca::World) -> anyhow::Result<()>) -> anyhow::Result<i32> {
+pub fn launch_or_run(
+    np: u32,
+    body: impl FnOnce(&tca::World) -> anyhow::Result<()>,
+) -> anyhow::Result<i32> {
     if under_launcher() {
         let world = tca::init()?;
         if world.size() != np {
@@ -39,6 +42,11 @@ pub fn sizes_up_to(max: usize) -> Vec<usize> {
     v
 }
 
+/// A result as pretty JSON.
+pub fn to_json<T: serde::Serialize>(v: &T) -> serde_json::Result<String> {
+    serde_json::to_string_pretty(v)
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -47,9 +55,4 @@ mod tests {
         assert_eq!(super::sizes_up_to(0), vec![0]);
         assert_eq!(super::sizes_up_to(4 << 20).len(), 24);
     }
-}
-
-/// A result as pretty JSON.
-pub fn to_json<T: serde::Serialize>(v: &T) -> serde_json::Result<String> {
-    serde_json::to_string_pretty(v)
 }

@@ -22,11 +22,26 @@ impl Machine {
     pub fn here() -> Self {
         let cpu = std::fs::read_to_string("/proc/cpuinfo")
             .ok()
-            .and_then(|s| s.lines().find(|l| l.starts_with("model name")).map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string()))
+            .and_then(|s| {
+                s.lines()
+                    .find(|l| l.starts_with("model name"))
+                    .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+            })
             .unwrap_or_else(|| "unknown".into());
-        let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").map(|s| s.trim().to_string()).unwrap_or_default();
-        let unix_time = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
-        Self { cpu, cpus: tca::transport::shm::wait::SpinPolicy::cpus(), kernel, unix_time, tca_version: env!("CARGO_PKG_VERSION") }
+        let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .map(|s| s.trim().to_string())
+            .unwrap_or_default();
+        let unix_time = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        Self {
+            cpu,
+            cpus: tca::transport::shm::wait::SpinPolicy::cpus(),
+            kernel,
+            unix_time,
+            tca_version: env!("CARGO_PKG_VERSION"),
+        }
     }
 
     /// One line for the head of a table.
@@ -67,12 +82,18 @@ impl MemStat {
             if l.contains("/memfd:tca-") {
                 tca_mappings += 1;
                 if let Some((a, b)) = l.split_whitespace().next().and_then(|r| r.split_once('-')) {
-                    if let (Ok(a), Ok(b)) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16)) {
+                    if let (Ok(a), Ok(b)) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16))
+                    {
                         tca_bytes += b - a;
                     }
                 }
             }
         }
-        Self { rss_kib, mappings, tca_mappings, tca_bytes }
+        Self {
+            rss_kib,
+            mappings,
+            tca_mappings,
+            tca_bytes,
+        }
     }
 }

@@ -103,14 +103,28 @@ impl Pair {
         let seg = world.alloc_symmetric(line_at + line::SLOT_STRIDE)?;
         let me = world.rank();
         let partner = me ^ 1;
-        let peer = if partner < world.size() / 2 * 2 { Some(*seg.handle(partner)?) } else { None };
-        Ok(Self { seg, peer, leader: me % 2 == 0, line_at, seq: 0 })
+        let peer = if partner < world.size() / 2 * 2 {
+            Some(*seg.handle(partner)?)
+        } else {
+            None
+        };
+        Ok(Self {
+            seg,
+            peer,
+            leader: me % 2 == 0,
+            line_at,
+            seq: 0,
+        })
     }
 
     /// `warm + n` round trips of `msg`; the half round trip of the last `n`, microseconds.
     fn round(&mut self, world: &World, msg: &[u8], warm: u64, n: u64) -> Result<f64> {
         let sig = self.line_at + line::SIGNAL;
-        let dst_off = if msg.len() <= line::PAYLOAD_MAX { self.line_at } else { 0 };
+        let dst_off = if msg.len() <= line::PAYLOAD_MAX {
+            self.line_at
+        } else {
+            0
+        };
         let mut t0 = Instant::now();
         if let Some(peer) = &self.peer {
             for i in 1..=warm + n {
@@ -151,13 +165,14 @@ pub fn run(world: &World, opts: &Options) -> Result<Option<PingPong>> {
     let dedicated = world.size() <= tca::transport::shm::wait::SpinPolicy::cpus();
     let mut line = CacheLine::new(world)?;
     if dedicated {
-        line.round(world, 20_000)?;
+        line.round(world, opts.iters.unwrap_or(20_000))?;
     }
     let mut floor_rounds = Vec::new();
+    let floor_iters = opts.iters.unwrap_or(50_000);
     for _ in 0..if dedicated { 7 } else { 0 } {
-        let f = line.round(world, 50_000)?;
+        let f = line.round(world, floor_iters)?;
         world.barrier()?;
-        let t = pair.round(world, &src[..8], 1000, 50_000)? * 1000.0;
+        let t = pair.round(world, &src[..8], floor_iters / 50 + 1, floor_iters)? * 1000.0;
         world.barrier()?;
         floor_rounds.push((f, t));
     }
@@ -180,7 +195,11 @@ pub fn run(world: &World, opts: &Options) -> Result<Option<PingPong>> {
     world.barrier()?;
 
     // Gather every leader's times at rank 0 (setup-sized data: the fabric's exchange).
-    let mine: Vec<u8> = if pair.peer.is_some() && pair.leader { times.iter().flat_map(|t| t.to_le_bytes()).collect() } else { Vec::new() };
+    let mine: Vec<u8> = if pair.peer.is_some() && pair.leader {
+        times.iter().flat_map(|t| t.to_le_bytes()).collect()
+    } else {
+        Vec::new()
+    };
     let all = world.exchange(&mine)?;
     if me != 0 {
         return Ok(None);
@@ -188,7 +207,11 @@ pub fn run(world: &World, opts: &Options) -> Result<Option<PingPong>> {
     let per_pair: Vec<Vec<f64>> = all
         .iter()
         .filter(|b| b.len() == 8 * sizes.len())
-        .map(|b| b.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().expect("8-byte chunk"))).collect())
+        .map(|b| {
+            b.chunks_exact(8)
+                .map(|c| f64::from_le_bytes(c.try_into().expect("8-byte chunk")))
+                .collect()
+        })
         .collect();
     let rows = sizes
         .iter()
@@ -229,7 +252,11 @@ impl PingPong {
     pub fn table(&self) -> String {
         let mut s = format!(
             "# tca bench pingpong: put_signal, {} ranks ({} pair(s) at once), shared memory\n# {}\n# spin policy: {} spins, {} yields, then futex sleep\n",
-            self.ranks, self.pairs, self.machine.line(), self.spin.0, self.spin.1
+            self.ranks,
+            self.pairs,
+            self.machine.line(),
+            self.spin.0,
+            self.spin.1
         );
         s += &format!(
             "{:>10} {:>12} {:>12} {:>12} {:>12} {:>12}\n",
@@ -241,15 +268,19 @@ impl PingPong {
                 r.bytes, r.repetitions, r.t_min_us, r.t_avg_us, r.t_max_us, r.mb_per_s
             );
         }
-        let rounds: Vec<String> = self.floor_rounds.iter().map(|(f, t)| format!("{t:.0}/{f:.0}")).collect();
+        let rounds: Vec<String> = self
+            .floor_rounds
+            .iter()
+            .map(|(f, t)| format!("{t:.0}/{f:.0}"))
+            .collect();
         if rounds.is_empty() {
             s += "# floor comparison skipped: ranks outnumber cores (a pure spin cannot share a core)\n";
         } else {
             s += &format!(
-            "# 8 B put_signal vs floor (cache-line half round trip), alternating rounds, ns: {}\n# median ratio 8 B put_signal / floor = {:.2}\n",
-            rounds.join(" "),
-            self.ratio_8b_to_floor
-        );
+                "# 8 B put_signal vs floor (cache-line half round trip), alternating rounds, ns: {}\n# median ratio 8 B put_signal / floor = {:.2}\n",
+                rounds.join(" "),
+                self.ratio_8b_to_floor
+            );
         }
         if let Some(r) = self.rows.last().filter(|r| r.bytes > 0) {
             s += &format!(

@@ -5,11 +5,15 @@
 use std::ffi::OsString;
 use std::process::ExitCode;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
 
 #[derive(Parser, Debug)]
-#[command(name = "tca", version, about = "Tightly coupled communication: launcher and benchmarks")]
+#[command(
+    name = "tca",
+    version,
+    about = "Tightly coupled communication: launcher and benchmarks"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -33,7 +37,12 @@ struct RunArgs {
     #[arg(long)]
     tag_output: bool,
     /// The program and its arguments (after `--`).
-    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "PROG ARGS")]
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "PROG ARGS"
+    )]
     command: Vec<OsString>,
 }
 
@@ -126,14 +135,24 @@ fn run(cli: Cli) -> Result<i32> {
                 Ok(())
             })
         }
-        Cmd::Bench(Bench::Pingpong { np, max_size, iters, soak, json }) => {
+        Cmd::Bench(Bench::Pingpong {
+            np,
+            max_size,
+            iters,
+            soak,
+            json,
+        }) => {
             if np < 2 {
                 bail!("ping-pong needs at least 2 ranks (--np {np})");
             }
             if iters == Some(0) {
                 bail!("--iters must be at least 1");
             }
-            let opts = tca_bench::pingpong::Options { max_size, iters, soak };
+            let opts = tca_bench::pingpong::Options {
+                max_size,
+                iters,
+                soak,
+            };
             tca_bench::launch_or_run(np, |world| {
                 if let Some(p) = tca_bench::pingpong::run(world, &opts)? {
                     print(&p, json)?;

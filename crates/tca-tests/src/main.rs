@@ -1,1 +1,259 @@
-fn main(){}
+//! `tca-rankprog SCENARIO [ARGS]`: the rank program the multi-process tests launch.
+//!
+//! Exit codes: 0 success, 42 a peer died (the error named it, printed as `peer-died R`),
+//! 43 the job was aborted, 2 any other error, 1 a failed check.
+#![forbid(unsafe_code)]
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use tca::bootstrap::launcher::Launch;
+use tca::{ErrorKind, SignalOp, World};
+
+fn arg(args: &[String], i: usize, default: u64) -> u64 {
+    args.get(i).and_then(|s| s.parse().ok()).unwrap_or(default)
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some(scenario) = args.first().cloned() else {
+        eprintln!("usage: tca-rankprog SCENARIO [ARGS]");
+        return ExitCode::from(2);
+    };
+    if scenario == "launch" {
+        // Act as a launcher of this program: `launch N SCENARIO ARGS...`.
+        let launch = Launch {
+            ranks: arg(&args, 1, 2) as u32,
+            tag_output: false,
+            program: std::env::current_exe().expect("own path").into(),
+            args: args[2..].iter().map(Into::into).collect(),
+            env: Vec::new(),
+        };
+        return match launch.run() {
+            Ok(o) => ExitCode::from(o.status() as u8),
+            Err(e) => {
+                eprintln!("launch error: {e}");
+                ExitCode::from(2)
+            }
+        };
+    }
+    let world = match tca::init() {
+        Ok(w) => w,
+        Err(e) => return report(e),
+    };
+    let r = match scenario.as_str() {
+        "ring" => ring(&world, arg(&args, 1, 10)),
+        "stress" => stress(&world, arg(&args, 1, 10_000)),
+        "soak" => soak(&world, arg(&args, 1, 100_000)),
+        "exit" => die(&world, arg(&args, 2, 1) as u32, || {
+            std::process::exit(arg(&args, 1, 3) as i32)
+        }),
+        "sigkill" => die(&world, arg(&args, 1, 1) as u32, || {
+            let _ = rustix_kill_self();
+        }),
+        "wait-forever" => wait_forever(&world),
+        "env" => {
+            println!(
+                "rank {} size {} via {}",
+                world.rank(),
+                world.size(),
+                world.launched_by()
+            );
+            Ok(true)
+        }
+        other => {
+            eprintln!("unknown scenario {other}");
+            return ExitCode::from(2);
+        }
+    };
+    match r {
+        Ok(true) => match world.finalize() {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => report(e),
+        },
+        Ok(false) => ExitCode::from(1),
+        Err(e) => report(e),
+    }
+}
+
+fn report(e: tca::Error) -> ExitCode {
+    use std::io::Write;
+    // The reader of stdout may be gone (the job is being torn down): never panic on EPIPE.
+    let say = |s: String| {
+        let _ = writeln!(std::io::stdout(), "{s}");
+    };
+    match e.kind() {
+        ErrorKind::PeerDied => {
+            say(format!("peer-died {}", e.rank().map_or(-1, i64::from)));
+            eprintln!("error: {e}");
+            ExitCode::from(42)
+        }
+        ErrorKind::Aborted => {
+            say("aborted".into());
+            eprintln!("error: {e}");
+            ExitCode::from(43)
+        }
+        _ => {
+            eprintln!("error ({:?}): {e}", e.kind());
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn rustix_kill_self() -> std::io::Result<()> {
+    rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL)?;
+    std::thread::sleep(Duration::from_secs(10));
+    Ok(())
+}
+
+/// Each rank sends a patterned message to the next, `rounds` times; checks every byte.
+fn ring(w: &World, rounds: u64) -> tca::Result<bool> {
+    let seg = w.alloc_symmetric(64 * 1024)?;
+    let n = w.size();
+    let next = *seg.handle((w.rank() + 1) % n)?;
+    let prev = (w.rank() + n - 1) % n;
+    let len = 10_000 + w.rank() as usize;
+    for k in 1..=rounds {
+        let msg: Vec<u8> = (0..len)
+            .map(|i| (i as u64 * 7 + k + u64::from(w.rank())) as u8)
+            .collect();
+        w.put_signal(&next, 128, &msg, &next, 0, SignalOp::Set(k))?;
+        w.wait_until(&seg, 0, k)?;
+        let plen = 10_000 + prev as usize;
+        let got: &[u8] = seg.view(128, plen)?;
+        if got
+            .iter()
+            .enumerate()
+            .any(|(i, &b)| b != (i as u64 * 7 + k + u64::from(prev)) as u8)
+        {
+            eprintln!("rank {}: corrupt message in round {k}", w.rank());
+            return Ok(false);
+        }
+        w.barrier()?; // the message of round k is read before round k + 1 overwrites it
+    }
+    println!("ring ok rank {} of {}", w.rank(), n);
+    Ok(true)
+}
+
+/// Pairs (0-1, 2-3, ...) do `rounds` round trips of random-length messages with random
+/// delays, checking every byte.
+fn stress(w: &World, rounds: u64) -> tca::Result<bool> {
+    let seg = w.alloc_symmetric(8192)?;
+    let partner = w.rank() ^ 1;
+    if partner >= w.size() {
+        return Ok(true);
+    }
+    let peer = *seg.handle(partner)?;
+    let leader = w.rank() % 2 == 0;
+    let mut rng = 0x2545_f491_4f6c_dd1du64 ^ u64::from(w.rank());
+    let mut next = || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    for seq in 1..=rounds {
+        let len = (next() % 4000) as usize;
+        let r = next();
+        if r % 128 == 0 {
+            std::thread::yield_now();
+        } else if r % 8192 == 1 {
+            std::thread::sleep(Duration::from_micros(r % 200));
+        }
+        let mut framed = (len as u64).to_le_bytes().to_vec();
+        framed.extend((0..len).map(|i| (seq as u8).wrapping_add(i as u8) ^ w.rank() as u8));
+        if leader {
+            w.put_signal(&peer, 64, &framed, &peer, 0, SignalOp::Set(seq))?;
+        }
+        w.wait_until(&seg, 0, seq)?;
+        let mut lenb = [0u8; 8];
+        seg.read(64, &mut lenb)?;
+        let plen = u64::from_le_bytes(lenb) as usize;
+        let got: &[u8] = seg.view(72, plen)?;
+        if got
+            .iter()
+            .enumerate()
+            .any(|(i, &b)| b != (seq as u8).wrapping_add(i as u8) ^ partner as u8)
+        {
+            eprintln!("rank {}: corrupt message {seq}", w.rank());
+            return Ok(false);
+        }
+        if !leader {
+            w.put_signal(&peer, 64, &framed, &peer, 0, SignalOp::Set(seq))?;
+        }
+    }
+    println!("stress ok rank {}", w.rank());
+    Ok(true)
+}
+
+fn maps() -> (usize, u64) {
+    let n = std::fs::read_to_string("/proc/self/maps")
+        .map(|s| s.lines().count())
+        .unwrap_or(0);
+    let rss = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0);
+    (n, rss)
+}
+
+/// `rounds` 8-byte round trips per pair; the mapping count must not change and resident
+/// memory must not grow by more than 256 KiB.
+fn soak(w: &World, rounds: u64) -> tca::Result<bool> {
+    let seg = w.alloc_symmetric(4096)?;
+    let partner = w.rank() ^ 1;
+    if partner >= w.size() {
+        return Ok(true);
+    }
+    let peer = *seg.handle(partner)?;
+    let mut seq = 0;
+    let mut go = |n: u64| -> tca::Result<()> {
+        for _ in 0..n {
+            seq += 1;
+            if w.rank() % 2 == 0 {
+                w.put_line(&peer, 0, &[1; 8], seq)?;
+                w.wait_until(&seg, 56, seq)?;
+            } else {
+                w.wait_until(&seg, 56, seq)?;
+                w.put_line(&peer, 0, &[1; 8], seq)?;
+            }
+        }
+        Ok(())
+    };
+    go(1000)?;
+    let (m0, r0) = maps();
+    go(rounds)?;
+    let (m1, r1) = maps();
+    println!(
+        "soak rank {}: mappings {m0} -> {m1}, rss {r0} -> {r1} KiB",
+        w.rank()
+    );
+    Ok(m0 == m1 && r1 <= r0 + 256)
+}
+
+/// After a barrier, rank `victim` dies by `how`; every other rank waits for a signal that
+/// never comes and must get an error naming the victim.
+fn die(w: &World, victim: u32, how: impl FnOnce()) -> tca::Result<bool> {
+    let seg = w.alloc_symmetric(64)?;
+    w.barrier()?;
+    println!("ready {} pid {}", w.rank(), std::process::id());
+    if w.rank() == victim {
+        how();
+    }
+    w.wait_until(&seg, 0, 1)?;
+    Ok(false)
+}
+
+fn wait_forever(w: &World) -> tca::Result<bool> {
+    let seg = w.alloc_symmetric(64)?;
+    w.barrier()?;
+    println!("ready {} pid {}", w.rank(), std::process::id());
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    w.wait_until(&seg, 0, 1)?;
+    Ok(false)
+}

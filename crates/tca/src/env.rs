@@ -32,7 +32,16 @@ pub const MAX_RANKS: &str = "TCA_MAX_RANKS";
 
 /// Every variable tca reads or sets. Prefixes of per-operation variables (such as the
 /// collective selection variables of later services) are listed in [`KNOWN_PREFIXES`].
-pub const KNOWN: &[&str] = &[RANK, SIZE, JOB_ID, BOARD_FD, LAUNCHER_PID, SPIN, BOOT_TIMEOUT, MAX_RANKS];
+pub const KNOWN: &[&str] = &[
+    RANK,
+    SIZE,
+    JOB_ID,
+    BOARD_FD,
+    LAUNCHER_PID,
+    SPIN,
+    BOOT_TIMEOUT,
+    MAX_RANKS,
+];
 
 /// Prefixes of families of variables (`TCA_COLL_ALLREDUCE=ring` and the like).
 pub const KNOWN_PREFIXES: &[&str] = &["TCA_COLL_"];
@@ -60,7 +69,10 @@ pub(crate) fn parse<T: std::str::FromStr>(name: &str) -> crate::Result<Option<T>
 
 /// The per-node rank limit in force.
 pub fn max_ranks() -> u32 {
-    parse::<u32>(MAX_RANKS).ok().flatten().unwrap_or(DEFAULT_MAX_RANKS)
+    parse::<u32>(MAX_RANKS)
+        .ok()
+        .flatten()
+        .unwrap_or(DEFAULT_MAX_RANKS)
 }
 
 /// Names of `TCA_*` variables in the environment that tca does not know.
@@ -68,7 +80,9 @@ pub fn unknown() -> Vec<String> {
     std::env::vars_os()
         .filter_map(|(k, _)| k.into_string().ok())
         .filter(|k| k.starts_with("TCA_"))
-        .filter(|k| !KNOWN.contains(&k.as_str()) && !KNOWN_PREFIXES.iter().any(|p| k.starts_with(p)))
+        .filter(|k| {
+            !KNOWN.contains(&k.as_str()) && !KNOWN_PREFIXES.iter().any(|p| k.starts_with(p))
+        })
         .collect()
 }
 
@@ -77,7 +91,10 @@ pub fn warn_unknown() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         for name in unknown() {
-            eprintln!("tca: warning: unknown environment variable {name} (known: {})", KNOWN.join(", "));
+            eprintln!(
+                "tca: warning: unknown environment variable {name} (known: {})",
+                KNOWN.join(", ")
+            );
         }
     });
 }

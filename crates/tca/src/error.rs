@@ -45,16 +45,28 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
     pub(crate) fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
-        Self { kind, rank: None, message: message.into() }
+        Self {
+            kind,
+            rank: None,
+            message: message.into(),
+        }
     }
 
     /// An error about a specific peer rank (dead, aborted).
     pub(crate) fn peer(kind: ErrorKind, rank: u32, message: impl Into<String>) -> Self {
-        Self { kind, rank: Some(rank), message: message.into() }
+        Self {
+            kind,
+            rank: Some(rank),
+            message: message.into(),
+        }
     }
 
     /// Translates an OS error, naming what tca was doing.
-    pub(crate) fn os(kind: ErrorKind, doing: impl fmt::Display, err: impl Into<std::io::Error>) -> Self {
+    pub(crate) fn os(
+        kind: ErrorKind,
+        doing: impl fmt::Display,
+        err: impl Into<std::io::Error>,
+    ) -> Self {
         let err: std::io::Error = err.into();
         Self::new(kind, format!("{doing}: {err}"))
     }

@@ -53,7 +53,9 @@ pub mod threads;
 pub mod transport;
 
 pub use error::{Error, ErrorKind, Result};
-pub use fabric::{Chain, ChainBuilder, Handle, RemoteWord, Segment, SignalOp, Strided, SymmetricSegment, World};
+pub use fabric::{
+    Chain, ChainBuilder, Handle, RemoteWord, Segment, SignalOp, Strided, SymmetricSegment, World,
+};
 
 /// Joins the job this process was started in: `tca run`, Slurm, Open MPI's or another PMI
 /// launcher's `mpirun`, or a one-rank job when started alone. Collective: returns when every

@@ -19,7 +19,10 @@ where
 {
     let max = crate::env::max_ranks();
     if n == 0 || n > max {
-        let e = Error::new(ErrorKind::InvalidArgument, format!("thread mode needs 1..={max} ranks, got {n}"));
+        let e = Error::new(
+            ErrorKind::InvalidArgument,
+            format!("thread mode needs 1..={max} ranks, got {n}"),
+        );
         return vec![Err(e)];
     }
     let job = memfd::random_u64();
@@ -42,7 +45,8 @@ where
                             job,
                             board: BoardSource::Fd(board_fd),
                             source: "threads",
-                            boot_deadline: std::time::Instant::now() + std::time::Duration::from_secs(60),
+                            boot_deadline: std::time::Instant::now()
+                                + std::time::Duration::from_secs(60),
                         };
                         let world = World::join(env)?;
                         let r = f(&world);
@@ -57,14 +61,22 @@ where
             .into_iter()
             .enumerate()
             .map(|(rank, h)| match h {
-                Err(e) => Err(Error::os(ErrorKind::Launch, format!("spawning thread for rank {rank}"), e)),
+                Err(e) => Err(Error::os(
+                    ErrorKind::Launch,
+                    format!("spawning thread for rank {rank}"),
+                    e,
+                )),
                 Ok(h) => h.join().unwrap_or_else(|p| {
                     let msg = p
                         .downcast_ref::<&str>()
                         .map(|s| s.to_string())
                         .or_else(|| p.downcast_ref::<String>().cloned())
                         .unwrap_or_else(|| "unknown panic".into());
-                    Err(Error::peer(ErrorKind::PeerDied, rank as u32, format!("rank {rank} panicked: {msg}")))
+                    Err(Error::peer(
+                        ErrorKind::PeerDied,
+                        rank as u32,
+                        format!("rank {rank} panicked: {msg}"),
+                    ))
                 }),
             })
             .collect()
@@ -80,7 +92,7 @@ where
 {
     let all = run_each(n, f);
     if all.iter().all(|r| r.is_ok()) {
-        return Ok(all.into_iter().map(|r| r.ok().expect("checked: all ok")).collect());
+        return all.into_iter().collect();
     }
     let errs: Vec<Error> = all.into_iter().filter_map(|r| r.err()).collect();
     let root = errs

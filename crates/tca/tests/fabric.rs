@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use proptest::prelude::*;
-use tca::{threads, ErrorKind, SignalOp, Strided};
+use tca::{ErrorKind, SignalOp, Strided, threads};
 
 /// Runs `body` on `n` thread ranks and unwraps.
 fn on<T: Send>(n: u32, body: impl Fn(&tca::World) -> tca::Result<T> + Sync) -> Vec<T> {
@@ -18,7 +18,14 @@ fn ring_put_signal_every_rank_count() {
             let seg = w.alloc_symmetric(4096)?;
             let next = (w.rank() + 1) % w.size();
             let msg: Vec<u8> = (0..100).map(|i| (i as u32 * 3 + w.rank()) as u8).collect();
-            w.put_signal(seg.handle(next)?, 128, &msg, seg.handle(next)?, 0, SignalOp::Set(1))?;
+            w.put_signal(
+                seg.handle(next)?,
+                128,
+                &msg,
+                seg.handle(next)?,
+                0,
+                SignalOp::Set(1),
+            )?;
             w.wait_until(&seg, 0, 1)?;
             let mut back = vec![0u8; 100];
             seg.read(128, &mut back)?;
@@ -86,8 +93,14 @@ fn put_line_carries_payload_with_signal() {
             assert_eq!(got[55], seq as u8);
             w.barrier()?; // the peer has read line `seq` before it is overwritten
         }
-        assert_eq!(w.put_line(&peer, 100, &[0; 8], 1).unwrap_err().kind(), ErrorKind::InvalidArgument);
-        assert_eq!(w.put_line(&peer, 128, &[0; 57], 1).unwrap_err().kind(), ErrorKind::InvalidArgument);
+        assert_eq!(
+            w.put_line(&peer, 100, &[0; 8], 1).unwrap_err().kind(),
+            ErrorKind::InvalidArgument
+        );
+        assert_eq!(
+            w.put_line(&peer, 128, &[0; 57], 1).unwrap_err().kind(),
+            ErrorKind::InvalidArgument
+        );
         Ok(())
     });
 }
@@ -98,7 +111,12 @@ fn strided_put_places_blocks() {
         let seg = w.alloc_symmetric(1024)?;
         if w.rank() == 0 {
             let src: Vec<u8> = (0..100).collect();
-            let s = Strided { count: 4, block: 3, src_stride: 10, dst_stride: 16 };
+            let s = Strided {
+                count: 4,
+                block: 3,
+                src_stride: 10,
+                dst_stride: 16,
+            };
             w.put_strided(seg.handle(1)?, 32, &src, s)?;
             w.signal(seg.handle(1)?, 0, SignalOp::Set(1))?;
         } else {
@@ -106,7 +124,10 @@ fn strided_put_places_blocks() {
             let mut got = vec![0u8; 100];
             seg.read(32, &mut got)?;
             for i in 0..4 {
-                assert_eq!(&got[i * 16..i * 16 + 3], &[(i * 10) as u8, (i * 10 + 1) as u8, (i * 10 + 2) as u8]);
+                assert_eq!(
+                    &got[i * 16..i * 16 + 3],
+                    &[(i * 10) as u8, (i * 10 + 1) as u8, (i * 10 + 2) as u8]
+                );
                 assert!(got[i * 16 + 3..(i + 1) * 16].iter().all(|&b| b == 0) || i == 3);
             }
         }
@@ -120,18 +141,42 @@ fn strided_put_that_overruns_writes_nothing() {
         let seg = w.alloc(256)?;
         let src = vec![0xffu8; 256];
         // Last block ends at 200 + 3*20 + 10 = 270 > 256.
-        let s = Strided { count: 4, block: 10, src_stride: 10, dst_stride: 20 };
+        let s = Strided {
+            count: 4,
+            block: 10,
+            src_stride: 10,
+            dst_stride: 20,
+        };
         let e = w.put_strided(&seg.handle(), 200, &src, s).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::OutOfBounds, "{e}");
         // Source too short for the blocks.
-        let s = Strided { count: 30, block: 10, src_stride: 10, dst_stride: 0 };
-        assert_eq!(w.put_strided(&seg.handle(), 0, &src, s).unwrap_err().kind(), ErrorKind::OutOfBounds);
+        let s = Strided {
+            count: 30,
+            block: 10,
+            src_stride: 10,
+            dst_stride: 0,
+        };
+        assert_eq!(
+            w.put_strided(&seg.handle(), 0, &src, s).unwrap_err().kind(),
+            ErrorKind::OutOfBounds
+        );
         // Overflowing arithmetic is an error, not a wrap-around.
-        let s = Strided { count: usize::MAX, block: 1, src_stride: 0, dst_stride: usize::MAX };
-        assert_eq!(w.put_strided(&seg.handle(), 0, &src, s).unwrap_err().kind(), ErrorKind::OutOfBounds);
+        let s = Strided {
+            count: usize::MAX,
+            block: 1,
+            src_stride: 0,
+            dst_stride: usize::MAX,
+        };
+        assert_eq!(
+            w.put_strided(&seg.handle(), 0, &src, s).unwrap_err().kind(),
+            ErrorKind::OutOfBounds
+        );
         let mut all = vec![0u8; 256];
         seg.read(0, &mut all)?;
-        assert!(all.iter().all(|&b| b == 0), "a refused strided put wrote bytes");
+        assert!(
+            all.iter().all(|&b| b == 0),
+            "a refused strided put wrote bytes"
+        );
         Ok(())
     });
 }
@@ -152,7 +197,10 @@ fn chain_runs_all_puts_then_signal_and_is_reusable() {
                 .build()?;
             assert_eq!(chain.len(), 3);
             assert_eq!(chain.bytes(), 3096);
-            let chain2 = w.chain().signal(seg.handle(2)?, 0, SignalOp::Add(1)).build()?;
+            let chain2 = w
+                .chain()
+                .signal(seg.handle(2)?, 0, SignalOp::Add(1))
+                .build()?;
             for k in 1..=50u64 {
                 src.write(0, &vec![k as u8; 4096])?;
                 w.start(&chain)?;
@@ -182,11 +230,23 @@ fn chain_with_bad_step_is_refused_at_build() {
     on(2, |w| {
         let src = w.alloc(64)?;
         let seg = w.alloc_symmetric(64)?;
-        let e = w.chain().put(&src, 0, seg.handle(1 - w.rank())?, 32, 64).build().unwrap_err();
+        let e = w
+            .chain()
+            .put(&src, 0, seg.handle(1 - w.rank())?, 32, 64)
+            .build()
+            .unwrap_err();
         assert_eq!(e.kind(), ErrorKind::OutOfBounds);
-        let e = w.chain().put(&src, 60, seg.handle(1 - w.rank())?, 0, 8).build().unwrap_err();
+        let e = w
+            .chain()
+            .put(&src, 60, seg.handle(1 - w.rank())?, 0, 8)
+            .build()
+            .unwrap_err();
         assert_eq!(e.kind(), ErrorKind::OutOfBounds);
-        let e = w.chain().signal(seg.handle(0)?, 4, SignalOp::Add(1)).build().unwrap_err();
+        let e = w
+            .chain()
+            .signal(seg.handle(0)?, 4, SignalOp::Add(1))
+            .build()
+            .unwrap_err();
         assert_eq!(e.kind(), ErrorKind::InvalidArgument);
         w.barrier()
     });
@@ -197,21 +257,39 @@ fn out_of_bounds_put_is_an_error_and_writes_nothing() {
     on(2, |w| {
         let seg = w.alloc_symmetric(100)?;
         let peer = *seg.handle(1 - w.rank())?;
-        let big = vec![0xeeu8; 200];
-        for (off, n) in [(0, 101), (50, 51), (100, 1), (usize::MAX, 1), (usize::MAX - 3, 8)] {
+        let big = [0xeeu8; 200];
+        for (off, n) in [
+            (0, 101),
+            (50, 51),
+            (100, 1),
+            (usize::MAX, 1),
+            (usize::MAX - 3, 8),
+        ] {
             let e = w.put(&peer, off, &big[..n]).unwrap_err();
             assert_eq!(e.kind(), ErrorKind::OutOfBounds, "{off}+{n}: {e}");
             let e = w.put_inline(&peer, off, &big[..n]).unwrap_err();
             assert_eq!(e.kind(), ErrorKind::OutOfBounds);
         }
-        let e = w.put_signal(&peer, 99, &big[..2], &peer, 0, SignalOp::Set(1)).unwrap_err();
+        let e = w
+            .put_signal(&peer, 99, &big[..2], &peer, 0, SignalOp::Set(1))
+            .unwrap_err();
         assert_eq!(e.kind(), ErrorKind::OutOfBounds);
-        assert_eq!(w.signal(&peer, 96, SignalOp::Set(1)).unwrap_err().kind(), ErrorKind::OutOfBounds);
-        assert_eq!(w.signal(&peer, 3, SignalOp::Set(1)).unwrap_err().kind(), ErrorKind::InvalidArgument);
+        assert_eq!(
+            w.signal(&peer, 96, SignalOp::Set(1)).unwrap_err().kind(),
+            ErrorKind::OutOfBounds
+        );
+        assert_eq!(
+            w.signal(&peer, 3, SignalOp::Set(1)).unwrap_err().kind(),
+            ErrorKind::InvalidArgument
+        );
         w.barrier()?;
         let mut all = vec![0u8; 100];
         seg.read(0, &mut all)?;
-        assert!(all.iter().all(|&b| b == 0), "rank {}: refused puts wrote bytes", w.rank());
+        assert!(
+            all.iter().all(|&b| b == 0),
+            "rank {}: refused puts wrote bytes",
+            w.rank()
+        );
         // The edge itself is fine.
         w.put(&peer, 0, &big[..100])?;
         w.put(&peer, 100, &[])?;
@@ -227,12 +305,18 @@ fn zero_length_put_is_valid_and_writes_nothing() {
         w.put(&peer, 0, &[])?;
         w.put(&peer, 16, &[])?;
         w.put_signal(&peer, 8, &[], &peer, 8, SignalOp::Set(5))?;
-        assert_eq!(w.put(&peer, 17, &[]).unwrap_err().kind(), ErrorKind::OutOfBounds);
+        assert_eq!(
+            w.put(&peer, 17, &[]).unwrap_err().kind(),
+            ErrorKind::OutOfBounds
+        );
         w.wait_until(&seg, 8, 5)?;
         assert_eq!(seg.signal_value(0)?, 0);
         // A zero-length put still validates the handle.
         let forged = peer.forged(None, Some(peer.key() ^ 1), None, None);
-        assert_eq!(w.put(&forged, 0, &[]).unwrap_err().kind(), ErrorKind::InvalidHandle);
+        assert_eq!(
+            w.put(&forged, 0, &[]).unwrap_err().kind(),
+            ErrorKind::InvalidHandle
+        );
         w.barrier()
     });
 }
@@ -258,16 +342,35 @@ fn forged_handles_are_refused() {
         let seg = w.alloc_symmetric(64)?;
         let peer = *seg.handle(1 - w.rank())?;
         let cases = [
-            ("bad key", peer.forged(None, Some(peer.key().wrapping_add(2)), None, None), ErrorKind::InvalidHandle),
-            ("longer than the segment", peer.forged(None, None, Some(1 << 20), None), ErrorKind::InvalidHandle),
-            ("rank out of range", peer.forged(Some(7), None, None, None), ErrorKind::InvalidRank),
-            ("other job", peer.forged(None, None, None, Some(w.job_id() ^ 1)), ErrorKind::InvalidHandle),
+            (
+                "bad key",
+                peer.forged(None, Some(peer.key().wrapping_add(2)), None, None),
+                ErrorKind::InvalidHandle,
+            ),
+            (
+                "longer than the segment",
+                peer.forged(None, None, Some(1 << 20), None),
+                ErrorKind::InvalidHandle,
+            ),
+            (
+                "rank out of range",
+                peer.forged(Some(7), None, None, None),
+                ErrorKind::InvalidRank,
+            ),
+            (
+                "other job",
+                peer.forged(None, None, None, Some(w.job_id() ^ 1)),
+                ErrorKind::InvalidHandle,
+            ),
         ];
         for (what, h, kind) in cases {
             let e = w.put(&h, 0, &[1]).unwrap_err();
             assert_eq!(e.kind(), kind, "{what}: {e}");
         }
-        assert_eq!(tca::Handle::from_bytes(&[0u8; 31]).unwrap_err().kind(), ErrorKind::InvalidHandle);
+        assert_eq!(
+            tca::Handle::from_bytes(&[0u8; 31]).unwrap_err().kind(),
+            ErrorKind::InvalidHandle
+        );
         let round = tca::Handle::from_bytes(&peer.to_bytes())?;
         assert_eq!(round, peer);
         w.barrier()
@@ -279,7 +382,9 @@ fn handle_from_another_job_is_refused() {
     // Job A publishes a handle; job B (another world) tries to use it.
     let h = on(1, |w| Ok(w.alloc(64)?.handle()))[0];
     let _keep = on(1, |w| {
-        let e = w.put(&h.forged(Some(0), None, None, None), 0, &[1]).unwrap_err();
+        let e = w
+            .put(&h.forged(Some(0), None, None, None), 0, &[1])
+            .unwrap_err();
         assert_eq!(e.kind(), ErrorKind::InvalidHandle, "{e}");
         assert!(e.to_string().contains("job"), "{e}");
         Ok(())
@@ -300,7 +405,10 @@ fn stale_handle_is_refused() {
         // A new segment may reuse the id; the old handle is still refused, the new one works.
         let second = w.alloc_symmetric(64)?;
         let new = *second.handle(1 - w.rank())?;
-        assert_eq!(w.put(&old, 0, &[1]).unwrap_err().kind(), ErrorKind::InvalidHandle);
+        assert_eq!(
+            w.put(&old, 0, &[1]).unwrap_err().kind(),
+            ErrorKind::InvalidHandle
+        );
         w.put(&new, 0, &[1])?;
         w.barrier()
     });
@@ -308,7 +416,10 @@ fn stale_handle_is_refused() {
 
 #[test]
 fn symmetric_alloc_with_different_lengths_is_refused() {
-    let r = threads::run(3, |w| w.alloc_symmetric(64 + 64 * (w.rank() as usize % 2)).map(|_| ()));
+    let r = threads::run(3, |w| {
+        w.alloc_symmetric(64 + 64 * (w.rank() as usize % 2))
+            .map(|_| ())
+    });
     let e = r.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
 }
@@ -317,7 +428,9 @@ fn symmetric_alloc_with_different_lengths_is_refused() {
 fn wait_with_timeout_times_out() {
     on(2, |w| {
         let seg = w.alloc_symmetric(64)?;
-        let e = w.wait_until_timeout(&seg, 0, 1, Duration::from_millis(30)).unwrap_err();
+        let e = w
+            .wait_until_timeout(&seg, 0, 1, Duration::from_millis(30))
+            .unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Timeout);
         w.barrier()
     });
@@ -347,7 +460,13 @@ fn panicking_peer_is_named() {
         assert_eq!(e.kind(), ErrorKind::PeerDied, "rank {r}: {e}");
         assert_eq!(e.rank(), Some(2), "rank {r}: {e}");
     }
-    assert!(all[2].as_ref().unwrap_err().to_string().contains("gives up"));
+    assert!(
+        all[2]
+            .as_ref()
+            .unwrap_err()
+            .to_string()
+            .contains("gives up")
+    );
 }
 
 #[test]
@@ -360,7 +479,11 @@ fn peer_returning_an_error_is_named() {
         w.barrier()
     })
     .unwrap_err();
-    assert_eq!(e.kind(), ErrorKind::OutOfBounds, "root cause is reported: {e}");
+    assert_eq!(
+        e.kind(),
+        ErrorKind::OutOfBounds,
+        "root cause is reported: {e}"
+    );
 }
 
 #[test]
@@ -428,7 +551,12 @@ fn stress_round_trips_with_random_delays() {
             seg.read(72, &mut got[..plen])?;
             let pfill = (seq as u8).wrapping_mul(31) ^ (1 - w.rank()) as u8;
             for (i, &b) in got[..plen].iter().enumerate() {
-                assert_eq!(b, pfill.wrapping_add(i as u8), "rank {} seq {seq} byte {i}", w.rank());
+                assert_eq!(
+                    b,
+                    pfill.wrapping_add(i as u8),
+                    "rank {} seq {seq} byte {i}",
+                    w.rank()
+                );
             }
             if w.rank() == 1 {
                 w.put_signal(&peer, 64, &framed, &peer, 0, SignalOp::Set(seq))?;

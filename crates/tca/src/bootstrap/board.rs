@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use bytemuck::{Pod, Zeroable};
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::transport::shm::{memfd, page_round, Mapping, PAD};
+use crate::transport::shm::{Mapping, PAD, memfd, page_round};
 
 const MAGIC: u64 = u64::from_le_bytes(*b"TCABOARD");
 const VERSION: u32 = 1;
@@ -96,14 +96,25 @@ impl Board {
 
     /// Creates a board in a fresh memfd. `inheritable` keeps the descriptor open across
     /// `exec` (the launcher passes it to its children).
-    pub fn create(size: u32, job: u64, launcher_pid: Option<u32>, inheritable: bool) -> Result<(OwnedFd, Self)> {
+    pub fn create(
+        size: u32,
+        job: u64,
+        launcher_pid: Option<u32>,
+        inheritable: bool,
+    ) -> Result<(OwnedFd, Self)> {
         let bytes = Self::bytes_for(size);
         let fd = memfd::create(&format!("board-{job:016x}"), bytes, inheritable)?;
         let board = Self::init(&fd, bytes, size, job, launcher_pid)?;
         Ok((fd, board))
     }
 
-    fn init(fd: impl AsFd, bytes: usize, size: u32, job: u64, launcher_pid: Option<u32>) -> Result<Self> {
+    fn init(
+        fd: impl AsFd,
+        bytes: usize,
+        size: u32,
+        job: u64,
+        launcher_pid: Option<u32>,
+    ) -> Result<Self> {
         let map = Mapping::map(fd, bytes)?;
         let h = Header {
             magic: 0,
@@ -116,7 +127,12 @@ impl Board {
         map.write(0, bytemuck::bytes_of(&h));
         // The magic goes last, with Release, so a reader that sees it sees the whole header.
         word(&map, 0).store(MAGIC, Ordering::Release);
-        Ok(Self { map, size, job, launcher_pid })
+        Ok(Self {
+            map,
+            size,
+            job,
+            launcher_pid,
+        })
     }
 
     /// Maps an existing board from a descriptor and checks it is one for `size` ranks.
@@ -134,29 +150,49 @@ impl Board {
 
     fn validate(map: Mapping, size: u32) -> Result<Self> {
         if word(&map, 0).load(Ordering::Acquire) != MAGIC {
-            return Err(Error::new(ErrorKind::Bootstrap, "job board has no valid header (not a tca board)"));
+            return Err(Error::new(
+                ErrorKind::Bootstrap,
+                "job board has no valid header (not a tca board)",
+            ));
         }
         let mut h = Header::zeroed();
         map.read(0, bytemuck::bytes_of_mut(&mut h));
         if h.version != VERSION {
             return Err(Error::new(
                 ErrorKind::Bootstrap,
-                format!("job board layout version {} is not {VERSION}: mixed tca versions?", h.version),
+                format!(
+                    "job board layout version {} is not {VERSION}: mixed tca versions?",
+                    h.version
+                ),
             ));
         }
         if h.size != size {
             return Err(Error::new(
                 ErrorKind::Bootstrap,
-                format!("job board is for {} ranks but this rank was told the job has {size}", h.size),
+                format!(
+                    "job board is for {} ranks but this rank was told the job has {size}",
+                    h.size
+                ),
             ));
         }
         let launcher_pid = (h.launcher_pid != 0).then_some(h.launcher_pid);
-        Ok(Self { map, size, job: h.job, launcher_pid })
+        Ok(Self {
+            map,
+            size,
+            job: h.job,
+            launcher_pid,
+        })
     }
 
     /// Meets the other ranks through a named object in `/dev/shm` (no launcher). Rank 0
     /// creates it; the others open it, retrying until it exists or `deadline` passes.
-    pub fn open_named(name: &str, rank: u32, size: u32, job: u64, deadline: std::time::Instant) -> Result<Self> {
+    pub fn open_named(
+        name: &str,
+        rank: u32,
+        size: u32,
+        job: u64,
+        deadline: std::time::Instant,
+    ) -> Result<Self> {
         use std::os::unix::fs::OpenOptionsExt;
         let path = std::path::Path::new("/dev/shm").join(name);
         let bytes = Self::bytes_for(size);
@@ -170,13 +206,28 @@ impl Board {
                 .create_new(true)
                 .mode(0o600)
                 .open(&path)
-                .map_err(|e| Error::os(ErrorKind::Bootstrap, format!("creating {}", path.display()), e))?;
-            f.set_len(bytes as u64)
-                .map_err(|e| Error::os(ErrorKind::Bootstrap, format!("sizing {}", path.display()), e))?;
+                .map_err(|e| {
+                    Error::os(
+                        ErrorKind::Bootstrap,
+                        format!("creating {}", path.display()),
+                        e,
+                    )
+                })?;
+            f.set_len(bytes as u64).map_err(|e| {
+                Error::os(
+                    ErrorKind::Bootstrap,
+                    format!("sizing {}", path.display()),
+                    e,
+                )
+            })?;
             return Self::init(&f, bytes, size, job, None);
         }
         loop {
-            if let Ok(f) = std::fs::OpenOptions::new().read(true).write(true).open(&path) {
+            if let Ok(f) = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(&path)
+            {
                 if memfd::file_len(&f)? >= bytes {
                     let map = Mapping::map(&f, bytes)?;
                     if word(&map, 0).load(Ordering::Acquire) == MAGIC {
@@ -192,7 +243,10 @@ impl Board {
             if std::time::Instant::now() >= deadline {
                 return Err(Error::new(
                     ErrorKind::Bootstrap,
-                    format!("rank {rank}: rank 0 did not create the job board {} in time (TCA_BOOT_TIMEOUT)", path.display()),
+                    format!(
+                        "rank {rank}: rank 0 did not create the job board {} in time (TCA_BOOT_TIMEOUT)",
+                        path.display()
+                    ),
                 ));
             }
             std::thread::sleep(std::time::Duration::from_millis(2));
@@ -226,9 +280,14 @@ impl Board {
 
     /// Publishes this rank's entry and counts it.
     pub fn publish(&self, rank: u32, e: Entry) {
-        self.entry_word(rank, 8).store(u64::from(e.pid) | (u64::from(e.ctrl_segment) << 32), Ordering::Relaxed);
-        self.entry_word(rank, 16).store(e.ctrl_key, Ordering::Relaxed);
-        self.state_word(rank).store(RankState::Ready as u32, Ordering::Release);
+        self.entry_word(rank, 8).store(
+            u64::from(e.pid) | (u64::from(e.ctrl_segment) << 32),
+            Ordering::Relaxed,
+        );
+        self.entry_word(rank, 16)
+            .store(e.ctrl_key, Ordering::Relaxed);
+        self.state_word(rank)
+            .store(RankState::Ready as u32, Ordering::Release);
         self.published().fetch_add(1, Ordering::SeqCst);
         crate::transport::shm::wait::notify(self.published(), self.sleepers());
     }
@@ -275,7 +334,9 @@ impl Board {
 
     /// Sleeper count for waits on board words.
     pub fn sleepers(&self) -> &AtomicU32 {
-        self.map.atomic_u32(SLEEPERS).expect("sleeper word lies inside the board")
+        self.map
+            .atomic_u32(SLEEPERS)
+            .expect("sleeper word lies inside the board")
     }
 
     /// Aborts the job on account of `rank` (first abort wins). Returns the abort in force.
@@ -307,12 +368,16 @@ fn decode_abort(v: u64) -> Option<(u32, AbortReason)> {
 }
 
 fn word(map: &Mapping, off: usize) -> &AtomicU64 {
-    map.atomic_u64(off).expect("board word lies inside the board (layout constant)")
+    map.atomic_u64(off)
+        .expect("board word lies inside the board (layout constant)")
 }
 
 /// Whether a process exists (signal 0 probe).
 pub fn pid_alive(pid: u32) -> bool {
-    let Some(p) = i32::try_from(pid).ok().and_then(rustix::process::Pid::from_raw) else {
+    let Some(p) = i32::try_from(pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+    else {
         return false;
     };
     rustix::process::test_kill_process(p).is_ok()
@@ -326,16 +391,36 @@ mod tests {
     fn publish_and_abort() {
         let (fd, b) = Board::create(4, 0xabc, None, false).unwrap();
         assert_eq!(b.entry(2), None);
-        b.publish(2, Entry { pid: 7, ctrl_segment: 9, ctrl_key: 11 });
-        assert_eq!(b.entry(2), Some(Entry { pid: 7, ctrl_segment: 9, ctrl_key: 11 }));
+        b.publish(
+            2,
+            Entry {
+                pid: 7,
+                ctrl_segment: 9,
+                ctrl_key: 11,
+            },
+        );
+        assert_eq!(
+            b.entry(2),
+            Some(Entry {
+                pid: 7,
+                ctrl_segment: 9,
+                ctrl_key: 11
+            })
+        );
         assert_eq!(b.published().load(Ordering::SeqCst), 1);
         let again = Board::open(&fd, 4).unwrap();
         assert_eq!(again.job(), 0xabc);
         assert_eq!(again.state(2), RankState::Ready);
         assert!(Board::open(&fd, 5).is_err());
         assert_eq!(b.aborted(), None);
-        assert_eq!(b.abort(3, AbortReason::PeerDied), (3, AbortReason::PeerDied));
-        assert_eq!(again.abort(1, AbortReason::RankFailed), (3, AbortReason::PeerDied));
+        assert_eq!(
+            b.abort(3, AbortReason::PeerDied),
+            (3, AbortReason::PeerDied)
+        );
+        assert_eq!(
+            again.abort(1, AbortReason::RankFailed),
+            (3, AbortReason::PeerDied)
+        );
         b.set_state(2, RankState::Failed);
         b.set_state(2, RankState::Done);
         assert_eq!(b.state(2), RankState::Failed);

@@ -8,21 +8,22 @@
 //!   by a signal, it reports which rank and how, sets the board's abort word (ranks blocked in
 //!   a wait fail at once with an error naming that rank), sends SIGTERM to the others and
 //!   SIGKILL to any still alive [`GRACE`] later. The job's exit status is the first failing
-//!   rank's (128 + signal number for a signal, as shells report it).
+//!   rank's (128 + signal number for a signal, as shells report it). Each rank leads its own
+//!   process group and the whole group is signalled, so helpers a rank started stop too.
 //! - SIGINT, SIGTERM and SIGHUP sent to the launcher are forwarded to every rank, with the same
 //!   grace period; the launcher then exits with 128 + that signal.
 //! - Ranks notice a launcher that dies (even by SIGKILL) through its pidfd, on their next wait.
 
 use std::ffi::OsString;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, IsTerminal, Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::process::ExitStatusExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use rustix::process::{pidfd_open, pidfd_send_signal, Pid, PidfdFlags, Signal};
+use rustix::process::{Pid, PidfdFlags, Signal, pidfd_open, pidfd_send_signal};
 
 use super::board::{AbortReason, Board};
 use crate::env;
@@ -149,7 +150,13 @@ impl Launch {
         let program = std::env::current_exe()
             .map_err(|e| Error::os(ErrorKind::Launch, "finding this program's path", e))?
             .into_os_string();
-        Ok(Self { ranks, tag_output: false, program, args: std::env::args_os().skip(1).collect(), env: Vec::new() })
+        Ok(Self {
+            ranks,
+            tag_output: false,
+            program,
+            args: std::env::args_os().skip(1).collect(),
+            env: Vec::new(),
+        })
     }
 
     /// Starts the ranks and supervises them to the end. `Err` means the job could not be
@@ -157,12 +164,19 @@ impl Launch {
     pub fn run(&self) -> Result<Outcome> {
         let max = env::max_ranks();
         if self.ranks == 0 {
-            return Err(Error::new(ErrorKind::Launch, "the number of ranks must be at least 1 (got -n 0)"));
+            return Err(Error::new(
+                ErrorKind::Launch,
+                "the number of ranks must be at least 1 (got -n 0)",
+            ));
         }
         if self.ranks > max {
             return Err(Error::new(
                 ErrorKind::Launch,
-                format!("{} ranks exceed the per-node limit of {max} (set {} to change it)", self.ranks, env::MAX_RANKS),
+                format!(
+                    "{} ranks exceed the per-node limit of {max} (set {} to change it)",
+                    self.ranks,
+                    env::MAX_RANKS
+                ),
             ));
         }
         let job = random_u64();
@@ -170,7 +184,11 @@ impl Launch {
 
         let caught = Arc::new(AtomicUsize::new(0));
         let mut hooks = Vec::new();
-        for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM, signal_hook::consts::SIGHUP] {
+        for sig in [
+            signal_hook::consts::SIGINT,
+            signal_hook::consts::SIGTERM,
+            signal_hook::consts::SIGHUP,
+        ] {
             let id = signal_hook::flag::register_usize(sig, caught.clone(), sig as usize)
                 .map_err(|e| Error::os(ErrorKind::Launch, "installing signal handlers", e))?;
             hooks.push(id);
@@ -191,7 +209,17 @@ impl Launch {
             .env(env::JOB_ID, format!("{job:016x}"))
             .env(env::BOARD_FD, board_fd.as_raw_fd().to_string())
             .env(env::LAUNCHER_PID, std::process::id().to_string())
-            .stdin(if rank == 0 { Stdio::inherit() } else { Stdio::null() });
+            .stdin(if rank == 0 {
+                Stdio::inherit()
+            } else {
+                Stdio::null()
+            });
+        // Each rank leads its own process group, so stopping a rank also stops whatever it
+        // started (a shell's children, helper processes). Exception: rank 0 reading a terminal
+        // stays in the foreground group, or the terminal would stop it (SIGTTIN).
+        if rank != 0 || !std::io::stdin().is_terminal() {
+            cmd.process_group(0);
+        }
         if self.tag_output {
             cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
         }
@@ -202,11 +230,20 @@ impl Launch {
             } else {
                 e.to_string()
             };
-            Error::new(ErrorKind::Launch, format!("cannot start rank {rank}: `{what}`: {why}"))
+            Error::new(
+                ErrorKind::Launch,
+                format!("cannot start rank {rank}: `{what}`: {why}"),
+            )
         })
     }
 
-    fn supervise(&self, board: &Board, board_fd: &OwnedFd, job: u64, caught: &AtomicUsize) -> Result<Outcome> {
+    fn supervise(
+        &self,
+        board: &Board,
+        board_fd: &OwnedFd,
+        job: u64,
+        caught: &AtomicUsize,
+    ) -> Result<Outcome> {
         let mut ranks: Vec<Rank> = Vec::with_capacity(self.ranks as usize);
         let mut pumps = Vec::new();
         for r in 0..self.ranks {
@@ -231,19 +268,27 @@ impl Launch {
             let pid = Pid::from_child(&child);
             let pidfd = pidfd_open(pid, PidfdFlags::empty())
                 .map_err(|e| Error::os(ErrorKind::Launch, format!("pidfd_open for rank {r}"), e))?;
-            ranks.push(Rank { child, pidfd, exit: None });
+            ranks.push(Rank {
+                child,
+                pidfd,
+                exit: None,
+            });
         }
 
         let mut failure: Option<RankFailure> = None;
         let mut interrupted: Option<i32> = None;
         let mut kill_at: Option<Instant> = None;
         loop {
-            let running: Vec<usize> = (0..ranks.len()).filter(|&i| ranks[i].exit.is_none()).collect();
+            let running: Vec<usize> = (0..ranks.len())
+                .filter(|&i| ranks[i].exit.is_none())
+                .collect();
             if running.is_empty() {
                 break;
             }
             let timeout = match kill_at {
-                Some(t) => t.saturating_duration_since(Instant::now()).min(Duration::from_millis(50)),
+                Some(t) => t
+                    .saturating_duration_since(Instant::now())
+                    .min(Duration::from_millis(50)),
                 None => Duration::from_millis(50),
             };
             wait_any(&ranks, &running, timeout);
@@ -258,12 +303,20 @@ impl Launch {
                     rank.exit = Some(how);
                     if how.failed() && failure.is_none() && interrupted.is_none() {
                         let pid = rank.child.id();
-                        failure = Some(RankFailure { rank: i as u32, pid, how });
+                        failure = Some(RankFailure {
+                            rank: i as u32,
+                            pid,
+                            how,
+                        });
                         board.abort(i as u32, AbortReason::RankFailed);
                         let others = ranks.iter().filter(|k| k.exit.is_none()).count();
                         eprintln!(
                             "tca run: rank {i} (pid {pid}) {how}{}",
-                            if others > 0 { format!("; stopping the other {others} rank(s)") } else { String::new() }
+                            if others > 0 {
+                                format!("; stopping the other {others} rank(s)")
+                            } else {
+                                String::new()
+                            }
                         );
                         signal_all(&ranks, Signal::TERM);
                         kill_at.get_or_insert(Instant::now() + GRACE);
@@ -295,7 +348,10 @@ impl Launch {
             }
         }
         Ok(Outcome {
-            ranks: ranks.iter().map(|r| r.exit.unwrap_or(RankExit::Code(1))).collect(),
+            ranks: ranks
+                .iter()
+                .map(|r| r.exit.unwrap_or(RankExit::Code(1)))
+                .collect(),
             failure,
             interrupted,
         })
@@ -304,15 +360,24 @@ impl Launch {
 
 fn signal_all(ranks: &[Rank], sig: Signal) {
     for r in ranks.iter().filter(|r| r.exit.is_none()) {
-        // A pidfd never signals a recycled pid: if the rank is gone this is a harmless ESRCH.
+        // The rank is not reaped yet, so its pid (= its process group id) cannot have been
+        // reused: signal the whole group, then the rank itself through its pidfd in case it
+        // left the group.
+        let _ = rustix::process::kill_process_group(Pid::from_child(&r.child), sig);
         let _ = pidfd_send_signal(&r.pidfd, sig);
     }
 }
 
 fn wait_any(ranks: &[Rank], running: &[usize], timeout: Duration) {
-    use rustix::event::{poll, PollFd, PollFlags};
-    let mut fds: Vec<PollFd<'_>> = running.iter().map(|&i| PollFd::new(&ranks[i].pidfd, PollFlags::IN)).collect();
-    let ts = rustix::time::Timespec { tv_sec: timeout.as_secs() as i64, tv_nsec: i64::from(timeout.subsec_nanos()) };
+    use rustix::event::{PollFd, PollFlags, poll};
+    let mut fds: Vec<PollFd<'_>> = running
+        .iter()
+        .map(|&i| PollFd::new(&ranks[i].pidfd, PollFlags::IN))
+        .collect();
+    let ts = rustix::time::Timespec {
+        tv_sec: timeout.as_secs() as i64,
+        tv_nsec: i64::from(timeout.subsec_nanos()),
+    };
     let _ = poll(&mut fds, Some(&ts));
 }
 
@@ -332,10 +397,13 @@ fn pump(src: impl Read + Send + 'static, rank: u32, is_err: bool) -> std::thread
                     }
                     let r = if is_err {
                         let mut e = std::io::stderr().lock();
-                        e.write_all(prefix.as_bytes()).and_then(|()| e.write_all(&line))
+                        e.write_all(prefix.as_bytes())
+                            .and_then(|()| e.write_all(&line))
                     } else {
                         let mut o = std::io::stdout().lock();
-                        o.write_all(prefix.as_bytes()).and_then(|()| o.write_all(&line)).and_then(|()| o.flush())
+                        o.write_all(prefix.as_bytes())
+                            .and_then(|()| o.write_all(&line))
+                            .and_then(|()| o.flush())
                     };
                     if r.is_err() {
                         break;

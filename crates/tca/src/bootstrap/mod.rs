@@ -58,7 +58,9 @@ fn num(name: &str) -> Result<Option<u32>> {
 
 /// FNV-1a, to turn a resource manager's job name into a 64-bit job id.
 fn hash(s: &str) -> u64 {
-    s.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
+    s.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    })
 }
 
 fn boot_deadline() -> Result<Instant> {
@@ -82,16 +84,28 @@ pub fn detect() -> Result<JobEnv> {
     let boot = boot_deadline()?;
     if let Some(fd) = num(env::BOARD_FD)? {
         let (Some(rank), Some(size)) = (num(env::RANK)?, num(env::SIZE)?) else {
-            return Err(Error::new(ErrorKind::Bootstrap, "TCA_BOARD_FD is set but TCA_RANK or TCA_SIZE is missing"));
+            return Err(Error::new(
+                ErrorKind::Bootstrap,
+                "TCA_BOARD_FD is set but TCA_RANK or TCA_SIZE is missing",
+            ));
         };
         let job = var(env::JOB_ID)
             .and_then(|j| u64::from_str_radix(&j, 16).ok())
             .ok_or_else(|| Error::new(ErrorKind::Bootstrap, "TCA_JOB_ID is missing or not hex"))?;
         let fd = crate::transport::shm::mapping::adopt_inherited_fd(fd)?;
-        return Ok(JobEnv { rank, size, job, board: BoardSource::Fd(fd), source: "tca run", boot_deadline: boot });
+        return Ok(JobEnv {
+            rank,
+            size,
+            job,
+            board: BoardSource::Fd(fd),
+            source: "tca run",
+            boot_deadline: boot,
+        });
     }
     if let (Some(rank), Some(size)) = (num("SLURM_PROCID")?, num("SLURM_NTASKS")?) {
-        let nodes = num("SLURM_STEP_NUM_NODES")?.or(num("SLURM_NNODES")?).unwrap_or(1);
+        let nodes = num("SLURM_STEP_NUM_NODES")?
+            .or(num("SLURM_NNODES")?)
+            .unwrap_or(1);
         if nodes > 1 {
             return Err(multi_node("Slurm", nodes, size));
         }
@@ -105,22 +119,39 @@ pub fn detect() -> Result<JobEnv> {
     if let (Some(rank), Some(size)) = (num("OMPI_COMM_WORLD_RANK")?, num("OMPI_COMM_WORLD_SIZE")?) {
         if let Some(local) = num("OMPI_COMM_WORLD_LOCAL_SIZE")? {
             if local != size {
-                return Err(multi_node("Open MPI's mpirun", size.div_ceil(local.max(1)), size));
+                return Err(multi_node(
+                    "Open MPI's mpirun",
+                    size.div_ceil(local.max(1)),
+                    size,
+                ));
             }
         }
         let name = var("PMIX_NAMESPACE")
             .or_else(|| var("OMPI_MCA_ess_base_jobid"))
-            .unwrap_or_else(|| format!("ppid{}", rustix::process::getppid().map_or(0, |p| p.as_raw_nonzero().get())));
+            .unwrap_or_else(|| {
+                format!(
+                    "ppid{}",
+                    rustix::process::getppid().map_or(0, |p| p.as_raw_nonzero().get())
+                )
+            });
         return Ok(named(rank, size, &format!("ompi-{name}"), "Open MPI", boot));
     }
     if let (Some(rank), Some(size)) = (num("PMI_RANK")?, num("PMI_SIZE")?) {
         if let Some(local) = num("MPI_LOCALNRANKS")? {
             if local != size {
-                return Err(multi_node("the PMI launcher", size.div_ceil(local.max(1)), size));
+                return Err(multi_node(
+                    "the PMI launcher",
+                    size.div_ceil(local.max(1)),
+                    size,
+                ));
             }
         }
-        let name = var("PMI_KVSNAME")
-            .unwrap_or_else(|| format!("ppid{}", rustix::process::getppid().map_or(0, |p| p.as_raw_nonzero().get())));
+        let name = var("PMI_KVSNAME").unwrap_or_else(|| {
+            format!(
+                "ppid{}",
+                rustix::process::getppid().map_or(0, |p| p.as_raw_nonzero().get())
+            )
+        });
         return Ok(named(rank, size, &format!("pmi-{name}"), "PMI", boot));
     }
     Ok(JobEnv {

@@ -74,7 +74,12 @@ pub struct ChainBuilder<'w> {
 impl World {
     /// Starts building a chain.
     pub fn chain(&self) -> ChainBuilder<'_> {
-        ChainBuilder { world: self, ops: Vec::new(), signal: None, error: None }
+        ChainBuilder {
+            world: self,
+            ops: Vec::new(),
+            signal: None,
+            error: None,
+        }
     }
 
     /// Runs every put of `chain` in order, then its final signal. Complete on return.
@@ -86,23 +91,41 @@ impl World {
     /// example a fresh sequence number per call).
     pub fn start_with(&self, chain: &Chain, op: Option<SignalOp>) -> Result<()> {
         if chain.job != self.job_id() || chain.rank != self.rank() {
-            return Err(Error::new(ErrorKind::InvalidArgument, "chain was built by another rank or job"));
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                "chain was built by another rank or job",
+            ));
         }
         for o in &chain.ops {
             if !o.dst.is_live() || !o.src.is_live() {
-                let h = if o.dst.is_live() { o.src.handle } else { o.dst.handle };
+                let h = if o.dst.is_live() {
+                    o.src.handle
+                } else {
+                    o.dst.handle
+                };
                 return Err(Error::new(
                     ErrorKind::InvalidHandle,
-                    format!("chain refers to segment {} of rank {}, which has been freed", h.segment(), h.rank()),
+                    format!(
+                        "chain refers to segment {} of rank {}, which has been freed",
+                        h.segment(),
+                        h.rank()
+                    ),
                 ));
             }
             o.dst.map.copy_from(o.dst_at, &o.src.map, o.src_at, o.len);
         }
         if let Some(s) = &chain.signal {
             if !s.region.is_live() {
-                return Err(Error::new(ErrorKind::InvalidHandle, "chain's signal segment has been freed"));
+                return Err(Error::new(
+                    ErrorKind::InvalidHandle,
+                    "chain's signal segment has been freed",
+                ));
             }
-            let word = s.region.map.atomic_u64(s.at).ok_or_else(|| Error::new(ErrorKind::Transport, "signal word moved"))?;
+            let word = s
+                .region
+                .map
+                .atomic_u64(s.at)
+                .ok_or_else(|| Error::new(ErrorKind::Transport, "signal word moved"))?;
             self.raise(word, s.owner, op.unwrap_or(s.op));
         }
         Ok(())
@@ -112,7 +135,12 @@ impl World {
         // Attach through a zero-length put (checks job, rank, key and liveness), then take the
         // mapping out of the cache.
         self.put(h, 0, &[])?;
-        self.cached(h).ok_or_else(|| Error::new(ErrorKind::InvalidHandle, "segment vanished while building a chain"))
+        self.cached(h).ok_or_else(|| {
+            Error::new(
+                ErrorKind::InvalidHandle,
+                "segment vanished while building a chain",
+            )
+        })
     }
 }
 
@@ -124,15 +152,32 @@ impl ChainBuilder<'_> {
     }
 
     /// Adds a put of `len` bytes from `src` at `src_off` to `dst` at `dst_off`.
-    pub fn put(mut self, src: &Segment, src_off: usize, dst: &Handle, dst_off: usize, len: usize) -> Self {
+    pub fn put(
+        mut self,
+        src: &Segment,
+        src_off: usize,
+        dst: &Handle,
+        dst_off: usize,
+        len: usize,
+    ) -> Self {
         let r = (|| {
-            if src.handle().rank() != self.world.rank() || src.handle().job() != self.world.job_id() {
-                return Err(Error::new(ErrorKind::InvalidArgument, "a chain's source must be a segment of this rank"));
+            if src.handle().rank() != self.world.rank() || src.handle().job() != self.world.job_id()
+            {
+                return Err(Error::new(
+                    ErrorKind::InvalidArgument,
+                    "a chain's source must be a segment of this rank",
+                ));
             }
             let s_at = src.region.range(src_off, len)?;
             let d = self.world.resolve_arc(dst)?;
             let d_at = d.range(dst_off, len)?;
-            self.ops.push(Op { src: src.region.clone(), src_at: s_at, dst: d, dst_at: d_at, len });
+            self.ops.push(Op {
+                src: src.region.clone(),
+                src_at: s_at,
+                dst: d,
+                dst_at: d_at,
+                len,
+            });
             Ok(())
         })();
         self.record(r);
@@ -144,7 +189,12 @@ impl ChainBuilder<'_> {
         let r = (|| {
             let region = self.world.resolve_arc(sig)?;
             region.word(off)?;
-            self.signal = Some(Signal { region, at: HEADER_BYTES + off, owner: sig.rank(), op });
+            self.signal = Some(Signal {
+                region,
+                at: HEADER_BYTES + off,
+                owner: sig.rank(),
+                op,
+            });
             Ok(())
         })();
         self.record(r);
@@ -156,6 +206,11 @@ impl ChainBuilder<'_> {
         if let Some(e) = self.error {
             return Err(e);
         }
-        Ok(Chain { job: self.world.job_id(), rank: self.world.rank(), ops: self.ops, signal: self.signal })
+        Ok(Chain {
+            job: self.world.job_id(),
+            rank: self.world.rank(),
+            ops: self.ops,
+            signal: self.signal,
+        })
     }
 }

@@ -71,7 +71,10 @@ impl World {
         if mine.len() > EXCHANGE_MAX {
             return Err(Error::new(
                 ErrorKind::InvalidArgument,
-                format!("exchange contribution of {} bytes exceeds {EXCHANGE_MAX}", mine.len()),
+                format!(
+                    "exchange contribution of {} bytes exceeds {EXCHANGE_MAX}",
+                    mine.len()
+                ),
             ));
         }
         let epoch = self.xchg_epoch.get() + 1;
@@ -79,7 +82,8 @@ impl World {
         let buf = XCHG_BUF + XCHG_SLOT * (epoch % 2) as usize;
         let me = self.rank();
         let ctrl = self.ctrl_of(me);
-        ctrl.map.write(ctrl.range(buf, 8)?, &(mine.len() as u64).to_le_bytes());
+        ctrl.map
+            .write(ctrl.range(buf, 8)?, &(mine.len() as u64).to_le_bytes());
         ctrl.map.write(ctrl.range(buf + 8, mine.len())?, mine);
         let seq = ctrl.word(XCHG_SEQ)?;
         seq.store(epoch, Ordering::SeqCst);

@@ -32,7 +32,10 @@ pub const SLOT_STRIDE: usize = crate::transport::shm::PAD;
 
 fn check(line_off: usize, n: usize) -> Result<()> {
     if line_off % LINE != 0 {
-        return Err(Error::new(ErrorKind::InvalidArgument, format!("line offset {line_off} is not a multiple of {LINE}")));
+        return Err(Error::new(
+            ErrorKind::InvalidArgument,
+            format!("line offset {line_off} is not a multiple of {LINE}"),
+        ));
     }
     if n > PAYLOAD_MAX {
         return Err(Error::new(
@@ -49,13 +52,26 @@ impl World {
     #[inline]
     pub fn put_line(&self, dst: &Handle, line_off: usize, payload: &[u8], seq: u64) -> Result<()> {
         check(line_off, payload.len())?;
-        self.put_signal(dst, line_off, payload, dst, line_off + SIGNAL, SignalOp::Set(seq))
+        self.put_signal(
+            dst,
+            line_off,
+            payload,
+            dst,
+            line_off + SIGNAL,
+            SignalOp::Set(seq),
+        )
     }
 
     /// Waits until the line at `line_off` in `seg` carries sequence `seq` or later, then copies
     /// its first `out.len()` payload bytes into `out`. Returns the sequence seen.
     #[inline]
-    pub fn wait_line(&self, seg: &Segment, line_off: usize, seq: u64, out: &mut [u8]) -> Result<u64> {
+    pub fn wait_line(
+        &self,
+        seg: &Segment,
+        line_off: usize,
+        seq: u64,
+        out: &mut [u8],
+    ) -> Result<u64> {
         check(line_off, out.len())?;
         let v = self.wait_until(seg, line_off + SIGNAL, seq)?;
         seg.read(line_off, out)?;

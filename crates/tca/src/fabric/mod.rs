@@ -10,4 +10,4 @@ mod world;
 pub use chain::{Chain, ChainBuilder};
 pub use control::EXCHANGE_MAX;
 pub use segment::{Handle, Segment, SymmetricSegment};
-pub use world::{RemoteWord, SignalOp, Strided, World, INLINE_MAX};
+pub use world::{INLINE_MAX, RemoteWord, SignalOp, Strided, World};

@@ -14,14 +14,14 @@
 //! writing into memory no one reads.
 
 use std::os::fd::OwnedFd;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytemuck::{Pod, Zeroable};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::transport::shm::{memfd, page_round, Mapping, HEADER_BYTES};
+use crate::transport::shm::{HEADER_BYTES, Mapping, memfd, page_round};
 
 const MAGIC: u64 = u64::from_le_bytes(*b"TCASEG01");
 const VERSION: u32 = 1;
@@ -86,17 +86,32 @@ impl Handle {
     /// A handle from 32 bytes (checked when used, not here).
     pub fn from_bytes(b: &[u8]) -> Result<Self> {
         bytemuck::try_pod_read_unaligned(b).map_err(|_| {
-            Error::new(ErrorKind::InvalidHandle, format!("a handle is {} bytes, got {}", Self::BYTES, b.len()))
+            Error::new(
+                ErrorKind::InvalidHandle,
+                format!("a handle is {} bytes, got {}", Self::BYTES, b.len()),
+            )
         })
     }
 
     pub(crate) fn zeroed_for(job: u64, key: u64, len: usize, rank: u32, segment: u32) -> Self {
-        Self { job, key, len: len as u64, rank, segment }
+        Self {
+            job,
+            key,
+            len: len as u64,
+            rank,
+            segment,
+        }
     }
 
     /// The same handle with fields changed, for tests of the checks (forged handles).
     #[doc(hidden)]
-    pub fn forged(mut self, rank: Option<u32>, key: Option<u64>, len: Option<usize>, job: Option<u64>) -> Self {
+    pub fn forged(
+        mut self,
+        rank: Option<u32>,
+        key: Option<u64>,
+        len: Option<usize>,
+        job: Option<u64>,
+    ) -> Self {
         if let Some(r) = rank {
             self.rank = r;
         }
@@ -141,17 +156,41 @@ impl Region {
         let bytes = page_round(len)
             .and_then(|l| l.checked_add(HEADER_BYTES))
             .filter(|&b| b <= isize::MAX as usize)
-            .ok_or_else(|| Error::new(ErrorKind::InvalidArgument, format!("segment of {len} bytes is too large")))?;
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorKind::InvalidArgument,
+                    format!("segment of {len} bytes is too large"),
+                )
+            })?;
         let fd = memfd::create(&format!("{what}-{job:016x}-r{rank}"), bytes, false)?;
         let segment = u32::try_from(std::os::fd::AsRawFd::as_raw_fd(&fd))
             .map_err(|_| Error::new(ErrorKind::Transport, "negative descriptor"))?;
         let map = Mapping::map(&fd, bytes)?;
         let key = memfd::random_u64() | 1;
-        let h = Header { magic: MAGIC, version: VERSION, owner: rank, job, segment, _pad: 0, len: len as u64, key };
+        let h = Header {
+            magic: MAGIC,
+            version: VERSION,
+            owner: rank,
+            job,
+            segment,
+            _pad: 0,
+            len: len as u64,
+            key,
+        };
         map.write(0, bytemuck::bytes_of(&h));
         state_word(&map).store(LIVE, Ordering::Release);
-        let handle = Handle { job, key, len: len as u64, rank, segment };
-        Ok(Self { map, handle, _fd: Some(fd) })
+        let handle = Handle {
+            job,
+            key,
+            len: len as u64,
+            rank,
+            segment,
+        };
+        Ok(Self {
+            map,
+            handle,
+            _fd: Some(fd),
+        })
     }
 
     /// Attaches a peer's segment named by `h`, owned by process `pid`, checking everything.
@@ -160,7 +199,14 @@ impl Region {
         let file = memfd::file_len(&fd)?;
         let need = page_round(h.len()).and_then(|l| l.checked_add(HEADER_BYTES));
         if need.is_none_or(|n| n > file) {
-            return Err(stale(h, format!("it claims {} bytes but the segment holds {}", h.len, file.saturating_sub(HEADER_BYTES))));
+            return Err(stale(
+                h,
+                format!(
+                    "it claims {} bytes but the segment holds {}",
+                    h.len,
+                    file.saturating_sub(HEADER_BYTES)
+                ),
+            ));
         }
         let map = Mapping::map(&fd, file)?;
         let mut hd = Header::zeroed();
@@ -169,18 +215,37 @@ impl Region {
             return Err(stale(h, "the segment has no tca header".into()));
         }
         if hd.version != VERSION {
-            return Err(stale(h, format!("layout version {} is not {VERSION} (mixed tca versions?)", hd.version)));
+            return Err(stale(
+                h,
+                format!(
+                    "layout version {} is not {VERSION} (mixed tca versions?)",
+                    hd.version
+                ),
+            ));
         }
         if hd.job != h.job {
-            return Err(stale(h, format!("it belongs to job {:016x}, the segment to job {:016x}", h.job, hd.job)));
+            return Err(stale(
+                h,
+                format!(
+                    "it belongs to job {:016x}, the segment to job {:016x}",
+                    h.job, hd.job
+                ),
+            ));
         }
         if hd.owner != h.rank || hd.segment != h.segment || hd.len != h.len || hd.key != h.key {
-            return Err(stale(h, "its key, length or id does not match the segment (stale or forged handle)".into()));
+            return Err(stale(
+                h,
+                "its key, length or id does not match the segment (stale or forged handle)".into(),
+            ));
         }
         if state_word(&map).load(Ordering::Acquire) != LIVE {
             return Err(stale(h, "the segment has been freed".into()));
         }
-        Ok(Self { map, handle: *h, _fd: None })
+        Ok(Self {
+            map,
+            handle: *h,
+            _fd: None,
+        })
     }
 
     /// Whether the owner has not freed the segment.
@@ -207,19 +272,26 @@ impl Region {
     pub(crate) fn word(&self, off: usize) -> Result<&AtomicU64> {
         let at = self.range(off, 8)?;
         self.map.atomic_u64(at).ok_or_else(|| {
-            Error::new(ErrorKind::InvalidArgument, format!("signal offset {off} is not a multiple of 8"))
+            Error::new(
+                ErrorKind::InvalidArgument,
+                format!("signal offset {off} is not a multiple of 8"),
+            )
         })
     }
 }
 
 fn state_word(map: &Mapping) -> &AtomicU64 {
-    map.atomic_u64(STATE).expect("state word lies in the header page (layout constant)")
+    map.atomic_u64(STATE)
+        .expect("state word lies in the header page (layout constant)")
 }
 
 fn stale(h: &Handle, why: String) -> Error {
     Error::new(
         ErrorKind::InvalidHandle,
-        format!("handle to segment {} of rank {} refused: {why}", h.segment, h.rank),
+        format!(
+            "handle to segment {} of rank {} refused: {why}",
+            h.segment, h.rank
+        ),
     )
 }
 
@@ -302,14 +374,21 @@ impl Segment {
     /// Elements `start..start + count` as a slice of `T`.
     pub fn view<T: Pod>(&self, start: usize, count: usize) -> Result<&[T]> {
         let sz = std::mem::size_of::<T>();
-        let off = start.checked_mul(sz).ok_or_else(|| out_of_bounds(&self.handle(), usize::MAX, 0))?;
-        let bytes = count.checked_mul(sz).ok_or_else(|| out_of_bounds(&self.handle(), off, usize::MAX))?;
+        let off = start
+            .checked_mul(sz)
+            .ok_or_else(|| out_of_bounds(&self.handle(), usize::MAX, 0))?;
+        let bytes = count
+            .checked_mul(sz)
+            .ok_or_else(|| out_of_bounds(&self.handle(), off, usize::MAX))?;
         let at = self.region.range(off, bytes)?;
-        self.region.map.view(at, count).ok_or_else(|| out_of_bounds(&self.handle(), off, bytes))
+        self.region
+            .map
+            .view(at, count)
+            .ok_or_else(|| out_of_bounds(&self.handle(), off, bytes))
     }
 }
 
-#[allow(unsafe_code)]
+#[allow(unsafe_code, clippy::mut_from_ref)] // see `Segment::as_mut_slice`
 fn unsafe_view_mut<T: Pod>(map: &Mapping, n: usize) -> &mut [T] {
     // SAFETY: the caller (`Segment::as_mut_slice`) holds `&mut Segment`, which is the only way
     // to reach this mapping's data locally, so the slice is exclusive for its lifetime.
@@ -333,7 +412,13 @@ impl SymmetricSegment {
     /// The handle of `rank`'s copy.
     pub fn handle(&self, rank: u32) -> Result<&Handle> {
         self.handles.get(rank as usize).ok_or_else(|| {
-            Error::new(ErrorKind::InvalidRank, format!("rank {rank} is not in this {}-rank world", self.handles.len()))
+            Error::new(
+                ErrorKind::InvalidRank,
+                format!(
+                    "rank {rank} is not in this {}-rank world",
+                    self.handles.len()
+                ),
+            )
         })
     }
 

@@ -2,19 +2,19 @@
 
 use std::cell::{Cell, RefCell};
 use std::os::fd::OwnedFd;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::bootstrap::board::{AbortReason, Board, Entry, RankState};
 use crate::bootstrap::{BoardSource, JobEnv};
 use crate::env;
 use crate::error::{Error, ErrorKind, Result};
-use crate::transport::shm::wait::{self, SpinPolicy};
 use crate::transport::shm::HEADER_BYTES;
+use crate::transport::shm::wait::{self, SpinPolicy};
 
 use super::control::{CTRL_BYTES, SLEEPERS};
-use super::segment::{out_of_bounds, Handle, Region, Segment, SymmetricSegment};
+use super::segment::{Handle, Region, Segment, SymmetricSegment, out_of_bounds};
 
 /// Largest payload written by [`World::put_inline`], and the size up to which [`World::put`]
 /// uses plain stores instead of `memcpy`. Chosen from `tca bench pingpong` on a 2-core AMD EPYC
@@ -51,7 +51,9 @@ impl Strided {
         if self.count == 0 {
             return Some(0);
         }
-        (self.count - 1).checked_mul(stride)?.checked_add(self.block)
+        (self.count - 1)
+            .checked_mul(stride)?
+            .checked_add(self.block)
     }
 }
 
@@ -89,24 +91,44 @@ pub struct World {
 impl World {
     /// Joins the job described by `env`: publish, wait for everyone, attach every peer.
     pub(crate) fn join(env: JobEnv) -> Result<Self> {
-        let JobEnv { rank, size, job, board, source, boot_deadline } = env;
+        let JobEnv {
+            rank,
+            size,
+            job,
+            board,
+            source,
+            boot_deadline,
+        } = env;
         let max = env::max_ranks();
         if size == 0 {
-            return Err(Error::new(ErrorKind::Bootstrap, "a job needs at least one rank"));
+            return Err(Error::new(
+                ErrorKind::Bootstrap,
+                "a job needs at least one rank",
+            ));
         }
         if size > max {
             return Err(Error::new(
                 ErrorKind::Bootstrap,
-                format!("{size} ranks exceed the per-node limit of {max} (set {} to change it)", env::MAX_RANKS),
+                format!(
+                    "{size} ranks exceed the per-node limit of {max} (set {} to change it)",
+                    env::MAX_RANKS
+                ),
             ));
         }
         if rank >= size {
-            return Err(Error::new(ErrorKind::InvalidRank, format!("rank {rank} is not in a {size}-rank job")));
+            return Err(Error::new(
+                ErrorKind::InvalidRank,
+                format!("rank {rank} is not in a {size}-rank job"),
+            ));
         }
         raise_fd_limit(size);
         let (board, board_fd, named) = match board {
             BoardSource::Fd(fd) => (Board::open(&fd, size)?, Some(fd), None),
-            BoardSource::Named(name) => (Board::open_named(&name, rank, size, job, boot_deadline)?, None, Some(name)),
+            BoardSource::Named(name) => (
+                Board::open_named(&name, rank, size, job, boot_deadline)?,
+                None,
+                Some(name),
+            ),
             BoardSource::Private => {
                 let (fd, b) = Board::create(1, job, None, false)?;
                 (b, Some(fd), None)
@@ -115,7 +137,10 @@ impl World {
         if board.job() != job {
             return Err(Error::new(
                 ErrorKind::Bootstrap,
-                format!("job board belongs to job {:016x}, not {job:016x}", board.job()),
+                format!(
+                    "job board belongs to job {:016x}, not {job:016x}",
+                    board.job()
+                ),
             ));
         }
         let my_pid = std::process::id();
@@ -123,12 +148,25 @@ impl World {
         let spin = env::parse::<u32>(env::SPIN)?;
         let policy = SpinPolicy::adaptive(size, SpinPolicy::cpus(), spin);
         let launcher = match board.launcher_pid() {
-            Some(pid) => Some((pid, pidfd(pid).ok_or_else(|| {
-                Error::new(ErrorKind::Aborted, format!("the launcher (pid {pid}) is gone"))
-            })?)),
+            Some(pid) => Some((
+                pid,
+                pidfd(pid).ok_or_else(|| {
+                    Error::new(
+                        ErrorKind::Aborted,
+                        format!("the launcher (pid {pid}) is gone"),
+                    )
+                })?,
+            )),
             None => None,
         };
-        board.publish(rank, Entry { pid: my_pid, ctrl_segment: ctrl.handle.segment(), ctrl_key: ctrl.handle.key() });
+        board.publish(
+            rank,
+            Entry {
+                pid: my_pid,
+                ctrl_segment: ctrl.handle.segment(),
+                ctrl_key: ctrl.handle.key(),
+            },
+        );
 
         // Wait for everyone; a rank that never comes is named in the error.
         let boot_check = || -> Result<()> {
@@ -136,16 +174,30 @@ impl World {
                 return Err(abort_error(r, why));
             }
             if let Some(r) = (0..size).find(|&r| board.state(r) == RankState::Failed) {
-                return Err(Error::peer(ErrorKind::PeerDied, r, format!("rank {r} failed during start-up")));
+                return Err(Error::peer(
+                    ErrorKind::PeerDied,
+                    r,
+                    format!("rank {r} failed during start-up"),
+                ));
             }
             if let Some((pid, fd)) = &launcher {
                 if readable(fd) {
-                    return Err(Error::new(ErrorKind::Aborted, format!("the launcher (pid {pid}) died during start-up")));
+                    return Err(Error::new(
+                        ErrorKind::Aborted,
+                        format!("the launcher (pid {pid}) died during start-up"),
+                    ));
                 }
             }
             Ok(())
         };
-        let r = wait::wait_ge(board.published(), board.sleepers(), u64::from(size), policy, Some(boot_deadline), boot_check);
+        let r = wait::wait_ge(
+            board.published(),
+            board.sleepers(),
+            u64::from(size),
+            policy,
+            Some(boot_deadline),
+            boot_check,
+        );
         if let Err(e) = r {
             if rank == 0 {
                 if let Some(n) = &named {
@@ -154,10 +206,16 @@ impl World {
             }
             board.set_state(rank, RankState::Failed);
             if e.kind() == ErrorKind::Timeout {
-                let missing: Vec<u32> = (0..size).filter(|&r| board.state(r) == RankState::Empty).collect();
+                let missing: Vec<u32> = (0..size)
+                    .filter(|&r| board.state(r) == RankState::Empty)
+                    .collect();
                 return Err(Error::new(
                     ErrorKind::Bootstrap,
-                    format!("ranks {missing:?} of {size} did not start in time ({}; set {})", source, env::BOOT_TIMEOUT),
+                    format!(
+                        "ranks {missing:?} of {size} did not start in time ({}; set {})",
+                        source,
+                        env::BOOT_TIMEOUT
+                    ),
                 ));
             }
             return Err(e);
@@ -172,21 +230,41 @@ impl World {
         let mut peers = Vec::with_capacity(size as usize);
         for r in 0..size {
             if r == rank {
-                peers.push(Peer { pid: my_pid, ctrl: ctrl.clone(), pidfd: None });
+                peers.push(Peer {
+                    pid: my_pid,
+                    ctrl: ctrl.clone(),
+                    pidfd: None,
+                });
                 continue;
             }
             let e = board.entry(r).ok_or_else(|| {
-                Error::peer(ErrorKind::Bootstrap, r, format!("rank {r} counted as published but has no entry"))
+                Error::peer(
+                    ErrorKind::Bootstrap,
+                    r,
+                    format!("rank {r} counted as published but has no entry"),
+                )
             })?;
             let h = Handle::zeroed_for(job, e.ctrl_key, CTRL_BYTES, r, e.ctrl_segment);
             let ctrl = Region::attach(&h, e.pid).map_err(|err| {
-                Error::peer(ErrorKind::PeerDied, r, format!("cannot attach rank {r} (pid {}): {err}", e.pid))
+                Error::peer(
+                    ErrorKind::PeerDied,
+                    r,
+                    format!("cannot attach rank {r} (pid {}): {err}", e.pid),
+                )
             })?;
             let fd = if e.pid == my_pid { None } else { pidfd(e.pid) };
             if e.pid != my_pid && fd.is_none() {
-                return Err(Error::peer(ErrorKind::PeerDied, r, format!("rank {r} (pid {}) died during start-up", e.pid)));
+                return Err(Error::peer(
+                    ErrorKind::PeerDied,
+                    r,
+                    format!("rank {r} (pid {}) died during start-up", e.pid),
+                ));
             }
-            peers.push(Peer { pid: e.pid, ctrl: Arc::new(ctrl), pidfd: fd });
+            peers.push(Peer {
+                pid: e.pid,
+                ctrl: Arc::new(ctrl),
+                pidfd: fd,
+            });
         }
         let mut cache: Cache = vec![Vec::new(); size as usize];
         cache_insert(&mut cache, &ctrl);
@@ -311,7 +389,10 @@ impl World {
     fn sweep_freed(&self) {
         let mut cache = self.cache.borrow_mut();
         for slot in cache[self.rank as usize].iter_mut() {
-            if slot.as_ref().is_some_and(|r| !r.is_live() && Arc::strong_count(r) == 1) {
+            if slot
+                .as_ref()
+                .is_some_and(|r| !r.is_live() && Arc::strong_count(r) == 1)
+            {
                 *slot = None;
             }
         }
@@ -323,7 +404,11 @@ impl World {
         if h.job() != self.job {
             return Err(Error::new(
                 ErrorKind::InvalidHandle,
-                format!("handle belongs to job {:016x}, this is job {:016x}", h.job(), self.job),
+                format!(
+                    "handle belongs to job {:016x}, this is job {:016x}",
+                    h.job(),
+                    self.job
+                ),
             ));
         }
         self.check_rank(h.rank())?;
@@ -341,11 +426,16 @@ impl World {
     #[cold]
     fn attach_slow(&self, h: &Handle) -> Result<()> {
         let slot = h.segment() as usize;
-        let stale = self.cache.borrow()[h.rank() as usize].get(slot).is_some_and(|e| e.is_some());
+        let stale = self.cache.borrow()[h.rank() as usize]
+            .get(slot)
+            .is_some_and(|e| e.is_some());
         if stale {
             // A freed segment, or a handle whose id was reused: forget the old mapping.
             let mut cache = self.cache.borrow_mut();
-            if cache[h.rank() as usize][slot].as_ref().is_some_and(|r| !r.is_live() || r.handle != *h) {
+            if cache[h.rank() as usize][slot]
+                .as_ref()
+                .is_some_and(|r| !r.is_live() || r.handle != *h)
+            {
                 cache[h.rank() as usize][slot] = None;
             }
         }
@@ -361,7 +451,14 @@ impl World {
 
     fn target<'a>(&self, cache: &'a Cache, h: &Handle) -> Result<&'a Region> {
         probe(cache, h).map(|r| &**r).ok_or_else(|| {
-            Error::new(ErrorKind::InvalidHandle, format!("segment {} of rank {} is not attached", h.segment(), h.rank()))
+            Error::new(
+                ErrorKind::InvalidHandle,
+                format!(
+                    "segment {} of rank {} is not attached",
+                    h.segment(),
+                    h.rank()
+                ),
+            )
         })
     }
 
@@ -393,7 +490,10 @@ impl World {
         if src.len() > INLINE_MAX {
             return Err(Error::new(
                 ErrorKind::InvalidArgument,
-                format!("inline put of {} bytes exceeds the inline limit of {INLINE_MAX} bytes; use put", src.len()),
+                format!(
+                    "inline put of {} bytes exceeds the inline limit of {INLINE_MAX} bytes; use put",
+                    src.len()
+                ),
             ));
         }
         self.ensure(dst)?;
@@ -411,7 +511,15 @@ impl World {
     /// first (see [`crate::fabric::line`]): then one line crosses between cores, and the
     /// reader who polls the signal already holds the data.
     #[inline]
-    pub fn put_signal(&self, dst: &Handle, off: usize, src: &[u8], sig: &Handle, sig_off: usize, op: SignalOp) -> Result<()> {
+    pub fn put_signal(
+        &self,
+        dst: &Handle,
+        off: usize,
+        src: &[u8],
+        sig: &Handle,
+        sig_off: usize,
+        op: SignalOp,
+    ) -> Result<()> {
         {
             // Fast path: both segments attached and live (one probe each, no attach).
             let cache = self.cache.borrow();
@@ -429,7 +537,16 @@ impl World {
 
     #[inline]
     #[allow(clippy::too_many_arguments)]
-    fn put_signal_in(&self, d: &Region, off: usize, src: &[u8], s: &Region, sig_off: usize, owner: u32, op: SignalOp) -> Result<()> {
+    fn put_signal_in(
+        &self,
+        d: &Region,
+        off: usize,
+        src: &[u8],
+        s: &Region,
+        sig_off: usize,
+        owner: u32,
+        op: SignalOp,
+    ) -> Result<()> {
         let word = s.word(sig_off)?;
         let at = d.range(off, src.len())?;
         copy(d, at, src);
@@ -471,7 +588,9 @@ impl World {
             )
         })?;
         debug_assert!(src_span <= src.len());
-        let dst_span = s.span(s.dst_stride).ok_or_else(|| out_of_bounds(dst, off, usize::MAX))?;
+        let dst_span = s
+            .span(s.dst_stride)
+            .ok_or_else(|| out_of_bounds(dst, off, usize::MAX))?;
         self.ensure(dst)?;
         let cache = self.cache.borrow();
         let d = self.target(&cache, dst)?;
@@ -487,9 +606,14 @@ impl World {
     pub fn remote_word(&self, h: &Handle, off: usize) -> Result<RemoteWord> {
         self.ensure(h)?;
         let cache = self.cache.borrow();
-        let region = probe(&cache, h).cloned().ok_or_else(|| out_of_bounds(h, off, 8))?;
+        let region = probe(&cache, h)
+            .cloned()
+            .ok_or_else(|| out_of_bounds(h, off, 8))?;
         region.word(off)?;
-        Ok(RemoteWord { region, at: HEADER_BYTES + off })
+        Ok(RemoteWord {
+            region,
+            at: HEADER_BYTES + off,
+        })
     }
 
     /// All earlier puts and signals of this rank are complete and visible at their targets.
@@ -515,7 +639,13 @@ impl World {
     }
 
     /// [`World::wait_until`] with a timeout ([`ErrorKind::Timeout`] when it expires).
-    pub fn wait_until_timeout(&self, seg: &Segment, off: usize, value: u64, timeout: Duration) -> Result<u64> {
+    pub fn wait_until_timeout(
+        &self,
+        seg: &Segment,
+        off: usize,
+        value: u64,
+        timeout: Duration,
+    ) -> Result<u64> {
         let word = self.own_word(seg, off)?;
         self.wait_word(word, self.rank, value, Some(Instant::now() + timeout))
     }
@@ -526,7 +656,12 @@ impl World {
         if h.job() != self.job || h.rank() != self.rank {
             return Err(Error::new(
                 ErrorKind::InvalidArgument,
-                format!("segment {} belongs to rank {} of job {:016x}, not to this rank", h.segment(), h.rank(), h.job()),
+                format!(
+                    "segment {} belongs to rank {} of job {:016x}, not to this rank",
+                    h.segment(),
+                    h.rank(),
+                    h.job()
+                ),
             ));
         }
         seg.region.word(off)
@@ -534,8 +669,21 @@ impl World {
 
     /// Waits until `word` (in the memory of rank `owner`) reaches `value`.
     #[inline]
-    pub(crate) fn wait_word(&self, word: &AtomicU64, owner: u32, value: u64, deadline: Option<Instant>) -> Result<u64> {
-        wait::wait_ge(word, self.sleepers_of(owner), value, self.policy, deadline, || self.check_alive())
+    pub(crate) fn wait_word(
+        &self,
+        word: &AtomicU64,
+        owner: u32,
+        value: u64,
+        deadline: Option<Instant>,
+    ) -> Result<u64> {
+        wait::wait_ge(
+            word,
+            self.sleepers_of(owner),
+            value,
+            self.policy,
+            deadline,
+            || self.check_alive(),
+        )
     }
 
     /// Fails if the job was aborted, a peer died, or no peer is left that could signal.
@@ -552,7 +700,11 @@ impl World {
             match self.board.state(r) {
                 RankState::Failed => {
                     self.board.abort(r, AbortReason::PeerDied);
-                    return Err(Error::peer(ErrorKind::PeerDied, r, format!("rank {r} failed (it panicked or returned an error)")));
+                    return Err(Error::peer(
+                        ErrorKind::PeerDied,
+                        r,
+                        format!("rank {r} failed (it panicked or returned an error)"),
+                    ));
                 }
                 RankState::Done => continue,
                 _ => {}
@@ -572,7 +724,10 @@ impl World {
         }
         if let Some((pid, fd)) = &self.launcher {
             if readable(fd) {
-                return Err(Error::new(ErrorKind::Aborted, format!("the launcher (pid {pid}) died")));
+                return Err(Error::new(
+                    ErrorKind::Aborted,
+                    format!("the launcher (pid {pid}) died"),
+                ));
             }
         }
         if live == 0 {
@@ -616,14 +771,22 @@ impl World {
 
     /// Number of attached segments (own and peers'), for leak checks.
     pub fn attached_segments(&self) -> usize {
-        self.cache.borrow().iter().map(|v| v.iter().flatten().count()).sum()
+        self.cache
+            .borrow()
+            .iter()
+            .map(|v| v.iter().flatten().count())
+            .sum()
     }
 }
 
 impl Drop for World {
     fn drop(&mut self) {
         if !self.left.get() {
-            let s = if std::thread::panicking() { RankState::Failed } else { RankState::Done };
+            let s = if std::thread::panicking() {
+                RankState::Failed
+            } else {
+                RankState::Done
+            };
             self.board.set_state(self.rank, s);
         }
     }
@@ -639,15 +802,29 @@ pub struct RemoteWord {
 impl RemoteWord {
     /// The word.
     pub fn get(&self) -> &AtomicU64 {
-        self.region.map.atomic_u64(self.at).expect("offset checked when the word was made")
+        self.region
+            .map
+            .atomic_u64(self.at)
+            .expect("offset checked when the word was made")
     }
 }
 
 fn abort_error(rank: u32, why: AbortReason) -> Error {
     match why {
-        AbortReason::PeerDied => Error::peer(ErrorKind::PeerDied, rank, format!("job aborted: rank {rank} died or failed")),
-        AbortReason::RankFailed => Error::peer(ErrorKind::PeerDied, rank, format!("job aborted by the launcher: rank {rank} failed")),
-        AbortReason::Interrupted => Error::new(ErrorKind::Aborted, "job aborted: the launcher was interrupted"),
+        AbortReason::PeerDied => Error::peer(
+            ErrorKind::PeerDied,
+            rank,
+            format!("job aborted: rank {rank} died or failed"),
+        ),
+        AbortReason::RankFailed => Error::peer(
+            ErrorKind::PeerDied,
+            rank,
+            format!("job aborted by the launcher: rank {rank} failed"),
+        ),
+        AbortReason::Interrupted => Error::new(
+            ErrorKind::Aborted,
+            "job aborted: the launcher was interrupted",
+        ),
     }
 }
 
@@ -695,18 +872,24 @@ fn pidfd(pid: u32) -> Option<OwnedFd> {
 
 /// Whether a pidfd says its process has exited (readable), without blocking.
 fn readable(fd: &OwnedFd) -> bool {
-    use rustix::event::{poll, PollFd, PollFlags};
+    use rustix::event::{PollFd, PollFlags, poll};
     let mut fds = [PollFd::new(fd, PollFlags::IN)];
-    let zero = rustix::time::Timespec { tv_sec: 0, tv_nsec: 0 };
+    let zero = rustix::time::Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     matches!(poll(&mut fds, Some(&zero)), Ok(n) if n > 0)
 }
 
 fn raise_fd_limit(size: u32) {
-    use rustix::process::{getrlimit, setrlimit, Resource};
+    use rustix::process::{Resource, getrlimit, setrlimit};
     let want = u64::from(size) * 2 + 256;
     let lim = getrlimit(Resource::Nofile);
     if lim.current.is_some_and(|c| c < want) {
-        let new = rustix::process::Rlimit { current: lim.maximum.map(|m| m.min(want.max(4096))).or(Some(want)), maximum: lim.maximum };
+        let new = rustix::process::Rlimit {
+            current: lim.maximum.map(|m| m.min(want.max(4096))).or(Some(want)),
+            maximum: lim.maximum,
+        };
         let _ = setrlimit(Resource::Nofile, new);
     }
 }

@@ -39,7 +39,10 @@ impl Mapping {
     /// (the caller has checked it with `fstat` on a sealed memfd).
     pub fn map(fd: impl AsFd, len: usize) -> Result<Self> {
         if len == 0 {
-            return Err(Error::new(ErrorKind::Transport, "cannot map an empty segment"));
+            return Err(Error::new(
+                ErrorKind::Transport,
+                "cannot map an empty segment",
+            ));
         }
         // SAFETY: a fresh mapping at an address the kernel chooses (null hint) cannot alias any
         // existing Rust object. The fd stays valid for the duration of the call.
@@ -146,7 +149,11 @@ impl Mapping {
         }
         // SAFETY: both ranges are inside the mapping (checked); `copy` allows overlap.
         unsafe {
-            std::ptr::copy(self.base.as_ptr().add(from), self.base.as_ptr().add(to), len);
+            std::ptr::copy(
+                self.base.as_ptr().add(from),
+                self.base.as_ptr().add(to),
+                len,
+            );
         }
         true
     }
@@ -204,20 +211,26 @@ impl Mapping {
     /// # Safety
     /// The caller must ensure no other Rust reference to the same bytes exists for the
     /// lifetime of the returned slice (the fabric's `Segment` guarantees this through `&mut`).
+    #[allow(clippy::mut_from_ref)] // exclusivity is the documented obligation of the caller
     pub unsafe fn view_mut<T: bytemuck::Pod>(&self, off: usize, count: usize) -> Option<&mut [T]> {
         let bytes = count.checked_mul(std::mem::size_of::<T>())?;
         if !self.fits(off, bytes) || (self.addr() + off) % std::mem::align_of::<T>() != 0 {
             return None;
         }
         // SAFETY: in range and aligned; exclusivity is the caller's obligation (see above).
-        Some(unsafe { std::slice::from_raw_parts_mut(self.base.as_ptr().add(off).cast::<T>(), count) })
+        Some(unsafe {
+            std::slice::from_raw_parts_mut(self.base.as_ptr().add(off).cast::<T>(), count)
+        })
     }
 }
 
 /// The low 32 bits of a 64-bit signal word, as the futex word the kernel sleeps on.
 #[inline]
 pub fn futex_half(word: &AtomicU64) -> &AtomicU32 {
-    const _: () = assert!(cfg!(target_endian = "little"), "signal words assume little endian");
+    const _: () = assert!(
+        cfg!(target_endian = "little"),
+        "signal words assume little endian"
+    );
     // SAFETY: an `AtomicU64` is 8-aligned, so its first 4 bytes are a 4-aligned `AtomicU32`
     // that lives as long as the word; on little-endian targets they hold the low half, which
     // changes on every increment. Mixed-size atomic access to the same word is what the futex
@@ -233,9 +246,16 @@ pub fn adopt_inherited_fd(fd: u32) -> Result<std::os::fd::OwnedFd> {
     use std::sync::Mutex;
     static ADOPTED: Mutex<Vec<u32>> = Mutex::new(Vec::new());
     let link = std::fs::read_link(format!("/proc/self/fd/{fd}")).map_err(|e| {
-        Error::os(ErrorKind::Bootstrap, format!("inherited job board descriptor {fd} is not open"), e)
+        Error::os(
+            ErrorKind::Bootstrap,
+            format!("inherited job board descriptor {fd} is not open"),
+            e,
+        )
     })?;
-    if !link.to_string_lossy().starts_with(&format!("/memfd:{}board-", super::memfd::NAME_PREFIX)) {
+    if !link
+        .to_string_lossy()
+        .starts_with(&format!("/memfd:{}board-", super::memfd::NAME_PREFIX))
+    {
         return Err(Error::new(
             ErrorKind::Bootstrap,
             format!("descriptor {fd} is {}, not a tca job board", link.display()),
@@ -243,18 +263,27 @@ pub fn adopt_inherited_fd(fd: u32) -> Result<std::os::fd::OwnedFd> {
     }
     let mut adopted = ADOPTED.lock().unwrap_or_else(|p| p.into_inner());
     if adopted.contains(&fd) {
-        return Err(Error::new(ErrorKind::Bootstrap, format!("job board descriptor {fd} was already adopted")));
+        return Err(Error::new(
+            ErrorKind::Bootstrap,
+            format!("job board descriptor {fd} was already adopted"),
+        ));
     }
     adopted.push(fd);
-    let raw = i32::try_from(fd).map_err(|_| Error::new(ErrorKind::Bootstrap, "descriptor out of range"))?;
+    let raw = i32::try_from(fd)
+        .map_err(|_| Error::new(ErrorKind::Bootstrap, "descriptor out of range"))?;
     // SAFETY: the descriptor is open (its /proc link resolved just above) and refers to a tca
     // board memfd that the launcher left open for us; no other object in this process owns it,
     // because the launcher contract gives it to the runtime alone and the list above makes sure
     // it is adopted at most once.
     let owned = unsafe { std::os::fd::OwnedFd::from_raw_fd(raw) };
     // Do not pass it on to programs this rank may start.
-    rustix::io::fcntl_setfd(&owned, rustix::io::FdFlags::CLOEXEC)
-        .map_err(|e| Error::os(ErrorKind::Bootstrap, "setting close-on-exec on the job board", e))?;
+    rustix::io::fcntl_setfd(&owned, rustix::io::FdFlags::CLOEXEC).map_err(|e| {
+        Error::os(
+            ErrorKind::Bootstrap,
+            "setting close-on-exec on the job board",
+            e,
+        )
+    })?;
     Ok(owned)
 }
 

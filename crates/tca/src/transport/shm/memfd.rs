@@ -29,7 +29,11 @@ pub fn create(name: &str, bytes: usize, inheritable: bool) -> Result<OwnedFd> {
     let fd = rustix::fs::memfd_create(full.as_str(), flags)
         .map_err(|e| Error::os(ErrorKind::Transport, format!("memfd_create({full})"), e))?;
     rustix::fs::ftruncate(&fd, bytes as u64).map_err(|e| {
-        Error::os(ErrorKind::Transport, format!("sizing shared memory object to {bytes} bytes"), e)
+        Error::os(
+            ErrorKind::Transport,
+            format!("sizing shared memory object to {bytes} bytes"),
+            e,
+        )
     })?;
     rustix::fs::fcntl_add_seals(&fd, SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL)
         .map_err(|e| Error::os(ErrorKind::Transport, "sealing shared memory object", e))?;
@@ -39,8 +43,12 @@ pub fn create(name: &str, bytes: usize, inheritable: bool) -> Result<OwnedFd> {
 /// Size in bytes of the file behind `fd`.
 pub fn file_len(fd: impl AsFd) -> Result<usize> {
     let st = rustix::fs::fstat(fd).map_err(|e| Error::os(ErrorKind::Transport, "fstat", e))?;
-    usize::try_from(st.st_size)
-        .map_err(|_| Error::new(ErrorKind::Transport, "shared memory object has a negative size"))
+    usize::try_from(st.st_size).map_err(|_| {
+        Error::new(
+            ErrorKind::Transport,
+            "shared memory object has a negative size",
+        )
+    })
 }
 
 /// Opens descriptor `fd` of process `pid`, which must be a tca memfd, read-write.
@@ -51,13 +59,19 @@ pub fn file_len(fd: impl AsFd) -> Result<usize> {
 pub fn open_peer(pid: u32, fd: u32) -> Result<OwnedFd> {
     let path = format!("/proc/{pid}/fd/{fd}");
     let target = std::fs::read_link(&path).map_err(|e| {
-        Error::os(ErrorKind::InvalidHandle, format!("segment {fd} of process {pid} is gone ({path})"), e)
+        Error::os(
+            ErrorKind::InvalidHandle,
+            format!("segment {fd} of process {pid} is gone ({path})"),
+            e,
+        )
     })?;
     let target = target.to_string_lossy();
     if !target.starts_with(&format!("/memfd:{NAME_PREFIX}")) {
         return Err(Error::new(
             ErrorKind::InvalidHandle,
-            format!("segment {fd} of process {pid} is not a tca segment ({path} -> {target}): stale handle?"),
+            format!(
+                "segment {fd} of process {pid} is not a tca segment ({path} -> {target}): stale handle?"
+            ),
         ));
     }
     rustix::fs::open(
@@ -65,7 +79,13 @@ pub fn open_peer(pid: u32, fd: u32) -> Result<OwnedFd> {
         OFlags::RDWR | OFlags::CLOEXEC | OFlags::NOCTTY | OFlags::NONBLOCK,
         rustix::fs::Mode::empty(),
     )
-    .map_err(|e| Error::os(ErrorKind::InvalidHandle, format!("opening segment {fd} of process {pid}"), e))
+    .map_err(|e| {
+        Error::os(
+            ErrorKind::InvalidHandle,
+            format!("opening segment {fd} of process {pid}"),
+            e,
+        )
+    })
 }
 
 /// A random 64-bit value from the kernel (keys and job ids).

@@ -24,5 +24,6 @@ pub const PAD: usize = 128;
 
 /// Rounds `n` up to a multiple of the page size, or `None` on overflow.
 pub fn page_round(n: usize) -> Option<usize> {
-    n.checked_add(HEADER_BYTES - 1).map(|v| v & !(HEADER_BYTES - 1))
+    n.checked_add(HEADER_BYTES - 1)
+        .map(|v| v & !(HEADER_BYTES - 1))
 }

@@ -63,9 +63,15 @@ impl SpinPolicy {
     pub fn adaptive(local_ranks: u32, cpus: u32, spin_override: Option<u32>) -> Self {
         let oversubscribed = local_ranks > cpus.max(1);
         let mut p = if oversubscribed {
-            Self { spins: SPIN_OVERSUBSCRIBED, yields: YIELDS_OVERSUBSCRIBED }
+            Self {
+                spins: SPIN_OVERSUBSCRIBED,
+                yields: YIELDS_OVERSUBSCRIBED,
+            }
         } else {
-            Self { spins: SPIN_DEDICATED, yields: 0 }
+            Self {
+                spins: SPIN_DEDICATED,
+                yields: 0,
+            }
         };
         if let Some(s) = spin_override {
             p.spins = s;
@@ -75,7 +81,8 @@ impl SpinPolicy {
 
     /// Online CPUs this process may run on.
     pub fn cpus() -> u32 {
-        std::thread::available_parallelism().map_or(1, |n| u32::try_from(n.get()).unwrap_or(u32::MAX))
+        std::thread::available_parallelism()
+            .map_or(1, |n| u32::try_from(n.get()).unwrap_or(u32::MAX))
     }
 }
 
@@ -131,7 +138,10 @@ fn wait_slow(
                 if now >= d {
                     return Err(Error::new(
                         ErrorKind::Timeout,
-                        format!("timed out waiting for a signal to reach {target} (it is {})", word.load(Ordering::Acquire)),
+                        format!(
+                            "timed out waiting for a signal to reach {target} (it is {})",
+                            word.load(Ordering::Acquire)
+                        ),
                     ));
                 }
                 SLEEP_SLICE.min(d - now)
@@ -198,7 +208,18 @@ mod tests {
         let sleepers = Arc::new(AtomicU32::new(0));
         let (w, s) = (word.clone(), sleepers.clone());
         let t = std::thread::spawn(move || {
-            wait_ge(&w, &s, 5, SpinPolicy { spins: 0, yields: 0 }, None, || Ok(())).unwrap()
+            wait_ge(
+                &w,
+                &s,
+                5,
+                SpinPolicy {
+                    spins: 0,
+                    yields: 0,
+                },
+                None,
+                || Ok(()),
+            )
+            .unwrap()
         });
         for i in 1..=5 {
             std::thread::sleep(Duration::from_millis(2));
@@ -213,7 +234,17 @@ mod tests {
         let word = AtomicU64::new(0);
         let sleepers = AtomicU32::new(0);
         let d = Instant::now() + Duration::from_millis(30);
-        let e = wait_ge(&word, &sleepers, 1, SpinPolicy { spins: 10, yields: 1 }, Some(d), || Ok(()));
+        let e = wait_ge(
+            &word,
+            &sleepers,
+            1,
+            SpinPolicy {
+                spins: 10,
+                yields: 1,
+            },
+            Some(d),
+            || Ok(()),
+        );
         assert_eq!(e.unwrap_err().kind(), ErrorKind::Timeout);
         assert_eq!(sleepers.load(Ordering::SeqCst), 0);
     }
@@ -222,9 +253,17 @@ mod tests {
     fn check_error_ends_wait() {
         let word = AtomicU64::new(0);
         let sleepers = AtomicU32::new(0);
-        let e = wait_ge(&word, &sleepers, 1, SpinPolicy { spins: 0, yields: 0 }, None, || {
-            Err(Error::peer(ErrorKind::PeerDied, 3, "rank 3 died"))
-        });
+        let e = wait_ge(
+            &word,
+            &sleepers,
+            1,
+            SpinPolicy {
+                spins: 0,
+                yields: 0,
+            },
+            None,
+            || Err(Error::peer(ErrorKind::PeerDied, 3, "rank 3 died")),
+        );
         assert_eq!(e.unwrap_err().rank(), Some(3));
     }
 }

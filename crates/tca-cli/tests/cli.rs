@@ -1,0 +1,194 @@
+//! The `tca` command as a user types it.
+
+use std::process::{Command, Output, Stdio};
+
+const TCA: &str = env!("CARGO_BIN_EXE_tca");
+
+fn tca(args: &[&str]) -> Output {
+    Command::new(TCA)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("tca runs")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[test]
+fn run_forwards_output_and_status() {
+    let o = tca(&[
+        "run",
+        "-n",
+        "3",
+        "--",
+        "sh",
+        "-c",
+        "echo rank $TCA_RANK of $TCA_SIZE",
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    for r in 0..3 {
+        assert!(out.contains(&format!("rank {r} of 3")), "{out}");
+    }
+}
+
+#[test]
+fn run_tags_output_lines() {
+    let o = tca(&[
+        "run",
+        "-n",
+        "2",
+        "--tag-output",
+        "--",
+        "sh",
+        "-c",
+        "echo hello; echo oops >&2",
+    ]);
+    assert!(o.status.success());
+    let out = text(&o.stdout);
+    assert!(
+        out.contains("[0] hello") && out.contains("[1] hello"),
+        "{out}"
+    );
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("[0] oops") && err.contains("[1] oops"),
+        "{err}"
+    );
+}
+
+#[test]
+fn run_returns_first_failing_status_and_names_the_rank() {
+    let o = tca(&[
+        "run",
+        "-n",
+        "3",
+        "--",
+        "sh",
+        "-c",
+        "if [ $TCA_RANK = 1 ]; then exit 7; fi; sleep 30",
+    ]);
+    assert_eq!(o.status.code(), Some(7));
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("rank 1") && err.contains("exited with status 7"),
+        "{err}"
+    );
+    assert!(err.contains("stopping the other 2 rank(s)"), "{err}");
+}
+
+#[test]
+fn run_reports_a_rank_killed_by_a_signal() {
+    let o = tca(&[
+        "run",
+        "-n",
+        "2",
+        "--",
+        "sh",
+        "-c",
+        "if [ $TCA_RANK = 0 ]; then kill -9 $$; fi; sleep 30",
+    ]);
+    assert_eq!(o.status.code(), Some(137));
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("rank 0") && err.contains("signal 9 (SIGKILL)"),
+        "{err}"
+    );
+}
+
+#[test]
+fn run_rejects_bad_input_clearly() {
+    let o = tca(&["run", "-n", "0", "--", "true"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        text(&o.stderr).contains("at least 1"),
+        "{}",
+        text(&o.stderr)
+    );
+
+    let o = tca(&["run", "-n", "2", "--", "/no/such/program"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        text(&o.stderr).contains("no such program"),
+        "{}",
+        text(&o.stderr)
+    );
+
+    let o = tca(&["run", "-n", "99999", "--", "true"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(text(&o.stderr).contains("limit"), "{}", text(&o.stderr));
+
+    let o = tca(&["run", "-n", "two", "--", "true"]);
+    assert_eq!(o.status.code(), Some(2), "clap usage error");
+}
+
+#[test]
+fn bench_floor_smoke() {
+    let o = tca(&["bench", "floor", "--iters", "1000", "--json"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    assert!(
+        out.contains("cacheline_half_rtt_ns") && out.contains("memcpy_gb_s"),
+        "{out}"
+    );
+}
+
+#[test]
+fn bench_pingpong_smoke() {
+    let o = tca(&[
+        "bench",
+        "pingpong",
+        "--np",
+        "2",
+        "--max-size",
+        "4096",
+        "--iters",
+        "50",
+        "--soak",
+        "1000",
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    assert!(
+        out.contains("#bytes") && out.contains("t_avg[usec]"),
+        "{out}"
+    );
+    // 0, 1, 2, ..., 4096: 14 rows.
+    let rows = out
+        .lines()
+        .filter(|l| !l.trim_start().starts_with('#') && !l.trim().is_empty())
+        .count();
+    assert_eq!(rows, 14, "{out}");
+    assert!(out.contains("median ratio 8 B put_signal / floor"), "{out}");
+
+    let o = tca(&[
+        "bench",
+        "pingpong",
+        "--np",
+        "3",
+        "--max-size",
+        "64",
+        "--iters",
+        "20",
+        "--soak",
+        "0",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stdout).contains("\"pairs\": 1"),
+        "{}",
+        text(&o.stdout)
+    );
+}
+
+#[test]
+fn bench_rejects_bad_options() {
+    let o = tca(&["bench", "pingpong", "--np", "1"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(text(&o.stderr).contains("at least 2 ranks"));
+    let o = tca(&["bench", "nosuch"]);
+    assert_eq!(o.status.code(), Some(2));
+}

@@ -1,0 +1,387 @@
+//! Multi-process jobs through tca's own launcher (and without it, as Slurm or mpirun would
+//! start them): correctness at 2, 3, 4 and 8 ranks (8 on a 2-core machine is oversubscribed),
+//! failures, signals and cleanup. No test asserts a time; the only deadlines are hang guards.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use tca::bootstrap::launcher::{Launch, RankExit};
+
+const PROG: &str = env!("CARGO_BIN_EXE_tca-rankprog");
+
+/// Tests that look at /dev/shm run one at a time, so one test's start-up board is not
+/// mistaken for another's leak.
+static SHM: Mutex<()> = Mutex::new(());
+
+fn shm_lock() -> std::sync::MutexGuard<'static, ()> {
+    SHM.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn tca_shm_entries() -> Vec<String> {
+    std::fs::read_dir("/dev/shm")
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .filter(|n| n.starts_with("tca-"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn launch(n: u32, args: &[&str]) -> tca::Result<tca::bootstrap::launcher::Outcome> {
+    Launch {
+        ranks: n,
+        tag_output: false,
+        program: PROG.into(),
+        args: args.iter().map(Into::into).collect(),
+        env: Vec::new(),
+    }
+    .run()
+}
+
+#[test]
+fn ring_at_2_3_4_and_8_ranks() {
+    let _g = shm_lock();
+    let before = tca_shm_entries();
+    for n in [2, 3, 4, 8] {
+        let o = launch(n, &["ring", "20"]).unwrap();
+        assert_eq!(o.status(), 0, "{n} ranks: {o:?}");
+        assert!(o.ranks.iter().all(|&r| r == RankExit::Code(0)));
+    }
+    assert_eq!(
+        tca_shm_entries(),
+        before,
+        "shared memory left behind after normal exits"
+    );
+}
+
+#[test]
+fn stress_100k_round_trips_between_processes() {
+    let o = launch(2, &["stress", "100000"]).unwrap();
+    assert_eq!(o.status(), 0, "{o:?}");
+}
+
+#[test]
+fn stress_8_ranks_oversubscribed() {
+    let o = launch(8, &["stress", "5000"]).unwrap();
+    assert_eq!(o.status(), 0, "{o:?}");
+}
+
+#[test]
+fn memory_and_mappings_stay_flat() {
+    let o = launch(2, &["soak", "200000"]).unwrap();
+    assert_eq!(o.status(), 0, "mapping count or RSS grew: {o:?}");
+}
+
+#[test]
+fn rank_error_exit_stops_the_job_with_its_status() {
+    let _g = shm_lock();
+    let before = tca_shm_entries();
+    let o = launch(4, &["exit", "3", "1"]).unwrap();
+    let f = o.failure.expect("a failure is reported");
+    assert_eq!((f.rank, f.how), (1, RankExit::Code(3)));
+    assert_eq!(o.status(), 3);
+    // The others were waiting forever: they ended because the launcher stopped them (or
+    // because they saw the abort), never successfully.
+    for (r, e) in o.ranks.iter().enumerate() {
+        assert_ne!(*e, RankExit::Code(0), "rank {r}");
+    }
+    assert_eq!(
+        tca_shm_entries(),
+        before,
+        "shared memory left behind after an error exit"
+    );
+}
+
+#[test]
+fn sigkill_of_one_rank_is_reported_and_cleaned_up() {
+    let _g = shm_lock();
+    let before = tca_shm_entries();
+    let o = launch(3, &["sigkill", "2"]).unwrap();
+    let f = o.failure.expect("a failure is reported");
+    assert_eq!((f.rank, f.how), (2, RankExit::Signal(9)));
+    assert_eq!(o.status(), 137);
+    assert_eq!(
+        tca_shm_entries(),
+        before,
+        "shared memory left behind after SIGKILL"
+    );
+}
+
+#[test]
+fn bad_launches_are_clear_errors() {
+    let e = launch(0, &["ring"]).unwrap_err();
+    assert!(e.to_string().contains("at least 1"), "{e}");
+    let e = launch(100_000, &["ring"]).unwrap_err();
+    assert!(e.to_string().contains("limit"), "{e}");
+    let e = Launch {
+        ranks: 2,
+        tag_output: false,
+        program: "/nonexistent/prog".into(),
+        args: vec![],
+        env: vec![],
+    }
+    .run()
+    .unwrap_err();
+    assert!(e.to_string().contains("no such program"), "{e}");
+}
+
+/// Reads `ready R pid P` lines from a launched job until `n` ranks are ready.
+fn ready_pids(child: &mut Child, n: usize) -> Vec<u32> {
+    let out = child.stdout.take().expect("piped stdout");
+    let mut lines = BufReader::new(out).lines();
+    let mut pids = Vec::new();
+    while pids.len() < n {
+        let l = lines
+            .next()
+            .expect("job ended before all ranks were ready")
+            .unwrap();
+        if let Some(p) = l
+            .strip_prefix("ready ")
+            .and_then(|r| r.split(" pid ").nth(1))
+        {
+            pids.push(p.trim().parse().unwrap());
+        }
+    }
+    pids
+}
+
+fn alive(pid: u32) -> bool {
+    // A zombie is dead for our purpose: it runs no code and holds no memory.
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| {
+            !s.rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('Z')
+        })
+        .unwrap_or(false)
+}
+
+fn wait_gone(pids: &[u32]) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while pids.iter().any(|&p| alive(p)) {
+        assert!(
+            Instant::now() < deadline,
+            "ranks {pids:?} still alive (hang guard)"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn signal_launcher(sig: rustix::process::Signal, want_status: i32) {
+    let _g = shm_lock();
+    let before = tca_shm_entries();
+    let mut child = Command::new(PROG)
+        .args(["launch", "3", "wait-forever"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pids = ready_pids(&mut child, 3);
+    let pid = rustix::process::Pid::from_child(&child);
+    rustix::process::kill_process(pid, sig).unwrap();
+    let st = child.wait().unwrap();
+    assert_eq!(
+        st.code(),
+        Some(want_status),
+        "launcher status after {sig:?}"
+    );
+    wait_gone(&pids);
+    assert_eq!(
+        tca_shm_entries(),
+        before,
+        "shared memory left behind after {sig:?}"
+    );
+}
+
+#[test]
+fn sigterm_of_the_launcher_stops_every_rank() {
+    signal_launcher(rustix::process::Signal::TERM, 143);
+}
+
+#[test]
+fn sigint_of_the_launcher_stops_every_rank() {
+    signal_launcher(rustix::process::Signal::INT, 130);
+}
+
+#[test]
+fn sigkill_of_the_launcher_ends_the_ranks() {
+    let _g = shm_lock();
+    let before = tca_shm_entries();
+    let mut child = Command::new(PROG)
+        .args(["launch", "2", "wait-forever"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pids = ready_pids(&mut child, 2);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // The ranks see the launcher's pidfd become readable on their next sleep slice and fail.
+    wait_gone(&pids);
+    assert_eq!(tca_shm_entries(), before);
+}
+
+// ---- without the launcher: ranks started as Slurm would start them ------------------------
+
+fn unique_job() -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "{}{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+fn slurm_job(n: u32, job: &str, extra: &[(&str, &str)], args: &[&str]) -> Vec<Child> {
+    (0..n)
+        .map(|r| {
+            let mut c = Command::new(PROG);
+            c.args(args)
+                .env("SLURM_PROCID", r.to_string())
+                .env("SLURM_NTASKS", n.to_string())
+                .env("SLURM_JOB_ID", job)
+                .env("SLURM_STEP_ID", "0")
+                .env_remove("TCA_BOARD_FD")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            for (k, v) in extra {
+                c.env(k, v);
+            }
+            c.spawn().unwrap()
+        })
+        .collect()
+}
+
+fn finish(children: Vec<Child>) -> Vec<(Option<i32>, String, String)> {
+    children
+        .into_iter()
+        .map(|c| {
+            let o = c.wait_with_output().unwrap();
+            (
+                o.status.code(),
+                String::from_utf8_lossy(&o.stdout).into(),
+                String::from_utf8_lossy(&o.stderr).into(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn slurm_environment_job_runs_and_leaves_nothing() {
+    let _g = shm_lock();
+    let before = tca_shm_entries();
+    let out = finish(slurm_job(4, &unique_job(), &[], &["ring", "10"]));
+    for (r, (code, so, se)) in out.iter().enumerate() {
+        assert_eq!(*code, Some(0), "rank {r}: {so} {se}");
+    }
+    assert_eq!(
+        tca_shm_entries(),
+        before,
+        "the start-up board was not unlinked"
+    );
+    let out = finish(slurm_job(2, &unique_job(), &[], &["env"]));
+    assert!(out[1].1.contains("rank 1 size 2 via Slurm"), "{:?}", out[1]);
+}
+
+#[test]
+fn open_mpi_environment_is_understood() {
+    let ns = format!("test-{}", unique_job());
+    let children: Vec<Child> = (0..3)
+        .map(|r| {
+            Command::new(PROG)
+                .arg("env")
+                .env("OMPI_COMM_WORLD_RANK", r.to_string())
+                .env("OMPI_COMM_WORLD_SIZE", "3")
+                .env("OMPI_COMM_WORLD_LOCAL_SIZE", "3")
+                .env("PMIX_NAMESPACE", &ns)
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let out = finish(children);
+    assert!(
+        out[2].1.contains("rank 2 size 3 via Open MPI"),
+        "{:?}",
+        out[2]
+    );
+}
+
+#[test]
+fn dead_peer_is_named_without_the_launcher() {
+    let _g = shm_lock();
+    let before = tca_shm_entries();
+    let out = finish(slurm_job(3, &unique_job(), &[], &["sigkill", "1"]));
+    assert_eq!(out[1].0, None, "rank 1 was killed by a signal");
+    for r in [0, 2] {
+        assert_eq!(out[r].0, Some(42), "rank {r}: {:?}", out[r]);
+        assert!(
+            out[r].1.contains("peer-died 1"),
+            "rank {r} must name rank 1: {:?}",
+            out[r]
+        );
+    }
+    assert_eq!(tca_shm_entries(), before);
+}
+
+#[test]
+fn multi_node_job_names_the_missing_transport() {
+    let out = finish(slurm_job(
+        2,
+        &unique_job(),
+        &[("SLURM_NNODES", "2"), ("SLURM_STEP_NUM_NODES", "2")],
+        &["env"],
+    ));
+    for (code, _, se) in &out {
+        assert_eq!(*code, Some(2));
+        assert!(se.contains("network transport"), "{se}");
+    }
+}
+
+#[test]
+fn missing_rank_times_out_with_its_number() {
+    let _g = shm_lock();
+    let before = tca_shm_entries();
+    let job = unique_job();
+    let c = Command::new(PROG)
+        .arg("env")
+        .env("SLURM_PROCID", "0")
+        .env("SLURM_NTASKS", "2")
+        .env("SLURM_JOB_ID", &job)
+        .env("SLURM_STEP_ID", "0")
+        .env("TCA_BOOT_TIMEOUT", "1")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = finish(vec![c]);
+    assert_eq!(out[0].0, Some(2));
+    assert!(
+        out[0].2.contains("ranks [1] of 2 did not start"),
+        "{}",
+        out[0].2
+    );
+    assert_eq!(
+        tca_shm_entries(),
+        before,
+        "board left behind after a failed start-up"
+    );
+}
+
+#[test]
+fn rank_out_of_range_in_environment_is_refused() {
+    let out = finish(slurm_job(
+        1,
+        &unique_job(),
+        &[("SLURM_PROCID", "5")],
+        &["env"],
+    ));
+    assert_eq!(out[0].0, Some(2));
+    assert!(
+        out[0].2.contains("rank 5 is not in a 1-rank job"),
+        "{}",
+        out[0].2
+    );
+}
