@@ -64,3 +64,8 @@ pub fn init() -> Result<World> {
     env::warn_unknown();
     World::join(bootstrap::detect()?)
 }
+
+/// The README's example, compiled and run as a doctest so it cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;

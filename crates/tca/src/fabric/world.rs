@@ -16,10 +16,15 @@ use crate::transport::shm::wait::{self, SpinPolicy};
 use super::control::{CTRL_BYTES, SLEEPERS};
 use super::segment::{Handle, Region, Segment, SymmetricSegment, out_of_bounds};
 
-/// Largest payload written by [`World::put_inline`], and the size up to which [`World::put`]
-/// uses plain stores instead of `memcpy`. Chosen from `tca bench pingpong` on a 2-core AMD EPYC
-/// (see BENCHMARKS.md): below this the store loop beats a `memcpy` call, above it `memcpy`'s
-/// vector moves win.
+/// Largest payload of [`World::put_inline`].
+///
+/// Chosen from measurement on a 2-core AMD EPYC (BENCHMARKS.md): the put_signal ping-pong half
+/// round trip is flat from 0 to 256 bytes and rises beyond, so up to 256 bytes a small write
+/// costs what an 8-byte one does. On shared memory the store loop of an inline put is no
+/// faster than `memcpy` at any size (`cargo run --release -p tca --example hotpath`: within
+/// 10-20% and never ahead), so [`World::put`] always uses `memcpy`; `put_inline` exists for
+/// transports where plain stores avoid a copy engine (the papers' PIO), and keeps the limit
+/// that such transports (and libfabric's inject size) impose.
 pub const INLINE_MAX: usize = 256;
 
 /// How a signal word changes.
@@ -465,7 +470,7 @@ impl World {
     // ---- one-sided operations -------------------------------------------------------------
 
     /// Copies `src` into the segment `dst` at byte offset `off`: one `memcpy` into the peer's
-    /// memory (plain stores up to [`INLINE_MAX`] bytes). Complete at the target on return.
+    /// memory. Complete at the target on return.
     /// A zero-length put is valid: it checks the handle and offset and writes nothing.
     #[inline]
     pub fn put(&self, dst: &Handle, off: usize, src: &[u8]) -> Result<()> {
@@ -830,11 +835,7 @@ fn abort_error(rank: u32, why: AbortReason) -> Error {
 
 #[inline]
 fn copy(d: &Region, at: usize, src: &[u8]) {
-    if src.len() <= INLINE_MAX {
-        d.map.write_inline(at, src);
-    } else {
-        d.map.write(at, src);
-    }
+    d.map.write(at, src);
 }
 
 /// The attached, live segment of `h`, if any. Matching rank, id and key is enough: bounds
