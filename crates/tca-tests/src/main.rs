@@ -120,7 +120,8 @@ fn ring(w: &World, rounds: u64) -> tca::Result<bool> {
         w.put_signal(&next, 128, &msg, &next, 0, SignalOp::Set(k))?;
         w.wait_until(&seg, 0, k)?;
         let plen = 10_000 + prev as usize;
-        let got: &[u8] = seg.view(128, plen)?;
+        let mut got = vec![0u8; plen];
+        seg.read(128, &mut got)?;
         if got
             .iter()
             .enumerate()
@@ -169,7 +170,8 @@ fn stress(w: &World, rounds: u64) -> tca::Result<bool> {
         let mut lenb = [0u8; 8];
         seg.read(64, &mut lenb)?;
         let plen = u64::from_le_bytes(lenb) as usize;
-        let got: &[u8] = seg.view(72, plen)?;
+        let mut got = vec![0u8; plen];
+        seg.read(72, &mut got)?;
         if got
             .iter()
             .enumerate()

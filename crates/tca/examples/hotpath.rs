@@ -21,14 +21,16 @@ fn main() -> tca::Result<()> {
         let msg = [7u8; 8];
         let mut base = 0;
         for _ in 0..3 {
-            let put = per_op(n, |i| w.put_signal(&h, 0, &msg, &h, 56, tca::SignalOp::Set(base + i)))?;
+            let put = per_op(n, |i| {
+                w.put_signal(&h, 0, &msg, &h, 56, tca::SignalOp::Set(base + i))
+            })?;
             base += n;
             let wait = per_op(n, |_| w.wait_until(&seg, 56, 1).map(|_| ()))?;
             println!("put_signal 8 B: {put:.2} ns/op   satisfied wait_until: {wait:.2} ns/op");
         }
         println!("{:>6} {:>14} {:>14}", "bytes", "inline ns", "memcpy ns");
         let src = vec![3u8; 4096];
-        let fd = tca::transport::shm::memfd::create("hotpath", 1 << 16, false)?;
+        let fd = tca::transport::shm::memfd::create("hotpath", 1 << 16)?;
         let map = tca::transport::shm::Mapping::map(&fd, 1 << 16)?;
         for size in [8usize, 16, 32, 64, 128, 256, 512, 1024, 2048] {
             let mut best = (f64::MAX, f64::MAX);

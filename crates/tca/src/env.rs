@@ -4,7 +4,7 @@
 //! |---|---|---|
 //! | `TCA_RANK`, `TCA_SIZE` | launcher | this process's rank and the job size |
 //! | `TCA_JOB_ID` | launcher | 64-bit job id (hex); handles of other jobs are refused |
-//! | `TCA_BOARD_FD` | launcher | inherited descriptor of the job's board (a memfd) |
+//! | `TCA_BOARD_FD` | launcher | the launcher's descriptor number of the job board (a memfd, opened through `/proc`) |
 //! | `TCA_LAUNCHER_PID` | launcher | the launcher's pid: ranks abort if it dies |
 //! | `TCA_SPIN` | user | spin iterations before a wait yields or sleeps (overrides the adaptive default) |
 //! | `TCA_BOOT_TIMEOUT` | user | seconds to wait for all ranks at start-up without the launcher (default 60) |
@@ -19,7 +19,7 @@ pub const RANK: &str = "TCA_RANK";
 pub const SIZE: &str = "TCA_SIZE";
 /// Job id in hex, set by `tca run`.
 pub const JOB_ID: &str = "TCA_JOB_ID";
-/// Inherited file descriptor of the job board, set by `tca run`.
+/// The launcher's descriptor number of the job board, set by `tca run`.
 pub const BOARD_FD: &str = "TCA_BOARD_FD";
 /// Pid of the launcher, set by `tca run`.
 pub const LAUNCHER_PID: &str = "TCA_LAUNCHER_PID";

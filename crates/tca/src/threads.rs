@@ -26,7 +26,7 @@ where
         return vec![Err(e)];
     }
     let job = memfd::random_u64();
-    let (fd, _board) = match Board::create(n, job, None, false) {
+    let (fd, _board) = match Board::create(n, job, None) {
         Ok(b) => b,
         Err(e) => return vec![Err(e)],
     };

@@ -67,7 +67,8 @@ fn barrier_many_times_with_uneven_speeds() {
             w.put(seg.handle(0)?, 8 * w.rank() as usize, &round.to_le_bytes())?;
             w.barrier()?;
             if w.rank() == 0 {
-                let v: &[u64] = seg.view(0, 5)?;
+                let mut v = [0u64; 5];
+                seg.read_slice(0, &mut v)?;
                 assert!(v.iter().all(|&x| x == round), "round {round}: {v:?}");
             }
             w.barrier()?;
@@ -212,10 +213,12 @@ fn chain_runs_all_puts_then_signal_and_is_reusable() {
             for k in 1..=50u64 {
                 w.wait_until(&seg, 0, k)?;
                 let (off, len) = if me == 1 { (100, 1000) } else { (200, 2000) };
-                let v: &[u8] = seg.view(off, len)?;
+                let mut v = vec![0u8; len];
+                seg.read_slice(off, &mut v)?;
                 assert!(v.iter().all(|&b| b == k as u8), "rank {me} round {k}");
                 if me == 1 {
-                    let tail: &[u8] = seg.view(2000, 96)?;
+                    let mut tail = [0u8; 96];
+                    seg.read_slice(2000, &mut tail)?;
                     assert!(tail.iter().all(|&b| b == k as u8));
                 }
                 w.signal(seg.handle(0)?, 8, SignalOp::Add(1))?;
@@ -290,6 +293,7 @@ fn out_of_bounds_put_is_an_error_and_writes_nothing() {
             "rank {}: refused puts wrote bytes",
             w.rank()
         );
+        w.barrier()?; // everyone has checked before anyone writes again
         // The edge itself is fine.
         w.put(&peer, 0, &big[..100])?;
         w.put(&peer, 100, &[])?;
@@ -330,7 +334,8 @@ fn inline_put_limit_is_enforced() {
         assert_eq!(e.kind(), ErrorKind::InvalidArgument);
         assert!(e.to_string().contains("inline limit"), "{e}");
         w.put_inline(&seg.handle(), 0, &big[..tca::fabric::INLINE_MAX])?;
-        let v: &[u8] = seg.view(0, tca::fabric::INLINE_MAX)?;
+        let mut v = [0u8; tca::fabric::INLINE_MAX];
+        seg.read_slice(0, &mut v)?;
         assert!(v.iter().all(|&b| b == 1));
         Ok(())
     });
@@ -444,6 +449,51 @@ fn one_rank_waiting_for_itself_gets_an_error_not_a_hang() {
     })
     .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Aborted, "{e}");
+}
+
+#[test]
+fn typed_copies_round_trip_and_check_bounds() {
+    on(1, |w| {
+        let seg = w.alloc(64)?;
+        seg.write_slice(2, &[1.5f64, -2.0])?;
+        let mut back = [0f64; 3];
+        seg.read_slice(1, &mut back)?;
+        assert_eq!(back, [0.0, 1.5, -2.0]);
+        assert_eq!(
+            seg.write_slice(7, &[1u64, 2]).unwrap_err().kind(),
+            ErrorKind::OutOfBounds
+        );
+        assert_eq!(
+            seg.read_slice(usize::MAX, &mut back).unwrap_err().kind(),
+            ErrorKind::OutOfBounds
+        );
+        Ok(())
+    });
+}
+
+#[test]
+fn rank_that_leaves_while_others_wait_for_it_ends_in_a_deadlock_error() {
+    let all = threads::run_each(3, |w| {
+        let seg = w.alloc_symmetric(64)?;
+        w.barrier()?;
+        if w.rank() == 2 {
+            return Ok(()); // leaves cleanly without sending what the others wait for
+        }
+        w.wait_until(&seg, 0, 1).map(|_| ())
+    });
+    assert!(all[2].is_ok());
+    // The first rank to notice reports the deadlock; the other may instead see that rank fail.
+    let errs: Vec<_> = [0, 1].map(|r| all[r].as_ref().unwrap_err().clone()).into();
+    assert!(
+        errs.iter()
+            .any(|e| e.kind() == ErrorKind::Aborted && e.to_string().contains("deadlock")),
+        "{errs:?}"
+    );
+    assert!(
+        errs.iter()
+            .all(|e| matches!(e.kind(), ErrorKind::Aborted | ErrorKind::PeerDied)),
+        "{errs:?}"
+    );
 }
 
 #[test]

@@ -11,7 +11,8 @@
 //! 128    abort word (u64): 0, or reason << 32 | (rank + 1)     writers: launcher, any rank
 //! 256    published count (u64): ranks that have published        writers: every rank once
 //! 384    sleeper count (u32) for waits on the words above
-//! 512    one 128-byte entry per rank: state, pid, control segment id and key
+//! 512    one 128-byte entry per rank: state, pid, control segment id and key, an "asleep in
+//!        a wait" flag and a count of finished sleeping waits (for deadlock detection)
 //!                                                                writer: that rank only
 //! ```
 //! All shared words are atomics: Release when written, Acquire when read.
@@ -94,16 +95,11 @@ impl Board {
         page_round(ENTRIES + PAD * size as usize).unwrap_or(usize::MAX)
     }
 
-    /// Creates a board in a fresh memfd. `inheritable` keeps the descriptor open across
-    /// `exec` (the launcher passes it to its children).
-    pub fn create(
-        size: u32,
-        job: u64,
-        launcher_pid: Option<u32>,
-        inheritable: bool,
-    ) -> Result<(OwnedFd, Self)> {
+    /// Creates a board in a fresh sealed memfd. Other processes open it through
+    /// `/proc/<creator pid>/fd/<fd>`, so it never needs a name.
+    pub fn create(size: u32, job: u64, launcher_pid: Option<u32>) -> Result<(OwnedFd, Self)> {
         let bytes = Self::bytes_for(size);
-        let fd = memfd::create(&format!("board-{job:016x}"), bytes, inheritable)?;
+        let fd = memfd::create(&format!("board-{job:016x}"), bytes)?;
         let board = Self::init(&fd, bytes, size, job, launcher_pid)?;
         Ok((fd, board))
     }
@@ -184,58 +180,59 @@ impl Board {
         })
     }
 
-    /// Meets the other ranks through a named object in `/dev/shm` (no launcher). Rank 0
-    /// creates it; the others open it, retrying until it exists or `deadline` passes.
+    /// Meets the other ranks without the launcher. Rank 0 creates the board (a memfd) and
+    /// publishes where to find it, `tca-board <pid> <fd> <job> <size>`, in a small file in
+    /// `/dev/shm` (written under a temporary name, then renamed, so readers never see half of
+    /// it). The others read the file, open the board through `/proc`, and check it. Rank 0
+    /// removes the file once every rank has joined ([`World::join`](crate::World)); the file
+    /// is never mapped, so it cannot be truncated under anyone.
     pub fn open_named(
         name: &str,
         rank: u32,
         size: u32,
         job: u64,
         deadline: std::time::Instant,
-    ) -> Result<Self> {
+    ) -> Result<(OwnedFd, Self)> {
+        use std::io::Write;
         use std::os::unix::fs::OpenOptionsExt;
         let path = std::path::Path::new("/dev/shm").join(name);
-        let bytes = Self::bytes_for(size);
+        let me = std::process::id();
         if rank == 0 {
-            // A leftover of an earlier job with the same id (crashed before the unlink) is
+            // A leftover of an earlier job with the same id (it crashed before the unlink) is
             // replaced, never reused.
             let _ = std::fs::remove_file(&path);
-            let f = std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(&path)
-                .map_err(|e| {
-                    Error::os(
-                        ErrorKind::Bootstrap,
-                        format!("creating {}", path.display()),
-                        e,
-                    )
-                })?;
-            f.set_len(bytes as u64).map_err(|e| {
+            let (fd, board) = Self::create(size, job, None)?;
+            let raw = std::os::fd::AsRawFd::as_raw_fd(&fd);
+            let tmp = path.with_file_name(format!("{name}.tmp{me}"));
+            let publish = || -> std::io::Result<()> {
+                let mut f = std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(0o600)
+                    .open(&tmp)?;
+                writeln!(f, "tca-board {me} {raw} {job:016x} {size}")?;
+                std::fs::rename(&tmp, &path)
+            };
+            publish().map_err(|e| {
+                let _ = std::fs::remove_file(&tmp);
                 Error::os(
                     ErrorKind::Bootstrap,
-                    format!("sizing {}", path.display()),
+                    format!("publishing {}", path.display()),
                     e,
                 )
             })?;
-            return Self::init(&f, bytes, size, job, None);
+            return Ok((fd, board));
         }
         loop {
-            if let Ok(f) = std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .open(&path)
+            if let Some((pid, fd)) = std::fs::read_to_string(&path)
+                .ok()
+                .and_then(|t| parse_rendezvous(&t, job, size))
             {
-                if memfd::file_len(&f)? >= bytes {
-                    let map = Mapping::map(&f, bytes)?;
-                    if word(&map, 0).load(Ordering::Acquire) == MAGIC {
-                        let mut h = Header::zeroed();
-                        map.read(0, bytemuck::bytes_of_mut(&mut h));
-                        // A board whose creator is gone is a leftover; wait for the new one.
-                        if h.job == job && pid_alive(h.creator_pid) {
-                            return Self::validate(map, size);
+                // A leftover whose creator is gone fails here; keep waiting for the new one.
+                if let Ok(bfd) = memfd::open_peer(pid, fd) {
+                    if let Ok(b) = Self::open(&bfd, size) {
+                        if b.job == job {
+                            return Ok((bfd, b));
                         }
                     }
                 }
@@ -244,8 +241,9 @@ impl Board {
                 return Err(Error::new(
                     ErrorKind::Bootstrap,
                     format!(
-                        "rank {rank}: rank 0 did not create the job board {} in time (TCA_BOOT_TIMEOUT)",
-                        path.display()
+                        "rank {rank}: rank 0 did not publish the job board {} in time ({})",
+                        path.display(),
+                        crate::env::BOOT_TIMEOUT
                     ),
                 ));
             }
@@ -315,6 +313,23 @@ impl Board {
         }
     }
 
+    /// Marks whether `rank` is asleep in a wait; clearing it counts one finished sleep.
+    pub fn set_asleep(&self, rank: u32, asleep: bool) {
+        self.entry_word(rank, 24)
+            .store(u64::from(asleep), Ordering::SeqCst);
+        if !asleep {
+            self.entry_word(rank, 32).fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Whether `rank` is asleep in a wait, and how many sleeping waits it has finished.
+    pub fn sleep_state(&self, rank: u32) -> (bool, u64) {
+        (
+            self.entry_word(rank, 24).load(Ordering::SeqCst) != 0,
+            self.entry_word(rank, 32).load(Ordering::SeqCst),
+        )
+    }
+
     /// Records that `rank` left (cleanly or not). A failure is never overwritten by `Done`.
     pub fn set_state(&self, rank: u32, s: RankState) {
         let w = self.state_word(rank);
@@ -355,6 +370,19 @@ impl Board {
     }
 }
 
+/// Parses `tca-board <pid> <fd> <job hex> <size>`; `None` unless it is for `job` and `size`.
+fn parse_rendezvous(text: &str, job: u64, size: u32) -> Option<(u32, u32)> {
+    let mut it = text.split_whitespace();
+    if it.next()? != "tca-board" {
+        return None;
+    }
+    let pid = it.next()?.parse().ok()?;
+    let fd = it.next()?.parse().ok()?;
+    let j = u64::from_str_radix(it.next()?, 16).ok()?;
+    let n: u32 = it.next()?.parse().ok()?;
+    (j == job && n == size).then_some((pid, fd))
+}
+
 fn decode_abort(v: u64) -> Option<(u32, AbortReason)> {
     if v == 0 {
         return None;
@@ -388,8 +416,23 @@ mod tests {
     use super::*;
 
     #[test]
+    fn rendezvous_lines() {
+        assert_eq!(
+            parse_rendezvous("tca-board 12 7 00000000000000ab 4\n", 0xab, 4),
+            Some((12, 7))
+        );
+        assert_eq!(
+            parse_rendezvous("tca-board 12 7 00000000000000ab 4", 0xab, 5),
+            None
+        );
+        assert_eq!(parse_rendezvous("tca-board 12 7 ac 4", 0xab, 4), None);
+        assert_eq!(parse_rendezvous("garbage", 0xab, 4), None);
+        assert_eq!(parse_rendezvous("tca-board -1 7 ab 4", 0xab, 4), None);
+    }
+
+    #[test]
     fn publish_and_abort() {
-        let (fd, b) = Board::create(4, 0xabc, None, false).unwrap();
+        let (fd, b) = Board::create(4, 0xabc, None).unwrap();
         assert_eq!(b.entry(2), None);
         b.publish(
             2,

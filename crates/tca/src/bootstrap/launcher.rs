@@ -1,9 +1,10 @@
 //! The launcher behind `tca run`: start N ranks on this node, forward their output, and
 //! supervise them.
 //!
-//! - Each rank gets `TCA_RANK`, `TCA_SIZE`, `TCA_JOB_ID`, `TCA_LAUNCHER_PID` and the job
-//!   board as an inherited memfd (`TCA_BOARD_FD`). Nothing is created in any filesystem, so
-//!   nothing can be left behind, whatever kills whom.
+//! - Each rank gets `TCA_RANK`, `TCA_SIZE`, `TCA_JOB_ID`, `TCA_LAUNCHER_PID` and the number of
+//!   the launcher's descriptor of the job board, a memfd (`TCA_BOARD_FD`), which it opens
+//!   through `/proc`. Nothing is created in any filesystem, so nothing can be left behind,
+//!   whatever kills whom.
 //! - The launcher watches every rank through a pidfd. When a rank exits non-zero or is killed
 //!   by a signal, it reports which rank and how, sets the board's abort word (ranks blocked in
 //!   a wait fail at once with an error naming that rank), sends SIGTERM to the others and
@@ -180,7 +181,7 @@ impl Launch {
             ));
         }
         let job = random_u64();
-        let (board_fd, board) = Board::create(self.ranks, job, Some(std::process::id()), true)?;
+        let (board_fd, board) = Board::create(self.ranks, job, Some(std::process::id()))?;
 
         let caught = Arc::new(AtomicUsize::new(0));
         let mut hooks = Vec::new();
@@ -250,10 +251,7 @@ impl Launch {
             let mut child = match self.spawn(r, board_fd, job) {
                 Ok(c) => c,
                 Err(e) => {
-                    for k in &mut ranks {
-                        let _ = pidfd_send_signal(&k.pidfd, Signal::KILL);
-                        let _ = k.child.wait();
-                    }
+                    abandon(&mut ranks);
                     return Err(e);
                 }
             };
@@ -266,8 +264,20 @@ impl Launch {
                 }
             }
             let pid = Pid::from_child(&child);
-            let pidfd = pidfd_open(pid, PidfdFlags::empty())
-                .map_err(|e| Error::os(ErrorKind::Launch, format!("pidfd_open for rank {r}"), e))?;
+            let pidfd = match pidfd_open(pid, PidfdFlags::empty()) {
+                Ok(fd) => fd,
+                Err(e) => {
+                    let _ = rustix::process::kill_process_group(pid, Signal::KILL);
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    abandon(&mut ranks);
+                    return Err(Error::os(
+                        ErrorKind::Launch,
+                        format!("pidfd_open for rank {r}"),
+                        e,
+                    ));
+                }
+            };
             ranks.push(Rank {
                 child,
                 pidfd,
@@ -355,6 +365,17 @@ impl Launch {
             failure,
             interrupted,
         })
+    }
+}
+
+/// Kills and reaps every rank started so far (start-up failed part-way).
+fn abandon(ranks: &mut [Rank]) {
+    for r in ranks.iter_mut() {
+        r.exit = None;
+    }
+    signal_all(ranks, Signal::KILL);
+    for r in ranks.iter_mut() {
+        let _ = r.child.wait();
     }
 }
 

@@ -1,8 +1,8 @@
 //! Bootstrap: how a rank learns its rank, the job size, and where to meet its peers.
 //!
 //! Sources, in order of precedence:
-//! 1. `tca run` (the launcher in [`launcher`]): `TCA_RANK`, `TCA_SIZE`, `TCA_JOB_ID` and an
-//!    inherited board descriptor `TCA_BOARD_FD`.
+//! 1. `tca run` (the launcher in [`launcher`]): `TCA_RANK`, `TCA_SIZE`, `TCA_JOB_ID`, and the
+//!    board as descriptor `TCA_BOARD_FD` of process `TCA_LAUNCHER_PID` (opened through `/proc`).
 //! 2. Slurm (`SLURM_PROCID`, `SLURM_NTASKS`, `SLURM_JOB_ID`, `SLURM_STEP_ID`).
 //! 3. Open MPI's `mpirun` (`OMPI_COMM_WORLD_RANK`, `OMPI_COMM_WORLD_SIZE`).
 //! 4. MPICH / Hydra and other PMI launchers (`PMI_RANK`, `PMI_SIZE`).
@@ -23,7 +23,7 @@ use crate::error::{Error, ErrorKind, Result};
 /// Where the job's board comes from.
 #[derive(Debug)]
 pub enum BoardSource {
-    /// An inherited descriptor from the launcher.
+    /// The launcher's board, already opened.
     Fd(std::os::fd::OwnedFd),
     /// A named object in `/dev/shm`, created by rank 0.
     Named(String),
@@ -65,7 +65,11 @@ fn hash(s: &str) -> u64 {
 
 fn boot_deadline() -> Result<Instant> {
     let secs = env::parse::<u64>(env::BOOT_TIMEOUT)?.unwrap_or(60);
-    Ok(Instant::now() + Duration::from_secs(secs))
+    // A huge timeout means "wait as long as it takes" (a year), not an overflow.
+    let now = Instant::now();
+    Ok(now
+        .checked_add(Duration::from_secs(secs))
+        .unwrap_or(now + Duration::from_secs(365 * 86_400)))
 }
 
 fn multi_node(source: &str, nodes: u32, size: u32) -> Error {
@@ -92,7 +96,18 @@ pub fn detect() -> Result<JobEnv> {
         let job = var(env::JOB_ID)
             .and_then(|j| u64::from_str_radix(&j, 16).ok())
             .ok_or_else(|| Error::new(ErrorKind::Bootstrap, "TCA_JOB_ID is missing or not hex"))?;
-        let fd = crate::transport::shm::mapping::adopt_inherited_fd(fd)?;
+        let launcher = num(env::LAUNCHER_PID)?.ok_or_else(|| {
+            Error::new(
+                ErrorKind::Bootstrap,
+                "TCA_BOARD_FD is set but TCA_LAUNCHER_PID is missing",
+            )
+        })?;
+        let fd = crate::transport::shm::memfd::open_peer(launcher, fd).map_err(|e| {
+            Error::new(
+                ErrorKind::Bootstrap,
+                format!("cannot open the job board of launcher {launcher}: {e}"),
+            )
+        })?;
         return Ok(JobEnv {
             rank,
             size,

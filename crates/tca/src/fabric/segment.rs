@@ -13,6 +13,8 @@
 //! that still has the segment mapped sees `freed` on its next put and gets an error instead of
 //! writing into memory no one reads.
 
+#![allow(unsafe_code)] // the two zero-copy views, each with its contract
+
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -162,7 +164,7 @@ impl Region {
                     format!("segment of {len} bytes is too large"),
                 )
             })?;
-        let fd = memfd::create(&format!("{what}-{job:016x}-r{rank}"), bytes, false)?;
+        let fd = memfd::create(&format!("{what}-{job:016x}-r{rank}"), bytes)?;
         let segment = u32::try_from(std::os::fd::AsRawFd::as_raw_fd(&fd))
             .map_err(|_| Error::new(ErrorKind::Transport, "negative descriptor"))?;
         let map = Mapping::map(&fd, bytes)?;
@@ -307,8 +309,9 @@ pub(crate) fn out_of_bounds(h: &Handle, off: usize, n: usize) -> Error {
 
 /// Memory this rank registered: peers write into it through its [`Handle`].
 ///
-/// Reads and writes through the segment are local copies; typed views give slices of
-/// plain-old-data elements. Remote writes can land at any time the protocol allows, so read
+/// Reads and writes through the segment are local copies (typed with [`Segment::read_slice`]
+/// and [`Segment::write_slice`]); zero-copy typed views are `unsafe`, because shared memory
+/// cannot promise Rust's aliasing rules (see [`Segment::view`]). Remote writes can land at any time the protocol allows, so read
 /// after waiting on the signal that says the data is there. Dropping the segment frees it:
 /// peers that still hold its handle get [`ErrorKind::InvalidHandle`] on their next put.
 #[derive(Debug)]
@@ -356,23 +359,33 @@ impl Segment {
         self.region.word(off)
     }
 
-    /// The whole segment as a slice of `T` (trailing bytes that do not fill a `T` are left out).
-    pub fn as_slice<T: Pod>(&self) -> &[T] {
-        let n = self.len() / std::mem::size_of::<T>().max(1);
-        self.region.map.view(HEADER_BYTES, n).unwrap_or(&[])
+    /// Copies elements `start..start + out.len()` of the segment, viewed as an array of `T`,
+    /// into `out`. The safe way to read typed data (a copy, so a peer's later write cannot
+    /// change what the caller holds).
+    pub fn read_slice<T: Pod>(&self, start: usize, out: &mut [T]) -> Result<()> {
+        let off = start
+            .checked_mul(std::mem::size_of::<T>())
+            .ok_or_else(|| out_of_bounds(&self.handle(), usize::MAX, 0))?;
+        self.read(off, bytemuck::cast_slice_mut(out))
     }
 
-    /// The whole segment as a mutable slice of `T`.
-    pub fn as_mut_slice<T: Pod>(&mut self) -> &mut [T] {
-        let n = self.len() / std::mem::size_of::<T>().max(1);
-        // SAFETY: `&mut self` is exclusive, and every other local access path (`write`, `read`,
-        // views) borrows the segment, so no other Rust reference to these bytes exists while the
-        // returned slice lives. Peers' writes are outside the Rust model and by protocol.
-        unsafe_view_mut(&self.region.map, n)
+    /// Copies `src` into elements `start..start + src.len()` of the segment viewed as `T`s.
+    pub fn write_slice<T: Pod>(&self, start: usize, src: &[T]) -> Result<()> {
+        let off = start
+            .checked_mul(std::mem::size_of::<T>())
+            .ok_or_else(|| out_of_bounds(&self.handle(), usize::MAX, 0))?;
+        self.write(off, bytemuck::cast_slice(src))
     }
 
-    /// Elements `start..start + count` as a slice of `T`.
-    pub fn view<T: Pod>(&self, start: usize, count: usize) -> Result<&[T]> {
+    /// Elements `start..start + count` as a borrowed slice of `T`, without copying.
+    ///
+    /// # Safety
+    /// While the returned slice lives, nothing may write those bytes: no peer (their puts,
+    /// signals, chains), no other thread, and no write through this rank's own handles,
+    /// `RemoteWord`s or `Segment::write`. The usual way to guarantee it is the protocol: wait
+    /// for the signal that says the data is complete, and do not signal the writers that they
+    /// may write again until the slice is dropped. Use [`Segment::read_slice`] when in doubt.
+    pub unsafe fn view<T: Pod>(&self, start: usize, count: usize) -> Result<&[T]> {
         let sz = std::mem::size_of::<T>();
         let off = start
             .checked_mul(sz)
@@ -381,18 +394,24 @@ impl Segment {
             .checked_mul(sz)
             .ok_or_else(|| out_of_bounds(&self.handle(), off, usize::MAX))?;
         let at = self.region.range(off, bytes)?;
-        self.region
-            .map
-            .view(at, count)
+        // SAFETY: range checked above (and again inside); the no-writer obligation is the
+        // caller's, stated in this function's contract.
+        unsafe { self.region.map.view(at, count) }
             .ok_or_else(|| out_of_bounds(&self.handle(), off, bytes))
     }
-}
 
-#[allow(unsafe_code, clippy::mut_from_ref)] // see `Segment::as_mut_slice`
-fn unsafe_view_mut<T: Pod>(map: &Mapping, n: usize) -> &mut [T] {
-    // SAFETY: the caller (`Segment::as_mut_slice`) holds `&mut Segment`, which is the only way
-    // to reach this mapping's data locally, so the slice is exclusive for its lifetime.
-    unsafe { map.view_mut(HEADER_BYTES, n) }.unwrap_or(&mut [])
+    /// The whole segment as a mutable slice of `T`, without copying.
+    ///
+    /// # Safety
+    /// As for [`Segment::view`], and in addition nothing may *read* those bytes through
+    /// another path (a peer, a handle, a chain) while the slice lives: `&mut` promises
+    /// exclusive access, which shared memory cannot enforce.
+    pub unsafe fn as_mut_slice<T: Pod>(&mut self) -> &mut [T] {
+        let n = self.len() / std::mem::size_of::<T>().max(1);
+        // SAFETY: in range by construction (`n` elements fit the data area); exclusivity is
+        // the caller's obligation, stated in this function's contract.
+        unsafe { self.region.map.view_mut(HEADER_BYTES, n) }.unwrap_or(&mut [])
+    }
 }
 
 impl Drop for Segment {
@@ -432,7 +451,7 @@ impl SymmetricSegment {
         &self.local
     }
 
-    /// This rank's copy, mutably (for typed views).
+    /// This rank's copy, mutably (for zero-copy typed views).
     pub fn local_mut(&mut self) -> &mut Segment {
         &mut self.local
     }

@@ -91,7 +91,17 @@ pub struct World {
     pub(crate) barrier_epoch: Cell<u64>,
     pub(crate) xchg_epoch: Cell<u64>,
     left: Cell<bool>,
+    /// Whether this rank has marked itself asleep on the board during the current wait.
+    asleep: Cell<bool>,
+    /// Consecutive sleep slices in which every other rank in the job was asleep too, and the
+    /// other ranks' finished-sleep counts at the last slice (any change is progress).
+    stuck: Cell<u32>,
+    others_wakes: Cell<u64>,
 }
+
+/// Sleep slices (10 ms each) with every rank of the job asleep and no progress before a wait
+/// gives up as a deadlock.
+const DEADLOCK_SLICES: u32 = 100;
 
 impl World {
     /// Joins the job described by `env`: publish, wait for everyone, attach every peer.
@@ -129,13 +139,12 @@ impl World {
         raise_fd_limit(size);
         let (board, board_fd, named) = match board {
             BoardSource::Fd(fd) => (Board::open(&fd, size)?, Some(fd), None),
-            BoardSource::Named(name) => (
-                Board::open_named(&name, rank, size, job, boot_deadline)?,
-                None,
-                Some(name),
-            ),
+            BoardSource::Named(name) => {
+                let (fd, b) = Board::open_named(&name, rank, size, job, boot_deadline)?;
+                (b, Some(fd), Some(name))
+            }
             BoardSource::Private => {
-                let (fd, b) = Board::create(1, job, None, false)?;
+                let (fd, b) = Board::create(1, job, None)?;
                 (b, Some(fd), None)
             }
         };
@@ -287,6 +296,9 @@ impl World {
             barrier_epoch: Cell::new(0),
             xchg_epoch: Cell::new(0),
             left: Cell::new(false),
+            asleep: Cell::new(false),
+            stuck: Cell::new(0),
+            others_wakes: Cell::new(0),
         })
     }
 
@@ -652,7 +664,7 @@ impl World {
         timeout: Duration,
     ) -> Result<u64> {
         let word = self.own_word(seg, off)?;
-        self.wait_word(word, self.rank, value, Some(Instant::now() + timeout))
+        self.wait_word(word, self.rank, value, Instant::now().checked_add(timeout))
     }
 
     #[inline]
@@ -681,14 +693,65 @@ impl World {
         value: u64,
         deadline: Option<Instant>,
     ) -> Result<u64> {
-        wait::wait_ge(
+        let r = wait::wait_ge(
             word,
             self.sleepers_of(owner),
             value,
             self.policy,
             deadline,
-            || self.check_alive(),
-        )
+            || self.check_while_asleep(),
+        );
+        if self.asleep.replace(false) {
+            self.board.set_asleep(self.rank, false);
+            self.stuck.set(0);
+        }
+        r
+    }
+
+    /// Called by a wait each time a sleep slice ends without its signal: marks this rank
+    /// asleep, checks peers, and detects a deadlock (every rank still in the job asleep in a
+    /// wait, nobody finishing one, for [`DEADLOCK_SLICES`] slices: no one is left to signal).
+    fn check_while_asleep(&self) -> Result<()> {
+        if !self.asleep.replace(true) {
+            self.board.set_asleep(self.rank, true);
+        }
+        self.check_alive()?;
+        let mut wakes = 0u64;
+        let mut all_asleep = true;
+        let mut sleeping = Vec::new();
+        for r in (0..self.size).filter(|&r| r != self.rank) {
+            if self.board.state(r) != RankState::Ready {
+                continue;
+            }
+            let (asleep, w) = self.board.sleep_state(r);
+            all_asleep &= asleep;
+            wakes = wakes.wrapping_add(w);
+            sleeping.push(r);
+        }
+        if !all_asleep || self.others_wakes.replace(wakes) != wakes {
+            self.stuck.set(0);
+            return Ok(());
+        }
+        let n = self.stuck.get() + 1;
+        self.stuck.set(n);
+        if n >= DEADLOCK_SLICES {
+            let left: Vec<u32> = (0..self.size)
+                .filter(|&r| self.board.state(r) == RankState::Done)
+                .collect();
+            return Err(Error::new(
+                ErrorKind::Aborted,
+                format!(
+                    "deadlock: this rank and ranks {sleeping:?} have all been waiting for signals for \
+                     over a second and none can arrive{}",
+                    if left.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" (ranks {left:?} have left the job)")
+                    }
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// Fails if the job was aborted, a peer died, or no peer is left that could signal.

@@ -35,13 +35,36 @@ unsafe impl Send for Mapping {}
 unsafe impl Sync for Mapping {}
 
 impl Mapping {
-    /// Maps `len` bytes of `fd` shared and read-write. `len` must not exceed the file size
-    /// (the caller has checked it with `fstat` on a sealed memfd).
+    /// Maps `len` bytes of the memfd `fd` shared and read-write.
+    ///
+    /// Refused unless the file is at least `len` bytes long and sealed against shrinking:
+    /// otherwise whoever holds a descriptor could truncate it and turn our next access into
+    /// `SIGBUS`. Every memory object tca maps is a sealed memfd ([`super::memfd::create`]).
     pub fn map(fd: impl AsFd, len: usize) -> Result<Self> {
         if len == 0 {
             return Err(Error::new(
                 ErrorKind::Transport,
                 "cannot map an empty segment",
+            ));
+        }
+        let seals = rustix::fs::fcntl_get_seals(&fd).map_err(|e| {
+            Error::os(
+                ErrorKind::Transport,
+                "reading the seals of a shared memory object",
+                e,
+            )
+        })?;
+        if !seals.contains(rustix::fs::SealFlags::SHRINK) {
+            return Err(Error::new(
+                ErrorKind::Transport,
+                "shared memory object is not sealed against shrinking",
+            ));
+        }
+        let size = super::memfd::file_len(&fd)?;
+        if size < len {
+            return Err(Error::new(
+                ErrorKind::Transport,
+                format!("cannot map {len} bytes of a {size}-byte shared memory object"),
             ));
         }
         // SAFETY: a fresh mapping at an address the kernel chooses (null hint) cannot alias any
@@ -195,22 +218,25 @@ impl Mapping {
     }
 
     /// A shared typed view of `count` elements at `off`, if aligned and in range.
-    pub fn view<T: bytemuck::Pod>(&self, off: usize, count: usize) -> Option<&[T]> {
+    ///
+    /// # Safety
+    /// Nothing may write these bytes while the slice lives (no peer, no other thread, no other
+    /// method of this mapping): a `&[T]` promises immutable memory.
+    pub unsafe fn view<T: bytemuck::Pod>(&self, off: usize, count: usize) -> Option<&[T]> {
         let bytes = count.checked_mul(std::mem::size_of::<T>())?;
         if !self.fits(off, bytes) || (self.addr() + off) % std::mem::align_of::<T>() != 0 {
             return None;
         }
-        // SAFETY: in range and aligned for `T`; any bit pattern is a valid `T` (Pod). Remote
-        // writes racing with the view can only produce other valid `T` values; the protocol
-        // (wait on a signal before reading) is the caller's contract, as in every RMA library.
+        // SAFETY: in range and aligned for `T`; any bit pattern is a valid `T` (Pod); no writer
+        // while the slice lives is the caller's obligation.
         Some(unsafe { std::slice::from_raw_parts(self.base.as_ptr().add(off).cast::<T>(), count) })
     }
 
     /// An exclusive typed view of `count` elements at `off`, if aligned and in range.
     ///
     /// # Safety
-    /// The caller must ensure no other Rust reference to the same bytes exists for the
-    /// lifetime of the returned slice (the fabric's `Segment` guarantees this through `&mut`).
+    /// No other access to these bytes (read or write, through any path, by any thread or
+    /// process) may happen while the returned slice lives.
     #[allow(clippy::mut_from_ref)] // exclusivity is the documented obligation of the caller
     pub unsafe fn view_mut<T: bytemuck::Pod>(&self, off: usize, count: usize) -> Option<&mut [T]> {
         let bytes = count.checked_mul(std::mem::size_of::<T>())?;
@@ -238,55 +264,6 @@ pub fn futex_half(word: &AtomicU64) -> &AtomicU32 {
     unsafe { &*(word as *const AtomicU64).cast::<AtomicU32>() }
 }
 
-/// Takes ownership of descriptor `fd`, inherited from the launcher (`TCA_BOARD_FD`), after
-/// checking that it is open and is a tca memfd. Each descriptor number can be adopted once per
-/// process; a second attempt is an error rather than a double close.
-pub fn adopt_inherited_fd(fd: u32) -> Result<std::os::fd::OwnedFd> {
-    use std::os::fd::FromRawFd;
-    use std::sync::Mutex;
-    static ADOPTED: Mutex<Vec<u32>> = Mutex::new(Vec::new());
-    let link = std::fs::read_link(format!("/proc/self/fd/{fd}")).map_err(|e| {
-        Error::os(
-            ErrorKind::Bootstrap,
-            format!("inherited job board descriptor {fd} is not open"),
-            e,
-        )
-    })?;
-    if !link
-        .to_string_lossy()
-        .starts_with(&format!("/memfd:{}board-", super::memfd::NAME_PREFIX))
-    {
-        return Err(Error::new(
-            ErrorKind::Bootstrap,
-            format!("descriptor {fd} is {}, not a tca job board", link.display()),
-        ));
-    }
-    let mut adopted = ADOPTED.lock().unwrap_or_else(|p| p.into_inner());
-    if adopted.contains(&fd) {
-        return Err(Error::new(
-            ErrorKind::Bootstrap,
-            format!("job board descriptor {fd} was already adopted"),
-        ));
-    }
-    adopted.push(fd);
-    let raw = i32::try_from(fd)
-        .map_err(|_| Error::new(ErrorKind::Bootstrap, "descriptor out of range"))?;
-    // SAFETY: the descriptor is open (its /proc link resolved just above) and refers to a tca
-    // board memfd that the launcher left open for us; no other object in this process owns it,
-    // because the launcher contract gives it to the runtime alone and the list above makes sure
-    // it is adopted at most once.
-    let owned = unsafe { std::os::fd::OwnedFd::from_raw_fd(raw) };
-    // Do not pass it on to programs this rank may start.
-    rustix::io::fcntl_setfd(&owned, rustix::io::FdFlags::CLOEXEC).map_err(|e| {
-        Error::os(
-            ErrorKind::Bootstrap,
-            "setting close-on-exec on the job board",
-            e,
-        )
-    })?;
-    Ok(owned)
-}
-
 fn ranges_overlap(a: usize, b: usize, n: usize) -> bool {
     a < b.wrapping_add(n) && b < a.wrapping_add(n)
 }
@@ -304,9 +281,27 @@ mod tests {
     use super::*;
 
     fn scratch(len: usize) -> Mapping {
-        let fd = rustix::fs::memfd_create("tca-test", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
-        rustix::fs::ftruncate(&fd, len as u64).unwrap();
+        let fd = super::super::memfd::create("test", len).unwrap();
         Mapping::map(&fd, len).unwrap()
+    }
+
+    #[test]
+    fn unsealed_or_short_files_are_refused() {
+        let fd = rustix::fs::memfd_create("tca-test", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
+        rustix::fs::ftruncate(&fd, 4096).unwrap();
+        assert!(
+            Mapping::map(&fd, 4096)
+                .unwrap_err()
+                .to_string()
+                .contains("sealed")
+        );
+        let fd = super::super::memfd::create("test", 4096).unwrap();
+        assert!(
+            Mapping::map(&fd, 8192)
+                .unwrap_err()
+                .to_string()
+                .contains("4096-byte")
+        );
     }
 
     #[test]
@@ -319,9 +314,12 @@ mod tests {
         assert!(m.atomic_u64(4088).is_some());
         assert!(m.atomic_u64(4092).is_none());
         assert!(m.atomic_u64(4).is_none());
-        assert!(m.view::<u64>(8, 511).is_some());
-        assert!(m.view::<u64>(8, 512).is_none());
-        assert!(m.view::<u64>(4, 1).is_none());
+        // SAFETY: nothing writes this private scratch mapping while the views live.
+        unsafe {
+            assert!(m.view::<u64>(8, 511).is_some());
+            assert!(m.view::<u64>(8, 512).is_none());
+            assert!(m.view::<u64>(4, 1).is_none());
+        }
     }
 
     #[test]

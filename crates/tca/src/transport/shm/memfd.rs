@@ -18,16 +18,22 @@ use crate::error::{Error, ErrorKind, Result};
 /// Name prefix of every memfd tca creates; `/proc/<pid>/fd/<n>` links show `/memfd:<name>`.
 pub const NAME_PREFIX: &str = "tca-";
 
-/// Creates a sealed memfd of exactly `bytes` bytes. `inheritable` leaves close-on-exec off so
-/// that child processes started by the launcher inherit it.
-pub fn create(name: &str, bytes: usize, inheritable: bool) -> Result<OwnedFd> {
-    let mut flags = MemfdFlags::ALLOW_SEALING;
-    if !inheritable {
-        flags |= MemfdFlags::CLOEXEC;
-    }
+/// Creates a sealed memfd of exactly `bytes` bytes, mode 0600 (only this user's processes can
+/// open it through `/proc`), close-on-exec.
+pub fn create(name: &str, bytes: usize) -> Result<OwnedFd> {
     let full = format!("{NAME_PREFIX}{name}");
-    let fd = rustix::fs::memfd_create(full.as_str(), flags)
-        .map_err(|e| Error::os(ErrorKind::Transport, format!("memfd_create({full})"), e))?;
+    let fd = rustix::fs::memfd_create(
+        full.as_str(),
+        MemfdFlags::ALLOW_SEALING | MemfdFlags::CLOEXEC,
+    )
+    .map_err(|e| Error::os(ErrorKind::Transport, format!("memfd_create({full})"), e))?;
+    rustix::fs::fchmod(&fd, rustix::fs::Mode::from_raw_mode(0o600)).map_err(|e| {
+        Error::os(
+            ErrorKind::Transport,
+            "setting mode 0600 on shared memory object",
+            e,
+        )
+    })?;
     rustix::fs::ftruncate(&fd, bytes as u64).map_err(|e| {
         Error::os(
             ErrorKind::Transport,
@@ -53,9 +59,8 @@ pub fn file_len(fd: impl AsFd) -> Result<usize> {
 
 /// Opens descriptor `fd` of process `pid`, which must be a tca memfd, read-write.
 ///
-/// Fails with [`ErrorKind::InvalidHandle`] if the descriptor is closed or is not a tca memfd
-/// (a stale handle whose descriptor number was reused by another file), and with
-/// [`ErrorKind::PeerDied`]-free [`ErrorKind::InvalidHandle`] if the process is gone.
+/// Fails with [`ErrorKind::InvalidHandle`] if the process is gone, the descriptor is closed,
+/// or it is not a tca memfd (a stale handle whose descriptor number was reused).
 pub fn open_peer(pid: u32, fd: u32) -> Result<OwnedFd> {
     let path = format!("/proc/{pid}/fd/{fd}");
     let target = std::fs::read_link(&path).map_err(|e| {

@@ -13,6 +13,11 @@
 //! sleepers.fetch_sub(1, SeqCst)
 //! ```
 //!
+//! The futex compares only the low 32 bits: a change that leaves them equal (a jump by a
+//! multiple of 2^32) can let a waiter sleep through its wake-up until the slice ends (10 ms),
+//! never longer. Raw atomic stores to a signal word (through `RemoteWord` or
+//! `Segment::atomic_u64`) do not wake sleepers either; use `World::signal` for that.
+//!
 //! All four marked operations are SeqCst, so they sit in one total order: either the writer's
 //! load of the count comes after the waiter's increment (and the writer wakes it), or the
 //! waiter's load of the word comes after the writer's store (and the waiter does not sleep).
@@ -131,6 +136,9 @@ fn wait_slow(
         }
     }
     let half = futex_half(word);
+    // `check` runs once per slice of sleeping, whatever woke us: a stream of wake-ups that do
+    // not reach the target must not postpone the detection of a dead peer.
+    let mut last_check = Instant::now();
     loop {
         let slice = match deadline {
             Some(d) => {
@@ -166,9 +174,15 @@ fn wait_slow(
             return Ok(v);
         }
         match r {
-            Err(rustix::io::Errno::TIMEDOUT) => check()?,
-            Ok(()) | Err(rustix::io::Errno::AGAIN) | Err(rustix::io::Errno::INTR) => {}
+            Ok(())
+            | Err(
+                rustix::io::Errno::TIMEDOUT | rustix::io::Errno::AGAIN | rustix::io::Errno::INTR,
+            ) => {}
             Err(e) => return Err(Error::os(ErrorKind::Transport, "futex wait", e)),
+        }
+        if last_check.elapsed() >= SLEEP_SLICE {
+            check()?;
+            last_check = Instant::now();
         }
     }
 }
