@@ -17,6 +17,7 @@
 //! - **quiet** ([`World::quiet`]), **fence** ([`World::fence`]), **barrier** ([`World::barrier`]).
 //!
 //! ## Contents
+//! - [`coll`]: collectives on communicators ([`Comm`]), several algorithms each.
 //! - [`fabric`]: the one-sided core. [`fabric::line`]: the single-line small-message layout.
 //! - [`transport`]: the transport contract and the shared-memory transport.
 //! - [`bootstrap`]: finding rank and size (launcher, Slurm, mpirun) and the launcher itself.
@@ -46,12 +47,14 @@
 #![warn(missing_docs)]
 
 pub mod bootstrap;
+pub mod coll;
 pub mod env;
 mod error;
 pub mod fabric;
 pub mod threads;
 pub mod transport;
 
+pub use coll::{Collective, Comm, Op};
 pub use error::{Error, ErrorKind, Result};
 pub use fabric::{
     Chain, ChainBuilder, Handle, RemoteWord, Segment, SignalOp, Strided, SymmetricSegment, World,

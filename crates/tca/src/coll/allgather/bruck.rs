@@ -1,0 +1,37 @@
+//! Bruck (dissemination) allgather, any rank count: in step k (distance d = 2^k) rank r sends
+//! the blocks it holds, r .. r + min(d, p - d) - 1 (mod p), to r - d and receives blocks
+//! r + d .. from r + d. Blocks go straight to their final places (counts and displacements
+//! are known everywhere), so Bruck's final rotation is not needed.
+//! Cost: ceil(log2 p) α + (p - 1) n β. Reuse: channel flow control.
+
+use crate::coll::registry::{Model, log2c};
+use crate::coll::{Comm, split2};
+use crate::error::Result;
+
+/// The exchange itself, over any block layout.
+pub(crate) fn exchange(
+    c: &Comm<'_>,
+    buf: &mut [u8],
+    range: impl Fn(usize) -> std::ops::Range<usize>,
+) -> Result<()> {
+    let (p, me) = (c.p(), c.me());
+    let mut d = 1;
+    while d < p {
+        let to = (me + p - d) % p;
+        let from = (me + d) % p;
+        for j in 0..d.min(p - d) {
+            let (msg, dst) = split2(buf, range((me + j) % p), range((me + d + j) % p));
+            c.sendrecv(to, msg, from, dst, None)?;
+        }
+        d <<= 1;
+    }
+    Ok(())
+}
+
+pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], counts: &[usize], displs: &[usize]) -> Result<()> {
+    exchange(c, buf, |b| displs[b]..displs[b] + counts[b])
+}
+
+pub(crate) fn cost(m: &Model, p: usize, n: usize) -> f64 {
+    log2c(p) * m.alpha + (p - 1) as f64 * n as f64 * m.beta
+}

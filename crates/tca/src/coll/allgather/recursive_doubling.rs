@@ -1,0 +1,29 @@
+//! Recursive-doubling allgather (seed 000; power-of-two rank counts): in step k rank r and
+//! r xor 2^k swap everything each holds (the aligned group of 2^k blocks around r), so the
+//! data held doubles every step. Each step forwards what the last one received, which is why
+//! the paper could not use a prebuilt chain for it.
+//! Cost: log2 p α + (p - 1) n β. Reuse: channel flow control.
+
+use crate::coll::registry::{Model, log2c};
+use crate::coll::{Comm, split2};
+use crate::error::Result;
+
+pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], counts: &[usize], displs: &[usize]) -> Result<()> {
+    let (p, me) = (c.p(), c.me());
+    let range = |b: usize| displs[b]..displs[b] + counts[b];
+    let mut mask = 1;
+    while mask < p {
+        let partner = me ^ mask;
+        let (mine, theirs) = (me & !(mask - 1), partner & !(mask - 1));
+        for j in 0..mask {
+            let (msg, dst) = split2(buf, range(mine + j), range(theirs + j));
+            c.sendrecv(partner, msg, partner, dst, None)?;
+        }
+        mask <<= 1;
+    }
+    Ok(())
+}
+
+pub(crate) fn cost(m: &Model, p: usize, n: usize) -> f64 {
+    log2c(p) * m.alpha + (p - 1) as f64 * n as f64 * m.beta
+}

@@ -1,0 +1,45 @@
+//! Flat allreduce (shared memory, small messages): every rank writes its buffer to every
+//! other rank in one step, then each combines all p contributions in rank order. One step
+//! deep, and every rank computes the same combination in the same order, so results are
+//! bit-identical everywhere. Cost: α + (p - 1) n (β + γ). Reuse: channel flow control; the p
+//! contributions are staged in the communicator's reusable temporary.
+
+use crate::coll::registry::Model;
+use crate::coll::{Comm, Reducer};
+use crate::error::Result;
+
+pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], red: &Reducer<'_>) -> Result<()> {
+    let (p, me) = (c.p(), c.me());
+    let n = buf.len();
+    let mut all = c.tmp(1, p * n);
+    all[me * n..(me + 1) * n].copy_from_slice(buf);
+    for i in 0..c.chunks(n) {
+        for k in 1..p {
+            c.send_chunk((me + k) % p, buf, i)?;
+        }
+        for k in 1..p {
+            let q = (me + p - k) % p;
+            c.recv_chunk(q, &mut all[q * n..(q + 1) * n], i, None)?;
+        }
+    }
+    combine_in_order(&all, buf, p, red)
+}
+
+/// buf = block 0 op block 1 op ... op block p-1 of `all`.
+pub(crate) fn combine_in_order(
+    all: &[u8],
+    buf: &mut [u8],
+    p: usize,
+    red: &Reducer<'_>,
+) -> Result<()> {
+    let n = buf.len();
+    buf.copy_from_slice(&all[..n]);
+    for q in 1..p {
+        red.apply(buf, &all[q * n..(q + 1) * n])?;
+    }
+    Ok(())
+}
+
+pub(crate) fn cost(m: &Model, p: usize, n: usize) -> f64 {
+    m.alpha + (p - 1) as f64 * n as f64 * (m.beta + m.gamma)
+}

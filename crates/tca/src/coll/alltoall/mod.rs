@@ -1,0 +1,3 @@
+//! Alltoall algorithms (equal blocks).
+pub(crate) mod flat;
+pub(crate) mod pairwise;

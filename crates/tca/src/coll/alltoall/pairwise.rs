@@ -1,0 +1,28 @@
+//! Pairwise-exchange alltoall (bandwidth): in step k (p - 1 steps) rank r sends its block for
+//! r + k and receives the block from r - k, so each step is a permutation and no rank is
+//! flooded. Cost: (p - 1)(α + n β). Reuse: channel flow control.
+
+use crate::coll::Comm;
+use crate::coll::registry::Model;
+use crate::error::Result;
+
+pub(crate) fn run(c: &Comm<'_>, send: &[u8], recv: &mut [u8]) -> Result<()> {
+    let (p, me) = (c.p(), c.me());
+    let b = send.len() / p;
+    recv[me * b..(me + 1) * b].copy_from_slice(&send[me * b..(me + 1) * b]);
+    for k in 1..p {
+        let (to, from) = ((me + k) % p, (me + p - k) % p);
+        c.sendrecv(
+            to,
+            &send[to * b..(to + 1) * b],
+            from,
+            &mut recv[from * b..(from + 1) * b],
+            None,
+        )?;
+    }
+    Ok(())
+}
+
+pub(crate) fn cost(m: &Model, p: usize, n: usize) -> f64 {
+    (p - 1) as f64 * (m.alpha + n as f64 * m.beta)
+}

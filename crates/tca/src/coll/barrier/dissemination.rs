@@ -1,0 +1,22 @@
+//! Dissemination barrier (Hensgen, Finkel and Manber): in round k rank r signals r + 2^k and
+//! waits for r - 2^k; after ceil(log2 p) rounds everyone has heard, directly or not, from
+//! everyone. Each signal is an empty message: one cache line with its sequence word.
+//! Cost: ceil(log2 p) α. Reuse: channel sequence numbers (nothing to reset).
+
+use crate::coll::Comm;
+use crate::coll::registry::{Model, log2c};
+use crate::error::Result;
+
+pub(crate) fn run(c: &Comm<'_>) -> Result<()> {
+    let (p, me) = (c.p(), c.me());
+    let mut d = 1;
+    while d < p {
+        c.sendrecv((me + d) % p, &[], (me + p - d) % p, &mut [], None)?;
+        d <<= 1;
+    }
+    Ok(())
+}
+
+pub(crate) fn cost(m: &Model, p: usize, _n: usize) -> f64 {
+    log2c(p) * m.alpha
+}

@@ -1,0 +1,2 @@
+//! Barrier algorithms.
+pub(crate) mod dissemination;

@@ -1,0 +1,25 @@
+//! Flat broadcast: the root writes the buffer into every other rank's slots, chunk by chunk
+//! to all ranks in turn, so every receiver starts after one chunk. On shared memory the p - 1
+//! copies are cheap for small messages and the depth is one step.
+//! Cost: α + (p - 1) n β. Reuse: channel flow control.
+
+use crate::coll::Comm;
+use crate::coll::registry::Model;
+use crate::error::Result;
+
+pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], root: usize) -> Result<()> {
+    let (p, me) = (c.p(), c.me());
+    if me != root {
+        return c.recv(root, buf);
+    }
+    for i in 0..c.chunks(buf.len()) {
+        for k in 1..p {
+            c.send_chunk((root + k) % p, buf, i)?;
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn cost(m: &Model, p: usize, n: usize) -> f64 {
+    m.alpha + (p - 1) as f64 * n as f64 * m.beta
+}

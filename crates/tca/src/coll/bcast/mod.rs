@@ -1,0 +1,5 @@
+//! Broadcast algorithms.
+pub(crate) mod binomial;
+pub(crate) mod flat;
+pub(crate) mod pipeline;
+pub(crate) mod scatter_allgather;

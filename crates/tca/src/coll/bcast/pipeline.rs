@@ -1,0 +1,31 @@
+//! Pipelined chain broadcast (seed 002's pipelined Bcast): ranks form a chain from the root
+//! (v = 0, 1, ..., p - 1 relative to the root); the message is cut into chunks, and each rank
+//! forwards chunk i to the next as soon as it has received it, so all links work at once.
+//! Cost: (p - 2 + c)(α + s β) for c chunks of s bytes: about n β + (p - 2) s β for large n.
+//! Reuse: channel flow control (at most K chunks in flight per link).
+
+use crate::coll::Comm;
+use crate::coll::registry::Model;
+use crate::error::Result;
+
+pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], root: usize) -> Result<()> {
+    let (p, me) = (c.p(), c.me());
+    let v = (me + p - root) % p;
+    let prev = (me + p - 1) % p;
+    let next = (me + 1) % p;
+    for i in 0..c.chunks(buf.len()) {
+        if v > 0 {
+            c.recv_chunk(prev, buf, i, None)?;
+        }
+        if v + 1 < p {
+            c.send_chunk(next, buf, i)?;
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn cost(m: &Model, p: usize, n: usize) -> f64 {
+    let s = crate::coll::chunk_bytes(p).min(n.max(1)) as f64;
+    let chunks = (n as f64 / s).ceil().max(1.0);
+    (p as f64 - 2.0 + chunks).max(1.0) * (m.alpha + s * m.beta)
+}

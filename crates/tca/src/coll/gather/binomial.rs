@@ -1,0 +1,43 @@
+//! Binomial-tree gather, the mirror of the binomial scatter: relative to the root, rank v
+//! collects its children's subtrees (v + 2^j for 2^j below its lowest set bit) after its own
+//! block, then sends the whole subtree to its parent. ceil(log2 p) steps into the root.
+//! Cost: ceil(log2 p) α + (p - 1) n β. Reuse: channel flow control; staging in the
+//! communicator's reusable temporary.
+
+use crate::coll::Comm;
+use crate::coll::registry::{Model, log2c};
+use crate::error::Result;
+
+pub(crate) fn run(c: &Comm<'_>, send: &[u8], recv: &mut [u8], root: usize) -> Result<()> {
+    let (p, me) = (c.p(), c.me());
+    let b = send.len();
+    let v = (me + p - root) % p;
+    let low = if v == 0 {
+        p.next_power_of_two()
+    } else {
+        v & v.wrapping_neg()
+    };
+    let size = low.min(p - v);
+    let mut t = c.tmp(1, size * b);
+    t[..b].copy_from_slice(send);
+    let mut m = 1;
+    while m < low {
+        if v + m < p {
+            let cnt = m.min(p - v - m);
+            c.recv((v + m + root) % p, &mut t[m * b..(m + cnt) * b])?;
+        }
+        m <<= 1;
+    }
+    if v != 0 {
+        return c.send((v - low + root) % p, &t[..size * b]);
+    }
+    for k in 0..p {
+        let q = (root + k) % p;
+        recv[q * b..(q + 1) * b].copy_from_slice(&t[k * b..(k + 1) * b]);
+    }
+    Ok(())
+}
+
+pub(crate) fn cost(m: &Model, p: usize, n: usize) -> f64 {
+    log2c(p) * m.alpha + (p - 1) as f64 * n as f64 * m.beta
+}

@@ -1,0 +1,27 @@
+//! Linear gather (seed 000: "each rank writes its piece to the root"): every rank sends its
+//! block to the root, which takes chunk i from every rank in turn, so all senders progress
+//! together. Cost: α + (p - 1) n β. Reuse: channel flow control.
+
+use crate::coll::Comm;
+use crate::coll::registry::Model;
+use crate::error::Result;
+
+pub(crate) fn run(c: &Comm<'_>, send: &[u8], recv: &mut [u8], root: usize) -> Result<()> {
+    let (p, me) = (c.p(), c.me());
+    let b = send.len();
+    if me != root {
+        return c.send(root, send);
+    }
+    for i in 0..c.chunks(b) {
+        for k in 1..p {
+            let q = (root + k) % p;
+            c.recv_chunk(q, &mut recv[q * b..(q + 1) * b], i, None)?;
+        }
+    }
+    recv[me * b..(me + 1) * b].copy_from_slice(send);
+    Ok(())
+}
+
+pub(crate) fn cost(m: &Model, p: usize, n: usize) -> f64 {
+    m.alpha + (p - 1) as f64 * n as f64 * m.beta
+}

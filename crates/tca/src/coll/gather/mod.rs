@@ -1,0 +1,3 @@
+//! Gather algorithms.
+pub(crate) mod binomial;
+pub(crate) mod linear;

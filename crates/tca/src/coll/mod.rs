@@ -1,0 +1,665 @@
+//! Collectives over the fabric: broadcast, scatter, gather, reduce, allgather (and
+//! allgatherv), allreduce, barrier, reduce_scatter and alltoall, each with several algorithms.
+//!
+//! Everything here is safe code over the fabric's puts and signals (seed 000: collectives
+//! "written only with remote writes and flags"). The pieces:
+//! - [`Comm`]: a communicator (the world, or a group made by [`Comm::split`]) with typed
+//!   collectives over [`Element`] types and [`Op`] reductions.
+//! - `channel`: flow-controlled chunk streams between every pair of ranks, set up once per
+//!   communicator; every algorithm is a schedule of chunk sends and receives on them.
+//! - [`registry`]: the one table of algorithms (name, collective, function, cost model),
+//!   enumerated by selection, `TCA_COLL_<OP>=<name>`, [`Comm::force`], the tests and the docs.
+//! - One file per algorithm under `coll/<collective>/`, each opening with the algorithm, its
+//!   cost, its source and its reuse rules.
+//!
+//! Setup once, reuse: a communicator's scratch segment and the peers' handles are set up when
+//! it is created; its temporary buffers grow to the largest message seen and are reused. A
+//! repeated call does no allocation, system call or handle exchange.
+
+mod allgather;
+mod allreduce;
+mod alltoall;
+mod barrier;
+mod bcast;
+mod channel;
+mod gather;
+mod op;
+mod reduce;
+mod reduce_scatter;
+pub mod registry;
+mod scatter;
+
+use std::cell::{Cell, RefCell, RefMut};
+
+pub use channel::{chunk_bytes, scratch_bytes};
+pub use op::{BitOp, Element, Op, Reducer};
+pub use registry::{ALGORITHMS, Algorithm, Collective};
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::fabric::{Handle, World};
+use channel::{Channels, Sink};
+use registry::Kernel;
+
+/// A group of ranks that run collectives together: the world, or a part of it made by
+/// [`Comm::split`]. Creating one is collective over its members; it keeps its scratch
+/// segment, the members' handles and its buffers for its whole life.
+#[derive(Debug)]
+pub struct Comm<'w> {
+    world: &'w World,
+    ranks: Vec<u32>,
+    me: usize,
+    ch: Channels,
+    forced: RefCell<[Option<&'static Algorithm>; Collective::ALL.len()]>,
+    tmp: [RefCell<Vec<u64>>; 3],
+    sizes: RefCell<(Vec<usize>, Vec<usize>)>,
+    broken: Cell<bool>,
+}
+
+impl<'w> Comm<'w> {
+    /// The communicator of every rank of the world. Collective over the world.
+    pub fn world(world: &'w World) -> Result<Self> {
+        let p = world.size() as usize;
+        let seg = world.alloc(scratch_bytes(p))?;
+        let handles = world.all_handles(&seg)?;
+        Self::assemble(
+            world,
+            (0..world.size()).collect(),
+            world.rank() as usize,
+            seg,
+            handles,
+        )
+    }
+
+    fn assemble(
+        world: &'w World,
+        ranks: Vec<u32>,
+        me: usize,
+        seg: crate::Segment,
+        handles: Vec<Handle>,
+    ) -> Result<Self> {
+        // Attach every member's scratch now, so that no collective call ever does. A member
+        // may already have finished and left (it only had to send to us): that is not an
+        // error here; writing to it later would be, and would say so.
+        for h in &handles {
+            let _ = world.attach(h);
+        }
+        let mut forced = [None; Collective::ALL.len()];
+        for (i, c) in Collective::ALL.iter().enumerate() {
+            forced[i] = registry::from_env(*c)?;
+        }
+        Ok(Self {
+            world,
+            ranks,
+            me,
+            ch: Channels::new(seg, handles, me),
+            forced: RefCell::new(forced),
+            tmp: Default::default(),
+            sizes: RefCell::new((Vec::new(), Vec::new())),
+            broken: Cell::new(false),
+        })
+    }
+
+    /// This rank's number in the communicator.
+    pub fn rank(&self) -> u32 {
+        self.me as u32
+    }
+
+    /// Number of ranks in the communicator.
+    pub fn size(&self) -> u32 {
+        self.ranks.len() as u32
+    }
+
+    /// The world rank of communicator rank `r`.
+    pub fn world_rank(&self, r: u32) -> Option<u32> {
+        self.ranks.get(r as usize).copied()
+    }
+
+    /// The world this communicator lives in.
+    pub fn world_ref(&self) -> &'w World {
+        self.world
+    }
+
+    /// Splits the communicator, as `MPI_Comm_split`: ranks with the same `color` form a new
+    /// communicator, ordered by `key` then by their rank here; `None` takes no part and gets
+    /// `None`. Collective over this communicator.
+    pub fn split(&self, color: Option<u32>, key: i64) -> Result<Option<Comm<'w>>> {
+        let p = self.ranks.len();
+        let mut mine = [0u8; 16];
+        mine[..4].copy_from_slice(&color.map_or(u32::MAX, |c| c).to_le_bytes());
+        mine[4..8].copy_from_slice(&u32::from(color.is_some()).to_le_bytes());
+        mine[8..].copy_from_slice(&key.to_le_bytes());
+        let mut all = vec![0u8; 16 * p];
+        self.allgather(&mine, &mut all)?;
+        let mut group: Vec<(i64, usize)> = (0..p)
+            .filter_map(|r| {
+                let e = &all[16 * r..16 * r + 16];
+                let c = u32::from_le_bytes(e[..4].try_into().ok()?);
+                let has = u32::from_le_bytes(e[4..8].try_into().ok()?) == 1;
+                let k = i64::from_le_bytes(e[8..].try_into().ok()?);
+                (has && Some(c) == color).then_some((k, r))
+            })
+            .collect();
+        group.sort();
+        // Members allocate their scratch; handles travel through this communicator.
+        let seg = match color {
+            Some(_) => Some(self.world.alloc(scratch_bytes(group.len()))?),
+            None => None,
+        };
+        let mut hb = [0u8; Handle::BYTES];
+        if let Some(s) = &seg {
+            hb = s.handle().to_bytes();
+        }
+        let mut hall = vec![0u8; Handle::BYTES * p];
+        self.allgather(&hb, &mut hall)?;
+        let Some(seg) = seg else { return Ok(None) };
+        let handles = group
+            .iter()
+            .map(|&(_, r)| Handle::from_bytes(&hall[Handle::BYTES * r..Handle::BYTES * (r + 1)]))
+            .collect::<Result<Vec<_>>>()?;
+        let me = group
+            .iter()
+            .position(|&(_, r)| r == self.me)
+            .expect("this rank is in its own group");
+        let ranks = group.iter().map(|&(_, r)| self.ranks[r]).collect();
+        Self::assemble(self.world, ranks, me, seg, handles).map(Some)
+    }
+
+    /// Forces `collective` to use the algorithm called `name` (`None`: back to automatic
+    /// selection). An unknown name is an error listing the valid ones.
+    pub fn force(&self, collective: Collective, name: Option<&str>) -> Result<()> {
+        let alg = match name {
+            Some(n) => Some(registry::find(collective, n)?),
+            None => None,
+        };
+        self.forced.borrow_mut()[collective as usize] = alg;
+        Ok(())
+    }
+
+    /// The algorithm a call of `collective` on `bytes` bytes would use now.
+    pub fn algorithm(&self, collective: Collective, bytes: usize) -> &'static Algorithm {
+        self.forced.borrow()[collective as usize]
+            .unwrap_or_else(|| registry::auto(collective, self.ranks.len(), bytes))
+    }
+
+    fn pick(&self, collective: Collective, bytes: usize) -> Result<&'static Algorithm> {
+        if self.broken.get() {
+            return Err(Error::new(
+                ErrorKind::Aborted,
+                "this communicator was left inconsistent by an earlier error; create a new one",
+            ));
+        }
+        let a = self.algorithm(collective, bytes);
+        if !(a.supports)(self.ranks.len()) {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                format!(
+                    "{} algorithm `{}` does not support {} ranks ({})",
+                    collective.name(),
+                    a.name,
+                    self.ranks.len(),
+                    a.note
+                ),
+            ));
+        }
+        Ok(a)
+    }
+
+    /// Runs a kernel; an error that leaves peers waiting on us aborts the job so that no one
+    /// hangs (a panicking user op, mismatched lengths).
+    fn run(&self, r: Result<()>) -> Result<()> {
+        if let Err(e) = &r {
+            self.broken.set(true);
+            if e.kind() == ErrorKind::InvalidArgument {
+                self.world.abort();
+            }
+        }
+        r
+    }
+
+    fn check_root(&self, root: u32) -> Result<usize> {
+        if root as usize >= self.ranks.len() {
+            return Err(Error::new(
+                ErrorKind::InvalidRank,
+                format!(
+                    "root {root} is not in this {}-rank communicator",
+                    self.ranks.len()
+                ),
+            ));
+        }
+        Ok(root as usize)
+    }
+
+    // ---- plumbing used by the algorithms ---------------------------------------------------
+
+    pub(crate) fn p(&self) -> usize {
+        self.ranks.len()
+    }
+
+    pub(crate) fn me(&self) -> usize {
+        self.me
+    }
+
+    pub(crate) fn chunks(&self, n: usize) -> usize {
+        self.ch.chunks(n)
+    }
+
+    pub(crate) fn send(&self, to: usize, msg: &[u8]) -> Result<()> {
+        self.ch.send(self.world, to, msg)
+    }
+
+    pub(crate) fn recv(&self, from: usize, dst: &mut [u8]) -> Result<()> {
+        self.ch.recv(self.world, from, dst, &Sink::Copy)
+    }
+
+    pub(crate) fn recv_reduce(&self, from: usize, acc: &mut [u8], red: &Reducer<'_>) -> Result<()> {
+        self.ch.recv(self.world, from, acc, &Sink::Reduce(red))
+    }
+
+    pub(crate) fn send_chunk(&self, to: usize, msg: &[u8], i: usize) -> Result<()> {
+        self.ch.send_chunk(self.world, to, msg, i)
+    }
+
+    pub(crate) fn recv_chunk(
+        &self,
+        from: usize,
+        dst: &mut [u8],
+        i: usize,
+        red: Option<&Reducer<'_>>,
+    ) -> Result<()> {
+        match red {
+            Some(r) => self
+                .ch
+                .recv_chunk(self.world, from, dst, i, &Sink::Reduce(r)),
+            None => self.ch.recv_chunk(self.world, from, dst, i, &Sink::Copy),
+        }
+    }
+
+    pub(crate) fn sendrecv(
+        &self,
+        to: usize,
+        msg: &[u8],
+        from: usize,
+        dst: &mut [u8],
+        red: Option<&Reducer<'_>>,
+    ) -> Result<()> {
+        match red {
+            Some(r) => self
+                .ch
+                .sendrecv(self.world, to, msg, from, dst, &Sink::Reduce(r)),
+            None => self
+                .ch
+                .sendrecv(self.world, to, msg, from, dst, &Sink::Copy),
+        }
+    }
+
+    /// Sends `buf` to `to` and receives a message of the same length from `from` into `buf`
+    /// itself, chunk by chunk: chunk i is sent before the incoming chunk i overwrites (or is
+    /// reduced into) it, so no copy of `buf` is needed.
+    pub(crate) fn sendrecv_in_place(
+        &self,
+        to: usize,
+        from: usize,
+        buf: &mut [u8],
+        red: Option<&Reducer<'_>>,
+    ) -> Result<()> {
+        for i in 0..self.chunks(buf.len()) {
+            self.send_chunk(to, buf, i)?;
+            self.recv_chunk(from, buf, i, red)?;
+        }
+        Ok(())
+    }
+
+    /// Temporary buffer `i` (1 or 2; 0 belongs to the typed front end), at least `n` bytes,
+    /// 8-aligned, grown on demand and reused.
+    pub(crate) fn tmp(&self, i: usize, n: usize) -> RefMut<'_, [u8]> {
+        let mut v = self.tmp[i].borrow_mut();
+        if v.len() * 8 < n {
+            v.resize(n.div_ceil(8), 0);
+        }
+        RefMut::map(v, |v| &mut bytemuck::cast_slice_mut::<u64, u8>(v)[..n])
+    }
+
+    // ---- the collectives ---------------------------------------------------------------------
+
+    /// Broadcasts `buf` from `root` to every rank (in place).
+    pub fn broadcast<T: Element>(&self, buf: &mut [T], root: u32) -> Result<()> {
+        let root = self.check_root(root)?;
+        let bytes: &mut [u8] = bytemuck::cast_slice_mut(buf);
+        if bytes.is_empty() || self.p() == 1 {
+            return Ok(());
+        }
+        let a = self.pick(Collective::Broadcast, bytes.len())?;
+        let Kernel::Broadcast(f) = a.kernel else {
+            unreachable!("registry entry kind")
+        };
+        self.run(f(self, bytes, root))
+    }
+
+    /// Root's `send` (`size() * recv.len()` elements) is cut in blocks; rank r receives block
+    /// r in `recv`. `send` is read on the root only.
+    pub fn scatter<T: Element>(&self, send: &[T], recv: &mut [T], root: u32) -> Result<()> {
+        let root = self.check_root(root)?;
+        if self.me == root && send.len() != recv.len() * self.p() {
+            return Err(len_error(
+                "scatter send buffer",
+                recv.len() * self.p(),
+                send.len(),
+            ));
+        }
+        let (s, r): (&[u8], &mut [u8]) =
+            (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
+        if r.is_empty() {
+            return Ok(());
+        }
+        if self.p() == 1 {
+            r.copy_from_slice(s);
+            return Ok(());
+        }
+        let a = self.pick(Collective::Scatter, r.len())?;
+        let Kernel::Scatter(f) = a.kernel else {
+            unreachable!("registry entry kind")
+        };
+        self.run(f(self, s, r, root))
+    }
+
+    /// Every rank's `send` lands as block r of root's `recv` (`size() * send.len()`
+    /// elements). `recv` is written on the root only.
+    pub fn gather<T: Element>(&self, send: &[T], recv: &mut [T], root: u32) -> Result<()> {
+        let root = self.check_root(root)?;
+        if self.me == root && recv.len() != send.len() * self.p() {
+            return Err(len_error(
+                "gather receive buffer",
+                send.len() * self.p(),
+                recv.len(),
+            ));
+        }
+        let (s, r): (&[u8], &mut [u8]) =
+            (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
+        if s.is_empty() {
+            return Ok(());
+        }
+        if self.p() == 1 {
+            r.copy_from_slice(s);
+            return Ok(());
+        }
+        let a = self.pick(Collective::Gather, s.len())?;
+        let Kernel::Gather(f) = a.kernel else {
+            unreachable!("registry entry kind")
+        };
+        self.run(f(self, s, r, root))
+    }
+
+    /// Reduces every rank's `send` with `op` into root's `recv` (same length; ignored
+    /// elsewhere).
+    pub fn reduce<T: Element>(
+        &self,
+        send: &[T],
+        recv: &mut [T],
+        op: &Op<T>,
+        root: u32,
+    ) -> Result<()> {
+        let root = self.check_root(root)?;
+        op.check()?;
+        if self.me == root && recv.len() != send.len() {
+            return Err(len_error("reduce receive buffer", send.len(), recv.len()));
+        }
+        let s: &[u8] = bytemuck::cast_slice(send);
+        if s.is_empty() {
+            return Ok(());
+        }
+        if self.p() == 1 {
+            recv.copy_from_slice(send);
+            return Ok(());
+        }
+        let a = self.pick(Collective::Reduce, s.len())?;
+        let Kernel::Reduce(f) = a.kernel else {
+            unreachable!("registry entry kind")
+        };
+        let comb = op::byte_combiner(op);
+        let red = Reducer::new(std::mem::size_of::<T>(), &comb);
+        let mut work = self.tmp(0, s.len());
+        work.copy_from_slice(s);
+        let r = f(self, &mut work, &red, root);
+        if r.is_ok() && self.me == root {
+            bytemuck::cast_slice_mut::<T, u8>(recv).copy_from_slice(&work);
+        }
+        self.run(r)
+    }
+
+    /// [`Comm::reduce`] in place: `buf` is this rank's contribution, and on the root the result.
+    pub fn reduce_in_place<T: Element>(&self, buf: &mut [T], op: &Op<T>, root: u32) -> Result<()> {
+        let root_u = self.check_root(root)?;
+        op.check()?;
+        let bytes: &mut [u8] = bytemuck::cast_slice_mut(buf);
+        if bytes.is_empty() || self.p() == 1 {
+            return Ok(());
+        }
+        let a = self.pick(Collective::Reduce, bytes.len())?;
+        let Kernel::Reduce(f) = a.kernel else {
+            unreachable!("registry entry kind")
+        };
+        let comb = op::byte_combiner(op);
+        let red = Reducer::new(std::mem::size_of::<T>(), &comb);
+        if self.me == root_u {
+            return self.run(f(self, bytes, &red, root_u));
+        }
+        let mut work = self.tmp(0, bytes.len());
+        work.copy_from_slice(bytes);
+        self.run(f(self, &mut work, &red, root_u))
+    }
+
+    /// Every rank's `send` (same length everywhere) lands as block r of every rank's `recv`.
+    pub fn allgather<T: Element>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
+        if recv.len() != send.len() * self.p() {
+            return Err(len_error(
+                "allgather receive buffer",
+                send.len() * self.p(),
+                recv.len(),
+            ));
+        }
+        let n = send.len();
+        let at = self.me * n;
+        recv[at..at + n].copy_from_slice(send);
+        let mut sizes = self.sizes.borrow_mut();
+        let (counts, displs) = &mut *sizes;
+        let sz = std::mem::size_of::<T>();
+        counts.clear();
+        displs.clear();
+        counts.extend(std::iter::repeat_n(std::mem::size_of_val(send), self.p()));
+        displs.extend((0..self.p()).map(|r| r * n * sz));
+        self.allgather_bytes(bytemuck::cast_slice_mut(recv), counts, displs)
+    }
+
+    /// [`Comm::allgather`] with per-rank counts: rank r contributes `counts[r]` elements,
+    /// placed at `displs[r]` in `recv` (every rank passes the same `counts` and `displs`).
+    /// This rank's contribution must already be in place at `recv[displs[me]..]`.
+    pub fn allgatherv_in_place<T: Element>(
+        &self,
+        recv: &mut [T],
+        counts: &[usize],
+        displs: &[usize],
+    ) -> Result<()> {
+        let p = self.p();
+        if counts.len() != p || displs.len() != p {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                format!(
+                    "allgatherv needs {p} counts and displacements, got {} and {}",
+                    counts.len(),
+                    displs.len()
+                ),
+            ));
+        }
+        for r in 0..p {
+            if counts[r]
+                .checked_add(displs[r])
+                .is_none_or(|e| e > recv.len())
+            {
+                return Err(Error::new(
+                    ErrorKind::OutOfBounds,
+                    format!(
+                        "allgatherv block of rank {r} ({} at {}) overruns the {}-element buffer",
+                        counts[r],
+                        displs[r],
+                        recv.len()
+                    ),
+                ));
+            }
+        }
+        let sz = std::mem::size_of::<T>();
+        let mut sizes = self.sizes.borrow_mut();
+        let (c, d) = &mut *sizes;
+        c.clear();
+        d.clear();
+        c.extend(counts.iter().map(|x| x * sz));
+        d.extend(displs.iter().map(|x| x * sz));
+        self.allgather_bytes(bytemuck::cast_slice_mut(recv), c, d)
+    }
+
+    fn allgather_bytes(&self, recv: &mut [u8], counts: &[usize], displs: &[usize]) -> Result<()> {
+        let total: usize = counts.iter().sum();
+        if total == 0 || self.p() == 1 {
+            return Ok(());
+        }
+        let a = self.pick(Collective::Allgather, total / self.p())?;
+        let Kernel::Allgather(f) = a.kernel else {
+            unreachable!("registry entry kind")
+        };
+        self.run(f(self, recv, counts, displs))
+    }
+
+    /// Reduces every rank's `send` with `op`; every rank gets the result in `recv`.
+    pub fn allreduce<T: Element>(&self, send: &[T], recv: &mut [T], op: &Op<T>) -> Result<()> {
+        if recv.len() != send.len() {
+            return Err(len_error(
+                "allreduce receive buffer",
+                send.len(),
+                recv.len(),
+            ));
+        }
+        recv.copy_from_slice(send);
+        self.allreduce_in_place(recv, op)
+    }
+
+    /// [`Comm::allreduce`] in place.
+    pub fn allreduce_in_place<T: Element>(&self, buf: &mut [T], op: &Op<T>) -> Result<()> {
+        op.check()?;
+        let bytes: &mut [u8] = bytemuck::cast_slice_mut(buf);
+        if bytes.is_empty() || self.p() == 1 {
+            return Ok(());
+        }
+        let a = self.pick(Collective::Allreduce, bytes.len())?;
+        let Kernel::Allreduce(f) = a.kernel else {
+            unreachable!("registry entry kind")
+        };
+        let comb = op::byte_combiner(op);
+        let red = Reducer::new(std::mem::size_of::<T>(), &comb);
+        self.run(f(self, bytes, &red))
+    }
+
+    /// Blocks until every rank of the communicator has entered the barrier.
+    pub fn barrier(&self) -> Result<()> {
+        if self.p() == 1 {
+            return Ok(());
+        }
+        let a = self.pick(Collective::Barrier, 0)?;
+        let Kernel::Barrier(f) = a.kernel else {
+            unreachable!("registry entry kind")
+        };
+        self.run(f(self))
+    }
+
+    /// Reduces every rank's `send` (`size() * recv.len()` elements) with `op`; rank r gets
+    /// block r of the result in `recv` (`MPI_Reduce_scatter_block`).
+    pub fn reduce_scatter<T: Element>(&self, send: &[T], recv: &mut [T], op: &Op<T>) -> Result<()> {
+        op.check()?;
+        if send.len() != recv.len() * self.p() {
+            return Err(len_error(
+                "reduce_scatter send buffer",
+                recv.len() * self.p(),
+                send.len(),
+            ));
+        }
+        let s: &[u8] = bytemuck::cast_slice(send);
+        let r: &mut [u8] = bytemuck::cast_slice_mut(recv);
+        if r.is_empty() {
+            return Ok(());
+        }
+        if self.p() == 1 {
+            r.copy_from_slice(s);
+            return Ok(());
+        }
+        let a = self.pick(Collective::ReduceScatter, r.len())?;
+        let Kernel::ReduceScatter(f) = a.kernel else {
+            unreachable!("registry entry kind")
+        };
+        let comb = op::byte_combiner(op);
+        let red = Reducer::new(std::mem::size_of::<T>(), &comb);
+        let mut work = self.tmp(0, s.len());
+        work.copy_from_slice(s);
+        self.run(f(self, &mut work, r, &red))
+    }
+
+    /// Block j of rank i's `send` lands as block i of rank j's `recv` (blocks of
+    /// `send.len() / size()` elements).
+    pub fn alltoall<T: Element>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
+        if send.len() != recv.len() || send.len() % self.p() != 0 {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                format!(
+                    "alltoall needs send and receive buffers of the same length, a multiple of {} (got {} and {})",
+                    self.p(),
+                    send.len(),
+                    recv.len()
+                ),
+            ));
+        }
+        let (s, r): (&[u8], &mut [u8]) =
+            (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
+        if s.is_empty() {
+            return Ok(());
+        }
+        if self.p() == 1 {
+            r.copy_from_slice(s);
+            return Ok(());
+        }
+        let a = self.pick(Collective::Alltoall, s.len() / self.p())?;
+        let Kernel::Alltoall(f) = a.kernel else {
+            unreachable!("registry entry kind")
+        };
+        self.run(f(self, s, r))
+    }
+}
+
+fn len_error(what: &str, want: usize, got: usize) -> Error {
+    Error::new(
+        ErrorKind::InvalidArgument,
+        format!("{what} has {got} elements, {want} are needed"),
+    )
+}
+
+/// Splits `n` elements of `elem` bytes into `p` blocks as evenly as possible; returns the
+/// byte range of block `b` (the first `n % p` blocks get one more element).
+pub(crate) fn block(n_bytes: usize, elem: usize, p: usize, b: usize) -> std::ops::Range<usize> {
+    let n = n_bytes / elem;
+    let (q, r) = (n / p, n % p);
+    let start = b * q + b.min(r);
+    let len = q + usize::from(b < r);
+    start * elem..(start + len) * elem
+}
+
+/// Two disjoint parts of one buffer: a shared `a` and an exclusive `b` (either may be empty).
+pub(crate) fn split2(
+    buf: &mut [u8],
+    a: std::ops::Range<usize>,
+    b: std::ops::Range<usize>,
+) -> (&[u8], &mut [u8]) {
+    if a.end <= b.start {
+        let (x, y) = buf.split_at_mut(b.start);
+        (&x[a], &mut y[..b.end - b.start])
+    } else {
+        debug_assert!(b.end <= a.start, "ranges {a:?} and {b:?} overlap");
+        let (x, y) = buf.split_at_mut(a.start);
+        (&y[..a.end - a.start], &mut x[b])
+    }
+}

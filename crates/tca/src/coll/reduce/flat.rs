@@ -1,0 +1,24 @@
+//! Flat reduce: every rank writes its buffer to the root, which combines chunk i of every
+//! rank in turn. One step deep; the root does all p - 1 combinations (shared memory, few
+//! ranks, small messages). Cost: α + (p - 1) n (β + γ). Reuse: channel flow control.
+
+use crate::coll::registry::Model;
+use crate::coll::{Comm, Reducer};
+use crate::error::Result;
+
+pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], red: &Reducer<'_>, root: usize) -> Result<()> {
+    let (p, me) = (c.p(), c.me());
+    if me != root {
+        return c.send(root, buf);
+    }
+    for i in 0..c.chunks(buf.len()) {
+        for k in 1..p {
+            c.recv_chunk((root + k) % p, buf, i, Some(red))?;
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn cost(m: &Model, p: usize, n: usize) -> f64 {
+    m.alpha + (p - 1) as f64 * n as f64 * (m.beta + m.gamma)
+}

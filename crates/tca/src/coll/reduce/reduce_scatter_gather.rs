@@ -1,0 +1,50 @@
+//! Reduce as reduce_scatter + gather (Rabenseifner's reduce): a ring reduce-scatter leaves
+//! rank r with block (r + 1) mod p of the result, then every rank sends its block to the
+//! root. Each rank moves about 2 n bytes and combines n (p - 1)/p, for large messages.
+//! Cost: 2 (p - 1) α + 2 (p - 1)/p n β + (p - 1)/p n γ. Reuse: channel flow control.
+
+use crate::coll::registry::Model;
+use crate::coll::{Comm, Reducer, block, split2};
+use crate::error::Result;
+
+/// Ring reduce-scatter in place over `p` element blocks of `buf`: afterwards this rank holds
+/// the fully reduced block `(me + 1 + shift) mod p`, where blocks sent first are `me + shift`.
+pub(crate) fn ring_reduce_scatter(
+    c: &Comm<'_>,
+    buf: &mut [u8],
+    red: &Reducer<'_>,
+    shift: usize,
+) -> Result<()> {
+    let (p, me) = (c.p(), c.me());
+    let n = buf.len();
+    let (right, left) = ((me + 1) % p, (me + p - 1) % p);
+    for s in 0..p - 1 {
+        let out = block(n, red.elem, p, (me + shift + 2 * p - s) % p);
+        let inn = block(n, red.elem, p, (me + shift + 2 * p - s - 1) % p);
+        let (msg, dst) = split2(buf, out, inn);
+        c.sendrecv(right, msg, left, dst, Some(red))?;
+    }
+    Ok(())
+}
+
+pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], red: &Reducer<'_>, root: usize) -> Result<()> {
+    let (p, me) = (c.p(), c.me());
+    let n = buf.len();
+    // Shift so that the root ends with block `root`: with shift = p - 1 rank r owns block r.
+    ring_reduce_scatter(c, buf, red, p - 1)?;
+    if me != root {
+        return c.send(root, &buf[block(n, red.elem, p, me)]);
+    }
+    for k in 1..p {
+        let q = (root + k) % p;
+        c.recv(q, &mut buf[block(n, red.elem, p, q)])?;
+    }
+    Ok(())
+}
+
+pub(crate) fn cost(m: &Model, p: usize, n: usize) -> f64 {
+    let (pf, nf) = (p as f64, n as f64);
+    2.0 * (pf - 1.0) * m.alpha
+        + 2.0 * (pf - 1.0) / pf * nf * m.beta
+        + (pf - 1.0) / pf * nf * m.gamma
+}

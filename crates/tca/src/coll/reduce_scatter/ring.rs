@@ -1,0 +1,22 @@
+//! Ring reduce-scatter (bandwidth): p - 1 steps; in each, every rank passes a partially
+//! combined block to its right neighbour and combines the one from its left, arranged so that
+//! rank r ends with block r. Cost: (p - 1)(α + n β + n γ) for blocks of n bytes.
+//! Reuse: channel flow control.
+
+use crate::coll::reduce::reduce_scatter_gather::ring_reduce_scatter;
+use crate::coll::registry::Model;
+use crate::coll::{Comm, Reducer};
+use crate::error::Result;
+
+pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], recv: &mut [u8], red: &Reducer<'_>) -> Result<()> {
+    let (p, me) = (c.p(), c.me());
+    let b = recv.len();
+    // Equal blocks: the element-wise split of `block` gives exactly b bytes each.
+    ring_reduce_scatter(c, buf, red, p - 1)?;
+    recv.copy_from_slice(&buf[me * b..(me + 1) * b]);
+    Ok(())
+}
+
+pub(crate) fn cost(m: &Model, p: usize, n: usize) -> f64 {
+    (p - 1) as f64 * (m.alpha + n as f64 * (m.beta + m.gamma))
+}

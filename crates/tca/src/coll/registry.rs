@@ -1,0 +1,298 @@
+//! The one table of collective algorithms.
+//!
+//! Each entry: name, collective, function, the rank counts it supports, and its cost model
+//! (latency-bandwidth-compute, α-β-γ, in microseconds). Selection, `TCA_COLL_<OP>=<name>`,
+//! [`Comm::force`](super::Comm::force), the tests and the benchmarks all enumerate this table,
+//! so an algorithm added here is everywhere at once.
+//!
+//! `auto` picks by message size and rank count with thresholds measured on shared memory
+//! (BENCHMARKS.md); it is the one place a calibrated cost model (crates/tca-model, a later
+//! issue) will replace: [`Algorithm::cost`] is already there for it.
+
+use super::{Comm, Reducer};
+use super::{
+    allgather, allreduce, alltoall, barrier, bcast, gather, reduce, reduce_scatter, scatter,
+};
+use crate::error::{Error, ErrorKind, Result};
+
+/// The collectives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Collective {
+    /// One root's buffer to everyone.
+    Broadcast,
+    /// Root's blocks, one to each rank.
+    Scatter,
+    /// Everyone's block to the root.
+    Gather,
+    /// Everyone's buffer combined at the root.
+    Reduce,
+    /// Everyone's block to everyone.
+    Allgather,
+    /// Everyone's buffer combined, result everywhere.
+    Allreduce,
+    /// Synchronisation.
+    Barrier,
+    /// Combined buffer, block r to rank r.
+    ReduceScatter,
+    /// Block j of rank i to block i of rank j.
+    Alltoall,
+}
+
+impl Collective {
+    /// Every collective, in table order.
+    pub const ALL: [Collective; 9] = [
+        Self::Broadcast,
+        Self::Scatter,
+        Self::Gather,
+        Self::Reduce,
+        Self::Allgather,
+        Self::Allreduce,
+        Self::Barrier,
+        Self::ReduceScatter,
+        Self::Alltoall,
+    ];
+
+    /// Lower-case name, as in `TCA_COLL_<NAME>` (upper-cased) and the CLI.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Broadcast => "broadcast",
+            Self::Scatter => "scatter",
+            Self::Gather => "gather",
+            Self::Reduce => "reduce",
+            Self::Allgather => "allgather",
+            Self::Allreduce => "allreduce",
+            Self::Barrier => "barrier",
+            Self::ReduceScatter => "reduce_scatter",
+            Self::Alltoall => "alltoall",
+        }
+    }
+
+    /// The environment variable that forces this collective's algorithm.
+    pub fn env_var(self) -> String {
+        format!("TCA_COLL_{}", self.name().to_uppercase())
+    }
+
+    /// The algorithms registered for this collective.
+    pub fn algorithms(self) -> impl Iterator<Item = &'static Algorithm> {
+        ALGORITHMS.iter().filter(move |a| a.collective == self)
+    }
+}
+
+/// Parameters of the α-β-γ cost model, in microseconds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Model {
+    /// Latency of one message (one cache line between cores plus software), us.
+    pub alpha: f64,
+    /// Time per byte moved, us (1 / bandwidth).
+    pub beta: f64,
+    /// Time per byte reduced, us.
+    pub gamma: f64,
+}
+
+impl Default for Model {
+    /// Shared memory on the development machine (BENCHMARKS.md): ~0.05 us per message,
+    /// ~45 GB/s copies, ~5 GB/s reductions.
+    fn default() -> Self {
+        Self {
+            alpha: 0.05,
+            beta: 1.0 / 45_000.0,
+            gamma: 1.0 / 5_000.0,
+        }
+    }
+}
+
+pub(crate) type BcastFn = fn(&Comm<'_>, &mut [u8], usize) -> Result<()>;
+pub(crate) type ScatterFn = fn(&Comm<'_>, &[u8], &mut [u8], usize) -> Result<()>;
+pub(crate) type GatherFn = fn(&Comm<'_>, &[u8], &mut [u8], usize) -> Result<()>;
+pub(crate) type ReduceFn = fn(&Comm<'_>, &mut [u8], &Reducer<'_>, usize) -> Result<()>;
+pub(crate) type AllgatherFn = fn(&Comm<'_>, &mut [u8], &[usize], &[usize]) -> Result<()>;
+pub(crate) type AllreduceFn = fn(&Comm<'_>, &mut [u8], &Reducer<'_>) -> Result<()>;
+pub(crate) type BarrierFn = fn(&Comm<'_>) -> Result<()>;
+pub(crate) type ReduceScatterFn = fn(&Comm<'_>, &mut [u8], &mut [u8], &Reducer<'_>) -> Result<()>;
+pub(crate) type AlltoallFn = fn(&Comm<'_>, &[u8], &mut [u8]) -> Result<()>;
+
+/// The function of an algorithm, by collective.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Kernel {
+    Broadcast(BcastFn),
+    Scatter(ScatterFn),
+    Gather(GatherFn),
+    Reduce(ReduceFn),
+    Allgather(AllgatherFn),
+    Allreduce(AllreduceFn),
+    Barrier(BarrierFn),
+    ReduceScatter(ReduceScatterFn),
+    Alltoall(AlltoallFn),
+}
+
+/// One registered algorithm.
+#[derive(Debug)]
+pub struct Algorithm {
+    /// Its name (`TCA_COLL_ALLREDUCE=ring`).
+    pub name: &'static str,
+    /// The collective it implements.
+    pub collective: Collective,
+    pub(crate) kernel: Kernel,
+    /// Whether it runs on `p` ranks.
+    pub supports: fn(usize) -> bool,
+    /// What it needs, when `supports` is not "any p".
+    pub note: &'static str,
+    /// Estimated time in microseconds for `p` ranks and `bytes` bytes (per rank's block for
+    /// scatter, gather, allgather, reduce_scatter and alltoall; whole buffer otherwise).
+    pub cost: fn(&Model, usize, usize) -> f64,
+}
+
+fn any(_: usize) -> bool {
+    true
+}
+
+fn pow2(p: usize) -> bool {
+    p.is_power_of_two()
+}
+
+macro_rules! alg {
+    ($name:literal, $coll:ident, $module:path, $supports:expr, $note:literal) => {{
+        use $module as m;
+        Algorithm {
+            name: $name,
+            collective: Collective::$coll,
+            kernel: Kernel::$coll(m::run),
+            supports: $supports,
+            note: $note,
+            cost: m::cost,
+        }
+    }};
+}
+
+/// Every algorithm tca has.
+pub static ALGORITHMS: &[Algorithm] = &[
+    alg!("binomial", Broadcast, bcast::binomial, any, ""),
+    alg!("flat", Broadcast, bcast::flat, any, ""),
+    alg!("pipeline", Broadcast, bcast::pipeline, any, ""),
+    alg!(
+        "scatter_allgather",
+        Broadcast,
+        bcast::scatter_allgather,
+        any,
+        ""
+    ),
+    alg!("linear", Scatter, scatter::linear, any, ""),
+    alg!("binomial", Scatter, scatter::binomial, any, ""),
+    alg!("linear", Gather, gather::linear, any, ""),
+    alg!("binomial", Gather, gather::binomial, any, ""),
+    alg!("binomial", Reduce, reduce::binomial, any, ""),
+    alg!("flat", Reduce, reduce::flat, any, ""),
+    alg!(
+        "reduce_scatter_gather",
+        Reduce,
+        reduce::reduce_scatter_gather,
+        any,
+        ""
+    ),
+    alg!(
+        "recursive_doubling",
+        Allgather,
+        allgather::recursive_doubling,
+        pow2,
+        "a power-of-two rank count"
+    ),
+    alg!("bruck", Allgather, allgather::bruck, any, ""),
+    alg!("ring", Allgather, allgather::ring, any, ""),
+    alg!(
+        "dissemination",
+        Allreduce,
+        allreduce::dissemination,
+        any,
+        ""
+    ),
+    alg!(
+        "recursive_doubling",
+        Allreduce,
+        allreduce::recursive_doubling,
+        any,
+        ""
+    ),
+    alg!("rabenseifner", Allreduce, allreduce::rabenseifner, any, ""),
+    alg!("ring", Allreduce, allreduce::ring, any, ""),
+    alg!("flat", Allreduce, allreduce::flat, any, ""),
+    alg!("dissemination", Barrier, barrier::dissemination, any, ""),
+    alg!("flat", ReduceScatter, reduce_scatter::flat, any, ""),
+    alg!("ring", ReduceScatter, reduce_scatter::ring, any, ""),
+    alg!("flat", Alltoall, alltoall::flat, any, ""),
+    alg!("pairwise", Alltoall, alltoall::pairwise, any, ""),
+];
+
+/// The algorithm of `collective` called `name`, or an error listing the valid names.
+pub fn find(collective: Collective, name: &str) -> Result<&'static Algorithm> {
+    collective
+        .algorithms()
+        .find(|a| a.name == name)
+        .ok_or_else(|| {
+            let valid: Vec<&str> = collective.algorithms().map(|a| a.name).collect();
+            Error::new(
+                ErrorKind::InvalidArgument,
+                format!(
+                    "unknown {} algorithm `{name}`; valid: {}",
+                    collective.name(),
+                    valid.join(", ")
+                ),
+            )
+        })
+}
+
+/// The algorithm forced for `collective` by its environment variable, if any.
+pub(crate) fn from_env(collective: Collective) -> Result<Option<&'static Algorithm>> {
+    match std::env::var(collective.env_var()) {
+        Ok(v) if v.is_empty() || v == "auto" => Ok(None),
+        Ok(v) => find(collective, &v).map(Some).map_err(|e| {
+            Error::new(
+                ErrorKind::InvalidArgument,
+                format!("{}: {e}", collective.env_var()),
+            )
+        }),
+        Err(_) => Ok(None),
+    }
+}
+
+fn named(c: Collective, n: &str) -> &'static Algorithm {
+    c.algorithms()
+        .find(|a| a.name == n)
+        .expect("auto picks registered names")
+}
+
+/// Automatic choice for `p` ranks and `bytes` bytes (see the module doc).
+pub fn auto(c: Collective, p: usize, bytes: usize) -> &'static Algorithm {
+    use Collective::*;
+    let name = match c {
+        Broadcast if bytes <= 4096 && p <= 8 => "flat",
+        Broadcast if bytes < (256 << 10) => "binomial",
+        Broadcast if p <= 4 => "pipeline",
+        Broadcast => "scatter_allgather",
+        Scatter if p <= 8 => "linear",
+        Scatter => "binomial",
+        Gather if p <= 8 => "linear",
+        Gather => "binomial",
+        Reduce if bytes <= 4096 && p <= 8 => "flat",
+        Reduce if bytes < (64 << 10) => "binomial",
+        Reduce => "reduce_scatter_gather",
+        Allgather if bytes * p >= (256 << 10) => "ring",
+        Allgather if p.is_power_of_two() => "recursive_doubling",
+        Allgather => "bruck",
+        Allreduce if bytes <= 256 && p <= 8 => "flat",
+        Allreduce if bytes <= 256 => "dissemination",
+        Allreduce if bytes < (64 << 10) => "recursive_doubling",
+        Allreduce if p <= 8 => "ring",
+        Allreduce => "rabenseifner",
+        Barrier => "dissemination",
+        ReduceScatter if bytes * p <= 4096 => "flat",
+        ReduceScatter => "ring",
+        Alltoall if bytes <= 1024 => "flat",
+        Alltoall => "pairwise",
+    };
+    named(c, name)
+}
+
+/// log2 of `p`, rounded up.
+pub(crate) fn log2c(p: usize) -> f64 {
+    (p.max(1) as f64).log2().ceil()
+}

@@ -1,0 +1,45 @@
+//! Binomial-tree scatter: relative to the root, rank v receives from its parent (v minus its
+//! lowest set bit) the pieces of its whole subtree, keeps its own and passes each child's
+//! subtree on. ceil(log2 p) steps instead of p - 1 sends from the root.
+//! Cost: ceil(log2 p) α + (p - 1) n β. Reuse: channel flow control; the subtree staging
+//! buffer is the communicator's reusable temporary.
+
+use crate::coll::Comm;
+use crate::coll::registry::{Model, log2c};
+use crate::error::Result;
+
+pub(crate) fn run(c: &Comm<'_>, send: &[u8], recv: &mut [u8], root: usize) -> Result<()> {
+    let (p, me) = (c.p(), c.me());
+    let b = recv.len();
+    let v = (me + p - root) % p;
+    // My subtree: relative ranks v .. v + size, held in `t` in relative order.
+    let low = if v == 0 {
+        p.next_power_of_two()
+    } else {
+        v & v.wrapping_neg()
+    };
+    let size = low.min(p - v);
+    let mut t = c.tmp(1, size * b);
+    if v == 0 {
+        for k in 0..p {
+            let q = (root + k) % p;
+            t[k * b..(k + 1) * b].copy_from_slice(&send[q * b..(q + 1) * b]);
+        }
+    } else {
+        c.recv((v - low + root) % p, &mut t[..size * b])?;
+    }
+    let mut m = low >> 1;
+    while m > 0 {
+        if v + m < p {
+            let cnt = m.min(p - v - m);
+            c.send((v + m + root) % p, &t[m * b..(m + cnt) * b])?;
+        }
+        m >>= 1;
+    }
+    recv.copy_from_slice(&t[..b]);
+    Ok(())
+}
+
+pub(crate) fn cost(m: &Model, p: usize, n: usize) -> f64 {
+    log2c(p) * m.alpha + (p - 1) as f64 * n as f64 * m.beta
+}

@@ -1,0 +1,3 @@
+//! Scatter algorithms.
+pub(crate) mod binomial;
+pub(crate) mod linear;

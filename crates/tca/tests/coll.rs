@@ -1,0 +1,555 @@
+//! Collectives: every algorithm of the registry at 1 to 9 ranks (thread mode), several roots,
+//! sizes and element types, against a sequential reference; property tests; back-to-back
+//! stress; bad input. Multi-process runs are in `crates/tca-tests`.
+
+use std::time::Duration;
+
+use proptest::prelude::*;
+use tca::coll::{ALGORITHMS, Algorithm, Element};
+use tca::{Collective, Comm, ErrorKind, Op, threads};
+
+const SIZES: [usize; 4] = [0, 1, 7, 4096];
+/// About 1 MiB of f64.
+const BIG: usize = 1 << 17;
+
+fn val<T: Element + FromI>(rank: usize, i: usize) -> T {
+    T::from_i(((rank * 7 + i * 3) % 11) as i64 + 1)
+}
+
+trait FromI {
+    fn from_i(v: i64) -> Self;
+}
+impl FromI for f64 {
+    fn from_i(v: i64) -> Self {
+        v as f64
+    }
+}
+impl FromI for f32 {
+    fn from_i(v: i64) -> Self {
+        v as f32
+    }
+}
+impl FromI for i64 {
+    fn from_i(v: i64) -> Self {
+        v
+    }
+}
+impl FromI for i32 {
+    fn from_i(v: i64) -> Self {
+        v as i32
+    }
+}
+impl FromI for u64 {
+    fn from_i(v: i64) -> Self {
+        v as u64
+    }
+}
+impl FromI for u32 {
+    fn from_i(v: i64) -> Self {
+        v as u32
+    }
+}
+impl FromI for u8 {
+    fn from_i(v: i64) -> Self {
+        v as u8
+    }
+}
+
+fn input<T: Element + FromI>(rank: usize, n: usize) -> Vec<T> {
+    (0..n).map(|i| val(rank, i)).collect()
+}
+
+fn reduced<T: Element + FromI>(p: usize, n: usize, op: &Op<T>) -> Vec<T> {
+    let mut acc = input::<T>(0, n);
+    for r in 1..p {
+        let x = input::<T>(r, n);
+        for (a, b) in acc.iter_mut().zip(x) {
+            *a = apply(op, *a, b);
+        }
+    }
+    acc
+}
+
+fn apply<T: Element>(op: &Op<T>, a: T, b: T) -> T {
+    let mut x = [a];
+    op_combine(op, &mut x, &[b]);
+    x[0]
+}
+
+/// The reference uses the same element-wise definitions through a one-rank allreduce-free
+/// path: a tiny sequential implementation of each op.
+fn op_combine<T: Element>(op: &Op<T>, acc: &mut [T], inc: &[T]) {
+    for (a, &b) in acc.iter_mut().zip(inc) {
+        *a = match op {
+            Op::Sum => T::add(*a, b),
+            Op::Prod => T::mul(*a, b),
+            Op::Min => {
+                if b < *a {
+                    b
+                } else {
+                    *a
+                }
+            }
+            Op::Max => {
+                if b > *a {
+                    b
+                } else {
+                    *a
+                }
+            }
+            Op::BitAnd => T::bits(*a, b, tca::coll::BitOp::And).unwrap(),
+            Op::BitOr => T::bits(*a, b, tca::coll::BitOp::Or).unwrap(),
+            Op::BitXor => T::bits(*a, b, tca::coll::BitOp::Xor).unwrap(),
+            Op::Custom(f) => f(*a, b),
+        };
+    }
+}
+
+/// Runs one collective with algorithm `alg` on `n` elements per block and checks the result.
+fn check<T: Element + FromI + std::fmt::Debug>(
+    c: &Comm<'_>,
+    alg: &Algorithm,
+    n: usize,
+    root: u32,
+    op: &Op<T>,
+) -> tca::Result<()> {
+    let (p, me) = (c.size() as usize, c.rank() as usize);
+    let tag = |what: &str| {
+        format!(
+            "{} {} p={p} n={n} root={root} rank={me}: {what}",
+            alg.collective.name(),
+            alg.name
+        )
+    };
+    c.force(alg.collective, Some(alg.name))?;
+    match alg.collective {
+        Collective::Broadcast => {
+            let mut buf = if me == root as usize {
+                input::<T>(me, n)
+            } else {
+                vec![T::zeroed(); n]
+            };
+            c.broadcast(&mut buf, root)?;
+            assert_eq!(buf, input::<T>(root as usize, n), "{}", tag("broadcast"));
+        }
+        Collective::Scatter => {
+            let all: Vec<T> = (0..p * n).map(|i| val(root as usize, i)).collect();
+            let send = if me == root as usize {
+                all.clone()
+            } else {
+                Vec::new()
+            };
+            let mut recv = vec![T::zeroed(); n];
+            c.scatter(&send, &mut recv, root)?;
+            assert_eq!(recv, all[me * n..(me + 1) * n], "{}", tag("scatter"));
+        }
+        Collective::Gather => {
+            let mut recv = vec![T::zeroed(); if me == root as usize { p * n } else { 0 }];
+            c.gather(&input::<T>(me, n), &mut recv, root)?;
+            if me == root as usize {
+                let want: Vec<T> = (0..p).flat_map(|r| input::<T>(r, n)).collect();
+                assert_eq!(recv, want, "{}", tag("gather"));
+            }
+        }
+        Collective::Reduce => {
+            let mut recv = vec![T::zeroed(); n];
+            c.reduce(&input::<T>(me, n), &mut recv, op, root)?;
+            if me == root as usize {
+                assert_eq!(recv, reduced(p, n, op), "{}", tag("reduce"));
+            }
+            let mut inplace = input::<T>(me, n);
+            c.reduce_in_place(&mut inplace, op, root)?;
+            if me == root as usize {
+                assert_eq!(inplace, reduced(p, n, op), "{}", tag("reduce in place"));
+            }
+        }
+        Collective::Allgather => {
+            let mut recv = vec![T::zeroed(); p * n];
+            c.allgather(&input::<T>(me, n), &mut recv)?;
+            let want: Vec<T> = (0..p).flat_map(|r| input::<T>(r, n)).collect();
+            assert_eq!(recv, want, "{}", tag("allgather"));
+            // Uneven counts, as the CG solver's last block: rank r has n + r elements.
+            let counts: Vec<usize> = (0..p).map(|r| n + r).collect();
+            let displs: Vec<usize> = counts
+                .iter()
+                .scan(0, |s, &c| {
+                    let d = *s;
+                    *s += c;
+                    Some(d)
+                })
+                .collect();
+            let total: usize = counts.iter().sum();
+            let mut v = vec![T::zeroed(); total];
+            v[displs[me]..displs[me] + counts[me]].copy_from_slice(&input::<T>(me, counts[me]));
+            c.allgatherv_in_place(&mut v, &counts, &displs)?;
+            let want: Vec<T> = (0..p).flat_map(|r| input::<T>(r, counts[r])).collect();
+            assert_eq!(v, want, "{}", tag("allgatherv"));
+        }
+        Collective::Allreduce => {
+            let mut recv = vec![T::zeroed(); n];
+            c.allreduce(&input::<T>(me, n), &mut recv, op)?;
+            assert_eq!(recv, reduced(p, n, op), "{}", tag("allreduce"));
+        }
+        Collective::Barrier => {
+            // A counter on communicator rank 0, found through the communicator itself.
+            let seg = c.world_ref().alloc(64)?;
+            c.force(Collective::Allgather, None)?;
+            let mut hs = vec![0u8; 32 * p];
+            c.allgather(&seg.handle().to_bytes(), &mut hs)?;
+            let zero = tca::Handle::from_bytes(&hs[..32])?;
+            for round in 1..=5u64 {
+                c.world_ref().signal(&zero, 0, tca::SignalOp::Add(1))?;
+                c.barrier()?;
+                if me == 0 {
+                    assert!(
+                        seg.signal_value(0)? >= round * p as u64,
+                        "{}",
+                        tag("barrier passed early")
+                    );
+                }
+                c.barrier()?;
+            }
+        }
+        Collective::ReduceScatter => {
+            let mut recv = vec![T::zeroed(); n];
+            c.reduce_scatter(&input::<T>(me, p * n), &mut recv, op)?;
+            let full = reduced(p, p * n, op);
+            assert_eq!(
+                recv,
+                full[me * n..(me + 1) * n],
+                "{}",
+                tag("reduce_scatter")
+            );
+        }
+        Collective::Alltoall => {
+            let send: Vec<T> = (0..p * n)
+                .map(|i| val(me * 100 + i / n.max(1), i))
+                .collect();
+            let mut recv = vec![T::zeroed(); p * n];
+            c.alltoall(&send, &mut recv)?;
+            for j in 0..p {
+                let theirs: Vec<T> = (0..p * n).map(|i| val(j * 100 + i / n.max(1), i)).collect();
+                assert_eq!(
+                    recv[j * n..(j + 1) * n],
+                    theirs[me * n..(me + 1) * n],
+                    "{}",
+                    tag("alltoall")
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+fn every_algorithm_at(p: u32, big: bool) {
+    threads::run(p, |w| {
+        let c = Comm::world(w)?;
+        for alg in ALGORITHMS.iter().filter(|a| (a.supports)(p as usize)) {
+            for &n in &SIZES {
+                for root in [0, p - 1, p / 2] {
+                    check::<f64>(&c, alg, n, root, &Op::Sum)?;
+                }
+            }
+            check::<i32>(&c, alg, 7, p / 2, &Op::Sum)?;
+            check::<u8>(&c, alg, 33, p - 1, &Op::BitXor)?;
+            if big {
+                check::<f64>(&c, alg, BIG, p - 1, &Op::Sum)?;
+            }
+        }
+        Ok(())
+    })
+    .unwrap_or_else(|e| panic!("{p} ranks: {e}"));
+}
+
+#[test]
+fn every_algorithm_1_to_4_ranks() {
+    for p in 1..=4 {
+        every_algorithm_at(p, p == 2 || p == 3);
+    }
+}
+
+#[test]
+fn every_algorithm_5_to_7_ranks() {
+    for p in 5..=7 {
+        every_algorithm_at(p, p == 5);
+    }
+}
+
+#[test]
+fn every_algorithm_8_and_9_ranks() {
+    for p in 8..=9 {
+        every_algorithm_at(p, p == 8);
+    }
+}
+
+fn builtin<T: Element>(k: usize) -> Op<T> {
+    vec![
+        Op::Sum,
+        Op::Prod,
+        Op::Min,
+        Op::Max,
+        Op::BitAnd,
+        Op::BitOr,
+        Op::BitXor,
+    ]
+    .swap_remove(k)
+}
+
+#[test]
+fn every_op_and_type_on_reductions() {
+    threads::run(5, |w| {
+        let c = Comm::world(w)?;
+        for alg in ALGORITHMS.iter().filter(|a| {
+            matches!(
+                a.collective,
+                Collective::Allreduce | Collective::Reduce | Collective::ReduceScatter
+            )
+        }) {
+            for op in [
+                Op::Sum,
+                Op::Prod,
+                Op::Min,
+                Op::Max,
+                Op::custom(|a: f64, b: f64| a.max(b) + 0.0),
+            ] {
+                check::<f64>(&c, alg, 9, 3, &op)?;
+            }
+            check::<f32>(&c, alg, 9, 1, &Op::Max)?;
+            for k in 0..7 {
+                check::<i64>(&c, alg, 9, 2, &builtin(k))?;
+                check::<u64>(&c, alg, 9, 4, &builtin(k))?;
+                check::<u32>(&c, alg, 9, 0, &builtin(k))?;
+                check::<u8>(&c, alg, 9, 1, &builtin(k))?;
+            }
+            check::<i32>(&c, alg, 9, 2, &Op::custom(|a: i32, b: i32| a.min(b)))?;
+        }
+        Ok(())
+    })
+    .unwrap();
+}
+
+#[test]
+fn split_makes_working_sub_communicators() {
+    threads::run(7, |w| {
+        let c = Comm::world(w)?;
+        let me = c.rank();
+        // Odd and even ranks, reversed order by key; rank 6 takes no part.
+        let color = if me == 6 { None } else { Some(me % 2) };
+        let sub = c.split(color, -i64::from(me))?;
+        if me == 6 {
+            assert!(sub.is_none());
+            return c.barrier();
+        }
+        let sub = sub.unwrap();
+        let members: Vec<u32> = (0..6).filter(|r| r % 2 == me % 2).rev().collect();
+        assert_eq!(sub.size() as usize, members.len());
+        assert_eq!(sub.world_rank(sub.rank()), Some(me));
+        assert_eq!(sub.world_rank(0), Some(members[0]));
+        let mut x = [f64::from(me)];
+        sub.allreduce_in_place(&mut x, &Op::Sum)?;
+        assert_eq!(x[0], members.iter().map(|&r| f64::from(r)).sum::<f64>());
+        for alg in ALGORITHMS
+            .iter()
+            .filter(|a| (a.supports)(sub.size() as usize))
+        {
+            check::<f64>(&sub, alg, 5, sub.size() - 1, &Op::Sum)?;
+        }
+        // A split of a split.
+        let subsub = sub.split(Some(0), 0)?.unwrap();
+        let mut y = [1u32];
+        subsub.allreduce_in_place(&mut y, &Op::Sum)?;
+        assert_eq!(y[0], sub.size());
+        c.barrier()
+    })
+    .unwrap();
+}
+
+/// 10,000 back-to-back collectives with ranks at different speeds; every result checked.
+#[test]
+fn back_to_back_stress_with_random_delays() {
+    threads::run(4, |w| {
+        let c = Comm::world(w)?;
+        let me = c.rank() as usize;
+        let mut rng = 0x1234_5678_9abc_def1u64 ^ (me as u64 * 0x9e37_79b9);
+        let mut next = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        for k in 0..10_000u64 {
+            let r = next();
+            if r % 97 == 0 {
+                std::thread::sleep(Duration::from_micros(r % 200));
+            } else if r % 7 == 0 {
+                std::thread::yield_now();
+            }
+            match k % 4 {
+                0 => {
+                    let mut x = [k as f64 + me as f64];
+                    c.allreduce_in_place(&mut x, &Op::Sum)?;
+                    assert_eq!(x[0], 4.0 * k as f64 + 6.0, "call {k}");
+                }
+                1 => {
+                    let root = (k / 4 % 4) as u32;
+                    let mut b = [if me == root as usize { k } else { 0 }; 3];
+                    c.broadcast(&mut b, root)?;
+                    assert_eq!(b, [k; 3], "call {k}");
+                }
+                2 => {
+                    let mut all = [0u64; 4 * 20];
+                    c.allgather(&[k + me as u64; 20], &mut all)?;
+                    for r in 0..4 {
+                        assert!(
+                            all[r * 20..(r + 1) * 20].iter().all(|&v| v == k + r as u64),
+                            "call {k}"
+                        );
+                    }
+                }
+                _ => {
+                    // A large one now and then, through the chunked path.
+                    let n = if k % 400 == 3 { 100_000 } else { 100 };
+                    let mut v = vec![1i64; n];
+                    c.allreduce_in_place(&mut v, &Op::Sum)?;
+                    assert!(v.iter().all(|&x| x == 4), "call {k}");
+                }
+            }
+        }
+        Ok(())
+    })
+    .unwrap();
+}
+
+#[test]
+fn repeated_calls_allocate_no_new_segments() {
+    threads::run(3, |w| {
+        let c = Comm::world(w)?;
+        let mut x = vec![1.0f64; 1000];
+        c.allreduce_in_place(&mut x, &Op::Sum)?;
+        w.barrier()?;
+        let before = w.attached_segments();
+        for _ in 0..2000 {
+            c.allreduce_in_place(&mut x[..10], &Op::Max)?;
+            c.barrier()?;
+            c.allreduce_in_place(&mut x, &Op::Sum)?;
+        }
+        w.barrier()?; // every rank's acknowledgements are done, and no rank has left yet
+        assert_eq!(w.attached_segments(), before);
+        w.barrier()
+    })
+    .unwrap();
+}
+
+#[test]
+fn bad_input_is_a_clear_error() {
+    threads::run(3, |w| {
+        let c = Comm::world(w)?;
+        let e = c.broadcast(&mut [1.0f64], 3).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidRank);
+        let e = c
+            .allreduce(&[1.0f64; 4], &mut [0.0; 3], &Op::Sum)
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+        assert!(e.to_string().contains("3 elements, 4 are needed"), "{e}");
+        let e = c.allgather(&[1u8; 4], &mut [0; 11]).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+        if c.rank() == 0 {
+            let e = c.gather(&[1u8; 4], &mut [0; 5], 0).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+        }
+        let e = c
+            .allreduce_in_place(&mut [1.0f64], &Op::BitXor)
+            .unwrap_err();
+        assert!(e.to_string().contains("not defined for f64"), "{e}");
+        let e = c.force(Collective::Allreduce, Some("fastest")).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("valid: dissemination, recursive_doubling, rabenseifner, ring, flat"),
+            "{e}"
+        );
+        c.force(Collective::Allgather, Some("recursive_doubling"))?;
+        let e = c.allgather(&[1u8], &mut [0; 3]).unwrap_err();
+        assert!(e.to_string().contains("power-of-two"), "{e}");
+        // The communicator still works after errors found before any communication.
+        c.force(Collective::Allgather, None)?;
+        let mut all = [0u8; 3];
+        c.allgather(&[c.rank() as u8], &mut all)?;
+        assert_eq!(all, [0, 1, 2]);
+        Ok(())
+    })
+    .unwrap();
+}
+
+#[test]
+fn mismatched_lengths_across_ranks_end_in_errors_not_hangs() {
+    let all = threads::run_each(3, |w| {
+        let c = Comm::world(w)?;
+        c.force(Collective::Allreduce, Some("ring"))?;
+        let n = if c.rank() == 1 { 16 } else { 8 };
+        let mut x = vec![1.0f64; n];
+        c.allreduce_in_place(&mut x, &Op::Sum)
+    });
+    assert!(all.iter().all(|r| r.is_err()), "{all:?}");
+    assert!(
+        all.iter().any(|r| r
+            .as_ref()
+            .unwrap_err()
+            .to_string()
+            .contains("buffer lengths differ")),
+        "{all:?}"
+    );
+}
+
+#[test]
+fn panicking_user_op_is_an_error_everywhere() {
+    let all = threads::run_each(4, |w| {
+        let c = Comm::world(w)?;
+        let op = Op::custom(|a: i64, b: i64| {
+            if a == 3 || b == 3 {
+                panic!("no threes")
+            } else {
+                a + b
+            }
+        });
+        let mut x = [c.rank() as i64];
+        c.allreduce_in_place(&mut x, &op)
+    });
+    assert!(all.iter().all(|r| r.is_err()), "{all:?}");
+    assert!(
+        all.iter()
+            .any(|r| r.as_ref().unwrap_err().to_string().contains("panicked")),
+        "{all:?}"
+    );
+}
+
+#[test]
+fn environment_forces_an_algorithm() {
+    // Each collective's variable is read when a communicator is created.
+    assert_eq!(Collective::Allreduce.env_var(), "TCA_COLL_ALLREDUCE");
+    for c in Collective::ALL {
+        assert!(c.algorithms().count() >= 1, "{c:?}");
+        for a in c.algorithms() {
+            assert!(
+                (a.cost)(&Default::default(), 4, 1024) > 0.0,
+                "{} {}",
+                c.name(),
+                a.name
+            );
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    #[test]
+    fn random_collectives_match_the_reference(p in 1u32..7, n in 0usize..300, root_seed in 0u32..100, alg_i in 0usize..ALGORITHMS.len()) {
+        let alg = &ALGORITHMS[alg_i];
+        prop_assume!((alg.supports)(p as usize));
+        threads::run(p, |w| {
+            let c = Comm::world(w)?;
+            check::<f64>(&c, alg, n, root_seed % p, &Op::Sum)?;
+            check::<i64>(&c, alg, n, (root_seed + 1) % p, &Op::Max)
+        }).unwrap();
+    }
+}
