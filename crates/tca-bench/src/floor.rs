@@ -27,6 +27,10 @@ pub struct Floor {
     pub cacheline_half_rtt_ns_median: f64,
     /// (bytes, GB/s) of single-thread memcpy.
     pub memcpy_gb_s: Vec<(usize, f64)>,
+    /// Cross-core streaming, GB/s: rank 0 writes 64 MiB in 256 KiB chunks through a ring of
+    /// four slots in rank 1's memory, rank 1 copies each chunk out. The bandwidth floor of
+    /// any collective that moves data from one core to another.
+    pub stream_gb_s: f64,
 }
 
 /// Sizes of the memcpy measurement.
@@ -35,6 +39,7 @@ pub const MEMCPY_SIZES: [usize; 5] = [4 << 10, 64 << 10, 1 << 20, 4 << 20, 16 <<
 /// Runs on two ranks; rank 0 returns the result.
 pub fn run(world: &tca::World, iters: u64, rounds: u32) -> Result<Option<Floor>> {
     let mut per_round = cacheline_half_rtt(world, iters, rounds)?;
+    let stream_gb_s = stream(world, 256 << 10, 64 << 20)?;
     if world.rank() != 0 {
         return Ok(None);
     }
@@ -48,7 +53,43 @@ pub fn run(world: &tca::World, iters: u64, rounds: u32) -> Result<Option<Floor>>
         cacheline_half_rtt_ns: per_round[0],
         cacheline_half_rtt_ns_median: per_round[per_round.len() / 2],
         memcpy_gb_s,
+        stream_gb_s,
     }))
+}
+
+/// Cross-core streaming bandwidth between ranks 0 and 1 in GB/s (see [`Floor::stream_gb_s`]),
+/// with tca's own put, signal, wait and read: `total` bytes in `chunk`-byte pieces through four
+/// slots, each acknowledged by the reader. Collective; the result is meaningful on rank 0.
+pub fn stream(world: &tca::World, chunk: usize, total: usize) -> Result<f64> {
+    const SLOTS: usize = 4;
+    let seg = world.alloc_symmetric(SLOTS * chunk + 256)?;
+    let (me, ctl) = (world.rank(), SLOTS * chunk);
+    let n = (total / chunk) as u64;
+    world.barrier()?;
+    let t0 = Instant::now();
+    if me == 0 {
+        let peer = *seg.handle(1)?;
+        let src = vec![7u8; chunk];
+        for i in 1..=n {
+            if i > SLOTS as u64 {
+                world.wait_until(&seg, ctl + 128, i - SLOTS as u64)?;
+            }
+            let at = ((i - 1) as usize % SLOTS) * chunk;
+            world.put_signal(&peer, at, &src, &peer, ctl, tca::SignalOp::Set(i))?;
+        }
+        world.wait_until(&seg, ctl + 128, n)?;
+    } else if me == 1 {
+        let peer = *seg.handle(0)?;
+        let mut dst = vec![0u8; chunk];
+        for i in 1..=n {
+            world.wait_until(&seg, ctl, i)?;
+            seg.read(((i - 1) as usize % SLOTS) * chunk, &mut dst)?;
+            world.signal(&peer, ctl + 128, tca::SignalOp::Set(i))?;
+        }
+    }
+    let gbs = (n as usize * chunk) as f64 / t0.elapsed().as_secs_f64() / 1e9;
+    world.barrier()?;
+    Ok(gbs)
 }
 
 /// Cache-line ping-pong between the ranks of each pair (0-1, 2-3, ...), `rounds` rounds of
@@ -162,6 +203,10 @@ impl Floor {
         s += &format!(
             "cache-line half round trip (2 processes): {:.1} ns best, {:.1} ns median\n",
             self.cacheline_half_rtt_ns, self.cacheline_half_rtt_ns_median
+        );
+        s += &format!(
+            "cross-core streaming (one core writes 256 KiB chunks, the other copies them out): {:.2} GB/s\n",
+            self.stream_gb_s
         );
         s += "single-thread memcpy:\n";
         for (n, g) in &self.memcpy_gb_s {

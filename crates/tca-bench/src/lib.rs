@@ -5,6 +5,7 @@
 //! are printed by rank 0 as a table, or as JSON with the machine and date for provenance.
 #![forbid(unsafe_code)]
 
+pub mod collectives;
 pub mod floor;
 pub mod machine;
 pub mod pingpong;

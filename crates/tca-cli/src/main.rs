@@ -48,6 +48,35 @@ struct RunArgs {
 
 #[derive(Subcommand, Debug)]
 enum Bench {
+    /// Time per call of each collective (t_min/t_avg/t_max over ranks), with the 8-byte
+    /// ping-pong and memcpy of the same run for ratios.
+    Collectives {
+        /// Number of ranks.
+        #[arg(long, default_value_t = 2)]
+        np: u32,
+        /// Collectives, comma-separated (default: all).
+        #[arg(long, value_delimiter = ',')]
+        ops: Vec<String>,
+        /// Bytes per rank, comma-separated.
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "8,1024,65536,1048576,4194304"
+        )]
+        sizes: Vec<usize>,
+        /// Force algorithms: COLLECTIVE=NAME, comma-separated (e.g. allreduce=ring).
+        #[arg(long, value_delimiter = ',')]
+        algo: Vec<String>,
+        /// Calls per size (default: by size).
+        #[arg(long)]
+        iters: Option<u64>,
+        /// 8-byte allreduce calls of the memory soak.
+        #[arg(long, default_value_t = 1_000_000)]
+        soak: u64,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// The physical floor: cache-line half round trip between two processes, memcpy bandwidth.
     Floor {
         /// Print JSON instead of a table.
@@ -100,6 +129,14 @@ mod serde_json_free {
             Ok(tca_bench::to_json(self)?)
         }
     }
+    impl Printable for tca_bench::collectives::Report {
+        fn text(&self) -> String {
+            self.table()
+        }
+        fn json(&self) -> anyhow::Result<String> {
+            Ok(tca_bench::to_json(self)?)
+        }
+    }
     impl Printable for tca_bench::pingpong::PingPong {
         fn text(&self) -> String {
             self.table()
@@ -135,6 +172,48 @@ fn run(cli: Cli) -> Result<i32> {
                 Ok(())
             })
         }
+        Cmd::Bench(Bench::Collectives {
+            np,
+            ops,
+            sizes,
+            algo,
+            iters,
+            soak,
+            json,
+        }) => {
+            if np == 0 {
+                bail!("--np must be at least 1");
+            }
+            let which = if ops.is_empty() {
+                tca::Collective::ALL.to_vec()
+            } else {
+                ops.iter()
+                    .map(|o| collective(o))
+                    .collect::<Result<Vec<_>>>()?
+            };
+            let mut algos = Vec::new();
+            for a in &algo {
+                let (c, n) = a
+                    .split_once('=')
+                    .with_context(|| format!("--algo {a}: expected COLLECTIVE=NAME"))?;
+                let c = collective(c)?;
+                tca::coll::registry::find(c, n)?;
+                algos.push((c, n.to_string()));
+            }
+            let opts = tca_bench::collectives::Options {
+                which,
+                sizes,
+                iters,
+                algos,
+                soak,
+            };
+            tca_bench::launch_or_run(np, |world| {
+                if let Some(r) = tca_bench::collectives::run(world, &opts)? {
+                    print(&r, json)?;
+                }
+                Ok(())
+            })
+        }
         Cmd::Bench(Bench::Pingpong {
             np,
             max_size,
@@ -161,6 +240,21 @@ fn run(cli: Cli) -> Result<i32> {
             })
         }
     }
+}
+
+/// A collective by name (as in `TCA_COLL_<NAME>`), or an error listing the names.
+fn collective(name: &str) -> Result<tca::Collective> {
+    let alias = match name {
+        "bcast" => "broadcast",
+        n => n,
+    };
+    tca::Collective::ALL
+        .into_iter()
+        .find(|c| c.name() == alias)
+        .with_context(|| {
+            let names: Vec<&str> = tca::Collective::ALL.iter().map(|c| c.name()).collect();
+            format!("unknown collective `{name}`; valid: {}", names.join(", "))
+        })
 }
 
 fn main() -> ExitCode {

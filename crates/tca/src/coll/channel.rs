@@ -22,8 +22,9 @@
 //! to n. q writes chunk n only when that credit word is at least n - K, so a slot is never
 //! overwritten before its reader has consumed it: back-to-back collectives, with ranks at any
 //! speed, cannot corrupt each other (the rule of `SHM.md`, "Reuse without overwriting").
-//! The credit line stays in the receiver's cache until the sender runs short of credits, so
-//! acknowledging every chunk costs little.
+//! Credits are returned every [`ACK_EVERY`] chunks: a sender blocked at chunk n has sent every
+//! chunk before n, and the receiver, consuming them, acknowledges at least n - ACK_EVERY >=
+//! n - K, so the sender always gets going again.
 //!
 //! # Deadlock freedom
 //! Algorithms move data in *rounds*: in round i a rank first sends chunk i of every message
@@ -45,6 +46,10 @@ use crate::fabric::{Handle, Segment, SignalOp, World};
 
 /// Slots per ordered pair of ranks.
 pub const SLOTS: usize = 4;
+/// A receiver returns credits after every `ACK_EVERY`-th chunk, not every chunk: each credit
+/// write moves a cache line to the sender, and halving them takes one line transfer off every
+/// other small message. Safe for any `ACK_EVERY <= SLOTS` (see "Flow control").
+pub const ACK_EVERY: u64 = 2;
 /// Payload bytes that travel in the header line.
 pub const INLINE: usize = 48;
 const HEADER: usize = 64;
@@ -197,8 +202,12 @@ impl Channels {
         }
         c.recvd[from] = seq;
         drop(c);
-        // Hand the slot back: the sender may now reuse it. A sender that has already released
-        // its communicator (it finished, and this was its last chunk to us) needs no credit.
+        if seq % ACK_EVERY != 0 {
+            return Ok(());
+        }
+        // Hand the slots back: the sender may now reuse them. A sender that has already
+        // released its communicator (it finished, and this was its last chunk to us) needs no
+        // credit.
         match w.signal(&self.handles[from], self.me * CREDIT, SignalOp::Set(seq)) {
             Err(e) if e.kind() == ErrorKind::InvalidHandle => Ok(()),
             r => r,
