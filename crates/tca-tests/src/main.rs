@@ -52,6 +52,7 @@ fn main() -> ExitCode {
             let _ = rustix_kill_self();
         }),
         "wait-forever" => wait_forever(&world),
+        "coll" => coll(&world, arg(&args, 1, 200)),
         "env" => {
             println!(
                 "rank {} size {} via {}",
@@ -248,6 +249,97 @@ fn die(w: &World, victim: u32, how: impl FnOnce()) -> tca::Result<bool> {
     }
     w.wait_until(&seg, 0, 1)?;
     Ok(false)
+}
+
+fn v(rank: usize, i: usize) -> f64 {
+    ((rank * 7 + i * 3) % 11) as f64 + 1.0
+}
+
+/// Every registered algorithm that supports the job size, on several sizes and roots, checked
+/// against sequential references; then `rounds` back-to-back mixed calls.
+fn coll(w: &World, rounds: u64) -> tca::Result<bool> {
+    use tca::coll::ALGORITHMS;
+    use tca::{Collective, Comm, Op};
+    let c = Comm::world(w)?;
+    let (p, me) = (c.size() as usize, c.rank() as usize);
+    let input = |r: usize, n: usize| -> Vec<f64> { (0..n).map(|i| v(r, i)).collect() };
+    let sum = |n: usize| -> Vec<f64> { (0..n).map(|i| (0..p).map(|r| v(r, i)).sum()).collect() };
+    for alg in ALGORITHMS.iter().filter(|a| (a.supports)(p)) {
+        c.force(alg.collective, Some(alg.name))?;
+        for n in [0usize, 1, 7, 4096, 70_000] {
+            let root = (n % p) as u32;
+            let ok = match alg.collective {
+                Collective::Broadcast => {
+                    let mut b = if me == root as usize {
+                        input(me, n)
+                    } else {
+                        vec![0.0; n]
+                    };
+                    c.broadcast(&mut b, root)?;
+                    b == input(root as usize, n)
+                }
+                Collective::Scatter => {
+                    let all: Vec<f64> = (0..p * n).map(|i| v(9, i)).collect();
+                    let mut r = vec![0.0; n];
+                    c.scatter(if me == root as usize { &all } else { &[] }, &mut r, root)?;
+                    r == all[me * n..(me + 1) * n]
+                }
+                Collective::Gather => {
+                    let mut r = vec![0.0; if me == root as usize { p * n } else { 0 }];
+                    c.gather(&input(me, n), &mut r, root)?;
+                    me != root as usize || r == (0..p).flat_map(|q| input(q, n)).collect::<Vec<_>>()
+                }
+                Collective::Reduce => {
+                    let mut r = vec![0.0; n];
+                    c.reduce(&input(me, n), &mut r, &Op::Sum, root)?;
+                    me != root as usize || r == sum(n)
+                }
+                Collective::Allgather => {
+                    let mut r = vec![0.0; p * n];
+                    c.allgather(&input(me, n), &mut r)?;
+                    r == (0..p).flat_map(|q| input(q, n)).collect::<Vec<_>>()
+                }
+                Collective::Allreduce => {
+                    let mut r = vec![0.0; n];
+                    c.allreduce(&input(me, n), &mut r, &Op::Sum)?;
+                    r == sum(n)
+                }
+                Collective::Barrier => c.barrier().is_ok(),
+                Collective::ReduceScatter => {
+                    let mut r = vec![0.0; n];
+                    c.reduce_scatter(&input(me, p * n), &mut r, &Op::Sum)?;
+                    r == sum(p * n)[me * n..(me + 1) * n]
+                }
+                Collective::Alltoall => {
+                    let s: Vec<f64> = (0..p * n).map(|i| (me * 1000 + i) as f64).collect();
+                    let mut r = vec![0.0; p * n];
+                    c.alltoall(&s, &mut r)?;
+                    (0..p).all(|j| (0..n).all(|i| r[j * n + i] == (j * 1000 + me * n + i) as f64))
+                }
+            };
+            if !ok {
+                eprintln!(
+                    "rank {me}: {} {} wrong at n={n} root={root}",
+                    alg.collective.name(),
+                    alg.name
+                );
+                return Ok(false);
+            }
+        }
+        c.force(alg.collective, None)?;
+    }
+    for k in 0..rounds {
+        let mut x = [k as f64 + me as f64];
+        c.allreduce_in_place(&mut x, &Op::Sum)?;
+        let mut b = [k; 5];
+        c.broadcast(&mut b, (k % p as u64) as u32)?;
+        if x[0] != (p as u64 * k) as f64 + (p * (p - 1) / 2) as f64 || b != [k; 5] {
+            eprintln!("rank {me}: back-to-back call {k} wrong");
+            return Ok(false);
+        }
+    }
+    println!("coll ok rank {me} of {p}");
+    Ok(true)
 }
 
 fn wait_forever(w: &World) -> tca::Result<bool> {

@@ -69,6 +69,14 @@ fn stress_8_ranks_oversubscribed() {
 }
 
 #[test]
+fn every_collective_algorithm_between_processes() {
+    for n in [1, 2, 3, 5, 8, 9] {
+        let o = launch(n, &["coll", "500"]).unwrap();
+        assert_eq!(o.status(), 0, "{n} ranks: {o:?}");
+    }
+}
+
+#[test]
 fn memory_and_mappings_stay_flat() {
     let o = launch(2, &["soak", "200000"]).unwrap();
     assert_eq!(o.status(), 0, "mapping count or RSS grew: {o:?}");
