@@ -70,10 +70,29 @@ fn stress_8_ranks_oversubscribed() {
 
 #[test]
 fn every_collective_algorithm_between_processes() {
-    for n in [1, 2, 3, 5, 8, 9] {
+    for n in 1..=9 {
         let o = launch(n, &["coll", "500"]).unwrap();
         assert_eq!(o.status(), 0, "{n} ranks: {o:?}");
     }
+}
+
+#[test]
+fn environment_forces_collective_algorithms() {
+    let run = |value: &str| {
+        Launch {
+            ranks: 3,
+            tag_output: false,
+            program: PROG.into(),
+            args: vec!["coll".into(), "50".into()],
+            env: vec![("TCA_COLL_ALLREDUCE".into(), value.into())],
+        }
+        .run()
+        .unwrap()
+    };
+    assert_eq!(run("ring").status(), 0);
+    assert_eq!(run("rabenseifner").status(), 0);
+    // An unknown name stops the job with an error that lists the valid names (on stderr).
+    assert_eq!(run("fastest").status(), 2);
 }
 
 #[test]
