@@ -441,22 +441,11 @@ fn repeated_calls_allocate_no_new_segments() {
 }
 
 #[test]
-fn bad_input_is_a_clear_error() {
+fn argument_errors_every_rank_sees_leave_the_communicator_usable() {
     threads::run(3, |w| {
         let c = Comm::world(w)?;
         let e = c.broadcast(&mut [1.0f64], 3).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::InvalidRank);
-        let e = c
-            .allreduce(&[1.0f64; 4], &mut [0.0; 3], &Op::Sum)
-            .unwrap_err();
-        assert_eq!(e.kind(), ErrorKind::InvalidArgument);
-        assert!(e.to_string().contains("3 elements, 4 are needed"), "{e}");
-        let e = c.allgather(&[1u8; 4], &mut [0; 11]).unwrap_err();
-        assert_eq!(e.kind(), ErrorKind::InvalidArgument);
-        if c.rank() == 0 {
-            let e = c.gather(&[1u8; 4], &mut [0; 5], 0).unwrap_err();
-            assert_eq!(e.kind(), ErrorKind::InvalidArgument);
-        }
         let e = c
             .allreduce_in_place(&mut [1.0f64], &Op::BitXor)
             .unwrap_err();
@@ -470,7 +459,7 @@ fn bad_input_is_a_clear_error() {
         c.force(Collective::Allgather, Some("recursive_doubling"))?;
         let e = c.allgather(&[1u8], &mut [0; 3]).unwrap_err();
         assert!(e.to_string().contains("power-of-two"), "{e}");
-        // The communicator still works after errors found before any communication.
+        // No communication happened: the communicator still works.
         c.force(Collective::Allgather, None)?;
         let mut all = [0u8; 3];
         c.allgather(&[c.rank() as u8], &mut all)?;
@@ -478,6 +467,88 @@ fn bad_input_is_a_clear_error() {
         Ok(())
     })
     .unwrap();
+}
+
+#[test]
+fn buffer_errors_on_one_rank_abort_the_job_instead_of_hanging_it() {
+    for case in 0..4 {
+        let all = threads::run_each(3, |w| {
+            let c = Comm::world(w)?;
+            let bad = c.rank() == 1;
+            match case {
+                0 => c.allreduce(
+                    &[1.0f64; 4],
+                    &mut vec![0.0; if bad { 3 } else { 4 }],
+                    &Op::Sum,
+                ),
+                1 => c.gather(&[1u8; 4], &mut vec![0; if bad { 5 } else { 12 }], 1),
+                2 => c.allgather(&[1u8; 4], &mut vec![0; if bad { 11 } else { 12 }]),
+                _ => c.alltoall(&[1i32; 6], &mut vec![0; if bad { 5 } else { 6 }]),
+            }
+        });
+        let e1 = all[1].as_ref().unwrap_err();
+        assert_eq!(e1.kind(), ErrorKind::InvalidArgument, "case {case}: {e1}");
+        // The others either finished their part (a sender to the root needs nothing back) or
+        // got an error naming the job's abort; none hangs.
+        for r in [0, 2] {
+            if let Err(e) = &all[r] {
+                assert!(
+                    matches!(e.kind(), ErrorKind::PeerDied | ErrorKind::Aborted),
+                    "case {case} rank {r}: {e}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn allgatherv_blocks_may_be_empty_anywhere_but_not_overlap() {
+    threads::run(2, |w| {
+        let c = Comm::world(w)?;
+        // Rank 1 contributes nothing, with a displacement inside rank 0's block.
+        let mut v = [0u32; 4];
+        if c.rank() == 0 {
+            v = [1, 2, 3, 4];
+        }
+        c.allgatherv_in_place(&mut v, &[4, 0], &[0, 2])?;
+        assert_eq!(v, [1, 2, 3, 4]);
+        Ok(())
+    })
+    .unwrap();
+    let all = threads::run_each(2, |w| {
+        Comm::world(w)?.allgatherv_in_place(&mut [0u32; 4], &[3, 2], &[0, 2])
+    });
+    assert!(all.iter().all(|r| {
+        r.as_ref()
+            .is_err_and(|e| e.to_string().contains("overlap") || e.kind() == ErrorKind::PeerDied)
+    }));
+}
+
+#[test]
+fn min_and_max_give_the_same_bits_on_every_rank() {
+    // +0 / -0 and NaN compare equal or unordered; every algorithm must still agree bitwise.
+    let vals = [0.0f64, -0.0, f64::NAN, 1.0, -f64::NAN];
+    for alg in Collective::Allreduce.algorithms() {
+        let out = threads::run(5, |w| {
+            let c = Comm::world(w)?;
+            c.force(Collective::Allreduce, Some(alg.name))?;
+            let me = c.rank() as usize;
+            let mut x: Vec<f64> = (0..40).map(|i| vals[(i + me) % 5]).collect();
+            let mut y = x.clone();
+            c.allreduce_in_place(&mut x, &Op::Min)?;
+            c.allreduce_in_place(&mut y, &Op::Max)?;
+            Ok(x.iter()
+                .chain(&y)
+                .map(|v| v.to_bits())
+                .collect::<Vec<u64>>())
+        })
+        .unwrap();
+        assert!(
+            out.iter().all(|o| *o == out[0]),
+            "{} differs across ranks",
+            alg.name
+        );
+    }
 }
 
 #[test]

@@ -36,8 +36,8 @@
 //! # Memory
 //! Per rank and communicator of P ranks: `P*128 + P*K*(64 + CH)` bytes plus a 4 KiB header,
 //! with K = 4 slots and CH = clamp(8 MiB / (P*K), 4 KiB, 64 KiB) rounded to 64 bytes: 0.5 MiB at
-//! P = 2, 2 MiB at P = 8, at most about 9 MiB whatever P. It does not depend on message size:
-//! larger messages are streamed through the slots in chunks.
+//! P = 2, 2 MiB at P = 8, about 9 MiB up to P = 512 and P x 16.4 KiB beyond (O(P^2) over a
+//! node). It does not depend on message size: larger messages stream through the slots.
 
 use std::cell::RefCell;
 

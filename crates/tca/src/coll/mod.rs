@@ -216,6 +216,15 @@ impl<'w> Comm<'w> {
         r
     }
 
+    /// A buffer error found on this rank only: the others may already be waiting for this
+    /// rank's data, so the job is aborted (they get an error naming this rank) and the
+    /// communicator is marked unusable, rather than leaving anyone hanging or desynchronised.
+    fn fail(&self, e: Error) -> Result<()> {
+        self.broken.set(true);
+        self.world.abort();
+        Err(e)
+    }
+
     fn check_root(&self, root: u32) -> Result<usize> {
         if root as usize >= self.ranks.len() {
             return Err(Error::new(
@@ -340,7 +349,7 @@ impl<'w> Comm<'w> {
     pub fn scatter<T: Element>(&self, send: &[T], recv: &mut [T], root: u32) -> Result<()> {
         let root = self.check_root(root)?;
         if self.me == root && send.len() != recv.len() * self.p() {
-            return Err(len_error(
+            return self.fail(len_error(
                 "scatter send buffer",
                 recv.len() * self.p(),
                 send.len(),
@@ -367,7 +376,7 @@ impl<'w> Comm<'w> {
     pub fn gather<T: Element>(&self, send: &[T], recv: &mut [T], root: u32) -> Result<()> {
         let root = self.check_root(root)?;
         if self.me == root && recv.len() != send.len() * self.p() {
-            return Err(len_error(
+            return self.fail(len_error(
                 "gather receive buffer",
                 send.len() * self.p(),
                 recv.len(),
@@ -401,7 +410,7 @@ impl<'w> Comm<'w> {
         let root = self.check_root(root)?;
         op.check()?;
         if self.me == root && recv.len() != send.len() {
-            return Err(len_error("reduce receive buffer", send.len(), recv.len()));
+            return self.fail(len_error("reduce receive buffer", send.len(), recv.len()));
         }
         let s: &[u8] = bytemuck::cast_slice(send);
         if s.is_empty() {
@@ -451,7 +460,7 @@ impl<'w> Comm<'w> {
     /// Every rank's `send` (same length everywhere) lands as block r of every rank's `recv`.
     pub fn allgather<T: Element>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
         if recv.len() != send.len() * self.p() {
-            return Err(len_error(
+            return self.fail(len_error(
                 "allgather receive buffer",
                 send.len() * self.p(),
                 recv.len(),
@@ -481,7 +490,7 @@ impl<'w> Comm<'w> {
     ) -> Result<()> {
         let p = self.p();
         if counts.len() != p || displs.len() != p {
-            return Err(Error::new(
+            return self.fail(Error::new(
                 ErrorKind::InvalidArgument,
                 format!(
                     "allgatherv needs {p} counts and displacements, got {} and {}",
@@ -495,7 +504,7 @@ impl<'w> Comm<'w> {
                 .checked_add(displs[r])
                 .is_none_or(|e| e > recv.len())
             {
-                return Err(Error::new(
+                return self.fail(Error::new(
                     ErrorKind::OutOfBounds,
                     format!(
                         "allgatherv block of rank {r} ({} at {}) overruns the {}-element buffer",
@@ -504,6 +513,21 @@ impl<'w> Comm<'w> {
                         recv.len()
                     ),
                 ));
+            }
+        }
+        // Non-empty blocks must not overlap (each is written by one rank's data).
+        for r in 0..p {
+            for q in r + 1..p {
+                let (a, b) = (
+                    displs[r]..displs[r] + counts[r],
+                    displs[q]..displs[q] + counts[q],
+                );
+                if !a.is_empty() && !b.is_empty() && a.start < b.end && b.start < a.end {
+                    return self.fail(Error::new(
+                        ErrorKind::InvalidArgument,
+                        format!("allgatherv blocks of ranks {r} ({a:?}) and {q} ({b:?}) overlap"),
+                    ));
+                }
             }
         }
         let sz = std::mem::size_of::<T>();
@@ -531,7 +555,7 @@ impl<'w> Comm<'w> {
     /// Reduces every rank's `send` with `op`; every rank gets the result in `recv`.
     pub fn allreduce<T: Element>(&self, send: &[T], recv: &mut [T], op: &Op<T>) -> Result<()> {
         if recv.len() != send.len() {
-            return Err(len_error(
+            return self.fail(len_error(
                 "allreduce receive buffer",
                 send.len(),
                 recv.len(),
@@ -574,7 +598,7 @@ impl<'w> Comm<'w> {
     pub fn reduce_scatter<T: Element>(&self, send: &[T], recv: &mut [T], op: &Op<T>) -> Result<()> {
         op.check()?;
         if send.len() != recv.len() * self.p() {
-            return Err(len_error(
+            return self.fail(len_error(
                 "reduce_scatter send buffer",
                 recv.len() * self.p(),
                 send.len(),
@@ -604,7 +628,7 @@ impl<'w> Comm<'w> {
     /// `send.len() / size()` elements).
     pub fn alltoall<T: Element>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
         if send.len() != recv.len() || send.len() % self.p() != 0 {
-            return Err(Error::new(
+            return self.fail(Error::new(
                 ErrorKind::InvalidArgument,
                 format!(
                     "alltoall needs send and receive buffers of the same length, a multiple of {} (got {} and {})",
@@ -648,12 +672,20 @@ pub(crate) fn block(n_bytes: usize, elem: usize, p: usize, b: usize) -> std::ops
     start * elem..(start + len) * elem
 }
 
-/// Two disjoint parts of one buffer: a shared `a` and an exclusive `b` (either may be empty).
+/// Two disjoint parts of one buffer: a shared `a` and an exclusive `b` (either may be empty,
+/// wherever it points). Callers pass ranges that do not overlap (blocks of one layout,
+/// validated on entry).
 pub(crate) fn split2(
     buf: &mut [u8],
     a: std::ops::Range<usize>,
     b: std::ops::Range<usize>,
 ) -> (&[u8], &mut [u8]) {
+    if a.is_empty() {
+        return (&[], &mut buf[b]);
+    }
+    if b.is_empty() {
+        return (&buf[a], &mut []);
+    }
     if a.end <= b.start {
         let (x, y) = buf.split_at_mut(b.start);
         (&x[a], &mut y[..b.end - b.start])

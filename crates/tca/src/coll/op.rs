@@ -6,8 +6,14 @@ use bytemuck::Pod;
 
 use crate::error::{Error, ErrorKind, Result};
 
-/// A plain-old-data element type the collectives can reduce.
-pub trait Element: Pod + PartialOrd + Send + Sync + 'static {
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// A plain-old-data element type the collectives can reduce: the primitive integers and
+/// floats of 1, 2, 4 and 8 bytes. Sealed, because the channels cut messages at multiples of
+/// 64 bytes and stage them in 8-aligned buffers, which only such sizes divide.
+pub trait Element: sealed::Sealed + Pod + PartialOrd + Send + Sync + 'static {
     /// Name for messages.
     const NAME: &'static str;
     /// a + b (wrapping for integers).
@@ -31,6 +37,7 @@ pub enum BitOp {
 
 macro_rules! int_element {
     ($($t:ty),*) => {$(
+        impl sealed::Sealed for $t {}
         impl Element for $t {
             const NAME: &'static str = stringify!($t);
             fn add(a: Self, b: Self) -> Self { a.wrapping_add(b) }
@@ -45,6 +52,7 @@ int_element!(u8, i8, u16, i16, u32, i32, u64, i64);
 
 macro_rules! float_element {
     ($($t:ty),*) => {$(
+        impl sealed::Sealed for $t {}
         impl Element for $t {
             const NAME: &'static str = stringify!($t);
             fn add(a: Self, b: Self) -> Self { a + b }
@@ -132,8 +140,8 @@ impl<T: Element> Op<T> {
         match self {
             Self::Sum => each!(T::add),
             Self::Prod => each!(T::mul),
-            Self::Min => each!(|a: T, b: T| if b < a { b } else { a }),
-            Self::Max => each!(|a: T, b: T| if b > a { b } else { a }),
+            Self::Min => each!(|a: T, b: T| pick(a, b, std::cmp::Ordering::Less)),
+            Self::Max => each!(|a: T, b: T| pick(a, b, std::cmp::Ordering::Greater)),
             Self::BitAnd => each!(|a, b| T::bits(a, b, BitOp::And).unwrap_or(a)),
             Self::BitOr => each!(|a, b| T::bits(a, b, BitOp::Or).unwrap_or(a)),
             Self::BitXor => each!(|a, b| T::bits(a, b, BitOp::Xor).unwrap_or(a)),
@@ -151,6 +159,20 @@ impl<T: Element> Op<T> {
         }
         Ok(())
     }
+}
+
+/// The smaller (`want` = Less) or larger of `a` and `b`, symmetric in its arguments even for
+/// values that compare equal or unordered (+0 and -0, NaN): those are ordered by their bit
+/// patterns, so `pick(a, b) == pick(b, a)` bit for bit and every rank of an allreduce that
+/// combines the same pair in either order gets the same result.
+fn pick<T: Element>(a: T, b: T, want: std::cmp::Ordering) -> T {
+    let ord = match a.partial_cmp(&b) {
+        Some(std::cmp::Ordering::Equal) | None => {
+            bytemuck::bytes_of(&a).cmp(bytemuck::bytes_of(&b))
+        }
+        Some(o) => o,
+    };
+    if ord == want { a } else { b }
 }
 
 /// `acc = acc op inc` over byte buffers of whole elements.
@@ -185,6 +207,9 @@ pub(crate) fn byte_combiner<T: Element>(
     op: &Op<T>,
 ) -> impl Fn(&mut [u8], &[u8]) -> Result<()> + '_ {
     move |acc: &mut [u8], inc: &[u8]| {
+        if acc.is_empty() {
+            return Ok(());
+        }
         let a: &mut [T] = bytemuck::try_cast_slice_mut(acc).map_err(misaligned)?;
         let b: &[T] = bytemuck::try_cast_slice(inc).map_err(misaligned)?;
         op.combine(a, b)

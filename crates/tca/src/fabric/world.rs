@@ -456,7 +456,15 @@ impl World {
                 cache[h.rank() as usize][slot] = None;
             }
         }
-        let region = Region::attach(h, self.peers[h.rank() as usize].pid)?;
+        let region = match Region::attach(h, self.peers[h.rank() as usize].pid) {
+            Ok(r) => r,
+            Err(e) => {
+                // A segment that is gone because its owner died or the job was aborted is
+                // reported as that, naming the rank, rather than as a bad handle.
+                self.check_peers(false)?;
+                return Err(e);
+            }
+        };
         cache_insert(&mut self.cache.borrow_mut(), &Arc::new(region));
         Ok(())
     }
@@ -756,6 +764,12 @@ impl World {
 
     /// Fails if the job was aborted, a peer died, or no peer is left that could signal.
     pub fn check_alive(&self) -> Result<()> {
+        self.check_peers(true)
+    }
+
+    /// Fails if the job was aborted or a peer died; with `waiting`, also if no other rank is
+    /// left in the job (nobody could send what a wait expects).
+    fn check_peers(&self, waiting: bool) -> Result<()> {
         if let Some((r, why)) = self.board.aborted() {
             return Err(abort_error(r, why));
         }
@@ -798,7 +812,7 @@ impl World {
                 ));
             }
         }
-        if live == 0 {
+        if waiting && live == 0 {
             return Err(Error::new(
                 ErrorKind::Aborted,
                 if self.size == 1 {
