@@ -43,6 +43,17 @@ use registry::Kernel;
 /// A group of ranks that run collectives together: the world, or a part of it made by
 /// [`Comm::split`]. Creating one is collective over its members; it keeps its scratch
 /// segment, the members' handles and its buffers for its whole life.
+///
+/// # Errors and consistency
+/// As in MPI, every member must call the same collectives in the same order with matching
+/// counts, root and operation. Argument errors that every rank sees alike (a root out of
+/// range, a bitwise op on floats, an unsupported algorithm) return an error before anything
+/// is sent, and the communicator stays usable. A buffer error found on one rank only, lengths
+/// that differ between ranks (detected when the data arrives), or a panicking user operation
+/// abort the job: that rank gets the error, the others an error naming it, and no one hangs.
+/// One mismatch is not detected: a rank passing zero elements where the others pass more
+/// skips the call entirely, and the others wait for it (the deadlock detector ends that wait
+/// after about a second if nothing else happens).
 #[derive(Debug)]
 pub struct Comm<'w> {
     world: &'w World,
