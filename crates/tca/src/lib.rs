@@ -22,7 +22,7 @@
 //! - [`transport`]: the transport contract and the shared-memory transport.
 //! - [`bootstrap`]: finding rank and size (launcher, Slurm, mpirun) and the launcher itself.
 //! - [`threads`]: ranks as threads of one process.
-//! - [`env`]: every `TCA_*` variable.
+//! - [`env`](mod@env): every `TCA_*` variable.
 //!
 //! ## Example
 //! ```

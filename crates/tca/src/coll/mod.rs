@@ -52,8 +52,9 @@ use registry::Kernel;
 /// that differ between ranks (detected when the data arrives), or a panicking user operation
 /// abort the job: that rank gets the error, the others an error naming it, and no one hangs.
 /// One mismatch is not detected: a rank passing zero elements where the others pass more
-/// skips the call entirely, and the others wait for it (the deadlock detector ends that wait
-/// after about a second if nothing else happens).
+/// skips the call entirely; the others then wait for data that never comes (the deadlock
+/// detector ends that wait once every rank is stuck) or, if that rank's next call sends a
+/// message of the same length, take it instead. Keep counts consistent.
 #[derive(Debug)]
 pub struct Comm<'w> {
     world: &'w World,
