@@ -204,9 +204,8 @@ pub fn run(w: &World, opts: &Options) -> Result<Option<Report>> {
     }))
 }
 
-impl Report {
-    /// The table.
-    pub fn table(&self) -> String {
+impl crate::Report for Report {
+    fn table(&self) -> String {
         let mut s = format!(
             "# tca bench collectives: {} ranks, shared memory\n# {}\n# this run: 8 B put_signal ping-pong (ranks 0-1) {:.3} us; memcpy {:.1} GB/s; cross-core streaming {:.2} GB/s\n",
             self.ranks,

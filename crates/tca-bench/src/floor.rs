@@ -188,17 +188,8 @@ pub fn memcpy_bandwidth(n: usize) -> f64 {
     best
 }
 
-impl Floor {
-    /// Memcpy bandwidth at `n` bytes, if measured.
-    pub fn memcpy_at(&self, n: usize) -> Option<f64> {
-        self.memcpy_gb_s
-            .iter()
-            .find(|(s, _)| *s == n)
-            .map(|(_, g)| *g)
-    }
-
-    /// The human-readable table.
-    pub fn table(&self) -> String {
+impl crate::Report for Floor {
+    fn table(&self) -> String {
         let mut s = format!("# tca bench floor: {}\n", self.machine.line());
         s += &format!(
             "cache-line half round trip (2 processes): {:.1} ns best, {:.1} ns median\n",

@@ -43,6 +43,31 @@ pub fn sizes_up_to(max: usize) -> Vec<usize> {
     v
 }
 
+/// A benchmark result: printable as a table, serialisable as JSON.
+pub trait Report: serde::Serialize {
+    /// The human-readable table.
+    fn table(&self) -> String;
+}
+
+/// Runs `bench` on `np` ranks (launching them if needed) and prints rank 0's report as a
+/// table or JSON.
+pub fn run_and_print<R: Report>(
+    np: u32,
+    json: bool,
+    bench: impl FnOnce(&tca::World) -> anyhow::Result<Option<R>>,
+) -> anyhow::Result<i32> {
+    launch_or_run(np, |world| {
+        if let Some(r) = bench(world)? {
+            if json {
+                println!("{}", to_json(&r)?);
+            } else {
+                print!("{}", r.table());
+            }
+        }
+        Ok(())
+    })
+}
+
 /// A result as pretty JSON.
 pub fn to_json<T: serde::Serialize>(v: &T) -> serde_json::Result<String> {
     serde_json::to_string_pretty(v)

@@ -247,9 +247,8 @@ pub fn run(world: &World, opts: &Options) -> Result<Option<PingPong>> {
     }))
 }
 
-impl PingPong {
-    /// The human-readable table (IMB-like columns).
-    pub fn table(&self) -> String {
+impl crate::Report for PingPong {
+    fn table(&self) -> String {
         let mut s = format!(
             "# tca bench pingpong: put_signal, {} ranks ({} pair(s) at once), shared memory\n# {}\n# spin policy: {} spins, {} yields, then futex sleep\n",
             self.ranks,

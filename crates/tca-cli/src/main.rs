@@ -106,47 +106,6 @@ enum Bench {
     },
 }
 
-fn print<T: serde_json_free::Printable>(v: &T, json: bool) -> Result<()> {
-    if json {
-        println!("{}", v.json()?);
-    } else {
-        print!("{}", v.text());
-    }
-    Ok(())
-}
-
-/// Output in table or JSON form.
-mod serde_json_free {
-    pub trait Printable {
-        fn text(&self) -> String;
-        fn json(&self) -> anyhow::Result<String>;
-    }
-    impl Printable for tca_bench::floor::Floor {
-        fn text(&self) -> String {
-            self.table()
-        }
-        fn json(&self) -> anyhow::Result<String> {
-            Ok(tca_bench::to_json(self)?)
-        }
-    }
-    impl Printable for tca_bench::collectives::Report {
-        fn text(&self) -> String {
-            self.table()
-        }
-        fn json(&self) -> anyhow::Result<String> {
-            Ok(tca_bench::to_json(self)?)
-        }
-    }
-    impl Printable for tca_bench::pingpong::PingPong {
-        fn text(&self) -> String {
-            self.table()
-        }
-        fn json(&self) -> anyhow::Result<String> {
-            Ok(tca_bench::to_json(self)?)
-        }
-    }
-}
-
 fn run(cli: Cli) -> Result<i32> {
     match cli.cmd {
         Cmd::Run(a) => {
@@ -165,12 +124,7 @@ fn run(cli: Cli) -> Result<i32> {
             if iters == 0 {
                 bail!("--iters must be at least 1");
             }
-            tca_bench::launch_or_run(2, |world| {
-                if let Some(f) = tca_bench::floor::run(world, iters, 7)? {
-                    print(&f, json)?;
-                }
-                Ok(())
-            })
+            tca_bench::run_and_print(2, json, |w| tca_bench::floor::run(w, iters, 7))
         }
         Cmd::Bench(Bench::Collectives {
             np,
@@ -207,12 +161,7 @@ fn run(cli: Cli) -> Result<i32> {
                 algos,
                 soak,
             };
-            tca_bench::launch_or_run(np, |world| {
-                if let Some(r) = tca_bench::collectives::run(world, &opts)? {
-                    print(&r, json)?;
-                }
-                Ok(())
-            })
+            tca_bench::run_and_print(np, json, |w| tca_bench::collectives::run(w, &opts))
         }
         Cmd::Bench(Bench::Pingpong {
             np,
@@ -232,12 +181,7 @@ fn run(cli: Cli) -> Result<i32> {
                 iters,
                 soak,
             };
-            tca_bench::launch_or_run(np, |world| {
-                if let Some(p) = tca_bench::pingpong::run(world, &opts)? {
-                    print(&p, json)?;
-                }
-                Ok(())
-            })
+            tca_bench::run_and_print(np, json, |w| tca_bench::pingpong::run(w, &opts))
         }
     }
 }
