@@ -642,3 +642,30 @@ proptest! {
         prop_assert!(ok[0]);
     }
 }
+
+#[test]
+fn zero_copy_views_check_range_and_alignment() {
+    on(1, |w| {
+        let mut seg = w.alloc(64)?;
+        seg.write_slice(0, &[1u64, 2, 3, 4, 5, 6, 7, 8])?;
+        // SAFETY: one rank, no peer and no other path writes `seg` while the views live.
+        unsafe {
+            assert_eq!(seg.view::<u64>(2, 3)?, &[3, 4, 5]);
+            assert_eq!(
+                seg.view::<u64>(6, 3).unwrap_err().kind(),
+                ErrorKind::OutOfBounds
+            );
+            assert_eq!(
+                seg.view::<u64>(usize::MAX, 1).unwrap_err().kind(),
+                ErrorKind::OutOfBounds
+            );
+            let all = seg.as_mut_slice::<u32>();
+            assert_eq!(all.len(), 16);
+            all[0] = 9;
+        }
+        let mut first = [0u64];
+        seg.read_slice(0, &mut first)?;
+        assert_eq!(first[0] & 0xffff_ffff, 9);
+        Ok(())
+    });
+}

@@ -40,6 +40,25 @@ use crate::fabric::{Handle, World};
 use channel::{Channels, Sink};
 use registry::Kernel;
 
+/// The function of the algorithm chosen for a call of `$coll` on `$bytes` bytes.
+macro_rules! kernel {
+    ($comm:expr, $coll:ident, $bytes:expr) => {
+        match $comm.pick(Collective::$coll, $bytes)?.kernel {
+            Kernel::$coll(f) => f,
+            _ => {
+                return Err(Error::new(
+                    ErrorKind::Transport,
+                    concat!(
+                        "algorithm table entry is not a ",
+                        stringify!($coll),
+                        " algorithm"
+                    ),
+                ))
+            }
+        }
+    };
+}
+
 /// A group of ranks that run collectives together: the world, or a part of it made by
 /// [`Comm::split`]. Creating one is collective over its members; it keeps its scratch
 /// segment, the members' handles and its buffers for its whole life.
@@ -349,10 +368,7 @@ impl<'w> Comm<'w> {
         if bytes.is_empty() || self.p() == 1 {
             return Ok(());
         }
-        let a = self.pick(Collective::Broadcast, bytes.len())?;
-        let Kernel::Broadcast(f) = a.kernel else {
-            unreachable!("registry entry kind")
-        };
+        let f = kernel!(self, Broadcast, bytes.len());
         self.run(f(self, bytes, root))
     }
 
@@ -376,10 +392,7 @@ impl<'w> Comm<'w> {
             r.copy_from_slice(s);
             return Ok(());
         }
-        let a = self.pick(Collective::Scatter, r.len())?;
-        let Kernel::Scatter(f) = a.kernel else {
-            unreachable!("registry entry kind")
-        };
+        let f = kernel!(self, Scatter, r.len());
         self.run(f(self, s, r, root))
     }
 
@@ -403,10 +416,7 @@ impl<'w> Comm<'w> {
             r.copy_from_slice(s);
             return Ok(());
         }
-        let a = self.pick(Collective::Gather, s.len())?;
-        let Kernel::Gather(f) = a.kernel else {
-            unreachable!("registry entry kind")
-        };
+        let f = kernel!(self, Gather, s.len());
         self.run(f(self, s, r, root))
     }
 
@@ -432,10 +442,7 @@ impl<'w> Comm<'w> {
             recv.copy_from_slice(send);
             return Ok(());
         }
-        let a = self.pick(Collective::Reduce, s.len())?;
-        let Kernel::Reduce(f) = a.kernel else {
-            unreachable!("registry entry kind")
-        };
+        let f = kernel!(self, Reduce, s.len());
         let comb = op::byte_combiner(op);
         let red = Reducer::new(std::mem::size_of::<T>(), &comb);
         let mut work = self.tmp(0, s.len());
@@ -455,10 +462,7 @@ impl<'w> Comm<'w> {
         if bytes.is_empty() || self.p() == 1 {
             return Ok(());
         }
-        let a = self.pick(Collective::Reduce, bytes.len())?;
-        let Kernel::Reduce(f) = a.kernel else {
-            unreachable!("registry entry kind")
-        };
+        let f = kernel!(self, Reduce, bytes.len());
         let comb = op::byte_combiner(op);
         let red = Reducer::new(std::mem::size_of::<T>(), &comb);
         if self.me == root_u {
@@ -557,10 +561,7 @@ impl<'w> Comm<'w> {
         if total == 0 || self.p() == 1 {
             return Ok(());
         }
-        let a = self.pick(Collective::Allgather, total / self.p())?;
-        let Kernel::Allgather(f) = a.kernel else {
-            unreachable!("registry entry kind")
-        };
+        let f = kernel!(self, Allgather, total / self.p());
         self.run(f(self, recv, counts, displs))
     }
 
@@ -584,10 +585,7 @@ impl<'w> Comm<'w> {
         if bytes.is_empty() || self.p() == 1 {
             return Ok(());
         }
-        let a = self.pick(Collective::Allreduce, bytes.len())?;
-        let Kernel::Allreduce(f) = a.kernel else {
-            unreachable!("registry entry kind")
-        };
+        let f = kernel!(self, Allreduce, bytes.len());
         let comb = op::byte_combiner(op);
         let red = Reducer::new(std::mem::size_of::<T>(), &comb);
         self.run(f(self, bytes, &red))
@@ -598,10 +596,7 @@ impl<'w> Comm<'w> {
         if self.p() == 1 {
             return Ok(());
         }
-        let a = self.pick(Collective::Barrier, 0)?;
-        let Kernel::Barrier(f) = a.kernel else {
-            unreachable!("registry entry kind")
-        };
+        let f = kernel!(self, Barrier, 0);
         self.run(f(self))
     }
 
@@ -625,10 +620,7 @@ impl<'w> Comm<'w> {
             r.copy_from_slice(s);
             return Ok(());
         }
-        let a = self.pick(Collective::ReduceScatter, r.len())?;
-        let Kernel::ReduceScatter(f) = a.kernel else {
-            unreachable!("registry entry kind")
-        };
+        let f = kernel!(self, ReduceScatter, r.len());
         let comb = op::byte_combiner(op);
         let red = Reducer::new(std::mem::size_of::<T>(), &comb);
         let mut work = self.tmp(0, s.len());
@@ -659,10 +651,7 @@ impl<'w> Comm<'w> {
             r.copy_from_slice(s);
             return Ok(());
         }
-        let a = self.pick(Collective::Alltoall, s.len() / self.p())?;
-        let Kernel::Alltoall(f) = a.kernel else {
-            unreachable!("registry entry kind")
-        };
+        let f = kernel!(self, Alltoall, s.len() / self.p());
         self.run(f(self, s, r))
     }
 }
@@ -672,6 +661,18 @@ fn len_error(what: &str, want: usize, got: usize) -> Error {
         ErrorKind::InvalidArgument,
         format!("{what} has {got} elements, {want} are needed"),
     )
+}
+
+/// For relative rank `v` of a binomial tree over `p` ranks: the lowest set bit of `v` (for the
+/// root, the power of two at or above `p`), which is the distance to its parent, and the size
+/// of its subtree (relative ranks `v .. v + size`).
+pub(crate) fn subtree(p: usize, v: usize) -> (usize, usize) {
+    let low = if v == 0 {
+        p.next_power_of_two()
+    } else {
+        v & v.wrapping_neg()
+    };
+    (low, low.min(p - v))
 }
 
 /// Splits `n` elements of `elem` bytes into `p` blocks as evenly as possible; returns the

@@ -726,7 +726,6 @@ impl World {
         self.check_alive()?;
         let mut wakes = 0u64;
         let mut all_asleep = true;
-        let mut sleeping = Vec::new();
         for r in (0..self.size).filter(|&r| r != self.rank) {
             if self.board.state(r) != RankState::Ready {
                 continue;
@@ -734,7 +733,6 @@ impl World {
             let (asleep, w) = self.board.sleep_state(r);
             all_asleep &= asleep;
             wakes = wakes.wrapping_add(w);
-            sleeping.push(r);
         }
         if !all_asleep || self.others_wakes.replace(wakes) != wakes {
             self.stuck.set(0);
@@ -743,6 +741,9 @@ impl World {
         let n = self.stuck.get() + 1;
         self.stuck.set(n);
         if n >= DEADLOCK_SLICES {
+            let sleeping: Vec<u32> = (0..self.size)
+                .filter(|&r| r != self.rank && self.board.state(r) == RankState::Ready)
+                .collect();
             let left: Vec<u32> = (0..self.size)
                 .filter(|&r| self.board.state(r) == RankState::Done)
                 .collect();

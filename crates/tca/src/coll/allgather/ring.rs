@@ -7,19 +7,29 @@ use crate::coll::registry::Model;
 use crate::coll::{Comm, split2};
 use crate::error::Result;
 
-pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], counts: &[usize], displs: &[usize]) -> Result<()> {
+/// The ring itself, over any block layout: this rank starts by passing block `me + shift`
+/// (the one it holds complete) and ends with every block.
+pub(crate) fn exchange(
+    c: &Comm<'_>,
+    buf: &mut [u8],
+    shift: usize,
+    range: impl Fn(usize) -> std::ops::Range<usize>,
+) -> Result<()> {
     let (p, me) = (c.p(), c.me());
     let (right, left) = ((me + 1) % p, (me + p - 1) % p);
-    let range = |b: usize| displs[b]..displs[b] + counts[b];
     for s in 0..p - 1 {
         let (msg, dst) = split2(
             buf,
-            range((me + p - s) % p),
-            range((me + 2 * p - s - 1) % p),
+            range((me + shift + p - s) % p),
+            range((me + shift + 2 * p - s - 1) % p),
         );
         c.sendrecv(right, msg, left, dst, None)?;
     }
     Ok(())
+}
+
+pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], counts: &[usize], displs: &[usize]) -> Result<()> {
+    exchange(c, buf, 0, |b| displs[b]..displs[b] + counts[b])
 }
 
 pub(crate) fn cost(m: &Model, p: usize, n: usize) -> f64 {

@@ -3,23 +3,17 @@
 //! sends and receives 2 (p - 1)/p n bytes, any p.
 //! Cost: 2 (p - 1) α + 2 (p - 1)/p n β + (p - 1)/p n γ. Reuse: channel flow control.
 
+use crate::coll::allgather::ring;
 use crate::coll::reduce::reduce_scatter_gather::ring_reduce_scatter;
 use crate::coll::registry::Model;
-use crate::coll::{Comm, Reducer, block, split2};
+use crate::coll::{Comm, Reducer, block};
 use crate::error::Result;
 
 pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], red: &Reducer<'_>) -> Result<()> {
-    let (p, me) = (c.p(), c.me());
-    let n = buf.len();
     ring_reduce_scatter(c, buf, red, 0)?;
-    let (right, left) = ((me + 1) % p, (me + p - 1) % p);
-    for s in 0..p - 1 {
-        let out = block(n, red.elem, p, (me + 1 + p - s) % p);
-        let inn = block(n, red.elem, p, (me + p - s) % p);
-        let (msg, dst) = split2(buf, out, inn);
-        c.sendrecv(right, msg, left, dst, None)?;
-    }
-    Ok(())
+    // Rank r now holds block r + 1 complete: a ring allgather starting from it.
+    let n = buf.len();
+    ring::exchange(c, buf, 1, |b| block(n, red.elem, c.p(), b))
 }
 
 pub(crate) fn cost(m: &Model, p: usize, n: usize) -> f64 {

@@ -3,8 +3,9 @@
 //! n log p, for large messages on many ranks.
 //! Cost: (p - 1) α + n β (scatter) + (p - 1)(α + n/p β) (ring). Reuse: channel flow control.
 
+use crate::coll::allgather::ring;
 use crate::coll::registry::Model;
-use crate::coll::{Comm, block, split2};
+use crate::coll::{Comm, block};
 use crate::error::Result;
 
 pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], root: usize) -> Result<()> {
@@ -18,14 +19,7 @@ pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], root: usize) -> Result<()> {
     } else {
         c.recv(root, &mut buf[block(n, 1, p, me)])?;
     }
-    let (right, left) = ((me + 1) % p, (me + p - 1) % p);
-    for s in 0..p - 1 {
-        let out = block(n, 1, p, (me + p - s) % p);
-        let inn = block(n, 1, p, (me + 2 * p - s - 1) % p);
-        let (msg, dst) = split2(buf, out, inn);
-        c.sendrecv(right, msg, left, dst, None)?;
-    }
-    Ok(())
+    ring::exchange(c, buf, 0, |b| block(n, 1, p, b))
 }
 
 pub(crate) fn cost(m: &Model, p: usize, n: usize) -> f64 {

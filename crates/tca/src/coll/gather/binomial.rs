@@ -4,20 +4,15 @@
 //! Cost: ceil(log2 p) α + (p - 1) n β. Reuse: channel flow control; staging in the
 //! communicator's reusable temporary.
 
-use crate::coll::Comm;
 use crate::coll::registry::{Model, log2c};
+use crate::coll::{Comm, subtree};
 use crate::error::Result;
 
 pub(crate) fn run(c: &Comm<'_>, send: &[u8], recv: &mut [u8], root: usize) -> Result<()> {
     let (p, me) = (c.p(), c.me());
     let b = send.len();
     let v = (me + p - root) % p;
-    let low = if v == 0 {
-        p.next_power_of_two()
-    } else {
-        v & v.wrapping_neg()
-    };
-    let size = low.min(p - v);
+    let (low, size) = subtree(p, v);
     let mut t = c.tmp(1, size * b);
     t[..b].copy_from_slice(send);
     let mut m = 1;

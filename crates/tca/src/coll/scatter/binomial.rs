@@ -4,8 +4,8 @@
 //! Cost: ceil(log2 p) α + (p - 1) n β. Reuse: channel flow control; the subtree staging
 //! buffer is the communicator's reusable temporary.
 
-use crate::coll::Comm;
 use crate::coll::registry::{Model, log2c};
+use crate::coll::{Comm, subtree};
 use crate::error::Result;
 
 pub(crate) fn run(c: &Comm<'_>, send: &[u8], recv: &mut [u8], root: usize) -> Result<()> {
@@ -13,12 +13,7 @@ pub(crate) fn run(c: &Comm<'_>, send: &[u8], recv: &mut [u8], root: usize) -> Re
     let b = recv.len();
     let v = (me + p - root) % p;
     // My subtree: relative ranks v .. v + size, held in `t` in relative order.
-    let low = if v == 0 {
-        p.next_power_of_two()
-    } else {
-        v & v.wrapping_neg()
-    };
-    let size = low.min(p - v);
+    let (low, size) = subtree(p, v);
     let mut t = c.tmp(1, size * b);
     if v == 0 {
         for k in 0..p {
