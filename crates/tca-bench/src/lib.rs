@@ -1,16 +1,26 @@
-//! tca's benchmarks: the machine's physical floor and put_signal ping-pong.
+//! tca's benchmarks: the machine's physical floor, and an IMB-compatible suite measured over
+//! tca and, in the same invocation, over a real MPI.
 //!
-//! Every benchmark launches its own ranks (it re-runs the calling program under
-//! [`tca::bootstrap::launcher`]) so that `tca bench pingpong --np 2` is one command. Results
-//! are printed by rank 0 as a table, or as JSON with the machine and date for provenance.
+//! `tca bench` is one command: the process a user starts is the *parent*. It starts the tca
+//! ranks itself (tca's launcher re-runs this program), then, for `--compare mpi`, the MPI
+//! ranks (that MPI's `mpirun` re-runs this program); each half's rank 0 sends its rows back
+//! as JSON ([`tca_mpi`]), and the parent prints the tables, the comparison and the fits, and
+//! draws the plot. The halves never run at the same time.
 #![forbid(unsafe_code)]
 
-pub mod collectives;
 pub mod floor;
 pub mod machine;
-pub mod pingpong;
+pub mod plot;
+pub mod progress;
+pub mod report;
+pub mod suite;
 
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
 use tca::bootstrap::launcher::{Launch, under_launcher};
+
+pub use report::Format;
 
 /// Runs `body` as a rank when this process is one; otherwise launches `np` copies of this
 /// program (with the same arguments) and returns their exit status.
@@ -32,18 +42,7 @@ pub fn launch_or_run(
     }
 }
 
-/// The byte sizes 0, 1, 2, 4, ... up to `max` (a power of two or not).
-pub fn sizes_up_to(max: usize) -> Vec<usize> {
-    let mut v = vec![0];
-    let mut s = 1;
-    while s <= max {
-        v.push(s);
-        s *= 2;
-    }
-    v
-}
-
-/// A benchmark result: printable as a table, serialisable as JSON.
+/// A result that prints itself as a table or JSON.
 pub trait Report: serde::Serialize {
     /// The human-readable table.
     fn table(&self) -> String;
@@ -59,7 +58,7 @@ pub fn run_and_print<R: Report>(
     launch_or_run(np, |world| {
         if let Some(r) = bench(world)? {
             if json {
-                println!("{}", to_json(&r)?);
+                println!("{}", serde_json::to_string_pretty(&r)?);
             } else {
                 print!("{}", r.table());
             }
@@ -68,17 +67,103 @@ pub fn run_and_print<R: Report>(
     })
 }
 
-/// A result as pretty JSON.
-pub fn to_json<T: serde::Serialize>(v: &T) -> serde_json::Result<String> {
-    serde_json::to_string_pretty(v)
+/// One `tca bench` invocation of the suite.
+#[derive(Debug, Clone)]
+pub struct Request {
+    /// Ranks.
+    pub np: u32,
+    /// What to measure.
+    pub suite: suite::Options,
+    /// How to print.
+    pub format: Format,
+    /// Write the output here instead of stdout.
+    pub out: Option<PathBuf>,
+    /// Draw latency and throughput here (.png or .svg).
+    pub plot: Option<PathBuf>,
+    /// Fit range in bytes (None: above tca's last algorithm switch).
+    pub fit: Option<(u64, u64)>,
+    /// Also run the suite through MPI.
+    pub compare_mpi: bool,
+    /// The MPI's `mpirun` (None: `$TCA_MPIRUN` or `mpirun`).
+    pub mpirun: Option<PathBuf>,
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn sizes() {
-        assert_eq!(super::sizes_up_to(4), vec![0, 1, 2, 4]);
-        assert_eq!(super::sizes_up_to(0), vec![0]);
-        assert_eq!(super::sizes_up_to(4 << 20).len(), 24);
+/// Runs the suite as whichever process this is (parent, tca rank, MPI rank); returns the exit
+/// status for the parent.
+pub fn bench(req: &Request) -> Result<i32> {
+    if tca_mpi::is_child() {
+        #[cfg(feature = "mpi")]
+        {
+            suite::mpi::run(&req.suite)?;
+            return Ok(0);
+        }
+        #[cfg(not(feature = "mpi"))]
+        return Err(tca_mpi::not_enabled());
     }
+    if under_launcher() {
+        let world = tca::init()?;
+        if world.size() != req.np {
+            bail!(
+                "tca bench: started as {} ranks but --np {}",
+                world.size(),
+                req.np
+            );
+        }
+        if let Some(half) = suite::tca::run(&world, &req.suite)? {
+            // Under the parent, send the rows back; started some other way (`tca run`,
+            // Slurm), rank 0 prints them itself.
+            if !tca_mpi::write_result(&half)? {
+                let out = report::Output::new(machine_line(), &[half], req.fit);
+                emit(req, &out)?;
+            }
+        }
+        world.finalize()?;
+        return Ok(0);
+    }
+    if req.compare_mpi && !tca_mpi::ENABLED {
+        return Err(tca_mpi::not_enabled());
+    }
+    if req.compare_mpi {
+        // Fail before the long tca half if the MPI is missing.
+        tca_mpi::MpiRun {
+            np: req.np,
+            mpirun: req.mpirun.clone(),
+        }
+        .flavour()?;
+    }
+    let mut halves = vec![tca_mpi::launch_tca::<suite::Half>(req.np)?];
+    if req.compare_mpi {
+        let run = tca_mpi::MpiRun {
+            np: req.np,
+            mpirun: req.mpirun.clone(),
+        };
+        let (_, half) = tca_mpi::launch::<suite::Half>(&run)?;
+        halves.push(half);
+    }
+    let out = report::Output::new(machine_line(), &halves, req.fit);
+    emit(req, &out)?;
+    Ok(0)
+}
+
+fn machine_line() -> String {
+    machine::Machine::here().line()
+}
+
+/// Prints (or writes) the output and draws the plot.
+fn emit(req: &Request, out: &report::Output) -> Result<()> {
+    let text = out.render(req.format);
+    match &req.out {
+        Some(p) => {
+            std::fs::write(p, &text).with_context(|| format!("cannot write {}", p.display()))?;
+            eprintln!("tca bench: wrote {}", p.display());
+        }
+        None => print!("{text}"),
+    }
+    if let Some(p) = &req.plot {
+        let ranks = out.run.rows.first().map_or(0, |r| r.ranks);
+        let title = format!("tca bench, {ranks} ranks, {}", out.run.date);
+        plot::draw(p, &title, &out.run.rows, &out.fits)?;
+        eprintln!("tca bench: plotted {}", p.display());
+    }
+    Ok(())
 }

@@ -50,6 +50,11 @@ impl Machine {
     }
 }
 
+/// The current UTC time, RFC 3339 to the second ("2026-11-21T07:00:00Z").
+pub fn rfc3339_now() -> String {
+    humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
+}
+
 /// This process's memory as the kernel sees it: resident set, mapping count, and the bytes
 /// mapped from tca's shared-memory objects.
 #[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]

@@ -9,6 +9,9 @@
 //! | `TCA_SPIN` | user | spin iterations before a wait yields or sleeps (overrides the adaptive default) |
 //! | `TCA_BOOT_TIMEOUT` | user | seconds to wait for all ranks at start-up without the launcher (default 60) |
 //! | `TCA_MAX_RANKS` | user | raises or lowers the per-node rank limit (default 1024) |
+//! | `TCA_JOB_RESULT` | `tca bench`, `tca cg` | file where rank 0 of a job they started writes its result |
+//! | `TCA_MPI_RESULT` | `tca bench`, `tca cg` | the same for the MPI ranks of `--compare mpi` |
+//! | `TCA_MPIRUN` | user | the `mpirun` of `--compare mpi` (default: `mpirun` on the PATH) |
 //!
 //! Unknown `TCA_*` names are reported once on stderr by [`warn_unknown`], so a typo such as
 //! `TCA_SPINS=0` does not silently do nothing.
@@ -30,6 +33,13 @@ pub const BOOT_TIMEOUT: &str = "TCA_BOOT_TIMEOUT";
 /// Per-node rank limit.
 pub const MAX_RANKS: &str = "TCA_MAX_RANKS";
 
+/// Result file of a job started by `tca bench` / `tca cg` (rank 0 writes it).
+pub const JOB_RESULT: &str = "TCA_JOB_RESULT";
+/// Result file of the MPI half of `--compare mpi`.
+pub const MPI_RESULT: &str = "TCA_MPI_RESULT";
+/// The `mpirun` of `--compare mpi`.
+pub const MPIRUN: &str = "TCA_MPIRUN";
+
 /// Every variable tca reads or sets. Prefixes of per-operation variables (such as the
 /// collective selection variables of later services) are listed in [`KNOWN_PREFIXES`].
 pub const KNOWN: &[&str] = &[
@@ -41,6 +51,9 @@ pub const KNOWN: &[&str] = &[
     SPIN,
     BOOT_TIMEOUT,
     MAX_RANKS,
+    JOB_RESULT,
+    MPI_RESULT,
+    MPIRUN,
 ];
 
 /// Prefixes of families of variables (`TCA_COLL_ALLREDUCE=ring` and the like).

@@ -1,0 +1,148 @@
+//! The timing loop, written once for every implementation.
+//!
+//! Per benchmark and size, as IMB-MPI1 does it: agree on the repetition count (fixed, or
+//! [`Iters::Auto`]: rank 0 times a doubling trial until it lasts [`TRIAL_S`], then picks the
+//! count that fills [`AUTO_TARGET_S`]), run the warm-up calls, synchronise with a barrier,
+//! time the calls on every rank, and gather each rank's time per call at rank 0, which
+//! reports the minimum, maximum and mean over the ranks taking part.
+//!
+//! Every decision that must be the same on all ranks (how many calls) is made by rank 0 and
+//! broadcast, so a rank that happened to run slower cannot fall out of step.
+
+use std::time::Instant;
+
+use anyhow::Result;
+use tca_model::record::Row;
+
+use super::{Benchmark, Half, Iters, Options};
+
+/// Seconds of timed calls per size under [`Iters::Auto`].
+pub const AUTO_TARGET_S: f64 = 0.05;
+/// The trial that sizes [`Iters::Auto`] doubles until it lasts this long.
+pub const TRIAL_S: f64 = 0.002;
+/// Bounds on the automatic repetition count.
+pub const AUTO_MIN: u64 = 10;
+/// See [`AUTO_MIN`].
+pub const AUTO_MAX: u64 = 200_000;
+
+/// One implementation of the suite's calls.
+pub trait Backend {
+    /// This rank.
+    fn rank(&self) -> u32;
+    /// Ranks in the job.
+    fn size(&self) -> u32;
+    /// The implementation's name for the tables.
+    fn name(&self) -> String;
+    /// Blocks until every rank has arrived.
+    fn barrier(&mut self) -> Result<()>;
+    /// Rank 0's `v`, on every rank.
+    fn agree(&mut self, v: u64) -> Result<u64>;
+    /// Every rank's `v` at rank 0 (in rank order); empty elsewhere.
+    fn gather(&mut self, v: f64) -> Result<Vec<f64>>;
+    /// Prepares `bench` at `bytes` (called before its calls; the place to pick an algorithm).
+    fn prepare(&mut self, bench: &Benchmark, bytes: usize) -> Result<()>;
+    /// `n` calls of the benchmark prepared last (only on ranks that take part).
+    fn calls(&mut self, n: u64) -> Result<()>;
+    /// The algorithm the implementation uses for `bench` at `bytes` ("-" if unknown).
+    fn algorithm(&self, bench: &Benchmark, bytes: usize) -> String;
+}
+
+/// Calls of PingPong count round trips; IMB reports half of one.
+fn per_call_divisor(bench: &Benchmark) -> f64 {
+    if bench.kind == super::Kind::PingPong {
+        2.0
+    } else {
+        1.0
+    }
+}
+
+/// Runs the suite; rank 0 returns the rows. `tick` is called by rank 0 after each size.
+pub fn run<B: Backend>(
+    b: &mut B,
+    opts: &Options,
+    mut tick: impl FnMut(&str, usize),
+) -> Result<Option<Half>> {
+    let p = b.size();
+    let mut rows = Vec::new();
+    for bench in opts.benches() {
+        let active = b.rank() < bench.active(p);
+        if bench.collective.is_none() && p < 2 {
+            // PingPong and PingPing need a partner; collectives on one rank run as they are.
+            continue;
+        }
+        let mut seen = Vec::new();
+        for &req in &opts.sizes {
+            let Some(bytes) = bench.bytes_for(req, p as usize) else {
+                continue;
+            };
+            if seen.contains(&bytes) {
+                continue;
+            }
+            seen.push(bytes);
+            b.prepare(bench, bytes)?;
+            let reps = match opts.iters {
+                Iters::Fixed(n) => n,
+                Iters::Auto => auto_reps(b, active)?,
+            };
+            let warm = opts.warmup.unwrap_or((reps / 10).max(1));
+            if active {
+                b.calls(warm)?;
+            }
+            b.barrier()?;
+            let t0 = Instant::now();
+            if active {
+                b.calls(reps)?;
+            }
+            let t = t0.elapsed().as_secs_f64() * 1e6 / reps as f64 / per_call_divisor(bench);
+            let all = b.gather(if active { t } else { f64::NAN })?;
+            b.barrier()?;
+            if b.rank() == 0 {
+                let ts: Vec<f64> = all.into_iter().filter(|t| !t.is_nan()).collect();
+                let avg = ts.iter().sum::<f64>() / ts.len() as f64;
+                let point_to_point = bench.active(p) == 2 && bench.collective.is_none();
+                rows.push(Row {
+                    implementation: b.name(),
+                    benchmark: bench.name.to_string(),
+                    algorithm: b.algorithm(bench, bytes),
+                    ranks: p,
+                    bytes: bytes as u64,
+                    repetitions: reps,
+                    t_min_us: ts.iter().copied().fold(f64::INFINITY, f64::min),
+                    t_max_us: ts.iter().copied().fold(0.0, f64::max),
+                    t_avg_us: avg,
+                    mbytes_per_sec: point_to_point
+                        .then(|| if avg > 0.0 { bytes as f64 / avg } else { 0.0 }),
+                });
+                tick(bench.name, bytes);
+            }
+        }
+    }
+    Ok((b.rank() == 0).then(|| Half {
+        implementation: b.name(),
+        ranks: p,
+        rows,
+        notes: Vec::new(),
+    }))
+}
+
+/// [`Iters::Auto`]: rank 0 times 1, 2, 4, ... calls until a trial lasts [`TRIAL_S`] (every
+/// rank runs the same trials, told by rank 0 when to stop), then every rank gets the count
+/// that fills [`AUTO_TARGET_S`].
+fn auto_reps<B: Backend>(b: &mut B, active: bool) -> Result<u64> {
+    let mut n = 1u64;
+    loop {
+        b.barrier()?;
+        let t0 = Instant::now();
+        if active {
+            b.calls(n)?;
+        }
+        let dt = t0.elapsed().as_secs_f64();
+        let go_on = b.agree(u64::from(dt < TRIAL_S && n < AUTO_MAX))?;
+        if go_on == 0 {
+            let per_call = dt / n as f64;
+            let want = (AUTO_TARGET_S / per_call.max(1e-9)) as u64;
+            return b.agree(want.clamp(AUTO_MIN, AUTO_MAX));
+        }
+        n *= 2;
+    }
+}

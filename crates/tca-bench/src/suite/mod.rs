@@ -1,0 +1,408 @@
+//! The IMB-compatible suite: PingPong, PingPing, the collectives and Barrier, measured the same
+//! way over tca and over a real MPI.
+//!
+//! Every benchmark is one row of [`BENCHMARKS`]; the timing loop is written once
+//! ([`driver`]) over a [`Backend`] that performs one call of a benchmark: [`tca::TcaBackend`]
+//! and, with the `mpi` feature, [`mpi::MpiBackend`]. Message sizes mean what they mean in
+//! IMB-MPI1, so a row of tca's table and a row of IMB's table are the same experiment:
+//!
+//! | benchmark | `#bytes` is | data type |
+//! |---|---|---|
+//! | PingPong, PingPing | the message | bytes |
+//! | Bcast | the message | bytes |
+//! | Scatter, Gather, Allgather | each rank's block | bytes |
+//! | Alltoall | the block each rank sends each rank | bytes |
+//! | Reduce, Allreduce | the vector | f32, sum |
+//! | Reduce_scatter | the whole vector (each rank gets 1/p of it) | f32, sum |
+//! | Barrier | (none) | |
+//!
+//! Roots are rank 0. PingPong and PingPing run between ranks 0 and 1 while the other ranks
+//! wait, as IMB's "additional processes waiting in MPI_Barrier".
+
+pub mod driver;
+#[cfg(feature = "mpi")]
+pub mod mpi;
+pub mod tca;
+
+use anyhow::{Result, bail};
+use serde::{Deserialize, Serialize};
+use tca_model::imb::Columns;
+use tca_model::record::Row;
+
+/// What a benchmark does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Kind {
+    /// Round trip between ranks 0 and 1; time is half of it.
+    PingPong,
+    /// Ranks 0 and 1 send to each other at once; time is one exchange.
+    PingPing,
+    /// Broadcast from rank 0.
+    Bcast,
+    /// Scatter from rank 0.
+    Scatter,
+    /// Gather to rank 0.
+    Gather,
+    /// Reduce (f32 sum) to rank 0.
+    Reduce,
+    /// Allgather.
+    Allgather,
+    /// Allreduce (f32 sum).
+    Allreduce,
+    /// Reduce_scatter (block, f32 sum).
+    ReduceScatter,
+    /// Alltoall.
+    Alltoall,
+    /// Barrier.
+    Barrier,
+}
+
+/// One benchmark of the suite.
+#[derive(Debug)]
+pub struct Benchmark {
+    /// IMB's name (also what the command line accepts, in any case).
+    pub name: &'static str,
+    /// What it does.
+    pub kind: Kind,
+    /// The tca collective behind it (for `--algo` and the algorithm column), if any.
+    pub collective: Option<::tca::Collective>,
+    /// One line for `--help` and errors.
+    pub about: &'static str,
+}
+
+/// The suite, in IMB-MPI1's order.
+pub static BENCHMARKS: &[Benchmark] = &[
+    Benchmark {
+        name: "PingPong",
+        kind: Kind::PingPong,
+        collective: None,
+        about: "half round trip between ranks 0 and 1",
+    },
+    Benchmark {
+        name: "PingPing",
+        kind: Kind::PingPing,
+        collective: None,
+        about: "ranks 0 and 1 send to each other at the same time",
+    },
+    Benchmark {
+        name: "Reduce_scatter",
+        kind: Kind::ReduceScatter,
+        collective: Some(::tca::Collective::ReduceScatter),
+        about: "f32 sum, each rank keeps 1/p of the vector",
+    },
+    Benchmark {
+        name: "Allreduce",
+        kind: Kind::Allreduce,
+        collective: Some(::tca::Collective::Allreduce),
+        about: "f32 sum, result on every rank",
+    },
+    Benchmark {
+        name: "Reduce",
+        kind: Kind::Reduce,
+        collective: Some(::tca::Collective::Reduce),
+        about: "f32 sum to rank 0",
+    },
+    Benchmark {
+        name: "Allgather",
+        kind: Kind::Allgather,
+        collective: Some(::tca::Collective::Allgather),
+        about: "every rank's block to every rank",
+    },
+    Benchmark {
+        name: "Gather",
+        kind: Kind::Gather,
+        collective: Some(::tca::Collective::Gather),
+        about: "every rank's block to rank 0",
+    },
+    Benchmark {
+        name: "Scatter",
+        kind: Kind::Scatter,
+        collective: Some(::tca::Collective::Scatter),
+        about: "a block from rank 0 to every rank",
+    },
+    Benchmark {
+        name: "Alltoall",
+        kind: Kind::Alltoall,
+        collective: Some(::tca::Collective::Alltoall),
+        about: "a block from every rank to every rank",
+    },
+    Benchmark {
+        name: "Bcast",
+        kind: Kind::Bcast,
+        collective: Some(::tca::Collective::Broadcast),
+        about: "the message from rank 0 to every rank",
+    },
+    Benchmark {
+        name: "Barrier",
+        kind: Kind::Barrier,
+        collective: Some(::tca::Collective::Barrier),
+        about: "no data",
+    },
+];
+
+impl Benchmark {
+    /// The benchmark called `name` (case-insensitive), or an error listing the names.
+    pub fn find(name: &str) -> Result<&'static Benchmark> {
+        BENCHMARKS
+            .iter()
+            .find(|b| b.name.eq_ignore_ascii_case(name))
+            .ok_or_else(|| {
+                let names: Vec<&str> = BENCHMARKS.iter().map(|b| b.name).collect();
+                anyhow::anyhow!(
+                    "unknown benchmark `{name}`; valid: {}, floor",
+                    names.join(", ")
+                )
+            })
+    }
+
+    /// IMB's columns for this benchmark.
+    pub fn columns(&self) -> Columns {
+        Columns::of(self.name)
+    }
+
+    /// Whether the benchmark moves f32 (reductions): sizes must be multiples of 4 bytes.
+    pub fn reduces(&self) -> bool {
+        matches!(
+            self.kind,
+            Kind::Reduce | Kind::Allreduce | Kind::ReduceScatter
+        )
+    }
+
+    /// Ranks that take part out of `p`.
+    pub fn active(&self, p: u32) -> u32 {
+        match self.kind {
+            Kind::PingPong | Kind::PingPing => 2.min(p),
+            _ => p,
+        }
+    }
+
+    /// The bytes actually moved for a requested size on `p` ranks, or None to skip the size
+    /// (as IMB skips 1- and 2-byte reductions; Reduce_scatter keeps whole f32 blocks per rank).
+    pub fn bytes_for(&self, requested: usize, p: usize) -> Option<usize> {
+        match self.kind {
+            Kind::Barrier => Some(0),
+            Kind::ReduceScatter => {
+                if requested % 4 != 0 {
+                    return None;
+                }
+                let elems = requested / 4 / p * p;
+                (elems > 0 || requested == 0).then_some(elems * 4)
+            }
+            _ if self.reduces() => (requested % 4 == 0).then_some(requested),
+            _ => Some(requested),
+        }
+    }
+}
+
+/// How many timed calls per size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Iters {
+    /// This many, at every size.
+    Fixed(u64),
+    /// IMB's rule of thumb, by time: many calls for small sizes, fewer for large, about
+    /// [`driver::AUTO_TARGET_S`] of timed calls per size.
+    Auto,
+}
+
+/// What to run (the same on every rank, the parent and the MPI half).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Options {
+    /// Benchmarks, by their index in [`BENCHMARKS`].
+    pub benchmarks: Vec<usize>,
+    /// Requested message sizes in bytes.
+    pub sizes: Vec<usize>,
+    /// Timed calls per size.
+    pub iters: Iters,
+    /// Untimed calls before the timed ones (None: a tenth of the timed calls, at least 1).
+    pub warmup: Option<u64>,
+    /// Forced tca algorithms: (benchmark index, algorithm name).
+    pub algos: Vec<(usize, String)>,
+    /// 8-byte PingPong round trips of a memory soak after the suite (tca only; 0: none).
+    pub soak: u64,
+}
+
+impl Options {
+    /// The benchmarks to run.
+    pub fn benches(&self) -> impl Iterator<Item = &'static Benchmark> + '_ {
+        self.benchmarks.iter().map(|&i| &BENCHMARKS[i])
+    }
+}
+
+/// What rank 0 of one implementation sends back to the command.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Half {
+    /// "tca" or the MPI's name.
+    pub implementation: String,
+    /// Ranks in the job.
+    pub ranks: u32,
+    /// The measurements.
+    pub rows: Vec<Row>,
+    /// Extra lines for the report (the floor ratio, memory soak, ...).
+    pub notes: Vec<String>,
+}
+
+/// Parses `--sizes`: `MIN:MAX` (0 if MIN is 0, then the powers of two from MIN's up to MAX,
+/// as IMB's default 0:4194304) or a comma-separated list; sizes take K, M, G (or KiB, MiB,
+/// GiB) suffixes, powers of 1024.
+pub fn parse_sizes(s: &str) -> Result<Vec<usize>> {
+    let one = |t: &str| -> Result<usize> {
+        let t = t.trim();
+        let (num, mult) = match t.find(|c: char| !c.is_ascii_digit()) {
+            None => (t, 1usize),
+            Some(0) => bail!("size `{t}` is not a whole number of bytes"),
+            Some(i) => {
+                let m = match t[i..].to_ascii_lowercase().as_str() {
+                    "b" => 1,
+                    "k" | "kib" | "kb" => 1 << 10,
+                    "m" | "mib" | "mb" => 1 << 20,
+                    "g" | "gib" | "gb" => 1 << 30,
+                    other => bail!("size `{t}`: unknown unit `{other}` (use K, M or G)"),
+                };
+                (&t[..i], m)
+            }
+        };
+        let n: usize = num
+            .parse()
+            .map_err(|_| anyhow::anyhow!("size `{t}` is not a whole number of bytes"))?;
+        n.checked_mul(mult)
+            .filter(|&b| b <= 1 << 30)
+            .ok_or_else(|| anyhow::anyhow!("size `{t}` is larger than 1 GiB"))
+    };
+    if let Some((a, b)) = s.split_once(':') {
+        let (lo, hi) = (one(a)?, one(b)?);
+        if lo > hi {
+            bail!("--sizes {s}: MIN is larger than MAX");
+        }
+        let mut v = Vec::new();
+        if lo == 0 {
+            v.push(0);
+        }
+        let mut x = lo.max(1).next_power_of_two();
+        while x <= hi {
+            v.push(x);
+            x *= 2;
+        }
+        if v.is_empty() {
+            bail!("--sizes {s}: no power of two between MIN and MAX");
+        }
+        return Ok(v);
+    }
+    let mut v: Vec<usize> = s.split(',').map(one).collect::<Result<_>>()?;
+    if v.is_empty() {
+        bail!("--sizes is empty");
+    }
+    v.sort_unstable();
+    v.dedup();
+    Ok(v)
+}
+
+/// Resolves `--algo`: `NAME` (every chosen benchmark whose collective has an algorithm of that
+/// name) or `BENCHMARK=NAME`, comma-separated; unknown names are errors listing valid ones.
+pub fn parse_algos(specs: &[String], benchmarks: &[usize]) -> Result<Vec<(usize, String)>> {
+    let mut out = Vec::new();
+    for spec in specs {
+        if let Some((b, name)) = spec.split_once('=') {
+            let bench = Benchmark::find(b)?;
+            let Some(coll) = bench.collective else {
+                bail!("--algo {spec}: {} has no algorithms to choose", bench.name);
+            };
+            ::tca::coll::registry::find(coll, name)?;
+            let i = index_of(bench);
+            if !benchmarks.contains(&i) {
+                bail!(
+                    "--algo {spec}: {} is not among the benchmarks run",
+                    bench.name
+                );
+            }
+            out.push((i, name.to_string()));
+        } else {
+            let mut any = false;
+            for &i in benchmarks {
+                if let Some(coll) = BENCHMARKS[i].collective
+                    && ::tca::coll::registry::find(coll, spec).is_ok()
+                {
+                    out.push((i, spec.clone()));
+                    any = true;
+                }
+            }
+            if !any {
+                let names: Vec<String> = ::tca::coll::ALGORITHMS
+                    .iter()
+                    .filter(|a| {
+                        benchmarks
+                            .iter()
+                            .any(|&i| BENCHMARKS[i].collective == Some(a.collective))
+                    })
+                    .map(|a| format!("{}={}", a.collective.name(), a.name))
+                    .collect();
+                bail!(
+                    "unknown algorithm `{spec}` for the benchmarks run; valid: {}",
+                    names.join(", ")
+                );
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The index of a benchmark in [`BENCHMARKS`].
+pub fn index_of(b: &Benchmark) -> usize {
+    BENCHMARKS
+        .iter()
+        .position(|x| x.name == b.name)
+        .expect("a benchmark from the table")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_sizes("0:8").unwrap(), vec![0, 1, 2, 4, 8]);
+        assert_eq!(parse_sizes("3:16").unwrap(), vec![4, 8, 16]);
+        assert_eq!(parse_sizes("1K:4K").unwrap(), vec![1024, 2048, 4096]);
+        assert_eq!(
+            parse_sizes("8,1KiB,64k,4M").unwrap(),
+            vec![8, 1024, 65536, 4 << 20]
+        );
+        assert_eq!(parse_sizes("0:4M").unwrap().len(), 24);
+        for bad in ["", "x", "8:4", "1:2:3", "5:7", "1T", "-1", "2G"] {
+            assert!(parse_sizes(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn names_and_sizes() {
+        assert_eq!(Benchmark::find("allreduce").unwrap().name, "Allreduce");
+        let e = Benchmark::find("nosuch").unwrap_err().to_string();
+        assert!(e.contains("PingPong") && e.contains("floor"), "{e}");
+        let rs = Benchmark::find("reduce_scatter").unwrap();
+        assert_eq!(rs.bytes_for(64, 3), Some(60));
+        assert_eq!(rs.bytes_for(4, 3), None);
+        assert_eq!(rs.bytes_for(0, 3), Some(0));
+        let ar = Benchmark::find("Allreduce").unwrap();
+        assert_eq!(ar.bytes_for(2, 2), None);
+        assert_eq!(ar.bytes_for(8, 2), Some(8));
+        assert_eq!(Benchmark::find("bcast").unwrap().bytes_for(3, 2), Some(3));
+    }
+
+    #[test]
+    fn algos() {
+        let all: Vec<usize> = (0..BENCHMARKS.len()).collect();
+        let a = parse_algos(&["ring".into()], &all).unwrap();
+        assert!(a.len() >= 2, "{a:?}"); // allreduce and allgather (and reduce_scatter) have rings
+        let a = parse_algos(&["Allreduce=ring".into()], &all).unwrap();
+        assert_eq!(
+            a,
+            vec![(
+                index_of(Benchmark::find("Allreduce").unwrap()),
+                "ring".into()
+            )]
+        );
+        assert!(parse_algos(&["nosuch".into()], &all).is_err());
+        assert!(parse_algos(&["Allreduce=nosuch".into()], &all).is_err());
+        assert!(parse_algos(&["PingPong=ring".into()], &all).is_err());
+        let only_pp = vec![0];
+        assert!(parse_algos(&["ring".into()], &only_pp).is_err());
+    }
+}

@@ -1,0 +1,191 @@
+//! The suite over a real MPI (rsmpi), for `--compare mpi`: the calls IMB-MPI1 makes for each
+//! benchmark (PingPong: `MPI_Send` + `MPI_Recv`; PingPing: `MPI_Isend` + `MPI_Recv` +
+//! `MPI_Wait`; the collectives with rank 0 as root, `MPI_FLOAT` + `MPI_SUM` for reductions,
+//! `MPI_Reduce_scatter_block` for Reduce_scatter). Buffers are allocated once, as in
+//! [`super::tca`]. MPI reports errors by aborting the job (its default error handler), which
+//! the parent sees as a failed `mpirun`.
+
+use anyhow::{Context, Result};
+use tca_mpi::mpi;
+use tca_mpi::mpi::collective::SystemOperation;
+use tca_mpi::mpi::topology::SimpleCommunicator;
+use tca_mpi::mpi::traits::*;
+
+use super::driver::{self, Backend};
+use super::{Benchmark, Kind, Options};
+
+/// MPI's side of the suite.
+pub struct MpiBackend {
+    world: SimpleCommunicator,
+    name: String,
+    bsend: Vec<u8>,
+    brecv: Vec<u8>,
+    fsend: Vec<f32>,
+    frecv: Vec<f32>,
+    cur: (Kind, usize),
+}
+
+impl std::fmt::Debug for MpiBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MpiBackend")
+            .field("name", &self.name)
+            .field("cur", &self.cur)
+            .finish_non_exhaustive()
+    }
+}
+
+impl MpiBackend {
+    /// Buffers for messages up to the largest size.
+    pub fn new(world: SimpleCommunicator, opts: &Options) -> Self {
+        let p = world.size() as usize;
+        let max = opts.sizes.iter().copied().max().unwrap_or(0).max(8);
+        Self {
+            world,
+            name: library_name(),
+            bsend: vec![0xa5; max * p],
+            brecv: vec![0; max * p],
+            fsend: vec![1.0; max / 4 * p],
+            frecv: vec![0.0; max / 4 * p],
+            cur: (Kind::Barrier, 0),
+        }
+    }
+}
+
+/// "Open MPI 4.1.4", "MPICH 4.0.2": the first words of `MPI_Get_library_version`.
+fn library_name() -> String {
+    let v = mpi::environment::library_version().unwrap_or_default();
+    let first = v.lines().next().unwrap_or("MPI").trim();
+    if let Some(rest) = first.strip_prefix("Open MPI v") {
+        format!("Open MPI {}", rest.split([',', ' ']).next().unwrap_or(""))
+    } else if let Some(rest) = first.strip_prefix("MPICH Version:") {
+        format!("MPICH {}", rest.trim())
+    } else {
+        first.chars().take(40).collect()
+    }
+}
+
+impl Backend for MpiBackend {
+    fn rank(&self) -> u32 {
+        self.world.rank() as u32
+    }
+
+    fn size(&self) -> u32 {
+        self.world.size() as u32
+    }
+
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+
+    fn barrier(&mut self) -> Result<()> {
+        self.world.barrier();
+        Ok(())
+    }
+
+    fn agree(&mut self, v: u64) -> Result<u64> {
+        let mut x = v;
+        self.world.process_at_rank(0).broadcast_into(&mut x);
+        Ok(x)
+    }
+
+    fn gather(&mut self, v: f64) -> Result<Vec<f64>> {
+        let root = self.world.process_at_rank(0);
+        if self.world.rank() == 0 {
+            let mut all = vec![0.0; self.world.size() as usize];
+            root.gather_into_root(&v, &mut all[..]);
+            Ok(all)
+        } else {
+            root.gather_into(&v);
+            Ok(Vec::new())
+        }
+    }
+
+    fn prepare(&mut self, bench: &Benchmark, bytes: usize) -> Result<()> {
+        self.cur = (bench.kind, bytes);
+        Ok(())
+    }
+
+    fn calls(&mut self, n: u64) -> Result<()> {
+        let (kind, bytes) = self.cur;
+        let w = &self.world;
+        let p = w.size() as usize;
+        let me = w.rank();
+        let root = w.process_at_rank(0);
+        let e = bytes / 4;
+        let (bs, br, fs, fr) = (
+            &mut self.bsend,
+            &mut self.brecv,
+            &mut self.fsend,
+            &mut self.frecv,
+        );
+        for _ in 0..n {
+            match kind {
+                Kind::PingPong => {
+                    let other = w.process_at_rank(1 - me);
+                    if me == 0 {
+                        other.send(&bs[..bytes]);
+                        other.receive_into(&mut br[..bytes]);
+                    } else {
+                        other.receive_into(&mut br[..bytes]);
+                        other.send(&bs[..bytes]);
+                    }
+                }
+                Kind::PingPing => {
+                    let other = w.process_at_rank(1 - me);
+                    mpi::request::scope(|scope| {
+                        let req = other.immediate_send(scope, &bs[..bytes]);
+                        other.receive_into(&mut br[..bytes]);
+                        req.wait();
+                    });
+                }
+                Kind::Bcast => root.broadcast_into(&mut bs[..bytes]),
+                Kind::Scatter => {
+                    if me == 0 {
+                        root.scatter_into_root(&bs[..bytes * p], &mut br[..bytes]);
+                    } else {
+                        root.scatter_into(&mut br[..bytes]);
+                    }
+                }
+                Kind::Gather => {
+                    if me == 0 {
+                        root.gather_into_root(&bs[..bytes], &mut br[..bytes * p]);
+                    } else {
+                        root.gather_into(&bs[..bytes]);
+                    }
+                }
+                Kind::Reduce => {
+                    if me == 0 {
+                        root.reduce_into_root(&fs[..e], &mut fr[..e], SystemOperation::sum());
+                    } else {
+                        root.reduce_into(&fs[..e], SystemOperation::sum());
+                    }
+                }
+                Kind::Allgather => w.all_gather_into(&bs[..bytes], &mut br[..bytes * p]),
+                Kind::Allreduce => {
+                    w.all_reduce_into(&fs[..e], &mut fr[..e], SystemOperation::sum())
+                }
+                Kind::ReduceScatter => {
+                    w.reduce_scatter_block_into(&fs[..e], &mut fr[..e / p], SystemOperation::sum())
+                }
+                Kind::Alltoall => w.all_to_all_into(&bs[..bytes * p], &mut br[..bytes * p]),
+                Kind::Barrier => w.barrier(),
+            }
+        }
+        Ok(())
+    }
+
+    fn algorithm(&self, _: &Benchmark, _: usize) -> String {
+        "-".into()
+    }
+}
+
+/// The MPI half: initialise MPI, run the suite, rank 0 writes the result for the parent.
+pub fn run(opts: &Options) -> Result<()> {
+    let universe = mpi::initialize().context("MPI_Init failed (or MPI was initialised twice)")?;
+    let world = universe.world();
+    let mut b = MpiBackend::new(world, opts);
+    if let Some(half) = driver::run(&mut b, opts, |_, _| {})? {
+        tca_mpi::write_result(&half)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,297 @@
+//! The suite over tca: PingPong and PingPing as `put_signal` into the partner's segment, the
+//! collectives through one [`Comm`] built before the first measurement. Every buffer is
+//! allocated once for the largest size, so the timed calls allocate nothing.
+//!
+//! Two extras only tca has, measured in the same run so ratios are honest on a machine whose
+//! core placement drifts: the floor (a raw cache-line ping-pong, alternating round by round
+//! with the 8-byte PingPong; median of the ratios) and a memory soak (resident memory and
+//! mapping count before and after many 8-byte round trips).
+
+use anyhow::Result;
+use tca::fabric::line;
+use tca::{Comm, Handle, Op, SignalOp, SymmetricSegment, World};
+
+use super::driver::{self, Backend};
+use super::{Benchmark, Half, Kind, Options};
+use crate::floor::CacheLine;
+use crate::machine::MemStat;
+
+/// tca's side of the suite.
+#[derive(Debug)]
+pub struct TcaBackend<'w> {
+    world: &'w World,
+    comm: Comm<'w>,
+    /// Point-to-point landing zone: data at 0 (or in the signal's line when it fits), the
+    /// signal word in the line at `line_at`.
+    seg: SymmetricSegment,
+    peer: Option<Handle>,
+    line_at: usize,
+    seq: u64,
+    bsend: Vec<u8>,
+    brecv: Vec<u8>,
+    fsend: Vec<f32>,
+    frecv: Vec<f32>,
+    cur: (Kind, usize),
+    forced: Vec<(usize, String)>,
+}
+
+impl<'w> TcaBackend<'w> {
+    /// Collective: the communicator, the segments and buffers for messages up to `max` bytes.
+    pub fn new(world: &'w World, opts: &Options) -> Result<Self> {
+        let comm = Comm::world(world)?;
+        let p = world.size() as usize;
+        let max = opts.sizes.iter().copied().max().unwrap_or(0).max(8);
+        let line_at = max.next_multiple_of(4096);
+        let seg = world.alloc_symmetric(line_at + line::SLOT_STRIDE)?;
+        let me = world.rank();
+        let peer = if me < 2 && world.size() >= 2 {
+            Some(*seg.handle(1 - me)?)
+        } else {
+            None
+        };
+        Ok(Self {
+            world,
+            comm,
+            seg,
+            peer,
+            line_at,
+            seq: 0,
+            bsend: vec![0xa5; max * p],
+            brecv: vec![0; max * p],
+            fsend: vec![1.0; max / 4 * p],
+            frecv: vec![0.0; max / 4 * p],
+            cur: (Kind::Barrier, 0),
+            forced: opts.algos.clone(),
+        })
+    }
+
+    /// `n` exchanges between ranks 0 and 1: PingPong (rank 0 sends first, rank 1 answers) or
+    /// PingPing (both send, then both wait).
+    fn point_to_point(&mut self, n: u64, both_send: bool) -> Result<()> {
+        let Some(peer) = self.peer else {
+            return Ok(());
+        };
+        let bytes = self.cur.1;
+        let sig = self.line_at + line::SIGNAL;
+        let dst = if bytes <= line::PAYLOAD_MAX {
+            self.line_at
+        } else {
+            0
+        };
+        let msg = &self.bsend[..bytes];
+        let first = self.world.rank() == 0 || both_send;
+        for _ in 0..n {
+            self.seq += 1;
+            let s = self.seq;
+            if first {
+                self.world
+                    .put_signal(&peer, dst, msg, &peer, sig, SignalOp::Set(s))?;
+                self.world.wait_until(&self.seg, sig, s)?;
+            } else {
+                self.world.wait_until(&self.seg, sig, s)?;
+                self.world
+                    .put_signal(&peer, dst, msg, &peer, sig, SignalOp::Set(s))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The floor extra: 7 alternating rounds of the raw cache-line ping-pong and the 8-byte
+    /// PingPong between ranks 0 and 1; rank 0 gets the note. Skipped when ranks outnumber
+    /// cores (a pure spin cannot share a core).
+    fn floor_note(&mut self) -> Result<Option<String>> {
+        let w = self.world;
+        if w.size() < 2 || w.size() > tca::transport::shm::wait::SpinPolicy::cpus() {
+            return Ok((w.rank() == 0).then(|| {
+                "floor comparison skipped: ranks outnumber cores (a pure spin cannot share a core)"
+                    .to_string()
+            }));
+        }
+        let mut line = CacheLine::new(w)?;
+        line.round(w, 20_000)?;
+        self.cur = (Kind::PingPong, 8);
+        let iters = 50_000;
+        let mut rounds = Vec::new();
+        for _ in 0..7 {
+            let f = line.round(w, iters)?;
+            w.barrier()?;
+            let t0 = std::time::Instant::now();
+            if w.rank() < 2 {
+                self.point_to_point(iters, false)?;
+            }
+            let t = t0.elapsed().as_secs_f64() * 1e9 / (2 * iters) as f64;
+            w.barrier()?;
+            rounds.push((f, t));
+        }
+        let mut ratios: Vec<f64> = rounds.iter().map(|(f, t)| t / f).collect();
+        ratios.sort_by(f64::total_cmp);
+        let shown: Vec<String> = rounds
+            .iter()
+            .map(|(f, t)| format!("{t:.0}/{f:.0}"))
+            .collect();
+        Ok((w.rank() == 0).then(|| {
+            format!(
+                "8 B PingPong / floor (cache-line half round trip), 7 alternating rounds, ns: {}; median ratio {:.2}",
+                shown.join(" "),
+                ratios[ratios.len() / 2]
+            )
+        }))
+    }
+
+    /// The soak extra: `n` 8-byte round trips, rank 0's memory before and after.
+    fn soak_note(&mut self, n: u64) -> Result<Option<String>> {
+        let before = MemStat::now();
+        self.cur = (Kind::PingPong, 8);
+        if self.world.rank() < 2 {
+            self.point_to_point(n, false)?;
+        }
+        let after = MemStat::now();
+        self.world.barrier()?;
+        Ok((self.world.rank() == 0).then(|| {
+            format!(
+                "soak of {n} 8 B round trips: rank 0 RSS {} -> {} KiB, mappings {} -> {}",
+                before.rss_kib, after.rss_kib, before.mappings, after.mappings
+            )
+        }))
+    }
+}
+
+impl Backend for TcaBackend<'_> {
+    fn rank(&self) -> u32 {
+        self.comm.rank()
+    }
+
+    fn size(&self) -> u32 {
+        self.comm.size()
+    }
+
+    fn name(&self) -> String {
+        "tca".into()
+    }
+
+    fn barrier(&mut self) -> Result<()> {
+        Ok(self.comm.barrier()?)
+    }
+
+    fn agree(&mut self, v: u64) -> Result<u64> {
+        let mut x = [v];
+        self.comm.broadcast(&mut x, 0)?;
+        Ok(x[0])
+    }
+
+    fn gather(&mut self, v: f64) -> Result<Vec<f64>> {
+        let p = self.comm.size() as usize;
+        let mut all = if self.rank() == 0 {
+            vec![0.0; p]
+        } else {
+            Vec::new()
+        };
+        self.comm.gather(&[v], &mut all, 0)?;
+        Ok(all)
+    }
+
+    fn prepare(&mut self, bench: &Benchmark, bytes: usize) -> Result<()> {
+        self.cur = (bench.kind, bytes);
+        if let Some(coll) = bench.collective {
+            let i = super::index_of(bench);
+            let name = self
+                .forced
+                .iter()
+                .find(|(b, _)| *b == i)
+                .map(|(_, n)| n.as_str());
+            self.comm.force(coll, name)?;
+        }
+        Ok(())
+    }
+
+    fn calls(&mut self, n: u64) -> Result<()> {
+        let (kind, bytes) = self.cur;
+        let p = self.comm.size() as usize;
+        let e = bytes / 4;
+        let c = &self.comm;
+        let sum = Op::<f32>::Sum;
+        match kind {
+            Kind::PingPong => return self.point_to_point(n, false),
+            Kind::PingPing => return self.point_to_point(n, true),
+            _ => {}
+        }
+        let (bs, br, fs, fr) = (
+            &mut self.bsend,
+            &mut self.brecv,
+            &mut self.fsend,
+            &mut self.frecv,
+        );
+        for _ in 0..n {
+            match kind {
+                Kind::PingPong | Kind::PingPing => unreachable!("handled above"),
+                Kind::Bcast => c.broadcast(&mut bs[..bytes], 0)?,
+                Kind::Scatter => c.scatter(&bs[..bytes * p], &mut br[..bytes], 0)?,
+                Kind::Gather => c.gather(&bs[..bytes], &mut br[..bytes * p], 0)?,
+                Kind::Reduce => c.reduce(&fs[..e], &mut fr[..e], &sum, 0)?,
+                Kind::Allgather => c.allgather(&bs[..bytes], &mut br[..bytes * p])?,
+                Kind::Allreduce => c.allreduce(&fs[..e], &mut fr[..e], &sum)?,
+                Kind::ReduceScatter => c.reduce_scatter(&fs[..e], &mut fr[..e / p], &sum)?,
+                Kind::Alltoall => c.alltoall(&bs[..bytes * p], &mut br[..bytes * p])?,
+                Kind::Barrier => c.barrier()?,
+            }
+        }
+        Ok(())
+    }
+
+    fn algorithm(&self, bench: &Benchmark, bytes: usize) -> String {
+        let p = self.comm.size() as usize;
+        match bench.collective {
+            None => "put_signal".into(),
+            // The size each collective's selection looks at (see tca::coll): the whole vector,
+            // except Reduce_scatter, which selects by each rank's share.
+            Some(tca::Collective::ReduceScatter) => self
+                .comm
+                .algorithm(tca::Collective::ReduceScatter, bytes / p)
+                .name
+                .into(),
+            Some(coll) => self.comm.algorithm(coll, bytes).name.into(),
+        }
+    }
+}
+
+/// Runs the suite on this rank; rank 0 returns the result with tca's extras.
+pub fn run(world: &World, opts: &Options) -> Result<Option<Half>> {
+    let mut b = TcaBackend::new(world, opts)?;
+    let total: usize = opts.benches().count() * opts.sizes.len();
+    let bar = crate::progress::bar(total as u64, world.rank() == 0);
+    let half = driver::run(&mut b, opts, |name, bytes| {
+        bar.set_message(format!("{name} {bytes} B"));
+        bar.inc(1);
+    })?;
+    bar.finish_and_clear();
+    let mut notes = Vec::new();
+    if opts.benches().any(|bench| bench.kind == Kind::PingPong)
+        && let Some(n) = b.floor_note()?
+    {
+        notes.push(n);
+    }
+    if opts.soak > 0
+        && let Some(n) = b.soak_note(opts.soak)?
+    {
+        notes.push(n);
+    }
+    if world.rank() == 0 {
+        let max = opts.sizes.iter().copied().max().unwrap_or(0);
+        if max > 0 {
+            notes.push(format!(
+                "memcpy at {max} bytes (one thread, this run): {:.2} GB/s",
+                crate::floor::memcpy_bandwidth(max)
+            ));
+        }
+        notes.push(format!(
+            "collective scratch per rank: {} KiB; spin policy: {} spins, {} yields, then futex sleep",
+            tca::coll::scratch_bytes(world.size() as usize) / 1024,
+            world.spin_policy().spins,
+            world.spin_policy().yields
+        ));
+    }
+    Ok(half.map(|mut h| {
+        h.notes = notes;
+        h
+    }))
+}

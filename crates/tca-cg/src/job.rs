@@ -1,0 +1,164 @@
+//! Processes: `tca cg` is one command that starts its own ranks.
+//!
+//! The process a user starts (the *parent*, not a rank) re-runs itself with the same
+//! arguments as `np` tca ranks under tca's launcher ([`tca_mpi::launch_tca`]) and, with
+//! `--compare mpi`, once more as `np` MPI ranks under `mpirun` ([`tca_mpi::launch`]); the two
+//! halves never run at the same time. Rank 0 of each half sends its [`RankResult`] back as
+//! JSON and the parent prints.
+//!
+//! Errors that all ranks reach together ([`CgError::is_collective`]: bad input, breakdown)
+//! end the job in order: every rank exits 0 and rank 0 sends `Failed` with the message, so
+//! the user sees one clear line, not a launcher's report of a crashed rank. Anything else (a
+//! dead peer) is a failure of the job. A rank started some other way (`tca run -n 2 -- tca cg
+//! ...`, nobody listening for a result) returns the report, or rank 0's error, to print.
+
+use anyhow::{Context, Result, bail};
+
+use crate::coll::TcaColl;
+use crate::error::CgError;
+use crate::report::{Output, Report};
+use crate::run::{Options, run_rank};
+
+/// What this process is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// The command a user typed: starts the ranks and prints.
+    Parent,
+    /// A rank of the tca half.
+    TcaRank,
+    /// A rank of the MPI half.
+    MpiRank,
+}
+
+/// This process's role, from its environment.
+pub fn role() -> Role {
+    if tca_mpi::is_child() {
+        Role::MpiRank
+    } else if tca::bootstrap::launcher::under_launcher() {
+        Role::TcaRank
+    } else {
+        Role::Parent
+    }
+}
+
+/// What rank 0 sends to the parent.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "result", rename_all = "snake_case")]
+pub enum RankResult {
+    /// The solve ran.
+    Solved {
+        /// Its report.
+        report: Box<Report>,
+    },
+    /// Every rank stopped on this error (bad input, breakdown).
+    Failed {
+        /// The message.
+        error: String,
+    },
+}
+
+impl RankResult {
+    fn into_report(self) -> Result<Report> {
+        match self {
+            RankResult::Solved { report } => Ok(*report),
+            RankResult::Failed { error } => Err(anyhow::anyhow!(error)),
+        }
+    }
+}
+
+/// Ends a rank's run: hands the result to the parent if one listens, else returns the
+/// report (rank 0) or the error for the caller to print.
+fn finish(r: Result<Option<Report>, CgError>) -> Result<Option<Report>> {
+    match r {
+        Ok(Some(report)) => {
+            let res = RankResult::Solved {
+                report: Box::new(report.clone()),
+            };
+            if tca_mpi::write_result(&res)? {
+                Ok(None)
+            } else {
+                Ok(Some(report))
+            }
+        }
+        Ok(None) | Err(CgError::RootFailed) => Ok(None),
+        Err(e) if e.is_collective() => {
+            let res = RankResult::Failed {
+                error: e.to_string(),
+            };
+            // Every rank has this error; rank 0 (the one holding the real message) tells.
+            if tca_mpi::write_result(&res)? {
+                Ok(None)
+            } else {
+                Err(e.into())
+            }
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// A rank of the tca half: joins the job, runs, reports. `Some(report)` when nobody listens
+/// for the result (print it).
+pub fn tca_rank(opts: &Options, np: u32) -> Result<Option<Report>> {
+    let world = tca::init().context("joining the tca job")?;
+    if world.size() != np {
+        bail!(
+            "launched with {} ranks but --np {np}: give the same number",
+            world.size()
+        );
+    }
+    let r = {
+        let comm = tca::Comm::world(&world)?;
+        let mut c = TcaColl::new(&comm);
+        let r = run_rank(&mut c, opts);
+        // Non-root ranks with a collective error return quietly: rank 0 reports it.
+        if world.rank() != 0 && matches!(&r, Err(e) if e.is_collective()) {
+            Ok(None)
+        } else {
+            r
+        }
+    };
+    let failed_comm = matches!(&r, Err(e) if !e.is_collective());
+    let out = finish(r);
+    if !failed_comm {
+        world.finalize()?;
+    }
+    out
+}
+
+/// A rank of the MPI half (needs the `mpi` feature).
+pub fn mpi_rank(opts: &Options) -> Result<Option<Report>> {
+    #[cfg(feature = "mpi")]
+    {
+        let r = crate::mpi_coll::run(opts);
+        let root = crate::mpi_coll::is_root();
+        if !root && matches!(&r, Err(e) if e.is_collective()) {
+            return Ok(None);
+        }
+        finish(r)
+    }
+    #[cfg(not(feature = "mpi"))]
+    {
+        let _ = opts;
+        Err(tca_mpi::not_enabled())
+    }
+}
+
+/// The parent: runs the tca half on `np` ranks and, with `compare`, the MPI half; returns
+/// both for printing. A failure of either half is the error.
+pub fn launch(np: u32, compare: Option<tca_mpi::MpiRun>) -> Result<Output> {
+    if np == 0 {
+        bail!("--np must be at least 1");
+    }
+    if compare.is_some() && !tca_mpi::ENABLED {
+        return Err(tca_mpi::not_enabled());
+    }
+    let tca = tca_mpi::launch_tca::<RankResult>(np)?.into_report()?;
+    let mpi = match compare {
+        Some(run) => {
+            let (flavour, r) = tca_mpi::launch::<RankResult>(&run)?;
+            Some((flavour.label(), r.into_report()?))
+        }
+        None => None,
+    };
+    Ok(Output::new(tca, mpi))
+}

@@ -1,0 +1,262 @@
+//! Compressed Sparse Row storage (the paper's CRS), the checks that make a matrix fit for CG,
+//! and the local SpMV.
+//!
+//! Column indices are `u32`: SpMV streams 12 bytes per nonzero instead of 16, and every
+//! matrix this solver can hold in one node's memory has fewer than 2^32 columns (checked).
+//! Rows are sorted by column and hold no duplicates (duplicates in a file are summed, as
+//! the Matrix Market convention and SuiteSparse do).
+
+use std::ops::Range;
+
+use crate::error::{CgError, Result};
+
+/// Relative tolerance of the symmetry check: `|a_ij - a_ji| <= SYM_RTOL * max(|a_ij|, |a_ji|)`.
+/// Loose enough for a file whose two triangles were printed with 9 or more significant
+/// digits, tight enough that an asymmetry that matters to CG is reported.
+pub const SYM_RTOL: f64 = 1e-8;
+
+/// A sparse matrix, or a block of rows of one, in CSR form.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Csr {
+    /// Rows held here.
+    pub n_rows: usize,
+    /// Columns of the whole matrix (indices in `col` are global).
+    pub n_cols: usize,
+    /// Row `i`'s entries are `row_ptr[i]..row_ptr[i + 1]` of `col` and `val`.
+    pub row_ptr: Vec<usize>,
+    /// Column of each entry, sorted within a row.
+    pub col: Vec<u32>,
+    /// Value of each entry.
+    pub val: Vec<f64>,
+}
+
+impl Csr {
+    /// Builds a matrix from (row, column, value) triplets in any order; duplicates are summed.
+    /// Indices must be in range (checked).
+    pub fn from_triplets(
+        n_rows: usize,
+        n_cols: usize,
+        triplets: &[(usize, usize, f64)],
+    ) -> Result<Csr> {
+        check_cols(n_cols)?;
+        let mut count = vec![0usize; n_rows + 1];
+        for &(i, j, _) in triplets {
+            if i >= n_rows || j >= n_cols {
+                return Err(CgError::Read(format!(
+                    "entry ({}, {}) lies outside the {n_rows} x {n_cols} matrix",
+                    i + 1,
+                    j + 1
+                )));
+            }
+            count[i + 1] += 1;
+        }
+        for i in 0..n_rows {
+            count[i + 1] += count[i];
+        }
+        let mut next = count.clone();
+        let mut ent = vec![(0u32, 0.0f64); triplets.len()];
+        for &(i, j, v) in triplets {
+            ent[next[i]] = (j as u32, v);
+            next[i] += 1;
+        }
+        let mut row_ptr = Vec::with_capacity(n_rows + 1);
+        let mut col = Vec::with_capacity(triplets.len());
+        let mut val = Vec::with_capacity(triplets.len());
+        row_ptr.push(0);
+        for i in 0..n_rows {
+            let row = &mut ent[count[i]..count[i + 1]];
+            row.sort_unstable_by_key(|e| e.0);
+            let start = col.len();
+            for &(j, v) in row.iter() {
+                if col.len() > start && col.last() == Some(&j) {
+                    *val.last_mut().expect("a column was pushed") += v;
+                } else {
+                    col.push(j);
+                    val.push(v);
+                }
+            }
+            row_ptr.push(col.len());
+        }
+        Ok(Csr {
+            n_rows,
+            n_cols,
+            row_ptr,
+            col,
+            val,
+        })
+    }
+
+    /// Number of stored entries.
+    pub fn nnz(&self) -> usize {
+        self.col.len()
+    }
+
+    /// Row `i`'s columns and values.
+    pub fn row(&self, i: usize) -> (&[u32], &[f64]) {
+        let r = self.row_ptr[i]..self.row_ptr[i + 1];
+        (&self.col[r.clone()], &self.val[r])
+    }
+
+    /// A copy of rows `rows` (row pointers rebased to 0, columns unchanged).
+    pub fn rows(&self, rows: Range<usize>) -> Csr {
+        let (s, e) = (self.row_ptr[rows.start], self.row_ptr[rows.end]);
+        Csr {
+            n_rows: rows.len(),
+            n_cols: self.n_cols,
+            row_ptr: self.row_ptr[rows.start..=rows.end]
+                .iter()
+                .map(|&o| o - s)
+                .collect(),
+            col: self.col[s..e].to_vec(),
+            val: self.val[s..e].to_vec(),
+        }
+    }
+
+    /// The value at (i, j), if stored.
+    pub fn get(&self, i: usize, j: usize) -> Option<f64> {
+        let (c, v) = self.row(i);
+        c.binary_search(&(j as u32)).ok().map(|k| v[k])
+    }
+
+    /// Checks everything CG needs that can be checked without solving: finite values, a
+    /// square shape, a positive diagonal and symmetry within [`SYM_RTOL`]. (Positive
+    /// definiteness itself shows during the solve, as p·Ap ≤ 0.) `what` names the matrix in
+    /// messages. Row and column numbers in messages are 1-based, as in the file.
+    pub fn check_spd_shape(&self, what: &str) -> Result<()> {
+        if self.n_rows == 0 {
+            return Err(CgError::Invalid(format!("{what}: the matrix has no rows")));
+        }
+        if self.n_rows != self.n_cols {
+            return Err(CgError::NotSquare(format!(
+                "{what}: the matrix is {} x {}, not square; CG solves square symmetric \
+                 positive definite systems",
+                self.n_rows, self.n_cols
+            )));
+        }
+        let mut bad = 0usize;
+        let mut first = None;
+        for i in 0..self.n_rows {
+            let (c, v) = self.row(i);
+            for (&j, &x) in c.iter().zip(v) {
+                if !x.is_finite() {
+                    bad += 1;
+                    first.get_or_insert((i, j as usize, x));
+                }
+            }
+        }
+        if let Some((i, j, x)) = first {
+            return Err(CgError::NotFinite(format!(
+                "{what}: entry ({}, {}) is {x}{}",
+                i + 1,
+                j + 1,
+                others(bad, "non-finite entries")
+            )));
+        }
+        let (mut missing, mut nonpos) = (0usize, 0usize);
+        let (mut first_missing, mut first_nonpos) = (None, None);
+        for i in 0..self.n_rows {
+            match self.get(i, i) {
+                None => {
+                    missing += 1;
+                    first_missing.get_or_insert(i);
+                }
+                Some(d) if d <= 0.0 => {
+                    nonpos += 1;
+                    first_nonpos.get_or_insert((i, d));
+                }
+                Some(_) => {}
+            }
+        }
+        if let Some(i) = first_missing {
+            return Err(CgError::Diagonal(format!(
+                "{what}: row {} has no diagonal entry{}; a symmetric positive definite \
+                 matrix has a positive diagonal",
+                i + 1,
+                others(missing, "rows without one")
+            )));
+        }
+        if let Some((i, d)) = first_nonpos {
+            return Err(CgError::Diagonal(format!(
+                "{what}: diagonal entry ({0}, {0}) is {d}, not positive{1}; a symmetric \
+                 positive definite matrix has a positive diagonal",
+                i + 1,
+                others(nonpos, "such entries")
+            )));
+        }
+        let mut asym = 0usize;
+        let mut worst: Option<(usize, usize, f64, f64, f64)> = None;
+        for i in 0..self.n_rows {
+            let (c, v) = self.row(i);
+            for (&j, &a) in c.iter().zip(v) {
+                let j = j as usize;
+                if j <= i {
+                    continue;
+                }
+                let b = self.get(j, i).unwrap_or(0.0);
+                let scale = a.abs().max(b.abs());
+                let diff = (a - b).abs();
+                if diff > SYM_RTOL * scale {
+                    asym += 1;
+                    let rel = diff / scale;
+                    if worst.is_none_or(|w| rel > w.4) {
+                        worst = Some((i, j, a, b, rel));
+                    }
+                }
+            }
+            // Entries below the diagonal with no partner above were not visited: an
+            // upper-triangle entry is zero there.
+            for (&j, &a) in c.iter().zip(v) {
+                let j = j as usize;
+                if j < i && a != 0.0 && self.get(j, i).is_none() {
+                    asym += 1;
+                    if worst.is_none_or(|w| 1.0 > w.4) {
+                        worst = Some((i, j, a, 0.0, 1.0));
+                    }
+                }
+            }
+        }
+        if let Some((i, j, a, b, rel)) = worst {
+            return Err(CgError::NotSymmetric(format!(
+                "{what}: the matrix is not symmetric: A({0}, {1}) = {a} but A({1}, {0}) = {b} \
+                 (relative difference {rel:.2e}, tolerance {SYM_RTOL:e}; {asym} pair(s) differ)",
+                i + 1,
+                j + 1
+            )));
+        }
+        Ok(())
+    }
+
+    /// `y = A x` for the rows held here (`x` has `n_cols` entries, `y` has `n_rows`).
+    #[inline]
+    pub fn spmv(&self, x: &[f64], y: &mut [f64]) {
+        debug_assert_eq!(x.len(), self.n_cols);
+        debug_assert_eq!(y.len(), self.n_rows);
+        for (yi, w) in y.iter_mut().zip(self.row_ptr.windows(2)) {
+            let (c, v) = (&self.col[w[0]..w[1]], &self.val[w[0]..w[1]]);
+            let mut acc = 0.0;
+            for (&j, &a) in c.iter().zip(v) {
+                acc += a * x[j as usize];
+            }
+            *yi = acc;
+        }
+    }
+}
+
+/// Columns are stored as `u32`.
+pub(crate) fn check_cols(n_cols: usize) -> Result<()> {
+    if n_cols > u32::MAX as usize {
+        return Err(CgError::Invalid(format!(
+            "{n_cols} columns: this solver stores column indices in 32 bits (at most {})",
+            u32::MAX
+        )));
+    }
+    Ok(())
+}
+
+fn others(n: usize, what: &str) -> String {
+    if n > 1 {
+        format!(" ({n} {what} in all)")
+    } else {
+        String::new()
+    }
+}

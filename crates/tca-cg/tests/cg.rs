@@ -1,0 +1,728 @@
+//! tca-cg's tests: Matrix Market reading, the generators, every bad-input case, and the
+//! solver on 1 to 5 ranks (threads on the real shared-memory transport) against a one-rank
+//! solve and against manufactured solutions.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use tca_cg::mm::{self, Field, Symmetry};
+use tca_cg::synth::Synthetic;
+use tca_cg::{
+    CgError, Csr, MatrixSource, Options, Outcome, Partition, Problem, Report, Rhs, Stop, TcaColl,
+    run_rank, setup, solve,
+};
+
+// ---- helpers ---------------------------------------------------------------------------------
+
+/// A fresh directory for this test's files.
+fn tmpdir(tag: &str) -> PathBuf {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let d = std::env::temp_dir().join(format!(
+        "tca-cg-test-{}-{}-{tag}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+/// The lower triangle of a symmetric matrix as a `coordinate real symmetric` file.
+fn mtx_symmetric(a: &Csr) -> String {
+    let mut lines = Vec::new();
+    for i in 0..a.n_rows {
+        let (c, v) = a.row(i);
+        for (&j, &x) in c.iter().zip(v) {
+            if j as usize <= i {
+                lines.push(format!("{} {} {x:e}", i + 1, j + 1));
+            }
+        }
+    }
+    format!(
+        "%%MatrixMarket matrix coordinate real symmetric\n% written by a test\n{} {} {}\n{}\n",
+        a.n_rows,
+        a.n_cols,
+        lines.len(),
+        lines.join("\n")
+    )
+}
+
+fn problem(matrix: &str, rhs: Rhs) -> Problem {
+    Problem {
+        matrix: MatrixSource::parse(matrix).unwrap(),
+        rhs,
+    }
+}
+
+fn tol(t: f64) -> Stop {
+    Stop::Tolerance {
+        tol: t,
+        max_iters: 10_000,
+    }
+}
+
+/// Sets up and solves on `p` thread ranks; the whole x (blocks in rank order) and rank 0's
+/// outcome, or the error (rank 0's, which holds the message).
+fn solve_on(p: u32, prob: &Problem, stop: Stop) -> Result<(Vec<f64>, Outcome, u64), CgError> {
+    let per_rank = tca::threads::run(p, |world| {
+        let comm = tca::Comm::world(world)?;
+        let mut c = TcaColl::new(&comm);
+        let r = (|| {
+            let lp = setup(&mut c, prob)?;
+            let s = solve(&mut c, &lp, stop, false, None)?;
+            Ok((s.x, s.stats.outcome, s.stats.iterations))
+        })();
+        match r {
+            Err(CgError::Comm(e)) => Err(e),
+            r => Ok(r),
+        }
+    })
+    .expect("no rank fails in the runtime");
+    let mut x = Vec::new();
+    let mut first = None;
+    for r in per_rank {
+        let (xl, o, k) = r?;
+        x.extend(xl);
+        first.get_or_insert((o, k));
+    }
+    let (o, k) = first.unwrap();
+    Ok((x, o, k))
+}
+
+/// Runs the whole job on `p` thread ranks; rank 0's report or error.
+fn run_on(p: u32, opts: &Options) -> Result<Report, CgError> {
+    let mut per_rank = tca::threads::run(p, |world| {
+        let comm = tca::Comm::world(world)?;
+        let mut c = TcaColl::new(&comm);
+        match run_rank(&mut c, opts) {
+            Err(CgError::Comm(e)) => Err(e),
+            r => Ok(r),
+        }
+    })
+    .expect("no rank fails in the runtime");
+    for (rank, r) in per_rank.iter().enumerate().skip(1) {
+        match r {
+            Ok(None) => {}
+            Err(CgError::RootFailed) => {}
+            Err(e) => assert!(e.is_collective(), "rank {rank}: {e}"),
+            Ok(Some(_)) => panic!("rank {rank} returned a report"),
+        }
+    }
+    per_rank.swap_remove(0).map(|r| r.expect("rank 0 reports"))
+}
+
+fn opts(prob: Problem, stop: Stop, breakdown: bool) -> Options {
+    Options {
+        problem: prob,
+        stop,
+        breakdown,
+        progress: false,
+    }
+}
+
+fn max_rel_diff(a: &[f64], b: &[f64]) -> f64 {
+    let scale = b.iter().fold(0.0f64, |m, x| m.max(x.abs())).max(1e-300);
+    a.iter()
+        .zip(b)
+        .fold(0.0f64, |m, (x, y)| m.max((x - y).abs()))
+        / scale
+}
+
+// ---- partition and generators -------------------------------------------------------------------
+
+#[test]
+fn partition_is_the_papers_split() {
+    let p = Partition::new(13, 5).unwrap();
+    assert_eq!(p.counts, vec![2, 2, 2, 2, 5]);
+    assert_eq!(p.displs, vec![0, 2, 4, 6, 8]);
+    assert_eq!(p.range(4), 8..13);
+    let p = Partition::new(7, 1).unwrap();
+    assert_eq!(p.counts, vec![7]);
+    assert!(matches!(Partition::new(3, 4), Err(CgError::TooFewRows(_))));
+}
+
+#[test]
+fn generators_are_symmetric_positive_diagonal_and_count_right() {
+    for s in [
+        Synthetic::Poisson3d { m: 1 },
+        Synthetic::Poisson3d { m: 4 },
+        Synthetic::Banded { n: 1, k: 5 },
+        Synthetic::Banded { n: 13, k: 5 },
+        Synthetic::Banded { n: 20, k: 41 },
+        Synthetic::Banded { n: 50, k: 1 },
+    ] {
+        let a = s.rows(0..s.n());
+        assert_eq!(a.nnz(), s.nnz(), "{}", s.label());
+        a.check_spd_shape(&s.label()).unwrap();
+        for i in 0..a.n_rows {
+            let (c, _) = a.row(i);
+            assert!(c.windows(2).all(|w| w[0] < w[1]), "sorted row {i}");
+        }
+        // Any block of rows is the same as those rows of the whole.
+        let n = s.n();
+        let (lo, hi) = (n / 3, n - n / 4);
+        assert_eq!(s.rows(lo..hi), a.rows(lo..hi), "{}", s.label());
+    }
+}
+
+#[test]
+fn synthetic_specs_parse_and_reject_nonsense() {
+    assert_eq!(
+        MatrixSource::parse("poisson3d:31").unwrap(),
+        MatrixSource::Synthetic(Synthetic::Poisson3d { m: 31 })
+    );
+    assert_eq!(
+        MatrixSource::parse("banded:72_000:399").unwrap(),
+        MatrixSource::Synthetic(Synthetic::Banded { n: 72000, k: 399 })
+    );
+    assert_eq!(
+        MatrixSource::parse("dir/x.mtx").unwrap(),
+        MatrixSource::File("dir/x.mtx".into())
+    );
+    for bad in [
+        "poisson3d:0",
+        "poisson3d:x",
+        "poisson3d:3:3",
+        "poisson3d:100000",
+        "banded:10:4",
+        "banded:0:3",
+        "banded:10",
+    ] {
+        assert!(
+            matches!(MatrixSource::parse(bad), Err(CgError::Invalid(_))),
+            "{bad}"
+        );
+    }
+    assert_eq!(Rhs::parse("ones").unwrap(), Rhs::Ones);
+    assert_eq!(Rhs::parse("random").unwrap(), Rhs::Random { seed: 1 });
+    assert_eq!(
+        Rhs::parse("manufactured:7").unwrap(),
+        Rhs::Manufactured { seed: 7 }
+    );
+    assert_eq!(Rhs::parse("file:b.mtx").unwrap(), Rhs::File("b.mtx".into()));
+    assert_eq!(Rhs::parse("b.mtx").unwrap(), Rhs::File("b.mtx".into()));
+    assert!(Rhs::parse("random:x").is_err());
+}
+
+// ---- Matrix Market reading ----------------------------------------------------------------------
+
+#[test]
+fn reads_real_general_summing_duplicates() {
+    let f = mm::parse_matrix(
+        "%%MatrixMarket matrix coordinate real general\n% c\n3 3 5\n1 1 2.5\n2 2 -.5\n3 3 1e1\n1 2 1\n1 2 2\n",
+        "t",
+    )
+    .unwrap();
+    assert_eq!(
+        (f.field, f.symmetry, f.stored),
+        (Field::Real, Symmetry::General, 5)
+    );
+    assert_eq!(f.csr.get(0, 0), Some(2.5));
+    assert_eq!(f.csr.get(1, 1), Some(-0.5));
+    assert_eq!(f.csr.get(2, 2), Some(10.0));
+    assert_eq!(f.csr.get(0, 1), Some(3.0));
+    assert_eq!(f.csr.nnz(), 4);
+}
+
+#[test]
+fn reads_symmetric_storage_expanded() {
+    let f = mm::parse_matrix(
+        "%%MatrixMarket matrix coordinate real symmetric\n3 3 4\n1 1 4\n2 1 -1\n2 2 4\n3 3 4\n",
+        "t",
+    )
+    .unwrap();
+    assert_eq!((f.symmetry, f.stored), (Symmetry::Symmetric, 4));
+    assert_eq!(f.csr.nnz(), 5);
+    assert_eq!(f.csr.get(0, 1), Some(-1.0));
+    assert_eq!(f.csr.get(1, 0), Some(-1.0));
+    f.csr.check_spd_shape("t").unwrap();
+}
+
+#[test]
+fn reads_integer_fields() {
+    let g = mm::parse_matrix(
+        "%%MatrixMarket matrix coordinate integer general\n2 2 4\n1 1 3\n1 2 -1\n2 1 -1\n2 2 3\n",
+        "t",
+    )
+    .unwrap();
+    assert_eq!(g.field, Field::Integer);
+    assert_eq!(g.csr.get(0, 1), Some(-1.0));
+    g.csr.check_spd_shape("t").unwrap();
+    let s = mm::parse_matrix(
+        "%%MatrixMarket matrix coordinate integer symmetric\n2 2 3\n1 1 3\n2 1 -1\n2 2 3\n",
+        "t",
+    )
+    .unwrap();
+    assert_eq!(s.csr, g.csr);
+}
+
+#[test]
+fn reads_pattern_as_laplacian_plus_identity() {
+    // A path 1 - 2 - 3, with and without diagonal entries: the same matrix.
+    let sym = mm::parse_matrix(
+        "%%MatrixMarket matrix coordinate pattern symmetric\n3 3 2\n2 1\n3 2\n",
+        "t",
+    )
+    .unwrap();
+    assert_eq!(sym.field, Field::Pattern);
+    let general = mm::parse_matrix(
+        "%%MatrixMarket matrix coordinate pattern general\n3 3 7\n1 1\n2 2\n3 3\n1 2\n2 1\n2 3\n3 2\n",
+        "t",
+    )
+    .unwrap();
+    assert_eq!(sym.csr, general.csr);
+    let a = &sym.csr;
+    assert_eq!(
+        (a.get(0, 0), a.get(1, 1), a.get(2, 2)),
+        (Some(2.0), Some(3.0), Some(2.0))
+    );
+    assert_eq!(
+        (a.get(0, 1), a.get(2, 1), a.get(0, 2)),
+        (Some(-1.0), Some(-1.0), None)
+    );
+    a.check_spd_shape("t").unwrap();
+}
+
+#[test]
+fn reads_case_comments_and_blank_lines() {
+    let f = mm::parse_matrix(
+        "\n%%matrixmarket MATRIX Coordinate REAL Symmetric\n%\n% more\n2 2 2\n1 1 1.5e+00\n\n   2   2    7.5701187792160e+06\n\n",
+        "t",
+    )
+    .unwrap();
+    assert_eq!(f.csr.get(1, 1), Some(7.5701187792160e+06));
+}
+
+#[test]
+fn reads_gzip_files() {
+    let d = tmpdir("gz");
+    let p = d.join("a.mtx.gz");
+    let mut enc = flate2::write::GzEncoder::new(
+        std::fs::File::create(&p).unwrap(),
+        flate2::Compression::default(),
+    );
+    enc.write_all(b"%%MatrixMarket matrix coordinate real symmetric\n2 2 3\n1 1 2\n2 1 1\n2 2 2\n")
+        .unwrap();
+    enc.finish().unwrap();
+    let f = mm::read_matrix(&p).unwrap();
+    assert_eq!(f.csr.get(0, 1), Some(1.0));
+    // A corrupt gzip stream is an error, not a panic.
+    let bad = d.join("bad.mtx.gz");
+    std::fs::write(&bad, [0x1f, 0x8b, 8, 0, 1, 2, 3]).unwrap();
+    assert!(matches!(mm::read_matrix(&bad), Err(CgError::Read(_))));
+}
+
+#[test]
+fn reads_vectors() {
+    let d = tmpdir("vec");
+    let arr = write(
+        &d,
+        "a.mtx",
+        "%%MatrixMarket matrix array real general\n3 1\n1\n-2.5\n3\n",
+    );
+    assert_eq!(mm::read_vector(&arr, 3).unwrap(), vec![1.0, -2.5, 3.0]);
+    let coo = write(
+        &d,
+        "c.mtx",
+        "%%MatrixMarket matrix coordinate integer general\n1 3 2\n1 1 4\n1 3 5\n",
+    );
+    assert_eq!(mm::read_vector(&coo, 3).unwrap(), vec![4.0, 0.0, 5.0]);
+    assert!(matches!(mm::read_vector(&arr, 4), Err(CgError::Invalid(_))));
+    let nan = write(
+        &d,
+        "n.mtx",
+        "%%MatrixMarket matrix array real general\n2 1\n1\nNaN\n",
+    );
+    assert!(matches!(
+        mm::read_vector(&nan, 2),
+        Err(CgError::NotFinite(_))
+    ));
+}
+
+// ---- bad input ----------------------------------------------------------------------------------
+
+fn read_err(text: &str) -> CgError {
+    match mm::parse_matrix(text, "t").and_then(|f| f.csr.check_spd_shape("t").map(|_| f)) {
+        Ok(_) => panic!("accepted:\n{text}"),
+        Err(e) => e,
+    }
+}
+
+#[test]
+fn rejects_files_that_are_not_matrix_market() {
+    for text in [
+        "",
+        "hello world\n1 2 3\n",
+        "%%MatrixMarket tensor coordinate real general\n1 1 1\n1 1 1\n",
+        "%%MatrixMarket matrix coordinate real\n1 1 1\n1 1 1\n",
+        "%%MatrixMarket matrix coordinate real general\n2 2 3\n1 1 1\n2 2 1\n",
+        "%%MatrixMarket matrix coordinate real general\n2 2 1\n1 1 abc\n",
+        "%%MatrixMarket matrix coordinate real general\n2 2 1\n0 1 1\n",
+        "%%MatrixMarket matrix coordinate real general\n2 2 1\n3 1 1\n",
+        "%%MatrixMarket matrix coordinate real general\n2 2 1\n1 1\n",
+        "%%MatrixMarket matrix coordinate real symmetric\n2 2 2\n1 1 1\n1 2 1\n",
+        "%%MatrixMarket matrix coordinate real general\n99999999999999999999999 1 1\n1 1 1\n",
+        "%%MatrixMarket matrix coordinate complex general\n1 1 1\n1 1 1 0\n",
+        "%%MatrixMarket matrix coordinate real hermitian\n1 1 1\n1 1 1\n",
+        "%%MatrixMarket matrix coordinate real weird\n1 1 1\n1 1 1\n",
+    ] {
+        assert!(matches!(read_err(text), CgError::Read(_)), "{text}");
+    }
+    let d = tmpdir("bin");
+    let bin = d.join("x.bin");
+    std::fs::write(&bin, [0xffu8, 0xfe, 0, 1, 2]).unwrap();
+    let e = mm::read_matrix(&bin).unwrap_err();
+    assert!(e.to_string().contains("not a Matrix Market file"), "{e}");
+    let e = mm::read_matrix(&d.join("missing.mtx")).unwrap_err();
+    assert!(e.to_string().contains("cannot read"), "{e}");
+}
+
+#[test]
+fn rejects_non_square() {
+    let e = read_err("%%MatrixMarket matrix coordinate real general\n2 3 2\n1 1 1\n2 2 1\n");
+    assert!(matches!(e, CgError::NotSquare(_)), "{e}");
+    let e = read_err("%%MatrixMarket matrix coordinate real symmetric\n2 3 2\n1 1 1\n2 2 1\n");
+    assert!(matches!(e, CgError::NotSquare(_)), "{e}");
+}
+
+#[test]
+fn rejects_non_symmetric() {
+    let e = read_err(
+        "%%MatrixMarket matrix coordinate real general\n2 2 4\n1 1 4\n1 2 1\n2 1 1.001\n2 2 4\n",
+    );
+    assert!(matches!(e, CgError::NotSymmetric(_)), "{e}");
+    assert!(e.to_string().contains("A(1, 2) = 1"), "{e}");
+    // An entry with no partner at all, on either side of the diagonal.
+    for text in [
+        "%%MatrixMarket matrix coordinate real general\n2 2 3\n1 1 4\n2 1 1\n2 2 4\n",
+        "%%MatrixMarket matrix coordinate real general\n2 2 3\n1 1 4\n1 2 1\n2 2 4\n",
+    ] {
+        assert!(matches!(read_err(text), CgError::NotSymmetric(_)), "{text}");
+    }
+    let e = read_err("%%MatrixMarket matrix coordinate real skew-symmetric\n2 2 1\n2 1 1\n");
+    assert!(matches!(e, CgError::NotSymmetric(_)), "{e}");
+    // Within the tolerance is symmetric.
+    mm::parse_matrix(
+        "%%MatrixMarket matrix coordinate real general\n2 2 4\n1 1 4\n1 2 1\n2 1 1.000000000001\n2 2 4\n",
+        "t",
+    )
+    .unwrap()
+    .csr
+    .check_spd_shape("t")
+    .unwrap();
+}
+
+#[test]
+fn rejects_missing_or_non_positive_diagonal() {
+    let e = read_err("%%MatrixMarket matrix coordinate real symmetric\n2 2 2\n1 1 1\n2 1 0.5\n");
+    assert!(matches!(e, CgError::Diagonal(_)), "{e}");
+    assert!(e.to_string().contains("row 2 has no diagonal"), "{e}");
+    for d in ["0", "-3"] {
+        let e = read_err(&format!(
+            "%%MatrixMarket matrix coordinate real symmetric\n2 2 2\n1 1 1\n2 2 {d}\n"
+        ));
+        assert!(matches!(e, CgError::Diagonal(_)), "{e}");
+    }
+}
+
+#[test]
+fn rejects_nan_and_infinity() {
+    for v in ["NaN", "inf", "-inf"] {
+        let e = read_err(&format!(
+            "%%MatrixMarket matrix coordinate real symmetric\n2 2 3\n1 1 1\n2 1 {v}\n2 2 1\n"
+        ));
+        assert!(matches!(e, CgError::NotFinite(_)), "{v}: {e}");
+    }
+}
+
+#[test]
+fn rejects_fewer_rows_than_ranks_on_every_rank() {
+    let d = tmpdir("few");
+    let f = write(
+        &d,
+        "a.mtx",
+        "%%MatrixMarket matrix coordinate real symmetric\n2 2 2\n1 1 1\n2 2 1\n",
+    );
+    let prob = problem(f.to_str().unwrap(), Rhs::Ones);
+    let e = solve_on(3, &prob, tol(1e-8)).unwrap_err();
+    assert!(matches!(e, CgError::TooFewRows(_)), "{e}");
+    let e = solve_on(4, &problem("poisson3d:1", Rhs::Ones), tol(1e-8)).unwrap_err();
+    assert!(matches!(e, CgError::TooFewRows(_)), "{e}");
+}
+
+#[test]
+fn bad_file_on_rank_0_ends_every_rank_in_order() {
+    let d = tmpdir("bad");
+    let f = write(&d, "a.mtx", "not a matrix\n");
+    let o = opts(problem(f.to_str().unwrap(), Rhs::Ones), tol(1e-8), false);
+    let e = run_on(3, &o).unwrap_err();
+    assert!(matches!(e, CgError::Read(_)), "{e}");
+    // And a bad right-hand side file.
+    let b = write(
+        &d,
+        "b.mtx",
+        "%%MatrixMarket matrix array real general\n8 1\n1\n1\n1\n1\n1\n1\n1\ninf\n",
+    );
+    let o = opts(
+        problem("poisson3d:2", Rhs::File(b.clone())),
+        tol(1e-8),
+        false,
+    );
+    let e = run_on(2, &o).unwrap_err();
+    assert!(matches!(e, CgError::NotFinite(_)), "{e}");
+    let o = opts(problem("banded:9:3", Rhs::File(b)), tol(1e-8), false);
+    let e = run_on(2, &o).unwrap_err();
+    assert!(matches!(e, CgError::Invalid(_)), "{e}");
+}
+
+#[test]
+fn indefinite_matrix_is_a_breakdown_error() {
+    // [[1, 2], [2, 1]] has eigenvalues 3 and -1; b = (1, 0) reaches the negative one.
+    let d = tmpdir("indef");
+    let a = write(
+        &d,
+        "a.mtx",
+        "%%MatrixMarket matrix coordinate real symmetric\n2 2 3\n1 1 1\n2 1 2\n2 2 1\n",
+    );
+    let b = write(
+        &d,
+        "b.mtx",
+        "%%MatrixMarket matrix array real general\n2 1\n1\n0\n",
+    );
+    for p in [1, 2] {
+        let e = solve_on(
+            p,
+            &problem(a.to_str().unwrap(), Rhs::File(b.clone())),
+            tol(1e-12),
+        )
+        .unwrap_err();
+        assert!(matches!(e, CgError::Breakdown(_)), "{e}");
+        assert!(e.to_string().contains("not positive definite"), "{e}");
+    }
+}
+
+#[test]
+fn overflow_is_a_divergence_error() {
+    let d = tmpdir("ovf");
+    let a = write(
+        &d,
+        "a.mtx",
+        "%%MatrixMarket matrix coordinate real symmetric\n2 2 3\n1 1 1e10\n2 1 -1e9\n2 2 1e10\n",
+    );
+    let tiny = write(
+        &d,
+        "t.mtx",
+        "%%MatrixMarket matrix coordinate real symmetric\n2 2 2\n1 1 1e-300\n2 2 1e-300\n",
+    );
+    let vec2 = |name: &str, v: &str| {
+        write(
+            &d,
+            name,
+            &format!("%%MatrixMarket matrix array real general\n2 1\n{v}\n{v}\n"),
+        )
+    };
+    // ||b|| itself overflows; p·Ap overflows; x overflows while r stays finite.
+    for (m, b) in [(&a, "1e160"), (&a, "1e150"), (&tiny, "1e300")] {
+        let prob = problem(
+            m.to_str().unwrap(),
+            Rhs::File(vec2(&format!("b{b}.mtx"), b)),
+        );
+        let e = run_on(2, &opts(prob, tol(1e-12), false)).unwrap_err();
+        assert!(matches!(e, CgError::Breakdown(_)), "{e}");
+        assert!(e.to_string().contains("overflow"), "{e}");
+    }
+}
+
+// ---- the solver ---------------------------------------------------------------------------------
+
+#[test]
+fn any_rank_count_matches_one_rank_and_the_manufactured_solution() {
+    let d = tmpdir("ranks");
+    // The banded matrix through a file, so that rank 0's scatter is exercised too.
+    let s = Synthetic::Banded { n: 13, k: 5 };
+    let f = write(&d, "b13.mtx", &mtx_symmetric(&s.rows(0..13)));
+    for spec in [
+        f.to_str().unwrap(),
+        "banded:13:5",
+        "poisson3d:3",
+        "banded:31:7",
+    ] {
+        for rhs in [Rhs::Manufactured { seed: 5 }, Rhs::Random { seed: 2 }] {
+            let prob = problem(spec, rhs.clone());
+            let (x1, o1, k1) = solve_on(1, &prob, tol(1e-12)).unwrap();
+            assert_eq!(o1, Outcome::Converged);
+            for p in 2..=5 {
+                let (xp, op, kp) = solve_on(p, &prob, tol(1e-12)).unwrap();
+                assert_eq!(op, Outcome::Converged, "{spec} p={p}");
+                assert!(
+                    kp.abs_diff(k1) <= 1,
+                    "{spec} p={p}: {kp} vs {k1} iterations"
+                );
+                let diff = max_rel_diff(&xp, &x1);
+                assert!(diff < 1e-10, "{spec} {rhs} p={p}: differs by {diff:e}");
+            }
+            if let Rhs::Manufactured { seed } = rhs {
+                let n = x1.len();
+                let xs: Vec<f64> = (0..n)
+                    .map(|i| tca_cg::problem::uniform(seed, i as u64))
+                    .collect();
+                let err = max_rel_diff(&x1, &xs);
+                assert!(err < 1e-9, "{spec}: error {err:e} against x*");
+            }
+        }
+    }
+}
+
+#[test]
+fn report_carries_residuals_error_and_breakdown() {
+    let o = opts(
+        problem("banded:13:5", Rhs::Manufactured { seed: 9 }),
+        tol(1e-10),
+        true,
+    );
+    for p in 1..=5u32 {
+        let r = run_on(p, &o).unwrap();
+        assert_eq!(r.ranks, p);
+        assert_eq!(r.rows_per_rank.iter().sum::<u64>(), 13);
+        assert_eq!(r.outcome, Outcome::Converged);
+        assert!(r.relative_residual < 1e-10);
+        assert!(
+            r.true_relative_residual < 1e-9,
+            "{}",
+            r.true_relative_residual
+        );
+        assert!(r.solution_error.unwrap() < 1e-8);
+        assert!(r.warnings.is_empty(), "{:?}", r.warnings);
+        let b = r.breakdown.as_ref().unwrap();
+        assert_eq!(b.per_rank.len(), p as usize);
+        let ph = &b.rank0.phases;
+        for t in [
+            ph.spmv,
+            ph.dot,
+            ph.axpy,
+            ph.allgather,
+            ph.allreduce,
+            b.rank0.other,
+        ] {
+            assert!(t >= 0.0 && t <= b.rank0.total);
+        }
+        assert!(b.max.total >= b.rank0.total);
+        assert!(r.per_iteration_s > 0.0);
+        // The JSON round trip the CLI relies on.
+        let out = tca_cg::Output::new(r.clone(), None);
+        let back = tca_cg::Output::from_json(&out.to_json()).unwrap();
+        assert_eq!(
+            (
+                back.tca.iterations,
+                back.tca.outcome,
+                back.tca.rows_per_rank
+            ),
+            (r.iterations, r.outcome, r.rows_per_rank.clone())
+        );
+        assert!((back.tca.total_s - r.total_s).abs() <= 1e-12 * r.total_s);
+        assert!(out.text().contains("Allreduce"));
+    }
+}
+
+#[test]
+fn fixed_mode_runs_exactly_k_iterations() {
+    let o = opts(
+        problem("poisson3d:5", Rhs::Ones),
+        Stop::Fixed { iters: 7 },
+        false,
+    );
+    let r = run_on(3, &o).unwrap();
+    assert_eq!((r.iterations, r.outcome), (7, Outcome::Completed));
+    assert!(r.breakdown.is_none());
+    assert_eq!(r.tol, None);
+}
+
+#[test]
+fn fixed_mode_stops_when_the_residual_vanishes() {
+    let d = tmpdir("vanish");
+    let a = write(
+        &d,
+        "a.mtx",
+        "%%MatrixMarket matrix coordinate real symmetric\n3 3 3\n1 1 2\n2 2 2\n3 3 2\n",
+    );
+    let o = opts(
+        problem(a.to_str().unwrap(), Rhs::Ones),
+        Stop::Fixed { iters: 1000 },
+        true,
+    );
+    let r = run_on(2, &o).unwrap();
+    assert_eq!((r.iterations, r.outcome), (1, Outcome::ResidualVanished));
+    assert_eq!(r.warnings.len(), 1, "{:?}", r.warnings);
+    assert!(r.true_relative_residual < 1e-15);
+}
+
+#[test]
+fn tolerance_mode_reports_an_iteration_limit() {
+    let o = opts(
+        problem("poisson3d:6", Rhs::Ones),
+        Stop::Tolerance {
+            tol: 1e-12,
+            max_iters: 3,
+        },
+        false,
+    );
+    let r = run_on(2, &o).unwrap();
+    assert_eq!((r.iterations, r.outcome), (3, Outcome::IterationLimit));
+    assert!(
+        r.warnings[0].contains("did not converge"),
+        "{:?}",
+        r.warnings
+    );
+}
+
+#[test]
+fn zero_right_hand_side_needs_no_iteration() {
+    let d = tmpdir("zero");
+    let b = write(
+        &d,
+        "b.mtx",
+        "%%MatrixMarket matrix coordinate real general\n8 1 0\n",
+    );
+    let o = opts(problem("poisson3d:2", Rhs::File(b)), tol(1e-8), false);
+    let r = run_on(2, &o).unwrap();
+    assert_eq!((r.iterations, r.outcome), (0, Outcome::ZeroResidual));
+    assert_eq!(r.true_relative_residual, 0.0);
+}
+
+#[test]
+fn pattern_and_integer_files_solve() {
+    let d = tmpdir("pat");
+    let a = write(
+        &d,
+        "p.mtx",
+        "%%MatrixMarket matrix coordinate pattern symmetric\n5 5 4\n2 1\n3 2\n4 3\n5 4\n",
+    );
+    let o = opts(
+        problem(a.to_str().unwrap(), Rhs::Manufactured { seed: 1 }),
+        tol(1e-12),
+        false,
+    );
+    let r = run_on(2, &o).unwrap();
+    assert_eq!(r.outcome, Outcome::Converged);
+    assert!(r.solution_error.unwrap() < 1e-10);
+    assert!(
+        r.notes.iter().any(|n| n.contains("Laplacian")),
+        "{:?}",
+        r.notes
+    );
+    let i = write(
+        &d,
+        "i.mtx",
+        "%%MatrixMarket matrix coordinate integer symmetric\n3 3 5\n1 1 4\n2 1 -1\n2 2 4\n3 2 -1\n3 3 4\n",
+    );
+    let o = opts(problem(i.to_str().unwrap(), Rhs::Ones), tol(1e-12), false);
+    let r = run_on(3, &o).unwrap();
+    assert_eq!(r.outcome, Outcome::Converged);
+    assert_eq!(r.matrix.nnz, 7);
+}

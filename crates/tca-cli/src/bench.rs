@@ -1,0 +1,136 @@
+//! `tca bench [BENCHMARK...]`: parsing and checking the options; the suite lives in tca-bench.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use tca_bench::suite::{self, BENCHMARKS, Benchmark, Iters};
+
+/// Benchmark options.
+#[derive(clap::Args, Debug)]
+#[command(after_help = BENCH_HELP)]
+pub(crate) struct Args {
+    /// Benchmarks, IMB names in any case (default: all but floor): PingPong PingPing
+    /// Reduce_scatter Allreduce Reduce Allgather Gather Scatter Alltoall Bcast Barrier; or
+    /// `floor` alone (the machine's cache-line round trip, memcpy and cross-core bandwidth).
+    #[arg(value_name = "BENCHMARK")]
+    benchmarks: Vec<String>,
+    /// Ranks (launched by tca bench itself).
+    #[arg(long, default_value_t = 2)]
+    np: u32,
+    /// Message sizes: MIN:MAX (0 and the powers of two, IMB's default 0:4M) or a comma list;
+    /// K, M, G suffixes are powers of 1024.
+    #[arg(long, default_value = "0:4M")]
+    sizes: String,
+    /// Timed calls per size: a number, or `auto` (many for small sizes, fewer for large,
+    /// about 50 ms per size).
+    #[arg(long, default_value = "auto")]
+    iters: String,
+    /// Untimed calls before each size (default: a tenth of the timed calls).
+    #[arg(long)]
+    warmup: Option<u64>,
+    /// Force tca algorithms: NAME (every benchmark that has it) or BENCHMARK=NAME,
+    /// comma-separated (e.g. Allreduce=ring).
+    #[arg(long, value_delimiter = ',')]
+    algo: Vec<String>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = tca_bench::Format::Imb)]
+    format: tca_bench::Format,
+    /// Write the output to FILE instead of stdout.
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
+    /// Draw latency and throughput against size to FILE.png or FILE.svg.
+    #[arg(long, value_name = "FILE")]
+    plot: Option<PathBuf>,
+    /// Hockney fit range MIN:MAX in bytes (default: above tca's last algorithm switch).
+    #[arg(long, value_name = "MIN:MAX")]
+    fit: Option<String>,
+    /// Run the same benchmarks through a real MPI too, side by side (needs `--features mpi`).
+    #[arg(long, value_name = "mpi", value_parser = ["mpi"])]
+    compare: Option<String>,
+    /// The MPI's mpirun for --compare (default: $TCA_MPIRUN, else mpirun on the PATH).
+    #[arg(long, value_name = "PATH")]
+    mpirun: Option<PathBuf>,
+    /// 8-byte PingPong round trips of a memory soak after the suite (tca; 0: none).
+    #[arg(long, default_value_t = 0)]
+    soak: u64,
+}
+
+const BENCH_HELP: &str = "Examples:
+  tca bench                                   every benchmark, 2 ranks, 0 B .. 4 MiB
+  tca bench PingPong Allreduce --compare mpi  beside Open MPI (build with --features mpi)
+  tca bench Allreduce --np 4 --algo ring --sizes 1K:1M --format csv --out ar.csv
+  tca bench PingPong --plot pingpong.png --fit 64K:4M
+  tca bench floor";
+
+pub(crate) fn run(a: Args) -> Result<i32> {
+    if a.np == 0 {
+        bail!("--np must be at least 1");
+    }
+    let iters = match a.iters.as_str() {
+        "auto" => Iters::Auto,
+        n => match n.parse::<u64>() {
+            Ok(0) | Err(_) => bail!("--iters {n}: expected a positive number or `auto`"),
+            Ok(n) => Iters::Fixed(n),
+        },
+    };
+    if a.benchmarks.iter().any(|b| b.eq_ignore_ascii_case("floor")) {
+        if a.benchmarks.len() > 1 {
+            bail!("`floor` runs on its own: `tca bench floor`");
+        }
+        let n = match iters {
+            Iters::Fixed(n) => n,
+            Iters::Auto => 200_000,
+        };
+        let json = a.format == tca_bench::Format::Json;
+        return tca_bench::run_and_print(2, json, |w| tca_bench::floor::run(w, n, 7));
+    }
+    let benchmarks: Vec<usize> = if a.benchmarks.is_empty() {
+        (0..BENCHMARKS.len()).collect()
+    } else {
+        let mut v = Vec::new();
+        for name in &a.benchmarks {
+            let b = Benchmark::find(name)?;
+            if b.collective.is_none() && a.np < 2 {
+                bail!("{} needs at least 2 ranks (--np {})", b.name, a.np);
+            }
+            let i = suite::index_of(b);
+            if !v.contains(&i) {
+                v.push(i);
+            }
+        }
+        v
+    };
+    let sizes = suite::parse_sizes(&a.sizes).context("--sizes")?;
+    let fit = match &a.fit {
+        None => None,
+        Some(f) => {
+            let s = suite::parse_sizes(f).context("--fit")?;
+            if !f.contains(':') {
+                bail!("--fit {f}: expected MIN:MAX");
+            }
+            Some((s[0] as u64, s[s.len() - 1] as u64))
+        }
+    };
+    if let Some(p) = &a.plot {
+        tca_bench::plot::check_path(p)?;
+    }
+    let algos = suite::parse_algos(&a.algo, &benchmarks)?;
+    let req = tca_bench::Request {
+        np: a.np,
+        suite: suite::Options {
+            benchmarks,
+            sizes,
+            iters,
+            warmup: a.warmup,
+            algos,
+            soak: a.soak,
+        },
+        format: a.format,
+        out: a.out,
+        plot: a.plot,
+        fit,
+        compare_mpi: a.compare.is_some(),
+        mpirun: a.mpirun,
+    };
+    tca_bench::bench(&req)
+}

@@ -1,0 +1,178 @@
+//! `tca cg ...`: parsing and printing; the solver, its processes and its reports are in
+//! `tca-cg`.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use tca_cg::job::{self, Role};
+use tca_cg::{MatrixSource, Options, Outcome, Output, Problem, Rhs, Stop};
+
+/// Iterations of fixed mode when neither --iters nor --tol is given (the paper's count).
+const DEFAULT_ITERS: u64 = 1000;
+/// Tolerance mode's iteration limit when --max-iters is not given.
+const DEFAULT_MAX_ITERS: u64 = 20_000;
+
+const AFTER_HELP: &str = "\
+MATRICES
+  FILE            a Matrix Market file, plain or gzip-compressed: coordinate or array;
+                  real, integer or pattern; general or symmetric (lower triangle stored).
+                  It must be square, symmetric (values within a relative 1e-8), with a
+                  positive diagonal and no NaN. A pattern matrix gets the values of its
+                  graph Laplacian plus the identity (SPD, same structure).
+  poisson3d:M     the 3-D Poisson 7-point matrix on an M x M x M grid (M^3 rows).
+  banded:N:K      N rows, K nonzeros per row (K odd), SPD; the paper's nd24k is about
+                  banded:72000:399. Every rank generates its own rows.
+
+RIGHT-HAND SIDES
+  ones, random[:SEED], manufactured[:SEED] (b = A x* for a random x*: the solution's
+  error ||x - x*|| / ||x*|| is reported), or a Matrix Market vector file (file:PATH or PATH).
+
+RUNNING
+  tca cg starts its own ranks (--np) under tca's launcher; rank 0 reads the matrix and
+  scatters the row blocks (rows: floor(N/p) each, the last rank the rest). With
+  --compare mpi it then runs the same solver with MPI doing the two collectives (build
+  with --features mpi), and prints both and the ratio tca/MPI.
+  Fixed mode (--iters, default 1000) times the iterations; tolerance mode (--tol) stops
+  on ||r||/||r0|| < EPS. Exit status: 0, 1 on an error, 2 if --tol was not reached.
+
+EXAMPLES
+  tca cg --matrix nasa2910.mtx --np 2 --iters 1000 --breakdown --compare mpi
+  tca cg --matrix poisson3d:31 --np 4 --tol 1e-8 --rhs manufactured
+  tca cg --matrix banded:72000:399 --np 2 --iters 100 --format json";
+
+/// The distributed CG solver of seed 000 (Fig. 13) on a Matrix Market or synthetic matrix.
+#[derive(clap::Args, Debug)]
+#[command(after_long_help = AFTER_HELP)]
+pub(crate) struct Args {
+    /// The matrix: a Matrix Market file, poisson3d:M or banded:N:K (see --help).
+    #[arg(long, value_name = "FILE|poisson3d:M|banded:N:K")]
+    matrix: String,
+    /// Number of ranks.
+    #[arg(long, default_value_t = 2)]
+    np: u32,
+    /// Fixed mode: exactly K iterations, for timing [default: 1000].
+    #[arg(long, value_name = "K", conflicts_with = "tol")]
+    iters: Option<u64>,
+    /// Tolerance mode: stop when ||r|| / ||r0|| < EPS.
+    #[arg(long, value_name = "EPS")]
+    tol: Option<f64>,
+    /// Tolerance mode's iteration limit [default: 20000].
+    #[arg(long, value_name = "K", requires = "tol")]
+    max_iters: Option<u64>,
+    /// Right-hand side: ones, random[:SEED], manufactured[:SEED] or a vector file.
+    #[arg(long, default_value = "ones", value_name = "RHS")]
+    rhs: String,
+    /// Time SpMV, DOT, AXPY, Allgather and Allreduce separately (rank 0 and the maximum).
+    #[arg(long)]
+    breakdown: bool,
+    /// Run the same solver with MPI's collectives too and print both with the ratio.
+    #[arg(long, value_name = "mpi", value_parser = ["mpi"])]
+    compare: Option<String>,
+    /// The mpirun for --compare mpi (default: $TCA_MPIRUN, else mpirun on the PATH).
+    #[arg(long, value_name = "PATH")]
+    mpirun: Option<PathBuf>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    format: Format,
+    /// No progress bar (it shows only on a terminal, for solves longer than half a second).
+    #[arg(long)]
+    no_progress: bool,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum Format {
+    Text,
+    Json,
+}
+
+fn options(a: &Args) -> Result<Options> {
+    if a.np == 0 {
+        bail!("--np must be at least 1");
+    }
+    let stop = match a.tol {
+        Some(tol) => {
+            if !(tol > 0.0 && tol < 1.0) {
+                bail!("--tol {tol}: the tolerance must be in (0, 1)");
+            }
+            let max_iters = a.max_iters.unwrap_or(DEFAULT_MAX_ITERS);
+            if max_iters == 0 {
+                bail!("--max-iters must be at least 1");
+            }
+            Stop::Tolerance { tol, max_iters }
+        }
+        None => {
+            let iters = a.iters.unwrap_or(DEFAULT_ITERS);
+            if iters == 0 {
+                bail!("--iters must be at least 1");
+            }
+            Stop::Fixed { iters }
+        }
+    };
+    Ok(Options {
+        problem: Problem {
+            matrix: MatrixSource::parse(&a.matrix)?,
+            rhs: Rhs::parse(&a.rhs)?,
+        },
+        stop,
+        breakdown: a.breakdown,
+        progress: !a.no_progress,
+    })
+}
+
+/// Files that cannot even be opened are reported before any rank starts.
+fn preflight(o: &Options) -> Result<()> {
+    let mut files = Vec::new();
+    if let MatrixSource::File(p) = &o.problem.matrix {
+        files.push(p);
+    }
+    if let Rhs::File(p) = &o.problem.rhs {
+        files.push(p);
+    }
+    for p in files {
+        std::fs::File::open(p).with_context(|| format!("cannot read {}", p.display()))?;
+    }
+    Ok(())
+}
+
+fn print(out: &Output, format: Format) {
+    match format {
+        Format::Text => print!("{}", out.text()),
+        Format::Json => println!("{}", out.to_json()),
+    }
+}
+
+/// 2 when tolerance mode ended without reaching the tolerance.
+fn status(out: &Output) -> i32 {
+    let unconverged = std::iter::once(&out.tca)
+        .chain(out.mpi.as_ref())
+        .any(|r| r.outcome == Outcome::IterationLimit);
+    if unconverged { 2 } else { 0 }
+}
+
+pub(crate) fn run(a: Args) -> Result<i32> {
+    let opts = options(&a)?;
+    let own = |r: Option<tca_cg::Report>| -> i32 {
+        match r {
+            Some(r) => {
+                let out = Output::new(r, None);
+                print(&out, a.format);
+                status(&out)
+            }
+            None => 0,
+        }
+    };
+    match job::role() {
+        Role::TcaRank => Ok(own(job::tca_rank(&opts, a.np)?)),
+        Role::MpiRank => Ok(own(job::mpi_rank(&opts)?)),
+        Role::Parent => {
+            preflight(&opts)?;
+            let compare = a.compare.as_ref().map(|_| tca_mpi::MpiRun {
+                np: a.np,
+                mpirun: a.mpirun.clone(),
+            });
+            let out = job::launch(a.np, compare)?;
+            print(&out, a.format);
+            Ok(status(&out))
+        }
+    }
+}

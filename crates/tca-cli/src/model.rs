@@ -1,0 +1,824 @@
+//! `tca model ...`: seed 002's estimates, Hockney fits of result files, and the two side by
+//! side as the paper's Table 1 puts them. Parsing and printing only; the models are in
+//! `tca_model`.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, Subcommand, ValueEnum};
+use serde_json::{Value, json};
+use tca_model::estimate::{self, Cells, Estimate, Kind, Model, Params, Preset, Regime, Shape};
+use tca_model::fit::{self, Fit, Group, Selection, Weighting};
+use tca_model::record::{self, Row};
+use tca_model::{format, size};
+
+#[derive(Subcommand, Debug)]
+pub(crate) enum Cmd {
+    /// Seed 002's estimate of an operation: effective peak B', half-performance length
+    /// M_1/2 and latency t_L (Table 1's estimate row), and the time at a message size.
+    ///
+    /// Start from a preset of the paper (`tca model presets` lists them) and override any
+    /// parameter, or give every parameter the formula needs. The row printed is for
+    /// --regime if given, else for the regime in force at --size, else the preset's
+    /// (Table 1's) regime.
+    Estimate(EstimateArgs),
+    /// Fit Hockney's throughput curve T = B / (1 + M_1/2 / M) to a result file (tca CSV or
+    /// JSON, or IMB text): B, M_1/2 and t_L per (implementation, benchmark, ranks).
+    Fit(FitArgs),
+    /// A fit of a result file beside a preset's estimate, with percent differences, as
+    /// seed 002's Table 1 compares them.
+    Compare(CompareArgs),
+    /// The presets: seed 002's parameter sets (Tables 3-7) and their Table 1 columns.
+    Presets {
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+    },
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Format {
+    /// A table for people.
+    Text,
+    /// JSON for programs.
+    Json,
+}
+
+/// Throughput convention of a fit.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Volume {
+    /// Message bytes over time, as IMB prints it.
+    Imb,
+    /// The data the operation moves, as seed 002 counts it: 2M for Allreduce, np M for
+    /// Allgather (B scales; M_1/2 and t_L do not).
+    Seed002,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum WeightingArg {
+    /// Relative throughput errors: every size counts alike (the default; see tca_model::fit).
+    Relative,
+    /// Absolute errors in MB/s: plain least squares; the largest messages dominate.
+    Absolute,
+}
+
+impl From<WeightingArg> for Weighting {
+    fn from(w: WeightingArg) -> Weighting {
+        match w {
+            WeightingArg::Relative => Weighting::Relative,
+            WeightingArg::Absolute => Weighting::Absolute,
+        }
+    }
+}
+
+fn parse_kind(s: &str) -> Result<Kind, String> {
+    s.parse()
+        .map_err(|e: estimate::EstimateError| e.to_string())
+}
+
+fn parse_regime(s: &str) -> Result<Regime, String> {
+    s.parse()
+        .map_err(|e: estimate::EstimateError| e.to_string())
+}
+
+fn parse_shape(s: &str) -> Result<Shape, String> {
+    s.parse()
+        .map_err(|e: estimate::EstimateError| e.to_string())
+}
+
+fn parse_bytes(s: &str) -> Result<u64, String> {
+    size::parse_bytes(s).map_err(|e| e.to_string())
+}
+
+fn parse_range(s: &str) -> Result<(u64, u64), String> {
+    size::parse_range(s).map_err(|e| e.to_string())
+}
+
+/// The formulas' parameters, named after the paper's symbols. Each overrides the preset's.
+#[derive(Args, Debug, Default)]
+pub(crate) struct ParamArgs {
+    /// Node shape np, np1xnp2 or np1xnp2xnp3 (384, 64x6, 8x6x8).
+    #[arg(long, value_parser = parse_shape, value_name = "SHAPE")]
+    shape: Option<Shape>,
+    /// B: bandwidth of all directions in use together, MB/s (10^6 bytes/s).
+    #[arg(long, value_name = "MB/S", allow_negative_numbers = true)]
+    bandwidth: Option<f64>,
+    /// m_B: pipeline segment (of the broadcast), bytes (16K).
+    #[arg(long, value_parser = parse_bytes, value_name = "BYTES")]
+    segment: Option<u64>,
+    /// m_R: pipeline segment of the reduction (Allreduce), bytes.
+    #[arg(long, value_parser = parse_bytes, value_name = "BYTES")]
+    reduce_segment: Option<u64>,
+    /// t_O: algorithm decision overhead, us.
+    #[arg(long = "t-o", value_name = "US", allow_negative_numbers = true)]
+    t_o: Option<f64>,
+    /// t_S: address exchange, us.
+    #[arg(long = "t-s", value_name = "US", allow_negative_numbers = true)]
+    t_s: Option<f64>,
+    /// L_S: software part of the MPI latency, us.
+    #[arg(long = "l-s", value_name = "US", allow_negative_numbers = true)]
+    l_s: Option<f64>,
+    /// L_H: hardware part of the MPI latency, us.
+    #[arg(long = "l-h", value_name = "US", allow_negative_numbers = true)]
+    l_h: Option<f64>,
+    /// T_C: reduction throughput (Allreduce), MB/s.
+    #[arg(long = "t-c", value_name = "MB/S", allow_negative_numbers = true)]
+    t_c: Option<f64>,
+    /// t_ctl: control messages before a rendezvous transfer (PingPong), us.
+    #[arg(long = "t-ctl", value_name = "US", allow_negative_numbers = true)]
+    t_ctl: Option<f64>,
+    /// Rendezvous threshold (PingPong): from this size on, control messages precede data.
+    #[arg(long, value_parser = parse_bytes, value_name = "BYTES")]
+    rendezvous: Option<u64>,
+}
+
+impl ParamArgs {
+    fn params(&self) -> Params {
+        Params {
+            shape: self.shape.clone(),
+            b_mb_s: self.bandwidth,
+            m_b_bytes: self.segment,
+            m_r_bytes: self.reduce_segment,
+            t_o_us: self.t_o,
+            t_s_us: self.t_s,
+            l_s_us: self.l_s,
+            l_h_us: self.l_h,
+            t_c_mb_s: self.t_c,
+            t_ctl_us: self.t_ctl,
+            rendezvous_bytes: self.rendezvous,
+        }
+    }
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct EstimateArgs {
+    /// pingpong, bcast, allreduce or allgather (implied by --preset).
+    #[arg(value_parser = parse_kind, value_name = "KIND")]
+    kind: Option<Kind>,
+    /// Start from one of the paper's parameter sets (k-bcast-1d, ...; see `tca model presets`).
+    #[arg(long, value_name = "NAME")]
+    preset: Option<String>,
+    #[command(flatten)]
+    params: ParamArgs,
+    /// The regime of the row to print: eager|rendezvous (pingpong),
+    /// single-segment|pipelined (bcast, allreduce), short|long (allgather).
+    #[arg(long, value_parser = parse_regime, value_name = "REGIME")]
+    regime: Option<Regime>,
+    /// Also give the time and throughput at this message size (bytes; 64K, 4MiB, ...).
+    #[arg(long, value_parser = parse_bytes, value_name = "BYTES")]
+    size: Option<u64>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    format: Format,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct SelectArgs {
+    /// Only this benchmark (IMB's name: PingPong, Bcast, Allreduce, ...).
+    #[arg(long, value_name = "NAME")]
+    benchmark: Option<String>,
+    /// Only this implementation ("tca", "IMB" for IMB text, an MPI's name).
+    #[arg(long, value_name = "NAME")]
+    implementation: Option<String>,
+    /// Only runs with this many ranks.
+    #[arg(long, value_name = "N")]
+    ranks: Option<u32>,
+    /// Message sizes to fit, inclusive: MIN:MAX, MIN: or :MAX (128K:16M).
+    #[arg(long, value_parser = parse_range, value_name = "MIN:MAX")]
+    range: Option<(u64, u64)>,
+    /// Residual weighting of the least squares.
+    #[arg(long, value_enum, default_value_t = WeightingArg::Relative)]
+    weighting: WeightingArg,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct FitArgs {
+    /// Result file: tca CSV or JSON (`tca bench`), or IMB-MPI1 text output.
+    #[arg(value_name = "FILE")]
+    file: PathBuf,
+    #[command(flatten)]
+    select: SelectArgs,
+    /// What throughput counts: IMB's message bytes, or seed 002's data volume.
+    #[arg(long, value_enum, default_value_t = Volume::Imb)]
+    volume: Volume,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    format: Format,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct CompareArgs {
+    /// Result file: tca CSV or JSON (`tca bench`), or IMB-MPI1 text output.
+    #[arg(value_name = "FILE")]
+    file: PathBuf,
+    /// The estimate to compare with (see `tca model presets`); parameters override it.
+    #[arg(long, value_name = "NAME")]
+    preset: String,
+    #[command(flatten)]
+    params: ParamArgs,
+    #[command(flatten)]
+    select: SelectArgs,
+    /// The estimate's regime (default: the preset's).
+    #[arg(long, value_parser = parse_regime, value_name = "REGIME")]
+    regime: Option<Regime>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    format: Format,
+}
+
+pub(crate) fn run(cmd: Cmd) -> Result<i32> {
+    let (out, code) = match cmd {
+        Cmd::Estimate(a) => (estimate_cmd(&a)?, 0),
+        Cmd::Fit(a) => fit_cmd(&a)?,
+        Cmd::Compare(a) => (compare_cmd(&a)?, 0),
+        Cmd::Presets { format } => (presets_cmd(format)?, 0),
+    };
+    print!("{out}");
+    Ok(code)
+}
+
+// ---------------------------------------------------------------------------------------
+// estimate
+
+/// A preset by name, with its kind checked against one given explicitly.
+fn lookup_preset(name: &str, kind: Option<Kind>) -> Result<Preset> {
+    let p = estimate::preset(name)?;
+    match kind {
+        Some(k) if k != p.kind => bail!("preset {} is a {} estimate, not {k}", p.name, p.kind),
+        _ => {}
+    }
+    Ok(p)
+}
+
+/// The model from a preset (if any) and the parameters given over it.
+fn build(kind: Kind, preset: Option<&Preset>, args: &ParamArgs) -> Result<Model> {
+    let mut params = args.params();
+    if let Some(p) = preset {
+        params = params.or(&p.params);
+    }
+    let m = Model::from_params(kind, &params);
+    match preset {
+        Some(p) => m.with_context(|| format!("{kind} estimate from preset {}", p.name)),
+        None => Ok(m?),
+    }
+}
+
+fn estimate_cmd(a: &EstimateArgs) -> Result<String> {
+    let preset = a
+        .preset
+        .as_deref()
+        .map(|n| lookup_preset(n, a.kind))
+        .transpose()?;
+    let Some(kind) = a.kind.or(preset.as_ref().map(|p| p.kind)) else {
+        bail!(
+            "give the operation to estimate (pingpong, bcast, allreduce, allgather) or a \
+             --preset (`tca model presets` lists them)"
+        );
+    };
+    let model = build(kind, preset.as_ref(), &a.params)?;
+    let regime = match (a.regime, a.size) {
+        (Some(r), _) => r,
+        (None, Some(m)) => model.regime_at(m as f64)?,
+        (None, None) => preset
+            .as_ref()
+            .and_then(|p| p.regime)
+            .unwrap_or(kind.regimes()[0]),
+    };
+    let est = model.estimate(regime)?;
+    let switches = model.switches()?;
+    let at = a
+        .size
+        .map(|m| -> Result<(u64, f64, Regime)> {
+            let mf = m as f64;
+            Ok((m, model.time_us(mf)?, model.regime_at(mf)?))
+        })
+        .transpose()?;
+
+    if a.format == Format::Json {
+        let mut v = serde_json::to_value(&est)?;
+        if let Value::Object(o) = &mut v {
+            o.insert("preset".into(), json!(preset.as_ref().map(|p| p.name)));
+            o.insert("parameters".into(), serde_json::to_value(model.params())?);
+            o.insert("switches".into(), serde_json::to_value(&switches)?);
+            if let Some((m, t, r)) = at {
+                o.insert("size_bytes".into(), json!(m));
+                o.insert("t_us".into(), json!(t));
+                o.insert("throughput_mb_s".into(), json!(est.volume * m as f64 / t));
+                o.insert("regime_at_size".into(), json!(r));
+            }
+            if let Some(p) = &preset {
+                o.insert(
+                    "paper".into(),
+                    json!({ "estimate": p.paper_estimate, "fit": p.paper_fit }),
+                );
+            }
+        }
+        return Ok(serde_json::to_string_pretty(&v)? + "\n");
+    }
+
+    let mut s = String::new();
+    match &preset {
+        Some(p) => writeln!(
+            s,
+            "{} estimate, preset {}: {}",
+            kind.benchmark(),
+            p.name,
+            p.about
+        )?,
+        None => writeln!(s, "{} estimate", kind.benchmark())?,
+    }
+    let params = model.params();
+    for &p in kind.params() {
+        let v = params.get(p).unwrap_or_default();
+        let unit = if p.unit() == "nodes" { "" } else { p.unit() };
+        writeln!(s, "  {:<11}{:<16}{:<7}({})", p.symbol(), v, unit, p.flag())?;
+    }
+    writeln!(s, "regime {}", est.regime)?;
+    for t in &est.terms {
+        writeln!(s, "  {} = {} {}  {}", t.expr, num(t.value), t.unit, t.note)?;
+    }
+    for sw in &switches {
+        writeln!(
+            s,
+            "switch at {}: {} -> {}  ({})",
+            size_text(sw.bytes),
+            sw.below,
+            sw.above,
+            sw.rule
+        )?;
+    }
+    writeln!(s)?;
+    writeln!(s, "{}", row_header(""))?;
+    writeln!(s, "{}", row("estimate", &cells_of_estimate(&est)))?;
+    if let Some(p) = &preset {
+        writeln!(s, "{}", row("Table 1 estimate", &p.paper_estimate))?;
+        writeln!(s, "{}", row("Table 1 fit (K)", &p.paper_fit))?;
+        let table1 = p.regime.unwrap_or(kind.regimes()[0]);
+        if table1 != est.regime {
+            writeln!(s, "(Table 1's column is the {table1} regime)")?;
+        }
+    }
+    if est.volume != 1.0 {
+        writeln!(
+            s,
+            "(throughput counts {} x the message, as seed 002 does; M_1/2 is in message bytes)",
+            num(est.volume)
+        )?;
+    }
+    if let Some((m, t, r)) = at {
+        writeln!(
+            s,
+            "\nat M = {}: t = {} us, throughput {} MB/s (regime {r})",
+            size_text(m as f64),
+            format::sig(t, 4),
+            format::sig(est.volume * m as f64 / t, 4)
+        )?;
+    }
+    Ok(s)
+}
+
+/// A whole number as it is (`383`, `51,000`), anything else to four significant digits.
+fn num(v: f64) -> String {
+    if v.fract() == 0.0 && v.abs() < 1e15 {
+        format::sig(v, digits(v))
+    } else {
+        format::sig(v, 4)
+    }
+}
+
+/// The digits of the integer part of `v`: as many significant digits as a whole number
+/// has.
+fn digits(v: f64) -> usize {
+    v.abs().max(1.0).log10().floor() as usize + 1
+}
+
+fn size_text(bytes: f64) -> String {
+    if bytes.fract() == 0.0 && (0.0..1.8e19).contains(&bytes) {
+        let n = bytes as u64;
+        let f = format::bytes(n);
+        if !f.ends_with(" B") {
+            format!("{f} ({n} B)")
+        } else if n >= 1024 {
+            format!(
+                "{} B ({:.1} KiB)",
+                format::sig(bytes, digits(bytes)),
+                bytes / 1024.0
+            )
+        } else {
+            f
+        }
+    } else {
+        format!("{} B", format::sig(bytes, 6))
+    }
+}
+
+fn cells_of_estimate(e: &Estimate) -> Cells {
+    Cells {
+        b_mb_s: e.b_eff_mb_s,
+        m_half_bytes: e.m_half_bytes,
+        t_l_us: e.t_l_us,
+    }
+}
+
+fn cells_of_fit(f: &Fit) -> Cells {
+    Cells {
+        b_mb_s: f.b_mb_s,
+        m_half_bytes: f.m_half_bytes,
+        t_l_us: f.t_l_us,
+    }
+}
+
+fn row_header(first: &str) -> String {
+    format!(
+        "{first:<18}{:>12}{:>14}{:>11}",
+        "B [MB/s]", "M_1/2 [byte]", "t_L [us]"
+    )
+}
+
+fn row(name: &str, c: &Cells) -> String {
+    format!(
+        "{name:<18}{:>12}{:>14}{:>11}",
+        format::sig(c.b_mb_s, 4),
+        format::exp(c.m_half_bytes, 4),
+        format::sig(c.t_l_us, 4)
+    )
+}
+
+// ---------------------------------------------------------------------------------------
+// fit
+
+fn read_rows(path: &Path) -> Result<Vec<Row>> {
+    // `ReadError`'s message already holds its source; `{e}` keeps the chain from repeating
+    // it.
+    let rows = record::read_file(path).map_err(|e| anyhow::anyhow!("{e}"))?;
+    if rows.is_empty() {
+        bail!("{}: no measurements in the file", path.display());
+    }
+    Ok(rows)
+}
+
+/// The groups of `rows` that `sel` lets through, or an error naming what there is.
+fn chosen_groups(path: &Path, rows: &[Row], sel: &SelectArgs) -> Result<Vec<Group>> {
+    let all = fit::groups(rows);
+    let chosen: Vec<Group> = all
+        .iter()
+        .filter(|g| {
+            sel.benchmark
+                .as_deref()
+                .is_none_or(|b| g.benchmark.eq_ignore_ascii_case(b))
+                && sel
+                    .implementation
+                    .as_deref()
+                    .is_none_or(|i| g.implementation == i)
+                && sel.ranks.is_none_or(|n| g.ranks == n)
+        })
+        .cloned()
+        .collect();
+    if chosen.is_empty() {
+        let have: Vec<String> = all
+            .iter()
+            .map(|g| format!("{} {} on {} ranks", g.implementation, g.benchmark, g.ranks))
+            .collect();
+        bail!(
+            "{}: nothing matches the selection; the file has: {}",
+            path.display(),
+            have.join(", ")
+        );
+    }
+    Ok(chosen)
+}
+
+fn selection<'a>(g: &'a Group, sel: &SelectArgs, range: (u64, u64)) -> Selection<'a> {
+    Selection {
+        benchmark: &g.benchmark,
+        implementation: Some(&g.implementation),
+        ranks: Some(g.ranks),
+        range,
+        weighting: sel.weighting.into(),
+        seed002_volume: false,
+    }
+}
+
+/// Whether the selected rows repeat a size: a sign of several runs in one group (IMB's
+/// sections for several process counts that the file records under one rank count).
+fn sizes_repeat(rows: &[&Row]) -> bool {
+    let mut b: Vec<u64> = rows.iter().map(|r| r.bytes).collect();
+    b.sort_unstable();
+    b.windows(2).any(|w| w[0] == w[1])
+}
+
+fn fit_cmd(a: &FitArgs) -> Result<(String, i32)> {
+    let rows = read_rows(&a.file)?;
+    let groups = chosen_groups(&a.file, &rows, &a.select)?;
+    let range = a.select.range.unwrap_or((1, u64::MAX));
+    let mut results: Vec<(Group, std::result::Result<Fit, String>, bool)> = Vec::new();
+    for g in groups {
+        let sel = selection(&g, &a.select, range);
+        let picked = sel.select(&rows);
+        if picked.is_empty() && a.select.benchmark.is_none() {
+            continue; // e.g. Barrier: no sizes, nothing to fit
+        }
+        let repeat = sizes_repeat(&picked);
+        let r = fit::fit_selection(&rows, &sel).and_then(|f| match a.volume {
+            Volume::Imb => Ok(f),
+            Volume::Seed002 => f.scaled(fit::seed002_volume(&g.benchmark, g.ranks)),
+        });
+        results.push((g, r.map_err(|e| e.to_string()), repeat));
+    }
+    if results.is_empty() {
+        bail!(
+            "{}: no rows with message sizes in {} to fit",
+            a.file.display(),
+            range_text(range)
+        );
+    }
+    let failed = results.iter().filter(|r| r.1.is_err()).count();
+    let code = i32::from(failed > 0);
+
+    if a.format == Format::Json {
+        let v: Vec<Value> = results
+            .iter()
+            .map(|(g, r, repeat)| {
+                json!({
+                    "implementation": g.implementation,
+                    "benchmark": g.benchmark,
+                    "ranks": g.ranks,
+                    "range": range_json(range),
+                    "fit": r.as_ref().ok(),
+                    "error": r.as_ref().err(),
+                    "sizes_repeat": repeat,
+                })
+            })
+            .collect();
+        return Ok((serde_json::to_string_pretty(&v)? + "\n", code));
+    }
+
+    let mut s = String::new();
+    writeln!(
+        s,
+        "{}: Hockney fits over {}, {} residuals{}",
+        a.file.display(),
+        range_text(range),
+        match a.select.weighting {
+            WeightingArg::Relative => "relative",
+            WeightingArg::Absolute => "absolute",
+        },
+        if a.volume == Volume::Seed002 {
+            ", throughput counted as seed 002 does (2M Allreduce, np M Allgather)"
+        } else {
+            ""
+        }
+    )?;
+    writeln!(
+        s,
+        "{:<16}{:<12}{:>6}{:>7}  {:<21}{:>10}{:>14}{:>11}{:>9}{:>9}",
+        "implementation",
+        "benchmark",
+        "ranks",
+        "points",
+        "sizes",
+        "B [MB/s]",
+        "M_1/2 [byte]",
+        "t_L [us]",
+        "R^2",
+        "rms err"
+    )?;
+    let mut notes = Vec::new();
+    for (g, r, repeat) in &results {
+        write!(
+            s,
+            "{:<16}{:<12}{:>6}",
+            g.implementation, g.benchmark, g.ranks
+        )?;
+        match r {
+            Ok(f) => writeln!(
+                s,
+                "{:>7}  {:<21}{:>10}{:>14}{:>11}{:>9.5}{:>8.2}%",
+                f.points,
+                format!(
+                    "{}..{}",
+                    format::bytes(f.min_bytes as u64),
+                    format::bytes(f.max_bytes as u64)
+                ),
+                format::sig(f.b_mb_s, 4),
+                format::exp(f.m_half_bytes, 4),
+                format::sig(f.t_l_us, 4),
+                f.r2,
+                100.0 * f.rms_rel_err
+            )?,
+            Err(e) => writeln!(s, "  fit failed: {e}")?,
+        }
+        if *repeat {
+            notes.push(format!(
+                "note: {} {} repeats message sizes: the rows may mix several runs \
+                 (select one with --ranks or split the file)",
+                g.implementation, g.benchmark
+            ));
+        }
+    }
+    for n in notes {
+        writeln!(s, "{n}")?;
+    }
+    Ok((s, code))
+}
+
+/// `[MIN, MAX]`, with `null` for an open end.
+fn range_json((lo, hi): (u64, u64)) -> Value {
+    json!([lo, (hi != u64::MAX).then_some(hi)])
+}
+
+fn range_text((lo, hi): (u64, u64)) -> String {
+    match (lo <= 1, hi == u64::MAX) {
+        (true, true) => "all sizes > 0".into(),
+        (false, true) => format!("{} and up", format::bytes(lo)),
+        (true, false) => format!("up to {}", format::bytes(hi)),
+        (false, false) => format!("{}..{}", format::bytes(lo), format::bytes(hi)),
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// compare
+
+fn pct(fit: f64, est: f64) -> f64 {
+    100.0 * (fit - est) / est
+}
+
+fn compare_cmd(a: &CompareArgs) -> Result<String> {
+    let preset = lookup_preset(&a.preset, None)?;
+    let kind = preset.kind;
+    let model = build(kind, Some(&preset), &a.params)?;
+    let regime = a.regime.or(preset.regime).unwrap_or(kind.regimes()[0]);
+    let est = model.estimate(regime)?;
+    let nodes = model.params().shape.map(|s| s.nodes());
+
+    let rows = read_rows(&a.file)?;
+    let select = SelectArgs {
+        benchmark: Some(
+            a.select
+                .benchmark
+                .clone()
+                .unwrap_or_else(|| kind.benchmark().to_string()),
+        ),
+        implementation: a.select.implementation.clone(),
+        ranks: a.select.ranks,
+        range: a.select.range,
+        weighting: a.select.weighting,
+    };
+    let groups = chosen_groups(&a.file, &rows, &select)?;
+    let range = a.select.range.unwrap_or(preset.fit_range);
+
+    let mut json_out = Vec::new();
+    let mut s = String::new();
+    for g in &groups {
+        let sel = selection(g, &select, range);
+        // Seed 002's throughput convention for this operation, on the run's rank count.
+        let volume = fit::seed002_volume(kind.benchmark(), g.ranks);
+        let f = fit::fit_selection(&rows, &sel)
+            .and_then(|f| f.scaled(volume))
+            .with_context(|| {
+                format!(
+                    "fitting {} {} on {} ranks over {} in {}",
+                    g.implementation,
+                    g.benchmark,
+                    g.ranks,
+                    range_text(range),
+                    a.file.display()
+                )
+            })?;
+        let diff = [
+            pct(f.b_mb_s, est.b_eff_mb_s),
+            pct(f.m_half_bytes, est.m_half_bytes),
+            pct(f.t_l_us, est.t_l_us),
+        ];
+        let other_size = nodes.is_some_and(|n| n != u64::from(g.ranks));
+        if a.format == Format::Json {
+            json_out.push(json!({
+                "implementation": g.implementation,
+                "benchmark": g.benchmark,
+                "ranks": g.ranks,
+                "range": range_json(range),
+                "preset": preset.name,
+                "parameters": model.params(),
+                "fit": f,
+                "estimate": est,
+                "diff_percent": {
+                    "b": diff[0],
+                    "m_half": diff[1],
+                    "t_l": diff[2],
+                },
+                "paper_fit": preset.paper_fit,
+                "paper_estimate": preset.paper_estimate,
+            }));
+            continue;
+        }
+        writeln!(
+            s,
+            "{} {} on {} ranks, {} ({} points, R^2 {:.4}) vs preset {} ({} regime)",
+            g.implementation,
+            g.benchmark,
+            g.ranks,
+            range_text(range),
+            f.points,
+            f.r2,
+            preset.name,
+            est.regime
+        )?;
+        writeln!(s, "{}", row_header(""))?;
+        writeln!(s, "{}", row("fit", &cells_of_fit(&f)))?;
+        writeln!(s, "{}", row("estimate", &cells_of_estimate(&est)))?;
+        writeln!(
+            s,
+            "{:<18}{:>12}{:>14}{:>11}",
+            "fit vs estimate",
+            format!("{:+.1}%", diff[0]),
+            format!("{:+.1}%", diff[1]),
+            format!("{:+.1}%", diff[2])
+        )?;
+        writeln!(s, "{}", row("Table 1 fit (K)", &preset.paper_fit))?;
+        if volume != 1.0 {
+            writeln!(
+                s,
+                "(throughput counts {} x the message, as seed 002 does)",
+                num(volume)
+            )?;
+        }
+        if other_size {
+            writeln!(
+                s,
+                "note: the run has {} ranks, the estimate is for {} nodes (override with --shape)",
+                g.ranks,
+                nodes.unwrap_or(0)
+            )?;
+        }
+        writeln!(s)?;
+    }
+    if a.format == Format::Json {
+        return Ok(serde_json::to_string_pretty(&json_out)? + "\n");
+    }
+    Ok(s)
+}
+
+// ---------------------------------------------------------------------------------------
+// presets
+
+fn presets_cmd(format: Format) -> Result<String> {
+    let all = estimate::presets();
+    if format == Format::Json {
+        return Ok(serde_json::to_string_pretty(&all)? + "\n");
+    }
+    let mut s = String::new();
+    for p in &all {
+        writeln!(s, "{:<22}{}", p.name, p.about)?;
+        let params: Vec<String> = p
+            .kind
+            .params()
+            .iter()
+            .filter_map(|&q| p.params.get(q).map(|v| format!("{}={v}", q.flag())))
+            .collect();
+        writeln!(s, "{:<22}{} {}", "", p.kind, params.join(" "))?;
+        let regime = p.regime.unwrap_or(p.kind.regimes()[0]);
+        writeln!(
+            s,
+            "{:<22}regime {regime}, paper fit over {}",
+            "",
+            range_text(p.fit_range)
+        )?;
+        writeln!(s, "  {}", row_header(""))?;
+        writeln!(s, "  {}", row("Table 1 estimate", &p.paper_estimate))?;
+        writeln!(s, "  {}", row("Table 1 fit (K)", &p.paper_fit))?;
+        writeln!(s)?;
+    }
+    Ok(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+    use clap::Parser;
+
+    #[derive(Parser, Debug)]
+    struct Cli {
+        #[command(subcommand)]
+        cmd: Cmd,
+    }
+
+    #[test]
+    fn every_parameter_has_its_option() {
+        Cli::command().debug_assert();
+        let cmd = Cli::command();
+        let est = cmd
+            .find_subcommand("estimate")
+            .expect("the estimate subcommand exists");
+        let longs: Vec<String> = est
+            .get_arguments()
+            .filter_map(|a| a.get_long().map(|l| format!("--{l}")))
+            .collect();
+        for k in Kind::ALL {
+            for p in k.params() {
+                assert!(longs.contains(&p.flag().to_string()), "{}", p.flag());
+            }
+        }
+    }
+}

@@ -1,0 +1,245 @@
+//! `tca bench` as a user types it: the floor, the IMB suite at 2 and 3 ranks, every output
+//! format, plots, fits, and the errors for bad input.
+
+use std::process::{Command, Output, Stdio};
+
+const TCA: &str = env!("CARGO_BIN_EXE_tca");
+
+fn tca(args: &[&str]) -> Output {
+    Command::new(TCA)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("tca runs")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn ok(args: &[&str]) -> String {
+    let o = tca(args);
+    assert!(o.status.success(), "tca {args:?}: {}", text(&o.stderr));
+    text(&o.stdout)
+}
+
+fn fails(args: &[&str], needle: &str) {
+    let o = tca(args);
+    assert!(!o.status.success(), "tca {args:?} should fail");
+    let err = text(&o.stderr);
+    assert!(
+        err.contains(needle),
+        "tca {args:?}: `{needle}` not in: {err}"
+    );
+}
+
+const ALL: [&str; 11] = [
+    "PingPong",
+    "PingPing",
+    "Reduce_scatter",
+    "Allreduce",
+    "Reduce",
+    "Allgather",
+    "Gather",
+    "Scatter",
+    "Alltoall",
+    "Bcast",
+    "Barrier",
+];
+
+#[test]
+fn floor_smoke() {
+    let out = ok(&["bench", "floor", "--iters", "1000", "--format", "json"]);
+    assert!(
+        out.contains("cacheline_half_rtt_ns") && out.contains("memcpy_gb_s"),
+        "{out}"
+    );
+}
+
+/// Every benchmark at 2 and 3 ranks with tiny sizes; the IMB text reads back as IMB text
+/// with the sections, process counts and sizes asked for.
+#[test]
+fn every_benchmark_at_2_and_3_ranks() {
+    for np in ["2", "3"] {
+        let out = ok(&[
+            "bench", "--np", np, "--sizes", "0:64", "--iters", "20", "--warmup", "2",
+        ]);
+        let secs = tca_model::imb::parse(&out).expect("IMB text parses");
+        let names: Vec<&str> = secs.iter().map(|s| s.benchmark.as_str()).collect();
+        assert_eq!(names, ALL, "{out}");
+        for s in &secs {
+            let p: u32 = np.parse().unwrap();
+            let pt2pt = s.benchmark.starts_with("Ping");
+            assert_eq!(s.processes, if pt2pt { 2 } else { p }, "{}", s.benchmark);
+            assert_eq!(s.processes + s.waiting, p);
+            let sizes: Vec<u64> = s.lines.iter().map(|l| l.bytes).collect();
+            let want: Vec<u64> = match s.benchmark.as_str() {
+                "Barrier" => vec![0],
+                "Allreduce" | "Reduce" => vec![0, 4, 8, 16, 32, 64],
+                // whole f32 blocks per rank
+                "Reduce_scatter" if np == "3" => vec![0, 12, 24, 60],
+                "Reduce_scatter" => vec![0, 8, 16, 32, 64],
+                _ => vec![0, 1, 2, 4, 8, 16, 32, 64],
+            };
+            assert_eq!(sizes, want, "{}", s.benchmark);
+            for l in &s.lines {
+                assert_eq!(l.repetitions, 20);
+                assert!(l.t_min <= l.t_avg && l.t_avg <= l.t_max, "{l:?}");
+            }
+        }
+        assert!(out.contains("# algorithms"), "{out}");
+        // The floor ratio with a core per rank; with 3 ranks on 2 cores, why it is skipped.
+        assert!(
+            out.contains("8 B PingPong / floor") || out.contains("floor comparison skipped"),
+            "{out}"
+        );
+    }
+}
+
+#[test]
+fn csv_json_out_plot_and_fit() {
+    let dir = std::env::temp_dir().join(format!("tca-bench-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let csv = dir.join("r.csv");
+    let png = dir.join("r.png");
+    let svg = dir.join("r.svg");
+    let o = tca(&[
+        "bench",
+        "PingPong",
+        "allreduce",
+        "--sizes",
+        "1K:64K",
+        "--iters",
+        "30",
+        "--format",
+        "csv",
+        "--out",
+        csv.to_str().unwrap(),
+        "--plot",
+        png.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(o.stdout.is_empty(), "with --out nothing goes to stdout");
+    let rows = tca_model::record::read_file(&csv).unwrap();
+    assert_eq!(rows.len(), 2 * 7);
+    assert!(
+        rows.iter()
+            .all(|r| r.ranks == 2 && r.implementation == "tca")
+    );
+    let head = std::fs::read_to_string(&csv).unwrap();
+    assert!(head.starts_with("implementation,benchmark,algorithm,ranks,bytes"));
+    let png_bytes = std::fs::read(&png).unwrap();
+    assert_eq!(&png_bytes[..4], b"\x89PNG");
+
+    let out = ok(&[
+        "bench",
+        "PingPong",
+        "--sizes",
+        "1K:64K",
+        "--iters",
+        "30",
+        "--fit",
+        "1K:64K",
+        "--format",
+        "json",
+        "--plot",
+        svg.to_str().unwrap(),
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["rows"].as_array().unwrap().len(), 7);
+    // A fit is made, or refused with its reason (a loaded machine can give data no Hockney
+    // curve fits; the fitting itself is tested on known data in tca-model and tca-bench).
+    match v["fits"].as_array().unwrap().first() {
+        Some(f) => {
+            assert_eq!(f["benchmark"], "PingPong");
+            assert!(f["b_mb_s"].as_f64().unwrap() > 0.0, "{f}");
+            assert!(f["m_half_bytes"].as_f64().unwrap() > 0.0, "{f}");
+            assert_eq!(f["range"], "--fit");
+        }
+        None => {
+            let why = v["fit_skipped"][0].as_str().unwrap();
+            assert!(why.contains("tca PingPong over 1024..65536 bytes"), "{why}");
+        }
+    }
+    assert!(v["machine"].is_string() && v["date"].is_string() && v["transport"].is_string());
+    assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn forced_algorithm_shows_in_the_rows() {
+    let out = ok(&[
+        "bench",
+        "Allreduce",
+        "--np",
+        "3",
+        "--sizes",
+        "8,4K",
+        "--iters",
+        "10",
+        "--algo",
+        "ring",
+        "--format",
+        "csv",
+    ]);
+    let rows = tca_model::record::parse_any(&out).unwrap();
+    assert_eq!(rows.len(), 2);
+    assert!(rows.iter().all(|r| r.algorithm == "ring"), "{rows:?}");
+}
+
+#[test]
+fn bad_input_is_refused_clearly() {
+    fails(&["bench", "PingPong", "--np", "1"], "at least 2 ranks");
+    fails(&["bench", "nosuch"], "unknown benchmark `nosuch`");
+    fails(&["bench", "--sizes", "64:8"], "MIN is larger than MAX");
+    fails(&["bench", "--sizes", "12Q"], "unknown unit");
+    fails(&["bench", "--sizes", "abc"], "not a whole number");
+    fails(&["bench", "--iters", "0"], "positive number or `auto`");
+    fails(&["bench", "--algo", "nosuch"], "unknown algorithm `nosuch`");
+    fails(&["bench", "--algo", "Allreduce=nosuch"], "nosuch");
+    fails(&["bench", "--fit", "8"], "MIN:MAX");
+    fails(&["bench", "--plot", "x.jpg"], ".png or .svg");
+    fails(&["bench", "floor", "PingPong"], "on its own");
+    fails(&["bench", "--np", "0"], "at least 1");
+    let o = tca(&["bench", "--format", "xml"]);
+    assert_eq!(o.status.code(), Some(2), "clap usage error");
+    let o = tca(&["bench", "--compare", "openmpi"]);
+    assert_eq!(o.status.code(), Some(2), "clap usage error");
+}
+
+/// Without the `mpi` feature, --compare mpi says how to get it; with it, a small comparison
+/// runs (CI builds with the feature for this test: see .ci/run).
+#[test]
+fn compare_mpi() {
+    let o = tca(&[
+        "bench",
+        "PingPong",
+        "Allreduce",
+        "--sizes",
+        "8,1K",
+        "--iters",
+        "20",
+        "--compare",
+        "mpi",
+    ]);
+    let err = text(&o.stderr);
+    if !cfg!(feature = "mpi") {
+        assert!(!o.status.success());
+        assert!(err.contains("--features mpi"), "{err}");
+        return;
+    }
+    assert!(o.status.success(), "{err}");
+    let out = text(&o.stdout);
+    let secs = tca_model::imb::parse(&out).unwrap();
+    assert_eq!(secs.len(), 4, "tca and MPI sections: {out}");
+    assert!(out.contains("tca vs "), "{out}");
+    let rows: Vec<&str> = out
+        .lines()
+        .filter(|l| l.starts_with("# PingPong") || l.starts_with("# Allreduce"))
+        .collect();
+    assert_eq!(
+        rows.len(),
+        4,
+        "one comparison line per benchmark and size: {out}"
+    );
+}

@@ -1,0 +1,117 @@
+//! `tca cg` as a user runs it: the command starts its own rank processes.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::time::Duration;
+
+fn tmpdir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("tca-cli-cg-{}-{tag}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Runs `tca cg ARGS` with a hard timeout.
+fn tca_cg(args: &[&str]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tca"))
+        .arg("cg")
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("tca cg {args:?} did not finish in 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// A 12 x 12 SPD matrix (tridiagonal 4, -1) in symmetric storage.
+fn small_matrix() -> String {
+    let mut s = String::from("%%MatrixMarket matrix coordinate real symmetric\n12 12 23\n");
+    for i in 1..=12 {
+        s += &format!("{i} {i} 4.0\n");
+        if i > 1 {
+            s += &format!("{i} {} -1\n", i - 1);
+        }
+    }
+    s
+}
+
+#[test]
+fn solves_a_small_file_on_two_processes() {
+    let d = tmpdir("ok");
+    let f = d.join("a.mtx");
+    std::fs::write(&f, small_matrix()).unwrap();
+    let out = tca_cg(&[
+        "--matrix",
+        f.to_str().unwrap(),
+        "--np",
+        "2",
+        "--tol",
+        "1e-10",
+        "--breakdown",
+        "--format",
+        "json",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    let o = tca_cg::Output::from_json(&stdout).unwrap();
+    let r = &o.tca;
+    assert_eq!((r.ranks, r.rows_per_rank.as_slice()), (2, &[6u64, 6][..]));
+    assert_eq!((r.matrix.rows, r.matrix.nnz), (12, 34));
+    assert_eq!(r.outcome, tca_cg::Outcome::Converged);
+    assert!(r.iterations > 0 && r.iterations <= 12, "{}", r.iterations);
+    assert!(r.relative_residual < 1e-10);
+    assert!(r.true_relative_residual < 1e-9);
+    let b = r.breakdown.as_ref().unwrap();
+    assert_eq!(b.per_rank.len(), 2);
+    assert!(o.mpi.is_none() && o.ratio.is_none());
+    std::fs::remove_dir_all(&d).ok();
+}
+
+#[test]
+fn bad_input_is_one_clear_error() {
+    let d = tmpdir("bad");
+    let f = d.join("a.mtx");
+    // Not symmetric: A(1,2) = -1 but A(2,1) = -2.
+    std::fs::write(
+        &f,
+        "%%MatrixMarket matrix coordinate real general\n2 2 4\n1 1 4\n1 2 -1\n2 1 -2\n2 2 4\n",
+    )
+    .unwrap();
+    let out = tca_cg(&["--matrix", f.to_str().unwrap(), "--np", "2"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("not symmetric"), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "one line only:\n{stderr}");
+    assert!(out.stdout.is_empty());
+
+    let out = tca_cg(&["--matrix", "banded:8:3", "--np", "9"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("8 rows but there are 9 ranks"), "{stderr}");
+    std::fs::remove_dir_all(&d).ok();
+}
+
+#[test]
+fn unconverged_tolerance_run_exits_2() {
+    let out = tca_cg(&[
+        "--matrix",
+        "poisson3d:4",
+        "--np",
+        "2",
+        "--tol",
+        "1e-12",
+        "--max-iters",
+        "2",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(2), "{stdout}");
+    assert!(stdout.contains("did not converge"), "{stdout}");
+}

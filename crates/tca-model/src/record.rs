@@ -1,0 +1,273 @@
+//! Benchmark results as files: the rows `tca bench` writes (CSV, JSON) and reading any result
+//! file back, IMB text included, so fits and comparisons work on tca's output and on a real
+//! IMB run alike.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::imb;
+
+/// One measurement: one benchmark, one implementation, one message size.
+///
+/// Times follow IMB: per call, in microseconds, t_min / t_max / t_avg over the ranks (for
+/// PingPong and PingPing all three are the same half round trip / one-way time).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Row {
+    /// "tca", or the MPI it was measured with ("Open MPI 4.1.4").
+    pub implementation: String,
+    /// IMB's name of the benchmark: PingPong, PingPing, Bcast, ..., Barrier.
+    pub benchmark: String,
+    /// The algorithm tca used ("-" where not known, as for MPI).
+    pub algorithm: String,
+    /// Ranks in the job.
+    pub ranks: u32,
+    /// Message size in bytes as IMB counts it (per rank's block for Gather, Allgather, ...).
+    pub bytes: u64,
+    /// Timed calls.
+    pub repetitions: u64,
+    /// Fastest rank, us per call.
+    pub t_min_us: f64,
+    /// Slowest rank, us per call.
+    pub t_max_us: f64,
+    /// Mean over ranks, us per call.
+    pub t_avg_us: f64,
+    /// IMB's Mbytes/sec (10^6 bytes per second) for PingPong and PingPing.
+    pub mbytes_per_sec: Option<f64>,
+}
+
+impl Row {
+    /// The time a fit or a comparison uses: t_avg, IMB's headline figure.
+    pub fn time_us(&self) -> f64 {
+        self.t_avg_us
+    }
+
+    /// Throughput in MB/s (10^6 bytes per second): bytes over [`Row::time_us`], as seed 002
+    /// turns IMB times into throughput.
+    pub fn throughput_mb_s(&self) -> f64 {
+        if self.time_us() > 0.0 {
+            self.bytes as f64 / self.time_us()
+        } else {
+            0.0
+        }
+    }
+}
+
+/// A whole run with its provenance (the JSON form).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Run {
+    /// CPU model, cores, kernel.
+    pub machine: String,
+    /// UTC date and time of the run (RFC 3339).
+    pub date: String,
+    /// How tca moved data ("shared memory (memfd)").
+    pub transport: String,
+    /// Every measurement.
+    pub rows: Vec<Row>,
+}
+
+/// Errors reading result files.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    /// The file could not be read.
+    #[error("{path}: {err}")]
+    Io {
+        /// The file.
+        path: String,
+        /// Why (in the message, not a separate cause, so it is printed once).
+        err: std::io::Error,
+    },
+    /// The contents are none of the formats, or broken.
+    #[error("{path}: {why}")]
+    Format {
+        /// The file.
+        path: String,
+        /// Why.
+        why: String,
+    },
+}
+
+/// The CSV header line, with the provenance columns after the measurement columns.
+pub const CSV_COLUMNS: [&str; 13] = [
+    "implementation",
+    "benchmark",
+    "algorithm",
+    "ranks",
+    "bytes",
+    "repetitions",
+    "t_min_us",
+    "t_max_us",
+    "t_avg_us",
+    "mbytes_per_sec",
+    "machine",
+    "date",
+    "transport",
+];
+
+#[derive(Serialize, Deserialize)]
+struct CsvRow {
+    implementation: String,
+    benchmark: String,
+    algorithm: String,
+    ranks: u32,
+    bytes: u64,
+    repetitions: u64,
+    t_min_us: f64,
+    t_max_us: f64,
+    t_avg_us: f64,
+    mbytes_per_sec: Option<f64>,
+    machine: String,
+    date: String,
+    transport: String,
+}
+
+impl Run {
+    /// The run as CSV: a header line then one line per row, provenance repeated per line so
+    /// every line stands alone (what spreadsheet and pandas users expect).
+    pub fn to_csv(&self) -> String {
+        let mut w = csv::Writer::from_writer(Vec::new());
+        for r in &self.rows {
+            w.serialize(CsvRow {
+                implementation: r.implementation.clone(),
+                benchmark: r.benchmark.clone(),
+                algorithm: r.algorithm.clone(),
+                ranks: r.ranks,
+                bytes: r.bytes,
+                repetitions: r.repetitions,
+                t_min_us: r.t_min_us,
+                t_max_us: r.t_max_us,
+                t_avg_us: r.t_avg_us,
+                mbytes_per_sec: r.mbytes_per_sec,
+                machine: self.machine.clone(),
+                date: self.date.clone(),
+                transport: self.transport.clone(),
+            })
+            .expect("writing CSV to memory cannot fail");
+        }
+        if self.rows.is_empty() {
+            w.write_record(CSV_COLUMNS)
+                .expect("writing CSV to memory cannot fail");
+        }
+        String::from_utf8(w.into_inner().expect("in-memory writer")).expect("CSV of UTF-8 fields")
+    }
+
+    /// The run as pretty JSON.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("a Run always serialises")
+    }
+}
+
+/// Rows from CSV text written by [`Run::to_csv`].
+pub fn parse_csv(text: &str) -> Result<Vec<Row>, String> {
+    let mut rd = csv::Reader::from_reader(text.as_bytes());
+    let mut rows = Vec::new();
+    for (i, rec) in rd.deserialize::<CsvRow>().enumerate() {
+        let r = rec.map_err(|e| format!("CSV line {}: {e}", i + 2))?;
+        rows.push(Row {
+            implementation: r.implementation,
+            benchmark: r.benchmark,
+            algorithm: r.algorithm,
+            ranks: r.ranks,
+            bytes: r.bytes,
+            repetitions: r.repetitions,
+            t_min_us: r.t_min_us,
+            t_max_us: r.t_max_us,
+            t_avg_us: r.t_avg_us,
+            mbytes_per_sec: r.mbytes_per_sec,
+        });
+    }
+    Ok(rows)
+}
+
+/// Rows from any result text: tca JSON (a [`Run`]), tca CSV, or IMB-MPI1 text output.
+pub fn parse_any(text: &str) -> Result<Vec<Row>, String> {
+    let t = text.trim_start();
+    if t.starts_with('{') {
+        let run: Run = serde_json::from_str(t).map_err(|e| format!("JSON: {e}"))?;
+        return Ok(run.rows);
+    }
+    if t.starts_with("implementation,") {
+        return parse_csv(t);
+    }
+    let tables = imb::parse(text).map_err(|e| e.to_string())?;
+    if tables.is_empty() {
+        return Err(
+            "not a tca CSV/JSON result nor IMB output (no `# Benchmarking` section)".into(),
+        );
+    }
+    Ok(tables.iter().flat_map(|t| t.rows("IMB")).collect())
+}
+
+/// Rows from a result file of any of the formats of [`parse_any`].
+pub fn read_file(path: &Path) -> Result<Vec<Row>, ReadError> {
+    let p = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|err| ReadError::Io {
+        path: p.clone(),
+        err,
+    })?;
+    parse_any(&text).map_err(|why| ReadError::Format { path: p, why })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run() -> Run {
+        Run {
+            machine: "cpu, 2 cores".into(),
+            date: "2026-11-21T00:00:00Z".into(),
+            transport: "shared memory".into(),
+            rows: vec![
+                Row {
+                    implementation: "tca".into(),
+                    benchmark: "PingPong".into(),
+                    algorithm: "put_signal".into(),
+                    ranks: 2,
+                    bytes: 8,
+                    repetitions: 1000,
+                    t_min_us: 0.061,
+                    t_max_us: 0.061,
+                    t_avg_us: 0.061,
+                    mbytes_per_sec: Some(131.147_540_983_606_56),
+                },
+                Row {
+                    implementation: "Open MPI 4.1.4".into(),
+                    benchmark: "Allreduce".into(),
+                    algorithm: "-".into(),
+                    ranks: 2,
+                    bytes: 1 << 20,
+                    repetitions: 40,
+                    t_min_us: 300.25,
+                    t_max_us: 310.5,
+                    t_avg_us: 305.125,
+                    mbytes_per_sec: None,
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn csv_and_json_round_trip() {
+        let r = run();
+        assert_eq!(parse_any(&r.to_csv()).unwrap(), r.rows);
+        assert_eq!(parse_any(&r.to_json()).unwrap(), r.rows);
+        let empty = Run { rows: vec![], ..r };
+        assert!(empty.to_csv().starts_with("implementation,benchmark,"));
+        assert_eq!(parse_any(&empty.to_csv()).unwrap(), vec![]);
+    }
+
+    #[test]
+    fn garbage_is_an_error() {
+        assert!(parse_any("hello\nworld\n").is_err());
+        assert!(parse_any("{ not json").is_err());
+        assert!(parse_any("implementation,benchmark\nx").is_err());
+        let e = read_file(Path::new("/nonexistent/x.csv")).unwrap_err();
+        assert!(e.to_string().contains("/nonexistent/x.csv"));
+    }
+
+    #[test]
+    fn throughput() {
+        let r = &run().rows[1];
+        assert!((r.throughput_mb_s() - (1u64 << 20) as f64 / 305.125).abs() < 1e-9);
+    }
+}
