@@ -91,58 +91,72 @@ pub struct Request {
 /// Runs the suite as whichever process this is (parent, tca rank, MPI rank); returns the exit
 /// status for the parent.
 pub fn bench(req: &Request) -> Result<i32> {
+    let mpi = req.compare_mpi.then(|| tca_mpi::MpiRun {
+        np: req.np,
+        mpirun: req.mpirun.clone(),
+    });
+    match measure(req.np, &req.suite, mpi.as_ref())? {
+        Role::Parent(halves) => emit(req, &report::Output::new(machine_line(), &halves, req.fit))?,
+        Role::Rank(Some(half)) => {
+            // Started some other way (`tca run`, Slurm): rank 0 prints its own half.
+            emit(req, &report::Output::new(machine_line(), &[half], req.fit))?;
+        }
+        Role::Rank(None) => {}
+    }
+    Ok(0)
+}
+
+/// What [`measure`] did in this process.
+#[derive(Debug)]
+pub enum Role {
+    /// The command a user typed: the halves measured (tca first, then MPI if asked).
+    Parent(Vec<suite::Half>),
+    /// A rank of one half. `Some` on rank 0 of a job nobody waits for (started by `tca run`
+    /// or Slurm rather than by a parent), which should print its half itself.
+    Rank(Option<suite::Half>),
+}
+
+/// Measures the suite `opts` on `np` ranks, whichever process this is: the parent starts the
+/// tca ranks (and then the MPI ranks, with `mpi`) and collects their halves; a rank measures
+/// and sends its half back. Any command can offer a measurement this way (`tca bench`,
+/// `tca model calibrate`), as long as the ranks it starts parse the same arguments.
+pub fn measure(np: u32, opts: &suite::Options, mpi: Option<&tca_mpi::MpiRun>) -> Result<Role> {
     if tca_mpi::is_child() {
         #[cfg(feature = "mpi")]
         {
-            suite::mpi::run(&req.suite)?;
-            return Ok(0);
+            suite::mpi::run(opts)?;
+            return Ok(Role::Rank(None));
         }
         #[cfg(not(feature = "mpi"))]
         return Err(tca_mpi::not_enabled());
     }
     if under_launcher() {
         let world = tca::init()?;
-        if world.size() != req.np {
-            bail!(
-                "tca bench: started as {} ranks but --np {}",
-                world.size(),
-                req.np
-            );
+        if world.size() != np {
+            bail!("started as {} ranks but --np {np}", world.size());
         }
-        if let Some(half) = suite::tca::run(&world, &req.suite)? {
-            // Under the parent, send the rows back; started some other way (`tca run`,
-            // Slurm), rank 0 prints them itself.
-            if !tca_mpi::write_result(&half)? {
-                let out = report::Output::new(machine_line(), &[half], req.fit);
-                emit(req, &out)?;
-            }
+        let mut mine = None;
+        if let Some(half) = suite::tca::run(&world, opts)?
+            && !tca_mpi::write_result(&half)?
+        {
+            mine = Some(half);
         }
         world.finalize()?;
-        return Ok(0);
+        return Ok(Role::Rank(mine));
     }
-    if req.compare_mpi && !tca_mpi::ENABLED {
-        return Err(tca_mpi::not_enabled());
-    }
-    if req.compare_mpi {
-        // Fail before the long tca half if the MPI is missing.
-        tca_mpi::MpiRun {
-            np: req.np,
-            mpirun: req.mpirun.clone(),
+    if let Some(run) = mpi {
+        if !tca_mpi::ENABLED {
+            return Err(tca_mpi::not_enabled());
         }
-        .flavour()?;
+        // Fail before the long tca half if the MPI is missing.
+        run.flavour()?;
     }
-    let mut halves = vec![tca_mpi::launch_tca::<suite::Half>(req.np)?];
-    if req.compare_mpi {
-        let run = tca_mpi::MpiRun {
-            np: req.np,
-            mpirun: req.mpirun.clone(),
-        };
-        let (_, half) = tca_mpi::launch::<suite::Half>(&run)?;
+    let mut halves = vec![tca_mpi::launch_tca::<suite::Half>(np)?];
+    if let Some(run) = mpi {
+        let (_, half) = tca_mpi::launch::<suite::Half>(run)?;
         halves.push(half);
     }
-    let out = report::Output::new(machine_line(), &halves, req.fit);
-    emit(req, &out)?;
-    Ok(0)
+    Ok(Role::Parent(halves))
 }
 
 fn machine_line() -> String {

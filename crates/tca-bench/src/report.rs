@@ -183,11 +183,11 @@ impl Output {
             );
             for f in &self.fits {
                 s += &format!(
-                    "# {:<16} {:<15} {:>12.1} {:>12.4e} {:>11.3} {:>8.4} {:>6.1}% {:>9}..{:<9} ({})\n",
+                    "# {:<16} {:<15} {:>12.1} {:>12} {:>11.3} {:>8.4} {:>6.1}% {:>9}..{:<9} ({})\n",
                     f.implementation,
                     f.benchmark,
                     f.b_mb_s,
-                    f.m_half_bytes,
+                    tca_model::format::exp(f.m_half_bytes, 4),
                     f.t_l_us,
                     f.r2,
                     f.rms_rel_err * 100.0,
