@@ -33,7 +33,7 @@
 //!
 //! ## Example (ranks as threads)
 //! ```
-//! use tca_cg::{Collectives, Options, Problem, MatrixSource, Rhs, Stop, TcaColl};
+//! use tca_cg::{MatrixSource, Options, Problem, Rhs, Stop, TcaColl};
 //!
 //! let opts = Options {
 //!     problem: Problem {

@@ -12,7 +12,9 @@
 //!   would rarely be positive definite, so a pattern matrix becomes its graph Laplacian plus
 //!   the identity (off-diagonal -1, diagonal = 1 + number of off-diagonal entries in the
 //!   row): symmetric positive definite for any symmetric pattern, with exactly the pattern's
-//!   communication and SpMV cost, which is what a benchmark of the collectives needs,
+//!   communication and SpMV cost, which is what a benchmark of the collectives needs (its
+//!   rows sum to 1, so b = ones is solved by x = ones in one iteration: solve such a matrix
+//!   with a random b),
 //! - turns the reader's errors into [`CgError`]s that name the file.
 //!
 //! Symmetric files must store the lower triangle, as the format requires (a file that stores

@@ -166,6 +166,7 @@ pub fn uniform(seed: u64, i: u64) -> f64 {
 struct RootInput {
     n: usize,
     nnz: usize,
+    part: Partition,
     matrix: Option<Csr>,
     b: Option<Vec<f64>>,
     notes: Vec<String>,
@@ -195,7 +196,8 @@ fn root_input(prob: &Problem, p: usize) -> Result<RootInput> {
             if f.field == Field::Pattern {
                 notes.push(
                     "pattern matrix: values set to its graph Laplacian plus the identity \
-                     (off-diagonal -1, diagonal 1 + off-diagonal count)"
+                     (off-diagonal -1, diagonal 1 + off-diagonal count); A·1 = 1, so with \
+                     --rhs ones x = 1 in one iteration: use --rhs random for a real solve"
                         .into(),
                 );
             }
@@ -203,7 +205,7 @@ fn root_input(prob: &Problem, p: usize) -> Result<RootInput> {
         }
         MatrixSource::Synthetic(s) => (s.n(), s.nnz(), None),
     };
-    Partition::new(n, p)?;
+    let part = Partition::new(n, p)?;
     let b = match &prob.rhs {
         Rhs::File(path) => Some(mm::read_vector(path, n)?),
         _ => None,
@@ -211,6 +213,7 @@ fn root_input(prob: &Problem, p: usize) -> Result<RootInput> {
     Ok(RootInput {
         n,
         nnz,
+        part,
         matrix,
         b,
         notes,
@@ -230,11 +233,10 @@ pub fn setup<C: Collectives>(c: &mut C, prob: &Problem) -> Result<LocalProblem> 
     if me == 0 {
         match root_input(prob, p) {
             Ok(r) => {
-                let part = Partition::new(r.n, p)?;
                 let (mut blk_u, mut blk_f) = (0, 0);
                 if let Some(a) = &r.matrix {
                     for q in 0..p {
-                        let rg = part.range(q);
+                        let rg = r.part.range(q);
                         let nz = a.row_ptr[rg.end] - a.row_ptr[rg.start];
                         blk_u = blk_u.max(rg.len() + 1 + nz);
                         blk_f = blk_f.max(nz);

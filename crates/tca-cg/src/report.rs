@@ -50,15 +50,27 @@ impl PhaseTimes {
 
     /// The per-field maximum of `all`.
     pub fn max_of(all: &[PhaseTimes]) -> PhaseTimes {
-        let mut m = PhaseTimes::default();
-        for t in all {
-            m.total = m.total.max(t.total);
-            m.other = m.other.max(t.other);
-            m.phases.spmv = m.phases.spmv.max(t.phases.spmv);
-            m.phases.dot = m.phases.dot.max(t.phases.dot);
-            m.phases.axpy = m.phases.axpy.max(t.phases.axpy);
-            m.phases.allgather = m.phases.allgather.max(t.phases.allgather);
-            m.phases.allreduce = m.phases.allreduce.max(t.phases.allreduce);
+        Self::fold(all, f64::max)
+    }
+
+    /// The per-field minimum of `all`.
+    pub fn min_of(all: &[PhaseTimes]) -> PhaseTimes {
+        Self::fold(all, f64::min)
+    }
+
+    fn fold(all: &[PhaseTimes], f: fn(f64, f64) -> f64) -> PhaseTimes {
+        let Some((first, rest)) = all.split_first() else {
+            return PhaseTimes::default();
+        };
+        let mut m = *first;
+        for t in rest {
+            m.total = f(m.total, t.total);
+            m.other = f(m.other, t.other);
+            m.phases.spmv = f(m.phases.spmv, t.phases.spmv);
+            m.phases.dot = f(m.phases.dot, t.phases.dot);
+            m.phases.axpy = f(m.phases.axpy, t.phases.axpy);
+            m.phases.allgather = f(m.phases.allgather, t.phases.allgather);
+            m.phases.allreduce = f(m.phases.allreduce, t.phases.allreduce);
         }
         m
     }
@@ -71,6 +83,10 @@ pub struct Breakdown {
     pub rank0: PhaseTimes,
     /// The maximum over ranks, per phase.
     pub max: PhaseTimes,
+    /// The minimum over ranks, per phase. For a collective this is about its own cost: the
+    /// rank that arrives last waits least, while the others' time includes waiting for the
+    /// slowest rank's SpMV (load imbalance).
+    pub min: PhaseTimes,
     /// Every rank.
     pub per_rank: Vec<PhaseTimes>,
     /// One clock read on rank 0, nanoseconds.
@@ -94,6 +110,9 @@ pub struct Report {
     pub ranks: u32,
     /// Rows of each rank.
     pub rows_per_rank: Vec<u64>,
+    /// Nonzeros of each rank's rows (SpMV work: its spread shows as Allreduce wait on the
+    /// lighter ranks).
+    pub nnz_per_rank: Vec<u64>,
     /// "fixed" or "tolerance".
     pub mode: String,
     /// Iterations asked for (fixed) or allowed (tolerance).
@@ -288,9 +307,18 @@ fn header(r: &Report) -> String {
             thousands(rows[rows.len() - 1])
         ),
     };
+    let nnz = match (r.nnz_per_rank.iter().min(), r.nnz_per_rank.iter().max()) {
+        (Some(lo), Some(hi)) if r.nnz_per_rank.len() > 1 && lo == hi => {
+            format!(" ({} nonzeros each)", thousands(*lo))
+        }
+        (Some(lo), Some(hi)) if r.nnz_per_rank.len() > 1 => {
+            format!(" ({} to {} nonzeros)", thousands(*lo), thousands(*hi))
+        }
+        _ => String::new(),
+    };
     format!(
         "tca cg: {}, {} rows, {} nonzeros ({per_row:.1} per row); b = {}\n\
-         {} rank(s), {split}; ",
+         ranks: {}, {split}{nnz}\n",
         m.source,
         thousands(m.rows),
         thousands(m.nnz),
@@ -298,10 +326,10 @@ fn header(r: &Report) -> String {
         r.ranks,
     ) + &match r.tol {
         Some(t) => format!(
-            "tolerance mode: ||r||/||r0|| < {t:e}, at most {} iterations\n",
+            "mode: tolerance, ||r||/||r0|| < {t:e}, at most {} iterations\n",
             thousands(r.max_iterations)
         ),
-        None => format!("fixed mode: {} iterations\n", thousands(r.max_iterations)),
+        None => format!("mode: fixed, {} iterations\n", thousands(r.max_iterations)),
     }
 }
 
@@ -371,14 +399,15 @@ fn per_iter(r: &Report, secs: f64) -> f64 {
 fn breakdown_table(r: &Report, b: &Breakdown) -> String {
     let mut s = format!(
         "time per iteration by phase, us (over {} iterations; Fig. 15)\n\
-         {:<10} {:>12} {:>9} {:>15}\n",
+         {:<10} {:>10} {:>7} {:>10} {:>10}\n",
         thousands(r.iterations),
         "phase",
         "rank 0",
         "share",
-        "max over ranks"
+        "min rank",
+        "max rank"
     );
-    let max = b.max.rows();
+    let (min, max) = (b.min.rows(), b.max.rows());
     for (i, (name, t)) in b.rank0.rows().into_iter().enumerate() {
         let share = if b.rank0.total > 0.0 {
             100.0 * t / b.rank0.total
@@ -387,9 +416,10 @@ fn breakdown_table(r: &Report, b: &Breakdown) -> String {
         };
         let _ = writeln!(
             s,
-            "{name:<10} {:>12.2} {:>8.1}% {:>15.2}",
+            "{name:<10} {:>10.2} {:>6.1}% {:>10.2} {:>10.2}",
             per_iter(r, t),
             share,
+            per_iter(r, min[i].1),
             per_iter(r, max[i].1)
         );
     }
@@ -441,27 +471,37 @@ fn results_side_by_side(a: &Report, b: &Report, lib: &str, r: &Ratios) -> String
 }
 
 fn compare_table(a: &Report, ab: &Breakdown, b: &Report, bb: &Breakdown, lib: &str) -> String {
-    let mut s = format!(
-        "time per iteration by phase, us (Fig. 15): rank 0, and the maximum over ranks\n\
-         {:<10} {:>10} {:>10} {:>8}   {:>10} {:>10} {:>8}\n",
-        "phase", "tca r0", "MPI r0", "tca/MPI", "tca max", "MPI max", "tca/MPI"
+    let mut s = String::from(
+        "time per iteration by phase, us (Fig. 15), tca vs MPI: on rank 0, on the rank where\n\
+         it is least (for a collective: its own cost, no waiting for slower ranks) and most\n",
     );
-    let (a0, b0, am, bm) = (
-        ab.rank0.rows(),
-        bb.rank0.rows(),
-        ab.max.rows(),
-        bb.max.rows(),
+    let _ = writeln!(
+        s,
+        "{:<10}|{:>8} {:>8} {:>6} |{:>8} {:>8} {:>6} |{:>8} {:>8} {:>6}",
+        "phase",
+        "r0 tca",
+        "r0 MPI",
+        "ratio",
+        "min tca",
+        "min MPI",
+        "ratio",
+        "max tca",
+        "max MPI",
+        "ratio"
     );
-    for i in 0..a0.len() {
-        let (x0, y0) = (per_iter(a, a0[i].1), per_iter(b, b0[i].1));
-        let (xm, ym) = (per_iter(a, am[i].1), per_iter(b, bm[i].1));
-        let _ = writeln!(
-            s,
-            "{:<10} {x0:>10.2} {y0:>10.2} {:>8.2}   {xm:>10.2} {ym:>10.2} {:>8.2}",
-            a0[i].0,
-            ratio(x0, y0),
-            ratio(xm, ym)
-        );
+    let cols = [
+        (ab.rank0.rows(), bb.rank0.rows()),
+        (ab.min.rows(), bb.min.rows()),
+        (ab.max.rows(), bb.max.rows()),
+    ];
+    for i in 0..cols[0].0.len() {
+        let _ = write!(s, "{:<10}", cols[0].0[i].0);
+        for (x, y) in &cols {
+            let (x, y) = (per_iter(a, x[i].1), per_iter(b, y[i].1));
+            let _ = write!(s, "|{x:>8.2} {y:>8.2} {:>6.2} ", ratio(x, y));
+        }
+        s.pop();
+        s.push('\n');
     }
     let _ = write!(s, "tca {}", clock_line(ab));
     let _ = write!(s, "{lib} {}", clock_line(bb));

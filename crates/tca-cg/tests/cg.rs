@@ -15,8 +15,23 @@ use tca_cg::{
 
 // ---- helpers ---------------------------------------------------------------------------------
 
-/// A fresh directory for this test's files.
-fn tmpdir(tag: &str) -> PathBuf {
+/// A fresh directory for one test's files, removed when dropped.
+struct TmpDir(PathBuf);
+
+impl std::ops::Deref for TmpDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TmpDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn tmpdir(tag: &str) -> TmpDir {
     static N: AtomicU32 = AtomicU32::new(0);
     let d = std::env::temp_dir().join(format!(
         "tca-cg-test-{}-{}-{tag}",
@@ -24,7 +39,7 @@ fn tmpdir(tag: &str) -> PathBuf {
         N.fetch_add(1, Ordering::Relaxed)
     ));
     std::fs::create_dir_all(&d).unwrap();
-    d
+    TmpDir(d)
 }
 
 fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
@@ -384,6 +399,13 @@ fn rejects_files_that_are_not_matrix_market() {
 }
 
 #[test]
+fn rejects_an_empty_matrix() {
+    let e = read_err("%%MatrixMarket matrix coordinate real symmetric\n0 0 0\n");
+    assert!(matches!(e, CgError::Invalid(_)), "{e}");
+    assert!(e.to_string().contains("no rows"), "{e}");
+}
+
+#[test]
 fn rejects_non_square() {
     let e = read_err("%%MatrixMarket matrix coordinate real general\n2 3 2\n1 1 1\n2 2 1\n");
     assert!(matches!(e, CgError::NotSquare(_)), "{e}");
@@ -612,7 +634,8 @@ fn report_carries_residuals_error_and_breakdown() {
         ] {
             assert!(t >= 0.0 && t <= b.rank0.total);
         }
-        assert!(b.max.total >= b.rank0.total);
+        assert!(b.max.total >= b.rank0.total && b.min.total <= b.rank0.total);
+        assert!(b.min.phases.allreduce <= b.max.phases.allreduce);
         assert!(r.per_iteration_s > 0.0);
         // The JSON round trip the CLI relies on.
         let out = tca_cg::Output::new(r.clone(), None);

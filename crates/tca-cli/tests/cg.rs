@@ -115,3 +115,46 @@ fn unconverged_tolerance_run_exits_2() {
     assert_eq!(out.status.code(), Some(2), "{stdout}");
     assert!(stdout.contains("did not converge"), "{stdout}");
 }
+
+#[cfg(feature = "mpi")]
+#[test]
+fn compare_mpi_runs_both_halves() {
+    let d = tmpdir("mpi");
+    let f = d.join("a.mtx");
+    std::fs::write(&f, small_matrix()).unwrap();
+    let out = tca_cg(&[
+        "--matrix",
+        f.to_str().unwrap(),
+        "--np",
+        "3",
+        "--tol",
+        "1e-10",
+        "--breakdown",
+        "--compare",
+        "mpi",
+        "--format",
+        "json",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    let o = tca_cg::Output::from_json(&stdout).unwrap();
+    let m = o.mpi.as_ref().expect("an MPI half");
+    assert_eq!(m.transport, "MPI");
+    assert_eq!(m.rows_per_rank, vec![4, 4, 4]);
+    assert_eq!(m.iterations, o.tca.iterations);
+    assert!(m.true_relative_residual < 1e-9);
+    let r = o.ratio.as_ref().unwrap();
+    assert!(r.per_iteration > 0.0 && r.rank0.is_some() && r.max.is_some());
+    assert!(o.mpi_library.is_some());
+    std::fs::remove_dir_all(&d).ok();
+}
+
+#[cfg(not(feature = "mpi"))]
+#[test]
+fn compare_mpi_without_the_feature_says_how_to_get_it() {
+    let out = tca_cg(&["--matrix", "poisson3d:3", "--compare", "mpi"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("--features mpi"), "{stderr}");
+}
