@@ -79,7 +79,6 @@ struct Counters {
     sent: Vec<u64>,
     recvd: Vec<u64>,
     credit: Vec<u64>,
-    tmp: Vec<u64>,
 }
 
 /// A communicator's channels: its scratch segment, the peers' handles, and the counters.
@@ -110,7 +109,6 @@ impl Channels {
                 sent: vec![0; p],
                 recvd: vec![0; p],
                 credit: vec![0; p],
-                tmp: vec![0; ch / 8],
             }),
         }
     }
@@ -195,9 +193,17 @@ impl Channels {
         match sink {
             Sink::Copy => self.seg.read(data_off, &mut dst[range])?,
             Sink::Reduce(red) => {
-                let tmp = bytemuck::cast_slice_mut::<u64, u8>(&mut c.tmp);
-                self.seg.read(data_off, &mut tmp[..len])?;
-                red.apply(&mut dst[range], &tmp[..len])?;
+                // Combine straight out of the slot: one pass over the data instead of a copy
+                // into a temporary and a second pass.
+                #[allow(unsafe_code)]
+                // SAFETY: the sender wrote this slot completely before raising its sequence word
+                // to `seq` (waited for above), and writes it again only for chunk seq + SLOTS,
+                // which it sends only once our credit word says we consumed chunk `seq`
+                // ("Flow control" above). That credit is written below, after the view is
+                // dropped, so nothing writes these bytes while the view lives. `dst` is the
+                // caller's memory, not the segment, so the two slices do not alias.
+                let inc = unsafe { self.seg.view::<u8>(data_off, len)? };
+                red.apply(&mut dst[range], inc)?;
             }
         }
         c.recvd[from] = seq;
