@@ -199,10 +199,14 @@ fn log_points(a: f64, b: f64) -> impl Iterator<Item = f64> {
     (0..=n).map(move |i| (la + (lb - la) * i as f64 / n as f64).exp())
 }
 
-/// 1024 -> "1K", 4194304 -> "4M".
+/// Axis labels: 1024 -> "1K", 4194304 -> "4M", 1000000 -> "1e6" (log axes put ticks at
+/// powers of ten; sizes are powers of two).
 fn human(v: f64) -> String {
     let v = v.round() as u64;
-    if v >= 1 << 20 && v % (1 << 20) == 0 {
+    let decade = (1..=12).find(|&k| 10u64.pow(k) == v);
+    if let Some(k) = decade.filter(|&k| k >= 3) {
+        format!("1e{k}")
+    } else if v >= 1 << 20 && v % (1 << 20) == 0 {
         format!("{}M", v >> 20)
     } else if v >= 1 << 10 && v % (1 << 10) == 0 {
         format!("{}K", v >> 10)
@@ -220,6 +224,7 @@ mod tests {
         assert_eq!(human(4194304.0), "4M");
         assert_eq!(human(65536.0), "64K");
         assert_eq!(human(100.0), "100");
+        assert_eq!(human(1e6), "1e6");
         let p: Vec<f64> = log_points(10.0, 1000.0).collect();
         assert!((p[0] - 10.0).abs() < 1e-9 && (p[p.len() - 1] - 1000.0).abs() < 1e-6);
         assert_eq!(p.len(), 81);
