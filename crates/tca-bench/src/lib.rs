@@ -86,6 +86,8 @@ pub struct Request {
     pub compare_mpi: bool,
     /// The MPI's `mpirun` (None: `$TCA_MPIRUN` or `mpirun`).
     pub mpirun: Option<PathBuf>,
+    /// Print the cost models' prediction beside each measured tca collective row.
+    pub model: bool,
 }
 
 /// Runs the suite as whichever process this is (parent, tca rank, MPI rank); returns the exit
@@ -95,11 +97,20 @@ pub fn bench(req: &Request) -> Result<i32> {
         np: req.np,
         mpirun: req.mpirun.clone(),
     });
+    let output = |halves: &[suite::Half]| {
+        let mut out = report::Output::new(machine_line(), halves, req.fit);
+        if req.model {
+            // The models this process loaded: the same file the ranks selected with.
+            let active = tca::coll::model::active();
+            out.predict(&active.calibration, active.describe());
+        }
+        out
+    };
     match measure(req.np, &req.suite, mpi.as_ref())? {
-        Role::Parent(halves) => emit(req, &report::Output::new(machine_line(), &halves, req.fit))?,
+        Role::Parent(halves) => emit(req, &output(&halves))?,
         Role::Rank(Some(half)) => {
             // Started some other way (`tca run`, Slurm): rank 0 prints its own half.
-            emit(req, &report::Output::new(machine_line(), &[half], req.fit))?;
+            emit(req, &output(&[half]))?;
         }
         Role::Rank(None) => {}
     }

@@ -1,5 +1,6 @@
 //! What `tca bench` prints: IMB-MPI1 text (default), CSV or JSON, the side-by-side comparison
-//! with an MPI, the Hockney fits and the notes of each half.
+//! with an MPI, the Hockney fits, the notes of each half, and with `--model` the cost models'
+//! predictions beside the measured times ([`Output::predict`]).
 
 use serde::Serialize;
 use tca_model::imb;
@@ -45,6 +46,56 @@ pub struct FitLine {
     pub range: &'static str,
 }
 
+/// A cost model's prediction beside one measured tca row.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Prediction {
+    /// IMB name.
+    pub benchmark: String,
+    /// The algorithm that ran.
+    pub algorithm: String,
+    /// Ranks.
+    pub ranks: u32,
+    /// `#bytes` of the row.
+    pub bytes: u64,
+    /// Measured t_avg, us.
+    pub measured_us: f64,
+    /// Predicted, us.
+    pub predicted_us: f64,
+    /// (predicted - measured) / measured, percent.
+    pub error_percent: f64,
+}
+
+/// The predictions of `--model` and the models they come from.
+#[derive(Debug, Clone, Serialize)]
+pub struct ModelReport {
+    /// Which models (a calibration file, or the built-in defaults).
+    pub source: String,
+    /// One per tca collective row.
+    pub predictions: Vec<Prediction>,
+}
+
+/// The algorithm, rank count and size (as [`tca::coll::Algorithm::cost`] means it) of a tca row
+/// of a collective benchmark, or `None` for other rows. The suite's `#bytes` is what IMB means
+/// (see [`crate::suite`]); the cost models take what the library selects by: the same, except
+/// Reduce_scatter, whose `#bytes` is the whole vector and whose models take each rank's share.
+pub fn model_input(row: &Row) -> Option<(&'static tca::coll::Algorithm, usize, usize)> {
+    if row.implementation != "tca" {
+        return None;
+    }
+    let coll = BENCHMARKS
+        .iter()
+        .find(|b| b.name == row.benchmark)?
+        .collective?;
+    let alg = tca::coll::registry::find(coll, &row.algorithm).ok()?;
+    let p = row.ranks as usize;
+    let bytes = usize::try_from(row.bytes).ok()?;
+    let n = match coll {
+        tca::Collective::ReduceScatter => bytes / p.max(1),
+        _ => bytes,
+    };
+    Some((alg, p, n))
+}
+
 /// Everything one invocation measured.
 #[derive(Debug, Clone, Serialize)]
 pub struct Output {
@@ -57,6 +108,9 @@ pub struct Output {
     pub fits: Vec<FitLine>,
     /// Fits that could not be made, and why.
     pub fit_skipped: Vec<String>,
+    /// The cost models' predictions (`--model`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<ModelReport>,
 }
 
 impl Output {
@@ -83,7 +137,37 @@ impl Output {
             notes,
             fits,
             fit_skipped,
+            model: None,
         }
+    }
+
+    /// Adds the predictions of `calibration` (described by `source`) for every tca collective
+    /// row: `tca bench --model` passes the models the library loaded
+    /// ([`tca::coll::model::active`]).
+    pub fn predict(&mut self, calibration: &tca::coll::model::Calibration, source: String) {
+        let predictions = self
+            .run
+            .rows
+            .iter()
+            .filter(|r| r.t_avg_us > 0.0)
+            .filter_map(|r| {
+                let (alg, p, n) = model_input(r)?;
+                let t = calibration.predict(alg, p, n);
+                Some(Prediction {
+                    benchmark: r.benchmark.clone(),
+                    algorithm: r.algorithm.clone(),
+                    ranks: r.ranks,
+                    bytes: r.bytes,
+                    measured_us: r.t_avg_us,
+                    predicted_us: t,
+                    error_percent: 100.0 * (t - r.t_avg_us) / r.t_avg_us,
+                })
+            })
+            .collect();
+        self.model = Some(ModelReport {
+            source,
+            predictions,
+        });
     }
 
     /// The implementations in order of appearance.
@@ -162,6 +246,11 @@ impl Output {
                 if who == im {
                     s += &format!("# {n}\n");
                 }
+            }
+            if im == "tca"
+                && let Some(m) = &self.model
+            {
+                s += &model_text(m);
             }
             s += "\n";
         }
@@ -270,6 +359,51 @@ impl Output {
         );
         s
     }
+}
+
+/// The `# model` lines: every prediction beside its measurement, then the worst error of each
+/// benchmark.
+fn model_text(m: &ModelReport) -> String {
+    let mut s = format!("\n# model: {}\n", m.source);
+    if m.predictions.is_empty() {
+        return s + "#   (no tca collective rows to predict)\n";
+    }
+    s += &format!(
+        "#   {:<15} {:>10} {:<19} {:>13} {:>13} {:>8}\n",
+        "benchmark", "#bytes", "algorithm", "t_avg[usec]", "model[usec]", "error"
+    );
+    for p in &m.predictions {
+        s += &format!(
+            "#   {:<15} {:>10} {:<19} {:>13.3} {:>13.3} {:>+7.1}%\n",
+            p.benchmark, p.bytes, p.algorithm, p.measured_us, p.predicted_us, p.error_percent
+        );
+    }
+    let mut seen: Vec<&str> = Vec::new();
+    for p in &m.predictions {
+        if !seen.contains(&p.benchmark.as_str()) {
+            seen.push(&p.benchmark);
+        }
+    }
+    for b in seen {
+        let mine: Vec<&Prediction> = m.predictions.iter().filter(|p| p.benchmark == b).collect();
+        let worst = mine
+            .iter()
+            .max_by(|x, y| x.error_percent.abs().total_cmp(&y.error_percent.abs()))
+            .expect("a benchmark seen has predictions");
+        let within = mine
+            .iter()
+            .filter(|p| p.error_percent.abs() <= 25.0)
+            .count();
+        s += &format!(
+            "# model {:<15} worst error {:+.1}% at {} bytes; {} of {} within 25%\n",
+            b,
+            worst.error_percent,
+            worst.bytes,
+            within,
+            mine.len()
+        );
+    }
+    s
 }
 
 /// The default fit range of a benchmark: the sizes (above 0) from tca's last algorithm switch

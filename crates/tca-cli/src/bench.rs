@@ -53,6 +53,11 @@ pub(crate) struct Args {
     /// 8-byte PingPong round trips of a memory soak after the suite (tca; 0: none).
     #[arg(long, default_value_t = 0)]
     soak: u64,
+    /// Print the cost models' predicted time beside each measured tca collective time, with
+    /// the error in percent (`# model` lines; a `model` field in JSON). The models are the
+    /// library's: `tca model calibrate`'s file, or the built-in defaults.
+    #[arg(long)]
+    model: bool,
 }
 
 const BENCH_HELP: &str = "Examples:
@@ -60,6 +65,7 @@ const BENCH_HELP: &str = "Examples:
   tca bench PingPong Allreduce --compare mpi  beside Open MPI (build with --features mpi)
   tca bench Allreduce --np 4 --algo ring --sizes 1K:1M --format csv --out ar.csv
   tca bench PingPong --plot pingpong.png --fit 64K:4M
+  tca bench Allreduce Allgather Bcast --sizes 8:4M --model   predictions beside measurements
   tca bench floor";
 
 pub(crate) fn run(a: Args) -> Result<i32> {
@@ -131,6 +137,7 @@ pub(crate) fn run(a: Args) -> Result<i32> {
         fit,
         compare_mpi: a.compare.is_some(),
         mpirun: a.mpirun,
+        model: a.model,
     };
     tca_bench::bench(&req)
 }

@@ -1,6 +1,7 @@
 //! `tca model ...`: seed 002's estimates, Hockney fits of result files, and the two side by
-//! side as the paper's Table 1 puts them. Parsing and printing only; the models are in
-//! `tca_model`.
+//! side as the paper's Table 1 puts them; and the calibration of tca's own algorithm cost
+//! models (`calibrate`). Parsing, orchestration and printing only; the models are in
+//! `tca_model` and `tca::coll::model`, the measurements in `tca_bench`.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -29,6 +30,14 @@ pub(crate) enum Cmd {
     /// A fit of a result file beside a preset's estimate, with percent differences, as
     /// seed 002's Table 1 compares them.
     Compare(CompareArgs),
+    /// Measure every collective algorithm with a short `tca bench` run on this machine, fit
+    /// the parameters of their cost models (per rank count, per collective) and write the
+    /// calibration file the library selects algorithms with.
+    ///
+    /// The file goes to --out, else $TCA_MODEL_FILE, else $XDG_CONFIG_HOME/tca/model.json or
+    /// ~/.config/tca/model.json. Each algorithm is measured --rounds times and the fastest time
+    /// of each size kept, so that a burst of other load on the machine does not enter the fit.
+    Calibrate(CalibrateArgs),
     /// The presets: seed 002's parameter sets (Tables 3-7) and their Table 1 columns.
     Presets {
         /// Output format.
@@ -227,8 +236,44 @@ pub(crate) struct CompareArgs {
     format: Format,
 }
 
+#[derive(Args, Debug)]
+pub(crate) struct CalibrateArgs {
+    /// Rank counts to calibrate, comma-separated (each is a separate job of that size).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "2",
+        value_name = "N[,N...]"
+    )]
+    np: Vec<u32>,
+    /// Where to write the calibration (`-`: print its JSON on stdout instead).
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
+    /// Message sizes (as `tca bench --sizes`: MIN:MAX powers of two, or a list).
+    #[arg(long, default_value = "8:4M")]
+    sizes: String,
+    /// Times each algorithm is measured; the fastest of each size is kept.
+    #[arg(long, default_value_t = 3)]
+    rounds: u32,
+    /// Shorter: every other size of --sizes, two rounds (about a third of the time).
+    #[arg(long)]
+    quick: bool,
+    /// Fit a result file of `tca bench` runs with forced algorithms (CSV or JSON) instead of
+    /// measuring.
+    #[arg(long, value_name = "FILE")]
+    from: Option<PathBuf>,
+    /// Also write the measurements to FILE (CSV, as `tca bench --format csv`), to refit them
+    /// later with --from.
+    #[arg(long, value_name = "FILE")]
+    rows: Option<PathBuf>,
+    /// Also print every measurement beside its fitted prediction.
+    #[arg(long)]
+    residuals: bool,
+}
+
 pub(crate) fn run(cmd: Cmd) -> Result<i32> {
     let (out, code) = match cmd {
+        Cmd::Calibrate(a) => return calibrate::run(&a),
         Cmd::Estimate(a) => (estimate_cmd(&a)?, 0),
         Cmd::Fit(a) => fit_cmd(&a)?,
         Cmd::Compare(a) => (compare_cmd(&a)?, 0),
@@ -790,6 +835,403 @@ fn presets_cmd(format: Format) -> Result<String> {
         writeln!(s)?;
     }
     Ok(s)
+}
+
+// ---------------------------------------------------------------------------------------
+// calibrate
+
+mod calibrate {
+    use std::collections::BTreeMap;
+    use std::fmt::Write as _;
+    use std::time::Instant;
+
+    use anyhow::{Context, Result, bail};
+    use tca::Collective;
+    use tca::coll::Algorithm;
+    use tca::coll::model::{Calibration, FORMAT, Fitted, Model, Quality, RankModels, VERSION};
+    use tca_bench::suite::{self, BENCHMARKS, Half, Iters, Options};
+    use tca_model::linear;
+    use tca_model::record::Row;
+
+    use super::CalibrateArgs;
+
+    /// Knees tried: the one that fits best is kept (0: no cheaper first bytes).
+    const KNEES: [f64; 6] = [0.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0];
+    /// Rounds of choosing the slower side of rooted collectives and refitting.
+    const PIECEWISE_ROUNDS: usize = 12;
+
+    /// One measured time and what the model needs to predict it.
+    struct Point {
+        alg: &'static Algorithm,
+        p: usize,
+        n: usize,
+        bytes: u64,
+        t: f64,
+    }
+
+    pub(super) fn run(a: &CalibrateArgs) -> Result<i32> {
+        if a.np.is_empty() || a.np.contains(&0) {
+            bail!("--np: rank counts must be at least 1");
+        }
+        if a.rounds == 0 {
+            bail!("--rounds must be at least 1");
+        }
+        let mut sizes = suite::parse_sizes(&a.sizes).context("--sizes")?;
+        let rounds = if a.quick { a.rounds.min(2) } else { a.rounds };
+        if a.quick {
+            sizes = sizes.into_iter().step_by(2).collect();
+        }
+        if tca::bootstrap::launcher::under_launcher() {
+            return rank(&sizes, rounds);
+        }
+        let out =
+            match &a.out {
+                Some(p) => Some(p.clone()),
+                None => Some(tca::coll::model::default_path().context(
+                    "TCA_MODEL_FILE=none and no --out: nowhere to write the calibration",
+                )?),
+            };
+        let started = Instant::now();
+        let mut by_np: BTreeMap<u32, Vec<Row>> = BTreeMap::new();
+        let mut command = format!("tca model calibrate --sizes {}", a.sizes);
+        match &a.from {
+            Some(path) => {
+                let rows =
+                    tca_model::record::read_file(path).map_err(|e| anyhow::anyhow!("{e}"))?;
+                for r in rows.into_iter().filter(|r| r.implementation == "tca") {
+                    by_np.entry(r.ranks).or_default().push(r);
+                }
+                if by_np.is_empty() {
+                    bail!("{}: no tca rows to fit", path.display());
+                }
+                command = format!("tca model calibrate --from {}", path.display());
+            }
+            None => {
+                for &np in &a.np {
+                    let runs = sets(np as usize).len() * rounds as usize;
+                    eprintln!(
+                        "tca model calibrate: {np} ranks, {runs} runs of the suite ({} sizes each), \
+                         the fastest of {rounds} kept",
+                        sizes.len()
+                    );
+                    let halves: Vec<Half> = tca_mpi::launch_tca(np)?;
+                    by_np.insert(np, halves.into_iter().flat_map(|h| h.rows).collect());
+                }
+                if let Some(path) = &a.rows {
+                    let run = tca_model::record::Run {
+                        machine: tca_bench::machine::Machine::here().line(),
+                        date: tca_bench::machine::rfc3339_now(),
+                        transport: "shared memory".into(),
+                        rows: by_np.values().flatten().cloned().collect(),
+                    };
+                    std::fs::write(path, run.to_csv())
+                        .with_context(|| format!("cannot write {}", path.display()))?;
+                }
+                let nps: Vec<String> = a.np.iter().map(u32::to_string).collect();
+                write!(command, " --np {}", nps.join(","))?;
+                if a.quick {
+                    command += " --quick";
+                } else {
+                    write!(command, " --rounds {rounds}")?;
+                }
+            }
+        }
+        let mut cal = Calibration {
+            format: FORMAT.into(),
+            version: VERSION,
+            machine: tca_bench::machine::Machine::here().line(),
+            date: tca_bench::machine::rfc3339_now(),
+            command,
+            ranks: Vec::new(),
+        };
+        let mut text = String::new();
+        for (np, rows) in &by_np {
+            let (entry, report) = fit_rank_count(*np, rows, a.residuals)?;
+            text += &report;
+            cal.ranks.push(entry);
+        }
+        text += &choices(&cal);
+        match out.as_deref() {
+            Some(p) if p.as_os_str() == "-" => {
+                eprint!("{text}");
+                print!("{}", cal.to_json());
+            }
+            Some(p) => {
+                cal.save(p)?;
+                print!("{text}");
+                println!(
+                    "wrote {} ({:.0} s); the library reads it at the first communicator \
+                     (TCA_MODEL_FILE overrides the place)",
+                    p.display(),
+                    started.elapsed().as_secs_f64()
+                );
+            }
+            None => unreachable!("out is always set"),
+        }
+        Ok(0)
+    }
+
+    /// The runs of the suite, each forcing one algorithm per collective benchmark: run k
+    /// forces each collective's k-th algorithm that supports `p` ranks.
+    fn sets(p: usize) -> Vec<Vec<(usize, String)>> {
+        let mut sets: Vec<Vec<(usize, String)>> = Vec::new();
+        for (i, b) in BENCHMARKS.iter().enumerate() {
+            let Some(c) = b.collective else { continue };
+            for (k, alg) in c.algorithms().filter(|a| (a.supports)(p)).enumerate() {
+                if sets.len() <= k {
+                    sets.push(Vec::new());
+                }
+                sets[k].push((i, alg.name.to_string()));
+            }
+        }
+        sets
+    }
+
+    /// A rank of the measuring job: every set, `rounds` times; rank 0 sends the rows back.
+    fn rank(sizes: &[usize], rounds: u32) -> Result<i32> {
+        let world = tca::init()?;
+        let p = world.size() as usize;
+        let mut halves = Vec::new();
+        for _ in 0..rounds {
+            for set in sets(p) {
+                let opts = Options {
+                    benchmarks: set.iter().map(|(i, _)| *i).collect(),
+                    sizes: sizes.to_vec(),
+                    iters: Iters::Auto,
+                    warmup: None,
+                    algos: set,
+                    soak: 0,
+                };
+                if let Some(h) = suite::tca::run(&world, &opts)? {
+                    halves.push(h);
+                }
+            }
+        }
+        if world.rank() == 0 && !tca_mpi::write_result(&halves)? {
+            bail!(
+                "tca model calibrate starts its own ranks (--np); run it directly, not under a \
+                 launcher"
+            );
+        }
+        world.finalize()?;
+        Ok(0)
+    }
+
+    /// The points of `rows` (the fastest time of each algorithm and size), by collective.
+    fn points(rows: &[Row]) -> BTreeMap<&'static str, Vec<Point>> {
+        let mut best: BTreeMap<(String, String, u64), (f64, &Row)> = BTreeMap::new();
+        for r in rows
+            .iter()
+            .filter(|r| r.t_avg_us > 0.0 && r.t_avg_us.is_finite())
+        {
+            let key = (r.benchmark.clone(), r.algorithm.clone(), r.bytes);
+            let e = best.entry(key).or_insert((r.t_avg_us, r));
+            if r.t_avg_us < e.0 {
+                *e = (r.t_avg_us, r);
+            }
+        }
+        let mut out: BTreeMap<&'static str, Vec<Point>> = BTreeMap::new();
+        for (t, r) in best.into_values() {
+            let Some((alg, p, n)) = tca_bench::report::model_input(r) else {
+                continue;
+            };
+            out.entry(alg.collective.name()).or_default().push(Point {
+                alg,
+                p,
+                n,
+                bytes: r.bytes,
+                t,
+            });
+        }
+        out
+    }
+
+    /// The best model for `pts` over the knees tried.
+    fn fit(pts: &[&Point]) -> Result<Fitted> {
+        let measured: Vec<f64> = pts.iter().map(|q| q.t).collect();
+        let start = Model::default().params();
+        let mut best: Option<(linear::LinearFit, f64)> = None;
+        for knee in KNEES {
+            let f = linear::fit_piecewise(&measured, &start, PIECEWISE_ROUNDS, |params, i| {
+                let m = Model::from_params(params, knee).unwrap_or_default();
+                let q = pts[i];
+                (q.alg.work)(&m, q.p, q.n).coefficients().to_vec()
+            })?;
+            if best
+                .as_ref()
+                .is_none_or(|(b, _)| f.rms_rel_err < b.rms_rel_err)
+            {
+                best = Some((f, knee));
+            }
+        }
+        let (f, knee) = best.context("no knee tried")?;
+        let model = Model::from_params(&f.params, knee)?;
+        let w = pts[f.worst_point];
+        Ok(Fitted {
+            model,
+            fit: Some(Quality {
+                points: f.points,
+                rms_rel_err: f.rms_rel_err,
+                worst_rel_err: f.worst_rel_err,
+                worst_at: format!("{} at {} B", w.alg.name, w.bytes),
+            }),
+        })
+    }
+
+    /// The models of one rank count and their table.
+    fn fit_rank_count(np: u32, rows: &[Row], residuals: bool) -> Result<(RankModels, String)> {
+        let by_coll = points(rows);
+        if by_coll.is_empty() {
+            bail!("{np} ranks: no measurements of tca's collective algorithms to fit");
+        }
+        let all_pts: Vec<&Point> = by_coll.values().flatten().collect();
+        let all = fit(&all_pts).with_context(|| format!("fitting {np} ranks"))?;
+        let mut collectives = BTreeMap::new();
+        let mut s = format!(
+            "\n{np} ranks: cost model parameters (per-byte ones as GB/s; 0: not seen) and fit \
+             (relative errors)\n"
+        );
+        writeln!(
+            s,
+            "{:<15}{:>7}{:>8}{:>9}  {:<28}{:>8}{:>8}{:>8}{:>8}{:>8}{:>8}{:>8}{:>7}",
+            "collective",
+            "points",
+            "rms",
+            "worst",
+            "(where)",
+            "delta",
+            "alpha",
+            "beta",
+            "b_send",
+            "b_small",
+            "b_local",
+            "gamma",
+            "knee"
+        )?;
+        let mut line = |name: &str, f: &Fitted| -> Result<()> {
+            let q = f.fit.as_ref().context("a fitted model has its quality")?;
+            let m = &f.model;
+            let gbs = |v: f64| {
+                if v > 0.0 {
+                    format!("{:.1}", 1e-3 / v)
+                } else {
+                    "-".into()
+                }
+            };
+            writeln!(
+                s,
+                "{:<15}{:>7}{:>7.1}%{:>+8.1}%  {:<28}{:>8.3}{:>8.3}{:>8}{:>8}{:>8}{:>8}{:>8}{:>7}",
+                name,
+                q.points,
+                100.0 * q.rms_rel_err,
+                100.0 * q.worst_rel_err,
+                q.worst_at,
+                m.delta,
+                m.alpha,
+                gbs(m.beta),
+                gbs(m.beta_send),
+                gbs(m.beta_small),
+                gbs(m.beta_local),
+                gbs(m.gamma),
+                m.knee
+            )?;
+            Ok(())
+        };
+        for c in Collective::ALL {
+            let Some(pts) = by_coll.get(c.name()) else {
+                continue;
+            };
+            let pts: Vec<&Point> = pts.iter().collect();
+            match fit(&pts) {
+                Ok(f) => {
+                    line(c.name(), &f)?;
+                    collectives.insert(c.name().to_string(), f);
+                }
+                Err(e) => eprintln!(
+                    "tca model calibrate: {np} ranks, {}: no fit ({e}); the fit over all \
+                     collectives stands in",
+                    c.name()
+                ),
+            }
+        }
+        line("(all)", &all)?;
+        if residuals {
+            writeln!(
+                s,
+                "\n{:<15}{:<22}{:>10}{:>13}{:>13}{:>9}",
+                "collective", "algorithm", "bytes", "measured", "model", "error"
+            )?;
+            for (name, pts) in &by_coll {
+                let m = collectives
+                    .get(*name)
+                    .map_or(all.model, |f: &Fitted| f.model);
+                for q in pts {
+                    let t = (q.alg.cost)(&m, q.p, q.n);
+                    writeln!(
+                        s,
+                        "{:<15}{:<22}{:>10}{:>13.3}{:>13.3}{:>+8.1}%",
+                        name,
+                        q.alg.name,
+                        q.bytes,
+                        q.t,
+                        t,
+                        100.0 * (t - q.t) / q.t
+                    )?;
+                }
+            }
+        }
+        let cores = std::thread::available_parallelism().map_or(0, |n| n.get() as u32);
+        Ok((
+            RankModels {
+                ranks: np,
+                cores,
+                all,
+                collectives,
+            },
+            s,
+        ))
+    }
+
+    /// What selection will now choose, per collective and size, at each rank count.
+    fn choices(cal: &Calibration) -> String {
+        let mut s = String::new();
+        for r in &cal.ranks {
+            let p = r.ranks as usize;
+            writeln!(
+                s,
+                "\nautomatic choice at {p} ranks (message sizes as the library sees them):"
+            )
+            .ok();
+            for c in Collective::ALL {
+                if c == Collective::Barrier || p < 2 {
+                    continue;
+                }
+                let mut runs: Vec<(usize, usize, &str)> = Vec::new();
+                for k in 3..=22 {
+                    let bytes = 1usize << k;
+                    let a = cal.choose(c, p, bytes).name;
+                    match runs.last_mut() {
+                        Some(l) if l.2 == a => l.1 = bytes,
+                        _ => runs.push((bytes, bytes, a)),
+                    }
+                }
+                let parts: Vec<String> = runs
+                    .iter()
+                    .map(|(a, b, n)| format!("{}..{} {n}", size(*a), size(*b)))
+                    .collect();
+                writeln!(s, "  {:<15}{}", c.name(), parts.join(", ")).ok();
+            }
+        }
+        s
+    }
+
+    fn size(b: usize) -> String {
+        match b {
+            b if b >= 1 << 20 => format!("{}M", b >> 20),
+            b if b >= 1 << 10 => format!("{}K", b >> 10),
+            b => b.to_string(),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -7,6 +7,8 @@
 //! - [`fit`]: least-squares fits of that throughput curve to measurements (B, M_1/2, t_L).
 //! - [`estimate`]: seed 002's estimate formulas for PingPong, Bcast, Allreduce and Allgather
 //!   on the K computer, and the parameter sets (presets) that reproduce its Table 1.
+//! - [`linear`]: non-negative least squares with relative residuals, which calibrates the
+//!   parameters of tca's algorithm cost models (`tca model calibrate`).
 //! - [`format`]: numbers as Table 1 prints them; [`size`]: sizes as people type them (64K).
 #![forbid(unsafe_code)]
 
@@ -15,5 +17,6 @@ pub mod fit;
 pub mod format;
 pub mod hockney;
 pub mod imb;
+pub mod linear;
 pub mod record;
 pub mod size;

@@ -12,6 +12,7 @@
 //! | `TCA_JOB_RESULT` | `tca bench`, `tca cg` | file where rank 0 of a job they started writes its result |
 //! | `TCA_MPI_RESULT` | `tca bench`, `tca cg` | the same for the MPI ranks of `--compare mpi` |
 //! | `TCA_MPIRUN` | user | the `mpirun` of `--compare mpi` (default: `mpirun` on the PATH) |
+//! | `TCA_MODEL_FILE` | user | the collectives' calibrated cost models, written by `tca model calibrate` and read at the first communicator (default: `$XDG_CONFIG_HOME/tca/model.json`, else `~/.config/tca/model.json`; `none`: the built-in defaults) |
 //!
 //! Unknown `TCA_*` names are reported once on stderr by [`warn_unknown`], so a typo such as
 //! `TCA_SPINS=0` does not silently do nothing.
@@ -39,6 +40,8 @@ pub const JOB_RESULT: &str = "TCA_JOB_RESULT";
 pub const MPI_RESULT: &str = "TCA_MPI_RESULT";
 /// The `mpirun` of `--compare mpi`.
 pub const MPIRUN: &str = "TCA_MPIRUN";
+/// The calibration file of the collectives' cost models (see `tca::coll::model`).
+pub const MODEL_FILE: &str = "TCA_MODEL_FILE";
 
 /// Every variable tca reads or sets. Prefixes of per-operation variables (such as the
 /// collective selection variables of later services) are listed in [`KNOWN_PREFIXES`].
@@ -54,6 +57,7 @@ pub const KNOWN: &[&str] = &[
     JOB_RESULT,
     MPI_RESULT,
     MPIRUN,
+    MODEL_FILE,
 ];
 
 /// Prefixes of families of variables (`TCA_COLL_ALLREDUCE=ring` and the like).

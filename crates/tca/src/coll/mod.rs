@@ -9,6 +9,8 @@
 //!   communicator; every algorithm is a schedule of chunk sends and receives on them.
 //! - [`registry`]: the one table of algorithms (name, collective, function, cost model),
 //!   enumerated by selection, `TCA_COLL_<OP>=<name>`, [`Comm::force`], the tests and the docs.
+//! - [`model`]: the cost models' parameters, their calibration file, and the decision table
+//!   each communicator builds once so that selection costs a lookup per call.
 //! - One file per algorithm under `coll/<collective>/`, each opening with the algorithm, its
 //!   cost, its source and its reuse rules.
 //!
@@ -23,6 +25,7 @@ mod barrier;
 mod bcast;
 mod channel;
 mod gather;
+pub mod model;
 mod op;
 mod reduce;
 mod reduce_scatter;
@@ -81,6 +84,7 @@ pub struct Comm<'w> {
     me: usize,
     ch: Channels,
     forced: RefCell<[Option<&'static Algorithm>; Collective::ALL.len()]>,
+    table: model::Table,
     tmp: [RefCell<Vec<u64>>; 3],
     sizes: RefCell<(Vec<usize>, Vec<usize>)>,
     broken: Cell<bool>,
@@ -118,16 +122,32 @@ impl<'w> Comm<'w> {
         for (i, c) in Collective::ALL.iter().enumerate() {
             forced[i] = registry::from_env(*c)?;
         }
-        Ok(Self {
+        let table = model::Table::new(&model::active().calibration, ranks.len());
+        if me == 0 {
+            model::warn_once();
+        }
+        let mut comm = Self {
             world,
             ranks,
             me,
             ch: Channels::new(seg, handles, me),
             forced: RefCell::new(forced),
+            table,
             tmp: Default::default(),
             sizes: RefCell::new((Vec::new(), Vec::new())),
             broken: Cell::new(false),
-        })
+        };
+        // Every member uses rank 0's choices, even if the ranks read different model files
+        // (TCA_MODEL_FILE differs, or a calibration was written while the job started): two
+        // members running different algorithms of one collective would never meet. One small
+        // broadcast, with an algorithm fixed here, not chosen by the table it carries.
+        if comm.p() > 1 {
+            let mut table = comm.table.clone();
+            bcast::flat::run(&comm, table.bytes_mut(), 0)?;
+            table.check()?;
+            comm.table = table;
+        }
+        Ok(comm)
     }
 
     /// This rank's number in the communicator.
@@ -206,10 +226,11 @@ impl<'w> Comm<'w> {
         Ok(())
     }
 
-    /// The algorithm a call of `collective` on `bytes` bytes would use now.
+    /// The algorithm a call of `collective` on `bytes` bytes would use now: the forced one,
+    /// else the one with the lowest predicted time ([`model`]; looked up, not computed).
     pub fn algorithm(&self, collective: Collective, bytes: usize) -> &'static Algorithm {
         self.forced.borrow()[collective as usize]
-            .unwrap_or_else(|| registry::auto(collective, self.ranks.len(), bytes))
+            .unwrap_or_else(|| self.table.get(collective, bytes))
     }
 
     fn pick(&self, collective: Collective, bytes: usize) -> Result<&'static Algorithm> {

@@ -1,13 +1,14 @@
 //! The one table of collective algorithms.
 //!
 //! Each entry: name, collective, function, the rank counts it supports, and its cost model
-//! (latency-bandwidth-compute, α-β-γ, in microseconds). Selection, `TCA_COLL_<OP>=<name>`,
+//! (what it does on the rank that limits it, as a [`Work`], priced by a [`Model`]; see
+//! [`model`](super::model)). Selection, `TCA_COLL_<OP>=<name>`,
 //! [`Comm::force`](super::Comm::force), the tests and the benchmarks all enumerate this table,
 //! so an algorithm added here is everywhere at once.
 //!
-//! `auto` picks by message size and rank count with thresholds measured on shared memory
-//! (BENCHMARKS.md); it is the one place a calibrated cost model (crates/tca-model, a later
-//! issue) will replace: [`Algorithm::cost`] is already there for it.
+//! [`auto`] picks the supported algorithm with the lowest predicted time under the models the
+//! library loaded (a calibration file, or the defaults); a communicator precomputes those
+//! choices per size bucket when it is created ([`model::Table`](super::model::Table)).
 
 use super::{Comm, Reducer};
 use super::{
@@ -72,34 +73,18 @@ impl Collective {
         format!("TCA_COLL_{}", self.name().to_uppercase())
     }
 
+    /// The collective called `name` ([`Collective::name`]).
+    pub fn from_name(name: &str) -> Option<Collective> {
+        Self::ALL.into_iter().find(|c| c.name() == name)
+    }
+
     /// The algorithms registered for this collective.
     pub fn algorithms(self) -> impl Iterator<Item = &'static Algorithm> {
         ALGORITHMS.iter().filter(move |a| a.collective == self)
     }
 }
 
-/// Parameters of the α-β-γ cost model, in microseconds.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Model {
-    /// Latency of one message (one cache line between cores plus software), us.
-    pub alpha: f64,
-    /// Time per byte moved, us (1 / bandwidth).
-    pub beta: f64,
-    /// Time per byte reduced, us.
-    pub gamma: f64,
-}
-
-impl Default for Model {
-    /// Shared memory on the development machine (BENCHMARKS.md): ~0.05 us per message,
-    /// ~45 GB/s copies, ~5 GB/s reductions.
-    fn default() -> Self {
-        Self {
-            alpha: 0.05,
-            beta: 1.0 / 45_000.0,
-            gamma: 1.0 / 5_000.0,
-        }
-    }
-}
+pub use super::model::{Model, Work};
 
 pub(crate) type BcastFn = fn(&Comm<'_>, &mut [u8], usize) -> Result<()>;
 pub(crate) type ScatterFn = fn(&Comm<'_>, &[u8], &mut [u8], usize) -> Result<()>;
@@ -137,9 +122,13 @@ pub struct Algorithm {
     pub supports: fn(usize) -> bool,
     /// What it needs, when `supports` is not "any p".
     pub note: &'static str,
-    /// Estimated time in microseconds for `p` ranks and `bytes` bytes (per rank's block for
-    /// scatter, gather, allgather, reduce_scatter and alltoall; whole buffer otherwise).
+    /// Predicted time in microseconds for `p` ranks and `bytes` bytes (per rank's block for
+    /// scatter, gather, allgather, reduce_scatter and alltoall; whole buffer otherwise):
+    /// `model.time(work(model, p, bytes))`.
     pub cost: fn(&Model, usize, usize) -> f64,
+    /// What it does for `p` ranks and `bytes` bytes on the rank that limits it (the model is
+    /// needed only to tell which rank that is where it depends on the parameters).
+    pub work: fn(&Model, usize, usize) -> Work,
 }
 
 fn any(_: usize) -> bool {
@@ -152,14 +141,18 @@ fn pow2(p: usize) -> bool {
 
 macro_rules! alg {
     ($name:literal, $coll:ident, $module:path, $supports:expr, $note:literal) => {{
-        use $module as m;
+        use $module as alg;
+        fn cost(m: &Model, p: usize, n: usize) -> f64 {
+            m.time(&alg::work(m, p, n))
+        }
         Algorithm {
             name: $name,
             collective: Collective::$coll,
-            kernel: Kernel::$coll(m::run),
+            kernel: Kernel::$coll(alg::run),
             supports: $supports,
             note: $note,
-            cost: m::cost,
+            cost,
+            work: alg::work,
         }
     }};
 }
@@ -254,42 +247,16 @@ pub(crate) fn from_env(collective: Collective) -> Result<Option<&'static Algorit
     }
 }
 
-fn named(c: Collective, n: &str) -> &'static Algorithm {
-    c.algorithms()
-        .find(|a| a.name == n)
-        .expect("auto picks registered names")
+/// Automatic choice for `p` ranks and `bytes` bytes: the supported algorithm with the lowest
+/// predicted time under the active models ([`model::active`](super::model::active)).
+/// Evaluates every candidate's model: communicators look their choice up in a table instead.
+pub fn auto(c: Collective, p: usize, bytes: usize) -> &'static Algorithm {
+    super::model::active().calibration.choose(c, p, bytes)
 }
 
-/// Automatic choice for `p` ranks and `bytes` bytes (see the module doc).
-pub fn auto(c: Collective, p: usize, bytes: usize) -> &'static Algorithm {
-    use Collective::*;
-    let name = match c {
-        Broadcast if bytes <= 4096 && p <= 8 => "flat",
-        Broadcast if bytes < (256 << 10) => "binomial",
-        Broadcast if p <= 4 => "pipeline",
-        Broadcast => "scatter_allgather",
-        Scatter if p <= 8 => "linear",
-        Scatter => "binomial",
-        Gather if p <= 8 => "linear",
-        Gather => "binomial",
-        Reduce if bytes <= 4096 && p <= 8 => "flat",
-        Reduce if bytes < (64 << 10) => "binomial",
-        Reduce => "reduce_scatter_gather",
-        Allgather if bytes * p >= (256 << 10) => "ring",
-        Allgather if p.is_power_of_two() => "recursive_doubling",
-        Allgather => "bruck",
-        Allreduce if bytes <= 256 && p <= 8 => "flat",
-        Allreduce if bytes <= 256 => "dissemination",
-        Allreduce if bytes < (64 << 10) => "recursive_doubling",
-        Allreduce if p <= 8 => "ring",
-        Allreduce => "rabenseifner",
-        Barrier => "dissemination",
-        ReduceScatter if bytes * p <= 4096 => "flat",
-        ReduceScatter => "ring",
-        Alltoall if bytes <= 1024 => "flat",
-        Alltoall => "pairwise",
-    };
-    named(c, name)
+/// log2 of `p`, rounded down (p >= 1).
+pub(crate) fn log2f(p: usize) -> f64 {
+    f64::from(usize::BITS - 1 - p.max(1).leading_zeros())
 }
 
 /// log2 of `p`, rounded up.

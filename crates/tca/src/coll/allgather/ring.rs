@@ -3,7 +3,7 @@
 //! each rank moves (p - 1) blocks once: bandwidth-optimal for large blocks.
 //! Cost: (p - 1)(α + n β) for blocks of n bytes. Reuse: channel flow control.
 
-use crate::coll::registry::Model;
+use crate::coll::registry::{Model, Work};
 use crate::coll::{Comm, split2};
 use crate::error::Result;
 
@@ -32,6 +32,9 @@ pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], counts: &[usize], displs: &[usiz
     exchange(c, buf, 0, |b| displs[b]..displs[b] + counts[b])
 }
 
-pub(crate) fn cost(m: &Model, p: usize, n: usize) -> f64 {
-    (p - 1) as f64 * (m.alpha + n as f64 * m.beta)
+/// This rank's block into place, then p - 1 rounds that send and receive p - 1 blocks of n
+/// in all.
+pub(crate) fn work(m: &Model, p: usize, n: usize) -> Work {
+    let (q, n) = (p.saturating_sub(1) as f64, n as f64);
+    m.sched(p).local(n).rounds(q).send(q, n).recv(q, n).work()
 }

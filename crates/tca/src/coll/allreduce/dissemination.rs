@@ -8,7 +8,7 @@
 
 use super::flat::combine_in_order;
 use crate::coll::allgather::bruck;
-use crate::coll::registry::{Model, log2c};
+use crate::coll::registry::{Model, Work, log2c};
 use crate::coll::{Comm, Reducer};
 use crate::error::Result;
 
@@ -21,6 +21,15 @@ pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], red: &Reducer<'_>) -> Result<()>
     combine_in_order(&all, buf, p, red)
 }
 
-pub(crate) fn cost(m: &Model, p: usize, n: usize) -> f64 {
-    log2c(p) * m.alpha + (p - 1) as f64 * n as f64 * (m.beta + m.gamma)
+/// A Bruck allgather of the contributions (ceil(log2 p) rounds, p - 1 sends and receives of n
+/// in all), then the combination in order; three local copies of n with the front end's.
+pub(crate) fn work(m: &Model, p: usize, n: usize) -> Work {
+    let (q, n) = (p.saturating_sub(1) as f64, n as f64);
+    m.sched(p)
+        .local(3.0 * n)
+        .rounds(log2c(p))
+        .send(q, n)
+        .recv(q, n)
+        .reduce(q * n)
+        .work()
 }

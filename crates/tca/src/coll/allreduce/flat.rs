@@ -4,7 +4,7 @@
 //! bit-identical everywhere. Cost: α + (p - 1) n (β + γ). Reuse: channel flow control; the p
 //! contributions are staged in the communicator's reusable temporary.
 
-use crate::coll::registry::Model;
+use crate::coll::registry::{Model, Work};
 use crate::coll::{Comm, Reducer};
 use crate::error::Result;
 
@@ -40,6 +40,15 @@ pub(crate) fn combine_in_order(
     Ok(())
 }
 
-pub(crate) fn cost(m: &Model, p: usize, n: usize) -> f64 {
-    m.alpha + (p - 1) as f64 * n as f64 * (m.beta + m.gamma)
+/// One round: p - 1 sends and receives of n, the p contributions staged and combined in order
+/// (three local copies of n with the front end's).
+pub(crate) fn work(m: &Model, p: usize, n: usize) -> Work {
+    let (q, n) = (p.saturating_sub(1) as f64, n as f64);
+    m.sched(p)
+        .local(3.0 * n)
+        .rounds(1.0)
+        .send(q, n)
+        .recv(q, n)
+        .reduce(q * n)
+        .work()
 }

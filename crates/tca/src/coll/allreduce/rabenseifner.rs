@@ -7,7 +7,7 @@
 //! Reuse: channel flow control.
 
 use super::{fold, unfold, unfolded};
-use crate::coll::registry::{Model, log2c};
+use crate::coll::registry::{Model, Work, log2f};
 use crate::coll::{Comm, Reducer, block, split2};
 use crate::error::Result;
 
@@ -48,16 +48,18 @@ pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], red: &Reducer<'_>) -> Result<()>
     unfold(c, buf)
 }
 
-pub(crate) fn cost(m: &Model, p: usize, n: usize) -> f64 {
-    let pp = (1usize << (usize::BITS - 1 - p.leading_zeros())) as f64;
+/// Halving: in round j a combining exchange of n / 2^j; doubling: the same sizes back; plus
+/// the fold and unfold when p is not a power of two, and the front end's copy.
+pub(crate) fn work(m: &Model, p: usize, n: usize) -> Work {
     let nf = n as f64;
-    let fold = if p.is_power_of_two() {
-        0.0
-    } else {
-        2.0 * (m.alpha + nf * m.beta)
-    };
-    2.0 * log2c(pp as usize) * m.alpha
-        + 2.0 * (pp - 1.0) / pp * nf * m.beta
-        + (pp - 1.0) / pp * nf * m.gamma
-        + fold
+    let mut s = m.sched(p).local(nf);
+    let mut half = nf;
+    for _ in 0..log2f(p) as usize {
+        half /= 2.0;
+        s = s.exchange_reduce(1.0, half).exchange(1.0, half);
+    }
+    if p.is_power_of_two() {
+        return s.work();
+    }
+    s.rounds(2.0).recv_reduce(1.0, nf).send(1.0, nf).work()
 }

@@ -6,7 +6,7 @@
 //! in place (chunk i is sent before the partner's chunk i is combined into it).
 
 use super::{fold, unfold, unfolded};
-use crate::coll::registry::{Model, log2c};
+use crate::coll::registry::{Model, Work, log2f};
 use crate::coll::{Comm, Reducer};
 use crate::error::Result;
 
@@ -24,7 +24,13 @@ pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], red: &Reducer<'_>) -> Result<()>
     unfold(c, buf)
 }
 
-pub(crate) fn cost(m: &Model, p: usize, n: usize) -> f64 {
-    let extra = if p.is_power_of_two() { 0.0 } else { 2.0 };
-    (log2c(p) + extra) * (m.alpha + n as f64 * m.beta) + log2c(p) * n as f64 * m.gamma
+/// log2 p' combining exchange rounds of the whole buffer, plus the fold (a combining receive)
+/// and the unfold (a send) when p is not a power of two; the front end's copy.
+pub(crate) fn work(m: &Model, p: usize, n: usize) -> Work {
+    let (k, n) = (log2f(p), n as f64);
+    let s = m.sched(p).local(n).exchange_reduce(k, n);
+    if p.is_power_of_two() {
+        return s.work();
+    }
+    s.rounds(2.0).recv_reduce(1.0, n).send(1.0, n).work()
 }

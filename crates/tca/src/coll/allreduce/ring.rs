@@ -5,7 +5,7 @@
 
 use crate::coll::allgather::ring;
 use crate::coll::reduce::reduce_scatter_gather::ring_reduce_scatter;
-use crate::coll::registry::Model;
+use crate::coll::registry::{Model, Work};
 use crate::coll::{Comm, Reducer, block};
 use crate::error::Result;
 
@@ -16,9 +16,14 @@ pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], red: &Reducer<'_>) -> Result<()>
     ring::exchange(c, buf, 1, |b| block(n, red.elem, c.p(), b))
 }
 
-pub(crate) fn cost(m: &Model, p: usize, n: usize) -> f64 {
-    let (pf, nf) = (p as f64, n as f64);
-    2.0 * (pf - 1.0) * m.alpha
-        + 2.0 * (pf - 1.0) / pf * nf * m.beta
-        + (pf - 1.0) / pf * nf * m.gamma
+/// p - 1 combining exchange rounds of n/p (reduce-scatter), then p - 1 exchange rounds of n/p
+/// (allgather); the front end's copy.
+pub(crate) fn work(m: &Model, p: usize, n: usize) -> Work {
+    let (q, nf) = (p.saturating_sub(1) as f64, n as f64);
+    let b = nf / p.max(1) as f64;
+    m.sched(p)
+        .local(nf)
+        .exchange_reduce(q, b)
+        .exchange(q, b)
+        .work()
 }

@@ -3,7 +3,7 @@
 //! Cost: α + (p - 1) n β. Reuse: channel flow control.
 
 use crate::coll::Comm;
-use crate::coll::registry::Model;
+use crate::coll::registry::{Model, Work};
 use crate::error::Result;
 
 pub(crate) fn run(c: &Comm<'_>, send: &[u8], recv: &mut [u8]) -> Result<()> {
@@ -23,6 +23,8 @@ pub(crate) fn run(c: &Comm<'_>, send: &[u8], recv: &mut [u8]) -> Result<()> {
     Ok(())
 }
 
-pub(crate) fn cost(m: &Model, p: usize, n: usize) -> f64 {
-    m.alpha + (p - 1) as f64 * n as f64 * m.beta
+/// One round: p - 1 blocks of n sent and received; this rank's own block copied.
+pub(crate) fn work(m: &Model, p: usize, n: usize) -> Work {
+    let (q, n) = (p.saturating_sub(1) as f64, n as f64);
+    m.sched(p).local(n).rounds(1.0).send(q, n).recv(q, n).work()
 }

@@ -6,7 +6,7 @@
 //! Cost: ceil(log2 p) (α + n β). Reuse: channel flow control (see `channel`).
 
 use crate::coll::Comm;
-use crate::coll::registry::{Model, log2c};
+use crate::coll::registry::{Model, Work, log2c};
 use crate::error::Result;
 
 pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], root: usize) -> Result<()> {
@@ -30,6 +30,13 @@ pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], root: usize) -> Result<()> {
     Ok(())
 }
 
-pub(crate) fn cost(m: &Model, p: usize, n: usize) -> f64 {
-    log2c(p) * (m.alpha + n as f64 * m.beta)
+/// Data flows one way, so back-to-back calls overlap and the busier rank sets the pace: the
+/// root, which sends the buffer ceil(log2 p) times, or its first child, which receives it and
+/// sends it on to up to ceil(log2 p) - 1 children.
+pub(crate) fn work(m: &Model, p: usize, n: usize) -> Work {
+    let (l, n) = (log2c(p), n as f64);
+    m.slowest(
+        m.sched(p).send(l, n).work(),
+        m.sched(p).recv(1.0, n).send(l - 1.0, n).work(),
+    )
 }

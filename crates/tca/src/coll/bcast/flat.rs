@@ -4,7 +4,7 @@
 //! Cost: α + (p - 1) n β. Reuse: channel flow control.
 
 use crate::coll::Comm;
-use crate::coll::registry::Model;
+use crate::coll::registry::{Model, Work};
 use crate::error::Result;
 
 pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], root: usize) -> Result<()> {
@@ -20,6 +20,8 @@ pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], root: usize) -> Result<()> {
     Ok(())
 }
 
-pub(crate) fn cost(m: &Model, p: usize, n: usize) -> f64 {
-    m.alpha + (p - 1) as f64 * n as f64 * m.beta
+/// One way: the busier of the root (p - 1 sends) and a receiver.
+pub(crate) fn work(m: &Model, p: usize, n: usize) -> Work {
+    let (q, n) = (p.saturating_sub(1) as f64, n as f64);
+    m.slowest(m.sched(p).send(q, n).work(), m.sched(p).recv(1.0, n).work())
 }

@@ -5,7 +5,7 @@
 //! Reuse: channel flow control (at most K chunks in flight per link).
 
 use crate::coll::Comm;
-use crate::coll::registry::Model;
+use crate::coll::registry::{Model, Work};
 use crate::error::Result;
 
 pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], root: usize) -> Result<()> {
@@ -24,8 +24,15 @@ pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], root: usize) -> Result<()> {
     Ok(())
 }
 
-pub(crate) fn cost(m: &Model, p: usize, n: usize) -> f64 {
-    let s = crate::coll::chunk_bytes(p).min(n.max(1)) as f64;
-    let chunks = (n as f64 / s).ceil().max(1.0);
-    (p as f64 - 2.0 + chunks).max(1.0) * (m.alpha + s * m.beta)
+/// Every link works at once: a middle rank receives and sends every chunk; with two ranks,
+/// the busier of the sender and the receiver.
+pub(crate) fn work(m: &Model, p: usize, n: usize) -> Work {
+    let n = n as f64;
+    if p > 2 {
+        return m.sched(p).recv(1.0, n).send(1.0, n).work();
+    }
+    m.slowest(
+        m.sched(p).send(1.0, n).work(),
+        m.sched(p).recv(1.0, n).work(),
+    )
 }

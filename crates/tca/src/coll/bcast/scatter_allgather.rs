@@ -4,7 +4,7 @@
 //! Cost: (p - 1) α + n β (scatter) + (p - 1)(α + n/p β) (ring). Reuse: channel flow control.
 
 use crate::coll::allgather::ring;
-use crate::coll::registry::Model;
+use crate::coll::registry::{Model, Work};
 use crate::coll::{Comm, block};
 use crate::error::Result;
 
@@ -22,7 +22,10 @@ pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], root: usize) -> Result<()> {
     ring::exchange(c, buf, 0, |b| block(n, 1, p, b))
 }
 
-pub(crate) fn cost(m: &Model, p: usize, n: usize) -> f64 {
-    let pf = p as f64;
-    2.0 * (pf - 1.0) * m.alpha + n as f64 * m.beta + (pf - 1.0) / pf * n as f64 * m.beta
+/// The scatter (the busier of the root's p - 1 sends of n/p and a receiver), then p - 1 ring
+/// exchange rounds of n/p.
+pub(crate) fn work(m: &Model, p: usize, n: usize) -> Work {
+    let (q, b) = (p.saturating_sub(1) as f64, n as f64 / p.max(1) as f64);
+    let scatter = m.slowest(m.sched(p).send(q, b).work(), m.sched(p).recv(1.0, b).work());
+    m.sched(p).then(scatter).exchange(q, b).work()
 }

@@ -3,7 +3,7 @@
 //! theirs. ceil(log2 p) rounds; the root ends with the result.
 //! Cost: ceil(log2 p)(α + n β + n γ). Reuse: channel flow control.
 
-use crate::coll::registry::{Model, log2c};
+use crate::coll::registry::{Model, Work, log2c};
 use crate::coll::{Comm, Reducer};
 use crate::error::Result;
 
@@ -23,6 +23,19 @@ pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], red: &Reducer<'_>, root: usize) 
     Ok(())
 }
 
-pub(crate) fn cost(m: &Model, p: usize, n: usize) -> f64 {
-    log2c(p) * (m.alpha + n as f64 * (m.beta + m.gamma))
+/// One way: the busier of the root (ceil(log2 p) combining receives, and the front end's
+/// copies in and out) and its first child (combining its children's, sending up).
+pub(crate) fn work(m: &Model, p: usize, n: usize) -> Work {
+    let nf = n as f64;
+    let root = m.sched(p).local(2.0 * nf).recv_reduce(log2c(p), nf);
+    let mut child = m.sched(p).local(nf).send(1.0, nf);
+    if p > 1 {
+        let h = 1usize << (usize::BITS - 1 - (p - 1).leading_zeros());
+        let mut k = 1;
+        while k < h && h + k < p {
+            child = child.recv_reduce(1.0, nf);
+            k <<= 1;
+        }
+    }
+    m.slowest(root.work(), child.work())
 }

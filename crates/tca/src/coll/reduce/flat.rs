@@ -2,7 +2,7 @@
 //! rank in turn. One step deep; the root does all p - 1 combinations (shared memory, few
 //! ranks, small messages). Cost: α + (p - 1) n (β + γ). Reuse: channel flow control.
 
-use crate::coll::registry::Model;
+use crate::coll::registry::{Model, Work};
 use crate::coll::{Comm, Reducer};
 use crate::error::Result;
 
@@ -19,6 +19,12 @@ pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], red: &Reducer<'_>, root: usize) 
     Ok(())
 }
 
-pub(crate) fn cost(m: &Model, p: usize, n: usize) -> f64 {
-    m.alpha + (p - 1) as f64 * n as f64 * (m.beta + m.gamma)
+/// One way: the busier of the root (p - 1 combining receives, the front end's copies) and a
+/// sender.
+pub(crate) fn work(m: &Model, p: usize, n: usize) -> Work {
+    let (q, n) = (p.saturating_sub(1) as f64, n as f64);
+    m.slowest(
+        m.sched(p).local(2.0 * n).recv_reduce(q, n).work(),
+        m.sched(p).local(n).send(1.0, n).work(),
+    )
 }

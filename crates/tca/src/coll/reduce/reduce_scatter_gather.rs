@@ -3,7 +3,7 @@
 //! root. Each rank moves about 2 n bytes and combines n (p - 1)/p, for large messages.
 //! Cost: 2 (p - 1) α + 2 (p - 1)/p n β + (p - 1)/p n γ. Reuse: channel flow control.
 
-use crate::coll::registry::Model;
+use crate::coll::registry::{Model, Work};
 use crate::coll::{Comm, Reducer, block, split2};
 use crate::error::Result;
 
@@ -42,9 +42,14 @@ pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], red: &Reducer<'_>, root: usize) 
     Ok(())
 }
 
-pub(crate) fn cost(m: &Model, p: usize, n: usize) -> f64 {
-    let (pf, nf) = (p as f64, n as f64);
-    2.0 * (pf - 1.0) * m.alpha
-        + 2.0 * (pf - 1.0) / pf * nf * m.beta
-        + (pf - 1.0) / pf * nf * m.gamma
+/// The ring reduce-scatter (p - 1 combining exchange rounds of n/p), then the root's p - 1
+/// receives of n/p; and the front end's copies in and out.
+pub(crate) fn work(m: &Model, p: usize, n: usize) -> Work {
+    let (q, nf) = (p.saturating_sub(1) as f64, n as f64);
+    let b = nf / p.max(1) as f64;
+    m.sched(p)
+        .local(2.0 * nf)
+        .exchange_reduce(q, b)
+        .recv(q, b)
+        .work()
 }

@@ -4,7 +4,7 @@
 //! Cost: ceil(log2 p) α + (p - 1) n β. Reuse: channel flow control; the subtree staging
 //! buffer is the communicator's reusable temporary.
 
-use crate::coll::registry::{Model, log2c};
+use crate::coll::registry::{Model, Work};
 use crate::coll::{Comm, subtree};
 use crate::error::Result;
 
@@ -35,6 +35,25 @@ pub(crate) fn run(c: &Comm<'_>, send: &[u8], recv: &mut [u8], root: usize) -> Re
     Ok(())
 }
 
-pub(crate) fn cost(m: &Model, p: usize, n: usize) -> f64 {
-    log2c(p) * m.alpha + (p - 1) as f64 * n as f64 * m.beta
+/// One way: the busier of the root (staging all p blocks, then one send per subtree) and its
+/// first child (receiving its whole subtree, forwarding the parts).
+pub(crate) fn work(m: &Model, p: usize, n: usize) -> Work {
+    let nf = n as f64;
+    let mut root = m.sched(p).local((p + 1) as f64 * nf);
+    let mut k = 1;
+    while k < p {
+        root = root.send(1.0, k.min(p - k) as f64 * nf);
+        k <<= 1;
+    }
+    let mut child = m.sched(p).local(nf);
+    if p > 1 {
+        let h = 1usize << (usize::BITS - 1 - (p - 1).leading_zeros());
+        child = child.recv(1.0, h.min(p - h) as f64 * nf);
+        let mut k = 1;
+        while k < h && h + k < p {
+            child = child.send(1.0, k.min(p - h - k) as f64 * nf);
+            k <<= 1;
+        }
+    }
+    m.slowest(root.work(), child.work())
 }
