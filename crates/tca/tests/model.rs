@@ -517,27 +517,3 @@ fn communicators_select_from_their_table_and_forcing_still_wins() {
         assert_eq!(x, 6.0);
     }
 }
-
-#[test]
-fn building_a_table_is_cheap_and_looking_up_is_cheaper() {
-    // Once per communicator: every collective x 257 size buckets x its algorithms.
-    let c = Calibration::builtin();
-    let t0 = std::time::Instant::now();
-    let n = 5;
-    for p in [2usize, 64, 1000, 4096, 64 * 1024] {
-        let _ = Table::new(&c, p);
-    }
-    let per_table = t0.elapsed() / n;
-    eprintln!("Table::new: {per_table:?} per table");
-    assert!(per_table < std::time::Duration::from_millis(200), "{per_table:?}");
-    // Per call: a lookup.
-    let t = Table::new(&c, 8);
-    let t0 = std::time::Instant::now();
-    let mut x = 0usize;
-    for i in 0..1_000_000usize {
-        x += t.get(Collective::Allreduce, i.wrapping_mul(2654435761) >> 40).name.len();
-    }
-    let per_lookup = t0.elapsed() / 1_000_000;
-    eprintln!("Table::get: {per_lookup:?} per lookup ({x})");
-    assert!(per_lookup < std::time::Duration::from_micros(1), "{per_lookup:?}");
-}
