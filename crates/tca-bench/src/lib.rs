@@ -29,10 +29,7 @@ pub fn launch_or_run(
     body: impl FnOnce(&tca::World) -> anyhow::Result<()>,
 ) -> anyhow::Result<i32> {
     if under_launcher() {
-        let world = tca::init()?;
-        if world.size() != np {
-            anyhow::bail!("launched with {} ranks but --np {np}", world.size());
-        }
+        let world = join(np)?;
         body(&world)?;
         world.finalize()?;
         Ok(0)
@@ -40,6 +37,15 @@ pub fn launch_or_run(
         let outcome = Launch::this_program(np)?.run()?;
         Ok(outcome.status())
     }
+}
+
+/// Joins the job as a rank, checking that it has the `np` ranks the command asked for.
+fn join(np: u32) -> Result<tca::World> {
+    let world = tca::init()?;
+    if world.size() != np {
+        bail!("started as {} ranks but --np {np}", world.size());
+    }
+    Ok(world)
 }
 
 /// A result that prints itself as a table or JSON.
@@ -142,10 +148,7 @@ pub fn measure(np: u32, opts: &suite::Options, mpi: Option<&tca_mpi::MpiRun>) ->
         return Err(tca_mpi::not_enabled());
     }
     if under_launcher() {
-        let world = tca::init()?;
-        if world.size() != np {
-            bail!("started as {} ranks but --np {np}", world.size());
-        }
+        let world = join(np)?;
         let mut mine = None;
         if let Some(half) = suite::tca::run(&world, opts)?
             && !tca_mpi::write_result(&half)?

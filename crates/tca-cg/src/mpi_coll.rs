@@ -103,21 +103,11 @@ impl Collectives for MpiColl<'_> {
         Ok(())
     }
     fn scatter_u64(&mut self, send: &[u64], recv: &mut [u64]) -> Result<()> {
-        let root = self.world.process_at_rank(0);
-        if self.world.rank() == 0 {
-            root.scatter_into_root(send, recv);
-        } else {
-            root.scatter_into(recv);
-        }
+        scatter_from_0(self.world, send, recv);
         Ok(())
     }
     fn scatter_f64(&mut self, send: &[f64], recv: &mut [f64]) -> Result<()> {
-        let root = self.world.process_at_rank(0);
-        if self.world.rank() == 0 {
-            root.scatter_into_root(send, recv);
-        } else {
-            root.scatter_into(recv);
-        }
+        scatter_from_0(self.world, send, recv);
         Ok(())
     }
     fn gather_f64(&mut self, send: &[f64], recv: &mut [f64]) -> Result<()> {
@@ -128,6 +118,16 @@ impl Collectives for MpiColl<'_> {
             root.gather_into(send);
         }
         Ok(())
+    }
+}
+
+/// `MPI_Scatter` from rank 0: the root's `send` (read there only) to every rank's `recv`.
+fn scatter_from_0<T: Equivalence>(world: &SimpleCommunicator, send: &[T], recv: &mut [T]) {
+    let root = world.process_at_rank(0);
+    if world.rank() == 0 {
+        root.scatter_into_root(send, recv);
+    } else {
+        root.scatter_into(recv);
     }
 }
 

@@ -110,10 +110,10 @@ pub(crate) fn run(a: Args) -> Result<i32> {
     let fit = match &a.fit {
         None => None,
         Some(f) => {
-            let s = suite::parse_sizes(f).context("--fit")?;
             if !f.contains(':') {
                 bail!("--fit {f}: expected MIN:MAX");
             }
+            let s = suite::parse_sizes(f).context("--fit")?;
             Some((s[0] as u64, s[s.len() - 1] as u64))
         }
     };

@@ -624,3 +624,47 @@ proptest! {
         }).unwrap();
     }
 }
+
+/// Reductions combine received chunks straight out of the channel slots (no copy first), so a
+/// slot reused before its reader finished would corrupt the result. Back-to-back reductions of
+/// more chunks than a pair has slots, with values that change every call and a reader that
+/// falls behind now and then, through every reduce and allreduce algorithm: each element of
+/// each call is checked.
+#[test]
+fn multi_chunk_reductions_never_read_a_reused_slot() {
+    const N: usize = 40_000; // 320 KB of f64: 5 chunks of 64 KiB at 3 ranks, over 4 slots
+    threads::run(3, |w| {
+        let c = Comm::world(w)?;
+        let me = c.rank() as u64;
+        let algs = tca::coll::ALGORITHMS
+            .iter()
+            .filter(|a| matches!(a.collective, Collective::Reduce | Collective::Allreduce));
+        for alg in algs {
+            c.force(alg.collective, Some(alg.name))?;
+            for k in 0..12u64 {
+                if me == 0 && k % 3 == 1 {
+                    std::thread::sleep(Duration::from_micros(300));
+                }
+                let v: Vec<f64> = (0..N as u64)
+                    .map(|i| (k * 7 + me + i % 13) as f64)
+                    .collect();
+                let mut out = vec![0.0; N];
+                let want = |i: usize| (3 * (k * 7 + i as u64 % 13) + 3) as f64;
+                if alg.collective == Collective::Reduce {
+                    c.reduce(&v, &mut out, &Op::Sum, 0)?;
+                    if me != 0 {
+                        continue;
+                    }
+                } else {
+                    c.allreduce(&v, &mut out, &Op::Sum)?;
+                }
+                for (i, &x) in out.iter().enumerate() {
+                    assert_eq!(x, want(i), "{} call {k} element {i}", alg.name);
+                }
+            }
+            c.force(alg.collective, None)?;
+        }
+        Ok(())
+    })
+    .unwrap();
+}

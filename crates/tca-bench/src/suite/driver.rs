@@ -99,7 +99,7 @@ pub fn run<B: Backend>(
             if b.rank() == 0 {
                 let ts: Vec<f64> = all.into_iter().filter(|t| !t.is_nan()).collect();
                 let avg = ts.iter().sum::<f64>() / ts.len() as f64;
-                let point_to_point = bench.active(p) == 2 && bench.collective.is_none();
+                let point_to_point = bench.columns() == tca_model::imb::Columns::PointToPoint;
                 rows.push(Row {
                     implementation: b.name(),
                     benchmark: bench.name.to_string(),
