@@ -848,7 +848,9 @@ mod calibrate {
     use anyhow::{Context, Result, bail};
     use tca::Collective;
     use tca::coll::Algorithm;
-    use tca::coll::model::{Calibration, FORMAT, Fitted, Model, Quality, RankModels, VERSION};
+    use tca::coll::model::{
+        Calibration, FORMAT, Fitted, MAX_CACHE, Model, Quality, RankModels, VERSION,
+    };
     use tca_bench::suite::{self, BENCHMARKS, Half, Iters, Options};
     use tca_model::linear;
     use tca_model::record::Row;
@@ -857,6 +859,17 @@ mod calibrate {
 
     /// Knees tried: the one that fits best is kept (0: no cheaper first bytes).
     const KNEES: [f64; 6] = [0.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0];
+    /// Cache steps tried, with the knees (`MAX_CACHE`: none).
+    const CACHES: [f64; 8] = [
+        (64 << 10) as f64,
+        (128 << 10) as f64,
+        (256 << 10) as f64,
+        (512 << 10) as f64,
+        (1 << 20) as f64,
+        (2 << 20) as f64,
+        (4 << 20) as f64,
+        MAX_CACHE,
+    ];
     /// Rounds of choosing the slower side of rooted collectives and refitting.
     const PIECEWISE_ROUNDS: usize = 12;
 
@@ -884,13 +897,11 @@ mod calibrate {
         if tca::bootstrap::launcher::under_launcher() {
             return rank(&sizes, rounds);
         }
-        let out =
-            match &a.out {
-                Some(p) => Some(p.clone()),
-                None => Some(tca::coll::model::default_path().context(
-                    "TCA_MODEL_FILE=none and no --out: nowhere to write the calibration",
-                )?),
-            };
+        let out = match &a.out {
+            Some(p) => p.clone(),
+            None => tca::coll::model::default_path()
+                .context("TCA_MODEL_FILE=none and no --out: nowhere to write the calibration")?,
+        };
         let started = Instant::now();
         let mut by_np: BTreeMap<u32, Vec<Row>> = BTreeMap::new();
         let mut command = format!("tca model calibrate --sizes {}", a.sizes);
@@ -951,23 +962,19 @@ mod calibrate {
             cal.ranks.push(entry);
         }
         text += &choices(&cal);
-        match out.as_deref() {
-            Some(p) if p.as_os_str() == "-" => {
-                eprint!("{text}");
-                print!("{}", cal.to_json());
-            }
-            Some(p) => {
-                cal.save(p)?;
-                print!("{text}");
-                println!(
-                    "wrote {} ({:.0} s); the library reads it at the first communicator \
-                     (TCA_MODEL_FILE overrides the place)",
-                    p.display(),
-                    started.elapsed().as_secs_f64()
-                );
-            }
-            None => unreachable!("out is always set"),
+        if out.as_os_str() == "-" {
+            eprint!("{text}");
+            print!("{}", cal.to_json());
+            return Ok(0);
         }
+        cal.save(&out)?;
+        print!("{text}");
+        println!(
+            "wrote {} ({:.0} s); the library reads it at the first communicator \
+             (TCA_MODEL_FILE overrides the place)",
+            out.display(),
+            started.elapsed().as_secs_f64()
+        );
         Ok(0)
     }
 
@@ -1046,26 +1053,34 @@ mod calibrate {
         out
     }
 
-    /// The best model for `pts` over the knees tried.
+    /// The best model for `pts` over the knees and cache steps tried (a step no point reaches
+    /// is tried once, as no step).
     fn fit(pts: &[&Point]) -> Result<Fitted> {
         let measured: Vec<f64> = pts.iter().map(|q| q.t).collect();
+        let largest = pts.iter().map(|q| q.bytes).max().unwrap_or(0) as f64;
         let start = Model::default().params();
-        let mut best: Option<(linear::LinearFit, f64)> = None;
-        for knee in KNEES {
-            let f = linear::fit_piecewise(&measured, &start, PIECEWISE_ROUNDS, |params, i| {
-                let m = Model::from_params(params, knee).unwrap_or_default();
-                let q = pts[i];
-                (q.alg.work)(&m, q.p, q.n).coefficients().to_vec()
-            })?;
-            if best
-                .as_ref()
-                .is_none_or(|(b, _)| f.rms_rel_err < b.rms_rel_err)
-            {
-                best = Some((f, knee));
+        let mut best: Option<(linear::LinearFit, f64, f64)> = None;
+        let caches = CACHES
+            .iter()
+            .copied()
+            .filter(|&c| c <= largest || c == MAX_CACHE);
+        for cache in caches {
+            for knee in KNEES {
+                let f = linear::fit_piecewise(&measured, &start, PIECEWISE_ROUNDS, |params, i| {
+                    let m = Model::from_params(params, knee, cache).unwrap_or_default();
+                    let q = pts[i];
+                    (q.alg.work)(&m, q.p, q.n).coefficients().to_vec()
+                })?;
+                if best
+                    .as_ref()
+                    .is_none_or(|(b, _, _)| f.rms_rel_err < b.rms_rel_err)
+                {
+                    best = Some((f, knee, cache));
+                }
             }
         }
-        let (f, knee) = best.context("no knee tried")?;
-        let model = Model::from_params(&f.params, knee)?;
+        let (f, knee, cache) = best.context("no knee tried")?;
+        let model = Model::from_params(&f.params, knee, cache)?;
         let w = pts[f.worst_point];
         Ok(Fitted {
             model,
@@ -1093,7 +1108,7 @@ mod calibrate {
         );
         writeln!(
             s,
-            "{:<15}{:>7}{:>8}{:>9}  {:<28}{:>8}{:>8}{:>8}{:>8}{:>8}{:>8}{:>8}{:>7}",
+            "{:<15}{:>7}{:>8}{:>9}  {:<32}{:>7}{:>7}{:>7}{:>7}{:>7}{:>8}{:>8}{:>7}{:>7}{:>6}{:>8}",
             "collective",
             "points",
             "rms",
@@ -1101,12 +1116,15 @@ mod calibrate {
             "(where)",
             "delta",
             "alpha",
+            "spill",
             "beta",
             "b_send",
             "b_small",
             "b_local",
             "gamma",
-            "knee"
+            "b_far",
+            "knee",
+            "cache"
         )?;
         let mut line = |name: &str, f: &Fitted| -> Result<()> {
             let q = f.fit.as_ref().context("a fitted model has its quality")?;
@@ -1118,9 +1136,14 @@ mod calibrate {
                     "-".into()
                 }
             };
+            let cache = if m.cache >= MAX_CACHE {
+                "-".to_string()
+            } else {
+                tca_model::format::bytes(m.cache as u64)
+            };
             writeln!(
                 s,
-                "{:<15}{:>7}{:>7.1}%{:>+8.1}%  {:<28}{:>8.3}{:>8.3}{:>8}{:>8}{:>8}{:>8}{:>8}{:>7}",
+                "{:<15}{:>7}{:>7.1}%{:>+8.1}%  {:<32}{:>7.3}{:>7.3}{:>7.3}{:>7}{:>7}{:>8}{:>8}{:>7}{:>7}{:>6}{:>8}",
                 name,
                 q.points,
                 100.0 * q.rms_rel_err,
@@ -1128,12 +1151,15 @@ mod calibrate {
                 q.worst_at,
                 m.delta,
                 m.alpha,
+                m.alpha_spill,
                 gbs(m.beta),
                 gbs(m.beta_send),
                 gbs(m.beta_small),
                 gbs(m.beta_local),
                 gbs(m.gamma),
-                m.knee
+                gbs(m.beta_far),
+                m.knee,
+                cache
             )?;
             Ok(())
         };

@@ -53,7 +53,10 @@ fn truth() -> Model {
         beta_local: 2.0e-5,
         gamma: 1.0e-5,
         delta: 0.12,
+        alpha_spill: 0.015,
+        beta_far: 3.0e-5,
         knee: 2048.0,
+        cache: (1 << 20) as f64,
     }
 }
 
@@ -143,6 +146,11 @@ fn calibrate_fits_measurements_and_writes_the_file() {
             assert!(q.rms_rel_err < 0.01, "{name}: {q:?}");
         }
         assert!(r.all.fit.as_ref().unwrap().rms_rel_err < 0.01);
+        // The chosen shape parameters are the truth's.
+        assert_eq!(
+            (r.all.model.knee, r.all.model.cache),
+            (truth().knee, truth().cache)
+        );
     }
     // Choices made from the fitted models are those of the true model (where the truth
     // does not tie).

@@ -5,7 +5,8 @@ use std::ffi::OsStr;
 use std::path::PathBuf;
 
 use tca::coll::model::{
-    self, Calibration, FORMAT, Fitted, Model, Quality, RankModels, Source, Table, VERSION,
+    self, Calibration, FORMAT, Fitted, MAX_CACHE, Model, Quality, RankModels, Source, Table,
+    VERSION,
 };
 use tca::coll::{ALGORITHMS, Algorithm};
 use tca::{Collective, Comm, threads};
@@ -32,11 +33,26 @@ impl Drop for TempDir {
     }
 }
 
-/// Every parameter zero except the one at `i` in [`Model::PARAMS`] order.
+/// Every parameter zero except the one at `i` in [`Model::PARAMS`] order (with a cache step at
+/// 64 KiB, so that `beta_far` alone prices something).
 fn only(i: usize, knee: f64) -> Model {
-    let mut p = [0.0; 7];
+    let mut p = [0.0; Model::PARAMS.len()];
     p[i] = 1.0;
-    Model::from_params(&p, knee).unwrap()
+    Model::from_params(&p, knee, 65536.0).unwrap()
+}
+
+/// The index of parameter `name` in [`Model::PARAMS`].
+fn param(name: &str) -> usize {
+    Model::PARAMS.iter().position(|&p| p == name).unwrap()
+}
+
+/// A model with the named parameters set and the others zero, no knee, no cache step.
+fn with(params: &[(&str, f64)]) -> Model {
+    let mut p = [0.0; Model::PARAMS.len()];
+    for &(name, v) in params {
+        p[param(name)] = v;
+    }
+    Model::from_params(&p, 0.0, MAX_CACHE).unwrap()
 }
 
 /// A calibration that uses `m` for every collective at every rank count.
@@ -117,6 +133,23 @@ fn calibration_file_round_trips() {
 }
 
 #[test]
+fn files_written_before_the_spill_and_cache_terms_still_load() {
+    // A version-1 file from before `alpha_spill`, `beta_far` and `cache`: those read as zero,
+    // zero and no step, which is the model that file was fitted with.
+    let mut v: serde_json::Value = serde_json::from_str(&sample().to_json()).unwrap();
+    for key in ["alpha_spill", "beta_far", "cache"] {
+        v["ranks"][0]["all"]["model"]
+            .as_object_mut()
+            .unwrap()
+            .remove(key);
+    }
+    let c = Calibration::from_json(&v.to_string()).unwrap();
+    let m = c.ranks[0].all.model;
+    assert_eq!((m.alpha_spill, m.beta_far, m.cache), (0.0, 0.0, MAX_CACHE));
+    assert_eq!(m.alpha, Model::default().alpha);
+}
+
+#[test]
 fn models_are_chosen_by_rank_count_and_collective() {
     let c = sample();
     // Nearest rank count by ratio: 2 for 2 and 3, 8 for 5 and more.
@@ -190,10 +223,10 @@ fn name(c: &Calibration, coll: Collective, p: usize, bytes: usize) -> &'static s
 
 #[test]
 fn each_algorithm_wins_where_its_model_says_it_should() {
-    let delta = uniform(only(0, 0.0)); // rounds only
-    let alpha = uniform(only(1, 0.0)); // chunks only
-    let beta = uniform(only(2, 0.0)); // received bytes only
-    let send = uniform(only(3, 0.0)); // sent bytes only
+    let delta = uniform(only(param("delta"), 0.0)); // rounds only
+    let alpha = uniform(only(param("alpha"), 0.0)); // chunks only
+    let beta = uniform(only(param("beta"), 0.0)); // received bytes only
+    let send = uniform(only(param("beta_send"), 0.0)); // sent bytes only
 
     // Allreduce. Only rounds cost: one round beats all (flat); with chunks and bytes
     // priced too, the others take their turns.
@@ -211,8 +244,7 @@ fn each_algorithm_wins_where_its_model_says_it_should() {
     // Dissemination sends the same p - 1 messages as flat, receives and combines the same
     // bytes, in ceil(log2 p) rounds instead of one: beyond 2 ranks (where the two are the
     // same schedule and the tie goes to dissemination, first in the table) it predicts more.
-    let rounds_and_chunks =
-        uniform(Model::from_params(&[1.0, 0.3, 0.0, 0.0, 0.0, 0.0, 0.0], 0.0).unwrap());
+    let rounds_and_chunks = uniform(with(&[("delta", 1.0), ("alpha", 0.3)]));
     for p in [3usize, 7, 16, 64] {
         let m = &rounds_and_chunks;
         let (d, f) = (
@@ -224,8 +256,7 @@ fn each_algorithm_wins_where_its_model_says_it_should() {
 
     // Broadcast: flat when sending is much cheaper than receiving (the receivers set the pace
     // and nobody forwards); a pipeline when sending is what costs (each rank sends once).
-    let cheap_send =
-        uniform(Model::from_params(&[0.0, 0.0, 1.0, 0.1, 0.0, 0.0, 0.0], 0.0).unwrap());
+    let cheap_send = uniform(with(&[("beta", 1.0), ("beta_send", 0.1)]));
     assert_eq!(name(&cheap_send, Collective::Broadcast, 4, 1 << 20), "flat");
     assert_eq!(name(&send, Collective::Broadcast, 8, 1 << 20), "pipeline");
     assert_eq!(name(&alpha, Collective::Broadcast, 8, 8), "pipeline");
@@ -242,7 +273,7 @@ fn each_algorithm_wins_where_its_model_says_it_should() {
             );
         }
     }
-    let bin = Model::from_params(&[0.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0], 0.0).unwrap();
+    let bin = with(&[("alpha", 1.0), ("beta_send", 1.0)]);
     assert_eq!(name(&uniform(bin), Collective::Broadcast, 4, 8), "pipeline");
 
     // Allgather: the same bytes for all three, so the rounds decide: log p beats p - 1, and
@@ -267,7 +298,7 @@ fn each_algorithm_wins_where_its_model_says_it_should() {
     // Gather: the same bytes into the root; binomial in fewer messages, linear with less
     // staging.
     assert_eq!(name(&alpha, Collective::Gather, 16, 8), "binomial");
-    let local = uniform(only(5, 0.0));
+    let local = uniform(only(param("beta_local"), 0.0));
     assert_eq!(name(&local, Collective::Gather, 16, 1 << 20), "linear");
 
     // Reduce: flat's root receives p - 1 buffers, binomial's log p, the ring's p - 1 blocks.
@@ -473,6 +504,9 @@ fn bad_parameters_are_clear_errors() {
     let mut c = sample();
     c.ranks[0].all.model.knee = -4.0;
     assert!(err(&c).contains("knee"));
+    let mut c = sample();
+    c.ranks[0].all.model.cache = 0.0;
+    assert!(err(&c).contains("cache"));
 
     // The same checks guard the parser and the saver.
     let mut c = sample();
@@ -486,8 +520,16 @@ fn bad_parameters_are_clear_errors() {
     let e = Calibration::from_json(&text).unwrap_err().to_string();
     assert!(e.contains("alhpa"), "{e}");
     // Parameter vectors of the wrong length.
-    assert!(Model::from_params(&[0.0; 3], 0.0).is_err());
-    assert!(Model::from_params(&[0.0, -1.0, 0.0, 0.0, 0.0, 0.0, 0.0], 0.0).is_err());
+    assert!(Model::from_params(&[0.0; 3], 0.0, MAX_CACHE).is_err());
+    let mut p = [0.0; Model::PARAMS.len()];
+    p[param("alpha")] = -1.0;
+    assert!(Model::from_params(&p, 0.0, MAX_CACHE).is_err());
+    p[param("alpha")] = 1.0;
+    assert!(Model::from_params(&p, 0.0, MAX_CACHE).is_ok());
+    for cache in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+        let e = Model::from_params(&p, 0.0, cache).unwrap_err().to_string();
+        assert!(e.contains("cache"), "{cache}: {e}");
+    }
 }
 
 #[test]
