@@ -28,6 +28,10 @@ pub(crate) struct Args {
     /// Untimed calls before each size (default: a tenth of the timed calls).
     #[arg(long)]
     warmup: Option<u64>,
+    /// Time each size this many times and report the fastest run (by its mean): steadier
+    /// figures on a shared machine, where other load slows whole runs. IMB runs once.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    repeat: u32,
     /// Force tca algorithms: NAME (every benchmark that has it) or BENCHMARK=NAME,
     /// comma-separated (e.g. Allreduce=ring).
     #[arg(long, value_delimiter = ',')]
@@ -128,6 +132,7 @@ pub(crate) fn run(a: Args) -> Result<i32> {
             sizes,
             iters,
             warmup: a.warmup,
+            repeat: a.repeat,
             algos,
             soak: a.soak,
         },

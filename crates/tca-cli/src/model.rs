@@ -35,8 +35,9 @@ pub(crate) enum Cmd {
     /// calibration file the library selects algorithms with.
     ///
     /// The file goes to --out, else $TCA_MODEL_FILE, else $XDG_CONFIG_HOME/tca/model.json or
-    /// ~/.config/tca/model.json. Each algorithm is measured --rounds times and the fastest time
-    /// of each size kept, so that a burst of other load on the machine does not enter the fit.
+    /// ~/.config/tca/model.json. Each algorithm is measured in --rounds runs of the suite, each
+    /// timing every size twice, and the fastest time of each size kept, so that a burst of
+    /// other load on the machine does not enter the fit.
     Calibrate(CalibrateArgs),
     /// The presets: seed 002's parameter sets (Tables 3-7) and their Table 1 columns.
     Presets {
@@ -870,6 +871,9 @@ mod calibrate {
         (4 << 20) as f64,
         MAX_CACHE,
     ];
+    /// Timed runs of each size within a round (the fastest kept, as `tca bench --repeat`):
+    /// together with the rounds, which are minutes apart, this keeps bursts of other load out.
+    const REPEAT: u32 = 2;
     /// Rounds of choosing the slower side of rooted collectives and refitting.
     const PIECEWISE_ROUNDS: usize = 12;
 
@@ -1006,6 +1010,7 @@ mod calibrate {
                     sizes: sizes.to_vec(),
                     iters: Iters::Auto,
                     warmup: None,
+                    repeat: REPEAT,
                     algos: set,
                     soak: 0,
                 };

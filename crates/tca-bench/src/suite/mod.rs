@@ -214,10 +214,18 @@ pub struct Options {
     pub iters: Iters,
     /// Untimed calls before the timed ones (None: a tenth of the timed calls, at least 1).
     pub warmup: Option<u64>,
+    /// Times each size's timed calls are run; the run with the lowest mean is reported (1:
+    /// IMB's single run). On a shared machine, a burst of other load slows whole runs.
+    #[serde(default = "one")]
+    pub repeat: u32,
     /// Forced tca algorithms: (benchmark index, algorithm name).
     pub algos: Vec<(usize, String)>,
     /// 8-byte PingPong round trips of a memory soak after the suite (tca only; 0: none).
     pub soak: u64,
+}
+
+fn one() -> u32 {
+    1
 }
 
 impl Options {
