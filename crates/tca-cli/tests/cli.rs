@@ -123,3 +123,60 @@ fn run_rejects_bad_input_clearly() {
     let o = tca(&["run", "-n", "two", "--", "true"]);
     assert_eq!(o.status.code(), Some(2), "clap usage error");
 }
+
+/// `tca run` with `TCA_BIND` set to `bind` (None: unset).
+fn run_with_bind(bind: Option<&str>, n: usize, script: &str) -> Output {
+    let mut c = Command::new(TCA);
+    c.args(["run", "-n", &n.to_string(), "--", "sh", "-c", script])
+        .stdin(Stdio::null())
+        .env_remove("TCA_BIND");
+    if let Some(b) = bind {
+        c.env("TCA_BIND", b);
+    }
+    c.output().expect("tca runs")
+}
+
+#[test]
+fn run_binds_one_rank_per_cpu_when_they_fit() {
+    let cpus = tca::bootstrap::bind::allowed_cpus().unwrap();
+    let n = cpus.len().min(4);
+    let script =
+        "echo $TCA_RANK $TCA_JOB_CPUS $(grep Cpus_allowed_list /proc/self/status | cut -f2)";
+    for bind in [None, Some("auto"), Some("core")] {
+        let o = run_with_bind(bind, n, script);
+        assert!(o.status.success(), "{bind:?}: {}", text(&o.stderr));
+        let out = text(&o.stdout);
+        for (r, cpu) in cpus.iter().enumerate().take(n) {
+            let want = format!("{r} {} {cpu}\n", cpus.len());
+            assert!(out.contains(&want), "{bind:?}: want {want:?} in {out:?}");
+        }
+    }
+    // Unbound: every rank keeps the launcher's whole mask, and still learns the job's CPUs.
+    let o = run_with_bind(Some("none"), n, script);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    assert_eq!(out.lines().count(), n, "{out}");
+    if cpus.len() > 1 {
+        for line in out.lines() {
+            let mask = line.split(' ').nth(2).unwrap();
+            assert!(mask.contains('-') || mask.contains(','), "{line}");
+        }
+    }
+    // More ranks than CPUs: auto runs them unbound, core refuses with a reason.
+    let o = run_with_bind(None, cpus.len() + 1, "true");
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let o = run_with_bind(Some("core"), cpus.len() + 1, "true");
+    assert!(!o.status.success());
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("TCA_BIND=core") && err.contains("CPUs"),
+        "{err}"
+    );
+    let o = run_with_bind(Some("sockets"), 2, "true");
+    assert!(!o.status.success());
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("sockets") && err.contains("auto, core, none"),
+        "{err}"
+    );
+}

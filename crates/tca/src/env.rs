@@ -6,6 +6,8 @@
 //! | `TCA_JOB_ID` | launcher | 64-bit job id (hex); handles of other jobs are refused |
 //! | `TCA_BOARD_FD` | launcher | the launcher's descriptor number of the job board (a memfd, opened through `/proc`) |
 //! | `TCA_LAUNCHER_PID` | launcher | the launcher's pid: ranks abort if it dies |
+//! | `TCA_JOB_CPUS` | launcher | CPUs the job may use, as the launcher saw them (a bound rank's own mask holds one): whether ranks outnumber cores |
+//! | `TCA_BIND` | user | `auto` (default: bind rank i to the i-th CPU when every rank has one), `core` (always; more ranks than CPUs is an error) or `none` (see `bootstrap::bind`) |
 //! | `TCA_SPIN` | user | spin iterations before a wait yields or sleeps (overrides the adaptive default) |
 //! | `TCA_BOOT_TIMEOUT` | user | seconds to wait for all ranks at start-up without the launcher (default 60) |
 //! | `TCA_MAX_RANKS` | user | raises or lowers the per-node rank limit (default 1024) |
@@ -29,6 +31,10 @@ pub const BOARD_FD: &str = "TCA_BOARD_FD";
 pub const LAUNCHER_PID: &str = "TCA_LAUNCHER_PID";
 /// Spin iterations before yielding or sleeping in a wait.
 pub const SPIN: &str = "TCA_SPIN";
+/// How the launcher binds ranks to CPUs.
+pub const BIND: &str = "TCA_BIND";
+/// CPUs the job may use, set by the launcher.
+pub const JOB_CPUS: &str = "TCA_JOB_CPUS";
 /// Start-up timeout in seconds when ranks meet without the launcher.
 pub const BOOT_TIMEOUT: &str = "TCA_BOOT_TIMEOUT";
 /// Per-node rank limit.
@@ -52,6 +58,8 @@ pub const KNOWN: &[&str] = &[
     BOARD_FD,
     LAUNCHER_PID,
     SPIN,
+    BIND,
+    JOB_CPUS,
     BOOT_TIMEOUT,
     MAX_RANKS,
     JOB_RESULT,

@@ -1,9 +1,9 @@
 //! The launcher behind `tca run`: start N ranks on this node, forward their output, and
 //! supervise them.
 //!
-//! - Each rank gets `TCA_RANK`, `TCA_SIZE`, `TCA_JOB_ID`, `TCA_LAUNCHER_PID` and the number of
-//!   the launcher's descriptor of the job board, a memfd (`TCA_BOARD_FD`), which it opens
-//!   through `/proc`. Nothing is created in any filesystem, so nothing can be left behind,
+//! - Each rank gets `TCA_RANK`, `TCA_SIZE`, `TCA_JOB_ID`, `TCA_LAUNCHER_PID`, `TCA_JOB_CPUS`
+//!   and the number of the launcher's descriptor of the job board, a memfd (`TCA_BOARD_FD`),
+//!   which it opens through `/proc`. Nothing is created in any filesystem, so nothing can be left behind,
 //!   whatever kills whom.
 //! - The launcher watches every rank through a pidfd. When a rank exits non-zero or is killed
 //!   by a signal, it reports which rank and how, sets the board's abort word (ranks blocked in
@@ -14,6 +14,8 @@
 //! - SIGINT, SIGTERM and SIGHUP sent to the launcher are forwarded to every rank, with the same
 //!   grace period; the launcher then exits with 128 + that signal.
 //! - Ranks notice a launcher that dies (even by SIGKILL) through its pidfd, on their next wait.
+//! - Rank i is bound to the i-th CPU the launcher may use when every rank can have one
+//!   (`TCA_BIND`, see [`super::bind`]).
 
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, IsTerminal, Read, Write};
@@ -26,10 +28,12 @@ use std::time::{Duration, Instant};
 
 use rustix::process::{Pid, PidfdFlags, Signal, pidfd_open, pidfd_send_signal};
 
+use super::bind::{self, Bind};
 use super::board::{AbortReason, Board};
 use crate::env;
 use crate::error::{Error, ErrorKind, Result};
 use crate::transport::shm::memfd::random_u64;
+use crate::transport::shm::wait::SpinPolicy;
 
 /// How long ranks get between SIGTERM and SIGKILL once the job is being stopped.
 pub const GRACE: Duration = Duration::from_millis(500);
@@ -180,6 +184,12 @@ impl Launch {
                 ),
             ));
         }
+        let cpus = bind::plan(
+            Bind::from_env()?,
+            self.ranks,
+            &bind::allowed_cpus().unwrap_or_default(),
+        )?
+        .unwrap_or_default();
         let job = random_u64();
         let (board_fd, board) = Board::create(self.ranks, job, Some(std::process::id()))?;
 
@@ -194,14 +204,14 @@ impl Launch {
                 .map_err(|e| Error::os(ErrorKind::Launch, "installing signal handlers", e))?;
             hooks.push(id);
         }
-        let result = self.supervise(&board, &board_fd, job, &caught);
+        let result = self.supervise(&board, &board_fd, job, &cpus, &caught);
         for id in hooks {
             signal_hook::low_level::unregister(id);
         }
         result
     }
 
-    fn spawn(&self, rank: u32, board_fd: &OwnedFd, job: u64) -> Result<Child> {
+    fn spawn(&self, rank: u32, board_fd: &OwnedFd, job: u64, job_cpus: u32) -> Result<Child> {
         let mut cmd = Command::new(&self.program);
         cmd.args(&self.args)
             .envs(self.env.iter().map(|(k, v)| (k, v)))
@@ -210,6 +220,7 @@ impl Launch {
             .env(env::JOB_ID, format!("{job:016x}"))
             .env(env::BOARD_FD, board_fd.as_raw_fd().to_string())
             .env(env::LAUNCHER_PID, std::process::id().to_string())
+            .env(env::JOB_CPUS, job_cpus.to_string())
             .stdin(if rank == 0 {
                 Stdio::inherit()
             } else {
@@ -243,12 +254,30 @@ impl Launch {
         board: &Board,
         board_fd: &OwnedFd,
         job: u64,
+        cpus: &[usize],
         caught: &AtomicUsize,
     ) -> Result<Outcome> {
         let mut ranks: Vec<Rank> = Vec::with_capacity(self.ranks as usize);
         let mut pumps = Vec::new();
+        let mut bind_warned = false;
+        // Before any binding narrows this thread's mask.
+        let job_cpus = SpinPolicy::cpus();
         for r in 0..self.ranks {
-            let mut child = match self.spawn(r, board_fd, job) {
+            let spawned = match cpus.get(r as usize) {
+                Some(&cpu) => {
+                    let (spawned, bound) =
+                        bind::start_on(cpu, || self.spawn(r, board_fd, job, job_cpus));
+                    if let Err(e) = bound {
+                        if !bind_warned {
+                            eprintln!("tca run: warning: rank {r}: {e}");
+                            bind_warned = true;
+                        }
+                    }
+                    spawned
+                }
+                None => self.spawn(r, board_fd, job, job_cpus),
+            };
+            let mut child = match spawned {
                 Ok(c) => c,
                 Err(e) => {
                     abandon(&mut ranks);

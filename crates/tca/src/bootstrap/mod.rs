@@ -12,6 +12,7 @@
 //! must share one node: a job that spans nodes is refused with an error that names the
 //! missing piece (a network transport), rather than hanging at start-up.
 
+pub mod bind;
 pub mod board;
 pub mod launcher;
 

@@ -91,10 +91,17 @@ impl SpinPolicy {
         p
     }
 
-    /// Online CPUs this process may run on.
+    /// CPUs the job may run on: as the launcher saw them before it bound its ranks
+    /// (`TCA_JOB_CPUS`), else the CPUs this process may run on.
     pub fn cpus() -> u32 {
-        std::thread::available_parallelism()
-            .map_or(1, |n| u32::try_from(n.get()).unwrap_or(u32::MAX))
+        crate::env::parse::<u32>(crate::env::JOB_CPUS)
+            .ok()
+            .flatten()
+            .filter(|&n| n > 0)
+            .unwrap_or_else(|| {
+                std::thread::available_parallelism()
+                    .map_or(1, |n| u32::try_from(n.get()).unwrap_or(u32::MAX))
+            })
     }
 }
 
