@@ -188,6 +188,31 @@ fn forced_algorithm_shows_in_the_rows() {
 }
 
 #[test]
+fn repeat_times_each_size_again_and_keeps_the_counts() {
+    let out = ok(&[
+        "bench",
+        "Allreduce",
+        "Bcast",
+        "--sizes",
+        "8,4K",
+        "--iters",
+        "10",
+        "--repeat",
+        "3",
+        "--format",
+        "csv",
+    ]);
+    let rows = tca_model::record::parse_any(&out).unwrap();
+    assert_eq!(rows.len(), 4);
+    assert!(
+        rows.iter().all(|r| r.repetitions == 10 && r.t_avg_us > 0.0),
+        "{rows:?}"
+    );
+    let o = tca(&["bench", "--repeat", "0"]);
+    assert_eq!(o.status.code(), Some(2), "clap usage error");
+}
+
+#[test]
 fn bad_input_is_refused_clearly() {
     fails(&["bench", "PingPong", "--np", "1"], "at least 2 ranks");
     fails(&["bench", "nosuch"], "unknown benchmark `nosuch`");

@@ -157,3 +157,82 @@ fn auto_reps<B: Backend>(b: &mut B, active: bool) -> Result<u64> {
         n *= 2;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::suite::BENCHMARKS;
+    use std::time::Duration;
+
+    /// One rank whose timed batches take the scripted times, in order.
+    struct Scripted {
+        batches: Vec<Duration>,
+    }
+
+    impl Backend for Scripted {
+        fn rank(&self) -> u32 {
+            0
+        }
+        fn size(&self) -> u32 {
+            1
+        }
+        fn name(&self) -> String {
+            "scripted".into()
+        }
+        fn barrier(&mut self) -> Result<()> {
+            Ok(())
+        }
+        fn agree(&mut self, v: u64) -> Result<u64> {
+            Ok(v)
+        }
+        fn gather(&mut self, v: f64) -> Result<Vec<f64>> {
+            Ok(vec![v])
+        }
+        fn prepare(&mut self, _: &Benchmark, _: usize) -> Result<()> {
+            Ok(())
+        }
+        fn calls(&mut self, n: u64) -> Result<()> {
+            if n > 0 {
+                std::thread::sleep(self.batches.remove(0));
+            }
+            Ok(())
+        }
+        fn algorithm(&self, _: &Benchmark, _: usize) -> String {
+            "-".into()
+        }
+    }
+
+    #[test]
+    fn repeated_runs_report_the_fastest() {
+        let ms = Duration::from_millis;
+        let opts = |repeat| Options {
+            benchmarks: vec![
+                BENCHMARKS
+                    .iter()
+                    .position(|b| b.name == "Allreduce")
+                    .unwrap(),
+            ],
+            sizes: vec![8],
+            iters: Iters::Fixed(1),
+            warmup: Some(0),
+            repeat,
+            algos: Vec::new(),
+            soak: 0,
+        };
+        // The middle run is 40x faster than the others: it is the one reported.
+        let mut b = Scripted {
+            batches: vec![ms(80), ms(2), ms(80)],
+        };
+        let half = run(&mut b, &opts(3), |_, _| {}).unwrap().unwrap();
+        assert!(b.batches.is_empty(), "three timed runs");
+        let r = &half.rows[0];
+        assert_eq!((r.bytes, r.repetitions), (8, 1));
+        assert!(r.t_avg_us < 40_000.0, "{r:?}");
+        // One run (IMB's way): the one there is.
+        let mut b = Scripted {
+            batches: vec![ms(80)],
+        };
+        let half = run(&mut b, &opts(1), |_, _| {}).unwrap().unwrap();
+        assert!(half.rows[0].t_avg_us >= 80_000.0, "{:?}", half.rows[0]);
+    }
+}
