@@ -270,6 +270,10 @@ pub(crate) struct CalibrateArgs {
     /// Also print every measurement beside its fitted prediction.
     #[arg(long)]
     residuals: bool,
+    /// Cores of the machine the measurements come from (default: this machine's): with more
+    /// ranks than cores, the models share the cores out. For --from files measured elsewhere.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    cores: Option<u32>,
 }
 
 pub(crate) fn run(cmd: Cmd) -> Result<i32> {
@@ -907,6 +911,10 @@ mod calibrate {
                 .context("TCA_MODEL_FILE=none and no --out: nowhere to write the calibration")?,
         };
         let started = Instant::now();
+        // The machine's cores: with more ranks than that, the models share them out.
+        let cores = a
+            .cores
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(0, |n| n.get() as u32));
         let mut by_np: BTreeMap<u32, Vec<Row>> = BTreeMap::new();
         let mut command = format!("tca model calibrate --sizes {}", a.sizes);
         match &a.from {
@@ -961,7 +969,7 @@ mod calibrate {
         };
         let mut text = String::new();
         for (np, rows) in &by_np {
-            let (entry, report) = fit_rank_count(*np, rows, a.residuals)?;
+            let (entry, report) = fit_rank_count(*np, rows, a.residuals, cores)?;
             text += &report;
             cal.ranks.push(entry);
         }
@@ -1060,7 +1068,7 @@ mod calibrate {
 
     /// The best model for `pts` over the knees and cache steps tried (a step no point reaches
     /// is tried once, as no step).
-    fn fit(pts: &[&Point]) -> Result<Fitted> {
+    fn fit(pts: &[&Point], cores: u32) -> Result<Fitted> {
         let measured: Vec<f64> = pts.iter().map(|q| q.t).collect();
         let largest = pts.iter().map(|q| q.bytes).max().unwrap_or(0) as f64;
         let start = Model::default().params();
@@ -1071,16 +1079,27 @@ mod calibrate {
             .filter(|&c| c <= largest || c == MAX_CACHE);
         for cache in caches {
             for knee in KNEES {
-                let f = linear::fit_piecewise(&measured, &start, PIECEWISE_ROUNDS, |params, i| {
-                    let m = Model::from_params(params, knee, cache).unwrap_or_default();
-                    let q = pts[i];
-                    (q.alg.work)(&m, q.p, q.n).coefficients().to_vec()
-                })?;
-                if best
-                    .as_ref()
-                    .is_none_or(|(b, _, _)| f.rms_rel_err < b.rms_rel_err)
-                {
-                    best = Some((f, knee, cache));
+                // Choosing pieces and refitting can settle on the wrong pieces; starting again
+                // from the best parameters so far (another knee or step) often finds the right.
+                let mut starts = vec![start.to_vec()];
+                if let Some((b, _, _)) = &best {
+                    starts.push(b.params.clone());
+                }
+                for s in &starts {
+                    let f = linear::fit_piecewise(&measured, s, PIECEWISE_ROUNDS, |params, i| {
+                        let m = Model {
+                            cores: f64::from(cores),
+                            ..Model::from_params(params, knee, cache).unwrap_or_default()
+                        };
+                        let q = pts[i];
+                        (q.alg.work)(&m, q.p, q.n).coefficients().to_vec()
+                    })?;
+                    if best
+                        .as_ref()
+                        .is_none_or(|(b, _, _)| f.rms_rel_err < b.rms_rel_err)
+                    {
+                        best = Some((f, knee, cache));
+                    }
                 }
             }
         }
@@ -1099,13 +1118,18 @@ mod calibrate {
     }
 
     /// The models of one rank count and their table.
-    fn fit_rank_count(np: u32, rows: &[Row], residuals: bool) -> Result<(RankModels, String)> {
+    fn fit_rank_count(
+        np: u32,
+        rows: &[Row],
+        residuals: bool,
+        cores: u32,
+    ) -> Result<(RankModels, String)> {
         let by_coll = points(rows);
         if by_coll.is_empty() {
             bail!("{np} ranks: no measurements of tca's collective algorithms to fit");
         }
         let all_pts: Vec<&Point> = by_coll.values().flatten().collect();
-        let all = fit(&all_pts).with_context(|| format!("fitting {np} ranks"))?;
+        let all = fit(&all_pts, cores).with_context(|| format!("fitting {np} ranks"))?;
         let mut collectives = BTreeMap::new();
         let mut s = format!(
             "\n{np} ranks: cost model parameters (per-byte ones as GB/s; 0: not seen) and fit \
@@ -1173,7 +1197,7 @@ mod calibrate {
                 continue;
             };
             let pts: Vec<&Point> = pts.iter().collect();
-            match fit(&pts) {
+            match fit(&pts, cores) {
                 Ok(f) => {
                     line(c.name(), &f)?;
                     collectives.insert(c.name().to_string(), f);
@@ -1193,9 +1217,12 @@ mod calibrate {
                 "collective", "algorithm", "bytes", "measured", "model", "error"
             )?;
             for (name, pts) in &by_coll {
-                let m = collectives
-                    .get(*name)
-                    .map_or(all.model, |f: &Fitted| f.model);
+                let m = Model {
+                    cores: f64::from(cores),
+                    ..collectives
+                        .get(*name)
+                        .map_or(all.model, |f: &Fitted| f.model)
+                };
                 for q in pts {
                     let t = (q.alg.cost)(&m, q.p, q.n);
                     writeln!(
@@ -1211,7 +1238,6 @@ mod calibrate {
                 }
             }
         }
-        let cores = std::thread::available_parallelism().map_or(0, |n| n.get() as u32);
         Ok((
             RankModels {
                 ranks: np,

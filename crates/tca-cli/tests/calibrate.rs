@@ -57,12 +57,18 @@ fn truth() -> Model {
         beta_far: 3.0e-5,
         knee: 2048.0,
         cache: (1 << 20) as f64,
+        cores: 0.0,
     }
 }
 
 /// Rows as `tca bench` would write them if the machine followed `m` exactly: every algorithm
 /// of every collective benchmark, forced, at 2 and 4 ranks, 8 B to 4 MiB.
-fn synthetic_rows(m: &Model) -> Vec<Row> {
+fn synthetic_rows(m: &Model, cores: u32) -> Vec<Row> {
+    // As measured on a machine of `cores` cores.
+    let on_this_machine = Model {
+        cores: f64::from(cores),
+        ..*m
+    };
     let bench = |c: Collective| match c {
         Collective::Broadcast => "Bcast",
         Collective::Scatter => "Scatter",
@@ -89,7 +95,7 @@ fn synthetic_rows(m: &Model) -> Vec<Row> {
                 } else {
                     bytes as usize
                 };
-                let t = (a.cost)(m, p, n);
+                let t = (a.cost)(&on_this_machine, p, n);
                 rows.push(Row {
                     implementation: "tca".into(),
                     benchmark: bench(a.collective).into(),
@@ -116,13 +122,20 @@ fn calibrate_fits_measurements_and_writes_the_file() {
         machine: "synthetic".into(),
         date: "2026-01-01T00:00:00Z".into(),
         transport: "none".into(),
-        rows: synthetic_rows(&truth()),
+        rows: synthetic_rows(&truth(), 4),
     };
     std::fs::write(&rows, run.to_csv()).unwrap();
     let out = dir.0.join("model.json");
     let o = tca(
         &out,
-        &["model", "calibrate", "--from", rows.to_str().unwrap()],
+        &[
+            "model",
+            "calibrate",
+            "--from",
+            rows.to_str().unwrap(),
+            "--cores",
+            "4",
+        ],
     );
     assert!(o.status.success(), "{}", text(&o.stderr));
     let s = text(&o.stdout);
@@ -328,4 +341,55 @@ fn a_malformed_model_file_is_one_warning_and_the_defaults() {
     );
     assert!(o.status.success());
     assert!(!text(&o.stderr).contains("warning"), "{}", text(&o.stderr));
+}
+
+#[test]
+fn calibrate_shares_the_cores_out_when_ranks_outnumber_them() {
+    // Measured on 2 cores: the 4-rank rows are paced by all ranks' work over 2 cores.
+    let dir = TempDir::new("crowded");
+    let rows = dir.0.join("rows.csv");
+    let run = Run {
+        machine: "synthetic".into(),
+        date: "2026-01-01T00:00:00Z".into(),
+        transport: "none".into(),
+        rows: synthetic_rows(&truth(), 2),
+    };
+    std::fs::write(&rows, run.to_csv()).unwrap();
+    let out = dir.0.join("model.json");
+    let fit = |cores: &str| {
+        let o = tca(
+            &out,
+            &[
+                "model",
+                "calibrate",
+                "--from",
+                rows.to_str().unwrap(),
+                "--cores",
+                cores,
+            ],
+        );
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        Calibration::load(&out).unwrap()
+    };
+    let shared = fit("2");
+    let four = shared.ranks.iter().find(|r| r.ranks == 4).unwrap();
+    assert_eq!(four.cores, 2);
+    let rms = |r: &tca::coll::model::RankModels| {
+        r.collectives
+            .values()
+            .map(|f| f.fit.as_ref().unwrap().rms_rel_err)
+            .fold(0.0, f64::max)
+    };
+    eprintln!("cores 2: worst rms {}", rms(four));
+    // Fitted as if every rank had a core, the same rows fit worse.
+    let dedicated = fit("4");
+    let four_dedicated = dedicated.ranks.iter().find(|r| r.ranks == 4).unwrap();
+    eprintln!("cores 4: worst rms {}", rms(four_dedicated));
+    assert!(rms(four) < 0.05, "{}", rms(four));
+    assert!(
+        rms(four_dedicated) > rms(four),
+        "{} {}",
+        rms(four_dedicated),
+        rms(four)
+    );
 }

@@ -55,7 +55,8 @@ fn with(params: &[(&str, f64)]) -> Model {
     Model::from_params(&p, 0.0, MAX_CACHE).unwrap()
 }
 
-/// A calibration that uses `m` for every collective at every rank count.
+/// A calibration that uses `m` for every collective at every rank count, every rank with a
+/// core of its own (cores unknown: 0).
 fn uniform(m: Model) -> Calibration {
     Calibration {
         format: FORMAT.into(),
@@ -65,7 +66,7 @@ fn uniform(m: Model) -> Calibration {
         command: "test".into(),
         ranks: vec![RankModels {
             ranks: 2,
-            cores: 2,
+            cores: 0,
             all: Fitted {
                 model: m,
                 fit: None,
@@ -150,6 +151,34 @@ fn files_written_before_the_spill_and_cache_terms_still_load() {
 }
 
 #[test]
+fn more_ranks_than_cores_share_the_cores() {
+    // Chunks only: a broadcast's p - 1 sends and p - 1 receives, spread over the cores,
+    // against its busiest rank's; an exchange's every rank, p / cores times one rank's.
+    let mut c = uniform(only(param("alpha"), 0.0));
+    let bcast =
+        |c: &Calibration, name: &str, p: usize| c.predict(alg(Collective::Broadcast, name), p, 8);
+    let allreduce = |c: &Calibration, p: usize| {
+        c.predict(alg(Collective::Allreduce, "recursive_doubling"), p, 8)
+    };
+    // One core each (cores unknown): the busiest rank.
+    assert_eq!(bcast(&c, "pipeline", 8), 2.0);
+    assert_eq!(bcast(&c, "binomial", 8), 3.0);
+    assert_eq!(bcast(&c, "flat", 8), 7.0);
+    assert_eq!(allreduce(&c, 8), 6.0);
+    // 2 cores for 8 ranks: 14 chunks over 2 cores for every one-way broadcast.
+    c.ranks[0].cores = 2;
+    for name in ["pipeline", "binomial", "flat"] {
+        assert_eq!(bcast(&c, name, 8), 7.0, "{name}");
+    }
+    assert_eq!(allreduce(&c, 8), 24.0);
+    // As many cores as ranks: nothing changes.
+    assert_eq!(bcast(&c, "pipeline", 2), 1.0);
+    assert_eq!(allreduce(&c, 2), 2.0);
+    // Choices stay the argmin of the predictions.
+    check_argmin(&c);
+}
+
+#[test]
 fn models_are_chosen_by_rank_count_and_collective() {
     let c = sample();
     // Nearest rank count by ratio: 2 for 2 and 3, 8 for 5 and more.
@@ -162,6 +191,9 @@ fn models_are_chosen_by_rank_count_and_collective() {
     assert_eq!(c.model(Collective::Allreduce, 2).delta, 0.2);
     assert_eq!(c.model(Collective::Broadcast, 2), Model::default());
     assert_eq!(c.model(Collective::Allreduce, 8).delta, 3.0);
+    // The cores come from the rank count's entry.
+    assert_eq!(c.model(Collective::Allreduce, 8).cores, 2.0);
+    assert_eq!(c.model(Collective::Allreduce, 2).cores, 0.0);
 }
 
 /// Over a grid of rank counts and sizes, `choose` returns an algorithm whose predicted time no

@@ -41,6 +41,14 @@
 //! of linear forms, linear again once the slower side is known, which is how calibration
 //! fits them (`tca_model::linear::fit_piecewise`).
 //!
+//! **More ranks than cores.** Then the ranks' work competes for the cores, and the pace is
+//! the work of all ranks spread over the cores, when that is longer than the busiest rank's
+//! ([`Model::paced`]): each algorithm states its total as well. For an exchange, where every
+//! rank runs the same schedule, that is p/cores times one rank's; for a rooted collective it
+//! is what separates the algorithms (at 8 ranks on 2 cores an 8-byte broadcast took 3.5 us,
+//! where its busiest rank alone predicts 1.4 us). The cores are those recorded with the
+//! rank count's calibration ([`RankModels::cores`]).
+//!
 //! # Where the parameters come from
 //!
 //! Built-in defaults ([`Model::default`]) measured on the development machine, unless a
@@ -78,8 +86,8 @@
 //! Bruck's allgather or the one-round flat variants in more rounds; with data flowing one
 //! way, a pipeline's middle rank does no more than binomial's busiest rank (a tie that
 //! table order gives to binomial). They stay in the table for forcing and for the regimes the
-//! models do not describe. With more ranks than cores, the models see the scheduler only
-//! through parameters fitted at that rank count: the counts stay those of dedicated cores.
+//! models do not describe. With more ranks than cores, the models see the scheduler through
+//! the total work over the cores and through parameters fitted at that rank count.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -122,6 +130,10 @@ pub struct Model {
     /// Messages of at least this many bytes pay `beta_far` ([`MAX_CACHE`]: none do).
     #[serde(default = "no_cache_step")]
     pub cache: f64,
+    /// Cores the ranks share (0: one each). Not a fitted parameter and not stored per model:
+    /// [`Calibration::model`] sets it from the rank count's entry ([`RankModels::cores`]).
+    #[serde(skip)]
+    pub cores: f64,
 }
 
 fn no_cache_step() -> f64 {
@@ -146,6 +158,7 @@ impl Default for Model {
             beta_far: 0.0,
             knee: 2048.0,
             cache: MAX_CACHE,
+            cores: 0.0,
         }
     }
 }
@@ -216,6 +229,7 @@ impl Model {
             beta_far: p[8],
             knee,
             cache,
+            cores: 0.0,
         };
         m.validate()?;
         Ok(m)
@@ -272,12 +286,35 @@ impl Model {
         if self.time(&b) > self.time(&a) { b } else { a }
     }
 
+    /// How many ranks share each core on `p` ranks (1 when every rank has a core).
+    fn crowding(&self, p: usize) -> f64 {
+        if self.cores > 0.0 && p as f64 > self.cores {
+            p as f64 / self.cores
+        } else {
+            1.0
+        }
+    }
+
+    /// The pace of back-to-back calls of a collective on `p` ranks whose busiest rank does
+    /// `busiest` and whose ranks do `total` together: `busiest` when every rank has a core;
+    /// with more ranks than cores, the cores themselves are shared, so the total over the
+    /// cores if that takes longer (see the module docs).
+    pub fn paced(&self, p: usize, busiest: Work, total: Work) -> Work {
+        let c = self.crowding(p);
+        if c > 1.0 {
+            self.slowest(busiest, total.scaled(c / p as f64))
+        } else {
+            busiest
+        }
+    }
+
     /// An empty schedule for `p` ranks, to describe an algorithm's work with.
     pub(crate) fn sched(&self, p: usize) -> Sched {
         Sched {
             chunk: chunk_bytes(p) as f64,
             knee: self.knee,
             cache: self.cache,
+            crowding: self.crowding(p),
             w: Work::default(),
         }
     }
@@ -308,6 +345,21 @@ pub struct Work {
 }
 
 impl Work {
+    /// Every count times `f`.
+    pub fn scaled(self, f: f64) -> Work {
+        Work {
+            rounds: self.rounds * f,
+            chunks: self.chunks * f,
+            spilled: self.spilled * f,
+            recv_bytes: self.recv_bytes * f,
+            sent_bytes: self.sent_bytes * f,
+            small_bytes: self.small_bytes * f,
+            local_bytes: self.local_bytes * f,
+            reduced_bytes: self.reduced_bytes * f,
+            far_bytes: self.far_bytes * f,
+        }
+    }
+
     /// The counts in the order of [`Model::PARAMS`]: the coefficients of a linear fit.
     pub fn coefficients(&self) -> [f64; 9] {
         [
@@ -330,6 +382,7 @@ pub(crate) struct Sched {
     chunk: f64,
     knee: f64,
     cache: f64,
+    crowding: f64,
     w: Work,
 }
 
@@ -428,6 +481,12 @@ impl Sched {
     /// The counts.
     pub(crate) fn work(self) -> Work {
         self.w
+    }
+
+    /// The pace of a collective whose every rank runs this schedule ([`Model::paced`] with
+    /// p times these counts as the total).
+    pub(crate) fn symmetric(self) -> Work {
+        self.w.scaled(self.crowding)
     }
 }
 
@@ -626,8 +685,9 @@ impl Calibration {
     /// The model of `collective` on `p` ranks: the nearest rank count's model of that
     /// collective, else its model of all collectives, else the defaults.
     pub fn model(&self, collective: Collective, p: usize) -> Model {
-        self.nearest(p).map_or_else(Model::default, |r| {
-            r.collectives
+        self.nearest(p).map_or_else(Model::default, |r| Model {
+            cores: f64::from(r.cores),
+            ..r.collectives
                 .get(collective.name())
                 .map_or(r.all.model, |f| f.model)
         })

@@ -41,5 +41,5 @@ pub(crate) fn work(m: &Model, p: usize, n: usize) -> Work {
         .rounds(log2c(p))
         .send(q, n)
         .recv(q, n)
-        .work()
+        .symmetric()
 }

@@ -36,5 +36,10 @@ pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], counts: &[usize], displs: &[usiz
 /// in all.
 pub(crate) fn work(m: &Model, p: usize, n: usize) -> Work {
     let (q, n) = (p.saturating_sub(1) as f64, n as f64);
-    m.sched(p).local(n).rounds(q).send(q, n).recv(q, n).work()
+    m.sched(p)
+        .local(n)
+        .rounds(q)
+        .send(q, n)
+        .recv(q, n)
+        .symmetric()
 }

@@ -31,5 +31,5 @@ pub(crate) fn work(m: &Model, p: usize, n: usize) -> Work {
         .send(q, n)
         .recv(q, n)
         .reduce(q * n)
-        .work()
+        .symmetric()
 }

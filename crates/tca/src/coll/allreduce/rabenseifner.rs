@@ -59,7 +59,7 @@ pub(crate) fn work(m: &Model, p: usize, n: usize) -> Work {
         s = s.exchange_reduce(1.0, half).exchange(1.0, half);
     }
     if p.is_power_of_two() {
-        return s.work();
+        return s.symmetric();
     }
-    s.rounds(2.0).recv_reduce(1.0, nf).send(1.0, nf).work()
+    s.rounds(2.0).recv_reduce(1.0, nf).send(1.0, nf).symmetric()
 }

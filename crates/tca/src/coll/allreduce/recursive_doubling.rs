@@ -30,7 +30,7 @@ pub(crate) fn work(m: &Model, p: usize, n: usize) -> Work {
     let (k, n) = (log2f(p), n as f64);
     let s = m.sched(p).local(n).exchange_reduce(k, n);
     if p.is_power_of_two() {
-        return s.work();
+        return s.symmetric();
     }
-    s.rounds(2.0).recv_reduce(1.0, n).send(1.0, n).work()
+    s.rounds(2.0).recv_reduce(1.0, n).send(1.0, n).symmetric()
 }

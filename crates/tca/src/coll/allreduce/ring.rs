@@ -25,5 +25,5 @@ pub(crate) fn work(m: &Model, p: usize, n: usize) -> Work {
         .local(nf)
         .exchange_reduce(q, b)
         .exchange(q, b)
-        .work()
+        .symmetric()
 }

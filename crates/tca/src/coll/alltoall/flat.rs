@@ -26,5 +26,10 @@ pub(crate) fn run(c: &Comm<'_>, send: &[u8], recv: &mut [u8]) -> Result<()> {
 /// One round: p - 1 blocks of n sent and received; this rank's own block copied.
 pub(crate) fn work(m: &Model, p: usize, n: usize) -> Work {
     let (q, n) = (p.saturating_sub(1) as f64, n as f64);
-    m.sched(p).local(n).rounds(1.0).send(q, n).recv(q, n).work()
+    m.sched(p)
+        .local(n)
+        .rounds(1.0)
+        .send(q, n)
+        .recv(q, n)
+        .symmetric()
 }

@@ -26,5 +26,5 @@ pub(crate) fn run(c: &Comm<'_>, send: &[u8], recv: &mut [u8]) -> Result<()> {
 /// p - 1 exchange rounds of a block of n; this rank's own block copied.
 pub(crate) fn work(m: &Model, p: usize, n: usize) -> Work {
     let (q, n) = (p.saturating_sub(1) as f64, n as f64);
-    m.sched(p).local(n).exchange(q, n).work()
+    m.sched(p).local(n).exchange(q, n).symmetric()
 }

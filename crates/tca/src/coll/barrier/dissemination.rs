@@ -19,5 +19,5 @@ pub(crate) fn run(c: &Comm<'_>) -> Result<()> {
 
 /// ceil(log2 p) exchange rounds of an empty message.
 pub(crate) fn work(m: &Model, p: usize, _n: usize) -> Work {
-    m.sched(p).exchange(log2c(p), 0.0).work()
+    m.sched(p).exchange(log2c(p), 0.0).symmetric()
 }

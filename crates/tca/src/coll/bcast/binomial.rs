@@ -32,11 +32,12 @@ pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], root: usize) -> Result<()> {
 
 /// Data flows one way, so back-to-back calls overlap and the busier rank sets the pace: the
 /// root, which sends the buffer ceil(log2 p) times, or its first child, which receives it and
-/// sends it on to up to ceil(log2 p) - 1 children.
+/// sends it on to up to ceil(log2 p) - 1 children. In all, p - 1 sends and receives.
 pub(crate) fn work(m: &Model, p: usize, n: usize) -> Work {
-    let (l, n) = (log2c(p), n as f64);
-    m.slowest(
+    let (l, q, n) = (log2c(p), p.saturating_sub(1) as f64, n as f64);
+    let busiest = m.slowest(
         m.sched(p).send(l, n).work(),
         m.sched(p).recv(1.0, n).send(l - 1.0, n).work(),
-    )
+    );
+    m.paced(p, busiest, m.sched(p).send(q, n).recv(q, n).work())
 }

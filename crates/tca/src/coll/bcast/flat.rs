@@ -20,8 +20,9 @@ pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], root: usize) -> Result<()> {
     Ok(())
 }
 
-/// One way: the busier of the root (p - 1 sends) and a receiver.
+/// One way: the busier of the root (p - 1 sends) and a receiver; p - 1 of each in all.
 pub(crate) fn work(m: &Model, p: usize, n: usize) -> Work {
     let (q, n) = (p.saturating_sub(1) as f64, n as f64);
-    m.slowest(m.sched(p).send(q, n).work(), m.sched(p).recv(1.0, n).work())
+    let busiest = m.slowest(m.sched(p).send(q, n).work(), m.sched(p).recv(1.0, n).work());
+    m.paced(p, busiest, m.sched(p).send(q, n).recv(q, n).work())
 }

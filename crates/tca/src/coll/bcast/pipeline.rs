@@ -25,14 +25,16 @@ pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], root: usize) -> Result<()> {
 }
 
 /// Every link works at once: a middle rank receives and sends every chunk; with two ranks,
-/// the busier of the sender and the receiver.
+/// the busier of the sender and the receiver. In all, p - 1 sends and receives.
 pub(crate) fn work(m: &Model, p: usize, n: usize) -> Work {
-    let n = n as f64;
-    if p > 2 {
-        return m.sched(p).recv(1.0, n).send(1.0, n).work();
-    }
-    m.slowest(
-        m.sched(p).send(1.0, n).work(),
-        m.sched(p).recv(1.0, n).work(),
-    )
+    let (q, n) = (p.saturating_sub(1) as f64, n as f64);
+    let busiest = if p > 2 {
+        m.sched(p).recv(1.0, n).send(1.0, n).work()
+    } else {
+        m.slowest(
+            m.sched(p).send(1.0, n).work(),
+            m.sched(p).recv(1.0, n).work(),
+        )
+    };
+    m.paced(p, busiest, m.sched(p).send(q, n).recv(q, n).work())
 }

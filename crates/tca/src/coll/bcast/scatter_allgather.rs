@@ -23,9 +23,11 @@ pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], root: usize) -> Result<()> {
 }
 
 /// The scatter (the busier of the root's p - 1 sends of n/p and a receiver), then p - 1 ring
-/// exchange rounds of n/p.
+/// exchange rounds of n/p on every rank.
 pub(crate) fn work(m: &Model, p: usize, n: usize) -> Work {
     let (q, b) = (p.saturating_sub(1) as f64, n as f64 / p.max(1) as f64);
     let scatter = m.slowest(m.sched(p).send(q, b).work(), m.sched(p).recv(1.0, b).work());
-    m.sched(p).then(scatter).exchange(q, b).work()
+    let ring = m.sched(p).exchange(q, b).work();
+    let total = m.sched(p).send(q, b).recv(q, b).then(ring.scaled(p as f64));
+    m.paced(p, m.sched(p).then(scatter).then(ring).work(), total.work())
 }

@@ -25,8 +25,9 @@ pub(crate) fn run(c: &Comm<'_>, send: &[u8], recv: &mut [u8], root: usize) -> Re
 /// One way: the busier of the root (p - 1 receives of n, and its own block) and a sender.
 pub(crate) fn work(m: &Model, p: usize, n: usize) -> Work {
     let (q, n) = (p.saturating_sub(1) as f64, n as f64);
-    m.slowest(
+    let busiest = m.slowest(
         m.sched(p).local(n).recv(q, n).work(),
         m.sched(p).send(1.0, n).work(),
-    )
+    );
+    m.paced(p, busiest, m.sched(p).local(n).recv(q, n).send(q, n).work())
 }

@@ -37,5 +37,10 @@ pub(crate) fn work(m: &Model, p: usize, n: usize) -> Work {
             k <<= 1;
         }
     }
-    m.slowest(root.work(), child.work())
+    // In all: the root's work, and p - 1 ranks that copy their input and send it up, each
+    // combined once by its parent.
+    let q = p.saturating_sub(1) as f64;
+    let total = m.sched(p).then(root.work()).local(q * nf).send(q, nf);
+    let total = total.recv_reduce(q - log2c(p), nf);
+    m.paced(p, m.slowest(root.work(), child.work()), total.work())
 }

@@ -23,8 +23,11 @@ pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], red: &Reducer<'_>, root: usize) 
 /// sender.
 pub(crate) fn work(m: &Model, p: usize, n: usize) -> Work {
     let (q, n) = (p.saturating_sub(1) as f64, n as f64);
-    m.slowest(
-        m.sched(p).local(2.0 * n).recv_reduce(q, n).work(),
-        m.sched(p).local(n).send(1.0, n).work(),
+    let root = m.sched(p).local(2.0 * n).recv_reduce(q, n).work();
+    let busiest = m.slowest(root, m.sched(p).local(n).send(1.0, n).work());
+    m.paced(
+        p,
+        busiest,
+        m.sched(p).then(root).local(q * n).send(q, n).work(),
     )
 }

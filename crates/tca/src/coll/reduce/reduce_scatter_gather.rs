@@ -47,9 +47,14 @@ pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], red: &Reducer<'_>, root: usize) 
 pub(crate) fn work(m: &Model, p: usize, n: usize) -> Work {
     let (q, nf) = (p.saturating_sub(1) as f64, n as f64);
     let b = nf / p.max(1) as f64;
-    m.sched(p)
-        .local(2.0 * nf)
-        .exchange_reduce(q, b)
-        .recv(q, b)
-        .work()
+    let ring = m.sched(p).exchange_reduce(q, b).work();
+    let root = m.sched(p).local(2.0 * nf).then(ring).recv(q, b).work();
+    // In all: the ring on every rank, the others' copies in and their blocks to the root.
+    let total = m
+        .sched(p)
+        .then(root)
+        .then(ring.scaled(q))
+        .local(q * nf)
+        .send(q, b);
+    m.paced(p, root, total.work())
 }

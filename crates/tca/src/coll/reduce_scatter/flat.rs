@@ -31,5 +31,5 @@ pub(crate) fn work(m: &Model, p: usize, n: usize) -> Work {
         .rounds(1.0)
         .send(q, n)
         .recv_reduce(q, n)
-        .work()
+        .symmetric()
 }

@@ -21,5 +21,8 @@ pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], recv: &mut [u8], red: &Reducer<'
 /// this rank's block.
 pub(crate) fn work(m: &Model, p: usize, n: usize) -> Work {
     let (q, n) = (p.saturating_sub(1) as f64, n as f64);
-    m.sched(p).local((q + 2.0) * n).exchange_reduce(q, n).work()
+    m.sched(p)
+        .local((q + 2.0) * n)
+        .exchange_reduce(q, n)
+        .symmetric()
 }
