@@ -700,18 +700,24 @@ impl Calibration {
     }
 
     /// The supported algorithm of `collective` with the lowest predicted time on `p` ranks
-    /// and `bytes` bytes (the first in table order on a tie: times within a relative 1e-9,
-    /// which rounding can tell apart, are equal).
+    /// and `bytes` bytes. Times within a relative 1e-9 (which rounding can tell apart) are
+    /// equal; among equals, the one whose busiest rank has the least to do (with more ranks
+    /// than cores several one-way broadcasts predict the same total over the cores, and the
+    /// shorter critical path is what sets them apart), then the first in table order.
     pub fn choose(&self, collective: Collective, p: usize, bytes: usize) -> &'static Algorithm {
         let m = self.model(collective, p);
-        let mut best: Option<(&'static Algorithm, f64)> = None;
+        let own_cores = Model { cores: 0.0, ..m };
+        let below = |a: f64, b: f64| a < b * (1.0 - 1e-9);
+        let mut best: Option<(&'static Algorithm, f64, f64)> = None;
         for a in collective.algorithms().filter(|a| (a.supports)(p)) {
             let t = (a.cost)(&m, p, bytes);
-            if best.is_none_or(|(_, bt)| t < bt * (1.0 - 1e-9)) {
-                best = Some((a, t));
+            let busiest = (a.cost)(&own_cores, p, bytes);
+            if best.is_none_or(|(_, bt, bb)| below(t, bt) || (!below(bt, t) && below(busiest, bb)))
+            {
+                best = Some((a, t, busiest));
             }
         }
-        best.map(|(a, _)| a)
+        best.map(|(a, _, _)| a)
             .or_else(|| collective.algorithms().next())
             .expect("every collective has an algorithm")
     }
