@@ -114,29 +114,38 @@ fn synthetic_rows(m: &Model, cores: u32) -> Vec<Row> {
     rows
 }
 
-#[test]
-fn calibrate_fits_measurements_and_writes_the_file() {
-    let dir = TempDir::new("fit");
+/// The true model's rows as measured on `cores` cores, written to a CSV file in `dir`.
+fn write_rows(dir: &TempDir, cores: u32) -> PathBuf {
     let rows = dir.0.join("rows.csv");
     let run = Run {
         machine: "synthetic".into(),
         date: "2026-01-01T00:00:00Z".into(),
         transport: "none".into(),
-        rows: synthetic_rows(&truth(), 4),
+        rows: synthetic_rows(&truth(), cores),
     };
     std::fs::write(&rows, run.to_csv()).unwrap();
+    rows
+}
+
+/// `tca model calibrate --from rows --cores N`, writing `out`.
+fn calibrate_from(out: &Path, rows: &Path, cores: &str) -> Output {
+    let args = [
+        "model",
+        "calibrate",
+        "--from",
+        rows.to_str().unwrap(),
+        "--cores",
+        cores,
+    ];
+    tca(out, &args)
+}
+
+#[test]
+fn calibrate_fits_measurements_and_writes_the_file() {
+    let dir = TempDir::new("fit");
+    let rows = write_rows(&dir, 4);
     let out = dir.0.join("model.json");
-    let o = tca(
-        &out,
-        &[
-            "model",
-            "calibrate",
-            "--from",
-            rows.to_str().unwrap(),
-            "--cores",
-            "4",
-        ],
-    );
+    let o = calibrate_from(&out, &rows, "4");
     assert!(o.status.success(), "{}", text(&o.stderr));
     let s = text(&o.stdout);
     assert!(s.contains("2 ranks") && s.contains("4 ranks"), "{s}");
@@ -347,27 +356,10 @@ fn a_malformed_model_file_is_one_warning_and_the_defaults() {
 fn calibrate_shares_the_cores_out_when_ranks_outnumber_them() {
     // Measured on 2 cores: the 4-rank rows are paced by all ranks' work over 2 cores.
     let dir = TempDir::new("crowded");
-    let rows = dir.0.join("rows.csv");
-    let run = Run {
-        machine: "synthetic".into(),
-        date: "2026-01-01T00:00:00Z".into(),
-        transport: "none".into(),
-        rows: synthetic_rows(&truth(), 2),
-    };
-    std::fs::write(&rows, run.to_csv()).unwrap();
+    let rows = write_rows(&dir, 2);
     let out = dir.0.join("model.json");
     let fit = |cores: &str| {
-        let o = tca(
-            &out,
-            &[
-                "model",
-                "calibrate",
-                "--from",
-                rows.to_str().unwrap(),
-                "--cores",
-                cores,
-            ],
-        );
+        let o = calibrate_from(&out, &rows, cores);
         assert!(o.status.success(), "{}", text(&o.stderr));
         Calibration::load(&out).unwrap()
     };

@@ -457,6 +457,18 @@ impl Sched {
         self
     }
 
+    /// Every rank v > 0 of a binomial tree over `p` ranks (relative to its root) copies its
+    /// block of `block` bytes, and the message of its subtree (min(lowest set bit of v, p - v)
+    /// blocks) is sent once and received once: the total of a binomial scatter or gather
+    /// besides the root's copies.
+    pub(crate) fn binomial_subtrees(mut self, p: usize, block: f64) -> Self {
+        for v in 1..p {
+            let x = (1usize << v.trailing_zeros()).min(p - v) as f64 * block;
+            self = self.local(block).send(1.0, x).recv(1.0, x);
+        }
+        self
+    }
+
     /// `x` bytes combined (already at hand).
     pub(crate) fn reduce(mut self, x: f64) -> Self {
         self.w.reduced_bytes += x.max(0.0);

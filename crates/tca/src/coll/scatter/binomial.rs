@@ -55,15 +55,10 @@ pub(crate) fn work(m: &Model, p: usize, n: usize) -> Work {
             k <<= 1;
         }
     }
-    // In all: the root's copies, and every other rank v's block copy and the message of its
-    // subtree (min(lowest set bit of v, p - v) blocks), sent once and received once.
-    let mut total = m.sched(p).local((p + 1) as f64 * nf);
-    for v in 1..p {
-        let blocks = (1usize << v.trailing_zeros()).min(p - v) as f64;
-        total = total
-            .local(nf)
-            .send(1.0, blocks * nf)
-            .recv(1.0, blocks * nf);
-    }
+    // In all: the root's copies, and every other rank's block and subtree message.
+    let total = m
+        .sched(p)
+        .local((p + 1) as f64 * nf)
+        .binomial_subtrees(p, nf);
     m.paced(p, m.slowest(root.work(), child.work()), total.work())
 }
