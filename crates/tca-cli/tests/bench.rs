@@ -1,21 +1,9 @@
 //! `tca bench` as a user types it: the floor, the IMB suite at 2 and 3 ranks, every output
 //! format, plots, fits, and the errors for bad input.
 
-use std::process::{Command, Output, Stdio};
+mod common;
 
-const TCA: &str = env!("CARGO_BIN_EXE_tca");
-
-fn tca(args: &[&str]) -> Output {
-    Command::new(TCA)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("tca runs")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
+use common::{tca, text};
 
 fn ok(args: &[&str]) -> String {
     let o = tca(args);

@@ -8,6 +8,7 @@ use std::process::{Command, Output, Stdio};
 use tca::Collective;
 use tca::coll::ALGORITHMS;
 use tca::coll::model::{Calibration, Model};
+use tca_bench::suite::BENCHMARKS;
 use tca_model::record::{Row, Run};
 
 const TCA: &str = env!("CARGO_BIN_EXE_tca");
@@ -69,27 +70,21 @@ fn synthetic_rows(m: &Model, cores: u32) -> Vec<Row> {
         cores: f64::from(cores),
         ..*m
     };
-    let bench = |c: Collective| match c {
-        Collective::Broadcast => "Bcast",
-        Collective::Scatter => "Scatter",
-        Collective::Gather => "Gather",
-        Collective::Reduce => "Reduce",
-        Collective::Allgather => "Allgather",
-        Collective::Allreduce => "Allreduce",
-        Collective::Barrier => "Barrier",
-        Collective::ReduceScatter => "Reduce_scatter",
-        Collective::Alltoall => "Alltoall",
-    };
     let mut rows = Vec::new();
     for p in [2usize, 4] {
         for a in ALGORITHMS.iter().filter(|a| (a.supports)(p)) {
+            let bench = BENCHMARKS
+                .iter()
+                .find(|b| b.collective == Some(a.collective))
+                .expect("every collective has its benchmark");
             let sizes: Vec<u64> = if a.collective == Collective::Barrier {
                 vec![0]
             } else {
                 (3..=22).map(|k| 1u64 << k).collect()
             };
             for bytes in sizes {
-                // What the model takes: each rank's share for Reduce_scatter.
+                // What the model takes: each rank's share for Reduce_scatter (stated here, not
+                // taken from the code under test).
                 let n = if a.collective == Collective::ReduceScatter {
                     bytes as usize / p
                 } else {
@@ -98,7 +93,7 @@ fn synthetic_rows(m: &Model, cores: u32) -> Vec<Row> {
                 let t = (a.cost)(&on_this_machine, p, n);
                 rows.push(Row {
                     implementation: "tca".into(),
-                    benchmark: bench(a.collective).into(),
+                    benchmark: bench.name.into(),
                     algorithm: a.name.into(),
                     ranks: p as u32,
                     bytes,

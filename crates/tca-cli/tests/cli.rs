@@ -2,19 +2,9 @@
 
 use std::process::{Command, Output, Stdio};
 
-const TCA: &str = env!("CARGO_BIN_EXE_tca");
+mod common;
 
-fn tca(args: &[&str]) -> Output {
-    Command::new(TCA)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("tca runs")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
+use common::{TCA, tca, text};
 
 #[test]
 fn run_forwards_output_and_status() {

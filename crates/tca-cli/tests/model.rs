@@ -1,20 +1,10 @@
 //! `tca model ...` as a user types it.
 
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 
-const TCA: &str = env!("CARGO_BIN_EXE_tca");
+mod common;
 
-fn tca(args: &[&str]) -> Output {
-    Command::new(TCA)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("tca runs")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
+use common::{tca, text};
 
 fn json(o: &Output) -> serde_json::Value {
     assert!(o.status.success(), "{}", text(&o.stderr));

@@ -27,8 +27,8 @@
 //! communicators"), so the shape must have three dimensions.
 
 use super::{
-    Estimate, EstimateError, Kind, Param, Regime, Shape, Switch, Term, check_rate, check_size,
-    check_time,
+    Estimate, EstimateError, Kind, Param, Regime, Shape, Switch, Term, check_link_times,
+    check_rate, check_size,
 };
 
 /// Directions used at once: K's four Tofu network interfaces.
@@ -64,10 +64,7 @@ impl Allgather {
             });
         }
         check_rate(Param::Bandwidth, self.b_mb_s)?;
-        check_time(Param::TO, self.t_o_us)?;
-        check_time(Param::TS, self.t_s_us)?;
-        check_time(Param::LS, self.l_s_us)?;
-        check_time(Param::LH, self.l_h_us)
+        check_link_times(self.t_o_us, self.t_s_us, self.l_s_us, self.l_h_us)
     }
 
     fn np(&self) -> f64 {

@@ -30,8 +30,8 @@
 
 use super::bcast::{Pipe, pipe};
 use super::{
-    Estimate, EstimateError, Kind, Param, Regime, Shape, Switch, Term, check_rate, check_segment,
-    check_size, check_time, per_dir, times,
+    Estimate, EstimateError, Kind, Param, Regime, Shape, Switch, Term, check_link_times,
+    check_rate, check_segment, check_size, per_dir, times,
 };
 
 /// The Allreduce estimate's parameters.
@@ -71,10 +71,7 @@ impl Allreduce {
         check_rate(Param::TC, self.t_c_mb_s)?;
         check_segment(Param::Segment, self.m_b_bytes)?;
         check_segment(Param::ReduceSegment, self.m_r_bytes)?;
-        check_time(Param::TO, self.t_o_us)?;
-        check_time(Param::TS, self.t_s_us)?;
-        check_time(Param::LS, self.l_s_us)?;
-        check_time(Param::LH, self.l_h_us)
+        check_link_times(self.t_o_us, self.t_s_us, self.l_s_us, self.l_h_us)
     }
 
     fn d(&self) -> f64 {

@@ -24,8 +24,8 @@
 //! meets the pipelined formula at M = d m_B ([`Regime::SingleSegment`], not in the paper).
 
 use super::{
-    Estimate, EstimateError, Kind, Param, Regime, Shape, Switch, Term, check_rate, check_segment,
-    check_size, check_time, per_dir, times,
+    Estimate, EstimateError, Kind, Param, Regime, Shape, Switch, Term, check_link_times,
+    check_rate, check_segment, check_size, per_dir, times,
 };
 
 /// The broadcast estimate's parameters.
@@ -80,10 +80,7 @@ impl Bcast {
         // A `Shape` is checked when it is made (its dimensions are private).
         check_rate(Param::Bandwidth, self.b_mb_s)?;
         check_segment(Param::Segment, self.m_b_bytes)?;
-        check_time(Param::TO, self.t_o_us)?;
-        check_time(Param::TS, self.t_s_us)?;
-        check_time(Param::LS, self.l_s_us)?;
-        check_time(Param::LH, self.l_h_us)
+        check_link_times(self.t_o_us, self.t_s_us, self.l_s_us, self.l_h_us)
     }
 
     fn pipe(&self) -> Pipe {

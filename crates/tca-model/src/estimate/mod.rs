@@ -862,6 +862,14 @@ fn check_time(param: Param, v: f64) -> Result<(), EstimateError> {
     }
 }
 
+/// The four software and link times every network estimate takes (t_O, t_S, L_S, L_H).
+fn check_link_times(t_o: f64, t_s: f64, l_s: f64, l_h: f64) -> Result<(), EstimateError> {
+    check_time(Param::TO, t_o)?;
+    check_time(Param::TS, t_s)?;
+    check_time(Param::LS, l_s)?;
+    check_time(Param::LH, l_h)
+}
+
 /// A segment: at least one byte.
 fn check_segment(param: Param, v: u64) -> Result<(), EstimateError> {
     if v > 0 {

@@ -97,6 +97,7 @@ use serde::{Deserialize, Serialize};
 
 use super::channel::{INLINE, chunk_bytes};
 use super::registry::{ALGORITHMS, Algorithm, Collective};
+use super::subtree;
 use crate::env;
 use crate::error::{Error, ErrorKind, Result};
 
@@ -308,6 +309,40 @@ impl Model {
         }
     }
 
+    /// A binomial scatter (`outward`: blocks flow from the root) or gather (the mirror) of
+    /// `n`-byte blocks on `p` ranks. Data flows one way: the busier of the root (its p + 1
+    /// staging copies, one message per subtree) and its first child (its block, its subtree's
+    /// message from or to the root, one per subtree of its own); in all, the root's copies and
+    /// every other rank v's block and subtree message (min(lowest set bit of v, p - v)
+    /// blocks), sent once and received once.
+    pub(crate) fn binomial_blocks(&self, p: usize, n: usize, outward: bool) -> Work {
+        let nf = n as f64;
+        // The message to or from relative rank v: its subtree's blocks.
+        let msg = |v: usize| subtree(p, v).1 as f64 * nf;
+        let mut root = self.sched(p).local((p + 1) as f64 * nf);
+        let mut k = 1;
+        while k < p {
+            root = root.message(outward, msg(k));
+            k <<= 1;
+        }
+        let mut child = self.sched(p).local(nf);
+        if p > 1 {
+            // The root's last child, the one with the largest subtree.
+            let h = 1usize << (usize::BITS - 1 - (p - 1).leading_zeros());
+            child = child.message(!outward, msg(h));
+            let mut k = 1;
+            while k < h && h + k < p {
+                child = child.message(outward, msg(h + k));
+                k <<= 1;
+            }
+        }
+        let mut total = self.sched(p).local((p + 1) as f64 * nf);
+        for v in 1..p {
+            total = total.local(nf).send(1.0, msg(v)).recv(1.0, msg(v));
+        }
+        self.paced(p, self.slowest(root.work(), child.work()), total.work())
+    }
+
     /// An empty schedule for `p` ranks, to describe an algorithm's work with.
     pub(crate) fn sched(&self, p: usize) -> Sched {
         Sched {
@@ -457,16 +492,13 @@ impl Sched {
         self
     }
 
-    /// Every rank v > 0 of a binomial tree over `p` ranks (relative to its root) copies its
-    /// block of `block` bytes, and the message of its subtree (min(lowest set bit of v, p - v)
-    /// blocks) is sent once and received once: the total of a binomial scatter or gather
-    /// besides the root's copies.
-    pub(crate) fn binomial_subtrees(mut self, p: usize, block: f64) -> Self {
-        for v in 1..p {
-            let x = (1usize << v.trailing_zeros()).min(p - v) as f64 * block;
-            self = self.local(block).send(1.0, x).recv(1.0, x);
+    /// One message of `x` bytes, sent if `out`, else received.
+    fn message(self, out: bool, x: f64) -> Self {
+        if out {
+            self.send(1.0, x)
+        } else {
+            self.recv(1.0, x)
         }
-        self
     }
 
     /// `x` bytes combined (already at hand).

@@ -4,7 +4,6 @@
 //! the paper could not use a prebuilt chain for it.
 //! Cost: log2 p α + (p - 1) n β. Reuse: channel flow control.
 
-use crate::coll::registry::{Model, Work, log2c};
 use crate::coll::{Comm, split2};
 use crate::error::Result;
 
@@ -24,14 +23,6 @@ pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], counts: &[usize], displs: &[usiz
     Ok(())
 }
 
-/// This rank's block into place, then ceil(log2 p) rounds that send and receive p - 1 blocks of n
-/// in all.
-pub(crate) fn work(m: &Model, p: usize, n: usize) -> Work {
-    let (q, n) = (p.saturating_sub(1) as f64, n as f64);
-    m.sched(p)
-        .local(n)
-        .rounds(log2c(p))
-        .send(q, n)
-        .recv(q, n)
-        .symmetric()
-}
+/// The same messages as Bruck's allgather in the same ceil(log2 p) rounds (the blocks travel
+/// in another order), so the same schedule: see `bruck::work`.
+pub(crate) use super::bruck::work;

@@ -33,30 +33,7 @@ pub(crate) fn run(c: &Comm<'_>, send: &[u8], recv: &mut [u8], root: usize) -> Re
     Ok(())
 }
 
-/// One way: the busier of the root (one receive per subtree, its block staged, the final copy
-/// of p blocks) and its first child (gathering its subtree, sending it up).
+/// One way, to the root: see [`Model::binomial_blocks`].
 pub(crate) fn work(m: &Model, p: usize, n: usize) -> Work {
-    let nf = n as f64;
-    let mut root = m.sched(p).local((p + 1) as f64 * nf);
-    let mut k = 1;
-    while k < p {
-        root = root.recv(1.0, k.min(p - k) as f64 * nf);
-        k <<= 1;
-    }
-    let mut child = m.sched(p).local(nf);
-    if p > 1 {
-        let h = 1usize << (usize::BITS - 1 - (p - 1).leading_zeros());
-        let mut k = 1;
-        while k < h && h + k < p {
-            child = child.recv(1.0, k.min(p - h - k) as f64 * nf);
-            k <<= 1;
-        }
-        child = child.send(1.0, h.min(p - h) as f64 * nf);
-    }
-    // In all: the root's copies, and every other rank's block and subtree message.
-    let total = m
-        .sched(p)
-        .local((p + 1) as f64 * nf)
-        .binomial_subtrees(p, nf);
-    m.paced(p, m.slowest(root.work(), child.work()), total.work())
+    m.binomial_blocks(p, n, false)
 }
