@@ -142,7 +142,9 @@ impl CacheLine {
 
     /// One round of `iters` round trips between barriers; the half round trip in ns.
     pub fn round(&mut self, world: &tca::World, iters: u64) -> Result<f64> {
-        let w = self.word.get();
+        let w = self.word.node_local().ok_or_else(|| {
+            anyhow::anyhow!("the cache-line floor needs both ranks of a pair on one node")
+        })?;
         let base = self.base;
         world.barrier()?;
         let t0 = Instant::now();

@@ -37,7 +37,7 @@ impl Machine {
             .unwrap_or(0);
         Self {
             cpu,
-            cpus: tca::transport::shm::wait::SpinPolicy::cpus(),
+            cpus: tca::bootstrap::job_cpus(),
             kernel,
             unix_time,
             tca_version: env!("CARGO_PKG_VERSION"),

@@ -131,7 +131,11 @@ impl Output {
             run: Run {
                 machine,
                 date: crate::machine::rfc3339_now(),
-                transport: "shared memory (sealed memfd segments, futex wake-ups)".into(),
+                transport: halves
+                    .iter()
+                    .map(|h| format!("{}: {}", h.implementation, h.transport))
+                    .collect::<Vec<_>>()
+                    .join(", "),
                 rows,
             },
             notes,
@@ -531,6 +535,7 @@ mod tests {
         );
         let half = |im: &str, rows: Vec<Row>| Half {
             implementation: im.into(),
+            transport: "shm".into(),
             ranks: 2,
             rows,
             notes: vec![format!("{im} note")],
@@ -576,6 +581,7 @@ mod tests {
             "m".into(),
             &[Half {
                 implementation: "tca".into(),
+                transport: "shm".into(),
                 ranks: 2,
                 rows,
                 notes: vec![],

@@ -44,6 +44,18 @@ struct RunArgs {
     /// Prefix every output line with `[rank] `.
     #[arg(long)]
     tag_output: bool,
+    /// Spread the ranks over these hosts: `h1,h2` (evenly, in blocks) or `h1:2,h2:2` (slots).
+    /// Ranks meet at a rendezvous this launcher serves; `localhost` ranks start directly.
+    #[arg(long, value_name = "HOSTS")]
+    hosts: Option<String>,
+    /// The remote-shell agent that starts ranks on other hosts [default: $TCA_RSH, else
+    /// `ssh -o BatchMode=yes`]; any command taking a host, then the command (`ip netns exec`).
+    #[arg(long, value_name = "CMD")]
+    rsh: Option<String>,
+    /// The address of this machine the other hosts reach it at [default: the one routing
+    /// towards the first other host].
+    #[arg(long, value_name = "ADDRESS")]
+    kv_host: Option<String>,
     /// The program and its arguments (after `--`).
     #[arg(
         required = true,
@@ -61,12 +73,22 @@ fn run(cli: Cli) -> Result<i32> {
         Cmd::Run(a) => {
             let mut it = a.command.into_iter();
             let program = it.next().context("no program given after --")?;
+            let hosts = match &a.hosts {
+                Some(h) => tca::bootstrap::launcher::parse_hosts(h)?,
+                None => Vec::new(),
+            };
             let launch = tca::bootstrap::launcher::Launch {
                 ranks: a.ranks,
                 tag_output: a.tag_output,
                 program,
                 args: it.collect(),
                 env: Vec::new(),
+                hosts,
+                rsh: a
+                    .rsh
+                    .map(|r| r.split_whitespace().map(str::to_string).collect())
+                    .unwrap_or_default(),
+                kv_host: a.kv_host,
             };
             Ok(launch.run()?.status())
         }

@@ -930,6 +930,7 @@ mod calibrate {
                 command = format!("tca model calibrate --from {}", path.display());
             }
             None => {
+                let mut transport = String::new();
                 for &np in &a.np {
                     let runs = sets(np as usize).len() * rounds as usize;
                     eprintln!(
@@ -938,13 +939,16 @@ mod calibrate {
                         sizes.len()
                     );
                     let halves: Vec<Half> = tca_mpi::launch_tca(np)?;
+                    if let Some(h) = halves.first() {
+                        transport.clone_from(&h.transport);
+                    }
                     by_np.insert(np, halves.into_iter().flat_map(|h| h.rows).collect());
                 }
                 if let Some(path) = &a.rows {
                     let run = tca_model::record::Run {
                         machine: tca_bench::machine::Machine::here().line(),
                         date: tca_bench::machine::rfc3339_now(),
-                        transport: "shared memory".into(),
+                        transport: transport.clone(),
                         rows: by_np.values().flatten().cloned().collect(),
                     };
                     std::fs::write(path, run.to_csv())

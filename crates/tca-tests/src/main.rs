@@ -21,13 +21,29 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     };
     if scenario == "launch" {
-        // Act as a launcher of this program: `launch N SCENARIO ARGS...`.
+        // Act as a launcher of this program: `launch N SCENARIO ARGS...`, over the hosts in
+        // RANKPROG_HOSTS (with RANKPROG_RSH and RANKPROG_KV_HOST) if set.
+        let hosts = match std::env::var("RANKPROG_HOSTS") {
+            Ok(h) => match tca::bootstrap::launcher::parse_hosts(&h) {
+                Ok(h) => h,
+                Err(e) => {
+                    eprintln!("launch error: {e}");
+                    return ExitCode::from(2);
+                }
+            },
+            Err(_) => Vec::new(),
+        };
         let launch = Launch {
             ranks: arg(&args, 1, 2) as u32,
             tag_output: false,
             program: std::env::current_exe().expect("own path").into(),
             args: args[2..].iter().map(Into::into).collect(),
             env: Vec::new(),
+            hosts,
+            rsh: std::env::var("RANKPROG_RSH")
+                .map(|r| r.split_whitespace().map(String::from).collect())
+                .unwrap_or_default(),
+            kv_host: std::env::var("RANKPROG_KV_HOST").ok(),
         };
         return match launch.run() {
             Ok(o) => ExitCode::from(o.status() as u8),

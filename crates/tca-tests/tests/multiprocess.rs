@@ -36,6 +36,7 @@ fn launch(n: u32, args: &[&str]) -> tca::Result<tca::bootstrap::launcher::Outcom
         program: PROG.into(),
         args: args.iter().map(Into::into).collect(),
         env: Vec::new(),
+        ..Default::default()
     }
     .run()
 }
@@ -85,6 +86,7 @@ fn environment_forces_collective_algorithms() {
             program: PROG.into(),
             args: vec!["coll".into(), "50".into()],
             env: vec![("TCA_COLL_ALLREDUCE".into(), value.into())],
+            ..Default::default()
         }
         .run()
         .unwrap()
@@ -148,6 +150,7 @@ fn bad_launches_are_clear_errors() {
         program: "/nonexistent/prog".into(),
         args: vec![],
         env: vec![],
+        ..Default::default()
     }
     .run()
     .unwrap_err();
@@ -355,7 +358,8 @@ fn dead_peer_is_named_without_the_launcher() {
 }
 
 #[test]
-fn multi_node_job_names_the_missing_transport() {
+fn multi_node_job_without_a_rendezvous_says_what_to_set() {
+    // Slurm says two nodes but names none: nobody can know where rank 0 listens.
     let out = finish(slurm_job(
         2,
         &unique_job(),
@@ -364,7 +368,132 @@ fn multi_node_job_names_the_missing_transport() {
     ));
     for (code, _, se) in &out {
         assert_eq!(*code, Some(2));
-        assert!(se.contains("network transport"), "{se}");
+        assert!(se.contains("TCA_KV=HOST:PORT"), "{se}");
+    }
+}
+
+/// A free TCP port on loopback (bound, read, released).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[test]
+fn ranks_meet_at_a_rendezvous_and_share_a_node_board() {
+    // Slurm says two nodes, but every rank finds itself on the same one: they meet at rank
+    // 0's rendezvous, then on a node board made by the node's first rank, and run the
+    // collectives over shared memory.
+    let kv = format!("127.0.0.1:{}", free_port());
+    let out = finish(slurm_job(
+        3,
+        &unique_job(),
+        &[
+            ("SLURM_NNODES", "2"),
+            ("TCA_KV", &kv),
+            ("TCA_NODE", "same-node"),
+        ],
+        &["coll", "30"],
+    ));
+    for (r, (code, so, se)) in out.iter().enumerate() {
+        assert_eq!(*code, Some(0), "rank {r}: {so} {se}");
+    }
+}
+
+#[test]
+fn ranks_on_two_nodes_need_the_network_transport() {
+    // Two "nodes" on this machine (node names given): with the `ofi` feature the job runs
+    // over libfabric between them and shared memory within; without it, a clear error.
+    let kv = format!("127.0.0.1:{}", free_port());
+    let job = unique_job();
+    let children: Vec<Child> = (0..4u32)
+        .map(|r| {
+            let mut c = Command::new(PROG);
+            c.args(["coll", "30"])
+                .env("SLURM_PROCID", r.to_string())
+                .env("SLURM_NTASKS", "4")
+                .env("SLURM_JOB_ID", &job)
+                .env("SLURM_STEP_ID", "0")
+                .env("SLURM_NNODES", "2")
+                .env("TCA_KV", &kv)
+                .env("TCA_NODE", if r < 2 { "node-a" } else { "node-b" })
+                .env("FI_PROVIDER", "tcp")
+                .env_remove("TCA_BOARD_FD")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            c.spawn().unwrap()
+        })
+        .collect();
+    let out = finish(children);
+    for (r, (code, so, se)) in out.iter().enumerate() {
+        if cfg!(feature = "ofi") {
+            assert_eq!(*code, Some(0), "rank {r}: {so} {se}");
+        } else {
+            assert_eq!(*code, Some(2), "rank {r}: {so} {se}");
+            assert!(se.contains("--features ofi"), "rank {r}: {se}");
+        }
+    }
+}
+
+/// A remote-shell agent that runs the command here, as if on host `$1`: it gives the rank
+/// that host as its node name, so hosts `a` and `b` are two nodes to tca.
+fn fake_rsh() -> Vec<String> {
+    ["sh", "-c", "h=$1; shift; TCA_NODE=$h exec \"$@\"", "rsh"]
+        .map(String::from)
+        .to_vec()
+}
+
+fn launch_hosts(n: u32, hosts: &str, args: &[&str]) -> tca::bootstrap::launcher::Outcome {
+    Launch {
+        ranks: n,
+        program: PROG.into(),
+        args: args.iter().map(Into::into).collect(),
+        hosts: tca::bootstrap::launcher::parse_hosts(hosts).unwrap(),
+        rsh: fake_rsh(),
+        kv_host: Some("127.0.0.1".into()),
+        ..Default::default()
+    }
+    .run()
+    .unwrap()
+}
+
+#[test]
+fn launcher_over_hosts_on_one_node() {
+    // Every "host" is this one (localhost ranks start directly): the ranks meet at the
+    // launcher's rendezvous, then on one node board.
+    let o = launch_hosts(3, "localhost:2,localhost:1", &["coll", "30"]);
+    assert_eq!(o.status(), 0, "{o:?}");
+}
+
+#[test]
+fn launcher_over_two_hosts() {
+    // Two hosts through the agent: two nodes; with the `ofi` feature the job runs (shared
+    // memory within a host, libfabric between), without it every rank says what is missing.
+    let o = launch_hosts(4, "a,b", &["coll", "30"]);
+    if cfg!(feature = "ofi") {
+        assert_eq!(o.status(), 0, "{o:?}");
+    } else {
+        assert_eq!(o.status(), 2, "{o:?}");
+    }
+}
+
+#[test]
+fn a_rank_killed_on_another_host_is_named_everywhere() {
+    if !cfg!(feature = "ofi") {
+        return; // ranks on two hosts need the network transport
+    }
+    // Rank 3 (on host b) kills itself mid-job; ranks on host a must name it.
+    let o = launch_hosts(4, "a,b", &["sigkill", "3"]);
+    let f = o.failure.expect("the job fails");
+    assert_eq!(f.rank, 3, "{o:?}");
+    for r in [0, 1] {
+        assert_eq!(
+            o.ranks[r],
+            RankExit::Code(42),
+            "rank {r} must report peer-died: {o:?}"
+        );
     }
 }
 

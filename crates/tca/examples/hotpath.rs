@@ -1,7 +1,7 @@
 //! Cost of the fabric's hot path on one core, without any other core involved:
-//! put_signal into this rank's own segment, a wait that is already satisfied, and the two copy
-//! routines of a mapping (plain 8-byte stores, as `put_inline` uses, against one `memcpy`)
-//! by size, which is how `INLINE_MAX` was chosen. Run with
+//! put_signal into this rank's own segment, a wait that is already satisfied, and the two
+//! puts (`put_inline`: plain 8-byte stores, against `put`: one `memcpy`) by size, which is how
+//! `INLINE_MAX` was chosen. Run with
 //! `cargo run --release -p tca --example hotpath`.
 use std::time::Instant;
 
@@ -30,19 +30,15 @@ fn main() -> tca::Result<()> {
         }
         println!("{:>6} {:>14} {:>14}", "bytes", "inline ns", "memcpy ns");
         let src = vec![3u8; 4096];
-        let fd = tca::transport::shm::memfd::create("hotpath", 1 << 16)?;
-        let map = tca::transport::shm::Mapping::map(&fd, 1 << 16)?;
-        for size in [8usize, 16, 32, 64, 128, 256, 512, 1024, 2048] {
+        for size in [8usize, 16, 32, 64, 128, 256] {
             let mut best = (f64::MAX, f64::MAX);
             for _ in 0..5 {
                 // Vary the offset a little so neither routine sees one fixed alignment.
                 let inl = per_op(n / 10, |i| {
-                    map.write_inline((i as usize % 4) * 8, std::hint::black_box(&src[..size]));
-                    Ok(())
+                    w.put_inline(&h, (i as usize % 4) * 8, std::hint::black_box(&src[..size]))
                 })?;
                 let mc = per_op(n / 10, |i| {
-                    map.write((i as usize % 4) * 8, std::hint::black_box(&src[..size]));
-                    Ok(())
+                    w.put(&h, (i as usize % 4) * 8, std::hint::black_box(&src[..size]))
                 })?;
                 best = (best.0.min(inl), best.1.min(mc));
             }

@@ -11,6 +11,13 @@
 //! | `TCA_SPIN` | user | spin iterations before a wait yields or sleeps (overrides the adaptive default) |
 //! | `TCA_BOOT_TIMEOUT` | user | seconds to wait for all ranks at start-up without the launcher (default 60) |
 //! | `TCA_MAX_RANKS` | user | raises or lowers the per-node rank limit (default 1024) |
+//! | `TCA_TRANSPORT` | user | `auto` (default: shared memory between ranks of one node, libfabric between nodes), `shm` (one node only), `ofi` (libfabric between every pair of ranks, also on one node) |
+//! | `TCA_OFI_PROVIDER` | user | the libfabric provider (`tcp`, `verbs`, `efa`, `cxi`, ...; default: the first RDM provider libfabric offers) |
+//! | `TCA_OFI_DOMAIN` | user | the libfabric domain (the tcp provider's: a network interface such as `eth0`; default: the first the provider offers that is not loopback) |
+//! | `TCA_KV` | launcher, user | `host:port` of the start-up rendezvous of a job that spans nodes (`tca run --hosts` sets it; under Slurm it defaults to the step's first node) |
+//! | `TCA_KV_SILENCE` | user | seconds a rank or the rendezvous may be silent before its node is declared unreachable (default 5) |
+//! | `TCA_RSH` | user | the remote-shell agent of `tca run --hosts` (default `ssh -o BatchMode=yes`) |
+//! | `TCA_NODE` | user | overrides this rank's node name (ranks with the same node name share memory; default: host name and network namespace) |
 //! | `TCA_JOB_RESULT` | `tca bench`, `tca cg` | file where rank 0 of a job they started writes its result |
 //! | `TCA_MPI_RESULT` | `tca bench`, `tca cg` | the same for the MPI ranks of `--compare mpi` |
 //! | `TCA_MPIRUN` | user | the `mpirun` of `--compare mpi` (default: `mpirun` on the PATH) |
@@ -40,6 +47,21 @@ pub const BOOT_TIMEOUT: &str = "TCA_BOOT_TIMEOUT";
 /// Per-node rank limit.
 pub const MAX_RANKS: &str = "TCA_MAX_RANKS";
 
+/// Which transports to use: `auto`, `shm` or `ofi`.
+pub const TRANSPORT: &str = "TCA_TRANSPORT";
+/// The libfabric provider.
+pub const OFI_PROVIDER: &str = "TCA_OFI_PROVIDER";
+/// The libfabric domain (for tcp: a network interface).
+pub const OFI_DOMAIN: &str = "TCA_OFI_DOMAIN";
+/// `host:port` of the start-up rendezvous across nodes.
+pub const KV: &str = "TCA_KV";
+/// Seconds of silence before a node is declared unreachable.
+pub const KV_SILENCE: &str = "TCA_KV_SILENCE";
+/// This rank's node name.
+pub const NODE: &str = "TCA_NODE";
+/// The remote-shell agent of `tca run --hosts`.
+pub const RSH: &str = "TCA_RSH";
+
 /// Result file of a job started by `tca bench` / `tca cg` (rank 0 writes it).
 pub const JOB_RESULT: &str = "TCA_JOB_RESULT";
 /// Result file of the MPI half of `--compare mpi`.
@@ -62,6 +84,13 @@ pub const KNOWN: &[&str] = &[
     JOB_CPUS,
     BOOT_TIMEOUT,
     MAX_RANKS,
+    TRANSPORT,
+    OFI_PROVIDER,
+    OFI_DOMAIN,
+    KV,
+    KV_SILENCE,
+    NODE,
+    RSH,
     JOB_RESULT,
     MPI_RESULT,
     MPIRUN,

@@ -57,7 +57,8 @@ pub mod transport;
 pub use coll::{Collective, Comm, Op};
 pub use error::{Error, ErrorKind, Result};
 pub use fabric::{
-    Chain, ChainBuilder, Handle, RemoteWord, Segment, SignalOp, Strided, SymmetricSegment, World,
+    AtomicOp, Chain, ChainBuilder, Handle, RemoteWord, Segment, SignalOp, Strided,
+    SymmetricSegment, World,
 };
 
 /// Joins the job this process was started in: `tca run`, Slurm, Open MPI's or another PMI

@@ -47,6 +47,7 @@ where
                             source: "threads",
                             boot_deadline: std::time::Instant::now()
                                 + std::time::Duration::from_secs(60),
+                            kv: None,
                         };
                         let world = World::join(env)?;
                         let r = f(&world);

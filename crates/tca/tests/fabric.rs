@@ -56,6 +56,69 @@ fn signal_add_counts_every_writer() {
 }
 
 #[test]
+fn remote_atomics_count_swap_and_compare() {
+    let got = on(6, |w| {
+        let seg = w.alloc_symmetric(256)?;
+        let counter = w.remote_word(seg.handle(0)?, 8)?;
+        let owner = w.remote_word(seg.handle(0)?, 16)?;
+        for _ in 0..50 {
+            counter.fetch_add(w, 2)?;
+        }
+        // Exactly one rank wins the compare-exchange from 0; the others see the winner.
+        let claim = owner.compare_exchange(w, 0, u64::from(w.rank()) + 1)?;
+        // Rank 0 waits on the counter: atomics raise it as signals do.
+        if w.rank() == 0 {
+            w.wait_until(&seg, 8, 600)?;
+        }
+        w.barrier()?;
+        let total = counter.load(w)?;
+        let winner = owner.load(w)?;
+        w.barrier()?;
+        if w.rank() == 0 {
+            assert_eq!(owner.swap(w, 99)?, winner);
+            counter.store(w, 7)?;
+        }
+        w.barrier()?;
+        let last = (counter.load(w)?, owner.load(w)?);
+        // Nobody frees the segment (by returning) while others still read it.
+        w.barrier()?;
+        Ok((total, winner, claim, last.0, last.1))
+    });
+    let winner = got[0].1;
+    assert!((1..=6).contains(&winner));
+    let wins = got.iter().filter(|g| g.2.is_ok()).count();
+    assert_eq!(wins, 1, "exactly one compare-exchange from 0 succeeds");
+    for (total, w, claim, after, owner) in &got {
+        assert_eq!((*total, *w, *after, *owner), (600, winner, 7, 99));
+        if let Err(found) = claim {
+            assert_eq!(*found, winner);
+        }
+    }
+}
+
+#[test]
+fn remote_word_is_checked_once_and_refuses_bad_offsets() {
+    on(2, |w| {
+        let seg = w.alloc_symmetric(64)?;
+        let h = *seg.handle(1 - w.rank())?;
+        assert_eq!(
+            w.remote_word(&h, 60).unwrap_err().kind(),
+            ErrorKind::OutOfBounds
+        );
+        assert_eq!(
+            w.remote_word(&h, 4).unwrap_err().kind(),
+            ErrorKind::InvalidArgument
+        );
+        let forged = h.forged(None, Some(h.key() ^ 2), None, None);
+        assert_eq!(
+            w.remote_word(&forged, 0).unwrap_err().kind(),
+            ErrorKind::InvalidHandle
+        );
+        w.barrier()
+    });
+}
+
+#[test]
 fn barrier_many_times_with_uneven_speeds() {
     on(5, |w| {
         let seg = w.alloc_symmetric(8 * 5)?;

@@ -35,6 +35,10 @@ pub trait Backend {
     fn size(&self) -> u32;
     /// The implementation's name for the tables.
     fn name(&self) -> String;
+    /// What carries its bytes, for the report (tca: the `World`'s transport).
+    fn transport(&self) -> String {
+        "its own".into()
+    }
     /// Blocks until every rank has arrived.
     fn barrier(&mut self) -> Result<()>;
     /// Rank 0's `v`, on every rank.
@@ -130,6 +134,7 @@ pub fn run<B: Backend>(
     }
     Ok((b.rank() == 0).then(|| Half {
         implementation: b.name(),
+        transport: b.transport(),
         ranks: p,
         rows,
         notes: Vec::new(),

@@ -240,6 +240,9 @@ impl Options {
 pub struct Half {
     /// "tca" or the MPI's name.
     pub implementation: String,
+    /// What carried its bytes (tca: the `World`'s transport, such as "shm").
+    #[serde(default)]
+    pub transport: String,
     /// Ranks in the job.
     pub ranks: u32,
     /// The measurements.

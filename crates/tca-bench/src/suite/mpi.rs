@@ -77,6 +77,10 @@ impl Backend for MpiBackend {
         self.name.clone()
     }
 
+    fn transport(&self) -> String {
+        "MPI (its own transports)".into()
+    }
+
     fn barrier(&mut self) -> Result<()> {
         self.world.barrier();
         Ok(())

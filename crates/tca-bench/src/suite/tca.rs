@@ -101,7 +101,7 @@ impl<'w> TcaBackend<'w> {
     /// cores (a pure spin cannot share a core).
     fn floor_note(&mut self) -> Result<Option<String>> {
         let w = self.world;
-        if w.size() < 2 || w.size() > tca::transport::shm::wait::SpinPolicy::cpus() {
+        if w.size() < 2 || w.size() > tca::bootstrap::job_cpus() {
             return Ok((w.rank() == 0).then(|| {
                 "floor comparison skipped: ranks outnumber cores (a pure spin cannot share a core)"
                     .to_string()
@@ -167,6 +167,10 @@ impl Backend for TcaBackend<'_> {
 
     fn name(&self) -> String {
         "tca".into()
+    }
+
+    fn transport(&self) -> String {
+        self.world.transport().into()
     }
 
     fn barrier(&mut self) -> Result<()> {
@@ -284,10 +288,11 @@ pub fn run(world: &World, opts: &Options) -> Result<Option<Half>> {
             ));
         }
         notes.push(format!(
-            "collective scratch per rank: {} KiB; spin policy: {} spins, {} yields, then futex sleep",
+            "collective scratch per rank: {} KiB; transport: {}; wait policy: {} spins, {} yields, then sleep",
             tca::coll::scratch_bytes(world.size() as usize) / 1024,
-            world.spin_policy().spins,
-            world.spin_policy().yields
+            world.transport(),
+            world.wait_policy().0,
+            world.wait_policy().1
         ));
     }
     Ok(half.map(|mut h| {

@@ -84,7 +84,6 @@ pub struct Entry {
 #[derive(Debug)]
 pub struct Board {
     map: Mapping,
-    size: u32,
     job: u64,
     launcher_pid: Option<u32>,
 }
@@ -125,7 +124,6 @@ impl Board {
         word(&map, 0).store(MAGIC, Ordering::Release);
         Ok(Self {
             map,
-            size,
             job,
             launcher_pid,
         })
@@ -174,7 +172,6 @@ impl Board {
         let launcher_pid = (h.launcher_pid != 0).then_some(h.launcher_pid);
         Ok(Self {
             map,
-            size,
             job: h.job,
             launcher_pid,
         })
@@ -249,11 +246,6 @@ impl Board {
             }
             std::thread::sleep(std::time::Duration::from_millis(2));
         }
-    }
-
-    /// Number of ranks the board is for.
-    pub fn size(&self) -> u32 {
-        self.size
     }
 
     /// The job id.
@@ -398,17 +390,6 @@ fn decode_abort(v: u64) -> Option<(u32, AbortReason)> {
 fn word(map: &Mapping, off: usize) -> &AtomicU64 {
     map.atomic_u64(off)
         .expect("board word lies inside the board (layout constant)")
-}
-
-/// Whether a process exists (signal 0 probe).
-pub fn pid_alive(pid: u32) -> bool {
-    let Some(p) = i32::try_from(pid)
-        .ok()
-        .and_then(rustix::process::Pid::from_raw)
-    else {
-        return false;
-    };
-    rustix::process::test_kill_process(p).is_ok()
 }
 
 #[cfg(test)]

@@ -16,6 +16,18 @@
 //! - Ranks notice a launcher that dies (even by SIGKILL) through its pidfd, on their next wait.
 //! - Rank i is bound to the i-th CPU the launcher may use when every rank can have one
 //!   (`TCA_BIND`, see [`super::bind`]).
+//!
+//! # Several nodes (`hosts`)
+//! With a host list the ranks are spread over the hosts in blocks (`h1:2,h2:2` gives each
+//! host that many slots; plain names share the ranks evenly) and started on each host through
+//! a remote-shell agent, `ssh -o BatchMode=yes` by default (`TCA_RSH` or [`Launch::rsh`]: any
+//! command that takes the host and then the command, such as `ip netns exec`). An agent
+//! named `ssh` gets the rank's command as one shell-quoted line, any other its words as
+//! arguments. `localhost` ranks are started directly. Instead of a board the ranks get
+//! `TCA_KV`, the address of a rendezvous ([`super::kv`]) this launcher serves: there they
+//! meet, and through its connections the launcher learns of a rank that dies on another node
+//! (the job is aborted, naming it) and the ranks learn of a launcher that dies. `TCA_*` and
+//! libfabric's `FI_*` variables of the launcher's environment are passed on to every rank.
 
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, IsTerminal, Read, Write};
@@ -39,7 +51,7 @@ use crate::transport::shm::wait::SpinPolicy;
 pub const GRACE: Duration = Duration::from_millis(500);
 
 /// What to launch.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Launch {
     /// Number of ranks.
     pub ranks: u32,
@@ -51,6 +63,84 @@ pub struct Launch {
     pub args: Vec<OsString>,
     /// Extra environment for every rank.
     pub env: Vec<(OsString, OsString)>,
+    /// Hosts to spread the ranks over, with their slots (empty: every rank on this node).
+    pub hosts: Vec<(String, Option<u32>)>,
+    /// The remote-shell agent for other hosts (empty: `TCA_RSH`, else `ssh -o BatchMode=yes`).
+    pub rsh: Vec<String>,
+    /// The address ranks on other hosts reach this launcher at (default: found by routing
+    /// towards the first other host).
+    pub kv_host: Option<String>,
+}
+
+/// Parses a host list: `h1,h2` or `h1:2,h2:4` (slots).
+pub fn parse_hosts(list: &str) -> Result<Vec<(String, Option<u32>)>> {
+    list.split(',')
+        .map(str::trim)
+        .filter(|h| !h.is_empty())
+        .map(|h| match h.rsplit_once(':') {
+            Some((name, n)) if !name.is_empty() && !name.contains(':') => {
+                let slots = n.parse::<u32>().ok().filter(|&s| s > 0).ok_or_else(|| {
+                    Error::new(
+                        ErrorKind::Launch,
+                        format!("host `{h}`: slots must be a positive whole number"),
+                    )
+                })?;
+                Ok((name.to_string(), Some(slots)))
+            }
+            _ => Ok((h.to_string(), None)),
+        })
+        .collect::<Result<Vec<_>>>()
+        .and_then(|v| {
+            if v.is_empty() {
+                Err(Error::new(ErrorKind::Launch, "the host list is empty"))
+            } else {
+                Ok(v)
+            }
+        })
+}
+
+/// The host of each of `ranks` ranks: hosts with slots take that many in order; the rest of
+/// the ranks are shared evenly, in blocks, by the hosts without slots (or, if all have slots,
+/// refused when they do not fit).
+pub fn place(hosts: &[(String, Option<u32>)], ranks: u32) -> Result<Vec<usize>> {
+    let fixed: u32 = hosts.iter().filter_map(|h| h.1).sum();
+    let free = hosts.iter().filter(|h| h.1.is_none()).count() as u32;
+    if fixed > ranks || (free == 0 && fixed != ranks) {
+        return Err(Error::new(
+            ErrorKind::Launch,
+            format!("{ranks} ranks do not fill the hosts' {fixed} slots exactly"),
+        ));
+    }
+    let rest = ranks - fixed;
+    let mut out = Vec::with_capacity(ranks as usize);
+    let mut k = 0u32;
+    for (i, h) in hosts.iter().enumerate() {
+        let n = match h.1 {
+            Some(s) => s,
+            None => {
+                let n = rest / free + u32::from(k < rest % free);
+                k += 1;
+                n
+            }
+        };
+        out.extend(std::iter::repeat_n(i, n as usize));
+    }
+    Ok(out)
+}
+
+fn is_this_host(h: &str) -> bool {
+    h == "localhost" || h == "127.0.0.1"
+}
+
+/// Quotes `s` for a POSIX shell.
+fn shell_quote(s: &str) -> String {
+    if !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,@%+".contains(&b))
+    {
+        return s.to_string();
+    }
+    format!("'{}'", s.replace('\'', "'\\''"))
 }
 
 /// How a rank ended.
@@ -161,6 +251,9 @@ impl Launch {
             program,
             args: std::env::args_os().skip(1).collect(),
             env: Vec::new(),
+            hosts: Vec::new(),
+            rsh: Vec::new(),
+            kv_host: None,
         })
     }
 
@@ -184,6 +277,9 @@ impl Launch {
                 ),
             ));
         }
+        if !self.hosts.is_empty() {
+            return self.run_hosts();
+        }
         let cpus = bind::plan(
             Bind::from_env()?,
             self.ranks,
@@ -204,7 +300,116 @@ impl Launch {
                 .map_err(|e| Error::os(ErrorKind::Launch, "installing signal handlers", e))?;
             hooks.push(id);
         }
-        let result = self.supervise(&board, &board_fd, job, &cpus, &caught);
+        let spawn = |r: u32, job_cpus: u32| self.spawn(r, &board_fd, job, job_cpus);
+        let result = self.supervise(&Control::Board(&board), &spawn, &cpus, &caught);
+        for id in hooks {
+            signal_hook::low_level::unregister(id);
+        }
+        result
+    }
+
+    /// `run` over several hosts: a rendezvous here, ranks started through the agent.
+    fn run_hosts(&self) -> Result<Outcome> {
+        let placement = place(&self.hosts, self.ranks)?;
+        let job = random_u64();
+        let server = super::kv::KvServer::start(([0, 0, 0, 0], 0).into(), job, self.ranks)?;
+        let port = server.addr().port();
+        let all_local = self.hosts.iter().all(|h| is_this_host(&h.0));
+        let host = match &self.kv_host {
+            Some(h) => h.clone(),
+            None if all_local => "127.0.0.1".into(),
+            None => {
+                let first = self
+                    .hosts
+                    .iter()
+                    .find(|h| !is_this_host(&h.0))
+                    .map(|h| h.0.clone())
+                    .unwrap_or_default();
+                route_towards(&first).ok_or_else(|| {
+                    Error::new(
+                        ErrorKind::Launch,
+                        format!(
+                            "cannot tell which address of this machine host `{first}` reaches: \
+                             give it with --kv-host ADDRESS"
+                        ),
+                    )
+                })?
+            }
+        };
+        let kv = format!("{host}:{port}");
+        let rsh: Vec<String> = if !self.rsh.is_empty() {
+            self.rsh.clone()
+        } else if let Ok(r) = std::env::var(env::RSH) {
+            r.split_whitespace().map(str::to_string).collect()
+        } else {
+            vec!["ssh".into(), "-o".into(), "BatchMode=yes".into()]
+        };
+        // What every rank gets: its identity, the rendezvous, and our TCA_*/FI_* settings.
+        let mut pass: Vec<(String, String)> = std::env::vars()
+            .filter(|(k, _)| {
+                (k.starts_with("TCA_") || k.starts_with("FI_"))
+                    && ![env::RANK, env::SIZE, env::JOB_ID, env::KV, env::BOARD_FD]
+                        .contains(&k.as_str())
+            })
+            .collect();
+        pass.extend(self.env.iter().map(|(k, v)| {
+            (
+                k.to_string_lossy().into_owned(),
+                v.to_string_lossy().into_owned(),
+            )
+        }));
+        let caught = Arc::new(AtomicUsize::new(0));
+        let mut hooks = Vec::new();
+        for sig in [
+            signal_hook::consts::SIGINT,
+            signal_hook::consts::SIGTERM,
+            signal_hook::consts::SIGHUP,
+        ] {
+            let id = signal_hook::flag::register_usize(sig, caught.clone(), sig as usize)
+                .map_err(|e| Error::os(ErrorKind::Launch, "installing signal handlers", e))?;
+            hooks.push(id);
+        }
+        let spawn = |r: u32, _cpus: u32| {
+            let host = &self.hosts[placement[r as usize]].0;
+            let mut vars = pass.clone();
+            vars.push((env::RANK.into(), r.to_string()));
+            vars.push((env::SIZE.into(), self.ranks.to_string()));
+            vars.push((env::JOB_ID.into(), format!("{job:016x}")));
+            vars.push((env::KV.into(), kv.clone()));
+            let mut cmd = if is_this_host(host) {
+                let mut c = Command::new(&self.program);
+                c.args(&self.args).envs(vars.iter().map(|(k, v)| (k, v)));
+                c
+            } else {
+                let mut c = Command::new(&rsh[0]);
+                c.args(&rsh[1..]).arg(host);
+                let mut words: Vec<String> = vec!["env".into()];
+                words.extend(vars.iter().map(|(k, v)| format!("{k}={v}")));
+                words.push(self.program.to_string_lossy().into_owned());
+                words.extend(self.args.iter().map(|a| a.to_string_lossy().into_owned()));
+                let ssh = std::path::Path::new(&rsh[0])
+                    .file_name()
+                    .is_some_and(|n| n == "ssh");
+                if ssh {
+                    let line: Vec<String> = words.iter().map(|w| shell_quote(w)).collect();
+                    c.arg(format!("exec {}", line.join(" ")));
+                } else {
+                    c.args(&words);
+                }
+                c
+            };
+            cmd.stdin(Stdio::null()).process_group(0);
+            if self.tag_output {
+                cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+            }
+            cmd.spawn().map_err(|e| {
+                Error::new(
+                    ErrorKind::Launch,
+                    format!("cannot start rank {r} on host {host}: {e}"),
+                )
+            })
+        };
+        let result = self.supervise(&Control::Kv(&server), &spawn, &[], &caught);
         for id in hooks {
             signal_hook::low_level::unregister(id);
         }
@@ -251,9 +456,8 @@ impl Launch {
 
     fn supervise(
         &self,
-        board: &Board,
-        board_fd: &OwnedFd,
-        job: u64,
+        control: &Control<'_>,
+        spawn: &dyn Fn(u32, u32) -> Result<Child>,
         cpus: &[usize],
         caught: &AtomicUsize,
     ) -> Result<Outcome> {
@@ -265,8 +469,7 @@ impl Launch {
         for r in 0..self.ranks {
             let spawned = match cpus.get(r as usize) {
                 Some(&cpu) => {
-                    let (spawned, bound) =
-                        bind::start_on(cpu, || self.spawn(r, board_fd, job, job_cpus));
+                    let (spawned, bound) = bind::start_on(cpu, || spawn(r, job_cpus));
                     if let Err(e) = bound {
                         if !bind_warned {
                             eprintln!("tca run: warning: rank {r}: {e}");
@@ -275,7 +478,7 @@ impl Launch {
                     }
                     spawned
                 }
-                None => self.spawn(r, board_fd, job, job_cpus),
+                None => spawn(r, job_cpus),
             };
             let mut child = match spawned {
                 Ok(c) => c,
@@ -347,7 +550,7 @@ impl Launch {
                             pid,
                             how,
                         });
-                        board.abort(i as u32, AbortReason::RankFailed);
+                        control.abort(i as u32, AbortReason::RankFailed, &how.to_string());
                         let others = ranks.iter().filter(|k| k.exit.is_none()).count();
                         eprintln!(
                             "tca run: rank {i} (pid {pid}) {how}{}",
@@ -366,11 +569,24 @@ impl Launch {
             if sig != 0 && interrupted.is_none() {
                 let sig = sig as i32;
                 interrupted = Some(sig);
-                board.abort(0, AbortReason::Interrupted);
+                control.abort(0, AbortReason::Interrupted, "the launcher was interrupted");
                 eprintln!("tca run: caught {}; stopping all ranks", signal_name(sig));
                 let fwd = Signal::from_named_raw(sig).unwrap_or(Signal::TERM);
                 signal_all(&ranks, fwd);
                 kill_at.get_or_insert(Instant::now() + GRACE);
+            }
+            if let (Control::Kv(kv), None, None) = (control, failure, interrupted) {
+                // A rank on another node died or went silent: the rendezvous saw it.
+                if let Some((who, why)) = kv.aborted() {
+                    eprintln!("tca run: {why}; stopping all ranks");
+                    failure = Some(RankFailure {
+                        rank: who.unwrap_or(0),
+                        pid: 0,
+                        how: RankExit::Code(1),
+                    });
+                    signal_all(&ranks, Signal::TERM);
+                    kill_at.get_or_insert(Instant::now() + GRACE);
+                }
             }
             if kill_at.is_some_and(|t| Instant::now() >= t) {
                 signal_all(&ranks, Signal::KILL);
@@ -395,6 +611,38 @@ impl Launch {
             interrupted,
         })
     }
+}
+
+/// How the launcher tells the ranks that the job is over.
+enum Control<'a> {
+    /// The node's board (one node).
+    Board(&'a Board),
+    /// The rendezvous the ranks of several nodes are connected to.
+    Kv(&'a super::kv::KvServer),
+}
+
+impl Control<'_> {
+    fn abort(&self, rank: u32, why: AbortReason, how: &str) {
+        match self {
+            Control::Board(b) => {
+                b.abort(rank, why);
+            }
+            Control::Kv(k) => match why {
+                AbortReason::Interrupted => k.abort(None, how),
+                _ => k.abort(Some(rank), &format!("rank {rank} {how}")),
+            },
+        }
+    }
+}
+
+/// The address of this machine that packets towards `host` leave from (a UDP socket
+/// "connected" there: nothing is sent).
+fn route_towards(host: &str) -> Option<String> {
+    use std::net::{ToSocketAddrs, UdpSocket};
+    let to = (host, 9).to_socket_addrs().ok()?.find(|a| a.is_ipv4())?;
+    let s = UdpSocket::bind("0.0.0.0:0").ok()?;
+    s.connect(to).ok()?;
+    Some(s.local_addr().ok()?.ip().to_string())
 }
 
 /// Kills and reaps every rank started so far (start-up failed part-way).
@@ -462,4 +710,31 @@ fn pump(src: impl Read + Send + 'static, rank: u32, is_err: bool) -> std::thread
             }
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_lists_and_placement() {
+        let h = parse_hosts("a:2, b:1").unwrap();
+        assert_eq!(h, vec![("a".into(), Some(2)), ("b".into(), Some(1))]);
+        assert_eq!(place(&h, 3).unwrap(), vec![0, 0, 1]);
+        assert!(place(&h, 4).is_err());
+        let h = parse_hosts("a,b,c").unwrap();
+        assert_eq!(place(&h, 5).unwrap(), vec![0, 0, 1, 1, 2]);
+        let h = parse_hosts("a:3,b").unwrap();
+        assert_eq!(place(&h, 5).unwrap(), vec![0, 0, 0, 1, 1]);
+        assert!(parse_hosts("a:0").is_err());
+        assert!(parse_hosts(" , ").is_err());
+    }
+
+    #[test]
+    fn shell_quoting() {
+        assert_eq!(shell_quote("TCA_RANK=3"), "TCA_RANK=3");
+        assert_eq!(shell_quote("a b"), "'a b'");
+        assert_eq!(shell_quote("it's"), "'it'\\''s'");
+        assert_eq!(shell_quote(""), "''");
+    }
 }

@@ -8,18 +8,32 @@
 //! 4. MPICH / Hydra and other PMI launchers (`PMI_RANK`, `PMI_SIZE`).
 //! 5. Otherwise a singleton job of one rank.
 //!
-//! Under 2-4 the ranks meet through a named board in `/dev/shm` (see [`board`]). All ranks
-//! must share one node: a job that spans nodes is refused with an error that names the
-//! missing piece (a network transport), rather than hanging at start-up.
+//! Under 2-4 the ranks of one node meet through a named board in `/dev/shm` (see `board`).
+//! A job that spans nodes (`tca run --hosts`, a Slurm step on several nodes, `mpirun` over
+//! several hosts) meets at a TCP rendezvous ([`kv`]): the launcher's, or rank 0's at `TCA_KV`
+//! (under Slurm by default the step's first node and a port derived from the job id); each
+//! node's first rank then makes the node's board and announces it there.
 
 pub mod bind;
-pub mod board;
+pub(crate) mod board;
+pub mod kv;
 pub mod launcher;
 
 use std::time::{Duration, Instant};
 
 use crate::env;
 use crate::error::{Error, ErrorKind, Result};
+
+/// Where ranks on different nodes meet (see [`kv`]).
+#[derive(Debug, Clone)]
+pub struct Rendezvous {
+    /// `host:port` of the server.
+    pub addr: String,
+    /// Whether this rank runs the server (rank 0 when no launcher of ours does).
+    pub serve: bool,
+    /// Who runs it, for errors: `Some(0)` for rank 0, `None` for the launcher.
+    pub owner: Option<u32>,
+}
 
 /// Where the job's board comes from.
 #[derive(Debug)]
@@ -30,6 +44,9 @@ pub enum BoardSource {
     Named(String),
     /// A private board (singleton job).
     Private,
+    /// Made at start-up by the node's first rank and announced through the rendezvous (a job
+    /// spanning nodes).
+    Node,
 }
 
 /// What the environment says about this rank's job.
@@ -47,6 +64,8 @@ pub struct JobEnv {
     pub source: &'static str,
     /// How long to wait for all ranks to arrive.
     pub boot_deadline: Instant,
+    /// The rendezvous of a job that may span nodes (`None`: every rank is on this node).
+    pub kv: Option<Rendezvous>,
 }
 
 fn var(name: &str) -> Option<String> {
@@ -73,20 +92,95 @@ fn boot_deadline() -> Result<Instant> {
         .unwrap_or(now + Duration::from_secs(365 * 86_400)))
 }
 
-fn multi_node(source: &str, nodes: u32, size: u32) -> Error {
-    Error::new(
-        ErrorKind::Bootstrap,
-        format!(
-            "{source} placed this {size}-rank job on {nodes} nodes, but tca has only the shared-memory \
-             transport (one node); the network transport (libfabric) is not built yet. Run all ranks \
-             on one node (for example `srun -N 1`)"
-        ),
-    )
+/// The rendezvous of a job that `source` spread over nodes: `TCA_KV` if set, else `default`
+/// (a host the launcher names and a port derived from the job), else an error saying what to set.
+fn spread(source: &str, rank: u32, default: Option<String>) -> Result<Rendezvous> {
+    let addr = var(env::KV).or(default).ok_or_else(|| {
+        Error::new(
+            ErrorKind::Bootstrap,
+            format!(
+                "{source} spread this job over several nodes; tell the ranks where rank 0 listens \
+                 for start-up: set {}=HOST:PORT (HOST: rank 0's node, PORT: any free port; with \
+                 mpirun: `-x {}=node1:29500`)",
+                env::KV,
+                env::KV
+            ),
+        )
+    })?;
+    Ok(Rendezvous {
+        addr,
+        serve: rank == 0,
+        owner: Some(0),
+    })
+}
+
+/// A port for the rendezvous of job `name` when nobody named one: 20000-39999, the same on
+/// every rank.
+fn derived_port(name: &str) -> u16 {
+    20_000 + (hash(name) % 20_000) as u16
+}
+
+/// The first host of a Slurm host list such as `node[03-05,9],gpu1`.
+pub fn first_host(list: &str) -> Option<String> {
+    let list = list.trim();
+    let end = list
+        .char_indices()
+        .scan(0i32, |depth, (i, c)| {
+            match c {
+                '[' => *depth += 1,
+                ']' => *depth -= 1,
+                _ => {}
+            }
+            Some((i, c, *depth))
+        })
+        .find(|&(_, c, d)| c == ',' && d == 0)
+        .map_or(list.len(), |(i, _, _)| i);
+    let first = &list[..end];
+    match first.find('[') {
+        None => (!first.is_empty()).then(|| first.to_string()),
+        Some(b) => {
+            let inner = first[b + 1..].strip_suffix(']')?;
+            let range = inner.split(',').next()?;
+            let lo = range.split('-').next()?;
+            lo.chars().all(|c| c.is_ascii_digit()).then_some(())?;
+            Some(format!("{}{lo}", &first[..b]))
+        }
+    }
+}
+
+/// CPUs the job may run on: as the launcher saw them before it bound its ranks
+/// (`TCA_JOB_CPUS`), else the CPUs this process may run on. Waits spin less when the node's
+/// ranks outnumber them.
+pub fn job_cpus() -> u32 {
+    crate::transport::shm::wait::SpinPolicy::cpus()
 }
 
 /// Reads the environment (see the module doc).
 pub fn detect() -> Result<JobEnv> {
     let boot = boot_deadline()?;
+    if let (Some(addr), Some(rank), Some(size), Some(job)) = (
+        var(env::KV),
+        num(env::RANK)?,
+        num(env::SIZE)?,
+        var(env::JOB_ID),
+    ) {
+        // `tca run --hosts`: ranks on several nodes meet at the launcher's rendezvous.
+        let job = u64::from_str_radix(&job, 16)
+            .map_err(|_| Error::new(ErrorKind::Bootstrap, "TCA_JOB_ID is not hex"))?;
+        return Ok(JobEnv {
+            rank,
+            size,
+            job,
+            board: BoardSource::Node,
+            source: "tca run",
+            boot_deadline: boot,
+            kv: Some(Rendezvous {
+                addr,
+                serve: false,
+                owner: None,
+            }),
+        });
+    }
     if let Some(fd) = num(env::BOARD_FD)? {
         let (Some(rank), Some(size)) = (num(env::RANK)?, num(env::SIZE)?) else {
             return Err(Error::new(
@@ -116,32 +210,31 @@ pub fn detect() -> Result<JobEnv> {
             board: BoardSource::Fd(fd),
             source: "tca run",
             boot_deadline: boot,
+            kv: None,
         });
     }
     if let (Some(rank), Some(size)) = (num("SLURM_PROCID")?, num("SLURM_NTASKS")?) {
         let nodes = num("SLURM_STEP_NUM_NODES")?
             .or(num("SLURM_NNODES")?)
             .unwrap_or(1);
-        if nodes > 1 {
-            return Err(multi_node("Slurm", nodes, size));
-        }
         let name = format!(
             "slurm-{}.{}",
             var("SLURM_JOB_ID").unwrap_or_default(),
             var("SLURM_STEP_ID").unwrap_or_default()
         );
-        return Ok(named(rank, size, &name, "Slurm", boot));
+        let mut job = named(rank, size, &name, "Slurm", boot);
+        if nodes > 1 || var(env::KV).is_some() {
+            let host = var("SLURM_STEP_NODELIST")
+                .or_else(|| var("SLURM_JOB_NODELIST"))
+                .and_then(|l| first_host(&l));
+            let port = derived_port(&name);
+            job.kv = Some(spread("Slurm", rank, host.map(|h| format!("{h}:{port}")))?);
+            job.board = BoardSource::Node;
+        }
+        return Ok(job);
     }
     if let (Some(rank), Some(size)) = (num("OMPI_COMM_WORLD_RANK")?, num("OMPI_COMM_WORLD_SIZE")?) {
-        if let Some(local) = num("OMPI_COMM_WORLD_LOCAL_SIZE")? {
-            if local != size {
-                return Err(multi_node(
-                    "Open MPI's mpirun",
-                    size.div_ceil(local.max(1)),
-                    size,
-                ));
-            }
-        }
+        let spans = num("OMPI_COMM_WORLD_LOCAL_SIZE")?.is_some_and(|l| l != size);
         let name = var("PMIX_NAMESPACE")
             .or_else(|| var("OMPI_MCA_ess_base_jobid"))
             .unwrap_or_else(|| {
@@ -150,25 +243,27 @@ pub fn detect() -> Result<JobEnv> {
                     rustix::process::getppid().map_or(0, |p| p.as_raw_nonzero().get())
                 )
             });
-        return Ok(named(rank, size, &format!("ompi-{name}"), "Open MPI", boot));
+        let mut job = named(rank, size, &format!("ompi-{name}"), "Open MPI", boot);
+        if spans || var(env::KV).is_some() {
+            job.kv = Some(spread("Open MPI's mpirun", rank, None)?);
+            job.board = BoardSource::Node;
+        }
+        return Ok(job);
     }
     if let (Some(rank), Some(size)) = (num("PMI_RANK")?, num("PMI_SIZE")?) {
-        if let Some(local) = num("MPI_LOCALNRANKS")? {
-            if local != size {
-                return Err(multi_node(
-                    "the PMI launcher",
-                    size.div_ceil(local.max(1)),
-                    size,
-                ));
-            }
-        }
+        let spans = num("MPI_LOCALNRANKS")?.is_some_and(|l| l != size);
         let name = var("PMI_KVSNAME").unwrap_or_else(|| {
             format!(
                 "ppid{}",
                 rustix::process::getppid().map_or(0, |p| p.as_raw_nonzero().get())
             )
         });
-        return Ok(named(rank, size, &format!("pmi-{name}"), "PMI", boot));
+        let mut job = named(rank, size, &format!("pmi-{name}"), "PMI", boot);
+        if spans || var(env::KV).is_some() {
+            job.kv = Some(spread("the PMI launcher", rank, None)?);
+            job.board = BoardSource::Node;
+        }
+        return Ok(job);
     }
     Ok(JobEnv {
         rank: 0,
@@ -177,6 +272,7 @@ pub fn detect() -> Result<JobEnv> {
         board: BoardSource::Private,
         source: "singleton",
         boot_deadline: boot,
+        kv: None,
     })
 }
 
@@ -190,11 +286,26 @@ fn named(rank: u32, size: u32, name: &str, source: &'static str, boot: Instant) 
         board: BoardSource::Named(format!("tca-board-{uid}-{job:016x}")),
         source,
         boot_deadline: boot,
+        kv: None,
     }
 }
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn first_host_of_slurm_lists() {
+        use super::first_host;
+        assert_eq!(first_host("node[03-05,9],gpu1").as_deref(), Some("node03"));
+        assert_eq!(first_host("gpu1,node[1-2]").as_deref(), Some("gpu1"));
+        assert_eq!(
+            first_host("10.77.0.1,10.77.0.2").as_deref(),
+            Some("10.77.0.1")
+        );
+        assert_eq!(first_host("n[7]").as_deref(), Some("n7"));
+        assert_eq!(first_host(""), None);
+        assert_eq!(first_host("n[x-y]"), None);
+    }
+
     #[test]
     fn hash_is_stable() {
         assert_eq!(super::hash(""), 0xcbf2_9ce4_8422_2325);

@@ -9,29 +9,39 @@
 //! Sources must be registered local segments, not borrowed slices: a chain outlives any one
 //! call, so it cannot hold a borrow. On shared memory a started chain is complete when
 //! [`World::start`] returns; the final signal is raised after all its puts, so a reader that
-//! sees the signal sees every put of the chain.
+//! sees the signal sees every put of the chain. A put to a rank on another node is a network
+//! put of the same bytes (complete at [`World::quiet`], and ordered before a signal to the
+//! same rank; before a signal to another rank the chain waits for it to complete).
 
+use std::cell::RefCell;
 use std::sync::Arc;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::transport::shm::HEADER_BYTES;
 
-use super::segment::{Handle, Region, Segment};
+use super::segment::{Handle, Region, Segment, out_of_bounds};
 use super::world::{SignalOp, World};
+
+/// Where a chain's put or signal lands.
+#[derive(Debug)]
+enum Target {
+    /// A mapping of this node: the byte offset in it.
+    Mapped(Arc<Region>, usize),
+    /// A rank reached through the network: its handle and the data offset.
+    Net(Handle, usize),
+}
 
 #[derive(Debug)]
 struct Op {
     src: Arc<Region>,
     src_at: usize,
-    dst: Arc<Region>,
-    dst_at: usize,
+    dst: Target,
     len: usize,
 }
 
 #[derive(Debug)]
 struct Signal {
-    region: Arc<Region>,
-    at: usize,
+    target: Target,
     owner: u32,
     op: SignalOp,
 }
@@ -43,6 +53,11 @@ pub struct Chain {
     rank: u32,
     ops: Vec<Op>,
     signal: Option<Signal>,
+    /// Staging for network puts (their sources are shared memory, not Rust slices), sized
+    /// when the chain is built.
+    stage: RefCell<Vec<u8>>,
+    /// Whether a network put goes to another rank than the final signal's.
+    quiet_before_signal: bool,
 }
 
 impl Chain {
@@ -96,51 +111,62 @@ impl World {
                 "chain was built by another rank or job",
             ));
         }
-        for o in &chain.ops {
-            if !o.dst.is_live() || !o.src.is_live() {
-                let h = if o.dst.is_live() {
-                    o.src.handle
-                } else {
-                    o.dst.handle
-                };
-                return Err(Error::new(
-                    ErrorKind::InvalidHandle,
-                    format!(
-                        "chain refers to segment {} of rank {}, which has been freed",
-                        h.segment(),
-                        h.rank()
-                    ),
-                ));
-            }
-            o.dst.map.copy_from(o.dst_at, &o.src.map, o.src_at, o.len);
-        }
-        if let Some(s) = &chain.signal {
-            if !s.region.is_live() {
-                return Err(Error::new(
-                    ErrorKind::InvalidHandle,
-                    "chain's signal segment has been freed",
-                ));
-            }
-            let word = s
-                .region
-                .map
-                .atomic_u64(s.at)
-                .ok_or_else(|| Error::new(ErrorKind::Transport, "signal word moved"))?;
-            self.raise(word, s.owner, op.unwrap_or(s.op));
-        }
-        Ok(())
-    }
-
-    pub(crate) fn resolve_arc(&self, h: &Handle) -> Result<Arc<Region>> {
-        // Attach through a zero-length put (checks job, rank, key and liveness), then take the
-        // mapping out of the cache.
-        self.put(h, 0, &[])?;
-        self.cached(h).ok_or_else(|| {
+        let freed = |h: Handle| {
             Error::new(
                 ErrorKind::InvalidHandle,
-                "segment vanished while building a chain",
+                format!(
+                    "chain refers to segment {} of rank {}, which has been freed",
+                    h.segment(),
+                    h.rank()
+                ),
             )
-        })
+        };
+        for o in &chain.ops {
+            if !o.src.is_live() {
+                return Err(freed(o.src.handle));
+            }
+            match &o.dst {
+                Target::Mapped(d, at) => {
+                    if !d.is_live() {
+                        return Err(freed(d.handle));
+                    }
+                    d.map.copy_from(*at, &o.src.map, o.src_at, o.len);
+                }
+                Target::Net(h, off) => {
+                    let mut stage = chain.stage.borrow_mut();
+                    o.src.map.read(o.src_at, &mut stage[..o.len]);
+                    self.put(h, *off, &stage[..o.len])?;
+                }
+            }
+        }
+        if let Some(s) = &chain.signal {
+            let op = op.unwrap_or(s.op);
+            match &s.target {
+                Target::Mapped(region, at) => {
+                    if !region.is_live() {
+                        return Err(Error::new(
+                            ErrorKind::InvalidHandle,
+                            "chain's signal segment has been freed",
+                        ));
+                    }
+                    let word = region
+                        .map
+                        .atomic_u64(*at)
+                        .ok_or_else(|| Error::new(ErrorKind::Transport, "signal word moved"))?;
+                    if chain.quiet_before_signal {
+                        self.quiet()?;
+                    }
+                    self.raise(word, s.owner, op);
+                }
+                Target::Net(h, off) => {
+                    if chain.quiet_before_signal {
+                        self.quiet()?;
+                    }
+                    self.signal(h, *off, op)?;
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -169,13 +195,22 @@ impl ChainBuilder<'_> {
                 ));
             }
             let s_at = src.region.range(src_off, len)?;
-            let d = self.world.resolve_arc(dst)?;
-            let d_at = d.range(dst_off, len)?;
+            let target = if self.world.is_remote(dst.rank()) {
+                self.world.attach(dst)?;
+                self.world.put(dst, dst_off, &[])?; // checks the bounds of the start
+                if dst_off.checked_add(len).is_none_or(|e| e > dst.len()) {
+                    return Err(out_of_bounds(dst, dst_off, len));
+                }
+                Target::Net(*dst, dst_off)
+            } else {
+                let d = self.world.resolve(dst)?;
+                let d_at = d.range(dst_off, len)?;
+                Target::Mapped(d, d_at)
+            };
             self.ops.push(Op {
                 src: src.region.clone(),
                 src_at: s_at,
-                dst: d,
-                dst_at: d_at,
+                dst: target,
                 len,
             });
             Ok(())
@@ -187,11 +222,26 @@ impl ChainBuilder<'_> {
     /// Ends the chain with `op` on the signal word at `off` in `sig`.
     pub fn signal(mut self, sig: &Handle, off: usize, op: SignalOp) -> Self {
         let r = (|| {
-            let region = self.world.resolve_arc(sig)?;
-            region.word(off)?;
+            let target = if self.world.is_remote(sig.rank()) {
+                // A remote word: checked by a zero-length put now and by its owner later.
+                self.world.put(sig, off, &[])?;
+                if off.checked_add(8).is_none_or(|e| e > sig.len()) {
+                    return Err(out_of_bounds(sig, off, 8));
+                }
+                if off % 8 != 0 {
+                    return Err(Error::new(
+                        ErrorKind::InvalidArgument,
+                        format!("signal offset {off} is not a multiple of 8"),
+                    ));
+                }
+                Target::Net(*sig, off)
+            } else {
+                let region = self.world.resolve(sig)?;
+                region.word(off)?;
+                Target::Mapped(region, HEADER_BYTES + off)
+            };
             self.signal = Some(Signal {
-                region,
-                at: HEADER_BYTES + off,
+                target,
                 owner: sig.rank(),
                 op,
             });
@@ -206,11 +256,26 @@ impl ChainBuilder<'_> {
         if let Some(e) = self.error {
             return Err(e);
         }
+        let net_len = self
+            .ops
+            .iter()
+            .filter(|o| matches!(o.dst, Target::Net(..)))
+            .map(|o| o.len)
+            .max()
+            .unwrap_or(0);
+        let owner = self.signal.as_ref().map(|s| s.owner);
+        let quiet_before_signal = owner.is_some()
+            && self.ops.iter().any(|o| match &o.dst {
+                Target::Net(h, _) => Some(h.rank()) != owner,
+                Target::Mapped(..) => false,
+            });
         Ok(Chain {
             job: self.world.job_id(),
             rank: self.world.rank(),
             ops: self.ops,
             signal: self.signal,
+            stage: RefCell::new(vec![0; net_len]),
+            quiet_before_signal,
         })
     }
 }

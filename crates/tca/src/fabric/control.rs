@@ -1,38 +1,45 @@
 //! Each rank's control segment, and the two collective primitives the fabric itself needs:
-//! the barrier and a small all-to-all byte exchange (used to swap handles at setup).
+//! the barrier and a small all-to-all byte exchange (used to swap handles at setup). Both are
+//! written with the fabric's own signals and puts, so they run over any transport.
 //!
 //! # Layout of the control segment's data (offsets in bytes)
 //! ```text
 //! 0                 sleeper count (u32)     writers: waiters on any word in this rank's memory
-//! 128               exchange sequence (u64) writer: owner; readers: every peer
-//! 256 + 128 k       barrier word of round k (u64), k < 32   writer: rank (me - 2^k) mod n
-//! 4352              exchange buffers, two of 2048 bytes alternating by call parity:
-//!                   [len: u64][bytes...]      writer: owner; readers: every peer
+//! 128               exchange sequence (u64): records my left neighbour has put in my inbox
+//!                                           writer: rank (me - 1) mod n
+//! 256               exchange credit (u64): records my right neighbour has consumed
+//!                                           writer: rank (me + 1) mod n
+//! 384 + 128 k       barrier word of round k (u64), k < 32   writer: rank (me - 2^k) mod n
+//! 4480              exchange inbox, two slots of 2048 bytes alternating by record number:
+//!                   [len: u64][bytes...]    writer: rank (me - 1) mod n
 //! ```
 //! Each word written by a different rank has its own 128-byte block. Memory per rank: one
-//! control segment of [`CTRL_BYTES`] data bytes + a 4 KiB header, mapped by every rank of
-//! the node.
+//! control segment of [`CTRL_BYTES`] data bytes + a 4 KiB header, whatever the rank count.
 //!
 //! # Barrier: dissemination
 //! In round k (of ceil(log2 n)) rank r sets word k of rank (r + 2^k) mod n to the barrier's
 //! epoch and waits until its own word k reaches it. Epochs only grow, so nothing is reset and a
 //! fast rank that already entered the next barrier cannot confuse a slow one.
 //!
-//! # Exchange: publish, then read everyone
-//! Call e writes this rank's bytes into its own buffer e mod 2, publishes e in its exchange
-//! sequence, then waits for each peer's sequence to reach e and copies the peer's buffer. A
-//! rank cannot write buffer e mod 2 again (call e + 2) before every peer has published e + 1,
-//! which each does only after it finished reading call e: two buffers suffice.
+//! # Exchange: a ring
+//! In step s (1 <= s < n) of a call every rank passes the record it got in step s - 1 (its own
+//! in step 1) to its right neighbour and takes the record of rank (me - s) mod n from its left
+//! one: n - 1 steps, one message each, no reads of remote memory (networks cannot read; a
+//! setup-time exchange need not be fast). Records are numbered across calls; record m goes
+//! in inbox slot m mod 2 and is written only once the neighbour has acknowledged record
+//! m - 2 in the credit word, so two slots suffice and back-to-back calls cannot overwrite an
+//! unread record.
 
 use std::sync::atomic::Ordering;
 
 use crate::error::{Error, ErrorKind, Result};
 
-use super::world::World;
+use super::world::{SignalOp, World};
 
 pub(crate) const SLEEPERS: usize = 0;
 const XCHG_SEQ: usize = 128;
-const BARRIER: usize = 256;
+const XCHG_CREDIT: usize = 256;
+const BARRIER: usize = 384;
 /// Rounds a dissemination barrier can have: enough for 2^32 ranks.
 const MAX_ROUNDS: usize = 32;
 const XCHG_BUF: usize = BARRIER + 128 * MAX_ROUNDS;
@@ -52,14 +59,13 @@ impl World {
         let epoch = self.barrier_epoch.get() + 1;
         self.barrier_epoch.set(epoch);
         let me = self.rank();
+        let own = self.own_ctrl.clone();
         let mut k = 0;
         while (1u64 << k) < u64::from(n) {
             let to = ((u64::from(me) + (1u64 << k)) % u64::from(n)) as u32;
             let off = BARRIER + 128 * k;
-            let word = self.ctrl_of(to).word(off)?;
-            word.store(epoch, Ordering::SeqCst);
-            crate::transport::shm::wait::notify(word, self.sleepers_of(to));
-            self.wait_word(self.ctrl_of(me).word(off)?, me, epoch, None)?;
+            self.signal(&self.ctrl[to as usize], off, SignalOp::Set(epoch))?;
+            self.wait_word(own.word(off)?, epoch, None)?;
             k += 1;
         }
         Ok(())
@@ -77,34 +83,52 @@ impl World {
                 ),
             ));
         }
+        let n = self.size();
+        let me = self.rank();
+        let mut all = vec![Vec::new(); n as usize];
+        all[me as usize] = mine.to_vec();
+        if n == 1 {
+            return Ok(all);
+        }
         let epoch = self.xchg_epoch.get() + 1;
         self.xchg_epoch.set(epoch);
-        let buf = XCHG_BUF + XCHG_SLOT * (epoch % 2) as usize;
-        let me = self.rank();
-        let ctrl = self.ctrl_of(me);
-        ctrl.map
-            .write(ctrl.range(buf, 8)?, &(mine.len() as u64).to_le_bytes());
-        ctrl.map.write(ctrl.range(buf + 8, mine.len())?, mine);
-        let seq = ctrl.word(XCHG_SEQ)?;
-        seq.store(epoch, Ordering::SeqCst);
-        crate::transport::shm::wait::notify(seq, self.sleepers_of(me));
-        let mut all = Vec::with_capacity(self.size() as usize);
-        for r in 0..self.size() {
-            let c = self.ctrl_of(r);
-            self.wait_word(c.word(XCHG_SEQ)?, r, epoch, None)?;
+        let (left, right) = ((me + n - 1) % n, (me + 1) % n);
+        let own = self.own_ctrl.clone();
+        let steps = u64::from(n - 1);
+        let mut out = Vec::with_capacity(XCHG_SLOT);
+        for s in 1..=n - 1 {
+            let m = (epoch - 1) * steps + u64::from(s);
+            // Pass on the record of rank (me - s + 1), which we hold from the previous step.
+            let from = ((me + n + 1 - s) % n) as usize;
+            if m > 2 {
+                self.wait_word(own.word(XCHG_CREDIT)?, m - 2, None)?;
+            }
+            let slot = XCHG_BUF + XCHG_SLOT * (m % 2) as usize;
+            out.clear();
+            out.extend_from_slice(&(all[from].len() as u64).to_le_bytes());
+            out.extend_from_slice(&all[from]);
+            let dst = &self.ctrl[right as usize];
+            self.put_signal(dst, slot, &out, dst, XCHG_SEQ, SignalOp::Set(m))?;
+            // Take the record of rank (me - s) from the left neighbour.
+            self.wait_word(own.word(XCHG_SEQ)?, m, None)?;
             let mut len = [0u8; 8];
-            c.map.read(c.range(buf, 8)?, &mut len);
+            own.map.read(own.range(slot, 8)?, &mut len);
             let len = usize::try_from(u64::from_le_bytes(len)).unwrap_or(usize::MAX);
+            let src = (me + n - s) % n;
             if len > EXCHANGE_MAX {
                 return Err(Error::peer(
                     ErrorKind::Transport,
-                    r,
-                    format!("rank {r} published a corrupt exchange record ({len} bytes)"),
+                    left,
+                    format!(
+                        "rank {left} passed a corrupt exchange record ({len} bytes) of rank {src}"
+                    ),
                 ));
             }
             let mut v = vec![0u8; len];
-            c.map.read(c.range(buf + 8, len)?, &mut v);
-            all.push(v);
+            own.map.read(own.range(slot + 8, len)?, &mut v);
+            all[src as usize] = v;
+            std::sync::atomic::fence(Ordering::Acquire);
+            self.signal(&self.ctrl[left as usize], XCHG_CREDIT, SignalOp::Set(m))?;
         }
         Ok(all)
     }

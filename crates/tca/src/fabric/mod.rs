@@ -2,7 +2,7 @@
 //! signals and waits, quiet, fence and barrier. Everything else in tca is built on this.
 
 mod chain;
-mod control;
+pub(crate) mod control;
 pub mod line;
 mod segment;
 mod world;
@@ -10,4 +10,4 @@ mod world;
 pub use chain::{Chain, ChainBuilder};
 pub use control::EXCHANGE_MAX;
 pub use segment::{Handle, Segment, SymmetricSegment};
-pub use world::{INLINE_MAX, RemoteWord, SignalOp, Strided, World};
+pub use world::{AtomicOp, INLINE_MAX, RemoteWord, SignalOp, Strided, World};

@@ -1,19 +1,16 @@
 //! The [`World`]: this rank's view of the job, and the one-sided operations.
 
-use std::cell::{Cell, RefCell};
-use std::os::fd::OwnedFd;
+use std::cell::Cell;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
 
-use crate::bootstrap::board::{AbortReason, Board, Entry, RankState};
-use crate::bootstrap::{BoardSource, JobEnv};
+use crate::bootstrap::JobEnv;
 use crate::env;
 use crate::error::{Error, ErrorKind, Result};
-use crate::transport::shm::HEADER_BYTES;
-use crate::transport::shm::wait::{self, SpinPolicy};
+use crate::transport::shm::Shm;
+use crate::transport::{Transport, Via};
 
-use super::control::{CTRL_BYTES, SLEEPERS};
 use super::segment::{Handle, Region, Segment, SymmetricSegment, out_of_bounds};
 
 /// Largest payload of [`World::put_inline`].
@@ -36,6 +33,28 @@ pub enum SignalOp {
     Add(u64),
 }
 
+/// An operation on a remote 64-bit word ([`World::atomic`]). Every operation that changes the
+/// word wakes the ranks waiting on it, as a signal does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AtomicOp {
+    /// Read the word.
+    Load,
+    /// Store a value.
+    Store(u64),
+    /// Store a value; returns the old one.
+    Swap(u64),
+    /// Add; returns the old value.
+    FetchAdd(u64),
+    /// Store `new` if the word holds `current`; returns the value found (equal to `current`
+    /// on success).
+    CompareExchange {
+        /// The value expected.
+        current: u64,
+        /// The value stored on success.
+        new: u64,
+    },
+}
+
 /// A strided transfer: `count` blocks of `block` bytes, block i read at `i * src_stride` in
 /// the source and written at `dst_off + i * dst_stride` in the target.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,7 +71,7 @@ pub struct Strided {
 
 impl Strided {
     /// Bytes spanned from the first block's start to the last block's end with `stride`.
-    fn span(&self, stride: usize) -> Option<usize> {
+    pub(crate) fn span(&self, stride: usize) -> Option<usize> {
         if self.count == 0 {
             return Some(0);
         }
@@ -62,58 +81,71 @@ impl Strided {
     }
 }
 
-#[derive(Debug)]
-pub(crate) struct Peer {
-    pub(crate) pid: u32,
-    pub(crate) ctrl: Arc<Region>,
-    pidfd: Option<OwnedFd>,
+/// Which transports a job may use (`TCA_TRANSPORT`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Shared memory within a node, the network between nodes.
+    Auto,
+    /// Shared memory only (one node).
+    Shm,
+    /// The network between every pair of ranks.
+    Ofi,
 }
 
-type Cache = Vec<Vec<Option<Arc<Region>>>>;
+impl Mode {
+    fn from_env() -> Result<Self> {
+        match std::env::var(env::TRANSPORT).ok().as_deref().map(str::trim) {
+            None | Some("" | "auto") => Ok(Self::Auto),
+            Some("shm") => Ok(Self::Shm),
+            Some("ofi") => Ok(Self::Ofi),
+            Some(other) => Err(Error::new(
+                ErrorKind::Bootstrap,
+                format!("{}={other:?}: expected auto, shm or ofi", env::TRANSPORT),
+            )),
+        }
+    }
+}
 
 /// This rank's view of the job: rank, size, peers, and the one-sided operations.
 ///
 /// A `World` belongs to one thread at a time (`Send`, not `Sync`): the papers' model is one
 /// rank, one stream of puts. Create it with [`crate::init`] (under `tca run`, Slurm or mpirun)
 /// or [`crate::threads::run`] (ranks as threads of one process).
+///
+/// Every operation goes to the transport that reaches its target rank — shared memory inside
+/// the node, libfabric between nodes (see [`crate::transport`] for the contract they all
+/// keep); [`World::transport`] names them.
 #[derive(Debug)]
 pub struct World {
     rank: u32,
     size: u32,
     job: u64,
     source: &'static str,
-    board: Board,
-    _board_fd: Option<OwnedFd>,
-    pub(crate) peers: Vec<Peer>,
-    cache: RefCell<Cache>,
-    policy: SpinPolicy,
-    launcher: Option<(u32, OwnedFd)>,
+    shm: Shm,
+    /// Which transport reaches each rank: `true` for the network.
+    #[cfg_attr(not(feature = "ofi"), allow(dead_code))]
+    remote: Vec<bool>,
+    /// Ranks sharing this rank's node (memory).
+    node: Vec<u32>,
+    #[cfg(feature = "ofi")]
+    net: Option<crate::transport::ofi::Ofi>,
+    /// The rendezvous connection of a job spanning nodes: the job monitor.
+    kv: Option<crate::bootstrap::kv::KvClient>,
+    /// Keeps the rendezvous served while this rank lives (rank 0 under Slurm and mpirun).
+    _kv_server: Option<crate::bootstrap::kv::KvServer>,
+    name: &'static str,
+    /// Every rank's control segment (barrier words, exchange inbox; see `control`).
+    pub(crate) ctrl: Vec<Handle>,
+    /// This rank's own control segment.
+    pub(crate) own_ctrl: Arc<Region>,
     pub(crate) barrier_epoch: Cell<u64>,
     pub(crate) xchg_epoch: Cell<u64>,
-    left: Cell<bool>,
-    /// Whether this rank has marked itself asleep on the board during the current wait.
-    asleep: Cell<bool>,
-    /// Consecutive sleep slices in which every other rank in the job was asleep too, and the
-    /// other ranks' finished-sleep counts at the last slice (any change is progress).
-    stuck: Cell<u32>,
-    others_wakes: Cell<u64>,
 }
 
-/// Sleep slices (10 ms each) with every rank of the job asleep and no progress before a wait
-/// gives up as a deadlock.
-const DEADLOCK_SLICES: u32 = 100;
-
 impl World {
-    /// Joins the job described by `env`: publish, wait for everyone, attach every peer.
-    pub(crate) fn join(env: JobEnv) -> Result<Self> {
-        let JobEnv {
-            rank,
-            size,
-            job,
-            board,
-            source,
-            boot_deadline,
-        } = env;
+    /// Joins the job described by `env`: meet the other ranks, attach every peer.
+    pub(crate) fn join(mut env: JobEnv) -> Result<Self> {
+        let (rank, size, job, source) = (env.rank, env.size, env.job, env.source);
         let max = env::max_ranks();
         if size == 0 {
             return Err(Error::new(
@@ -136,170 +168,244 @@ impl World {
                 format!("rank {rank} is not in a {size}-rank job"),
             ));
         }
-        raise_fd_limit(size);
-        let (board, board_fd, named) = match board {
-            BoardSource::Fd(fd) => (Board::open(&fd, size)?, Some(fd), None),
-            BoardSource::Named(name) => {
-                let (fd, b) = Board::open_named(&name, rank, size, job, boot_deadline)?;
-                (b, Some(fd), Some(name))
+        let mode = Mode::from_env()?;
+        let Some(rv) = env.kv.take() else {
+            // Every rank on this node: meet on the node's board.
+            let all: Vec<u32> = (0..size).collect();
+            let (shm, ctrl) = Shm::join(env, &all)?;
+            let ctrl: Vec<Handle> = ctrl.into_iter().flatten().collect();
+            let own_ctrl = shm.own_ctrl();
+            let mut w = Self {
+                rank,
+                size,
+                job,
+                source,
+                shm,
+                remote: vec![false; size as usize],
+                node: all,
+                #[cfg(feature = "ofi")]
+                net: None,
+                kv: None,
+                _kv_server: None,
+                name: "shm",
+                ctrl,
+                own_ctrl,
+                barrier_epoch: Cell::new(0),
+                xchg_epoch: Cell::new(0),
+            };
+            if mode == Mode::Ofi && size > 1 {
+                w.start_network(None, true)?;
             }
-            BoardSource::Private => {
-                let (fd, b) = Board::create(1, job, None)?;
-                (b, Some(fd), None)
-            }
+            return Ok(w);
         };
-        if board.job() != job {
+        Self::join_nodes(env, rv, mode)
+    }
+
+    /// Start-up of a job that spans nodes: meet at the rendezvous, learn who shares this
+    /// node, make or open the node's board, then exchange network addresses.
+    fn join_nodes(mut env: JobEnv, rv: crate::bootstrap::Rendezvous, mode: Mode) -> Result<Self> {
+        use crate::bootstrap::kv::{KvClient, KvServer, resolve};
+        let (rank, size, job, source) = (env.rank, env.size, env.job, env.source);
+        let deadline = env.boot_deadline;
+        let owner_name = match rv.owner {
+            Some(r) => format!("rank {r}"),
+            None => "the launcher".to_string(),
+        };
+        let server = if rv.serve {
+            let at = resolve(&rv.addr)?;
+            let any: std::net::SocketAddr = ([0, 0, 0, 0], at.port()).into();
+            Some(KvServer::start(any, job, size)?)
+        } else {
+            None
+        };
+        let addr = resolve(&rv.addr)?;
+        let mut kv = KvClient::connect(addr, job, rank, size, (rv.owner, owner_name), deadline)?;
+        // Round 1: which node is each rank on?
+        let names = kv.allgather(node_name().as_bytes(), deadline)?;
+        let mine = &names[rank as usize];
+        let node: Vec<u32> = (0..size).filter(|&r| &names[r as usize] == mine).collect();
+        let nodes = {
+            let mut n = names.clone();
+            n.sort();
+            n.dedup();
+            n.len()
+        };
+        if mode == Mode::Shm && nodes > 1 {
             return Err(Error::new(
                 ErrorKind::Bootstrap,
                 format!(
-                    "job board belongs to job {:016x}, not {job:016x}",
-                    board.job()
+                    "{}=shm, but this job spans {nodes} nodes: shared memory cannot reach them",
+                    env::TRANSPORT
                 ),
             ));
         }
-        let my_pid = std::process::id();
-        let ctrl = Arc::new(Region::create(rank, job, CTRL_BYTES, "ctrl")?);
-        let spin = env::parse::<u32>(env::SPIN)?;
-        let policy = SpinPolicy::adaptive(size, SpinPolicy::cpus(), spin);
-        let launcher = match board.launcher_pid() {
-            Some(pid) => Some((
-                pid,
-                pidfd(pid).ok_or_else(|| {
-                    Error::new(
-                        ErrorKind::Aborted,
-                        format!("the launcher (pid {pid}) is gone"),
-                    )
-                })?,
-            )),
-            None => None,
+        if !cfg!(feature = "ofi") && (nodes > 1 || mode == Mode::Ofi) {
+            // Every rank decides this from the same records: all fail alike, none waits.
+            return Err(Error::new(
+                ErrorKind::Bootstrap,
+                format!(
+                    "this job spans {nodes} nodes and needs the network transport, but tca was \
+                     built without it: rebuild with `--features ofi` (needs libfabric, Debian: \
+                     libfabric-dev)"
+                ),
+            ));
+        }
+        // Round 2: each node's first rank makes the board and says where it is.
+        let leader = node[0] == rank;
+        let mut made = None;
+        let here = if leader {
+            let (fd, _b) = crate::bootstrap::board::Board::create(size, job, None)?;
+            let at = format!(
+                "{} {}",
+                std::process::id(),
+                std::os::fd::AsRawFd::as_raw_fd(&fd)
+            );
+            made = Some(fd);
+            at
+        } else {
+            String::new()
         };
-        board.publish(
-            rank,
-            Entry {
-                pid: my_pid,
-                ctrl_segment: ctrl.handle.segment(),
-                ctrl_key: ctrl.handle.key(),
-            },
-        );
-
-        // Wait for everyone; a rank that never comes is named in the error.
-        let boot_check = || -> Result<()> {
-            if let Some((r, why)) = board.aborted() {
-                return Err(abort_error(r, why));
-            }
-            if let Some(r) = (0..size).find(|&r| board.state(r) == RankState::Failed) {
-                return Err(Error::peer(
-                    ErrorKind::PeerDied,
-                    r,
-                    format!("rank {r} failed during start-up"),
-                ));
-            }
-            if let Some((pid, fd)) = &launcher {
-                if readable(fd) {
-                    return Err(Error::new(
-                        ErrorKind::Aborted,
-                        format!("the launcher (pid {pid}) died during start-up"),
+        let boards = kv.allgather(here.as_bytes(), deadline)?;
+        let fd = match made {
+            Some(fd) => fd,
+            None => {
+                let text = String::from_utf8_lossy(&boards[node[0] as usize]).into_owned();
+                let mut it = text.split_whitespace().map(str::parse::<u32>);
+                let (Some(Ok(pid)), Some(Ok(fd))) = (it.next(), it.next()) else {
+                    return Err(Error::peer(
+                        ErrorKind::Bootstrap,
+                        node[0],
+                        format!("rank {} announced no node board", node[0]),
                     ));
-                }
+                };
+                crate::transport::shm::memfd::open_peer(pid, fd).map_err(|e| {
+                    Error::peer(
+                        ErrorKind::Bootstrap,
+                        node[0],
+                        format!(
+                            "cannot open the node board of rank {} (pid {pid}): {e}",
+                            node[0]
+                        ),
+                    )
+                })?
             }
-            Ok(())
         };
-        let r = wait::wait_ge(
-            board.published(),
-            board.sleepers(),
-            u64::from(size),
-            policy,
-            Some(boot_deadline),
-            boot_check,
-        );
-        if let Err(e) = r {
-            if rank == 0 {
-                if let Some(n) = &named {
-                    let _ = std::fs::remove_file(std::path::Path::new("/dev/shm").join(n));
-                }
-            }
-            board.set_state(rank, RankState::Failed);
-            if e.kind() == ErrorKind::Timeout {
-                let missing: Vec<u32> = (0..size)
-                    .filter(|&r| board.state(r) == RankState::Empty)
-                    .collect();
-                return Err(Error::new(
-                    ErrorKind::Bootstrap,
-                    format!(
-                        "ranks {missing:?} of {size} did not start in time ({}; set {})",
-                        source,
-                        env::BOOT_TIMEOUT
-                    ),
-                ));
-            }
-            return Err(e);
-        }
-        if rank == 0 {
-            if let Some(n) = &named {
-                // Everyone has the board mapped now: drop its name so nothing can leak.
-                let _ = std::fs::remove_file(std::path::Path::new("/dev/shm").join(n));
-            }
-        }
-
-        let mut peers = Vec::with_capacity(size as usize);
-        for r in 0..size {
-            if r == rank {
-                peers.push(Peer {
-                    pid: my_pid,
-                    ctrl: ctrl.clone(),
-                    pidfd: None,
-                });
-                continue;
-            }
-            let e = board.entry(r).ok_or_else(|| {
-                Error::peer(
-                    ErrorKind::Bootstrap,
-                    r,
-                    format!("rank {r} counted as published but has no entry"),
-                )
-            })?;
-            let h = Handle::zeroed_for(job, e.ctrl_key, CTRL_BYTES, r, e.ctrl_segment);
-            let ctrl = Region::attach(&h, e.pid).map_err(|err| {
-                Error::peer(
-                    ErrorKind::PeerDied,
-                    r,
-                    format!("cannot attach rank {r} (pid {}): {err}", e.pid),
-                )
-            })?;
-            let fd = if e.pid == my_pid { None } else { pidfd(e.pid) };
-            if e.pid != my_pid && fd.is_none() {
-                return Err(Error::peer(
-                    ErrorKind::PeerDied,
-                    r,
-                    format!("rank {r} (pid {}) died during start-up", e.pid),
-                ));
-            }
-            peers.push(Peer {
-                pid: e.pid,
-                ctrl: Arc::new(ctrl),
-                pidfd: fd,
-            });
-        }
-        let mut cache: Cache = vec![Vec::new(); size as usize];
-        cache_insert(&mut cache, &ctrl);
-        Ok(Self {
+        env.board = crate::bootstrap::BoardSource::Fd(fd);
+        let (shm, local_ctrl) = Shm::join(env, &node)?;
+        let own_ctrl = shm.own_ctrl();
+        let remote: Vec<bool> = (0..size)
+            .map(|r| r != rank && (mode == Mode::Ofi || !node.contains(&r)))
+            .collect();
+        let mut w = Self {
             rank,
             size,
             job,
             source,
-            board,
-            _board_fd: board_fd,
-            peers,
-            cache: RefCell::new(cache),
-            policy,
-            launcher,
+            shm,
+            remote,
+            node,
+            #[cfg(feature = "ofi")]
+            net: None,
+            kv: None,
+            _kv_server: server,
+            name: "shm",
+            ctrl: local_ctrl
+                .iter()
+                .map(|c| c.unwrap_or(Handle::new(job, 0, 0, u32::MAX, 0)))
+                .collect(),
+            own_ctrl,
             barrier_epoch: Cell::new(0),
             xchg_epoch: Cell::new(0),
-            left: Cell::new(false),
-            asleep: Cell::new(false),
-            stuck: Cell::new(0),
-            others_wakes: Cell::new(0),
-        })
+        };
+        if w.remote.iter().any(|&r| r) {
+            w.start_network(Some(&mut kv), mode == Mode::Ofi)?;
+        } else {
+            // Every rank turned out to share this node: only the control handles to share.
+            let all = kv.allgather(&w.own_ctrl.handle.to_bytes(), deadline)?;
+            w.ctrl = all
+                .iter()
+                .map(|b| Handle::from_bytes(b))
+                .collect::<Result<_>>()?;
+        }
+        kv.watch()?;
+        #[cfg(feature = "ofi")]
+        if let Some(n) = &w.net {
+            n.set_watch(kv.watcher());
+        }
+        w.kv = Some(kv);
+        Ok(w)
+    }
+
+    /// Opens the network transport and makes it the route to every rank marked remote (all
+    /// others with `all`). Endpoint names and control handles travel through the rendezvous
+    /// `kv`, or, on one node, through the fabric's own exchange over shared memory.
+    #[cfg(feature = "ofi")]
+    fn start_network(
+        &mut self,
+        kv: Option<&mut crate::bootstrap::kv::KvClient>,
+        all: bool,
+    ) -> Result<()> {
+        use crate::transport::ofi::Ofi;
+        let provider = std::env::var(env::OFI_PROVIDER)
+            .ok()
+            .filter(|p| !p.is_empty());
+        let (mut net, name) = Ofi::open(provider.as_deref(), self.rank, self.size, self.job)?;
+        let mut record = self.own_ctrl.handle.to_bytes().to_vec();
+        record.extend_from_slice(&name);
+        let records = match kv {
+            Some(kv) => kv.allgather(&record, Instant::now() + Duration::from_secs(60))?,
+            None => self.exchange(&record)?,
+        };
+        let mut names = Vec::with_capacity(records.len());
+        for (r, rec) in records.iter().enumerate() {
+            if rec.len() < Handle::BYTES {
+                return Err(Error::peer(
+                    ErrorKind::Bootstrap,
+                    r as u32,
+                    format!("rank {r} sent a malformed start-up record"),
+                ));
+            }
+            self.ctrl[r] = Handle::from_bytes(&rec[..Handle::BYTES])?;
+            names.push(rec[Handle::BYTES..].to_vec());
+        }
+        net.connect(&names)?;
+        net.register(&self.own_ctrl)?;
+        if all {
+            for r in 0..self.size {
+                self.remote[r as usize] = r != self.rank;
+            }
+        }
+        self.name = if self
+            .remote
+            .iter()
+            .enumerate()
+            .all(|(r, &x)| x || r as u32 == self.rank)
+        {
+            "ofi"
+        } else {
+            "shm+ofi"
+        };
+        self.net = Some(net);
+        // Nobody writes into a peer before that peer's endpoint is ready.
+        self.barrier()
+    }
+
+    #[cfg(not(feature = "ofi"))]
+    fn start_network(
+        &mut self,
+        _kv: Option<&mut crate::bootstrap::kv::KvClient>,
+        _all: bool,
+    ) -> Result<()> {
+        Err(Error::new(
+            ErrorKind::Bootstrap,
+            format!(
+                "this job needs the network transport ({}={}, or ranks on several nodes), but tca \
+                 was built without it: rebuild with `--features ofi` (needs libfabric, Debian: \
+                 libfabric-dev)",
+                env::TRANSPORT,
+                std::env::var(env::TRANSPORT).unwrap_or_else(|_| "auto".into())
+            ),
+        ))
     }
 
     /// This rank, in `0..size()`.
@@ -317,14 +423,14 @@ impl World {
         self.job
     }
 
-    /// Ranks that share memory with this one (today: every rank, one node).
-    pub fn node_ranks(&self) -> std::ops::Range<u32> {
-        0..self.size
+    /// Ranks that share memory with this one (this rank's node), in order.
+    pub fn node_ranks(&self) -> &[u32] {
+        &self.node
     }
 
     /// Whether `rank` shares this rank's node (and so its memory).
     pub fn is_local(&self, rank: u32) -> bool {
-        rank < self.size
+        self.shm.reaches(rank)
     }
 
     /// Where rank and size came from: "tca run", "Slurm", "Open MPI", "PMI", "threads",
@@ -333,29 +439,65 @@ impl World {
         self.source
     }
 
-    /// The spin policy waits use (adapted to ranks per core).
-    pub fn spin_policy(&self) -> SpinPolicy {
-        self.policy
+    /// The transport(s) this world runs on, as reports print it: `"shm"` (shared memory, one
+    /// node), `"ofi"` (libfabric to every other rank) or `"shm+ofi"` (both: shared memory
+    /// within the node, libfabric between nodes).
+    pub fn transport(&self) -> &'static str {
+        self.name
     }
 
-    /// Process id of `rank`.
+    /// The libfabric provider carrying this rank's network traffic, if any.
+    pub fn network_provider(&self) -> Option<&str> {
+        #[cfg(feature = "ofi")]
+        if let Some(n) = &self.net {
+            return Some(n.provider());
+        }
+        None
+    }
+
+    /// How waits spin before they sleep: (spin iterations, yields), adapted to ranks per core.
+    pub fn wait_policy(&self) -> (u32, u32) {
+        let p = self.shm.policy();
+        (p.spins, p.yields)
+    }
+
+    /// Process id of `rank` (ranks on this node).
     pub fn pid_of(&self, rank: u32) -> Result<u32> {
         self.check_rank(rank)?;
-        Ok(self.peers[rank as usize].pid)
+        self.shm.pid_of(rank).ok_or_else(|| {
+            Error::new(
+                ErrorKind::InvalidRank,
+                format!("rank {rank} runs on another node: its pid means nothing here"),
+            )
+        })
     }
 
-    pub(crate) fn ctrl_of(&self, rank: u32) -> &Region {
-        &self.peers[rank as usize].ctrl
+    /// The transport that reaches `rank` (checked to be in the world).
+    #[inline]
+    fn via(&self, rank: u32) -> Via<'_> {
+        #[cfg(feature = "ofi")]
+        if self.remote[rank as usize] {
+            if let Some(n) = &self.net {
+                return Via::Net(n, &self.shm);
+            }
+        }
+        let _ = rank;
+        Via::Shm(&self.shm)
     }
 
-    pub(crate) fn sleepers_of(&self, rank: u32) -> &AtomicU32 {
-        self.peers[rank as usize]
-            .ctrl
-            .map
-            .atomic_u32(HEADER_BYTES + SLEEPERS)
-            .expect("sleeper word lies in the control segment (layout constant)")
+    /// The transport for an operation touching ranks `a` and `b`: the network if either is
+    /// reached through it.
+    #[inline]
+    fn via2(&self, a: u32, b: u32) -> Via<'_> {
+        #[cfg(feature = "ofi")]
+        if self.remote[b as usize] {
+            return self.via(b);
+        }
+        let _ = b;
+        self.via(a)
     }
 
+    #[inline]
     fn check_rank(&self, rank: u32) -> Result<()> {
         if rank >= self.size {
             return Err(Error::new(
@@ -366,15 +508,45 @@ impl World {
         Ok(())
     }
 
+    /// Checks that `h` belongs to this job and names a rank of it.
+    #[inline]
+    fn check_handle(&self, h: &Handle) -> Result<()> {
+        if h.job() != self.job {
+            return Err(Error::new(
+                ErrorKind::InvalidHandle,
+                format!(
+                    "handle belongs to job {:016x}, this is job {:016x}",
+                    h.job(),
+                    self.job
+                ),
+            ));
+        }
+        self.check_rank(h.rank())
+    }
+
     // ---- segments -------------------------------------------------------------------------
 
     /// Registers a new segment of `len` bytes (zeroed) on this rank only. Give its
     /// [`Segment::handle`] to the peers that should write into it.
     pub fn alloc(&self, len: usize) -> Result<Segment> {
-        self.sweep_freed();
-        let region = Arc::new(Region::create(self.rank, self.job, len, "seg")?);
-        cache_insert(&mut self.cache.borrow_mut(), &region);
+        let region = self.shm.alloc(len)?;
+        #[cfg(feature = "ofi")]
+        if let Some(n) = &self.net {
+            n.sweep_freed(&self.shm)?;
+            n.register(&region)?;
+        }
         Ok(Segment { region })
+    }
+
+    /// Whether operations on `rank` go through the network transport.
+    #[inline]
+    pub(crate) fn is_remote(&self, rank: u32) -> bool {
+        #[cfg(feature = "ofi")]
+        if self.net.is_some() {
+            return self.remote.get(rank as usize).copied().unwrap_or(false);
+        }
+        let _ = rank;
+        false
     }
 
     /// Allocates a segment of `len` bytes on every rank (collective: every rank calls it with
@@ -402,112 +574,38 @@ impl World {
         all.iter().map(|b| Handle::from_bytes(b)).collect()
     }
 
-    /// Drops cached local segments that were freed and that nothing else holds.
-    fn sweep_freed(&self) {
-        let mut cache = self.cache.borrow_mut();
-        for slot in cache[self.rank as usize].iter_mut() {
-            if slot
-                .as_ref()
-                .is_some_and(|r| !r.is_live() && Arc::strong_count(r) == 1)
-            {
-                *slot = None;
-            }
-        }
-    }
-
-    /// Checks `h` and attaches its segment if it is not attached yet.
-    #[inline]
-    fn ensure(&self, h: &Handle) -> Result<()> {
-        if h.job() != self.job {
-            return Err(Error::new(
-                ErrorKind::InvalidHandle,
-                format!(
-                    "handle belongs to job {:016x}, this is job {:016x}",
-                    h.job(),
-                    self.job
-                ),
-            ));
-        }
-        self.check_rank(h.rank())?;
-        {
-            let cache = self.cache.borrow();
-            if let Some(r) = probe(&cache, h) {
-                if r.is_live() {
-                    return Ok(());
-                }
-            }
-        }
-        self.attach_slow(h)
-    }
-
-    #[cold]
-    fn attach_slow(&self, h: &Handle) -> Result<()> {
-        let slot = h.segment() as usize;
-        let stale = self.cache.borrow()[h.rank() as usize]
-            .get(slot)
-            .is_some_and(|e| e.is_some());
-        if stale {
-            // A freed segment, or a handle whose id was reused: forget the old mapping.
-            let mut cache = self.cache.borrow_mut();
-            if cache[h.rank() as usize][slot]
-                .as_ref()
-                .is_some_and(|r| !r.is_live() || r.handle != *h)
-            {
-                cache[h.rank() as usize][slot] = None;
-            }
-        }
-        let region = match Region::attach(h, self.peers[h.rank() as usize].pid) {
-            Ok(r) => r,
-            Err(e) => {
-                // A segment that is gone because its owner died or the job was aborted is
-                // reported as that, naming the rank, rather than as a bad handle.
-                self.check_peers(false)?;
-                return Err(e);
-            }
-        };
-        cache_insert(&mut self.cache.borrow_mut(), &Arc::new(region));
-        Ok(())
-    }
-
     /// Validates `h` and attaches its segment now rather than at the first put.
     pub fn attach(&self, h: &Handle) -> Result<()> {
-        self.ensure(h)
+        self.check_handle(h)?;
+        self.via(h.rank()).attach(h)
     }
 
-    fn target<'a>(&self, cache: &'a Cache, h: &Handle) -> Result<&'a Region> {
-        probe(cache, h).map(|r| &**r).ok_or_else(|| {
-            Error::new(
-                ErrorKind::InvalidHandle,
-                format!(
-                    "segment {} of rank {} is not attached",
-                    h.segment(),
-                    h.rank()
-                ),
-            )
-        })
+    /// The attached target of `h`, for chains.
+    pub(crate) fn resolve(&self, h: &Handle) -> Result<Arc<Region>> {
+        self.check_handle(h)?;
+        self.shm.resolve(h)
+    }
+
+    /// Number of attached segments (own and peers'), for leak checks.
+    pub fn attached_segments(&self) -> usize {
+        self.shm.attached_segments()
     }
 
     // ---- one-sided operations -------------------------------------------------------------
 
     /// Copies `src` into the segment `dst` at byte offset `off`: one `memcpy` into the peer's
-    /// memory. Complete at the target on return.
+    /// memory on shared memory. Complete at the target on return on shared memory; on a
+    /// network, at [`World::quiet`] (or when a later signal to the same rank is seen).
     /// A zero-length put is valid: it checks the handle and offset and writes nothing.
     #[inline]
     pub fn put(&self, dst: &Handle, off: usize, src: &[u8]) -> Result<()> {
-        {
-            let cache = self.cache.borrow();
-            if let Some(d) = live(&cache, dst) {
-                let at = d.range(off, src.len())?;
-                copy(d, at, src);
-                return Ok(());
+        if !self.is_remote(dst.rank()) {
+            if let Some(r) = self.shm.put_fast(dst, off, src) {
+                return r;
             }
         }
-        self.ensure(dst)?;
-        let cache = self.cache.borrow();
-        let d = self.target(&cache, dst)?;
-        let at = d.range(off, src.len())?;
-        copy(d, at, src);
-        Ok(())
+        self.check_handle(dst)?;
+        self.via(dst.rank()).put(dst, off, src)
     }
 
     /// A small put done with plain stores (the papers' PIO): at most [`INLINE_MAX`] bytes.
@@ -521,12 +619,8 @@ impl World {
                 ),
             ));
         }
-        self.ensure(dst)?;
-        let cache = self.cache.borrow();
-        let d = self.target(&cache, dst)?;
-        let at = d.range(off, src.len())?;
-        d.map.write_inline(at, src);
-        Ok(())
+        self.check_handle(dst)?;
+        self.shm.put_inline(dst, off, src)
     }
 
     /// Puts `src` at `off` in `dst`, then applies `op` to the signal word at `sig_off` in
@@ -545,58 +639,21 @@ impl World {
         sig_off: usize,
         op: SignalOp,
     ) -> Result<()> {
-        {
-            // Fast path: both segments attached and live (one probe each, no attach).
-            let cache = self.cache.borrow();
-            if let (Some(d), Some(s)) = (live(&cache, dst), live(&cache, sig)) {
-                return self.put_signal_in(d, off, src, s, sig_off, sig.rank(), op);
+        if !self.is_remote(dst.rank()) && !self.is_remote(sig.rank()) {
+            if let Some(r) = self.shm.put_signal_fast(dst, off, src, sig, sig_off, op) {
+                return r;
             }
         }
-        self.ensure(dst)?;
-        self.ensure(sig)?;
-        let cache = self.cache.borrow();
-        let d = self.target(&cache, dst)?;
-        let s = self.target(&cache, sig)?;
-        self.put_signal_in(d, off, src, s, sig_off, sig.rank(), op)
-    }
-
-    #[inline]
-    #[allow(clippy::too_many_arguments)]
-    fn put_signal_in(
-        &self,
-        d: &Region,
-        off: usize,
-        src: &[u8],
-        s: &Region,
-        sig_off: usize,
-        owner: u32,
-        op: SignalOp,
-    ) -> Result<()> {
-        let word = s.word(sig_off)?;
-        let at = d.range(off, src.len())?;
-        copy(d, at, src);
-        self.raise(word, owner, op);
-        Ok(())
+        self.check_handle(dst)?;
+        self.check_handle(sig)?;
+        self.via2(dst.rank(), sig.rank())
+            .put_signal(dst, off, src, sig, sig_off, op)
     }
 
     /// Applies `op` to the signal word at `off` in `sig` (no data).
     pub fn signal(&self, sig: &Handle, off: usize, op: SignalOp) -> Result<()> {
-        self.ensure(sig)?;
-        let cache = self.cache.borrow();
-        let word = self.target(&cache, sig)?.word(off)?;
-        self.raise(word, sig.rank(), op);
-        Ok(())
-    }
-
-    #[inline]
-    pub(crate) fn raise(&self, word: &AtomicU64, owner: u32, op: SignalOp) {
-        match op {
-            SignalOp::Set(v) => word.store(v, Ordering::SeqCst),
-            SignalOp::Add(v) => {
-                word.fetch_add(v, Ordering::SeqCst);
-            }
-        }
-        wait::notify(word, self.sleepers_of(owner));
+        self.check_handle(sig)?;
+        self.via(sig.rank()).signal(sig, off, op)
     }
 
     /// Strided put: `s.count` blocks of `s.block` bytes from `src` (stride `s.src_stride`)
@@ -616,40 +673,65 @@ impl World {
         let dst_span = s
             .span(s.dst_stride)
             .ok_or_else(|| out_of_bounds(dst, off, usize::MAX))?;
-        self.ensure(dst)?;
-        let cache = self.cache.borrow();
-        let d = self.target(&cache, dst)?;
-        let at = d.range(off, dst_span)?;
-        for i in 0..s.count {
-            let from = i * s.src_stride;
-            copy(d, at + i * s.dst_stride, &src[from..from + s.block]);
+        self.check_handle(dst)?;
+        self.via(dst.rank()).put_strided(dst, off, src, s, dst_span)
+    }
+
+    /// A remote (or local) 64-bit word, checked once (job, key, bounds, alignment), for
+    /// custom protocols and atomics: operate on it with [`World::atomic`] or its methods.
+    pub fn remote_word(&self, h: &Handle, off: usize) -> Result<RemoteWord> {
+        let region = self.resolve(h)?;
+        region.word(off)?;
+        Ok(RemoteWord {
+            handle: *h,
+            off,
+            region,
+        })
+    }
+
+    /// Applies `op` to a remote word; returns the value it held before (for `Load`, the
+    /// value). Every change wakes the ranks waiting on the word, as a signal does.
+    pub fn atomic(&self, w: &RemoteWord, op: AtomicOp) -> Result<u64> {
+        self.check_handle(&w.handle)?;
+        self.via(w.handle.rank()).atomic(&w.handle, w.off, op)
+    }
+
+    /// All earlier puts and signals of this rank are complete and visible at their targets.
+    /// (On shared memory every put is complete on return; this is a full fence.) Fails if a
+    /// network transport reports that one of them could not be delivered.
+    pub fn quiet(&self) -> Result<()> {
+        Transport::quiet(&self.shm)?;
+        #[cfg(feature = "ofi")]
+        if let Some(n) = &self.net {
+            n.quiet(&self.shm)?;
         }
         Ok(())
     }
 
-    /// A remote (or local) 64-bit word as an atomic, for custom protocols and atomics.
-    pub fn remote_word(&self, h: &Handle, off: usize) -> Result<RemoteWord> {
-        self.ensure(h)?;
-        let cache = self.cache.borrow();
-        let region = probe(&cache, h)
-            .cloned()
-            .ok_or_else(|| out_of_bounds(h, off, 8))?;
-        region.word(off)?;
-        Ok(RemoteWord {
-            region,
-            at: HEADER_BYTES + off,
-        })
-    }
-
-    /// All earlier puts and signals of this rank are complete and visible at their targets.
-    /// (On shared memory every put is complete on return; this is a full fence.)
-    pub fn quiet(&self) {
-        std::sync::atomic::fence(Ordering::SeqCst);
-    }
-
     /// Orders earlier puts before later ones, without waiting for completion.
     pub fn fence(&self) {
-        std::sync::atomic::fence(Ordering::Release);
+        Transport::fence(&self.shm);
+    }
+
+    /// Makes progress on network work (incoming puts, signals and requests) without
+    /// waiting; waits do this by themselves. Call it in long computations between tca calls
+    /// to let peers' traffic into this rank through.
+    pub fn progress(&self) -> Result<()> {
+        #[cfg(feature = "ofi")]
+        if let Some(n) = &self.net {
+            n.progress(&self.shm)?;
+        }
+        self.check_monitor()
+    }
+
+    /// The job monitor's verdict (a job spanning nodes): an error naming a rank that died on
+    /// another node.
+    #[inline]
+    fn check_monitor(&self) -> Result<()> {
+        match &self.kv {
+            Some(kv) => kv.check(),
+            None => Ok(()),
+        }
     }
 
     // ---- waiting ----------------------------------------------------------------------------
@@ -660,7 +742,7 @@ impl World {
     #[inline]
     pub fn wait_until(&self, seg: &Segment, off: usize, value: u64) -> Result<u64> {
         let word = self.own_word(seg, off)?;
-        self.wait_word(word, self.rank, value, None)
+        self.wait_word(word, value, None)
     }
 
     /// [`World::wait_until`] with a timeout ([`ErrorKind::Timeout`] when it expires).
@@ -672,7 +754,7 @@ impl World {
         timeout: Duration,
     ) -> Result<u64> {
         let word = self.own_word(seg, off)?;
-        self.wait_word(word, self.rank, value, Instant::now().checked_add(timeout))
+        self.wait_word(word, value, Instant::now().checked_add(timeout))
     }
 
     #[inline]
@@ -692,283 +774,290 @@ impl World {
         seg.region.word(off)
     }
 
-    /// Waits until `word` (in the memory of rank `owner`) reaches `value`.
+    /// Waits until `word` (in this rank's memory) reaches `value`.
     #[inline]
     pub(crate) fn wait_word(
         &self,
         word: &AtomicU64,
-        owner: u32,
         value: u64,
         deadline: Option<Instant>,
     ) -> Result<u64> {
-        let r = wait::wait_ge(
-            word,
-            self.sleepers_of(owner),
-            value,
-            self.policy,
-            deadline,
-            || self.check_while_asleep(),
-        );
-        if self.asleep.replace(false) {
-            self.board.set_asleep(self.rank, false);
-            self.stuck.set(0);
+        #[cfg(feature = "ofi")]
+        if let Some(n) = &self.net {
+            return self.wait_net(n, word, value, deadline);
         }
+        if self.kv.is_some() {
+            return self.wait_monitored(word, value, deadline);
+        }
+        self.shm.wait_word(word, value, deadline)
+    }
+
+    /// A wait on a node of a job spanning nodes without network traffic of its own: the
+    /// shared-memory wait in slices, asking the job monitor between them.
+    fn wait_monitored(
+        &self,
+        word: &AtomicU64,
+        value: u64,
+        deadline: Option<Instant>,
+    ) -> Result<u64> {
+        loop {
+            let slice = Instant::now() + crate::transport::shm::wait::SLEEP_SLICE;
+            let until = deadline.map_or(slice, |d| d.min(slice));
+            match self.shm.wait_word(word, value, Some(until)) {
+                Err(e) if e.kind() == ErrorKind::Timeout => {
+                    self.check_monitor()?;
+                    if deadline.is_some_and(|d| Instant::now() >= d) {
+                        return Err(e);
+                    }
+                }
+                r => return r,
+            }
+        }
+    }
+
+    /// A wait while the network transport is in use: poll its completion queue while
+    /// spinning (the tcp provider moves data only then), then sleep on the queue's file
+    /// descriptor — or, when ranks of this node may also raise the word, on the word's futex
+    /// in short naps, polling the queue between them.
+    #[cfg(feature = "ofi")]
+    fn wait_net(
+        &self,
+        net: &crate::transport::ofi::Ofi,
+        word: &AtomicU64,
+        value: u64,
+        deadline: Option<Instant>,
+    ) -> Result<u64> {
+        let r = self.wait_net_inner(net, word, value, deadline);
+        self.shm.awake();
         r
     }
 
-    /// Called by a wait each time a sleep slice ends without its signal: marks this rank
-    /// asleep, checks peers, and detects a deadlock (every rank still in the job asleep in a
-    /// wait, nobody finishing one, for [`DEADLOCK_SLICES`] slices: no one is left to signal).
-    fn check_while_asleep(&self) -> Result<()> {
-        if !self.asleep.replace(true) {
-            self.board.set_asleep(self.rank, true);
-        }
-        self.check_alive()?;
-        let mut wakes = 0u64;
-        let mut all_asleep = true;
-        for r in (0..self.size).filter(|&r| r != self.rank) {
-            if self.board.state(r) != RankState::Ready {
-                continue;
+    #[cfg(feature = "ofi")]
+    fn wait_net_inner(
+        &self,
+        net: &crate::transport::ofi::Ofi,
+        word: &AtomicU64,
+        value: u64,
+        deadline: Option<Instant>,
+    ) -> Result<u64> {
+        use crate::transport::shm::wait::{self, SLEEP_SLICE};
+        use std::sync::atomic::Ordering;
+        let policy = self.shm.policy();
+        let local_writers = self.node.len() > 1;
+        let mut i = 0u32;
+        let mut checked = Instant::now();
+        loop {
+            let v = word.load(Ordering::Acquire);
+            if v >= value {
+                return Ok(v);
             }
-            let (asleep, w) = self.board.sleep_state(r);
-            all_asleep &= asleep;
-            wakes = wakes.wrapping_add(w);
-        }
-        if !all_asleep || self.others_wakes.replace(wakes) != wakes {
-            self.stuck.set(0);
-            return Ok(());
-        }
-        let n = self.stuck.get() + 1;
-        self.stuck.set(n);
-        if n >= DEADLOCK_SLICES {
-            let sleeping: Vec<u32> = (0..self.size)
-                .filter(|&r| r != self.rank && self.board.state(r) == RankState::Ready)
-                .collect();
-            let left: Vec<u32> = (0..self.size)
-                .filter(|&r| self.board.state(r) == RankState::Done)
-                .collect();
-            return Err(Error::new(
-                ErrorKind::Aborted,
-                format!(
-                    "deadlock: this rank and ranks {sleeping:?} have all been waiting for signals for \
-                     over a second and none can arrive{}",
-                    if left.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" (ranks {left:?} have left the job)")
+            net.progress(&self.shm)?;
+            let v = word.load(Ordering::Acquire);
+            if v >= value {
+                return Ok(v);
+            }
+            i = i.saturating_add(1);
+            if i <= policy.spins {
+                std::hint::spin_loop();
+            } else if i <= policy.spins + policy.yields {
+                std::thread::yield_now();
+            } else if local_writers {
+                let nap = Instant::now() + NAP;
+                let _ = wait::wait_ge(
+                    word,
+                    self.shm.sleepers_of(self.rank),
+                    value,
+                    wait::SpinPolicy {
+                        spins: 0,
+                        yields: 0,
+                    },
+                    Some(deadline.map_or(nap, |d| d.min(nap))),
+                    || Ok(()),
+                );
+            } else {
+                net.sleep(SLEEP_SLICE);
+            }
+            if checked.elapsed() >= SLEEP_SLICE {
+                checked = Instant::now();
+                let verdict = if i > policy.spins + policy.yields {
+                    // Asleep for a slice: liveness, and deadlock when the whole job is here.
+                    self.shm.check_while_asleep()
+                } else {
+                    self.shm.check_peers(true)
+                };
+                if let Err(e) = verdict {
+                    // Ranks that left may have sent what we wait for just before: it is in
+                    // our sockets, not yet in our memory. Give it a moment to land.
+                    if e.kind() == ErrorKind::Aborted {
+                        let end = Instant::now() + Duration::from_millis(200);
+                        while Instant::now() < end {
+                            net.progress(&self.shm)?;
+                            let v = word.load(Ordering::Acquire);
+                            if v >= value {
+                                return Ok(v);
+                            }
+                            std::thread::yield_now();
+                        }
                     }
-                ),
-            ));
+                    return Err(e);
+                }
+                self.check_monitor()?;
+                if let Some(d) = deadline {
+                    if Instant::now() >= d {
+                        return Err(Error::new(
+                            ErrorKind::Timeout,
+                            format!(
+                                "timed out waiting for a signal to reach {value} (it is {})",
+                                word.load(Ordering::Acquire)
+                            ),
+                        ));
+                    }
+                }
+            }
         }
-        Ok(())
     }
 
     /// Fails if the job was aborted, a peer died, or no peer is left that could signal.
     pub fn check_alive(&self) -> Result<()> {
-        self.check_peers(true)
-    }
-
-    /// Fails if the job was aborted or a peer died; with `waiting`, also if no other rank is
-    /// left in the job (nobody could send what a wait expects).
-    fn check_peers(&self, waiting: bool) -> Result<()> {
-        if let Some((r, why)) = self.board.aborted() {
-            return Err(abort_error(r, why));
-        }
-        let mut live = 0;
-        for (r, p) in self.peers.iter().enumerate() {
-            let r = r as u32;
-            if r == self.rank {
-                continue;
-            }
-            match self.board.state(r) {
-                RankState::Failed => {
-                    self.board.abort(r, AbortReason::PeerDied);
-                    return Err(Error::peer(
-                        ErrorKind::PeerDied,
-                        r,
-                        format!("rank {r} failed (it panicked or returned an error)"),
-                    ));
-                }
-                RankState::Done => continue,
-                _ => {}
-            }
-            if p.pidfd.as_ref().is_some_and(readable) {
-                if self.board.state(r) == RankState::Done {
-                    continue;
-                }
-                self.board.abort(r, AbortReason::PeerDied);
-                return Err(Error::peer(
-                    ErrorKind::PeerDied,
-                    r,
-                    format!("rank {r} (pid {}) died without leaving the job", p.pid),
-                ));
-            }
-            live += 1;
-        }
-        if let Some((pid, fd)) = &self.launcher {
-            if readable(fd) {
-                return Err(Error::new(
-                    ErrorKind::Aborted,
-                    format!("the launcher (pid {pid}) died"),
-                ));
-            }
-        }
-        if waiting && live == 0 {
-            return Err(Error::new(
-                ErrorKind::Aborted,
-                if self.size == 1 {
-                    "waiting for a signal in a one-rank world: no one else can send it".to_string()
-                } else {
-                    "waiting for a signal, but every other rank has left the job".to_string()
-                },
-            ));
-        }
-        Ok(())
+        self.shm.check_peers(true)?;
+        self.check_monitor()
     }
 
     /// Aborts the whole job: every rank's next wait fails, naming this rank.
     pub fn abort(&self) {
-        self.board.set_state(self.rank, RankState::Failed);
-        self.board.abort(self.rank, AbortReason::PeerDied);
+        self.shm.abort();
+        if let Some(kv) = &self.kv {
+            kv.report(self.rank, &format!("rank {} aborted the job", self.rank));
+        }
     }
 
     /// Leaves the job cleanly after a barrier (like `MPI_Finalize`). Dropping the world
     /// without it also leaves cleanly, but without waiting for the others.
     pub fn finalize(self) -> Result<()> {
-        let r = self.barrier();
+        let r = self.barrier().and_then(|()| self.quiet());
         if r.is_err() {
-            self.board.set_state(self.rank, RankState::Failed);
-            self.left.set(true);
+            self.mark_failed();
         }
         r
     }
 
     pub(crate) fn mark_failed(&self) {
-        self.board.set_state(self.rank, RankState::Failed);
-        self.left.set(true);
+        self.shm.mark_failed();
+        if let Some(kv) = &self.kv {
+            kv.report(
+                self.rank,
+                &format!("rank {} failed (it returned an error)", self.rank),
+            );
+        }
     }
 
-    pub(crate) fn cached(&self, h: &Handle) -> Option<Arc<Region>> {
-        probe(&self.cache.borrow(), h).cloned()
-    }
-
-    /// Number of attached segments (own and peers'), for leak checks.
-    pub fn attached_segments(&self) -> usize {
-        self.cache
-            .borrow()
-            .iter()
-            .map(|v| v.iter().flatten().count())
-            .sum()
+    /// Applies `op` to a word of an attached node-local segment and wakes its sleepers.
+    #[inline]
+    pub(crate) fn raise(&self, word: &AtomicU64, owner: u32, op: SignalOp) {
+        self.shm.raise(word, owner, op);
     }
 }
 
+/// How long a wait that must watch both the network and this node's shared memory sleeps on
+/// the futex before it polls the network again.
+#[cfg(feature = "ofi")]
+const NAP: Duration = Duration::from_micros(500);
+
 impl Drop for World {
     fn drop(&mut self) {
-        if !self.left.get() {
-            let s = if std::thread::panicking() {
-                RankState::Failed
+        #[cfg(feature = "ofi")]
+        if let Some(n) = &self.net {
+            if !std::thread::panicking() {
+                n.drain(&self.shm);
+            }
+        }
+        if let Some(kv) = &self.kv {
+            if std::thread::panicking() {
+                kv.report(self.rank, &format!("rank {} panicked", self.rank));
             } else {
-                RankState::Done
-            };
-            self.board.set_state(self.rank, s);
+                kv.leave();
+            }
         }
     }
 }
 
-/// A 64-bit word in some rank's segment, usable as an atomic (remote atomics on shared memory).
+/// The node this process runs on: `TCA_NODE`, else the host name and the network namespace
+/// (two namespaces of one host are two nodes to tca: what crosses between them is a network).
+fn node_name() -> String {
+    if let Ok(n) = std::env::var(env::NODE) {
+        if !n.is_empty() {
+            return n;
+        }
+    }
+    let host = rustix::system::uname()
+        .nodename()
+        .to_string_lossy()
+        .into_owned();
+    let ns = std::fs::read_link("/proc/self/ns/net")
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    format!("{host}/{ns}")
+}
+
+/// A 64-bit word in some rank's segment, checked once, for remote atomics
+/// ([`World::atomic`]).
 #[derive(Debug, Clone)]
 pub struct RemoteWord {
+    handle: Handle,
+    off: usize,
     region: Arc<Region>,
-    at: usize,
 }
 
 impl RemoteWord {
-    /// The word.
-    pub fn get(&self) -> &AtomicU64 {
-        self.region
-            .map
-            .atomic_u64(self.at)
-            .expect("offset checked when the word was made")
+    /// The segment the word lies in.
+    pub fn handle(&self) -> &Handle {
+        &self.handle
     }
-}
 
-fn abort_error(rank: u32, why: AbortReason) -> Error {
-    match why {
-        AbortReason::PeerDied => Error::peer(
-            ErrorKind::PeerDied,
-            rank,
-            format!("job aborted: rank {rank} died or failed"),
-        ),
-        AbortReason::RankFailed => Error::peer(
-            ErrorKind::PeerDied,
-            rank,
-            format!("job aborted by the launcher: rank {rank} failed"),
-        ),
-        AbortReason::Interrupted => Error::new(
-            ErrorKind::Aborted,
-            "job aborted: the launcher was interrupted",
-        ),
+    /// The word's byte offset in that segment.
+    pub fn offset(&self) -> usize {
+        self.off
     }
-}
 
-#[inline]
-fn copy(d: &Region, at: usize, src: &[u8]) {
-    d.map.write(at, src);
-}
-
-/// The attached, live segment of `h`, if any. Matching rank, id and key is enough: bounds
-/// come from the attached (checked) header, never from the caller's handle, and a handle of
-/// another job or a forged one cannot carry the segment's random key.
-#[inline]
-fn live<'a>(cache: &'a Cache, h: &Handle) -> Option<&'a Region> {
-    match cache.get(h.rank() as usize)?.get(h.segment() as usize)? {
-        Some(r) if r.handle.key() == h.key() && r.is_live() => Some(r),
-        _ => None,
+    /// Reads the word.
+    pub fn load(&self, world: &World) -> Result<u64> {
+        world.atomic(self, AtomicOp::Load)
     }
-}
 
-#[inline]
-fn probe<'a>(cache: &'a Cache, h: &Handle) -> Option<&'a Arc<Region>> {
-    match cache.get(h.rank() as usize)?.get(h.segment() as usize)? {
-        Some(r) if r.handle == *h => Some(r),
-        _ => None,
+    /// Stores `v` (and wakes waiters).
+    pub fn store(&self, world: &World, v: u64) -> Result<()> {
+        world.atomic(self, AtomicOp::Store(v)).map(|_| ())
     }
-}
 
-fn cache_insert(cache: &mut Cache, r: &Arc<Region>) {
-    let v = &mut cache[r.handle.rank() as usize];
-    let i = r.handle.segment() as usize;
-    if v.len() <= i {
-        v.resize(i + 1, None);
+    /// Adds `v`; returns the old value.
+    pub fn fetch_add(&self, world: &World, v: u64) -> Result<u64> {
+        world.atomic(self, AtomicOp::FetchAdd(v))
     }
-    v[i] = Some(r.clone());
-}
 
-fn pidfd(pid: u32) -> Option<OwnedFd> {
-    let p = rustix::process::Pid::from_raw(i32::try_from(pid).ok()?)?;
-    rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok()
-}
+    /// Stores `v`; returns the old value.
+    pub fn swap(&self, world: &World, v: u64) -> Result<u64> {
+        world.atomic(self, AtomicOp::Swap(v))
+    }
 
-/// Whether a pidfd says its process has exited (readable), without blocking.
-fn readable(fd: &OwnedFd) -> bool {
-    use rustix::event::{PollFd, PollFlags, poll};
-    let mut fds = [PollFd::new(fd, PollFlags::IN)];
-    let zero = rustix::time::Timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    matches!(poll(&mut fds, Some(&zero)), Ok(n) if n > 0)
-}
+    /// Stores `new` if the word holds `current`: `Ok(current)` on success, `Err(found)` if
+    /// it held another value.
+    pub fn compare_exchange(
+        &self,
+        world: &World,
+        current: u64,
+        new: u64,
+    ) -> Result<std::result::Result<u64, u64>> {
+        let v = world.atomic(self, AtomicOp::CompareExchange { current, new })?;
+        Ok(if v == current { Ok(v) } else { Err(v) })
+    }
 
-fn raise_fd_limit(size: u32) {
-    use rustix::process::{Resource, getrlimit, setrlimit};
-    let want = u64::from(size) * 2 + 256;
-    let lim = getrlimit(Resource::Nofile);
-    if lim.current.is_some_and(|c| c < want) {
-        let new = rustix::process::Rlimit {
-            current: lim.maximum.map(|m| m.min(want.max(4096))).or(Some(want)),
-            maximum: lim.maximum,
-        };
-        let _ = setrlimit(Resource::Nofile, new);
+    /// The word itself, when it lies in memory this rank maps (shared memory on this node);
+    /// `None` when it is reached through a network.
+    ///
+    /// For measuring the machine (`tca bench floor` bounces a cache line through it), not for
+    /// signalling: a store through it wakes no sleeping waiter (they notice within one 10 ms
+    /// sleep slice). Use [`World::atomic`] to change a word that others wait on.
+    pub fn node_local(&self) -> Option<&AtomicU64> {
+        self.region.word(self.off).ok()
     }
 }

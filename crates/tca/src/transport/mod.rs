@@ -1,32 +1,234 @@
 //! Transports: how bytes and signals reach another rank's memory.
 //!
+//! The fabric ([`crate::fabric::World`]) is written against the [`Transport`] trait below and
+//! against nothing else of a transport: which transport reaches a rank is decided once, at
+//! start-up, and every put, signal and atomic is handed to it. Everything a transport owns —
+//! start-up records, memory registration, the attach cache, liveness of peers, how a waiter
+//! sleeps — stays inside its module and is private to the crate. Today there is one
+//! transport, shared memory ([`shm`], `"shm"`): every rank of a job on one node. Networks
+//! (libfabric), a simulated TCA torus and GPU memory plug in behind the same trait.
+//!
 //! # The contract every transport keeps
 //!
-//! The fabric ([`crate::fabric`]) is written against these rules; a transport that cannot keep
-//! one of them is not a tca transport.
+//! The fabric, the collectives and everything above rely on these rules; a transport that
+//! cannot keep one of them is not a tca transport.
 //!
 //! - **Memory**: a segment is a byte region owned by one rank, described to peers by a
-//!   [`Handle`](crate::Handle) (rank, segment id, length, key, job). A peer may write into it
-//!   only after *attaching*, which validates magic, layout version, job id, segment id, length
-//!   and key. Attaching never trusts the bytes it reads: a header that does not match is an
-//!   [`ErrorKind::InvalidHandle`](crate::ErrorKind) error, never a write.
-//! - **Bounds**: every write is checked against the attached length before any byte moves.
+//!   [`Handle`] (rank, segment id, length, key, job). A peer may write into it only after
+//!   *attaching*, which validates the job, the segment id, the length and the random key
+//!   against what the owner registered. Attaching never trusts what it is told: a handle
+//!   that does not match is an [`ErrorKind::InvalidHandle`](crate::ErrorKind) error, never a
+//!   write. A freed segment refuses further writes the same way.
+//! - **Bounds**: every write is checked against the registered length before any byte moves;
+//!   an out-of-bounds put writes nothing at all.
 //! - **Ordering**: a put followed by a signal to the same rank is visible in that order: a
-//!   reader that observes the signal with an Acquire load observes the data. Signals are 64-bit
-//!   words that only grow; a wait is "until the word is at least v".
-//! - **Completion**: on shared memory every put is complete (visible at the target) when the
-//!   call returns, so `quiet` is a full fence and `fence` a release fence. Transports with
-//!   asynchronous engines complete at `quiet`.
-//! - **Waiting**: waits spin briefly, then yield, then sleep on a futex on the low 32 bits of
-//!   the signal word; a writer wakes sleepers only when the owner's sleeper count is non-zero,
-//!   so the common case costs no system call. See [`shm::wait`].
+//!   reader that observes the signal (Acquire) observes the data. `put_signal` gives the same
+//!   guarantee in one call. Signals are 64-bit words that only grow; a wait is "until the
+//!   word is at least v".
+//! - **Completion**: `quiet` returns when every earlier put, signal and atomic of this rank is
+//!   complete (visible at its target), and fails if one of them could not be delivered.
+//!   `fence` orders earlier operations before later ones without waiting. On shared memory a
+//!   put is complete when the call returns, so `quiet` is a full fence.
+//! - **Wake-ups**: every way to change a word — a signal, a put_signal, an atomic — wakes the
+//!   ranks waiting on it. No raw store reaches a word others wait on.
+//! - **Waiting**: waits spin briefly, then yield, then sleep; they make progress on the
+//!   transport's own work (completions, incoming requests) while they wait.
 //! - **Errors**: a peer that dies turns every wait that could depend on it into an error naming
-//!   that rank, within one sleep slice (10 ms) of the death being visible.
-//! - **Cleanup**: memory objects are memfds, with no name in any filesystem: the kernel frees
-//!   them when the last process that maps them exits, however it exits. The only named object
-//!   is the start-up board used without the launcher, unlinked as soon as every rank has it.
-//!
-//! Only the shared-memory transport exists today; networks (libfabric), a simulated TCA torus
-//! and GPU memory are later transports behind the same contract.
+//!   that rank, within a bounded time (one 10 ms sleep slice on shared memory).
+//! - **Cleanup**: nothing a transport creates outlives the job, however it ends (on shared
+//!   memory: memfds, with no name in any filesystem).
 
-pub mod shm;
+#[cfg(feature = "ofi")]
+pub(crate) mod ofi;
+pub(crate) mod shm;
+
+use crate::error::Result;
+use crate::fabric::{AtomicOp, Handle, SignalOp, Strided};
+
+/// The operations the fabric needs from a transport, for one rank's traffic to the ranks the
+/// transport reaches. Handles are checked for job and rank by the fabric before they get
+/// here; everything else (key, liveness, bounds) is the transport's to check.
+pub(crate) trait Transport {
+    /// Validates `h` and prepares writes into it.
+    fn attach(&self, h: &Handle) -> Result<()>;
+    /// Copies `src` to `off` in `dst`.
+    fn put(&self, dst: &Handle, off: usize, src: &[u8]) -> Result<()>;
+    /// Copies `src` to `off` in `dst`, then applies `op` to the word at `sig_off` in `sig`.
+    fn put_signal(
+        &self,
+        dst: &Handle,
+        off: usize,
+        src: &[u8],
+        sig: &Handle,
+        sig_off: usize,
+        op: SignalOp,
+    ) -> Result<()>;
+    /// Applies `op` to the word at `off` in `sig`.
+    fn signal(&self, sig: &Handle, off: usize, op: SignalOp) -> Result<()>;
+    /// `s.count` blocks of `src` into `dst` from `off`; `dst_span` is the checked extent.
+    fn put_strided(
+        &self,
+        dst: &Handle,
+        off: usize,
+        src: &[u8],
+        s: Strided,
+        dst_span: usize,
+    ) -> Result<()>;
+    /// Applies `op` to the word at `off` in `h`; returns the old value.
+    fn atomic(&self, h: &Handle, off: usize, op: AtomicOp) -> Result<u64>;
+    /// Every earlier operation is complete at its target.
+    fn quiet(&self) -> Result<()>;
+    /// Earlier operations are ordered before later ones.
+    fn fence(&self);
+}
+
+/// The transport that reaches one rank, chosen per operation by the fabric: static dispatch
+/// (a match the branch predictor learns), so shared memory pays no virtual call.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Via<'a> {
+    /// Shared memory: the rank is on this node.
+    Shm(&'a shm::Shm),
+    /// libfabric (with this node's shared memory, where incoming requests are applied).
+    #[cfg(feature = "ofi")]
+    Net(&'a ofi::Ofi, &'a shm::Shm),
+}
+
+impl Transport for Via<'_> {
+    fn attach(&self, h: &Handle) -> Result<()> {
+        match self {
+            Via::Shm(t) => t.ensure(h),
+            #[cfg(feature = "ofi")]
+            Via::Net(n, s) => n.attach(s, h),
+        }
+    }
+
+    #[inline]
+    fn put(&self, dst: &Handle, off: usize, src: &[u8]) -> Result<()> {
+        match self {
+            Via::Shm(t) => t.put(dst, off, src),
+            #[cfg(feature = "ofi")]
+            Via::Net(n, s) => n.put(s, dst, off, src),
+        }
+    }
+
+    #[inline]
+    fn put_signal(
+        &self,
+        dst: &Handle,
+        off: usize,
+        src: &[u8],
+        sig: &Handle,
+        sig_off: usize,
+        op: SignalOp,
+    ) -> Result<()> {
+        match self {
+            Via::Shm(t) => t.put_signal(dst, off, src, sig, sig_off, op),
+            #[cfg(feature = "ofi")]
+            Via::Net(n, s) => n.put_signal(s, dst, off, src, sig, sig_off, op),
+        }
+    }
+
+    fn signal(&self, sig: &Handle, off: usize, op: SignalOp) -> Result<()> {
+        match self {
+            Via::Shm(t) => t.signal(sig, off, op),
+            #[cfg(feature = "ofi")]
+            Via::Net(n, s) => n.signal(s, sig, off, op),
+        }
+    }
+
+    fn put_strided(
+        &self,
+        dst: &Handle,
+        off: usize,
+        src: &[u8],
+        st: Strided,
+        dst_span: usize,
+    ) -> Result<()> {
+        match self {
+            Via::Shm(t) => t.put_strided(dst, off, src, st, dst_span),
+            #[cfg(feature = "ofi")]
+            Via::Net(n, s) => n.put_strided(s, dst, off, src, st, dst_span),
+        }
+    }
+
+    fn atomic(&self, h: &Handle, off: usize, op: AtomicOp) -> Result<u64> {
+        match self {
+            Via::Shm(t) => t.atomic(h, off, op),
+            #[cfg(feature = "ofi")]
+            Via::Net(n, s) => n.atomic(s, h, off, op),
+        }
+    }
+
+    fn quiet(&self) -> Result<()> {
+        match self {
+            Via::Shm(t) => {
+                t.quiet();
+                Ok(())
+            }
+            #[cfg(feature = "ofi")]
+            Via::Net(n, s) => n.quiet(s),
+        }
+    }
+
+    fn fence(&self) {
+        match self {
+            Via::Shm(t) => t.fence(),
+            // Messages and writes to one rank are applied in order (FI_ORDER_SAW / WAW, or
+            // a wait for completion where the provider lacks them): nothing to do.
+            #[cfg(feature = "ofi")]
+            Via::Net(..) => std::sync::atomic::fence(std::sync::atomic::Ordering::Release),
+        }
+    }
+}
+
+impl Transport for shm::Shm {
+    fn attach(&self, h: &Handle) -> Result<()> {
+        self.ensure(h)
+    }
+
+    #[inline]
+    fn put(&self, dst: &Handle, off: usize, src: &[u8]) -> Result<()> {
+        shm::Shm::put(self, dst, off, src)
+    }
+
+    #[inline]
+    fn put_signal(
+        &self,
+        dst: &Handle,
+        off: usize,
+        src: &[u8],
+        sig: &Handle,
+        sig_off: usize,
+        op: SignalOp,
+    ) -> Result<()> {
+        shm::Shm::put_signal(self, dst, off, src, sig, sig_off, op)
+    }
+
+    fn signal(&self, sig: &Handle, off: usize, op: SignalOp) -> Result<()> {
+        shm::Shm::signal(self, sig, off, op)
+    }
+
+    fn put_strided(
+        &self,
+        dst: &Handle,
+        off: usize,
+        src: &[u8],
+        s: Strided,
+        dst_span: usize,
+    ) -> Result<()> {
+        shm::Shm::put_strided(self, dst, off, src, s, dst_span)
+    }
+
+    fn atomic(&self, h: &Handle, off: usize, op: AtomicOp) -> Result<u64> {
+        shm::Shm::atomic(self, h, off, op)
+    }
+
+    fn quiet(&self) -> Result<()> {
+        shm::Shm::quiet(self);
+        Ok(())
+    }
+
+    fn fence(&self) {
+        shm::Shm::fence(self);
+    }
+}

@@ -85,14 +85,12 @@ impl Mapping {
         Ok(Self { base, len })
     }
 
-    /// Length of the mapping in bytes.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether the mapping is empty (never true: empty mappings are refused).
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
+    /// The mapping's first byte as a raw pointer, for registering the memory with a network
+    /// interface (which then writes into it as a peer process would). Making the pointer is
+    /// safe; whoever dereferences it answers for the bounds.
+    #[cfg_attr(not(feature = "ofi"), allow(dead_code))]
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.base.as_ptr()
     }
 
     /// Address of the mapping's first byte, for diagnostics and identity comparisons only.
@@ -159,24 +157,6 @@ impl Mapping {
         // slice. `copy` tolerates a `dst` that is itself a view of this mapping.
         unsafe {
             std::ptr::copy(self.base.as_ptr().add(off), dst.as_mut_ptr(), dst.len());
-        }
-        true
-    }
-
-    /// Copies `len` bytes inside the mapping (`memmove` semantics). Returns `false` if either
-    /// range is out of bounds.
-    #[inline]
-    pub fn copy_within(&self, from: usize, to: usize, len: usize) -> bool {
-        if !self.fits(from, len) || !self.fits(to, len) {
-            return false;
-        }
-        // SAFETY: both ranges are inside the mapping (checked); `copy` allows overlap.
-        unsafe {
-            std::ptr::copy(
-                self.base.as_ptr().add(from),
-                self.base.as_ptr().add(to),
-                len,
-            );
         }
         true
     }

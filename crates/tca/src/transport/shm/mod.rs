@@ -8,12 +8,17 @@
 //! it. Nothing has a filesystem name, so nothing can leak (see `SHM.md` in the design notes).
 //!
 //! All pointer code of the transport lives in [`mapping`]; the rest of the crate is safe code.
+//! [`node::Shm`] is the transport itself (peers, attach cache, liveness); [`region`] the
+//! segment memory with its checked header; [`wait`] the spin-then-sleep protocol.
 
-pub mod mapping;
-pub mod memfd;
-pub mod wait;
+pub(crate) mod mapping;
+pub(crate) mod memfd;
+pub(crate) mod node;
+pub(crate) mod region;
+pub(crate) mod wait;
 
-pub use mapping::Mapping;
+pub(crate) use mapping::Mapping;
+pub(crate) use node::Shm;
 
 /// Size of the header page in front of every segment's data.
 pub const HEADER_BYTES: usize = 4096;

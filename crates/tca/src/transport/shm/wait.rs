@@ -15,8 +15,9 @@
 //!
 //! The futex compares only the low 32 bits: a change that leaves them equal (a jump by a
 //! multiple of 2^32) can let a waiter sleep through its wake-up until the slice ends (10 ms),
-//! never longer. Raw atomic stores to a signal word (through `RemoteWord` or
-//! `Segment::atomic_u64`) do not wake sleepers either; use `World::signal` for that.
+//! never longer. Every change the fabric makes to a word (signal, put_signal, atomic) goes
+//! through the writer's side below; only `RemoteWord::node_local`, a raw door kept for
+//! measuring the machine, stores without waking.
 //!
 //! All four marked operations are SeqCst, so they sit in one total order: either the writer's
 //! load of the count comes after the waiter's increment (and the writer wakes it), or the

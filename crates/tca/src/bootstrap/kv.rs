@@ -1,0 +1,782 @@
+//! Start-up across nodes: a small key-value rendezvous at one address, and the job monitor
+//! that keeps running on the same connections.
+//!
+//! Ranks on different nodes cannot meet through shared memory, so they meet at one TCP
+//! address: the launcher's (`tca run --hosts`) or rank 0's (under Slurm and other launchers),
+//! passed in `TCA_KV=host:port` as NCCL passes its unique id. Only start-up records travel
+//! here (node ids, libfabric endpoint names, control segment handles), a few hundred bytes per
+//! rank; every byte of data moves through libfabric.
+//!
+//! # Protocol
+//! Frames are `[length u32 LE][type u8][payload]`. A rank connects and says `Hello(job, rank,
+//! size)`; the server refuses another job, a rank out of range or a rank that already came.
+//! Then rounds of `Put(bytes)`: when every rank has put its record of round k, the server sends
+//! `All(records by rank)` to everyone (put / fence / get in one step, an allgather).
+//!
+//! # The monitor
+//! The connections stay open for the job's life. Both ends send `Beat` every
+//! [`BEAT`]; a rank that leaves cleanly says `Done`. When a connection ends without `Done`, or
+//! stays silent for [`silence`] (its node unreachable: a cable, a deleted network namespace),
+//! the server sends `Abort(rank, why)` to every rank, and every wait there fails with an error
+//! naming that rank. A rank that sees a local peer die says `Abort` itself; a rank that loses
+//! the server treats the server's owner as dead.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, ErrorKind, Result};
+
+/// How often both ends say they are alive.
+pub const BEAT: Duration = Duration::from_millis(250);
+
+/// How long a silent connection is trusted (`TCA_KV_SILENCE` seconds, default 5).
+pub fn silence() -> Duration {
+    let s = crate::env::parse::<f64>(crate::env::KV_SILENCE)
+        .ok()
+        .flatten()
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .unwrap_or(5.0);
+    Duration::from_secs_f64(s)
+}
+
+const HELLO: u8 = 1;
+const PUT: u8 = 2;
+const ALL: u8 = 3;
+const BEAT_F: u8 = 4;
+const DONE: u8 = 5;
+const ABORT: u8 = 6;
+const REFUSED: u8 = 7;
+/// Largest frame accepted (a round's records of every rank, with room).
+const FRAME_MAX: usize = 64 << 20;
+/// Largest record one rank may put in a round.
+pub const RECORD_MAX: usize = 64 << 10;
+
+fn io_err(what: impl std::fmt::Display, e: std::io::Error) -> Error {
+    Error::os(ErrorKind::Bootstrap, what.to_string(), e)
+}
+
+fn write_frame(s: &mut impl Write, ty: u8, payload: &[u8]) -> std::io::Result<()> {
+    let mut f = Vec::with_capacity(5 + payload.len());
+    f.extend_from_slice(
+        &u32::try_from(payload.len() + 1)
+            .unwrap_or(u32::MAX)
+            .to_le_bytes(),
+    );
+    f.push(ty);
+    f.extend_from_slice(payload);
+    s.write_all(&f)
+}
+
+/// Reads one frame; `Ok(None)` at a clean end of stream.
+fn read_frame(s: &mut impl Read) -> std::io::Result<Option<(u8, Vec<u8>)>> {
+    let mut len = [0u8; 4];
+    match s.read_exact(&mut len) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    let n = u32::from_le_bytes(len) as usize;
+    if n == 0 || n > FRAME_MAX {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("bad rendezvous frame of {n} bytes (not a tca peer?)"),
+        ));
+    }
+    let mut b = vec![0u8; n];
+    s.read_exact(&mut b)?;
+    let ty = b.remove(0);
+    Ok(Some((ty, b)))
+}
+
+fn encode_all(records: &[Vec<u8>]) -> Vec<u8> {
+    let mut out = Vec::new();
+    out.extend_from_slice(&(records.len() as u32).to_le_bytes());
+    for r in records {
+        out.extend_from_slice(&(r.len() as u32).to_le_bytes());
+        out.extend_from_slice(r);
+    }
+    out
+}
+
+fn decode_all(b: &[u8], size: u32) -> Option<Vec<Vec<u8>>> {
+    let mut at = 0usize;
+    let mut take = |n: usize| -> Option<&[u8]> {
+        let s = b.get(at..at.checked_add(n)?)?;
+        at += n;
+        Some(s)
+    };
+    let n = u32::from_le_bytes(take(4)?.try_into().ok()?);
+    if n != size {
+        return None;
+    }
+    let mut v = Vec::with_capacity(n as usize);
+    for _ in 0..n {
+        let l = u32::from_le_bytes(take(4)?.try_into().ok()?) as usize;
+        v.push(take(l)?.to_vec());
+    }
+    Some(v)
+}
+
+fn encode_abort(rank: u32, why: &str) -> Vec<u8> {
+    let mut p = rank.to_le_bytes().to_vec();
+    p.extend_from_slice(why.as_bytes());
+    p
+}
+
+fn decode_abort(p: &[u8]) -> (Option<u32>, String) {
+    if p.len() < 4 {
+        return (None, "aborted".into());
+    }
+    let r = u32::from_le_bytes(p[..4].try_into().expect("4 bytes"));
+    (
+        (r != u32::MAX).then_some(r),
+        String::from_utf8_lossy(&p[4..]).into_owned(),
+    )
+}
+
+// ---- server ---------------------------------------------------------------------------------
+
+#[derive(Debug, Default)]
+struct State {
+    conns: Vec<Option<TcpStream>>,
+    rounds: Vec<Vec<Option<Vec<u8>>>>,
+    done: Vec<bool>,
+    last_seen: Vec<Option<Instant>>,
+    aborted: Option<(Option<u32>, String)>,
+    arrived: u32,
+}
+
+#[derive(Debug)]
+struct Shared {
+    job: u64,
+    size: u32,
+    state: Mutex<State>,
+    cv: Condvar,
+    stop: AtomicBool,
+}
+
+impl Shared {
+    /// Records the first abort and tells every rank still connected.
+    fn abort(&self, rank: Option<u32>, why: &str) {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if st.aborted.is_some() {
+            return;
+        }
+        st.aborted = Some((rank, why.to_string()));
+        let p = encode_abort(rank.unwrap_or(u32::MAX), why);
+        for c in st.conns.iter_mut().flatten() {
+            let _ = write_frame(c, ABORT, &p);
+        }
+        self.cv.notify_all();
+    }
+}
+
+/// The rendezvous server: a thread that accepts the ranks and then watches them.
+#[derive(Debug)]
+pub struct KvServer {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+}
+
+impl KvServer {
+    /// Listens on `bind` (port 0: any free port) for the `size` ranks of job `job`.
+    pub fn start(bind: SocketAddr, job: u64, size: u32) -> Result<Self> {
+        let listener =
+            TcpListener::bind(bind).map_err(|e| io_err(format!("listening on {bind}"), e))?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| io_err("reading the rendezvous address", e))?;
+        let shared = Arc::new(Shared {
+            job,
+            size,
+            state: Mutex::new(State {
+                conns: (0..size).map(|_| None).collect(),
+                done: vec![false; size as usize],
+                last_seen: vec![None; size as usize],
+                ..State::default()
+            }),
+            cv: Condvar::new(),
+            stop: AtomicBool::new(false),
+        });
+        let sh = shared.clone();
+        std::thread::Builder::new()
+            .name("tca-kv-accept".into())
+            .spawn(move || {
+                for s in listener.incoming() {
+                    if sh.stop.load(Ordering::Acquire) {
+                        break;
+                    }
+                    let Ok(s) = s else { continue };
+                    let sh = sh.clone();
+                    let _ = std::thread::Builder::new()
+                        .name("tca-kv-rank".into())
+                        .spawn(move || serve(&sh, s));
+                }
+            })
+            .map_err(|e| io_err("starting the rendezvous thread", e))?;
+        let sh = shared.clone();
+        std::thread::Builder::new()
+            .name("tca-kv-beat".into())
+            .spawn(move || beat_server(&sh))
+            .map_err(|e| io_err("starting the rendezvous thread", e))?;
+        Ok(Self { addr, shared })
+    }
+
+    /// Where it listens.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Aborts the job on account of `rank` (the launcher saw it fail).
+    pub fn abort(&self, rank: Option<u32>, why: &str) {
+        self.shared.abort(rank, why);
+    }
+
+    /// The abort in force, if any: which rank (if known) and why.
+    pub fn aborted(&self) -> Option<(Option<u32>, String)> {
+        self.shared
+            .state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .aborted
+            .clone()
+    }
+
+    /// Ranks that have not arrived yet.
+    pub fn missing(&self) -> Vec<u32> {
+        let st = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
+        (0..self.shared.size)
+            .filter(|&r| st.last_seen[r as usize].is_none())
+            .collect()
+    }
+}
+
+impl Drop for KvServer {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        // Wake the accept loop so it sees `stop`.
+        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_millis(100));
+        let mut st = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
+        for c in st.conns.iter_mut().flatten() {
+            let _ = c.shutdown(std::net::Shutdown::Both);
+        }
+    }
+}
+
+fn refuse(mut s: TcpStream, why: &str) {
+    let _ = write_frame(&mut s, REFUSED, why.as_bytes());
+}
+
+fn serve(sh: &Shared, mut s: TcpStream) {
+    let _ = s.set_nodelay(true);
+    let _ = s.set_read_timeout(Some(Duration::from_secs(30)));
+    let Ok(Some((HELLO, p))) = read_frame(&mut s) else {
+        return; // not a tca rank (a port scan, the wake-up connection): nothing to answer
+    };
+    if p.len() != 16 {
+        return refuse(s, "malformed hello");
+    }
+    let job = u64::from_le_bytes(p[..8].try_into().expect("8 bytes"));
+    let rank = u32::from_le_bytes(p[8..12].try_into().expect("4 bytes"));
+    let size = u32::from_le_bytes(p[12..16].try_into().expect("4 bytes"));
+    if job != sh.job {
+        return refuse(
+            s,
+            &format!(
+                "this rendezvous belongs to job {:016x}, not {job:016x} (a stale TCA_KV?)",
+                sh.job
+            ),
+        );
+    }
+    if size != sh.size || rank >= size {
+        return refuse(
+            s,
+            &format!(
+                "rank {rank} of a {size}-rank job does not fit this {}-rank job",
+                sh.size
+            ),
+        );
+    }
+    {
+        let mut st = sh.state.lock().unwrap_or_else(|p| p.into_inner());
+        if st.last_seen[rank as usize].is_some() {
+            drop(st);
+            return refuse(s, &format!("rank {rank} has already joined"));
+        }
+        let Ok(w) = s.try_clone() else { return };
+        st.conns[rank as usize] = Some(w);
+        st.last_seen[rank as usize] = Some(Instant::now());
+        st.arrived += 1;
+        if let Some((r, why)) = st.aborted.clone() {
+            if let Some(c) = st.conns[rank as usize].as_mut() {
+                let _ = write_frame(c, ABORT, &encode_abort(r.unwrap_or(u32::MAX), &why));
+            }
+        }
+    }
+    let _ = s.set_read_timeout(Some(BEAT));
+    let mut round = 0usize;
+    loop {
+        if sh.stop.load(Ordering::Acquire) {
+            return;
+        }
+        match read_frame(&mut s) {
+            Ok(Some((PUT, rec))) => {
+                let mut st = sh.state.lock().unwrap_or_else(|p| p.into_inner());
+                st.last_seen[rank as usize] = Some(Instant::now());
+                while st.rounds.len() <= round {
+                    st.rounds.push(vec![None; sh.size as usize]);
+                }
+                st.rounds[round][rank as usize] = Some(rec);
+                if st.rounds[round].iter().all(Option::is_some) {
+                    let all: Vec<Vec<u8>> = st.rounds[round]
+                        .iter()
+                        .map(|r| r.clone().unwrap_or_default())
+                        .collect();
+                    let frame = encode_all(&all);
+                    for c in st.conns.iter_mut().flatten() {
+                        let _ = write_frame(c, ALL, &frame);
+                    }
+                }
+                round += 1;
+            }
+            Ok(Some((BEAT_F, _))) => {
+                let mut st = sh.state.lock().unwrap_or_else(|p| p.into_inner());
+                st.last_seen[rank as usize] = Some(Instant::now());
+            }
+            Ok(Some((DONE, _))) => {
+                let mut st = sh.state.lock().unwrap_or_else(|p| p.into_inner());
+                st.done[rank as usize] = true;
+                st.conns[rank as usize] = None;
+                return;
+            }
+            Ok(Some((ABORT, p))) => {
+                let (r, why) = decode_abort(&p);
+                sh.abort(r, &why);
+            }
+            Ok(Some(_)) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Ok(None) | Err(_) => {
+                let done = sh.state.lock().unwrap_or_else(|p| p.into_inner()).done[rank as usize];
+                if !done {
+                    sh.abort(
+                        Some(rank),
+                        &format!("rank {rank} died (its connection to the rendezvous closed)"),
+                    );
+                }
+                return;
+            }
+        }
+    }
+}
+
+fn beat_server(sh: &Shared) {
+    let limit = silence();
+    while !sh.stop.load(Ordering::Acquire) {
+        std::thread::sleep(BEAT);
+        let mut silent = None;
+        {
+            let mut st = sh.state.lock().unwrap_or_else(|p| p.into_inner());
+            for c in st.conns.iter_mut().flatten() {
+                let _ = write_frame(c, BEAT_F, &[]);
+            }
+            for r in 0..sh.size as usize {
+                if let Some(t) = st.last_seen[r] {
+                    if !st.done[r] && st.conns[r].is_some() && t.elapsed() > limit {
+                        silent = Some((r as u32, t.elapsed()));
+                    }
+                }
+            }
+        }
+        if let Some((r, t)) = silent {
+            sh.abort(
+                Some(r),
+                &format!(
+                    "rank {r} has been silent for {:.1} s: its node is unreachable or it hangs",
+                    t.as_secs_f64()
+                ),
+            );
+        }
+    }
+}
+
+// ---- client ---------------------------------------------------------------------------------
+
+/// Why the job was aborted, as the monitor learned it.
+#[derive(Debug, Default)]
+struct Abort {
+    flag: AtomicBool,
+    what: Mutex<Option<(Option<u32>, String)>>,
+}
+
+/// A cheap handle on the monitor's verdict, for loops that cannot reach the client.
+#[derive(Debug, Clone)]
+pub(crate) struct Watch(Arc<Abort>);
+
+impl Watch {
+    /// The abort the monitor learned of, if any, as an error.
+    pub(crate) fn check(&self) -> Result<()> {
+        if !self.0.flag.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let g = self.0.what.lock().unwrap_or_else(|p| p.into_inner());
+        let (who, why) = g.clone().unwrap_or((None, "aborted".into()));
+        Err(abort_error(who, &why))
+    }
+}
+
+/// One rank's connection to the rendezvous.
+#[derive(Debug)]
+pub struct KvClient {
+    stream: TcpStream,
+    size: u32,
+    /// Who runs the server, for errors when it disappears ("rank 0", "the launcher").
+    owner: (Option<u32>, String),
+    abort: Arc<Abort>,
+    left: AtomicBool,
+}
+
+/// Parses `host:port` (names resolved).
+pub fn resolve(addr: &str) -> Result<SocketAddr> {
+    addr.to_socket_addrs()
+        .map_err(|e| io_err(format!("resolving the rendezvous address {addr:?}"), e))?
+        .next()
+        .ok_or_else(|| {
+            Error::new(
+                ErrorKind::Bootstrap,
+                format!("the rendezvous address {addr:?} resolves to nothing"),
+            )
+        })
+}
+
+impl KvClient {
+    /// Connects to the server at `addr` as `rank` of `size`, retrying until `deadline`.
+    /// `owner` names the server's owner in errors.
+    pub fn connect(
+        addr: SocketAddr,
+        job: u64,
+        rank: u32,
+        size: u32,
+        owner: (Option<u32>, String),
+        deadline: Instant,
+    ) -> Result<Self> {
+        let mut stream = loop {
+            let e = match TcpStream::connect_timeout(&addr, Duration::from_millis(500)) {
+                Ok(s) => break s,
+                Err(e) => e,
+            };
+            if Instant::now() >= deadline {
+                return Err(Error::new(
+                    ErrorKind::Bootstrap,
+                    format!(
+                        "rank {rank}: the rendezvous of {} at {addr} did not answer before the \
+                         start-up timeout ({e}; is it running, is a firewall in the way, is {} \
+                         right? set {} to wait longer)",
+                        owner.1,
+                        crate::env::KV,
+                        crate::env::BOOT_TIMEOUT
+                    ),
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let _ = stream.set_nodelay(true);
+        let mut hello = job.to_le_bytes().to_vec();
+        hello.extend_from_slice(&rank.to_le_bytes());
+        hello.extend_from_slice(&size.to_le_bytes());
+        write_frame(&mut stream, HELLO, &hello)
+            .map_err(|e| io_err(format!("greeting the rendezvous at {addr}"), e))?;
+        Ok(Self {
+            stream,
+            size,
+            owner,
+            abort: Arc::new(Abort::default()),
+            left: AtomicBool::new(false),
+        })
+    }
+
+    /// Puts this rank's `record` for the next round and returns every rank's, by rank.
+    /// Waits until `deadline` for the others; names the ranks that did not come.
+    pub fn allgather(&mut self, record: &[u8], deadline: Instant) -> Result<Vec<Vec<u8>>> {
+        if record.len() > RECORD_MAX {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                format!(
+                    "start-up record of {} bytes exceeds {RECORD_MAX}",
+                    record.len()
+                ),
+            ));
+        }
+        write_frame(&mut self.stream, PUT, record)
+            .map_err(|e| self.lost(format!("sending a start-up record: {e}")))?;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(Error::new(
+                    ErrorKind::Bootstrap,
+                    format!(
+                        "not every rank reached the rendezvous of {} before the start-up timeout \
+                         (set {})",
+                        self.owner.1,
+                        crate::env::BOOT_TIMEOUT
+                    ),
+                ));
+            }
+            let _ = self.stream.set_read_timeout(Some(left.min(BEAT * 4)));
+            match read_frame(&mut self.stream) {
+                Ok(Some((ALL, p))) => {
+                    return decode_all(&p, self.size).ok_or_else(|| {
+                        Error::new(
+                            ErrorKind::Bootstrap,
+                            "malformed records from the rendezvous",
+                        )
+                    });
+                }
+                Ok(Some((REFUSED, p))) => {
+                    return Err(Error::new(
+                        ErrorKind::Bootstrap,
+                        format!(
+                            "the rendezvous of {} refused this rank: {}",
+                            self.owner.1,
+                            String::from_utf8_lossy(&p)
+                        ),
+                    ));
+                }
+                Ok(Some((ABORT, p))) => {
+                    let (r, why) = decode_abort(&p);
+                    return Err(abort_error(r, &why));
+                }
+                Ok(Some(_)) => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) => {}
+                Ok(None) | Err(_) => {
+                    return Err(self.lost("the rendezvous closed during start-up".into()));
+                }
+            }
+        }
+    }
+
+    fn lost(&self, what: String) -> Error {
+        match self.owner.0 {
+            Some(r) => Error::peer(
+                ErrorKind::PeerDied,
+                r,
+                format!(
+                    "{} (rank {r}, which runs the rendezvous, died?): {what}",
+                    self.owner.1
+                ),
+            ),
+            None => Error::new(ErrorKind::Aborted, format!("lost {}: {what}", self.owner.1)),
+        }
+    }
+
+    /// Starts the monitor: a thread that answers beats and records aborts.
+    pub fn watch(&self) -> Result<()> {
+        let mut r = self
+            .stream
+            .try_clone()
+            .map_err(|e| io_err("cloning the rendezvous connection", e))?;
+        let mut w = self
+            .stream
+            .try_clone()
+            .map_err(|e| io_err("cloning the rendezvous connection", e))?;
+        let abort = self.abort.clone();
+        let owner = self.owner.clone();
+        let _ = r.set_read_timeout(Some(BEAT));
+        let limit = silence();
+        std::thread::Builder::new()
+            .name("tca-monitor".into())
+            .spawn(move || {
+                let mut seen = Instant::now();
+                let mut sent = Instant::now();
+                let set = |who: Option<u32>, why: String| {
+                    let mut g = abort.what.lock().unwrap_or_else(|p| p.into_inner());
+                    if g.is_none() {
+                        *g = Some((who, why));
+                    }
+                    abort.flag.store(true, Ordering::Release);
+                };
+                loop {
+                    if sent.elapsed() >= BEAT {
+                        if write_frame(&mut w, BEAT_F, &[]).is_err() {
+                            // Our own side closed (leave) or the server went away; reading
+                            // tells which.
+                        }
+                        sent = Instant::now();
+                    }
+                    match read_frame(&mut r) {
+                        Ok(Some((ABORT, p))) => {
+                            let (who, why) = decode_abort(&p);
+                            set(who, why);
+                            return;
+                        }
+                        Ok(Some(_)) => seen = Instant::now(),
+                        Err(e)
+                            if matches!(
+                                e.kind(),
+                                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                            ) =>
+                        {
+                            if seen.elapsed() > limit {
+                                set(
+                                    owner.0,
+                                    format!(
+                                        "lost contact with {} for {:.1} s (its node is unreachable)",
+                                        owner.1,
+                                        seen.elapsed().as_secs_f64()
+                                    ),
+                                );
+                                return;
+                            }
+                        }
+                        Ok(None) | Err(_) => {
+                            if !abort.flag.load(Ordering::Acquire) {
+                                set(owner.0, format!("{} is gone (its connection closed)", owner.1));
+                            }
+                            return;
+                        }
+                    }
+                }
+            })
+            .map_err(|e| io_err("starting the monitor thread", e))?;
+        Ok(())
+    }
+
+    /// A handle on the monitor's verdict.
+    #[cfg_attr(not(feature = "ofi"), allow(dead_code))]
+    pub(crate) fn watcher(&self) -> Watch {
+        Watch(self.abort.clone())
+    }
+
+    /// The abort the monitor learned of, as the error every wait returns.
+    #[inline]
+    pub fn check(&self) -> Result<()> {
+        if self.left.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        Watch(self.abort.clone()).check()
+    }
+
+    /// Tells every rank that `rank` died or failed (seen here first).
+    pub fn report(&self, rank: u32, why: &str) {
+        let mut s = &self.stream;
+        let _ = write_frame(&mut s, ABORT, &encode_abort(rank, why));
+    }
+
+    /// Leaves cleanly: the server stops watching this rank.
+    pub fn leave(&self) {
+        if self.left.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let mut s = &self.stream;
+        let _ = write_frame(&mut s, DONE, &[]);
+        let _ = self.stream.shutdown(std::net::Shutdown::Both);
+    }
+}
+
+fn abort_error(who: Option<u32>, why: &str) -> Error {
+    match who {
+        Some(r) => Error::peer(ErrorKind::PeerDied, r, format!("job aborted: {why}")),
+        None => Error::new(ErrorKind::Aborted, format!("job aborted: {why}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn local() -> SocketAddr {
+        "127.0.0.1:0".parse().unwrap()
+    }
+
+    fn soon() -> Instant {
+        Instant::now() + Duration::from_secs(20)
+    }
+
+    #[test]
+    fn rounds_gather_every_rank() {
+        let srv = KvServer::start(local(), 7, 3).unwrap();
+        let addr = srv.addr();
+        let out: Vec<Vec<Vec<Vec<u8>>>> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..3u32)
+                .map(|r| {
+                    s.spawn(move || {
+                        let mut c = KvClient::connect(addr, 7, r, 3, (None, "test".into()), soon())
+                            .unwrap();
+                        let a = c.allgather(&[r as u8; 3], soon()).unwrap();
+                        let b = c.allgather(format!("r{r}").as_bytes(), soon()).unwrap();
+                        c.leave();
+                        vec![a, b]
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for o in out {
+            assert_eq!(o[0], vec![vec![0u8; 3], vec![1; 3], vec![2; 3]]);
+            assert_eq!(o[1], vec![b"r0".to_vec(), b"r1".to_vec(), b"r2".to_vec()]);
+        }
+        assert!(srv.aborted().is_none());
+    }
+
+    #[test]
+    fn wrong_job_and_duplicate_rank_are_refused() {
+        let srv = KvServer::start(local(), 7, 2).unwrap();
+        let mut c = KvClient::connect(srv.addr(), 8, 0, 2, (None, "test".into()), soon()).unwrap();
+        let e = c.allgather(b"x", soon()).unwrap_err();
+        assert!(e.to_string().contains("job"), "{e}");
+        let _a = KvClient::connect(srv.addr(), 7, 1, 2, (None, "t".into()), soon()).unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        let mut b = KvClient::connect(srv.addr(), 7, 1, 2, (None, "t".into()), soon()).unwrap();
+        let e = b.allgather(b"x", soon()).unwrap_err();
+        assert!(e.to_string().contains("already joined"), "{e}");
+    }
+
+    #[test]
+    fn a_rank_that_disappears_is_named_to_the_others() {
+        let srv = KvServer::start(local(), 9, 2).unwrap();
+        let addr = srv.addr();
+        let t = std::thread::spawn(move || {
+            let mut c = KvClient::connect(addr, 9, 1, 2, (None, "t".into()), soon()).unwrap();
+            c.allgather(b"b", soon()).unwrap();
+            // Dropped without leaving: as if the process died.
+        });
+        let mut c = KvClient::connect(addr, 9, 0, 2, (None, "t".into()), soon()).unwrap();
+        c.allgather(b"a", soon()).unwrap();
+        c.watch().unwrap();
+        t.join().unwrap();
+        let end = Instant::now() + Duration::from_secs(10);
+        while c.check().is_ok() && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let e = c.check().unwrap_err();
+        assert_eq!(e.rank(), Some(1), "{e}");
+        assert_eq!(srv.aborted().unwrap().0, Some(1));
+    }
+
+    #[test]
+    fn nobody_listening_is_a_clear_error() {
+        let l = TcpListener::bind(local()).unwrap();
+        let addr = l.local_addr().unwrap();
+        drop(l);
+        let e = KvClient::connect(
+            addr,
+            1,
+            0,
+            2,
+            (Some(0), "rank 0".into()),
+            Instant::now() + Duration::from_millis(300),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("did not answer"), "{e}");
+    }
+}

@@ -1,0 +1,1205 @@
+//! The network transport: libfabric (cargo feature `ofi`), through the `tca-ofi` binding of
+//! the system libfabric. Bytes between nodes move only through libfabric.
+//!
+//! # How the fabric's operations map onto libfabric
+//! One reliable-datagram endpoint (`FI_EP_RDM`) per rank, one completion queue, an address
+//! vector holding every rank's endpoint name (exchanged once at start-up).
+//!
+//! - **Messages** carry everything that must be *applied* at the target: a 72-byte header
+//!   (below) and, for puts of at most [`EAGER_MAX`] bytes, the payload. The target's progress
+//!   (inside any wait of that rank) checks the header like untrusted input — segment id, key,
+//!   liveness, bounds, alignment, all against what it registered itself — then copies the
+//!   payload and applies the signal or atomic with the same code the shared-memory transport
+//!   uses, so local sleepers are woken. Why not `fi_writedata` with the signal in its 8 bytes
+//!   of remote CQ data (4 on verbs)? Those bytes cannot name a segment, a word and a 64-bit
+//!   value; a message carrying the signal costs the same one network operation and keeps every
+//!   check at the owner.
+//! - **Large puts** are RMA writes (`fi_write`) straight from the caller's buffer into the
+//!   target's registered segment (memory is registered once, when the segment is allocated);
+//!   a put_signal sends its header after the write. The provider's `FI_ORDER_SAW` (send after
+//!   write) makes the target apply the signal after the data has landed; without it the
+//!   header waits for the write's completion. The provider checks key and bounds of a write
+//!   against the registration; the sender checks them first against the segment's
+//!   description, so an out-of-bounds put never leaves the node.
+//! - **Attach** is a request: `Describe(segment, key)` answered by the owner with the
+//!   registration's remote key, address and length, or refused (wrong key, wrong job, freed).
+//! - **Atomics** are requests answered with the old value.
+//! - **quiet** waits for every outstanding write, then sends `Quiet` to each rank written to
+//!   since the last quiet and waits for the answers: the target answers after applying every
+//!   earlier message of ours, so on return everything is visible there. Refusals the targets
+//!   sent meanwhile (a put into a segment freed after it was described) are returned by it.
+//!
+//! # Header (little endian)
+//! ```text
+//! 0  kind u8, op u8, 0 u16, source rank u32
+//! 8  payload length u32, destination segment u32
+//! 16 destination key u64
+//! 24 destination offset u64
+//! 32 signal segment u32, 0 u32
+//! 40 signal key u64
+//! 48 signal offset u64
+//! 56 value u64 (signal or atomic operand; answers: the result)
+//! 64 second value u64 (compare-exchange's new value; requests and answers: request id)
+//! 72 payload
+//! ```
+//!
+//! # Progress
+//! The tcp provider progresses data only while its completion queue is read, so waits call
+//! [`Ofi::progress`] while they spin and sleep on the queue's file descriptor (see
+//! `fabric::World::wait_word`). A rank that computes for a long time without calling tca
+//! delays its peers' large writes into it, as with MPI without a progress thread.
+
+#![allow(unsafe_code)] // posting operations to libfabric; each call argued below
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use tca_ofi::{Addr, Completion, Config, Endpoint, MemoryRegion, OpContext};
+
+use std::sync::atomic::Ordering;
+
+use super::shm::Shm;
+use super::shm::region::{FREED_SEGMENTS, Region};
+use crate::error::{Error, ErrorKind, Result};
+use crate::fabric::{AtomicOp, Handle, SignalOp, Strided};
+
+/// Header bytes in front of every message.
+const HDR: usize = 72;
+/// Largest payload carried inside a message; larger puts are RMA writes.
+pub(crate) const EAGER_MAX: usize = 8 << 10;
+const BUF: usize = HDR + EAGER_MAX;
+/// Send buffers (and their contexts): messages in flight from this rank.
+const TX: usize = 64;
+/// Posted receive buffers.
+const RX: usize = 64;
+/// Contexts for RMA writes in flight.
+const WR: usize = 16;
+const NONE: u32 = u32::MAX;
+const NO_COMPLETION: Completion = Completion {
+    id: u64::MAX,
+    flags: 0,
+    len: 0,
+    data: 0,
+    is_recv: false,
+    is_remote_write: false,
+    is_send: false,
+    is_write: false,
+};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+enum Kind {
+    Put = 1,
+    Signal = 2,
+    Atomic = 3,
+    Describe = 4,
+    Quiet = 5,
+    Answer = 6,
+    Refuse = 7,
+    Revoke = 8,
+}
+
+impl Kind {
+    fn from(b: u8) -> Option<Self> {
+        Some(match b {
+            1 => Self::Put,
+            2 => Self::Signal,
+            3 => Self::Atomic,
+            4 => Self::Describe,
+            5 => Self::Quiet,
+            6 => Self::Answer,
+            7 => Self::Refuse,
+            8 => Self::Revoke,
+            _ => return None,
+        })
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Header {
+    kind: u8,
+    op: u8,
+    src: u32,
+    len: u32,
+    dst_seg: u32,
+    dst_key: u64,
+    dst_off: u64,
+    sig_seg: u32,
+    sig_key: u64,
+    sig_off: u64,
+    value: u64,
+    value2: u64,
+}
+
+impl Header {
+    fn encode(&self, b: &mut [u8]) {
+        b[0] = self.kind;
+        b[1] = self.op;
+        b[2..4].fill(0);
+        b[4..8].copy_from_slice(&self.src.to_le_bytes());
+        b[8..12].copy_from_slice(&self.len.to_le_bytes());
+        b[12..16].copy_from_slice(&self.dst_seg.to_le_bytes());
+        b[16..24].copy_from_slice(&self.dst_key.to_le_bytes());
+        b[24..32].copy_from_slice(&self.dst_off.to_le_bytes());
+        b[32..36].copy_from_slice(&self.sig_seg.to_le_bytes());
+        b[36..40].fill(0);
+        b[40..48].copy_from_slice(&self.sig_key.to_le_bytes());
+        b[48..56].copy_from_slice(&self.sig_off.to_le_bytes());
+        b[56..64].copy_from_slice(&self.value.to_le_bytes());
+        b[64..72].copy_from_slice(&self.value2.to_le_bytes());
+    }
+
+    /// Parses a received message: `None` unless it is a whole, well-formed header whose
+    /// payload length matches what arrived.
+    fn decode(b: &[u8]) -> Option<Self> {
+        if b.len() < HDR {
+            return None;
+        }
+        let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"));
+        let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
+        let h = Self {
+            kind: b[0],
+            op: b[1],
+            src: u32_at(4),
+            len: u32_at(8),
+            dst_seg: u32_at(12),
+            dst_key: u64_at(16),
+            dst_off: u64_at(24),
+            sig_seg: u32_at(32),
+            sig_key: u64_at(40),
+            sig_off: u64_at(48),
+            value: u64_at(56),
+            value2: u64_at(64),
+        };
+        (Kind::from(h.kind).is_some() && h.len as usize == b.len() - HDR).then_some(h)
+    }
+}
+
+/// Operation codes of `op` (signals and atomics share them).
+mod op {
+    pub const SET: u8 = 1;
+    pub const ADD: u8 = 2;
+    pub const LOAD: u8 = 3;
+    pub const SWAP: u8 = 4;
+    pub const CAS: u8 = 5;
+}
+
+fn encode_signal(op: SignalOp) -> (u8, u64) {
+    match op {
+        SignalOp::Set(v) => (op::SET, v),
+        SignalOp::Add(v) => (op::ADD, v),
+    }
+}
+
+/// What the owner told us about one of its segments.
+#[derive(Debug, Clone, Copy)]
+struct Remote {
+    key: u64,
+    len: usize,
+    rkey: u64,
+    addr: u64,
+}
+
+/// An answer to one of our requests.
+#[derive(Debug, Clone)]
+enum Reply {
+    Value(Header),
+    Refused(String),
+}
+
+/// The libfabric transport of one rank.
+///
+/// Field order is drop order: the endpoint (which closes every registration made on it)
+/// goes before the memory it registered and before the operation contexts it may still hold.
+pub(crate) struct Ofi {
+    ep: Endpoint,
+    /// This rank's segments registered for RMA, by segment id, with the ranks that asked
+    /// for their description (told when the segment is freed).
+    regs: RefCell<HashMap<u32, (Arc<Region>, MemoryRegion, Vec<u32>)>>,
+    /// `FREED_SEGMENTS` when the registrations were last swept.
+    swept: Cell<u64>,
+    /// Where each send buffer and write context went (for errors naming the peer).
+    dest: RefCell<Vec<u32>>,
+    pool_mr: MemoryRegion,
+    /// Send and receive buffers, registered once: TX send buffers then RX receive buffers.
+    /// A mapping, not a Rust object: the provider writes into it behind our back, and all
+    /// access goes through its copying accessors.
+    pool: Region,
+    /// Op contexts: TX sends, RX receives, WR writes (stable addresses until completion).
+    ctx: Box<[OpContext]>,
+    rank: u32,
+    addrs: Vec<Addr>,
+    eager_inject: usize,
+    order_saw: bool,
+    local_mr: bool,
+    /// Where a received message is copied before it is handled.
+    scratch: RefCell<Vec<u8>>,
+    tx_free: RefCell<Vec<usize>>,
+    wr_free: RefCell<Vec<usize>>,
+    /// Descriptions of peers' segments, by (rank, segment id).
+    remote: RefCell<HashMap<(u32, u32), Remote>>,
+    replies: RefCell<HashMap<u64, Reply>>,
+    next_req: Cell<u64>,
+    /// Ranks written to since the last quiet.
+    touched: RefCell<Vec<bool>>,
+    /// Answers to send once the completion queue has been drained (a handler never sends).
+    deferred: RefCell<Vec<(u32, Header, Vec<u8>)>>,
+    /// Refusals of fire-and-forget messages, reported by the next quiet.
+    refused: RefCell<Option<Error>>,
+    in_progress: Cell<bool>,
+    /// Requested keys of registrations (providers that choose keys ignore them).
+    next_key: Cell<u64>,
+    /// The job monitor's verdict, checked while waiting for answers.
+    watch: RefCell<Option<crate::bootstrap::kv::Watch>>,
+}
+
+impl std::fmt::Debug for Ofi {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ofi")
+            .field("provider", &self.ep.provider())
+            .field("rank", &self.rank)
+            .finish_non_exhaustive()
+    }
+}
+
+fn ofi_err(e: tca_ofi::Error, provider: &str, peer: Option<u32>) -> Error {
+    let text = format!(
+        "libfabric {} failed ({}) on provider {provider}{}",
+        e.call,
+        e.text,
+        peer.map(|r| format!(", peer rank {r}")).unwrap_or_default()
+    );
+    match peer {
+        Some(r) => Error::peer(ErrorKind::Transport, r, text),
+        None => Error::new(ErrorKind::Transport, text),
+    }
+}
+
+impl Ofi {
+    /// Opens this rank's endpoint (`provider`: a libfabric provider name, or the best the node
+    /// offers) and returns it with its address, to be exchanged.
+    pub(crate) fn open(
+        provider: Option<&str>,
+        rank: u32,
+        size: u32,
+        job: u64,
+    ) -> Result<(Self, Vec<u8>)> {
+        let cfg = Config {
+            provider: provider.map(str::to_string),
+            domain: std::env::var(crate::env::OFI_DOMAIN)
+                .ok()
+                .filter(|d| !d.is_empty()),
+        };
+        let ep = Endpoint::open(&cfg).map_err(|e| {
+            let offered = tca_ofi::providers()
+                .map(|p| p.join(", "))
+                .unwrap_or_else(|_| "none".into());
+            Error::new(
+                ErrorKind::Transport,
+                format!(
+                    "cannot open a libfabric endpoint{}: {} failed ({}); providers offered here: {offered}",
+                    provider.map(|p| format!(" on provider {p}")).unwrap_or_default(),
+                    e.call,
+                    e.text
+                ),
+            )
+        })?;
+        let caps = ep.caps();
+        let name = ep.name().map_err(|e| ofi_err(e, ep.provider(), None))?;
+        let pool = Region::create(rank, job, (TX + RX) * BUF, "ofi-pool")?;
+        let (base, len) = pool.data_ptr();
+        // SAFETY: the pool mapping is owned by the transport beside the endpoint and outlives
+        // the registration: the endpoint, declared first, is dropped (closing it) first.
+        let pool_mr = unsafe { ep.register(base, len, 1, false) }
+            .map_err(|e| ofi_err(e, ep.provider(), None))?;
+        let ctx: Box<[OpContext]> = (0..TX + RX + WR)
+            .map(|i| OpContext::new(i as u64))
+            .collect();
+        let me = Self {
+            rank,
+            addrs: Vec::new(),
+            eager_inject: caps.inject_size,
+            order_saw: caps.order_saw,
+            local_mr: caps.needs_local_mr,
+            pool,
+            pool_mr,
+            scratch: RefCell::new(vec![0; BUF]),
+            ctx,
+            tx_free: RefCell::new((0..TX).rev().collect()),
+            wr_free: RefCell::new((TX + RX..TX + RX + WR).rev().collect()),
+            regs: RefCell::new(HashMap::new()),
+            remote: RefCell::new(HashMap::new()),
+            replies: RefCell::new(HashMap::new()),
+            next_req: Cell::new(1),
+            touched: RefCell::new(vec![false; size as usize]),
+            deferred: RefCell::new(Vec::new()),
+            refused: RefCell::new(None),
+            in_progress: Cell::new(false),
+            swept: Cell::new(FREED_SEGMENTS.load(Ordering::Acquire)),
+            dest: RefCell::new(vec![u32::MAX; TX + RX + WR]),
+            next_key: Cell::new(2),
+            watch: RefCell::new(None),
+            ep,
+        };
+        for i in 0..RX {
+            me.post_first(i)?;
+        }
+        Ok((me, name))
+    }
+
+    /// The provider in use, such as `tcp;ofi_rxm`.
+    pub(crate) fn provider(&self) -> &str {
+        self.ep.provider()
+    }
+
+    /// Inserts every rank's endpoint address (indexed by rank).
+    pub(crate) fn connect(&mut self, names: &[Vec<u8>]) -> Result<()> {
+        let refs: Vec<&[u8]> = names.iter().map(Vec::as_slice).collect();
+        self.addrs = self
+            .ep
+            .insert(&refs)
+            .map_err(|e| ofi_err(e, self.ep.provider(), None))?;
+        Ok(())
+    }
+
+    /// Registers one of this rank's segments for remote writes.
+    pub(crate) fn register(&self, region: &Arc<Region>) -> Result<()> {
+        let (ptr, len) = region.data_ptr();
+        // SAFETY: the region's data area stays mapped while the `Arc` kept beside the
+        // registration lives; `sweep` deregisters before dropping the entry, and the endpoint
+        // (dropped before `regs`) closes whatever registrations remain.
+        let key = self.next_key.get();
+        self.next_key.set(key + 1);
+        let mr = unsafe { self.ep.register(ptr, len.max(1), key, true) }
+            .map_err(|e| ofi_err(e, self.ep.provider(), None))?;
+        self.regs
+            .borrow_mut()
+            .insert(region.handle.segment(), (region.clone(), mr, Vec::new()));
+        Ok(())
+    }
+
+    /// Deregisters segments this rank has freed and tells the ranks that described them, so
+    /// that their next write with the old handle fails at once instead of vanishing. Costs
+    /// one load unless a segment was freed since the last sweep; runs before every message
+    /// this rank sends, so a revocation reaches a peer before anything sent after the free.
+    pub(crate) fn sweep_freed(&self, shm: &Shm) -> Result<()> {
+        let now = FREED_SEGMENTS.load(Ordering::Acquire);
+        if self.swept.replace(now) == now {
+            return Ok(());
+        }
+        let mut revoke = Vec::new();
+        {
+            let mut regs = self.regs.borrow_mut();
+            let freed: Vec<u32> = regs
+                .iter()
+                .filter(|(_, (r, _, _))| !r.is_live())
+                .map(|(&k, _)| k)
+                .collect();
+            for k in freed {
+                if let Some((r, mr, who)) = regs.remove(&k) {
+                    // A failed close leaves the registration to the endpoint's teardown.
+                    let _ = self.ep.deregister(mr);
+                    for to in who {
+                        revoke.push((to, r.handle));
+                    }
+                }
+            }
+        }
+        for (to, h) in revoke {
+            let m = Header {
+                kind: Kind::Revoke as u8,
+                src: self.rank,
+                dst_seg: h.segment(),
+                dst_key: h.key(),
+                ..Header::default()
+            };
+            self.send(shm, to, &m, &[])?;
+        }
+        Ok(())
+    }
+
+    /// Before this rank leaves: sends what is queued and waits (a bounded time) until the
+    /// provider has taken every send and write, so peers still get them.
+    pub(crate) fn drain(&self, shm: &Shm) {
+        let end = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        let _ = self.sweep_freed(shm);
+        while std::time::Instant::now() < end {
+            if self.progress(shm).is_err() {
+                return;
+            }
+            let idle = self.tx_free.borrow().len() == TX
+                && self.wr_free.borrow().len() == WR
+                && self.deferred.borrow().is_empty();
+            if idle {
+                return;
+            }
+            std::thread::yield_now();
+        }
+    }
+
+    /// Buffer `i` of the pool, as the provider is given it.
+    fn buf(&self, i: usize) -> *mut u8 {
+        debug_assert!(i < TX + RX);
+        self.pool.data_ptr().0.wrapping_add(i * BUF)
+    }
+
+    /// Posts receive buffer `slot` at start-up (nothing can be pending yet).
+    fn post_first(&self, slot: usize) -> Result<()> {
+        let i = TX + slot;
+        // SAFETY: as in `post_recv`.
+        unsafe {
+            self.ep.recv(
+                self.buf(i),
+                BUF,
+                self.pool_mr.desc(),
+                std::ptr::from_ref(&self.ctx[i]).cast_mut(),
+            )
+        }
+        .map_err(|e| ofi_err(e, self.ep.provider(), None))
+    }
+
+    fn post_recv(&self, shm: &Shm, slot: usize) -> Result<()> {
+        let i = TX + slot;
+        let mut turns = 0;
+        loop {
+            // SAFETY: receive buffer `slot` lies inside the registered pool and is not used by
+            // anyone else until its completion is read; its context is `ctx[i]`, also stable.
+            let r = unsafe {
+                self.ep.recv(
+                    self.buf(i),
+                    BUF,
+                    self.pool_mr.desc(),
+                    std::ptr::from_ref(&self.ctx[i]).cast_mut(),
+                )
+            };
+            match r {
+                Ok(()) => return Ok(()),
+                Err(e) if e.is_again() => {
+                    self.poll_cq(shm)?;
+                    self.stalled(shm, &mut turns)?;
+                }
+                Err(e) => return Err(ofi_err(e, self.ep.provider(), None)),
+            }
+        }
+    }
+
+    // ---- sending --------------------------------------------------------------------------
+
+    /// Sends a message: header then payload, through a send buffer.
+    fn send(&self, shm: &Shm, to: u32, h: &Header, payload: &[u8]) -> Result<()> {
+        debug_assert!(payload.len() <= EAGER_MAX);
+        if h.kind != Kind::Revoke as u8 {
+            self.sweep_freed(shm)?;
+        }
+        let mut turns = 0;
+        let slot = loop {
+            if let Some(s) = self.tx_free.borrow_mut().pop() {
+                break s;
+            }
+            self.poll_cq(shm)?;
+            self.stalled(shm, &mut turns)?;
+        };
+        self.dest.borrow_mut()[slot] = to;
+        let n = HDR + payload.len();
+        let mut head = [0u8; HDR];
+        h.encode(&mut head);
+        let at = self.pool.range(slot * BUF, n)?;
+        self.pool.map.write(at, &head);
+        self.pool.map.write(at + HDR, payload);
+        let dest = self.addrs[to as usize];
+        loop {
+            let r = if n <= self.eager_inject && payload.len() <= 64 {
+                let mut small = [0u8; HDR + 64];
+                small[..HDR].copy_from_slice(&head);
+                small[HDR..n].copy_from_slice(payload);
+                self.ep.inject(&small[..n], dest).map(|()| true)
+            } else {
+                // SAFETY: send buffer `slot` lies in the registered pool and is ours until its
+                // completion returns it to `tx_free`; so is its context.
+                unsafe {
+                    self.ep.send(
+                        self.buf(slot),
+                        n,
+                        self.pool_mr.desc(),
+                        dest,
+                        std::ptr::from_ref(&self.ctx[slot]).cast_mut(),
+                    )
+                }
+                .map(|()| false)
+            };
+            match r {
+                Ok(injected) => {
+                    if injected {
+                        self.tx_free.borrow_mut().push(slot);
+                    }
+                    return Ok(());
+                }
+                Err(e) if e.is_again() => {
+                    self.poll_cq(shm)?;
+                    if let Err(e) = self.stalled(shm, &mut turns) {
+                        self.tx_free.borrow_mut().push(slot);
+                        return Err(e);
+                    }
+                }
+                Err(e) => {
+                    self.tx_free.borrow_mut().push(slot);
+                    return Err(ofi_err(e, self.ep.provider(), Some(to)));
+                }
+            }
+        }
+    }
+
+    /// RMA-writes `src` to `raddr` of rank `to` and waits until the source may be reused.
+    fn write(&self, shm: &Shm, to: u32, d: &Remote, off: usize, src: &[u8]) -> Result<()> {
+        let dest = self.addrs[to as usize];
+        let mut outstanding = Vec::new();
+        let max = 1usize << 30;
+        for (k, part) in src.chunks(max).enumerate() {
+            let at = d.addr + (off + k * max) as u64;
+            let mut turns = 0;
+            let slot = loop {
+                if let Some(s) = self.wr_free.borrow_mut().pop() {
+                    break s;
+                }
+                self.poll_cq(shm)?;
+                self.stalled(shm, &mut turns)?;
+            };
+            loop {
+                // SAFETY: `part` borrows the caller's slice, which outlives this call, and this
+                // call does not return before the write's completion (below); the context is
+                // ours until then.
+                let r = unsafe {
+                    self.ep.write(
+                        part.as_ptr(),
+                        part.len(),
+                        std::ptr::null_mut(),
+                        dest,
+                        at,
+                        d.rkey,
+                        std::ptr::from_ref(&self.ctx[slot]).cast_mut(),
+                    )
+                };
+                match r {
+                    Ok(()) => break,
+                    Err(e) if e.is_again() => {
+                        self.poll_cq(shm)?;
+                        if let Err(e) = self.stalled(shm, &mut turns) {
+                            self.wr_free.borrow_mut().push(slot);
+                            return Err(e);
+                        }
+                    }
+                    Err(e) => {
+                        self.wr_free.borrow_mut().push(slot);
+                        return Err(ofi_err(e, self.ep.provider(), Some(to)));
+                    }
+                }
+            }
+            self.dest.borrow_mut()[slot] = to;
+            outstanding.push(slot);
+        }
+        // The source must stay untouched until the provider is done with it. (A dead peer
+        // turns into an error here, but the provider may still read the source until the
+        // endpoint closes: the job is being torn down then.)
+        let mut turns = 0;
+        while outstanding
+            .iter()
+            .any(|s| !self.wr_free.borrow().contains(s))
+        {
+            self.poll_cq(shm)?;
+            self.stalled(shm, &mut turns)?;
+        }
+        Ok(())
+    }
+
+    /// Called on every turn of a loop that waits for the provider (a free buffer, a write's
+    /// completion, an answer): after a while it sleeps between turns, and it gives up with
+    /// the error that explains the stall — a dead peer, an aborted job.
+    fn stalled(&self, shm: &Shm, turns: &mut u32) -> Result<()> {
+        *turns += 1;
+        if *turns > 2048 {
+            self.sleep(std::time::Duration::from_millis(1));
+        }
+        if *turns % 256 == 0 {
+            shm.check_peers(false)?;
+            if let Some(w) = self.watch.borrow().as_ref() {
+                w.check()?;
+            }
+        }
+        Ok(())
+    }
+
+    fn next_req(&self) -> u64 {
+        let r = self.next_req.get();
+        self.next_req.set(r + 1);
+        r
+    }
+
+    /// Sends a request and makes progress until its answer arrives.
+    fn request(&self, shm: &Shm, to: u32, mut h: Header) -> Result<Header> {
+        let req = self.next_req();
+        h.value2 = if h.kind == Kind::Atomic as u8 && h.op == op::CAS {
+            h.value2
+        } else {
+            req
+        };
+        // Compare-exchange needs both values: its request id rides in the destination offset.
+        h.dst_off = req;
+        self.send(shm, to, &h, &[])?;
+        let mut turns = 0u32;
+        loop {
+            if let Some(r) = self.replies.borrow_mut().remove(&req) {
+                return match r {
+                    Reply::Value(h) => Ok(h),
+                    Reply::Refused(why) => Err(Error::peer(
+                        if why.contains("bounds") {
+                            ErrorKind::OutOfBounds
+                        } else {
+                            ErrorKind::InvalidHandle
+                        },
+                        to,
+                        format!("rank {to} refused: {why}"),
+                    )),
+                };
+            }
+            self.progress(shm)?;
+            self.stalled(shm, &mut turns)?;
+        }
+    }
+
+    /// Lets waits for answers notice a job aborted on another node.
+    pub(crate) fn set_watch(&self, w: crate::bootstrap::kv::Watch) {
+        *self.watch.borrow_mut() = Some(w);
+    }
+
+    /// The description of `h` (asking its owner the first time).
+    fn describe(&self, shm: &Shm, h: &Handle) -> Result<Remote> {
+        if let Some(d) = self.remote.borrow().get(&(h.rank(), h.segment())) {
+            if d.key == h.key() {
+                return Ok(*d);
+            }
+        }
+        let a = self.request(
+            shm,
+            h.rank(),
+            Header {
+                kind: Kind::Describe as u8,
+                src: self.rank,
+                dst_seg: h.segment(),
+                dst_key: h.key(),
+                value: h.job(),
+                sig_off: h.len() as u64,
+                ..Header::default()
+            },
+        )?;
+        let d = Remote {
+            key: h.key(),
+            len: usize::try_from(a.sig_off).unwrap_or(0),
+            rkey: a.sig_key,
+            addr: a.value,
+        };
+        if d.len != h.len() {
+            return Err(Error::peer(
+                ErrorKind::InvalidHandle,
+                h.rank(),
+                format!(
+                    "handle to segment {} of rank {} claims {} bytes, the segment holds {}",
+                    h.segment(),
+                    h.rank(),
+                    h.len(),
+                    d.len
+                ),
+            ));
+        }
+        self.remote.borrow_mut().insert((h.rank(), h.segment()), d);
+        Ok(d)
+    }
+
+    fn check_range(h: &Handle, d: &Remote, off: usize, n: usize) -> Result<()> {
+        match off.checked_add(n) {
+            Some(end) if end <= d.len => Ok(()),
+            _ => Err(super::shm::region::out_of_bounds(h, off, n)),
+        }
+    }
+
+    fn check_word(h: &Handle, d: &Remote, off: usize) -> Result<()> {
+        Self::check_range(h, d, off, 8)?;
+        if off % 8 != 0 {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                format!("signal offset {off} is not a multiple of 8"),
+            ));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn attach(&self, shm: &Shm, h: &Handle) -> Result<()> {
+        self.describe(shm, h).map(|_| ())
+    }
+
+    pub(crate) fn put(&self, shm: &Shm, dst: &Handle, off: usize, src: &[u8]) -> Result<()> {
+        let d = self.describe(shm, dst)?;
+        Self::check_range(dst, &d, off, src.len())?;
+        self.touched.borrow_mut()[dst.rank() as usize] = true;
+        if src.is_empty() {
+            return Ok(());
+        }
+        if src.len() <= EAGER_MAX || self.local_mr {
+            for (k, part) in src.chunks(EAGER_MAX).enumerate() {
+                let h = Header {
+                    kind: Kind::Put as u8,
+                    src: self.rank,
+                    len: part.len() as u32,
+                    dst_seg: dst.segment(),
+                    dst_key: dst.key(),
+                    dst_off: (off + k * EAGER_MAX) as u64,
+                    sig_seg: NONE,
+                    ..Header::default()
+                };
+                self.send(shm, dst.rank(), &h, part)?;
+            }
+            return Ok(());
+        }
+        self.write(shm, dst.rank(), &d, off, src)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn put_signal(
+        &self,
+        shm: &Shm,
+        dst: &Handle,
+        off: usize,
+        src: &[u8],
+        sig: &Handle,
+        sig_off: usize,
+        sop: SignalOp,
+    ) -> Result<()> {
+        let s = self.describe(shm, sig)?;
+        Self::check_word(sig, &s, sig_off)?;
+        let d = self.describe(shm, dst)?;
+        Self::check_range(dst, &d, off, src.len())?;
+        if dst.rank() != sig.rank() {
+            // Data and signal go to different ranks: the data must be complete first.
+            self.put(shm, dst, off, src)?;
+            self.quiet(shm)?;
+            return self.signal(shm, sig, sig_off, sop);
+        }
+        let eager = src.len() <= EAGER_MAX || self.local_mr;
+        if !eager {
+            self.write(shm, dst.rank(), &d, off, src)?;
+            if !self.order_saw {
+                self.quiet(shm)?;
+            }
+        }
+        let (o, v) = encode_signal(sop);
+        let (seg, key, payload) = if eager && !src.is_empty() {
+            (dst.segment(), dst.key(), src)
+        } else {
+            (NONE, 0, &[][..])
+        };
+        if eager && src.len() > EAGER_MAX {
+            // Providers that need local registration: the data goes as eager chunks first.
+            self.put(shm, dst, off, src)?;
+            return self.signal(shm, sig, sig_off, sop);
+        }
+        let h = Header {
+            kind: Kind::Signal as u8,
+            op: o,
+            src: self.rank,
+            len: payload.len() as u32,
+            dst_seg: seg,
+            dst_key: key,
+            dst_off: off as u64,
+            sig_seg: sig.segment(),
+            sig_key: sig.key(),
+            sig_off: sig_off as u64,
+            value: v,
+            ..Header::default()
+        };
+        self.touched.borrow_mut()[dst.rank() as usize] = true;
+        self.send(shm, dst.rank(), &h, payload)
+    }
+
+    pub(crate) fn signal(&self, shm: &Shm, sig: &Handle, off: usize, sop: SignalOp) -> Result<()> {
+        let s = self.describe(shm, sig)?;
+        Self::check_word(sig, &s, off)?;
+        let (o, v) = encode_signal(sop);
+        let h = Header {
+            kind: Kind::Signal as u8,
+            op: o,
+            src: self.rank,
+            dst_seg: NONE,
+            sig_seg: sig.segment(),
+            sig_key: sig.key(),
+            sig_off: off as u64,
+            value: v,
+            ..Header::default()
+        };
+        self.touched.borrow_mut()[sig.rank() as usize] = true;
+        self.send(shm, sig.rank(), &h, &[])
+    }
+
+    pub(crate) fn put_strided(
+        &self,
+        shm: &Shm,
+        dst: &Handle,
+        off: usize,
+        src: &[u8],
+        s: Strided,
+        dst_span: usize,
+    ) -> Result<()> {
+        let d = self.describe(shm, dst)?;
+        Self::check_range(dst, &d, off, dst_span)?;
+        for i in 0..s.count {
+            let from = i * s.src_stride;
+            self.put(shm, dst, off + i * s.dst_stride, &src[from..from + s.block])?;
+        }
+        Ok(())
+    }
+
+    pub(crate) fn atomic(&self, shm: &Shm, h: &Handle, off: usize, aop: AtomicOp) -> Result<u64> {
+        let d = self.describe(shm, h)?;
+        Self::check_word(h, &d, off)?;
+        let (o, v, v2) = match aop {
+            AtomicOp::Load => (op::LOAD, 0, 0),
+            AtomicOp::Store(v) => (op::SET, v, 0),
+            AtomicOp::Swap(v) => (op::SWAP, v, 0),
+            AtomicOp::FetchAdd(v) => (op::ADD, v, 0),
+            AtomicOp::CompareExchange { current, new } => (op::CAS, current, new),
+        };
+        let a = self.request(
+            shm,
+            h.rank(),
+            Header {
+                kind: Kind::Atomic as u8,
+                op: o,
+                src: self.rank,
+                sig_seg: h.segment(),
+                sig_key: h.key(),
+                sig_off: off as u64,
+                value: v,
+                value2: v2,
+                ..Header::default()
+            },
+        )?;
+        Ok(a.value)
+    }
+
+    /// Every earlier operation of this rank is complete at its target.
+    pub(crate) fn quiet(&self, shm: &Shm) -> Result<()> {
+        let mut turns = 0;
+        while self.wr_free.borrow().len() < WR {
+            self.poll_cq(shm)?;
+            self.stalled(shm, &mut turns)?;
+        }
+        let ranks: Vec<u32> = {
+            let mut t = self.touched.borrow_mut();
+            let r = (0..t.len() as u32).filter(|&r| t[r as usize]).collect();
+            t.fill(false);
+            r
+        };
+        for r in ranks {
+            self.request(
+                shm,
+                r,
+                Header {
+                    kind: Kind::Quiet as u8,
+                    src: self.rank,
+                    ..Header::default()
+                },
+            )?;
+        }
+        match self.refused.borrow_mut().take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    // ---- progress -------------------------------------------------------------------------
+
+    /// Reads the completion queue once (sends done, writes done, messages arrived) and
+    /// sends the answers those messages asked for.
+    pub(crate) fn progress(&self, shm: &Shm) -> Result<()> {
+        if self.in_progress.replace(true) {
+            return Ok(());
+        }
+        let r = self.progress_inner(shm);
+        self.in_progress.set(false);
+        r
+    }
+
+    fn progress_inner(&self, shm: &Shm) -> Result<()> {
+        let mut got = [NO_COMPLETION; 16];
+        loop {
+            let n = self.read_cq(shm, &mut got)?;
+            for c in &got[..n] {
+                self.complete(shm, c)?;
+            }
+            let answers = std::mem::take(&mut *self.deferred.borrow_mut());
+            for (to, h, payload) in &answers {
+                self.send(shm, *to, h, payload)?;
+            }
+            if n < got.len() && self.deferred.borrow().is_empty() {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Reads completions once (used while waiting for a free buffer). Messages that arrive
+    /// are applied; the answers they ask for wait for the next `progress`.
+    fn poll_cq(&self, shm: &Shm) -> Result<()> {
+        let mut got = [NO_COMPLETION; 16];
+        let n = self.read_cq(shm, &mut got)?;
+        for c in &got[..n] {
+            self.complete(shm, c)?;
+        }
+        Ok(())
+    }
+
+    fn read_cq(&self, shm: &Shm, out: &mut [Completion]) -> Result<usize> {
+        self.ep.read_cq(out).map_err(|e| {
+            let id = e.id.map_or(usize::MAX, |i| i as usize);
+            let to = self
+                .dest
+                .borrow()
+                .get(id)
+                .copied()
+                .filter(|&r| r != u32::MAX);
+            if id < TX {
+                self.tx_free.borrow_mut().push(id);
+            } else if (TX + RX..TX + RX + WR).contains(&id) {
+                self.wr_free.borrow_mut().push(id);
+            }
+            // A local peer that died explains it best (and names it).
+            if let Err(dead) = shm.check_peers(false) {
+                return dead;
+            }
+            if let Some(Err(dead)) = self.watch.borrow().as_ref().map(|w| w.check()) {
+                return dead;
+            }
+            match to {
+                // Broken pipe, connection reset or refused: the peer's end is gone.
+                Some(r)
+                    if matches!(e.prov_errno, 32 | 104 | 111)
+                        || matches!(e.err, 32 | 104 | 111) =>
+                {
+                    Error::peer(
+                        ErrorKind::PeerDied,
+                        r,
+                        format!(
+                            "the connection to rank {r} broke ({}, provider {}): it died or its \
+                             node is unreachable",
+                            e.text,
+                            self.ep.provider()
+                        ),
+                    )
+                }
+                Some(r) => Error::peer(
+                    ErrorKind::Transport,
+                    r,
+                    format!(
+                        "libfabric operation to rank {r} failed on provider {}: {} (provider \
+                         error {})",
+                        self.ep.provider(),
+                        e.text,
+                        e.prov_errno
+                    ),
+                ),
+                None => Error::new(
+                    ErrorKind::Transport,
+                    format!(
+                        "libfabric operation failed on provider {}: {} (provider error {})",
+                        self.ep.provider(),
+                        e.text,
+                        e.prov_errno
+                    ),
+                ),
+            }
+        })
+    }
+
+    /// Returns send and write contexts; receive completions are handled by `complete`.
+    fn complete_local(&self, c: &Completion) -> Result<bool> {
+        let id = c.id as usize;
+        if id < TX {
+            self.tx_free.borrow_mut().push(id);
+            Ok(true)
+        } else if (TX + RX..TX + RX + WR).contains(&id) {
+            self.wr_free.borrow_mut().push(id);
+            Ok(true)
+        } else if (TX..TX + RX).contains(&id) {
+            Ok(false) // a message: `complete` handles it
+        } else {
+            Ok(true)
+        }
+    }
+
+    fn complete(&self, shm: &Shm, c: &Completion) -> Result<()> {
+        if self.complete_local(c)? {
+            return Ok(());
+        }
+        let slot = c.id as usize - TX;
+        let len = c.len.min(BUF);
+        let mut scratch = self.scratch.borrow_mut();
+        let at = self.pool.range((TX + slot) * BUF, len)?;
+        self.pool.map.read(at, &mut scratch[..len]);
+        // The buffer is free again as soon as it is copied out.
+        self.post_recv(shm, slot)?;
+        self.handle(shm, &scratch[..len]);
+        Ok(())
+    }
+
+    /// Applies one message from a peer. Nothing in it is trusted: every field is checked
+    /// against this rank's own registrations before a byte is written.
+    fn handle(&self, shm: &Shm, msg: &[u8]) {
+        let Some(h) = Header::decode(msg) else {
+            return; // not a tca message: nothing to answer, nothing written
+        };
+        let Some(kind) = Kind::from(h.kind) else {
+            return;
+        };
+        let payload = &msg[HDR..];
+        let from = h.src;
+        let answer = |mut a: Header| {
+            a.src = self.rank;
+            a.value2 = h.dst_off; // the request id
+            self.deferred.borrow_mut().push((from, a, Vec::new()));
+        };
+        let refuse = |why: String, req: bool| {
+            let a = Header {
+                kind: Kind::Refuse as u8,
+                src: self.rank,
+                len: why.len().min(EAGER_MAX) as u32,
+                value2: if req { h.dst_off } else { 0 },
+                ..Header::default()
+            };
+            let mut text = why.into_bytes();
+            text.truncate(EAGER_MAX);
+            self.deferred.borrow_mut().push((from, a, text));
+        };
+        match kind {
+            Kind::Put | Kind::Signal => {
+                if h.dst_seg != NONE {
+                    if let Err(e) = shm.write_own(h.dst_seg, h.dst_key, h.dst_off, payload) {
+                        return refuse(e.message().to_string(), false);
+                    }
+                }
+                if kind == Kind::Signal {
+                    let sop = match h.op {
+                        op::SET => SignalOp::Set(h.value),
+                        op::ADD => SignalOp::Add(h.value),
+                        _ => return refuse("unknown signal operation".into(), false),
+                    };
+                    if let Err(e) = shm.signal_own(h.sig_seg, h.sig_key, h.sig_off, sop) {
+                        refuse(e.message().to_string(), false);
+                    }
+                }
+            }
+            Kind::Atomic => {
+                let aop = match h.op {
+                    op::LOAD => AtomicOp::Load,
+                    op::SET => AtomicOp::Store(h.value),
+                    op::SWAP => AtomicOp::Swap(h.value),
+                    op::ADD => AtomicOp::FetchAdd(h.value),
+                    op::CAS => AtomicOp::CompareExchange {
+                        current: h.value,
+                        new: h.value2,
+                    },
+                    _ => return refuse("unknown atomic operation".into(), true),
+                };
+                match shm.atomic_own(h.sig_seg, h.sig_key, h.sig_off, aop) {
+                    Ok(old) => answer(Header {
+                        kind: Kind::Answer as u8,
+                        value: old,
+                        ..Header::default()
+                    }),
+                    Err(e) => refuse(e.message().to_string(), true),
+                }
+            }
+            Kind::Describe => {
+                let mut regs = self.regs.borrow_mut();
+                match regs.get_mut(&h.dst_seg) {
+                    Some((r, mr, who))
+                        if r.handle.key() == h.dst_key
+                            && r.handle.job() == h.value
+                            && r.is_live() =>
+                    {
+                        if !who.contains(&from) {
+                            who.push(from);
+                        }
+                        answer(Header {
+                            kind: Kind::Answer as u8,
+                            sig_key: mr.key(),
+                            value: mr.remote_addr(0),
+                            sig_off: r.handle.len() as u64,
+                            ..Header::default()
+                        });
+                    }
+                    Some((r, _, _)) if r.handle.key() == h.dst_key && !r.is_live() => {
+                        refuse(format!("segment {} has been freed", h.dst_seg), true)
+                    }
+                    _ => refuse(
+                        format!(
+                            "handle to segment {} refused: its key, job or id does not match \
+                             (stale or forged handle)",
+                            h.dst_seg
+                        ),
+                        true,
+                    ),
+                }
+            }
+            Kind::Quiet => answer(Header {
+                kind: Kind::Answer as u8,
+                ..Header::default()
+            }),
+            Kind::Answer => {
+                self.replies.borrow_mut().insert(h.value2, Reply::Value(h));
+            }
+            Kind::Revoke => {
+                let mut remote = self.remote.borrow_mut();
+                if remote
+                    .get(&(from, h.dst_seg))
+                    .is_some_and(|d| d.key == h.dst_key)
+                {
+                    remote.remove(&(from, h.dst_seg));
+                }
+            }
+            Kind::Refuse => {
+                let why = String::from_utf8_lossy(payload).into_owned();
+                if h.value2 != 0 {
+                    self.replies
+                        .borrow_mut()
+                        .insert(h.value2, Reply::Refused(why));
+                } else {
+                    self.refused.borrow_mut().get_or_insert_with(|| {
+                        Error::peer(
+                            ErrorKind::InvalidHandle,
+                            from,
+                            format!("rank {from} refused a write: {why}"),
+                        )
+                    });
+                }
+            }
+        }
+    }
+
+    /// Blocks until the completion queue has something or `timeout` passes (when the
+    /// provider offers a file descriptor to sleep on; otherwise yields).
+    pub(crate) fn sleep(&self, timeout: std::time::Duration) {
+        use rustix::event::{PollFd, PollFlags, poll};
+        match self.ep.wait_fd() {
+            Some(fd) if self.ep.trywait() => {
+                // SAFETY: the descriptor belongs to the endpoint's completion queue, which
+                // lives as long as `self`, beyond this call.
+                let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+                let mut fds = [PollFd::new(&fd, PollFlags::IN)];
+                let ts = rustix::time::Timespec {
+                    tv_sec: timeout.as_secs() as i64,
+                    tv_nsec: i64::from(timeout.subsec_nanos()),
+                };
+                let _ = poll(&mut fds, Some(&ts));
+            }
+            _ => std::thread::yield_now(),
+        }
+    }
+}

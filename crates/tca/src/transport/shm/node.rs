@@ -1,0 +1,868 @@
+//! [`Shm`]: the shared-memory transport of one rank — its peers on this node, the segments it
+//! has attached, the node's start-up board, and everything that tells it a local peer died.
+//!
+//! What it owns (nothing of it is visible outside the crate):
+//! - the node's **board** (see `bootstrap::board`): pids, control segments, rank states, the
+//!   abort word and the sleep flags that deadlock detection reads;
+//! - one **peer** record per rank on this node: pid, pidfd (readable once the process exits,
+//!   immune to pid reuse) and the peer's control segment, whose first word is that rank's
+//!   sleeper count (see [`super::wait`]);
+//! - the **attach cache**: `cache[rank][segment id]` holds the checked mapping of every segment
+//!   this rank has written into. The fast path of a put is one probe of this table: rank, id and
+//!   key must match, and the segment must still be live.
+//!
+//! A put is one `memcpy` into the peer's mapping, a signal one SeqCst store or add followed by a
+//! futex wake when the owner's sleeper count says someone sleeps. Both are complete at the
+//! target when the call returns, so `quiet` is a full fence.
+
+use std::cell::{Cell, RefCell};
+use std::os::fd::OwnedFd;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::Instant;
+
+use super::HEADER_BYTES;
+use super::region::{Region, out_of_bounds};
+use super::wait::{self, SpinPolicy};
+use crate::bootstrap::board::{AbortReason, Board, Entry, RankState};
+use crate::bootstrap::{BoardSource, JobEnv};
+use crate::env;
+use crate::error::{Error, ErrorKind, Result};
+use crate::fabric::control::{CTRL_BYTES, SLEEPERS};
+use crate::fabric::{AtomicOp, Handle, SignalOp, Strided};
+
+#[derive(Debug)]
+struct Peer {
+    pid: u32,
+    ctrl: Arc<Region>,
+    pidfd: Option<OwnedFd>,
+}
+
+type Cache = Vec<Vec<Option<Arc<Region>>>>;
+
+/// Sleep slices (10 ms each) with every rank of the job asleep and no progress before a wait
+/// gives up as a deadlock.
+const DEADLOCK_SLICES: u32 = 100;
+
+/// The shared-memory transport of one rank.
+#[derive(Debug)]
+pub(crate) struct Shm {
+    rank: u32,
+    size: u32,
+    job: u64,
+    board: Board,
+    _board_fd: Option<OwnedFd>,
+    /// Peer records by rank (this rank's own included); `None` for ranks on other nodes.
+    peers: Vec<Option<Peer>>,
+    /// Whether every rank of the job is on this node (then a node where everyone sleeps in a
+    /// wait is a deadlock).
+    whole_job: bool,
+    cache: RefCell<Cache>,
+    policy: SpinPolicy,
+    launcher: Option<(u32, OwnedFd)>,
+    left: Cell<bool>,
+    /// Whether this rank has marked itself asleep on the board during the current wait.
+    asleep: Cell<bool>,
+    /// Consecutive sleep slices in which every other rank in the job was asleep too, and the
+    /// other ranks' finished-sleep counts at the last slice (any change is progress).
+    stuck: Cell<u32>,
+    others_wakes: Cell<u64>,
+}
+
+impl Shm {
+    /// Joins the node's board: publish, wait for the node's other ranks (`local`, sorted, this
+    /// rank included), attach their control segments. Returns the transport and the control
+    /// segment handles of the node's ranks (`None` for ranks elsewhere).
+    pub(crate) fn join(env: JobEnv, local: &[u32]) -> Result<(Self, Vec<Option<Handle>>)> {
+        let JobEnv {
+            rank,
+            size,
+            job,
+            board,
+            source,
+            boot_deadline,
+            ..
+        } = env;
+        raise_fd_limit(size);
+        let (board, board_fd, named) = match board {
+            BoardSource::Fd(fd) => (Board::open(&fd, size)?, Some(fd), None),
+            BoardSource::Named(name) => {
+                let (fd, b) = Board::open_named(&name, rank, size, job, boot_deadline)?;
+                (b, Some(fd), Some(name))
+            }
+            BoardSource::Private => {
+                let (fd, b) = Board::create(1, job, None)?;
+                (b, Some(fd), None)
+            }
+            BoardSource::Node => {
+                return Err(Error::new(
+                    ErrorKind::Bootstrap,
+                    "the node board is made at the rendezvous; none was announced",
+                ));
+            }
+        };
+        if board.job() != job {
+            return Err(Error::new(
+                ErrorKind::Bootstrap,
+                format!(
+                    "job board belongs to job {:016x}, not {job:016x}",
+                    board.job()
+                ),
+            ));
+        }
+        let my_pid = std::process::id();
+        let ctrl = Arc::new(Region::create(rank, job, CTRL_BYTES, "ctrl")?);
+        let spin = env::parse::<u32>(env::SPIN)?;
+        let policy = SpinPolicy::adaptive(size, SpinPolicy::cpus(), spin);
+        let launcher = match board.launcher_pid() {
+            Some(pid) => Some((
+                pid,
+                pidfd(pid).ok_or_else(|| {
+                    Error::new(
+                        ErrorKind::Aborted,
+                        format!("the launcher (pid {pid}) is gone"),
+                    )
+                })?,
+            )),
+            None => None,
+        };
+        board.publish(
+            rank,
+            Entry {
+                pid: my_pid,
+                ctrl_segment: ctrl.handle.segment(),
+                ctrl_key: ctrl.handle.key(),
+            },
+        );
+
+        // Wait for everyone; a rank that never comes is named in the error.
+        let boot_check = || -> Result<()> {
+            if let Some((r, why)) = board.aborted() {
+                return Err(abort_error(r, why));
+            }
+            if let Some(&r) = local.iter().find(|&&r| board.state(r) == RankState::Failed) {
+                return Err(Error::peer(
+                    ErrorKind::PeerDied,
+                    r,
+                    format!("rank {r} failed during start-up"),
+                ));
+            }
+            if let Some((pid, fd)) = &launcher {
+                if readable(fd) {
+                    return Err(Error::new(
+                        ErrorKind::Aborted,
+                        format!("the launcher (pid {pid}) died during start-up"),
+                    ));
+                }
+            }
+            Ok(())
+        };
+        let r = wait::wait_ge(
+            board.published(),
+            board.sleepers(),
+            local.len() as u64,
+            policy,
+            Some(boot_deadline),
+            boot_check,
+        );
+        if let Err(e) = r {
+            if rank == 0 {
+                if let Some(n) = &named {
+                    let _ = std::fs::remove_file(std::path::Path::new("/dev/shm").join(n));
+                }
+            }
+            board.set_state(rank, RankState::Failed);
+            if e.kind() == ErrorKind::Timeout {
+                let missing: Vec<u32> = local
+                    .iter()
+                    .copied()
+                    .filter(|&r| board.state(r) == RankState::Empty)
+                    .collect();
+                return Err(Error::new(
+                    ErrorKind::Bootstrap,
+                    format!(
+                        "ranks {missing:?} of {size} did not start in time ({}; set {})",
+                        source,
+                        env::BOOT_TIMEOUT
+                    ),
+                ));
+            }
+            return Err(e);
+        }
+        if rank == 0 {
+            if let Some(n) = &named {
+                // Everyone has the board mapped now: drop its name so nothing can leak.
+                let _ = std::fs::remove_file(std::path::Path::new("/dev/shm").join(n));
+            }
+        }
+
+        let mut peers: Vec<Option<Peer>> = (0..size).map(|_| None).collect();
+        let mut ctrls = vec![None; size as usize];
+        for &r in local {
+            if r == rank {
+                ctrls[r as usize] = Some(ctrl.handle);
+                peers[r as usize] = Some(Peer {
+                    pid: my_pid,
+                    ctrl: ctrl.clone(),
+                    pidfd: None,
+                });
+                continue;
+            }
+            let e = board.entry(r).ok_or_else(|| {
+                Error::peer(
+                    ErrorKind::Bootstrap,
+                    r,
+                    format!("rank {r} counted as published but has no entry"),
+                )
+            })?;
+            let h = Handle::new(job, e.ctrl_key, CTRL_BYTES, r, e.ctrl_segment);
+            let region = Region::attach(&h, e.pid).map_err(|err| {
+                Error::peer(
+                    ErrorKind::PeerDied,
+                    r,
+                    format!("cannot attach rank {r} (pid {}): {err}", e.pid),
+                )
+            })?;
+            let fd = if e.pid == my_pid { None } else { pidfd(e.pid) };
+            if e.pid != my_pid && fd.is_none() {
+                return Err(Error::peer(
+                    ErrorKind::PeerDied,
+                    r,
+                    format!("rank {r} (pid {}) died during start-up", e.pid),
+                ));
+            }
+            ctrls[r as usize] = Some(h);
+            peers[r as usize] = Some(Peer {
+                pid: e.pid,
+                ctrl: Arc::new(region),
+                pidfd: fd,
+            });
+        }
+        let mut cache: Cache = vec![Vec::new(); size as usize];
+        for p in peers.iter().flatten() {
+            cache_insert(&mut cache, &p.ctrl);
+        }
+        Ok((
+            Self {
+                rank,
+                size,
+                job,
+                board,
+                _board_fd: board_fd,
+                peers,
+                whole_job: local.len() == size as usize,
+                cache: RefCell::new(cache),
+                policy,
+                launcher,
+                left: Cell::new(false),
+                asleep: Cell::new(false),
+                stuck: Cell::new(0),
+                others_wakes: Cell::new(0),
+            },
+            ctrls,
+        ))
+    }
+
+    pub(crate) fn policy(&self) -> SpinPolicy {
+        self.policy
+    }
+
+    /// Process id of `rank`, if it is on this node.
+    pub(crate) fn pid_of(&self, rank: u32) -> Option<u32> {
+        self.peers.get(rank as usize)?.as_ref().map(|p| p.pid)
+    }
+
+    /// Whether `rank` is on this node.
+    #[inline]
+    pub(crate) fn reaches(&self, rank: u32) -> bool {
+        self.peers.get(rank as usize).is_some_and(Option::is_some)
+    }
+
+    /// This rank's own control segment.
+    pub(crate) fn own_ctrl(&self) -> Arc<Region> {
+        self.peer(self.rank).ctrl.clone()
+    }
+
+    #[inline(always)]
+    fn peer(&self, rank: u32) -> &Peer {
+        self.peers[rank as usize]
+            .as_ref()
+            .expect("shared memory reaches only ranks of this node (routes are checked)")
+    }
+
+    /// The sleeper count of `rank` (waiters on any word of its memory), for wait loops of
+    /// other transports that sleep on this rank's words.
+    #[inline(always)]
+    pub(crate) fn sleepers_of(&self, rank: u32) -> &AtomicU32 {
+        self.peer(rank)
+            .ctrl
+            .map
+            .atomic_u32(HEADER_BYTES + SLEEPERS)
+            .expect("sleeper word lies in the control segment (layout constant)")
+    }
+
+    // ---- segments -------------------------------------------------------------------------
+
+    /// Creates a local segment of `len` bytes and caches it.
+    pub(crate) fn alloc(&self, len: usize) -> Result<Arc<Region>> {
+        self.sweep_freed();
+        let region = Arc::new(Region::create(self.rank, self.job, len, "seg")?);
+        cache_insert(&mut self.cache.borrow_mut(), &region);
+        Ok(region)
+    }
+
+    /// Drops cached local segments that were freed and that nothing else holds.
+    fn sweep_freed(&self) {
+        let mut cache = self.cache.borrow_mut();
+        for slot in cache[self.rank as usize].iter_mut() {
+            if slot
+                .as_ref()
+                .is_some_and(|r| !r.is_live() && Arc::strong_count(r) == 1)
+            {
+                *slot = None;
+            }
+        }
+    }
+
+    /// Checks `h` (job and rank already checked by the caller) and attaches its segment if it
+    /// is not attached yet.
+    #[inline]
+    pub(crate) fn ensure(&self, h: &Handle) -> Result<()> {
+        {
+            let cache = self.cache.borrow();
+            if let Some(r) = probe(&cache, h) {
+                if r.is_live() {
+                    return Ok(());
+                }
+            }
+        }
+        self.attach_slow(h)
+    }
+
+    #[cold]
+    fn attach_slow(&self, h: &Handle) -> Result<()> {
+        let slot = h.segment() as usize;
+        let stale = self.cache.borrow()[h.rank() as usize]
+            .get(slot)
+            .is_some_and(|e| e.is_some());
+        if stale {
+            // A freed segment, or a handle whose id was reused: forget the old mapping.
+            let mut cache = self.cache.borrow_mut();
+            if cache[h.rank() as usize][slot]
+                .as_ref()
+                .is_some_and(|r| !r.is_live() || r.handle != *h)
+            {
+                cache[h.rank() as usize][slot] = None;
+            }
+        }
+        let region = match Region::attach(h, self.peer(h.rank()).pid) {
+            Ok(r) => r,
+            Err(e) => {
+                // A segment that is gone because its owner died or the job was aborted is
+                // reported as that, naming the rank, rather than as a bad handle.
+                self.check_peers(false)?;
+                return Err(e);
+            }
+        };
+        cache_insert(&mut self.cache.borrow_mut(), &Arc::new(region));
+        Ok(())
+    }
+
+    fn target<'a>(&self, cache: &'a Cache, h: &Handle) -> Result<&'a Region> {
+        probe(cache, h).map(|r| &**r).ok_or_else(|| {
+            Error::new(
+                ErrorKind::InvalidHandle,
+                format!(
+                    "segment {} of rank {} is not attached",
+                    h.segment(),
+                    h.rank()
+                ),
+            )
+        })
+    }
+
+    /// The attached mapping of `h` (attaching it first), for chains.
+    pub(crate) fn resolve(&self, h: &Handle) -> Result<Arc<Region>> {
+        self.ensure(h)?;
+        probe(&self.cache.borrow(), h)
+            .cloned()
+            .ok_or_else(|| out_of_bounds(h, 0, 0))
+    }
+
+    /// Number of attached segments (own and peers').
+    pub(crate) fn attached_segments(&self) -> usize {
+        self.cache
+            .borrow()
+            .iter()
+            .map(|v| v.iter().flatten().count())
+            .sum()
+    }
+
+    /// One of this rank's own live segments, if `seg` and `key` name it (requests from a
+    /// network peer are checked against this, never trusted).
+    #[cfg_attr(not(feature = "ofi"), allow(dead_code))]
+    fn own(&self, seg: u32, key: u64) -> Result<Arc<Region>> {
+        let cache = self.cache.borrow();
+        match cache[self.rank as usize].get(seg as usize) {
+            Some(Some(r)) if r.handle.key() == key && r.is_live() => Ok(r.clone()),
+            Some(Some(r)) if r.handle.key() == key => Err(Error::new(
+                ErrorKind::InvalidHandle,
+                format!("segment {seg} of rank {} has been freed", self.rank),
+            )),
+            _ => Err(Error::new(
+                ErrorKind::InvalidHandle,
+                format!(
+                    "handle to segment {seg} of rank {} refused: its key or id does not match \
+                     (stale or forged handle)",
+                    self.rank
+                ),
+            )),
+        }
+    }
+
+    /// Writes `src` at `off` of this rank's segment `seg` (checked: key, liveness, bounds).
+    #[cfg_attr(not(feature = "ofi"), allow(dead_code))]
+    pub(crate) fn write_own(&self, seg: u32, key: u64, off: u64, src: &[u8]) -> Result<()> {
+        let r = self.own(seg, key)?;
+        let off = usize::try_from(off).unwrap_or(usize::MAX);
+        let at = r.range(off, src.len())?;
+        r.map.write(at, src);
+        Ok(())
+    }
+
+    /// Applies a signal to a word of this rank's segment `seg` (checked) and wakes sleepers.
+    #[cfg_attr(not(feature = "ofi"), allow(dead_code))]
+    pub(crate) fn signal_own(&self, seg: u32, key: u64, off: u64, op: SignalOp) -> Result<()> {
+        let r = self.own(seg, key)?;
+        let word = r.word(usize::try_from(off).unwrap_or(usize::MAX))?;
+        self.raise(word, self.rank, op);
+        Ok(())
+    }
+
+    /// An atomic on a word of this rank's segment `seg` (checked); returns the old value.
+    #[cfg_attr(not(feature = "ofi"), allow(dead_code))]
+    pub(crate) fn atomic_own(&self, seg: u32, key: u64, off: u64, op: AtomicOp) -> Result<u64> {
+        let r = self.own(seg, key)?;
+        let word = r.word(usize::try_from(off).unwrap_or(usize::MAX))?;
+        Ok(self.apply_atomic(word, self.rank, op))
+    }
+
+    // ---- data path --------------------------------------------------------------------------
+
+    #[inline]
+    pub(crate) fn put(&self, dst: &Handle, off: usize, src: &[u8]) -> Result<()> {
+        {
+            let cache = self.cache.borrow();
+            if let Some(d) = live(&cache, dst) {
+                let at = d.range(off, src.len())?;
+                d.map.write(at, src);
+                return Ok(());
+            }
+        }
+        self.ensure(dst)?;
+        let cache = self.cache.borrow();
+        let d = self.target(&cache, dst)?;
+        let at = d.range(off, src.len())?;
+        d.map.write(at, src);
+        Ok(())
+    }
+
+    pub(crate) fn put_inline(&self, dst: &Handle, off: usize, src: &[u8]) -> Result<()> {
+        self.ensure(dst)?;
+        let cache = self.cache.borrow();
+        let d = self.target(&cache, dst)?;
+        let at = d.range(off, src.len())?;
+        d.map.write_inline(at, src);
+        Ok(())
+    }
+
+    /// The fast path of `put_signal`: `Some` when both segments are attached and live (one
+    /// probe each; rank, id and key must match, which no handle of another job can), `None`
+    /// when the caller must check the handles and take the slow path.
+    #[inline(always)]
+    pub(crate) fn put_signal_fast(
+        &self,
+        dst: &Handle,
+        off: usize,
+        src: &[u8],
+        sig: &Handle,
+        sig_off: usize,
+        op: SignalOp,
+    ) -> Option<Result<()>> {
+        let cache = self.cache.borrow();
+        let (d, s) = (live(&cache, dst)?, live(&cache, sig)?);
+        Some(self.put_signal_in(d, off, src, s, sig_off, sig.rank(), op))
+    }
+
+    /// The fast path of `put` (see [`Shm::put_signal_fast`]).
+    #[inline]
+    pub(crate) fn put_fast(&self, dst: &Handle, off: usize, src: &[u8]) -> Option<Result<()>> {
+        let cache = self.cache.borrow();
+        let d = live(&cache, dst)?;
+        Some(d.range(off, src.len()).map(|at| {
+            d.map.write(at, src);
+        }))
+    }
+
+    #[inline]
+    pub(crate) fn put_signal(
+        &self,
+        dst: &Handle,
+        off: usize,
+        src: &[u8],
+        sig: &Handle,
+        sig_off: usize,
+        op: SignalOp,
+    ) -> Result<()> {
+        if let Some(r) = self.put_signal_fast(dst, off, src, sig, sig_off, op) {
+            return r;
+        }
+        self.ensure(dst)?;
+        self.ensure(sig)?;
+        let cache = self.cache.borrow();
+        let d = self.target(&cache, dst)?;
+        let s = self.target(&cache, sig)?;
+        self.put_signal_in(d, off, src, s, sig_off, sig.rank(), op)
+    }
+
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    fn put_signal_in(
+        &self,
+        d: &Region,
+        off: usize,
+        src: &[u8],
+        s: &Region,
+        sig_off: usize,
+        owner: u32,
+        op: SignalOp,
+    ) -> Result<()> {
+        let word = s.word(sig_off)?;
+        let at = d.range(off, src.len())?;
+        d.map.write(at, src);
+        self.raise(word, owner, op);
+        Ok(())
+    }
+
+    pub(crate) fn signal(&self, sig: &Handle, off: usize, op: SignalOp) -> Result<()> {
+        self.ensure(sig)?;
+        let cache = self.cache.borrow();
+        let word = self.target(&cache, sig)?.word(off)?;
+        self.raise(word, sig.rank(), op);
+        Ok(())
+    }
+
+    /// Applies `op` to `word` (in the memory of rank `owner`) and wakes its sleepers.
+    #[inline(always)]
+    pub(crate) fn raise(&self, word: &AtomicU64, owner: u32, op: SignalOp) {
+        match op {
+            SignalOp::Set(v) => word.store(v, Ordering::SeqCst),
+            SignalOp::Add(v) => {
+                word.fetch_add(v, Ordering::SeqCst);
+            }
+        }
+        wait::notify(word, self.sleepers_of(owner));
+    }
+
+    /// A remote atomic: every operation that changes the word wakes its sleepers.
+    pub(crate) fn atomic(&self, h: &Handle, off: usize, op: AtomicOp) -> Result<u64> {
+        self.ensure(h)?;
+        let cache = self.cache.borrow();
+        let word = self.target(&cache, h)?.word(off)?;
+        Ok(self.apply_atomic(word, h.rank(), op))
+    }
+
+    pub(crate) fn apply_atomic(&self, word: &AtomicU64, owner: u32, op: AtomicOp) -> u64 {
+        let old = match op {
+            AtomicOp::Load => return word.load(Ordering::SeqCst),
+            AtomicOp::Store(v) | AtomicOp::Swap(v) => word.swap(v, Ordering::SeqCst),
+            AtomicOp::FetchAdd(v) => word.fetch_add(v, Ordering::SeqCst),
+            AtomicOp::CompareExchange { current, new } => {
+                match word.compare_exchange(current, new, Ordering::SeqCst, Ordering::SeqCst) {
+                    Ok(v) => v,
+                    // Nothing changed: nobody to wake.
+                    Err(v) => return v,
+                }
+            }
+        };
+        wait::notify(word, self.sleepers_of(owner));
+        old
+    }
+
+    pub(crate) fn put_strided(
+        &self,
+        dst: &Handle,
+        off: usize,
+        src: &[u8],
+        s: Strided,
+        dst_span: usize,
+    ) -> Result<()> {
+        self.ensure(dst)?;
+        let cache = self.cache.borrow();
+        let d = self.target(&cache, dst)?;
+        let at = d.range(off, dst_span)?;
+        for i in 0..s.count {
+            let from = i * s.src_stride;
+            d.map
+                .write(at + i * s.dst_stride, &src[from..from + s.block]);
+        }
+        Ok(())
+    }
+
+    /// Shared memory completes every put on return: a full fence makes it visible in order.
+    pub(crate) fn quiet(&self) {
+        std::sync::atomic::fence(Ordering::SeqCst);
+    }
+
+    pub(crate) fn fence(&self) {
+        std::sync::atomic::fence(Ordering::Release);
+    }
+
+    // ---- waiting and liveness -----------------------------------------------------------------
+
+    /// Waits until `word` (in this rank's memory) reaches `value`; `progress` runs while
+    /// spinning and after every sleep slice (network completions, see `fabric::World`).
+    #[inline]
+    pub(crate) fn wait_word(
+        &self,
+        word: &AtomicU64,
+        value: u64,
+        deadline: Option<Instant>,
+    ) -> Result<u64> {
+        let r = wait::wait_ge(
+            word,
+            self.sleepers_of(self.rank),
+            value,
+            self.policy,
+            deadline,
+            || self.check_while_asleep(),
+        );
+        if self.asleep.replace(false) {
+            self.board.set_asleep(self.rank, false);
+            self.stuck.set(0);
+        }
+        r
+    }
+
+    /// Called by a wait each time a sleep slice ends without its signal: marks this rank
+    /// asleep, checks peers, and detects a deadlock (every rank still in the job asleep in a
+    /// wait, nobody finishing one, for [`DEADLOCK_SLICES`] slices: no one is left to signal).
+    pub(crate) fn check_while_asleep(&self) -> Result<()> {
+        if !self.asleep.replace(true) {
+            self.board.set_asleep(self.rank, true);
+        }
+        self.check_peers(true)?;
+        if !self.whole_job {
+            return Ok(());
+        }
+        let mut wakes = 0u64;
+        let mut all_asleep = true;
+        for r in (0..self.size).filter(|&r| r != self.rank) {
+            if self.board.state(r) != RankState::Ready {
+                continue;
+            }
+            let (asleep, w) = self.board.sleep_state(r);
+            all_asleep &= asleep;
+            wakes = wakes.wrapping_add(w);
+        }
+        if !all_asleep || self.others_wakes.replace(wakes) != wakes {
+            self.stuck.set(0);
+            return Ok(());
+        }
+        let n = self.stuck.get() + 1;
+        self.stuck.set(n);
+        if n >= DEADLOCK_SLICES {
+            let sleeping: Vec<u32> = (0..self.size)
+                .filter(|&r| r != self.rank && self.board.state(r) == RankState::Ready)
+                .collect();
+            let left: Vec<u32> = (0..self.size)
+                .filter(|&r| self.board.state(r) == RankState::Done)
+                .collect();
+            return Err(Error::new(
+                ErrorKind::Aborted,
+                format!(
+                    "deadlock: this rank and ranks {sleeping:?} have all been waiting for signals for \
+                     over a second and none can arrive{}",
+                    if left.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" (ranks {left:?} have left the job)")
+                    }
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Ends a wait that called [`Shm::check_while_asleep`]: this rank is awake again.
+    #[cfg_attr(not(feature = "ofi"), allow(dead_code))]
+    pub(crate) fn awake(&self) {
+        if self.asleep.replace(false) {
+            self.board.set_asleep(self.rank, false);
+            self.stuck.set(0);
+        }
+    }
+
+    /// Fails if the job was aborted or a peer died; with `waiting`, also if no other rank is
+    /// left in the job (nobody could send what a wait expects).
+    pub(crate) fn check_peers(&self, waiting: bool) -> Result<()> {
+        if let Some((r, why)) = self.board.aborted() {
+            return Err(abort_error(r, why));
+        }
+        let mut live = 0;
+        for (r, p) in self.peers.iter().enumerate() {
+            let r = r as u32;
+            let Some(p) = p else {
+                live += 1; // on another node: its liveness is the job monitor's to tell
+                continue;
+            };
+            if r == self.rank {
+                continue;
+            }
+            match self.board.state(r) {
+                RankState::Failed => {
+                    self.board.abort(r, AbortReason::PeerDied);
+                    return Err(Error::peer(
+                        ErrorKind::PeerDied,
+                        r,
+                        format!("rank {r} failed (it panicked or returned an error)"),
+                    ));
+                }
+                RankState::Done => continue,
+                _ => {}
+            }
+            if p.pidfd.as_ref().is_some_and(readable) {
+                if self.board.state(r) == RankState::Done {
+                    continue;
+                }
+                self.board.abort(r, AbortReason::PeerDied);
+                return Err(Error::peer(
+                    ErrorKind::PeerDied,
+                    r,
+                    format!("rank {r} (pid {}) died without leaving the job", p.pid),
+                ));
+            }
+            live += 1;
+        }
+        if let Some((pid, fd)) = &self.launcher {
+            if readable(fd) {
+                return Err(Error::new(
+                    ErrorKind::Aborted,
+                    format!("the launcher (pid {pid}) died"),
+                ));
+            }
+        }
+        if waiting && live == 0 {
+            return Err(Error::new(
+                ErrorKind::Aborted,
+                if self.size == 1 {
+                    "waiting for a signal in a one-rank world: no one else can send it".to_string()
+                } else {
+                    "waiting for a signal, but every other rank has left the job".to_string()
+                },
+            ));
+        }
+        Ok(())
+    }
+
+    /// Aborts the whole job on account of this rank.
+    pub(crate) fn abort(&self) {
+        self.board.set_state(self.rank, RankState::Failed);
+        self.board.abort(self.rank, AbortReason::PeerDied);
+    }
+
+    /// Marks this rank failed (it returned an error) and left.
+    pub(crate) fn mark_failed(&self) {
+        self.board.set_state(self.rank, RankState::Failed);
+        self.left.set(true);
+    }
+}
+
+impl Drop for Shm {
+    fn drop(&mut self) {
+        if !self.left.get() {
+            let s = if std::thread::panicking() {
+                RankState::Failed
+            } else {
+                RankState::Done
+            };
+            self.board.set_state(self.rank, s);
+        }
+    }
+}
+
+fn abort_error(rank: u32, why: AbortReason) -> Error {
+    match why {
+        AbortReason::PeerDied => Error::peer(
+            ErrorKind::PeerDied,
+            rank,
+            format!("job aborted: rank {rank} died or failed"),
+        ),
+        AbortReason::RankFailed => Error::peer(
+            ErrorKind::PeerDied,
+            rank,
+            format!("job aborted by the launcher: rank {rank} failed"),
+        ),
+        AbortReason::Interrupted => Error::new(
+            ErrorKind::Aborted,
+            "job aborted: the launcher was interrupted",
+        ),
+    }
+}
+
+/// The attached, live segment of `h`, if any. Matching rank, id and key is enough: bounds
+/// come from the attached (checked) header, never from the caller's handle, and a handle of
+/// another job or a forged one cannot carry the segment's random key.
+#[inline]
+fn live<'a>(cache: &'a Cache, h: &Handle) -> Option<&'a Region> {
+    match cache.get(h.rank() as usize)?.get(h.segment() as usize)? {
+        Some(r) if r.handle.key() == h.key() && r.is_live() => Some(r),
+        _ => None,
+    }
+}
+
+#[inline]
+fn probe<'a>(cache: &'a Cache, h: &Handle) -> Option<&'a Arc<Region>> {
+    match cache.get(h.rank() as usize)?.get(h.segment() as usize)? {
+        Some(r) if r.handle == *h => Some(r),
+        _ => None,
+    }
+}
+
+fn cache_insert(cache: &mut Cache, r: &Arc<Region>) {
+    let v = &mut cache[r.handle.rank() as usize];
+    let i = r.handle.segment() as usize;
+    if v.len() <= i {
+        v.resize(i + 1, None);
+    }
+    v[i] = Some(r.clone());
+}
+
+fn pidfd(pid: u32) -> Option<OwnedFd> {
+    let p = rustix::process::Pid::from_raw(i32::try_from(pid).ok()?)?;
+    rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok()
+}
+
+/// Whether a pidfd says its process has exited (readable), without blocking.
+fn readable(fd: &OwnedFd) -> bool {
+    use rustix::event::{PollFd, PollFlags, poll};
+    let mut fds = [PollFd::new(fd, PollFlags::IN)];
+    let zero = rustix::time::Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    matches!(poll(&mut fds, Some(&zero)), Ok(n) if n > 0)
+}
+
+fn raise_fd_limit(size: u32) {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let want = u64::from(size) * 2 + 256;
+    let lim = getrlimit(Resource::Nofile);
+    if lim.current.is_some_and(|c| c < want) {
+        let new = rustix::process::Rlimit {
+            current: lim.maximum.map(|m| m.min(want.max(4096))).or(Some(want)),
+            maximum: lim.maximum,
+        };
+        let _ = setrlimit(Resource::Nofile, new);
+    }
+}

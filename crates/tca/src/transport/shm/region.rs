@@ -1,0 +1,224 @@
+//! Segment memory on this node: a sealed memfd whose first page is a header that peers check
+//! when they attach.
+//!
+//! ```text
+//! 0    magic "TCASEG01", layout version, owner rank, job id, segment id, length, key
+//! 64   state word (u64): 1 live, 2 freed         writer: owner (Release), readers: anyone
+//! 4096 data (the `len` bytes a handle describes), page-aligned
+//! ```
+//!
+//! The header is written once, before the handle exists, so a peer that holds a handle sees a
+//! complete header. The state word is what makes a handle *stale* after `drop(segment)`: a peer
+//! that still has the segment mapped sees `freed` on its next put and gets an error instead of
+//! writing into memory no one reads. Every segment is such a region, whatever transport carries
+//! the writes of remote peers: a network transport registers the same memory with its NIC.
+
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use bytemuck::{Pod, Zeroable};
+
+use super::{HEADER_BYTES, Mapping, memfd, page_round};
+use crate::error::{Error, ErrorKind, Result};
+use crate::fabric::Handle;
+
+const MAGIC: u64 = u64::from_le_bytes(*b"TCASEG01");
+const VERSION: u32 = 1;
+const STATE: usize = 64;
+const LIVE: u64 = 1;
+const FREED: u64 = 2;
+
+/// Segments freed in this process so far: a transport that keeps per-segment state (network
+/// registrations) looks at it with one load to learn that it has something to clean up.
+pub(crate) static FREED_SEGMENTS: AtomicU64 = AtomicU64::new(0);
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Pod, Zeroable)]
+struct Header {
+    magic: u64,
+    version: u32,
+    owner: u32,
+    job: u64,
+    segment: u32,
+    _pad: u32,
+    len: u64,
+    key: u64,
+}
+
+/// A mapped segment, local or a peer's: the mapping, its checked header and (for local
+/// segments) the descriptor that keeps the segment id reserved.
+#[derive(Debug)]
+pub(crate) struct Region {
+    pub(crate) map: Mapping,
+    pub(crate) handle: Handle,
+    _fd: Option<OwnedFd>,
+}
+
+impl Region {
+    /// Creates a local segment of `len` data bytes owned by `rank`.
+    pub(crate) fn create(rank: u32, job: u64, len: usize, what: &str) -> Result<Self> {
+        let bytes = page_round(len)
+            .and_then(|l| l.checked_add(HEADER_BYTES))
+            .filter(|&b| b <= isize::MAX as usize)
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorKind::InvalidArgument,
+                    format!("segment of {len} bytes is too large"),
+                )
+            })?;
+        let fd = memfd::create(&format!("{what}-{job:016x}-r{rank}"), bytes)?;
+        let segment = u32::try_from(std::os::fd::AsRawFd::as_raw_fd(&fd))
+            .map_err(|_| Error::new(ErrorKind::Transport, "negative descriptor"))?;
+        let map = Mapping::map(&fd, bytes)?;
+        let key = memfd::random_u64() | 1;
+        let h = Header {
+            magic: MAGIC,
+            version: VERSION,
+            owner: rank,
+            job,
+            segment,
+            _pad: 0,
+            len: len as u64,
+            key,
+        };
+        map.write(0, bytemuck::bytes_of(&h));
+        state_word(&map).store(LIVE, Ordering::Release);
+        let handle = Handle::new(job, key, len, rank, segment);
+        Ok(Self {
+            map,
+            handle,
+            _fd: Some(fd),
+        })
+    }
+
+    /// Attaches a peer's segment named by `h`, owned by process `pid`, checking everything.
+    pub(crate) fn attach(h: &Handle, pid: u32) -> Result<Self> {
+        let fd = memfd::open_peer(pid, h.segment())?;
+        let file = memfd::file_len(&fd)?;
+        let need = page_round(h.len()).and_then(|l| l.checked_add(HEADER_BYTES));
+        if need.is_none_or(|n| n > file) {
+            return Err(stale(
+                h,
+                format!(
+                    "it claims {} bytes but the segment holds {}",
+                    h.len(),
+                    file.saturating_sub(HEADER_BYTES)
+                ),
+            ));
+        }
+        let map = Mapping::map(&fd, file)?;
+        let mut hd = Header::zeroed();
+        map.read(0, bytemuck::bytes_of_mut(&mut hd));
+        if hd.magic != MAGIC {
+            return Err(stale(h, "the segment has no tca header".into()));
+        }
+        if hd.version != VERSION {
+            return Err(stale(
+                h,
+                format!(
+                    "layout version {} is not {VERSION} (mixed tca versions?)",
+                    hd.version
+                ),
+            ));
+        }
+        if hd.job != h.job() {
+            return Err(stale(
+                h,
+                format!(
+                    "it belongs to job {:016x}, the segment to job {:016x}",
+                    h.job(),
+                    hd.job
+                ),
+            ));
+        }
+        if hd.owner != h.rank()
+            || hd.segment != h.segment()
+            || hd.len != h.len() as u64
+            || hd.key != h.key()
+        {
+            return Err(stale(
+                h,
+                "its key, length or id does not match the segment (stale or forged handle)".into(),
+            ));
+        }
+        if state_word(&map).load(Ordering::Acquire) != LIVE {
+            return Err(stale(h, "the segment has been freed".into()));
+        }
+        Ok(Self {
+            map,
+            handle: *h,
+            _fd: None,
+        })
+    }
+
+    /// Where the data area starts in this process and how long it is: what a network
+    /// transport registers with its NIC. (Making the pointer is safe; using it is not.)
+    #[cfg_attr(not(feature = "ofi"), allow(dead_code))]
+    pub(crate) fn data_ptr(&self) -> (*mut u8, usize) {
+        (
+            self.map.as_ptr().wrapping_add(HEADER_BYTES),
+            self.handle.len(),
+        )
+    }
+
+    /// Whether the owner has not freed the segment.
+    #[inline]
+    pub(crate) fn is_live(&self) -> bool {
+        state_word(&self.map).load(Ordering::Acquire) == LIVE
+    }
+
+    pub(crate) fn mark_freed(&self) {
+        state_word(&self.map).store(FREED, Ordering::Release);
+        FREED_SEGMENTS.fetch_add(1, Ordering::Release);
+    }
+
+    /// Checks that `off..off+n` lies in the data area; returns the mapping offset.
+    #[inline]
+    pub(crate) fn range(&self, off: usize, n: usize) -> Result<usize> {
+        match off.checked_add(n) {
+            Some(end) if end <= self.handle.len() => Ok(HEADER_BYTES + off),
+            _ => Err(out_of_bounds(&self.handle, off, n)),
+        }
+    }
+
+    /// The 8-aligned signal word at data offset `off`.
+    #[inline]
+    pub(crate) fn word(&self, off: usize) -> Result<&AtomicU64> {
+        let at = self.range(off, 8)?;
+        self.map.atomic_u64(at).ok_or_else(|| {
+            Error::new(
+                ErrorKind::InvalidArgument,
+                format!("signal offset {off} is not a multiple of 8"),
+            )
+        })
+    }
+}
+
+#[inline]
+fn state_word(map: &Mapping) -> &AtomicU64 {
+    map.atomic_u64(STATE)
+        .expect("state word lies in the header page (layout constant)")
+}
+
+fn stale(h: &Handle, why: String) -> Error {
+    Error::new(
+        ErrorKind::InvalidHandle,
+        format!(
+            "handle to segment {} of rank {} refused: {why}",
+            h.segment(),
+            h.rank()
+        ),
+    )
+}
+
+pub(crate) fn out_of_bounds(h: &Handle, off: usize, n: usize) -> Error {
+    Error::new(
+        ErrorKind::OutOfBounds,
+        format!(
+            "access of {n} bytes at offset {off} is outside segment {} of rank {} ({} bytes); nothing was written",
+            h.segment(),
+            h.rank(),
+            h.len()
+        ),
+    )
+}
