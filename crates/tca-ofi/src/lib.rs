@@ -34,3 +34,30 @@ mod sys;
 
 #[cfg(feature = "link")]
 pub use ofi::*;
+
+/// Gives SIGINT, SIGTERM and SIGHUP their default action back.
+///
+/// Linking libfabric loads libraries whose constructors (libinfinipath, through the psm
+/// providers) install handlers for these signals before `main` runs; such a handler turns a
+/// SIGTERM into `exit(1)`, and chained behind a launcher's own handler it ends the launcher
+/// before the launcher can stop its ranks. A signal that is ignored (`nohup`) stays ignored.
+/// Call it before installing handlers of your own: a handler installed earlier is replaced.
+#[cfg(feature = "link")]
+pub fn restore_default_signals() {
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: sigaction with a zeroed (valid: empty mask, no flags) struct only reads or
+        // replaces the disposition of one signal; SIG_DFL needs no handler to stay alive.
+        unsafe {
+            let mut old: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(sig, std::ptr::null(), &mut old) != 0 {
+                continue;
+            }
+            if old.sa_sigaction == libc::SIG_IGN || old.sa_sigaction == libc::SIG_DFL {
+                continue;
+            }
+            let mut new: libc::sigaction = std::mem::zeroed();
+            new.sa_sigaction = libc::SIG_DFL;
+            libc::sigaction(sig, &new, std::ptr::null_mut());
+        }
+    }
+}

@@ -245,6 +245,31 @@ impl KvServer {
             .clone()
     }
 
+    /// Waits until every rank that arrived has left cleanly (or the job was aborted, or
+    /// `limit` passed): the rank that runs the rendezvous must not take it away while others
+    /// still finish, or they would take its end for a death.
+    pub fn wait_done(&self, limit: Duration) {
+        let end = Instant::now() + limit;
+        let mut st = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            let all = (0..self.shared.size as usize)
+                .all(|r| st.done[r] || st.last_seen[r].is_none() || st.conns[r].is_none());
+            if all || st.aborted.is_some() {
+                return;
+            }
+            let left = end.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            st = self
+                .shared
+                .cv
+                .wait_timeout(st, left.min(BEAT))
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+
     /// Ranks that have not arrived yet.
     pub fn missing(&self) -> Vec<u32> {
         let st = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
@@ -350,6 +375,7 @@ fn serve(sh: &Shared, mut s: TcpStream) {
                 let mut st = sh.state.lock().unwrap_or_else(|p| p.into_inner());
                 st.done[rank as usize] = true;
                 st.conns[rank as usize] = None;
+                sh.cv.notify_all();
                 return;
             }
             Ok(Some((ABORT, p))) => {

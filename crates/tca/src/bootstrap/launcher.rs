@@ -49,6 +49,9 @@ use crate::transport::shm::wait::SpinPolicy;
 
 /// How long ranks get between SIGTERM and SIGKILL once the job is being stopped.
 pub const GRACE: Duration = Duration::from_millis(500);
+/// How long ranks of a job spanning nodes get to notice an abort (and name the rank) before
+/// the launcher stops them.
+pub const NOTICE: Duration = Duration::from_millis(300);
 
 /// What to launch.
 #[derive(Debug, Clone, Default)]
@@ -289,6 +292,10 @@ impl Launch {
         let job = random_u64();
         let (board_fd, board) = Board::create(self.ranks, job, Some(std::process::id()))?;
 
+        // Linking libfabric installed handlers for these signals before main: ours must be
+        // the only ones (see `tca_ofi::restore_default_signals`).
+        #[cfg(feature = "ofi")]
+        tca_ofi::restore_default_signals();
         let caught = Arc::new(AtomicUsize::new(0));
         let mut hooks = Vec::new();
         for sig in [
@@ -358,6 +365,10 @@ impl Launch {
                 v.to_string_lossy().into_owned(),
             )
         }));
+        // Linking libfabric installed handlers for these signals before main: ours must be
+        // the only ones (see `tca_ofi::restore_default_signals`).
+        #[cfg(feature = "ofi")]
+        tca_ofi::restore_default_signals();
         let caught = Arc::new(AtomicUsize::new(0));
         let mut hooks = Vec::new();
         for sig in [
@@ -520,6 +531,7 @@ impl Launch {
         let mut failure: Option<RankFailure> = None;
         let mut interrupted: Option<i32> = None;
         let mut kill_at: Option<Instant> = None;
+        let mut term_at: Option<Instant> = None;
         loop {
             let running: Vec<usize> = (0..ranks.len())
                 .filter(|&i| ranks[i].exit.is_none())
@@ -560,8 +572,14 @@ impl Launch {
                                 String::new()
                             }
                         );
-                        signal_all(&ranks, Signal::TERM);
-                        kill_at.get_or_insert(Instant::now() + GRACE);
+                        if let Control::Kv(_) = control {
+                            // Ranks on other nodes learn of it through the rendezvous: give
+                            // them a moment to say so (naming the rank) before stopping them.
+                            term_at.get_or_insert(Instant::now() + NOTICE);
+                        } else {
+                            signal_all(&ranks, Signal::TERM);
+                            kill_at.get_or_insert(Instant::now() + GRACE);
+                        }
                     }
                 }
             }
@@ -584,9 +602,12 @@ impl Launch {
                         pid: 0,
                         how: RankExit::Code(1),
                     });
-                    signal_all(&ranks, Signal::TERM);
-                    kill_at.get_or_insert(Instant::now() + GRACE);
+                    term_at.get_or_insert(Instant::now() + NOTICE);
                 }
+            }
+            if term_at.is_some_and(|t| Instant::now() >= t) && kill_at.is_none() {
+                signal_all(&ranks, Signal::TERM);
+                kill_at = Some(Instant::now() + GRACE);
             }
             if kill_at.is_some_and(|t| Instant::now() >= t) {
                 signal_all(&ranks, Signal::KILL);

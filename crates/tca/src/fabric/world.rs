@@ -934,7 +934,8 @@ impl World {
     /// Leaves the job cleanly after a barrier (like `MPI_Finalize`). Dropping the world
     /// without it also leaves cleanly, but without waiting for the others.
     pub fn finalize(self) -> Result<()> {
-        let r = self.barrier().and_then(|()| self.quiet());
+        // Everything this rank wrote is delivered, then everyone has done the same.
+        let r = self.quiet().and_then(|()| self.barrier());
         if r.is_err() {
             self.mark_failed();
         }
@@ -976,6 +977,9 @@ impl Drop for World {
                 kv.report(self.rank, &format!("rank {} panicked", self.rank));
             } else {
                 kv.leave();
+                if let Some(server) = &self._kv_server {
+                    server.wait_done(Duration::from_secs(30));
+                }
             }
         }
     }

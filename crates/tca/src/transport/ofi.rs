@@ -201,6 +201,10 @@ struct Remote {
     addr: u64,
 }
 
+/// One of this rank's segments as registered for RMA: the memory, its registration, and the
+/// ranks that asked for its description.
+type Registered = (Arc<Region>, MemoryRegion, Vec<u32>);
+
 /// An answer to one of our requests.
 #[derive(Debug, Clone)]
 enum Reply {
@@ -216,7 +220,7 @@ pub(crate) struct Ofi {
     ep: Endpoint,
     /// This rank's segments registered for RMA, by segment id, with the ranks that asked
     /// for their description (told when the segment is freed).
-    regs: RefCell<HashMap<u32, (Arc<Region>, MemoryRegion, Vec<u32>)>>,
+    regs: RefCell<HashMap<u32, Registered>>,
     /// `FREED_SEGMENTS` when the registrations were last swept.
     swept: Cell<u64>,
     /// Where each send buffer and write context went (for errors naming the peer).
@@ -366,11 +370,11 @@ impl Ofi {
     /// Registers one of this rank's segments for remote writes.
     pub(crate) fn register(&self, region: &Arc<Region>) -> Result<()> {
         let (ptr, len) = region.data_ptr();
-        // SAFETY: the region's data area stays mapped while the `Arc` kept beside the
-        // registration lives; `sweep` deregisters before dropping the entry, and the endpoint
-        // (dropped before `regs`) closes whatever registrations remain.
         let key = self.next_key.get();
         self.next_key.set(key + 1);
+        // SAFETY: the region's data area stays mapped while the `Arc` kept beside the
+        // registration lives; `sweep_freed` deregisters before dropping the entry, and the
+        // endpoint (dropped before `regs`) closes whatever registrations remain.
         let mr = unsafe { self.ep.register(ptr, len.max(1), key, true) }
             .map_err(|e| ofi_err(e, self.ep.provider(), None))?;
         self.regs
@@ -1079,8 +1083,14 @@ impl Ofi {
         };
         match kind {
             Kind::Put | Kind::Signal => {
+                // A write into a segment freed after the sender's last description is lost,
+                // as a shared-memory write just before the free would be: not an error.
+                let freed = |seg: u32, key: u64| shm.own_freed(seg, key);
                 if h.dst_seg != NONE {
                     if let Err(e) = shm.write_own(h.dst_seg, h.dst_key, h.dst_off, payload) {
+                        if freed(h.dst_seg, h.dst_key) {
+                            return;
+                        }
                         return refuse(e.message().to_string(), false);
                     }
                 }
@@ -1091,7 +1101,9 @@ impl Ofi {
                         _ => return refuse("unknown signal operation".into(), false),
                     };
                     if let Err(e) = shm.signal_own(h.sig_seg, h.sig_key, h.sig_off, sop) {
-                        refuse(e.message().to_string(), false);
+                        if !freed(h.sig_seg, h.sig_key) {
+                            refuse(e.message().to_string(), false);
+                        }
                     }
                 }
             }

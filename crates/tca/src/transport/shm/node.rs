@@ -420,6 +420,17 @@ impl Shm {
         }
     }
 
+    /// Whether `seg` with `key` is a segment of this rank that has been freed (a write that
+    /// raced with the free: lost, as on shared memory, and nobody's mistake).
+    #[cfg_attr(not(feature = "ofi"), allow(dead_code))]
+    pub(crate) fn own_freed(&self, seg: u32, key: u64) -> bool {
+        let cache = self.cache.borrow();
+        matches!(
+            cache[self.rank as usize].get(seg as usize),
+            Some(Some(r)) if r.handle.key() == key && !r.is_live()
+        )
+    }
+
     /// Writes `src` at `off` of this rank's segment `seg` (checked: key, liveness, bounds).
     #[cfg_attr(not(feature = "ofi"), allow(dead_code))]
     pub(crate) fn write_own(&self, seg: u32, key: u64, off: u64, src: &[u8]) -> Result<()> {
