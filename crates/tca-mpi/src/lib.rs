@@ -174,8 +174,11 @@ pub fn launch<T: serde::de::DeserializeOwned>(run: &MpiRun) -> Result<(Flavour, 
             if rustix::process::geteuid().is_root() {
                 cmd.arg("--allow-run-as-root");
             }
-            // No network here: keep Open MPI to shared memory and itself.
-            cmd.args(["--mca", "btl", "self,vader"]);
+            // On one node keep Open MPI to shared memory and itself, unless the user chose
+            // its transports (OMPI_MCA_btl=tcp,self to compare across nodes).
+            if std::env::var_os("OMPI_MCA_btl").is_none() {
+                cmd.args(["--mca", "btl", "self,vader"]);
+            }
         }
         Flavour::Mpich(_) | Flavour::Other(_) => {}
     }

@@ -27,6 +27,7 @@ struct Nodes {
     a: String,
     b: String,
     addr_a: String,
+    addr_b: String,
 }
 
 impl Nodes {
@@ -44,6 +45,7 @@ impl Nodes {
             a: a.clone(),
             b: b.clone(),
             addr_a: format!("10.77.{k}.1"),
+            addr_b: format!("10.77.{k}.2"),
         };
         let (va, vb) = (format!("tva{id}{k}"), format!("tvb{id}{k}"));
         let ok = ip(&["netns", "add", &a])
@@ -150,6 +152,23 @@ fn finish(mut c: Child, limit: Duration) -> (i32, String, String) {
     )
 }
 
+/// Waits until `n` ranks of the job `c` printed `ready`; returns the rest of its output.
+fn wait_ready(c: &mut Child, n: usize) -> std::io::Lines<BufReader<std::process::ChildStdout>> {
+    let out = c.stdout.take().unwrap();
+    let mut lines = BufReader::new(out).lines();
+    let mut ready = 0;
+    let end = Instant::now() + Duration::from_secs(60);
+    while ready < n && Instant::now() < end {
+        match lines.next() {
+            Some(Ok(l)) if l.starts_with("ready") => ready += 1,
+            Some(_) => {}
+            None => break,
+        }
+    }
+    assert_eq!(ready, n, "not every rank started");
+    lines
+}
+
 #[test]
 fn collectives_across_two_namespaces_match_the_reference() {
     let Some(n) = Nodes::make(1) else { return };
@@ -171,19 +190,7 @@ fn collectives_across_two_namespaces_match_the_reference() {
 fn killing_one_namespaces_ranks_is_named_on_the_other() {
     let Some(n) = Nodes::make(2) else { return };
     let mut c = n.launch(4, "A:2,B:2", &["wait-forever"], &[]);
-    // Wait until all four ranks are up.
-    let out = c.stdout.take().unwrap();
-    let mut lines = BufReader::new(out).lines();
-    let mut ready = 0;
-    let end = Instant::now() + Duration::from_secs(60);
-    while ready < 4 && Instant::now() < end {
-        match lines.next() {
-            Some(Ok(l)) if l.starts_with("ready") => ready += 1,
-            Some(_) => {}
-            None => break,
-        }
-    }
-    assert_eq!(ready, 4, "not every rank started");
+    let lines = wait_ready(&mut c, 4);
     for p in Nodes::pids(&n.b) {
         if let Some(pid) = rustix::process::Pid::from_raw(p) {
             let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
@@ -204,18 +211,7 @@ fn killing_one_namespaces_ranks_is_named_on_the_other() {
 fn a_node_that_becomes_unreachable_is_named() {
     let Some(n) = Nodes::make(3) else { return };
     let mut c = n.launch(4, "A:2,B:2", &["wait-forever"], &[("TCA_KV_SILENCE", "2")]);
-    let out = c.stdout.take().unwrap();
-    let mut lines = BufReader::new(out).lines();
-    let mut ready = 0;
-    let end = Instant::now() + Duration::from_secs(60);
-    while ready < 4 && Instant::now() < end {
-        match lines.next() {
-            Some(Ok(l)) if l.starts_with("ready") => ready += 1,
-            Some(_) => {}
-            None => break,
-        }
-    }
-    assert_eq!(ready, 4, "not every rank started");
+    let lines = wait_ready(&mut c, 4);
     // Cut the cable: namespace b's end of the veth pair goes down, no packet says goodbye.
     // (Deleting it would delete both ends, and namespace a's address with them.)
     let vb = format!("tvb{}{}", std::process::id() % 10_000, 3);
@@ -228,4 +224,90 @@ fn a_node_that_becomes_unreachable_is_named() {
             .any(|l| l == "peer-died 2" || l == "peer-died 3"),
         "ranks 0 and 1 must name a rank of the lost node: {rest:?} {err}"
     );
+}
+
+/// Starts `tca-rankprog ARGS` as rank r of `n` directly in namespace a (ranks below n/2) or
+/// b, with the environment a resource manager would give it.
+fn start_as(n: &Nodes, rank: u32, size: u32, env: &[(String, String)], args: &[&str]) -> Child {
+    let ns = if rank < size / 2 { &n.a } else { &n.b };
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", ns, PROG])
+        .args(args)
+        .env("FI_PROVIDER", "tcp")
+        .env_remove("TCA_BOARD_FD")
+        .env_remove("TCA_KV")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.spawn().expect("ip netns exec")
+}
+
+#[test]
+fn slurm_pmix_and_pmi_environments_start_across_namespaces() {
+    let Some(n) = Nodes::make(4) else { return };
+    let b = n.addr_b.clone();
+    let port = 40_000 + std::process::id() % 20_000;
+    let kv = format!("{}:{port}", n.addr_a);
+    let kv2 = format!("{}:{}", n.addr_a, port + 1);
+    type EnvOf<'a> = Box<dyn Fn(u32) -> Vec<(String, String)> + 'a>;
+    let styles: [(&str, EnvOf<'_>); 3] = [
+        (
+            // Slurm: the rendezvous is the step's first node and a port derived from the job.
+            "Slurm",
+            Box::new(|r| {
+                [
+                    ("SLURM_PROCID", r.to_string()),
+                    ("SLURM_NTASKS", "4".into()),
+                    ("SLURM_JOB_ID", format!("netns{}", std::process::id())),
+                    ("SLURM_STEP_ID", "0".into()),
+                    ("SLURM_STEP_NUM_NODES", "2".into()),
+                    ("SLURM_STEP_NODELIST", format!("{},{b}", n.addr_a)),
+                ]
+                .map(|(k, v)| (k.to_string(), v))
+                .to_vec()
+            }),
+        ),
+        (
+            // Open MPI's mpirun (PMIx environment): rank 0's address given in TCA_KV.
+            "PMIx",
+            Box::new(|r| {
+                [
+                    ("OMPI_COMM_WORLD_RANK", r.to_string()),
+                    ("OMPI_COMM_WORLD_SIZE", "4".into()),
+                    ("OMPI_COMM_WORLD_LOCAL_SIZE", "2".into()),
+                    ("PMIX_NAMESPACE", format!("ns{}", std::process::id())),
+                    ("TCA_KV", kv.clone()),
+                ]
+                .map(|(k, v)| (k.to_string(), v))
+                .to_vec()
+            }),
+        ),
+        (
+            // MPICH's hydra (PMI environment).
+            "PMI",
+            Box::new(|r| {
+                [
+                    ("PMI_RANK", r.to_string()),
+                    ("PMI_SIZE", "4".into()),
+                    ("MPI_LOCALNRANKS", "2".into()),
+                    ("PMI_KVSNAME", format!("kvs{}", std::process::id())),
+                    ("TCA_KV", kv2.clone()),
+                ]
+                .map(|(k, v)| (k.to_string(), v))
+                .to_vec()
+            }),
+        ),
+    ];
+    for (style, env) in &styles {
+        let ranks: Vec<Child> = (0..4)
+            .map(|r| start_as(&n, r, 4, &env(r), &["ring", "30"]))
+            .collect();
+        for (r, c) in ranks.into_iter().enumerate() {
+            let (code, out, err) = finish(c, Duration::from_secs(120));
+            assert_eq!(code, 0, "{style}: rank {r}: {out}{err}");
+            assert!(out.contains("ring ok"), "{style}: rank {r}: {out}");
+        }
+    }
 }

@@ -16,6 +16,8 @@
 //! | `TCA_OFI_DOMAIN` | user | the libfabric domain (the tcp provider's: a network interface such as `eth0`; default: the first the provider offers that is not loopback) |
 //! | `TCA_KV` | launcher, user | `host:port` of the start-up rendezvous of a job that spans nodes (`tca run --hosts` sets it; under Slurm it defaults to the step's first node) |
 //! | `TCA_KV_SILENCE` | user | seconds a rank or the rendezvous may be silent before its node is declared unreachable (default 5) |
+//! | `TCA_HOSTS` | user | hosts for the ranks that `tca bench`, `tca cg` and `tca model calibrate` start themselves (`h1:2,h2:2`, as `tca run --hosts`) |
+//! | `TCA_KV_HOST` | user | the address other hosts reach the launcher at (as `tca run --kv-host`) |
 //! | `TCA_RSH` | user | the remote-shell agent of `tca run --hosts` (default `ssh -o BatchMode=yes`) |
 //! | `TCA_NODE` | user | overrides this rank's node name (ranks with the same node name share memory; default: host name and network namespace) |
 //! | `TCA_JOB_RESULT` | `tca bench`, `tca cg` | file where rank 0 of a job they started writes its result |
@@ -61,6 +63,10 @@ pub const KV_SILENCE: &str = "TCA_KV_SILENCE";
 pub const NODE: &str = "TCA_NODE";
 /// The remote-shell agent of `tca run --hosts`.
 pub const RSH: &str = "TCA_RSH";
+/// Hosts for ranks that tools start themselves.
+pub const HOSTS: &str = "TCA_HOSTS";
+/// The address other hosts reach the launcher at.
+pub const KV_HOST: &str = "TCA_KV_HOST";
 
 /// Result file of a job started by `tca bench` / `tca cg` (rank 0 writes it).
 pub const JOB_RESULT: &str = "TCA_JOB_RESULT";
@@ -91,6 +97,8 @@ pub const KNOWN: &[&str] = &[
     KV_SILENCE,
     NODE,
     RSH,
+    HOSTS,
+    KV_HOST,
     JOB_RESULT,
     MPI_RESULT,
     MPIRUN,

@@ -101,6 +101,17 @@ impl<'w> TcaBackend<'w> {
     /// cores (a pure spin cannot share a core).
     fn floor_note(&mut self) -> Result<Option<String>> {
         let w = self.world;
+        if w.transport() != "shm" {
+            // The floor is a cache line between two cores of one node; over a network the
+            // comparison means nothing (the same answer on every rank: "shm" means one node).
+            return Ok((w.rank() == 0).then(|| {
+                format!(
+                    "floor comparison skipped: ranks talk through {} (the floor is a cache line \
+                     between two cores)",
+                    w.transport()
+                )
+            }));
+        }
         if w.size() < 2 || w.size() > tca::bootstrap::job_cpus() {
             return Ok((w.rank() == 0).then(|| {
                 "floor comparison skipped: ranks outnumber cores (a pure spin cannot share a core)"

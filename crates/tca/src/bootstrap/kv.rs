@@ -49,6 +49,7 @@ const BEAT_F: u8 = 4;
 const DONE: u8 = 5;
 const ABORT: u8 = 6;
 const REFUSED: u8 = 7;
+const LEFT: u8 = 8;
 /// Largest frame accepted (a round's records of every rank, with room).
 const FRAME_MAX: usize = 64 << 20;
 /// Largest record one rank may put in a round.
@@ -375,6 +376,9 @@ fn serve(sh: &Shared, mut s: TcpStream) {
                 let mut st = sh.state.lock().unwrap_or_else(|p| p.into_inner());
                 st.done[rank as usize] = true;
                 st.conns[rank as usize] = None;
+                for c in st.conns.iter_mut().flatten() {
+                    let _ = write_frame(c, LEFT, &rank.to_le_bytes());
+                }
                 sh.cv.notify_all();
                 return;
             }
@@ -439,6 +443,8 @@ fn beat_server(sh: &Shared) {
 struct Abort {
     flag: AtomicBool,
     what: Mutex<Option<(Option<u32>, String)>>,
+    /// Ranks that have left the job cleanly, as the rendezvous told us.
+    left: Mutex<Vec<u32>>,
 }
 
 /// A cheap handle on the monitor's verdict, for loops that cannot reach the client.
@@ -446,6 +452,16 @@ struct Abort {
 pub(crate) struct Watch(Arc<Abort>);
 
 impl Watch {
+    /// Whether `rank` has left the job cleanly (it will answer nothing more).
+    #[cfg_attr(not(feature = "ofi"), allow(dead_code))]
+    pub(crate) fn has_left(&self, rank: u32) -> bool {
+        self.0
+            .left
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(&rank)
+    }
+
     /// The abort the monitor learned of, if any, as an error.
     pub(crate) fn check(&self) -> Result<()> {
         if !self.0.flag.load(Ordering::Acquire) {
@@ -644,6 +660,16 @@ impl KvClient {
                             let (who, why) = decode_abort(&p);
                             set(who, why);
                             return;
+                        }
+                        Ok(Some((LEFT, p))) => {
+                            seen = Instant::now();
+                            if let Ok(b) = <[u8; 4]>::try_from(p.as_slice()) {
+                                abort
+                                    .left
+                                    .lock()
+                                    .unwrap_or_else(|p| p.into_inner())
+                                    .push(u32::from_le_bytes(b));
+                            }
                         }
                         Ok(Some(_)) => seen = Instant::now(),
                         Err(e)

@@ -239,11 +239,13 @@ struct Rank {
 /// Whether this process was started by `tca run` (it is a rank of a launched job).
 pub fn under_launcher() -> bool {
     std::env::var_os(env::BOARD_FD).is_some()
+        || (std::env::var_os(env::KV).is_some() && std::env::var_os(env::RANK).is_some())
 }
 
 impl Launch {
     /// A launch of this very program with its own arguments, `ranks` times: how a tool such as
     /// `tca bench pingpong --np 2` starts its own ranks without a separate launcher step.
+    /// `TCA_HOSTS` (and `TCA_RSH`, `TCA_KV_HOST`) spread them over hosts as `--hosts` does.
     pub fn this_program(ranks: u32) -> Result<Self> {
         let program = std::env::current_exe()
             .map_err(|e| Error::os(ErrorKind::Launch, "finding this program's path", e))?
@@ -254,9 +256,12 @@ impl Launch {
             program,
             args: std::env::args_os().skip(1).collect(),
             env: Vec::new(),
-            hosts: Vec::new(),
+            hosts: match std::env::var(env::HOSTS) {
+                Ok(h) if !h.trim().is_empty() => parse_hosts(&h)?,
+                _ => Vec::new(),
+            },
             rsh: Vec::new(),
-            kv_host: None,
+            kv_host: std::env::var(env::KV_HOST).ok().filter(|h| !h.is_empty()),
         })
     }
 
@@ -292,21 +297,7 @@ impl Launch {
         let job = random_u64();
         let (board_fd, board) = Board::create(self.ranks, job, Some(std::process::id()))?;
 
-        // Linking libfabric installed handlers for these signals before main: ours must be
-        // the only ones (see `tca_ofi::restore_default_signals`).
-        #[cfg(feature = "ofi")]
-        tca_ofi::restore_default_signals();
-        let caught = Arc::new(AtomicUsize::new(0));
-        let mut hooks = Vec::new();
-        for sig in [
-            signal_hook::consts::SIGINT,
-            signal_hook::consts::SIGTERM,
-            signal_hook::consts::SIGHUP,
-        ] {
-            let id = signal_hook::flag::register_usize(sig, caught.clone(), sig as usize)
-                .map_err(|e| Error::os(ErrorKind::Launch, "installing signal handlers", e))?;
-            hooks.push(id);
-        }
+        let (caught, hooks) = catch_signals()?;
         let spawn = |r: u32, job_cpus: u32| self.spawn(r, &board_fd, job, job_cpus);
         let result = self.supervise(&Control::Board(&board), &spawn, &cpus, &caught);
         for id in hooks {
@@ -365,21 +356,7 @@ impl Launch {
                 v.to_string_lossy().into_owned(),
             )
         }));
-        // Linking libfabric installed handlers for these signals before main: ours must be
-        // the only ones (see `tca_ofi::restore_default_signals`).
-        #[cfg(feature = "ofi")]
-        tca_ofi::restore_default_signals();
-        let caught = Arc::new(AtomicUsize::new(0));
-        let mut hooks = Vec::new();
-        for sig in [
-            signal_hook::consts::SIGINT,
-            signal_hook::consts::SIGTERM,
-            signal_hook::consts::SIGHUP,
-        ] {
-            let id = signal_hook::flag::register_usize(sig, caught.clone(), sig as usize)
-                .map_err(|e| Error::os(ErrorKind::Launch, "installing signal handlers", e))?;
-            hooks.push(id);
-        }
+        let (caught, hooks) = catch_signals()?;
         let spawn = |r: u32, _cpus: u32| {
             let host = &self.hosts[placement[r as usize]].0;
             let mut vars = pass.clone();
@@ -632,6 +609,27 @@ impl Launch {
             interrupted,
         })
     }
+}
+
+/// Catches SIGINT, SIGTERM and SIGHUP into one flag (the signal number) for `supervise`;
+/// returns the flag and the registrations to undo.
+fn catch_signals() -> Result<(Arc<AtomicUsize>, Vec<signal_hook::SigId>)> {
+    // Linking libfabric installed handlers for these signals before main: ours must be the
+    // only ones (see `tca_ofi::restore_default_signals`).
+    #[cfg(feature = "ofi")]
+    tca_ofi::restore_default_signals();
+    let caught = Arc::new(AtomicUsize::new(0));
+    let mut hooks = Vec::new();
+    for sig in [
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
+    ] {
+        let id = signal_hook::flag::register_usize(sig, caught.clone(), sig as usize)
+            .map_err(|e| Error::os(ErrorKind::Launch, "installing signal handlers", e))?;
+        hooks.push(id);
+    }
+    Ok((caught, hooks))
 }
 
 /// How the launcher tells the ranks that the job is over.

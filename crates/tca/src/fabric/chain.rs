@@ -223,17 +223,8 @@ impl ChainBuilder<'_> {
     pub fn signal(mut self, sig: &Handle, off: usize, op: SignalOp) -> Self {
         let r = (|| {
             let target = if self.world.is_remote(sig.rank()) {
-                // A remote word: checked by a zero-length put now and by its owner later.
-                self.world.put(sig, off, &[])?;
-                if off.checked_add(8).is_none_or(|e| e > sig.len()) {
-                    return Err(out_of_bounds(sig, off, 8));
-                }
-                if off % 8 != 0 {
-                    return Err(Error::new(
-                        ErrorKind::InvalidArgument,
-                        format!("signal offset {off} is not a multiple of 8"),
-                    ));
-                }
+                // A remote word: checked now, and by its owner when it is raised.
+                self.world.check_remote_word(sig, off)?;
                 Target::Net(*sig, off)
             } else {
                 let region = self.world.resolve(sig)?;

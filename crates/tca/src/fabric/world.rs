@@ -538,6 +538,22 @@ impl World {
         Ok(Segment { region })
     }
 
+    /// Checks a word of a segment reached through the network as a mapped word is checked:
+    /// the handle (its owner describes it), the bounds, the alignment.
+    pub(crate) fn check_remote_word(&self, h: &Handle, off: usize) -> Result<()> {
+        self.attach(h)?;
+        if off.checked_add(8).is_none_or(|e| e > h.len()) {
+            return Err(out_of_bounds(h, off, 8));
+        }
+        if off % 8 != 0 {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                format!("signal offset {off} is not a multiple of 8"),
+            ));
+        }
+        Ok(())
+    }
+
     /// Whether operations on `rank` go through the network transport.
     #[inline]
     pub(crate) fn is_remote(&self, rank: u32) -> bool {
@@ -680,12 +696,20 @@ impl World {
     /// A remote (or local) 64-bit word, checked once (job, key, bounds, alignment), for
     /// custom protocols and atomics: operate on it with [`World::atomic`] or its methods.
     pub fn remote_word(&self, h: &Handle, off: usize) -> Result<RemoteWord> {
+        if self.is_remote(h.rank()) {
+            self.check_remote_word(h, off)?;
+            return Ok(RemoteWord {
+                handle: *h,
+                off,
+                region: None,
+            });
+        }
         let region = self.resolve(h)?;
         region.word(off)?;
         Ok(RemoteWord {
             handle: *h,
             off,
-            region,
+            region: Some(region),
         })
     }
 
@@ -875,7 +899,9 @@ impl World {
                     || Ok(()),
                 );
             } else {
-                net.sleep(SLEEP_SLICE);
+                // Short: with the tcp provider the queue's descriptor does not always wake
+                // for data that still needs progress to become a completion.
+                net.sleep(NAP);
             }
             if checked.elapsed() >= SLEEP_SLICE {
                 checked = Instant::now();
@@ -959,8 +985,10 @@ impl World {
     }
 }
 
-/// How long a wait that must watch both the network and this node's shared memory sleeps on
-/// the futex before it polls the network again.
+/// How long a wait on the network sleeps (on the word's futex when ranks of this node may
+/// also raise it, else on the completion queue's descriptor) before it polls the network
+/// again: a sleeping rank costs a wake-up every half millisecond, and a message that arrives
+/// while it sleeps waits at most that long.
 #[cfg(feature = "ofi")]
 const NAP: Duration = Duration::from_micros(500);
 
@@ -1009,7 +1037,8 @@ fn node_name() -> String {
 pub struct RemoteWord {
     handle: Handle,
     off: usize,
-    region: Arc<Region>,
+    /// The mapping, when the word is in memory of this node.
+    region: Option<Arc<Region>>,
 }
 
 impl RemoteWord {
@@ -1062,6 +1091,6 @@ impl RemoteWord {
     /// signalling: a store through it wakes no sleeping waiter (they notice within one 10 ms
     /// sleep slice). Use [`World::atomic`] to change a word that others wait on.
     pub fn node_local(&self) -> Option<&AtomicU64> {
-        self.region.word(self.off).ok()
+        self.region.as_ref()?.word(self.off).ok()
     }
 }

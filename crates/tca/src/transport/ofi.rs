@@ -668,6 +668,19 @@ impl Ofi {
             }
             self.progress(shm)?;
             self.stalled(shm, &mut turns)?;
+            if turns % 256 == 0 {
+                let gone = shm.has_left(to)
+                    || self.watch.borrow().as_ref().is_some_and(|w| w.has_left(to));
+                if gone {
+                    // It left cleanly: its segments are gone with it (as a put into a freed
+                    // segment, which the collectives' credits expect and ignore).
+                    return Err(Error::peer(
+                        ErrorKind::InvalidHandle,
+                        to,
+                        format!("rank {to} has left the job: it cannot answer"),
+                    ));
+                }
+            }
         }
     }
 

@@ -341,6 +341,15 @@ impl Shm {
 
     #[cold]
     fn attach_slow(&self, h: &Handle) -> Result<()> {
+        if !self.reaches(h.rank()) {
+            return Err(Error::new(
+                ErrorKind::InvalidRank,
+                format!(
+                    "rank {} is on another node: its memory cannot be mapped here",
+                    h.rank()
+                ),
+            ));
+        }
         let slot = h.segment() as usize;
         let stale = self.cache.borrow()[h.rank() as usize]
             .get(slot)
@@ -774,6 +783,17 @@ impl Shm {
             ));
         }
         Ok(())
+    }
+
+    /// Whether `rank`, on this node, has left the job (cleanly or not).
+    #[cfg_attr(not(feature = "ofi"), allow(dead_code))]
+    pub(crate) fn has_left(&self, rank: u32) -> bool {
+        self.reaches(rank)
+            && rank != self.rank
+            && matches!(
+                self.board.state(rank),
+                RankState::Done | RankState::Failed
+            )
     }
 
     /// Aborts the whole job on account of this rank.
