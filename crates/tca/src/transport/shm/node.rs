@@ -790,10 +790,7 @@ impl Shm {
     pub(crate) fn has_left(&self, rank: u32) -> bool {
         self.reaches(rank)
             && rank != self.rank
-            && matches!(
-                self.board.state(rank),
-                RankState::Done | RankState::Failed
-            )
+            && matches!(self.board.state(rank), RankState::Done | RankState::Failed)
     }
 
     /// Aborts the whole job on account of this rank.
