@@ -29,7 +29,7 @@ const MR_MODE: u64 = sys::FI_MR_LOCAL
     | sys::FI_MR_ENDPOINT;
 /// Ordering requested: a send after a write (the "data then flag" pattern) and write after
 /// write arrive in order.
-const ORDER: u64 = sys::FI_ORDER_SAW | sys::FI_ORDER_WAW;
+const ORDER: u64 = sys::FI_ORDER_SAW | sys::FI_ORDER_WAW | sys::FI_ORDER_SAS;
 /// `FI_ADDR_UNSPEC` and `FI_ADDR_NOTAVAIL` are `((uint64_t) -1)`; csrc/shim.c asserts it.
 const ADDR_NONE: u64 = u64::MAX;
 /// Completions read per `fi_cq_read` call at most.
@@ -226,6 +226,8 @@ pub struct Caps {
     pub order_saw: bool,
     /// `FI_ORDER_WAW` on both sides: writes land in the order posted.
     pub order_waw: bool,
+    /// `FI_ORDER_SAS` on both sides: messages arrive in the order sent.
+    pub order_sas: bool,
     /// `FI_PROGRESS_MANUAL` data progress: transfers advance only while the application
     /// calls into libfabric (reads the CQ), on both sides.
     pub manual_progress: bool,
@@ -740,6 +742,7 @@ impl Endpoint {
                 mr_endpoint: false,
                 order_saw: false,
                 order_waw: false,
+                order_sas: false,
                 manual_progress: false,
                 thread_safe: false,
                 mode: 0,
@@ -769,6 +772,7 @@ impl Endpoint {
             mr_endpoint: mr_mode & sys::FI_MR_ENDPOINT != 0,
             order_saw: order & sys::FI_ORDER_SAW != 0,
             order_waw: order & sys::FI_ORDER_WAW != 0,
+            order_sas: order & sys::FI_ORDER_SAS != 0,
             manual_progress: dom.data_progress == sys::FI_PROGRESS_MANUAL,
             thread_safe: dom.threading == sys::FI_THREAD_SAFE,
             mode: i.mode,

@@ -60,34 +60,65 @@ fn io_err(what: impl std::fmt::Display, e: std::io::Error) -> Error {
 }
 
 fn write_frame(s: &mut impl Write, ty: u8, payload: &[u8]) -> std::io::Result<()> {
+    let n = u32::try_from(payload.len() + 1)
+        .ok()
+        .filter(|&n| n as usize <= FRAME_MAX)
+        .ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "rendezvous frame too large",
+            )
+        })?;
     let mut f = Vec::with_capacity(5 + payload.len());
-    f.extend_from_slice(
-        &u32::try_from(payload.len() + 1)
-            .unwrap_or(u32::MAX)
-            .to_le_bytes(),
-    );
+    f.extend_from_slice(&n.to_le_bytes());
     f.push(ty);
     f.extend_from_slice(payload);
     s.write_all(&f)
 }
 
-/// Reads one frame; `Ok(None)` at a clean end of stream.
-fn read_frame(s: &mut impl Read) -> std::io::Result<Option<(u8, Vec<u8>)>> {
+/// Reads exactly `buf.len()` bytes. A read timeout before the first byte is returned as
+/// such (the caller may treat it as "nothing yet"); once a byte has arrived the rest is read
+/// to the end, however long the gaps between segments, so a frame is never cut in two.
+fn read_full(s: &mut impl Read, buf: &mut [u8], first: bool) -> std::io::Result<bool> {
+    let mut at = 0;
+    while at < buf.len() {
+        match s.read(&mut buf[at..]) {
+            Ok(0) => {
+                return if at == 0 && first {
+                    Ok(false)
+                } else {
+                    Err(std::io::ErrorKind::UnexpectedEof.into())
+                };
+            }
+            Ok(n) => at += n,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) && (at > 0 || !first) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(true)
+}
+
+/// Reads one frame of at most `max` bytes; `Ok(None)` at a clean end of stream. A length
+/// over `max` (or zero) is an error: nothing that large is allocated for an unknown peer.
+fn read_frame(s: &mut impl Read, max: usize) -> std::io::Result<Option<(u8, Vec<u8>)>> {
     let mut len = [0u8; 4];
-    match s.read_exact(&mut len) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
-        Err(e) => return Err(e),
+    if !read_full(s, &mut len, true)? {
+        return Ok(None);
     }
     let n = u32::from_le_bytes(len) as usize;
-    if n == 0 || n > FRAME_MAX {
+    if n == 0 || n > max.min(FRAME_MAX) {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidData,
             format!("bad rendezvous frame of {n} bytes (not a tca peer?)"),
         ));
     }
     let mut b = vec![0u8; n];
-    s.read_exact(&mut b)?;
+    read_full(s, &mut b, false)?;
     let ty = b.remove(0);
     Ok(Some((ty, b)))
 }
@@ -146,6 +177,9 @@ struct State {
     rounds: Vec<Vec<Option<Vec<u8>>>>,
     done: Vec<bool>,
     last_seen: Vec<Option<Instant>>,
+    /// Ranks whose monitor runs (they beat): only those can be silent. Before, a rank is in
+    /// start-up, bounded by its own deadline, and may be quiet for a while (slow set-up).
+    beating: Vec<bool>,
     aborted: Option<(Option<u32>, String)>,
     arrived: u32,
 }
@@ -197,6 +231,7 @@ impl KvServer {
                 conns: (0..size).map(|_| None).collect(),
                 done: vec![false; size as usize],
                 last_seen: vec![None; size as usize],
+                beating: vec![false; size as usize],
                 ..State::default()
             }),
             cv: Condvar::new(),
@@ -299,7 +334,7 @@ fn refuse(mut s: TcpStream, why: &str) {
 fn serve(sh: &Shared, mut s: TcpStream) {
     let _ = s.set_nodelay(true);
     let _ = s.set_read_timeout(Some(Duration::from_secs(30)));
-    let Ok(Some((HELLO, p))) = read_frame(&mut s) else {
+    let Ok(Some((HELLO, p))) = read_frame(&mut s, 17) else {
         return; // not a tca rank (a port scan, the wake-up connection): nothing to answer
     };
     if p.len() != 16 {
@@ -333,6 +368,9 @@ fn serve(sh: &Shared, mut s: TcpStream) {
             return refuse(s, &format!("rank {rank} has already joined"));
         }
         let Ok(w) = s.try_clone() else { return };
+        // A rank that stops reading must not stall the server (every write happens under
+        // the state lock): after this long its write fails and it counts as gone.
+        let _ = w.set_write_timeout(Some(silence()));
         st.conns[rank as usize] = Some(w);
         st.last_seen[rank as usize] = Some(Instant::now());
         st.arrived += 1;
@@ -348,7 +386,7 @@ fn serve(sh: &Shared, mut s: TcpStream) {
         if sh.stop.load(Ordering::Acquire) {
             return;
         }
-        match read_frame(&mut s) {
+        match read_frame(&mut s, RECORD_MAX + 1) {
             Ok(Some((PUT, rec))) => {
                 let mut st = sh.state.lock().unwrap_or_else(|p| p.into_inner());
                 st.last_seen[rank as usize] = Some(Instant::now());
@@ -371,6 +409,7 @@ fn serve(sh: &Shared, mut s: TcpStream) {
             Ok(Some((BEAT_F, _))) => {
                 let mut st = sh.state.lock().unwrap_or_else(|p| p.into_inner());
                 st.last_seen[rank as usize] = Some(Instant::now());
+                st.beating[rank as usize] = true;
             }
             Ok(Some((DONE, _))) => {
                 let mut st = sh.state.lock().unwrap_or_else(|p| p.into_inner());
@@ -418,7 +457,8 @@ fn beat_server(sh: &Shared) {
             }
             for r in 0..sh.size as usize {
                 if let Some(t) = st.last_seen[r] {
-                    if !st.done[r] && st.conns[r].is_some() && t.elapsed() > limit {
+                    if st.beating[r] && !st.done[r] && st.conns[r].is_some() && t.elapsed() > limit
+                    {
                         silent = Some((r as u32, t.elapsed()));
                     }
                 }
@@ -482,6 +522,7 @@ pub struct KvClient {
     owner: (Option<u32>, String),
     abort: Arc<Abort>,
     left: AtomicBool,
+    watching: AtomicBool,
 }
 
 /// Parses `host:port` (names resolved).
@@ -540,6 +581,7 @@ impl KvClient {
             owner,
             abort: Arc::new(Abort::default()),
             left: AtomicBool::new(false),
+            watching: AtomicBool::new(false),
         })
     }
 
@@ -571,7 +613,8 @@ impl KvClient {
                 ));
             }
             let _ = self.stream.set_read_timeout(Some(left.min(BEAT * 4)));
-            match read_frame(&mut self.stream) {
+            let max = (self.size as usize).saturating_mul(RECORD_MAX + 4) + 8;
+            match read_frame(&mut self.stream, max) {
                 Ok(Some((ALL, p))) => {
                     return decode_all(&p, self.size).ok_or_else(|| {
                         Error::new(
@@ -623,6 +666,9 @@ impl KvClient {
 
     /// Starts the monitor: a thread that answers beats and records aborts.
     pub fn watch(&self) -> Result<()> {
+        if self.watching.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
         let mut r = self
             .stream
             .try_clone()
@@ -655,7 +701,7 @@ impl KvClient {
                         }
                         sent = Instant::now();
                     }
-                    match read_frame(&mut r) {
+                    match read_frame(&mut r, 64 << 10) {
                         Ok(Some((ABORT, p))) => {
                             let (who, why) = decode_abort(&p);
                             set(who, why);
@@ -704,7 +750,6 @@ impl KvClient {
     }
 
     /// A handle on the monitor's verdict.
-    #[cfg_attr(not(feature = "ofi"), allow(dead_code))]
     pub(crate) fn watcher(&self) -> Watch {
         Watch(self.abort.clone())
     }

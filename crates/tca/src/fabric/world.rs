@@ -131,6 +131,8 @@ pub struct World {
     net: Option<crate::transport::ofi::Ofi>,
     /// The rendezvous connection of a job spanning nodes: the job monitor.
     kv: Option<crate::bootstrap::kv::KvClient>,
+    /// The monitor's verdict, watched from the moment the network is being set up.
+    watch: Option<crate::bootstrap::kv::Watch>,
     /// Keeps the rendezvous served while this rank lives (rank 0 under Slurm and mpirun).
     _kv_server: Option<crate::bootstrap::kv::KvServer>,
     name: &'static str,
@@ -186,6 +188,7 @@ impl World {
                 #[cfg(feature = "ofi")]
                 net: None,
                 kv: None,
+                watch: None,
                 _kv_server: None,
                 name: "shm",
                 ctrl,
@@ -194,7 +197,7 @@ impl World {
                 xchg_epoch: Cell::new(0),
             };
             if mode == Mode::Ofi && size > 1 {
-                w.start_network(None, true)?;
+                w.start_network(None, true, Instant::now() + Duration::from_secs(60))?;
             }
             return Ok(w);
         };
@@ -307,6 +310,7 @@ impl World {
             #[cfg(feature = "ofi")]
             net: None,
             kv: None,
+            watch: None,
             _kv_server: server,
             name: "shm",
             ctrl: local_ctrl
@@ -318,7 +322,7 @@ impl World {
             xchg_epoch: Cell::new(0),
         };
         if w.remote.iter().any(|&r| r) {
-            w.start_network(Some(&mut kv), mode == Mode::Ofi)?;
+            w.start_network(Some(&mut kv), mode == Mode::Ofi, deadline)?;
         } else {
             // Every rank turned out to share this node: only the control handles to share.
             let all = kv.allgather(&w.own_ctrl.handle.to_bytes(), deadline)?;
@@ -328,10 +332,7 @@ impl World {
                 .collect::<Result<_>>()?;
         }
         kv.watch()?;
-        #[cfg(feature = "ofi")]
-        if let Some(n) = &w.net {
-            n.set_watch(kv.watcher());
-        }
+        w.watch = Some(kv.watcher());
         w.kv = Some(kv);
         Ok(w)
     }
@@ -344,6 +345,7 @@ impl World {
         &mut self,
         kv: Option<&mut crate::bootstrap::kv::KvClient>,
         all: bool,
+        deadline: Instant,
     ) -> Result<()> {
         use crate::transport::ofi::Ofi;
         let provider = std::env::var(env::OFI_PROVIDER)
@@ -353,7 +355,15 @@ impl World {
         let mut record = self.own_ctrl.handle.to_bytes().to_vec();
         record.extend_from_slice(&name);
         let records = match kv {
-            Some(kv) => kv.allgather(&record, Instant::now() + Duration::from_secs(60))?,
+            Some(kv) => {
+                let r = kv.allgather(&record, deadline)?;
+                // From here on a rank that fails is reported by the monitor, also while the
+                // others wait in the barrier below.
+                kv.watch()?;
+                net.set_watch(kv.watcher());
+                self.watch = Some(kv.watcher());
+                r
+            }
             None => self.exchange(&record)?,
         };
         let mut names = Vec::with_capacity(records.len());
@@ -395,6 +405,7 @@ impl World {
         &mut self,
         _kv: Option<&mut crate::bootstrap::kv::KvClient>,
         _all: bool,
+        _deadline: Instant,
     ) -> Result<()> {
         Err(Error::new(
             ErrorKind::Bootstrap,
@@ -636,6 +647,10 @@ impl World {
             ));
         }
         self.check_handle(dst)?;
+        if self.is_remote(dst.rank()) {
+            // No stores into a peer's memory across a network: the same bytes as a put.
+            return self.via(dst.rank()).put(dst, off, src);
+        }
         self.shm.put_inline(dst, off, src)
     }
 
@@ -752,8 +767,8 @@ impl World {
     /// another node.
     #[inline]
     fn check_monitor(&self) -> Result<()> {
-        match &self.kv {
-            Some(kv) => kv.check(),
+        match &self.watch {
+            Some(w) => w.check(),
             None => Ok(()),
         }
     }
@@ -810,7 +825,7 @@ impl World {
         if let Some(n) = &self.net {
             return self.wait_net(n, word, value, deadline);
         }
-        if self.kv.is_some() {
+        if self.watch.is_some() {
             return self.wait_monitored(word, value, deadline);
         }
         self.shm.wait_word(word, value, deadline)

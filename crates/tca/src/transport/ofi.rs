@@ -310,6 +310,19 @@ impl Ofi {
             )
         })?;
         let caps = ep.caps();
+        if !caps.order_sas {
+            // Signals after eager puts, answers to quiet after earlier messages: everything
+            // here assumes messages between two ranks arrive in order.
+            return Err(Error::new(
+                ErrorKind::Transport,
+                format!(
+                    "libfabric provider {} does not keep messages in order (FI_ORDER_SAS); \
+                     choose another with {}",
+                    ep.provider(),
+                    crate::env::OFI_PROVIDER
+                ),
+            ));
+        }
         let name = ep.name().map_err(|e| ofi_err(e, ep.provider(), None))?;
         let pool = Region::create(rank, job, (TX + RX) * BUF, "ofi-pool")?;
         let (base, len) = pool.data_ptr();
@@ -504,11 +517,15 @@ impl Ofi {
             self.poll_cq(shm)?;
             self.stalled(shm, &mut turns)?;
         };
+        let give_back = |e: Error| {
+            self.tx_free.borrow_mut().push(slot);
+            e
+        };
         self.dest.borrow_mut()[slot] = to;
         let n = HDR + payload.len();
         let mut head = [0u8; HDR];
         h.encode(&mut head);
-        let at = self.pool.range(slot * BUF, n)?;
+        let at = self.pool.range(slot * BUF, n).map_err(give_back)?;
         self.pool.map.write(at, &head);
         self.pool.map.write(at + HDR, payload);
         let dest = self.addrs[to as usize];
@@ -540,16 +557,11 @@ impl Ofi {
                     return Ok(());
                 }
                 Err(e) if e.is_again() => {
-                    self.poll_cq(shm)?;
-                    if let Err(e) = self.stalled(shm, &mut turns) {
-                        self.tx_free.borrow_mut().push(slot);
-                        return Err(e);
-                    }
+                    self.poll_cq(shm)
+                        .and_then(|()| self.stalled(shm, &mut turns))
+                        .map_err(give_back)?;
                 }
-                Err(e) => {
-                    self.tx_free.borrow_mut().push(slot);
-                    return Err(ofi_err(e, self.ep.provider(), Some(to)));
-                }
+                Err(e) => return Err(give_back(ofi_err(e, self.ep.provider(), Some(to)))),
             }
         }
     }
@@ -566,8 +578,13 @@ impl Ofi {
                 if let Some(s) = self.wr_free.borrow_mut().pop() {
                     break s;
                 }
-                self.poll_cq(shm)?;
-                self.stalled(shm, &mut turns)?;
+                if let Err(e) = self
+                    .poll_cq(shm)
+                    .and_then(|()| self.stalled(shm, &mut turns))
+                {
+                    self.settle(&outstanding);
+                    return Err(e);
+                }
             };
             loop {
                 // SAFETY: `part` borrows the caller's slice, which outlives this call, and this
@@ -584,19 +601,18 @@ impl Ofi {
                         std::ptr::from_ref(&self.ctx[slot]).cast_mut(),
                     )
                 };
-                match r {
+                let failed = match r {
                     Ok(()) => break,
-                    Err(e) if e.is_again() => {
-                        self.poll_cq(shm)?;
-                        if let Err(e) = self.stalled(shm, &mut turns) {
-                            self.wr_free.borrow_mut().push(slot);
-                            return Err(e);
-                        }
-                    }
-                    Err(e) => {
-                        self.wr_free.borrow_mut().push(slot);
-                        return Err(ofi_err(e, self.ep.provider(), Some(to)));
-                    }
+                    Err(e) if e.is_again() => self
+                        .poll_cq(shm)
+                        .and_then(|()| self.stalled(shm, &mut turns))
+                        .err(),
+                    Err(e) => Some(ofi_err(e, self.ep.provider(), Some(to))),
+                };
+                if let Some(e) = failed {
+                    self.wr_free.borrow_mut().push(slot);
+                    self.settle(&outstanding);
+                    return Err(e);
                 }
             }
             self.dest.borrow_mut()[slot] = to;
@@ -610,10 +626,50 @@ impl Ofi {
             .iter()
             .any(|s| !self.wr_free.borrow().contains(s))
         {
-            self.poll_cq(shm)?;
-            self.stalled(shm, &mut turns)?;
+            if let Err(e) = self
+                .poll_cq(shm)
+                .and_then(|()| self.stalled(shm, &mut turns))
+            {
+                self.settle(&outstanding);
+                return Err(e);
+            }
         }
         Ok(())
+    }
+
+    /// After a failed write: the provider may still read the caller's buffer for the chunks
+    /// already posted, so wait for their completions (error completions count) before the
+    /// caller gets its buffer back. If they never come the memory cannot be given back
+    /// safely: the process stops rather than let the provider read freed memory.
+    fn settle(&self, outstanding: &[usize]) {
+        let end = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let mut got = [NO_COMPLETION; 16];
+        while outstanding
+            .iter()
+            .any(|s| !self.wr_free.borrow().contains(s))
+        {
+            if std::time::Instant::now() >= end {
+                eprintln!(
+                    "tca: libfabric still holds a buffer of a failed write after 10 s; stopping"
+                );
+                std::process::abort();
+            }
+            match self.ep.read_cq(&mut got) {
+                Ok(n) => {
+                    for c in &got[..n] {
+                        let _ = self.complete_local(c);
+                    }
+                }
+                Err(e) => {
+                    if let Some(id) = e.id.map(|i| i as usize) {
+                        if (TX + RX..TX + RX + WR).contains(&id) {
+                            self.wr_free.borrow_mut().push(id);
+                        }
+                    }
+                }
+            }
+            std::thread::yield_now();
+        }
     }
 
     /// Called on every turn of a loop that waits for the provider (a free buffer, a write's
@@ -761,7 +817,7 @@ impl Ofi {
         if src.is_empty() {
             return Ok(());
         }
-        if src.len() <= EAGER_MAX || self.local_mr {
+        if src.len() <= EAGER_MAX || self.local_mr || !self.order_saw {
             for (k, part) in src.chunks(EAGER_MAX).enumerate() {
                 let h = Header {
                     kind: Kind::Put as u8,
@@ -801,7 +857,9 @@ impl Ofi {
             self.quiet(shm)?;
             return self.signal(shm, sig, sig_off, sop);
         }
-        let eager = src.len() <= EAGER_MAX || self.local_mr;
+        // Without send-after-write ordering, or where local buffers must be registered, data
+        // goes as eager messages (ordered among themselves) rather than as RMA.
+        let eager = src.len() <= EAGER_MAX || self.local_mr || !self.order_saw;
         if !eager {
             self.write(shm, dst.rank(), &d, off, src)?;
             if !self.order_saw {
@@ -910,10 +968,8 @@ impl Ofi {
             self.stalled(shm, &mut turns)?;
         }
         let ranks: Vec<u32> = {
-            let mut t = self.touched.borrow_mut();
-            let r = (0..t.len() as u32).filter(|&r| t[r as usize]).collect();
-            t.fill(false);
-            r
+            let t = self.touched.borrow();
+            (0..t.len() as u32).filter(|&r| t[r as usize]).collect()
         };
         for r in ranks {
             self.request(
@@ -925,6 +981,8 @@ impl Ofi {
                     ..Header::default()
                 },
             )?;
+            // Only a rank that answered is quiet: after an error the rest stay to do.
+            self.touched.borrow_mut()[r as usize] = false;
         }
         match self.refused.borrow_mut().take() {
             Some(e) => Err(e),
@@ -949,12 +1007,15 @@ impl Ofi {
         let mut got = [NO_COMPLETION; 16];
         loop {
             let n = self.read_cq(shm, &mut got)?;
-            for c in &got[..n] {
-                self.complete(shm, c)?;
-            }
-            let answers = std::mem::take(&mut *self.deferred.borrow_mut());
-            for (to, h, payload) in &answers {
-                self.send(shm, *to, h, payload)?;
+            self.complete_all(shm, &got[..n])?;
+            let mut answers = std::mem::take(&mut *self.deferred.borrow_mut());
+            while !answers.is_empty() {
+                let (to, h, payload) = answers.remove(0);
+                if let Err(e) = self.send(shm, to, &h, &payload) {
+                    // The rest still owe their askers an answer: keep them for next time.
+                    self.deferred.borrow_mut().extend(answers);
+                    return Err(e);
+                }
             }
             if n < got.len() && self.deferred.borrow().is_empty() {
                 return Ok(());
@@ -967,10 +1028,19 @@ impl Ofi {
     fn poll_cq(&self, shm: &Shm) -> Result<()> {
         let mut got = [NO_COMPLETION; 16];
         let n = self.read_cq(shm, &mut got)?;
-        for c in &got[..n] {
-            self.complete(shm, c)?;
+        self.complete_all(shm, &got[..n])
+    }
+
+    /// Handles every completion of a batch (none is dropped) and returns the first error.
+    fn complete_all(&self, shm: &Shm, got: &[Completion]) -> Result<()> {
+        let mut first = Ok(());
+        for c in got {
+            let r = self.complete(shm, c);
+            if first.is_ok() {
+                first = r;
+            }
         }
-        Ok(())
+        first
     }
 
     fn read_cq(&self, shm: &Shm, out: &mut [Completion]) -> Result<usize> {
@@ -1057,13 +1127,15 @@ impl Ofi {
         }
         let slot = c.id as usize - TX;
         let len = c.len.min(BUF);
-        let mut scratch = self.scratch.borrow_mut();
-        let at = self.pool.range((TX + slot) * BUF, len)?;
-        self.pool.map.read(at, &mut scratch[..len]);
-        // The buffer is free again as soon as it is copied out.
-        self.post_recv(shm, slot)?;
-        self.handle(shm, &scratch[..len]);
-        Ok(())
+        {
+            let mut scratch = self.scratch.borrow_mut();
+            let at = self.pool.range((TX + slot) * BUF, len)?;
+            self.pool.map.read(at, &mut scratch[..len]);
+            // `handle` never reads the queue (answers are deferred), so nothing re-enters
+            // while the scratch buffer is borrowed.
+            self.handle(shm, &scratch[..len]);
+        }
+        self.post_recv(shm, slot)
     }
 
     /// Applies one message from a peer. Nothing in it is trusted: every field is checked
@@ -1075,6 +1147,9 @@ impl Ofi {
         let Some(kind) = Kind::from(h.kind) else {
             return;
         };
+        if h.src as usize >= self.addrs.len() || h.src == self.rank {
+            return; // names no peer: nothing to answer, nothing written
+        }
         let payload = &msg[HDR..];
         let from = h.src;
         let answer = |mut a: Header| {
