@@ -295,6 +295,18 @@ pub struct Completion {
 }
 
 impl Completion {
+    /// A placeholder to fill arrays that [`Endpoint::read_cq`] writes into.
+    pub const EMPTY: Completion = Completion {
+        id: u64::MAX,
+        flags: 0,
+        len: 0,
+        data: 0,
+        is_recv: false,
+        is_remote_write: false,
+        is_send: false,
+        is_write: false,
+    };
+
     fn from_raw(e: &sys::fi_cq_data_entry) -> Completion {
         let f = e.flags;
         let remote = f & (sys::FI_REMOTE_WRITE | sys::FI_REMOTE_CQ_DATA) != 0;

@@ -32,16 +32,7 @@ struct Pair {
 
 impl Pair {
     fn pump(&mut self) {
-        let mut buf = [Completion {
-            id: 0,
-            flags: 0,
-            len: 0,
-            data: 0,
-            is_recv: false,
-            is_remote_write: false,
-            is_send: false,
-            is_write: false,
-        }; 16];
+        let mut buf = [Completion::EMPTY; 16];
         for (ep, ev) in [(&self.a, &mut self.ev_a), (&self.b, &mut self.ev_b)] {
             match ep.read_cq(&mut buf) {
                 Ok(n) => ev.extend(buf[..n].iter().copied().map(Ok)),

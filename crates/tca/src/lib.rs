@@ -51,6 +51,7 @@ pub mod coll;
 pub mod env;
 mod error;
 pub mod fabric;
+mod rand;
 pub mod threads;
 pub mod transport;
 

@@ -5,11 +5,10 @@
 //! that panics or returns an error is marked failed on the board, and every other rank's next
 //! wait fails with [`ErrorKind::PeerDied`] naming it instead of hanging.
 
-use crate::bootstrap::board::Board;
 use crate::bootstrap::{BoardSource, JobEnv};
 use crate::error::{Error, ErrorKind, Result};
 use crate::fabric::World;
-use crate::transport::shm::memfd;
+use crate::transport::{NodeBoard, open_inherited};
 
 /// Runs `f` on `n` ranks (threads) and returns each rank's result, indexed by rank.
 pub fn run_each<T, F>(n: u32, f: F) -> Vec<Result<T>>
@@ -25,8 +24,8 @@ where
         );
         return vec![Err(e)];
     }
-    let job = memfd::random_u64();
-    let (fd, _board) = match Board::create(n, job, None) {
+    let job = crate::rand::random_u64();
+    let (fd, _board) = match NodeBoard::create(n, job, None) {
         Ok(b) => b,
         Err(e) => return vec![Err(e)],
     };
@@ -38,7 +37,7 @@ where
                 std::thread::Builder::new()
                     .name(format!("tca-rank-{rank}"))
                     .spawn_scoped(s, move || -> Result<T> {
-                        let board_fd = memfd::open_peer(std::process::id(), raw)?;
+                        let board_fd = open_inherited(std::process::id(), raw)?;
                         let env = JobEnv {
                             rank,
                             size: n,

@@ -41,11 +41,10 @@ use std::time::{Duration, Instant};
 use rustix::process::{Pid, PidfdFlags, Signal, pidfd_open, pidfd_send_signal};
 
 use super::bind::{self, Bind};
-use super::board::{AbortReason, Board};
 use crate::env;
 use crate::error::{Error, ErrorKind, Result};
-use crate::transport::shm::memfd::random_u64;
-use crate::transport::shm::wait::SpinPolicy;
+use crate::rand::random_u64;
+use crate::transport::{AbortReason, NodeBoard};
 
 /// How long ranks get between SIGTERM and SIGKILL once the job is being stopped.
 pub const GRACE: Duration = Duration::from_millis(500);
@@ -295,7 +294,7 @@ impl Launch {
         )?
         .unwrap_or_default();
         let job = random_u64();
-        let (board_fd, board) = Board::create(self.ranks, job, Some(std::process::id()))?;
+        let (board_fd, board) = NodeBoard::create(self.ranks, job, Some(std::process::id()))?;
 
         let (caught, hooks) = catch_signals()?;
         let spawn = |r: u32, job_cpus: u32| self.spawn(r, &board_fd, job, job_cpus);
@@ -453,7 +452,7 @@ impl Launch {
         let mut pumps = Vec::new();
         let mut bind_warned = false;
         // Before any binding narrows this thread's mask.
-        let job_cpus = SpinPolicy::cpus();
+        let job_cpus = super::job_cpus();
         for r in 0..self.ranks {
             let spawned = match cpus.get(r as usize) {
                 Some(&cpu) => {
@@ -635,7 +634,7 @@ fn catch_signals() -> Result<(Arc<AtomicUsize>, Vec<signal_hook::SigId>)> {
 /// How the launcher tells the ranks that the job is over.
 enum Control<'a> {
     /// The node's board (one node).
-    Board(&'a Board),
+    Board(&'a NodeBoard),
     /// The rendezvous the ranks of several nodes are connected to.
     Kv(&'a super::kv::KvServer),
 }

@@ -8,14 +8,13 @@
 //! 4. MPICH / Hydra and other PMI launchers (`PMI_RANK`, `PMI_SIZE`).
 //! 5. Otherwise a singleton job of one rank.
 //!
-//! Under 2-4 the ranks of one node meet through a named board in `/dev/shm` (see `board`).
+//! Under 2-4 the ranks of one node meet through a named board in `/dev/shm` (see `transport::NodeBoard`).
 //! A job that spans nodes (`tca run --hosts`, a Slurm step on several nodes, `mpirun` over
 //! several hosts) meets at a TCP rendezvous ([`kv`]): the launcher's, or rank 0's at `TCA_KV`
 //! (under Slurm by default the step's first node and a port derived from the job id); each
 //! node's first rank then makes the node's board and announces it there.
 
 pub mod bind;
-pub(crate) mod board;
 pub mod kv;
 pub mod launcher;
 
@@ -152,7 +151,14 @@ pub fn first_host(list: &str) -> Option<String> {
 /// (`TCA_JOB_CPUS`), else the CPUs this process may run on. Waits spin less when the node's
 /// ranks outnumber them.
 pub fn job_cpus() -> u32 {
-    crate::transport::shm::wait::SpinPolicy::cpus()
+    env::parse::<u32>(env::JOB_CPUS)
+        .ok()
+        .flatten()
+        .filter(|&n| n > 0)
+        .unwrap_or_else(|| {
+            std::thread::available_parallelism()
+                .map_or(1, |n| u32::try_from(n.get()).unwrap_or(u32::MAX))
+        })
 }
 
 /// Reads the environment (see the module doc).
@@ -197,7 +203,7 @@ pub fn detect() -> Result<JobEnv> {
                 "TCA_BOARD_FD is set but TCA_LAUNCHER_PID is missing",
             )
         })?;
-        let fd = crate::transport::shm::memfd::open_peer(launcher, fd).map_err(|e| {
+        let fd = crate::transport::open_inherited(launcher, fd).map_err(|e| {
             Error::new(
                 ErrorKind::Bootstrap,
                 format!("cannot open the job board of launcher {launcher}: {e}"),
@@ -268,7 +274,7 @@ pub fn detect() -> Result<JobEnv> {
     Ok(JobEnv {
         rank: 0,
         size: 1,
-        job: crate::transport::shm::memfd::random_u64(),
+        job: crate::rand::random_u64(),
         board: BoardSource::Private,
         source: "singleton",
         boot_deadline: boot,

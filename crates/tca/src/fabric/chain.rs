@@ -17,7 +17,6 @@ use std::cell::RefCell;
 use std::sync::Arc;
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::transport::shm::HEADER_BYTES;
 
 use super::segment::{Handle, Region, Segment, out_of_bounds};
 use super::world::{SignalOp, World};
@@ -229,7 +228,8 @@ impl ChainBuilder<'_> {
             } else {
                 let region = self.world.resolve(sig)?;
                 region.word(off)?;
-                Target::Mapped(region, HEADER_BYTES + off)
+                let at = region.range(off, 8)?;
+                Target::Mapped(region, at)
             };
             self.signal = Some(Signal {
                 target,

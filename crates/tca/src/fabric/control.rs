@@ -29,6 +29,8 @@
 //! in inbox slot m mod 2 and is written only once the neighbour has acknowledged record
 //! m - 2 in the credit word, so two slots suffice and back-to-back calls cannot overwrite an
 //! unread record.
+//! (The collectives' channels are the general ring with credits; they cannot carry this one:
+//! their handles are exchanged with it.)
 
 use std::sync::atomic::Ordering;
 

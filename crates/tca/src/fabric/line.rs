@@ -21,14 +21,15 @@
 use crate::error::{Error, ErrorKind, Result};
 use crate::fabric::{Handle, Segment, SignalOp, World};
 
-/// Bytes of one line.
-pub const LINE: usize = crate::transport::shm::LINE;
+/// Bytes of one line: the cache line size assumed for layout (x86-64 and most AArch64 parts).
+pub const LINE: usize = 64;
 /// Largest payload that shares a line with its signal word.
 pub const PAYLOAD_MAX: usize = LINE - 8;
 /// Offset of the signal word within a line.
 pub const SIGNAL: usize = LINE - 8;
-/// Recommended distance between slots written by different ranks.
-pub const SLOT_STRIDE: usize = crate::transport::shm::PAD;
+/// Recommended distance between slots written by different ranks (adjacent-line prefetch
+/// pulls pairs of lines).
+pub const SLOT_STRIDE: usize = 128;
 
 fn check(line_off: usize, n: usize) -> Result<()> {
     if line_off % LINE != 0 {

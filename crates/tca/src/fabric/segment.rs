@@ -1,6 +1,6 @@
 //! Segments (memory registered for remote writes) and their handles.
 //!
-//! A segment's memory is a region of this node (see `transport::shm::region`: a sealed memfd
+//! A segment's memory is a region of this node (see `transport::Region`: a sealed memfd
 //! with a checked header); a handle names it to peers, whatever transport carries their writes.
 
 #![allow(unsafe_code)] // the two zero-copy views, each with its contract
@@ -12,8 +12,7 @@ use bytemuck::{Pod, Zeroable};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::transport::shm::HEADER_BYTES;
-pub(crate) use crate::transport::shm::region::{Region, out_of_bounds};
+pub(crate) use crate::transport::{Region, out_of_bounds};
 
 /// What a peer needs to write into a segment: owner rank, segment id, length, key and job.
 ///
@@ -210,9 +209,12 @@ impl Segment {
     /// exclusive access, which shared memory cannot enforce.
     pub unsafe fn as_mut_slice<T: Pod>(&mut self) -> &mut [T] {
         let n = self.len() / std::mem::size_of::<T>().max(1);
-        // SAFETY: in range by construction (`n` elements fit the data area); exclusivity is
-        // the caller's obligation, stated in this function's contract.
-        unsafe { self.region.map.view_mut(HEADER_BYTES, n) }.unwrap_or(&mut [])
+        let Ok(at) = self.region.range(0, n * std::mem::size_of::<T>()) else {
+            return &mut [];
+        };
+        // SAFETY: in range (checked just above: `n` elements fit the data area); exclusivity
+        // is the caller's obligation, stated in this function's contract.
+        unsafe { self.region.map.view_mut(at, n) }.unwrap_or(&mut [])
     }
 }
 

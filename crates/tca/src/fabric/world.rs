@@ -8,8 +8,7 @@ use std::time::{Duration, Instant};
 use crate::bootstrap::JobEnv;
 use crate::env;
 use crate::error::{Error, ErrorKind, Result};
-use crate::transport::shm::Shm;
-use crate::transport::{Transport, Via};
+use crate::transport::{Shm, Transport, Via};
 
 use super::segment::{Handle, Region, Segment, SymmetricSegment, out_of_bounds};
 
@@ -175,33 +174,49 @@ impl World {
             // Every rank on this node: meet on the node's board.
             let all: Vec<u32> = (0..size).collect();
             let (shm, ctrl) = Shm::join(env, &all)?;
-            let ctrl: Vec<Handle> = ctrl.into_iter().flatten().collect();
-            let own_ctrl = shm.own_ctrl();
-            let mut w = Self {
-                rank,
-                size,
-                job,
-                source,
-                shm,
-                remote: vec![false; size as usize],
-                node: all,
-                #[cfg(feature = "ofi")]
-                net: None,
-                kv: None,
-                watch: None,
-                _kv_server: None,
-                name: "shm",
-                ctrl,
-                own_ctrl,
-                barrier_epoch: Cell::new(0),
-                xchg_epoch: Cell::new(0),
-            };
+            let remote = vec![false; size as usize];
+            let mut w = Self::on_node((rank, size, job, source), shm, ctrl, all, remote, None);
             if mode == Mode::Ofi && size > 1 {
                 w.start_network(None, true, Instant::now() + Duration::from_secs(60))?;
             }
             return Ok(w);
         };
         Self::join_nodes(env, rv, mode)
+    }
+
+    /// A world whose node is joined (`ctrl`: the control handles of the node's ranks; the
+    /// others are filled in when the network starts). Network routes and the monitor follow.
+    fn on_node(
+        (rank, size, job, source): (u32, u32, u64, &'static str),
+        shm: Shm,
+        ctrl: Vec<Option<Handle>>,
+        node: Vec<u32>,
+        remote: Vec<bool>,
+        server: Option<crate::bootstrap::kv::KvServer>,
+    ) -> Self {
+        let own_ctrl = shm.own_ctrl();
+        Self {
+            rank,
+            size,
+            job,
+            source,
+            shm,
+            remote,
+            node,
+            #[cfg(feature = "ofi")]
+            net: None,
+            kv: None,
+            watch: None,
+            _kv_server: server,
+            name: "shm",
+            ctrl: ctrl
+                .into_iter()
+                .map(|c| c.unwrap_or(Handle::new(job, 0, 0, u32::MAX, 0)))
+                .collect(),
+            own_ctrl,
+            barrier_epoch: Cell::new(0),
+            xchg_epoch: Cell::new(0),
+        }
     }
 
     /// Start-up of a job that spans nodes: meet at the rendezvous, learn who shares this
@@ -257,7 +272,7 @@ impl World {
         let leader = node[0] == rank;
         let mut made = None;
         let here = if leader {
-            let (fd, _b) = crate::bootstrap::board::Board::create(size, job, None)?;
+            let (fd, _b) = crate::transport::NodeBoard::create(size, job, None)?;
             let at = format!(
                 "{} {}",
                 std::process::id(),
@@ -281,7 +296,7 @@ impl World {
                         format!("rank {} announced no node board", node[0]),
                     ));
                 };
-                crate::transport::shm::memfd::open_peer(pid, fd).map_err(|e| {
+                crate::transport::open_inherited(pid, fd).map_err(|e| {
                     Error::peer(
                         ErrorKind::Bootstrap,
                         node[0],
@@ -294,33 +309,11 @@ impl World {
             }
         };
         env.board = crate::bootstrap::BoardSource::Fd(fd);
-        let (shm, local_ctrl) = Shm::join(env, &node)?;
-        let own_ctrl = shm.own_ctrl();
+        let (shm, ctrl) = Shm::join(env, &node)?;
         let remote: Vec<bool> = (0..size)
             .map(|r| r != rank && (mode == Mode::Ofi || !node.contains(&r)))
             .collect();
-        let mut w = Self {
-            rank,
-            size,
-            job,
-            source,
-            shm,
-            remote,
-            node,
-            #[cfg(feature = "ofi")]
-            net: None,
-            kv: None,
-            watch: None,
-            _kv_server: server,
-            name: "shm",
-            ctrl: local_ctrl
-                .iter()
-                .map(|c| c.unwrap_or(Handle::new(job, 0, 0, u32::MAX, 0)))
-                .collect(),
-            own_ctrl,
-            barrier_epoch: Cell::new(0),
-            xchg_epoch: Cell::new(0),
-        };
+        let mut w = Self::on_node((rank, size, job, source), shm, ctrl, node, remote, server);
         if w.remote.iter().any(|&r| r) {
             w.start_network(Some(&mut kv), mode == Mode::Ofi, deadline)?;
         } else {
@@ -813,7 +806,9 @@ impl World {
         seg.region.word(off)
     }
 
-    /// Waits until `word` (in this rank's memory) reaches `value`.
+    /// Waits until `word` (in this rank's memory) reaches `value`: the node transport's one
+    /// wait loop, polling the network transport (if any) through its progress hook, and
+    /// asking the job monitor (a job spanning nodes) after every sleep slice.
     #[inline]
     pub(crate) fn wait_word(
         &self,
@@ -822,140 +817,51 @@ impl World {
         deadline: Option<Instant>,
     ) -> Result<u64> {
         #[cfg(feature = "ofi")]
-        if let Some(n) = &self.net {
-            return self.wait_net(n, word, value, deadline);
+        if let Some(net) = &self.net {
+            return self.wait_with_network(net, word, value, deadline);
         }
-        if self.watch.is_some() {
-            return self.wait_monitored(word, value, deadline);
-        }
-        self.shm.wait_word(word, value, deadline)
+        self.shm.wait_word(word, value, deadline, None, |verdict| {
+            verdict.and_then(|()| self.check_monitor())
+        })
     }
 
-    /// A wait on a node of a job spanning nodes without network traffic of its own: the
-    /// shared-memory wait in slices, asking the job monitor between them.
-    fn wait_monitored(
-        &self,
-        word: &AtomicU64,
-        value: u64,
-        deadline: Option<Instant>,
-    ) -> Result<u64> {
-        loop {
-            let slice = Instant::now() + crate::transport::shm::wait::SLEEP_SLICE;
-            let until = deadline.map_or(slice, |d| d.min(slice));
-            match self.shm.wait_word(word, value, Some(until)) {
-                Err(e) if e.kind() == ErrorKind::Timeout => {
-                    self.check_monitor()?;
-                    if deadline.is_some_and(|d| Instant::now() >= d) {
-                        return Err(e);
-                    }
-                }
-                r => return r,
-            }
-        }
-    }
-
-    /// A wait while the network transport is in use: poll its completion queue while
-    /// spinning (the tcp provider moves data only then), then sleep on the queue's file
-    /// descriptor — or, when ranks of this node may also raise the word, on the word's futex
-    /// in short naps, polling the queue between them.
     #[cfg(feature = "ofi")]
-    fn wait_net(
+    #[inline(never)]
+    fn wait_with_network(
         &self,
         net: &crate::transport::ofi::Ofi,
         word: &AtomicU64,
         value: u64,
         deadline: Option<Instant>,
     ) -> Result<u64> {
-        let r = self.wait_net_inner(net, word, value, deadline);
-        self.shm.awake();
-        r
-    }
-
-    #[cfg(feature = "ofi")]
-    fn wait_net_inner(
-        &self,
-        net: &crate::transport::ofi::Ofi,
-        word: &AtomicU64,
-        value: u64,
-        deadline: Option<Instant>,
-    ) -> Result<u64> {
-        use crate::transport::shm::wait::{self, SLEEP_SLICE};
         use std::sync::atomic::Ordering;
-        let policy = self.shm.policy();
-        let local_writers = self.node.len() > 1;
-        let mut i = 0u32;
-        let mut checked = Instant::now();
-        loop {
-            let v = word.load(Ordering::Acquire);
-            if v >= value {
-                return Ok(v);
-            }
-            net.progress(&self.shm)?;
-            let v = word.load(Ordering::Acquire);
-            if v >= value {
-                return Ok(v);
-            }
-            i = i.saturating_add(1);
-            if i <= policy.spins {
-                std::hint::spin_loop();
-            } else if i <= policy.spins + policy.yields {
-                std::thread::yield_now();
-            } else if local_writers {
-                let nap = Instant::now() + NAP;
-                let _ = wait::wait_ge(
-                    word,
-                    self.shm.sleepers_of(self.rank),
-                    value,
-                    wait::SpinPolicy {
-                        spins: 0,
-                        yields: 0,
-                    },
-                    Some(deadline.map_or(nap, |d| d.min(nap))),
-                    || Ok(()),
-                );
-            } else {
-                // Short: with the tcp provider the queue's descriptor does not always wake
-                // for data that still needs progress to become a completion.
-                net.sleep(NAP);
-            }
-            if checked.elapsed() >= SLEEP_SLICE {
-                checked = Instant::now();
-                let verdict = if i > policy.spins + policy.yields {
-                    // Asleep for a slice: liveness, and deadlock when the whole job is here.
-                    self.shm.check_while_asleep()
-                } else {
-                    self.shm.check_peers(true)
-                };
-                if let Err(e) = verdict {
+        let poll = || net.progress(&self.shm);
+        let block = |d: Duration| net.sleep(d);
+        let progress = crate::transport::Progress {
+            poll: &poll,
+            nap: crate::transport::ofi::NAP,
+            // When ranks of this node may also raise the word, sleep on its futex (their
+            // wake-ups are immediate) and poll the network between naps.
+            block: (self.node.len() == 1).then_some(&block as &dyn Fn(Duration)),
+        };
+        self.shm
+            .wait_word(word, value, deadline, Some(&progress), |verdict| {
+                if let Err(e) = &verdict {
                     // Ranks that left may have sent what we wait for just before: it is in
                     // our sockets, not yet in our memory. Give it a moment to land.
                     if e.kind() == ErrorKind::Aborted {
                         let end = Instant::now() + Duration::from_millis(200);
                         while Instant::now() < end {
                             net.progress(&self.shm)?;
-                            let v = word.load(Ordering::Acquire);
-                            if v >= value {
-                                return Ok(v);
+                            if word.load(Ordering::Acquire) >= value {
+                                return Ok(());
                             }
                             std::thread::yield_now();
                         }
                     }
-                    return Err(e);
                 }
-                self.check_monitor()?;
-                if let Some(d) = deadline {
-                    if Instant::now() >= d {
-                        return Err(Error::new(
-                            ErrorKind::Timeout,
-                            format!(
-                                "timed out waiting for a signal to reach {value} (it is {})",
-                                word.load(Ordering::Acquire)
-                            ),
-                        ));
-                    }
-                }
-            }
-        }
+                verdict.and_then(|()| self.check_monitor())
+            })
     }
 
     /// Fails if the job was aborted, a peer died, or no peer is left that could signal.
@@ -999,13 +905,6 @@ impl World {
         self.shm.raise(word, owner, op);
     }
 }
-
-/// How long a wait on the network sleeps (on the word's futex when ranks of this node may
-/// also raise it, else on the completion queue's descriptor) before it polls the network
-/// again: a sleeping rank costs a wake-up every half millisecond, and a message that arrives
-/// while it sleeps waits at most that long.
-#[cfg(feature = "ofi")]
-const NAP: Duration = Duration::from_micros(500);
 
 impl Drop for World {
     fn drop(&mut self) {

@@ -45,6 +45,32 @@ pub(crate) mod shm;
 use crate::error::Result;
 use crate::fabric::{AtomicOp, Handle, SignalOp, Strided};
 
+// ---- start-up: what the launcher, thread mode and the rendezvous ask of the node -----------
+
+/// The node's job board: where the ranks of one node meet, publish their control segments,
+/// and learn of a peer's death or the job's abort (the shared-memory transport's, see
+/// `shm::board`). Whoever starts the node's ranks makes it (`tca run`, thread mode, the
+/// node's first rank of a job spanning nodes) and hands its descriptor on.
+pub(crate) use shm::board::{AbortReason, Board as NodeBoard};
+
+#[cfg_attr(not(feature = "ofi"), allow(unused_imports))]
+pub(crate) use shm::wait::Progress;
+
+// ---- what the fabric holds of the node --------------------------------------------------
+
+/// The node's transport (shared memory); it also applies, with every check, what network
+/// peers ask of this rank's memory.
+pub(crate) use shm::Shm;
+/// A segment's memory on this node (a sealed memfd with a checked header), whatever
+/// transport carries the writes of remote peers into it.
+pub(crate) use shm::region::{Region, out_of_bounds};
+
+/// Opens descriptor `fd` of process `pid`: how a rank reaches the node board its launcher,
+/// its thread-mode parent or its node's first rank made.
+pub(crate) fn open_inherited(pid: u32, fd: u32) -> Result<std::os::fd::OwnedFd> {
+    shm::memfd::open_peer(pid, fd)
+}
+
 /// The operations the fabric needs from a transport, for one rank's traffic to the ranks the
 /// transport reaches. Handles are checked for job and rank by the fabric before they get
 /// here; everything else (key, liveness, bounds) is the transport's to check.
@@ -96,7 +122,7 @@ pub(crate) enum Via<'a> {
 impl Transport for Via<'_> {
     fn attach(&self, h: &Handle) -> Result<()> {
         match self {
-            Via::Shm(t) => t.ensure(h),
+            Via::Shm(t) => t.attach(h),
             #[cfg(feature = "ofi")]
             Via::Net(n, s) => n.attach(s, h),
         }
@@ -161,10 +187,7 @@ impl Transport for Via<'_> {
 
     fn quiet(&self) -> Result<()> {
         match self {
-            Via::Shm(t) => {
-                t.quiet();
-                Ok(())
-            }
+            Via::Shm(t) => t.quiet(),
             #[cfg(feature = "ofi")]
             Via::Net(n, s) => n.quiet(s),
         }
@@ -178,57 +201,5 @@ impl Transport for Via<'_> {
             #[cfg(feature = "ofi")]
             Via::Net(..) => std::sync::atomic::fence(std::sync::atomic::Ordering::Release),
         }
-    }
-}
-
-impl Transport for shm::Shm {
-    fn attach(&self, h: &Handle) -> Result<()> {
-        self.ensure(h)
-    }
-
-    #[inline]
-    fn put(&self, dst: &Handle, off: usize, src: &[u8]) -> Result<()> {
-        shm::Shm::put(self, dst, off, src)
-    }
-
-    #[inline]
-    fn put_signal(
-        &self,
-        dst: &Handle,
-        off: usize,
-        src: &[u8],
-        sig: &Handle,
-        sig_off: usize,
-        op: SignalOp,
-    ) -> Result<()> {
-        shm::Shm::put_signal(self, dst, off, src, sig, sig_off, op)
-    }
-
-    fn signal(&self, sig: &Handle, off: usize, op: SignalOp) -> Result<()> {
-        shm::Shm::signal(self, sig, off, op)
-    }
-
-    fn put_strided(
-        &self,
-        dst: &Handle,
-        off: usize,
-        src: &[u8],
-        s: Strided,
-        dst_span: usize,
-    ) -> Result<()> {
-        shm::Shm::put_strided(self, dst, off, src, s, dst_span)
-    }
-
-    fn atomic(&self, h: &Handle, off: usize, op: AtomicOp) -> Result<u64> {
-        shm::Shm::atomic(self, h, off, op)
-    }
-
-    fn quiet(&self) -> Result<()> {
-        shm::Shm::quiet(self);
-        Ok(())
-    }
-
-    fn fence(&self) {
-        shm::Shm::fence(self);
     }
 }

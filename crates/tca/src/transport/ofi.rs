@@ -57,10 +57,11 @@ use std::sync::Arc;
 
 use tca_ofi::{Addr, Completion, Config, Endpoint, MemoryRegion, OpContext};
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use super::shm::Shm;
 use super::shm::region::{FREED_SEGMENTS, Region};
+use super::shm::wait::{self, Progress};
 use crate::error::{Error, ErrorKind, Result};
 use crate::fabric::{AtomicOp, Handle, SignalOp, Strided};
 
@@ -76,16 +77,10 @@ const RX: usize = 64;
 /// Contexts for RMA writes in flight.
 const WR: usize = 16;
 const NONE: u32 = u32::MAX;
-const NO_COMPLETION: Completion = Completion {
-    id: u64::MAX,
-    flags: 0,
-    len: 0,
-    data: 0,
-    is_recv: false,
-    is_remote_write: false,
-    is_send: false,
-    is_write: false,
-};
+/// How long a wait on the network sleeps before it polls again: the tcp provider's
+/// completion-queue descriptor does not wake for data that still needs progress to become a
+/// completion, so a sleeping rank polls every half millisecond.
+pub(crate) const NAP: std::time::Duration = std::time::Duration::from_micros(500);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
@@ -245,6 +240,10 @@ pub(crate) struct Ofi {
     remote: RefCell<HashMap<(u32, u32), Remote>>,
     replies: RefCell<HashMap<u64, Reply>>,
     next_req: Cell<u64>,
+    /// The highest request id answered (or refused): what `request` waits on.
+    answered: AtomicU64,
+    /// Sleeper count of that wait (nobody else raises the counter: it stays 0 or 1).
+    answer_sleepers: AtomicU32,
     /// Ranks written to since the last quiet.
     touched: RefCell<Vec<bool>>,
     /// Answers to send once the completion queue has been drained (a handler never sends).
@@ -349,6 +348,8 @@ impl Ofi {
             remote: RefCell::new(HashMap::new()),
             replies: RefCell::new(HashMap::new()),
             next_req: Cell::new(1),
+            answered: AtomicU64::new(0),
+            answer_sleepers: AtomicU32::new(0),
             touched: RefCell::new(vec![false; size as usize]),
             deferred: RefCell::new(Vec::new()),
             refused: RefCell::new(None),
@@ -643,7 +644,7 @@ impl Ofi {
     /// safely: the process stops rather than let the provider read freed memory.
     fn settle(&self, outstanding: &[usize]) {
         let end = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        let mut got = [NO_COMPLETION; 16];
+        let mut got = [Completion::EMPTY; 16];
         while outstanding
             .iter()
             .any(|s| !self.wr_free.borrow().contains(s))
@@ -696,35 +697,38 @@ impl Ofi {
     }
 
     /// Sends a request and makes progress until its answer arrives.
-    fn request(&self, shm: &Shm, to: u32, mut h: Header) -> Result<Header> {
+    fn request(
+        &self,
+        shm: &Shm,
+        to: u32,
+        mut h: Header,
+        deadline: Option<std::time::Instant>,
+    ) -> Result<Header> {
         let req = self.next_req();
-        h.value2 = if h.kind == Kind::Atomic as u8 && h.op == op::CAS {
-            h.value2
-        } else {
-            req
-        };
-        // Compare-exchange needs both values: its request id rides in the destination offset.
+        // The request id rides in the destination offset (compare-exchange uses both values).
         h.dst_off = req;
         self.send(shm, to, &h, &[])?;
-        let mut turns = 0u32;
-        loop {
-            if let Some(r) = self.replies.borrow_mut().remove(&req) {
-                return match r {
-                    Reply::Value(h) => Ok(h),
-                    Reply::Refused(why) => Err(Error::peer(
-                        if why.contains("bounds") {
-                            ErrorKind::OutOfBounds
-                        } else {
-                            ErrorKind::InvalidHandle
-                        },
-                        to,
-                        format!("rank {to} refused: {why}"),
-                    )),
-                };
-            }
-            self.progress(shm)?;
-            self.stalled(shm, &mut turns)?;
-            if turns % 256 == 0 {
+        // Requests go one at a time (handlers never send one), so "answered" only grows: the
+        // wait is the transports' one wait loop, on that counter, polling this transport.
+        let poll = || self.progress(shm);
+        let block = |d: std::time::Duration| self.sleep(d);
+        let progress = Progress {
+            poll: &poll,
+            nap: NAP,
+            block: Some(&block),
+        };
+        wait::wait_ge(
+            &self.answered,
+            &self.answer_sleepers,
+            req,
+            shm.policy(),
+            deadline,
+            Some(&progress),
+            || {
+                shm.check_peers(false)?;
+                if let Some(w) = self.watch.borrow().as_ref() {
+                    w.check()?;
+                }
                 let gone = shm.has_left(to)
                     || self.watch.borrow().as_ref().is_some_and(|w| w.has_left(to));
                 if gone {
@@ -736,7 +740,25 @@ impl Ofi {
                         format!("rank {to} has left the job: it cannot answer"),
                     ));
                 }
-            }
+                Ok(())
+            },
+        )?;
+        match self.replies.borrow_mut().remove(&req) {
+            Some(Reply::Value(h)) => Ok(h),
+            Some(Reply::Refused(why)) => Err(Error::peer(
+                if why.contains("bounds") {
+                    ErrorKind::OutOfBounds
+                } else {
+                    ErrorKind::InvalidHandle
+                },
+                to,
+                format!("rank {to} refused: {why}"),
+            )),
+            None => Err(Error::peer(
+                ErrorKind::Transport,
+                to,
+                format!("rank {to} answered request {req} twice or not at all"),
+            )),
         }
     }
 
@@ -764,6 +786,7 @@ impl Ofi {
                 sig_off: h.len() as u64,
                 ..Header::default()
             },
+            None,
         )?;
         let d = Remote {
             key: h.key(),
@@ -956,12 +979,17 @@ impl Ofi {
                 value2: v2,
                 ..Header::default()
             },
+            None,
         )?;
         Ok(a.value)
     }
 
     /// Every earlier operation of this rank is complete at its target.
     pub(crate) fn quiet(&self, shm: &Shm) -> Result<()> {
+        self.quiet_until(shm, None)
+    }
+
+    fn quiet_until(&self, shm: &Shm, deadline: Option<std::time::Instant>) -> Result<()> {
         let mut turns = 0;
         while self.wr_free.borrow().len() < WR {
             self.poll_cq(shm)?;
@@ -980,6 +1008,7 @@ impl Ofi {
                     src: self.rank,
                     ..Header::default()
                 },
+                deadline,
             )?;
             // Only a rank that answered is quiet: after an error the rest stay to do.
             self.touched.borrow_mut()[r as usize] = false;
@@ -1004,7 +1033,7 @@ impl Ofi {
     }
 
     fn progress_inner(&self, shm: &Shm) -> Result<()> {
-        let mut got = [NO_COMPLETION; 16];
+        let mut got = [Completion::EMPTY; 16];
         loop {
             let n = self.read_cq(shm, &mut got)?;
             self.complete_all(shm, &got[..n])?;
@@ -1026,7 +1055,7 @@ impl Ofi {
     /// Reads completions once (used while waiting for a free buffer). Messages that arrive
     /// are applied; the answers they ask for wait for the next `progress`.
     fn poll_cq(&self, shm: &Shm) -> Result<()> {
-        let mut got = [NO_COMPLETION; 16];
+        let mut got = [Completion::EMPTY; 16];
         let n = self.read_cq(shm, &mut got)?;
         self.complete_all(shm, &got[..n])
     }
@@ -1254,6 +1283,7 @@ impl Ofi {
             }),
             Kind::Answer => {
                 self.replies.borrow_mut().insert(h.value2, Reply::Value(h));
+                self.answered.fetch_max(h.value2, Ordering::Release);
             }
             Kind::Revoke => {
                 let mut remote = self.remote.borrow_mut();
@@ -1270,6 +1300,7 @@ impl Ofi {
                     self.replies
                         .borrow_mut()
                         .insert(h.value2, Reply::Refused(why));
+                    self.answered.fetch_max(h.value2, Ordering::Release);
                 } else {
                     self.refused.borrow_mut().get_or_insert_with(|| {
                         Error::peer(

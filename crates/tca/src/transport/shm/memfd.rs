@@ -92,20 +92,3 @@ pub fn open_peer(pid: u32, fd: u32) -> Result<OwnedFd> {
         )
     })
 }
-
-/// A random 64-bit value from the kernel (keys and job ids).
-pub fn random_u64() -> u64 {
-    let mut b = [0u8; 8];
-    match rustix::rand::getrandom(&mut b, rustix::rand::GetRandomFlags::empty()) {
-        Ok(8) => u64::from_ne_bytes(b),
-        // getrandom cannot fail for 8 bytes after boot; fall back to time and pid, still unique
-        // enough to tell jobs apart, never used for security.
-        _ => {
-            let t = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos() as u64)
-                .unwrap_or(0);
-            t ^ (u64::from(std::process::id()) << 32) ^ 0x9e37_79b9_7f4a_7c15
-        }
-    }
-}

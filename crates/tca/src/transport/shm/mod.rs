@@ -11,6 +11,7 @@
 //! [`node::Shm`] is the transport itself (peers, attach cache, liveness); [`region`] the
 //! segment memory with its checked header; [`wait`] the spin-then-sleep protocol.
 
+pub(crate) mod board;
 pub(crate) mod mapping;
 pub(crate) mod memfd;
 pub(crate) mod node;
@@ -22,10 +23,8 @@ pub(crate) use node::Shm;
 
 /// Size of the header page in front of every segment's data.
 pub const HEADER_BYTES: usize = 4096;
-/// Cache line size assumed for layout (x86-64 and most AArch64 parts).
-pub const LINE: usize = 64;
-/// Spacing between words written by different ranks (adjacent-line prefetch pulls pairs).
-pub const PAD: usize = 128;
+/// Spacing between words written by different ranks (the fabric's line layout).
+pub const PAD: usize = crate::fabric::line::SLOT_STRIDE;
 
 /// Rounds `n` up to a multiple of the page size, or `None` on overflow.
 pub fn page_round(n: usize) -> Option<usize> {

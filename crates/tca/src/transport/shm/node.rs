@@ -22,14 +22,15 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Instant;
 
 use super::HEADER_BYTES;
+use super::board::{AbortReason, Board, Entry, RankState};
 use super::region::{Region, out_of_bounds};
 use super::wait::{self, SpinPolicy};
-use crate::bootstrap::board::{AbortReason, Board, Entry, RankState};
 use crate::bootstrap::{BoardSource, JobEnv};
 use crate::env;
 use crate::error::{Error, ErrorKind, Result};
 use crate::fabric::control::{CTRL_BYTES, SLEEPERS};
 use crate::fabric::{AtomicOp, Handle, SignalOp, Strided};
+use crate::transport::Transport;
 
 #[derive(Debug)]
 struct Peer {
@@ -113,7 +114,7 @@ impl Shm {
         let my_pid = std::process::id();
         let ctrl = Arc::new(Region::create(rank, job, CTRL_BYTES, "ctrl")?);
         let spin = env::parse::<u32>(env::SPIN)?;
-        let policy = SpinPolicy::adaptive(size, SpinPolicy::cpus(), spin);
+        let policy = SpinPolicy::adaptive(size, crate::bootstrap::job_cpus(), spin);
         let launcher = match board.launcher_pid() {
             Some(pid) => Some((
                 pid,
@@ -163,6 +164,7 @@ impl Shm {
             local.len() as u64,
             policy,
             Some(boot_deadline),
+            None,
             boot_check,
         );
         if let Err(e) = r {
@@ -469,24 +471,6 @@ impl Shm {
 
     // ---- data path --------------------------------------------------------------------------
 
-    #[inline]
-    pub(crate) fn put(&self, dst: &Handle, off: usize, src: &[u8]) -> Result<()> {
-        {
-            let cache = self.cache.borrow();
-            if let Some(d) = live(&cache, dst) {
-                let at = d.range(off, src.len())?;
-                d.map.write(at, src);
-                return Ok(());
-            }
-        }
-        self.ensure(dst)?;
-        let cache = self.cache.borrow();
-        let d = self.target(&cache, dst)?;
-        let at = d.range(off, src.len())?;
-        d.map.write(at, src);
-        Ok(())
-    }
-
     pub(crate) fn put_inline(&self, dst: &Handle, off: usize, src: &[u8]) -> Result<()> {
         self.ensure(dst)?;
         let cache = self.cache.borrow();
@@ -524,27 +508,6 @@ impl Shm {
         }))
     }
 
-    #[inline]
-    pub(crate) fn put_signal(
-        &self,
-        dst: &Handle,
-        off: usize,
-        src: &[u8],
-        sig: &Handle,
-        sig_off: usize,
-        op: SignalOp,
-    ) -> Result<()> {
-        if let Some(r) = self.put_signal_fast(dst, off, src, sig, sig_off, op) {
-            return r;
-        }
-        self.ensure(dst)?;
-        self.ensure(sig)?;
-        let cache = self.cache.borrow();
-        let d = self.target(&cache, dst)?;
-        let s = self.target(&cache, sig)?;
-        self.put_signal_in(d, off, src, s, sig_off, sig.rank(), op)
-    }
-
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
     fn put_signal_in(
@@ -564,14 +527,6 @@ impl Shm {
         Ok(())
     }
 
-    pub(crate) fn signal(&self, sig: &Handle, off: usize, op: SignalOp) -> Result<()> {
-        self.ensure(sig)?;
-        let cache = self.cache.borrow();
-        let word = self.target(&cache, sig)?.word(off)?;
-        self.raise(word, sig.rank(), op);
-        Ok(())
-    }
-
     /// Applies `op` to `word` (in the memory of rank `owner`) and wakes its sleepers.
     #[inline(always)]
     pub(crate) fn raise(&self, word: &AtomicU64, owner: u32, op: SignalOp) {
@@ -582,14 +537,6 @@ impl Shm {
             }
         }
         wait::notify(word, self.sleepers_of(owner));
-    }
-
-    /// A remote atomic: every operation that changes the word wakes its sleepers.
-    pub(crate) fn atomic(&self, h: &Handle, off: usize, op: AtomicOp) -> Result<u64> {
-        self.ensure(h)?;
-        let cache = self.cache.borrow();
-        let word = self.target(&cache, h)?.word(off)?;
-        Ok(self.apply_atomic(word, h.rank(), op))
     }
 
     pub(crate) fn apply_atomic(&self, word: &AtomicU64, owner: u32, op: AtomicOp) -> u64 {
@@ -609,45 +556,21 @@ impl Shm {
         old
     }
 
-    pub(crate) fn put_strided(
-        &self,
-        dst: &Handle,
-        off: usize,
-        src: &[u8],
-        s: Strided,
-        dst_span: usize,
-    ) -> Result<()> {
-        self.ensure(dst)?;
-        let cache = self.cache.borrow();
-        let d = self.target(&cache, dst)?;
-        let at = d.range(off, dst_span)?;
-        for i in 0..s.count {
-            let from = i * s.src_stride;
-            d.map
-                .write(at + i * s.dst_stride, &src[from..from + s.block]);
-        }
-        Ok(())
-    }
-
-    /// Shared memory completes every put on return: a full fence makes it visible in order.
-    pub(crate) fn quiet(&self) {
-        std::sync::atomic::fence(Ordering::SeqCst);
-    }
-
-    pub(crate) fn fence(&self) {
-        std::sync::atomic::fence(Ordering::Release);
-    }
-
     // ---- waiting and liveness -----------------------------------------------------------------
 
     /// Waits until `word` (in this rank's memory) reaches `value`; `progress` runs while
     /// spinning and after every sleep slice (network completions, see `fabric::World`).
     #[inline]
+    ///
+    /// `judge` gets this transport's verdict after every sleep slice (liveness, deadlock) and
+    /// may add its own (the job monitor) or soften it (give in-flight network data a moment).
     pub(crate) fn wait_word(
         &self,
         word: &AtomicU64,
         value: u64,
         deadline: Option<Instant>,
+        progress: Option<&wait::Progress<'_>>,
+        mut judge: impl FnMut(Result<()>) -> Result<()>,
     ) -> Result<u64> {
         let r = wait::wait_ge(
             word,
@@ -655,7 +578,8 @@ impl Shm {
             value,
             self.policy,
             deadline,
-            || self.check_while_asleep(),
+            progress,
+            || judge(self.check_while_asleep()),
         );
         if self.asleep.replace(false) {
             self.board.set_asleep(self.rank, false);
@@ -667,7 +591,7 @@ impl Shm {
     /// Called by a wait each time a sleep slice ends without its signal: marks this rank
     /// asleep, checks peers, and detects a deadlock (every rank still in the job asleep in a
     /// wait, nobody finishing one, for [`DEADLOCK_SLICES`] slices: no one is left to signal).
-    pub(crate) fn check_while_asleep(&self) -> Result<()> {
+    fn check_while_asleep(&self) -> Result<()> {
         if !self.asleep.replace(true) {
             self.board.set_asleep(self.rank, true);
         }
@@ -712,15 +636,6 @@ impl Shm {
             ));
         }
         Ok(())
-    }
-
-    /// Ends a wait that called [`Shm::check_while_asleep`]: this rank is awake again.
-    #[cfg_attr(not(feature = "ofi"), allow(dead_code))]
-    pub(crate) fn awake(&self) {
-        if self.asleep.replace(false) {
-            self.board.set_asleep(self.rank, false);
-            self.stuck.set(0);
-        }
     }
 
     /// Fails if the job was aborted or a peer died; with `waiting`, also if no other rank is
@@ -803,6 +718,100 @@ impl Shm {
     pub(crate) fn mark_failed(&self) {
         self.board.set_state(self.rank, RankState::Failed);
         self.left.set(true);
+    }
+}
+
+/// The shared-memory transport behind the boundary: every put is one `memcpy` into the
+/// peer's mapping, complete on return; signals and atomics are SeqCst operations followed by
+/// a futex wake when the owner's sleeper count says someone sleeps.
+impl Transport for Shm {
+    fn attach(&self, h: &Handle) -> Result<()> {
+        self.ensure(h)
+    }
+
+    #[inline]
+    fn put(&self, dst: &Handle, off: usize, src: &[u8]) -> Result<()> {
+        {
+            let cache = self.cache.borrow();
+            if let Some(d) = live(&cache, dst) {
+                let at = d.range(off, src.len())?;
+                d.map.write(at, src);
+                return Ok(());
+            }
+        }
+        self.ensure(dst)?;
+        let cache = self.cache.borrow();
+        let d = self.target(&cache, dst)?;
+        let at = d.range(off, src.len())?;
+        d.map.write(at, src);
+        Ok(())
+    }
+
+    #[inline]
+    fn put_signal(
+        &self,
+        dst: &Handle,
+        off: usize,
+        src: &[u8],
+        sig: &Handle,
+        sig_off: usize,
+        op: SignalOp,
+    ) -> Result<()> {
+        if let Some(r) = self.put_signal_fast(dst, off, src, sig, sig_off, op) {
+            return r;
+        }
+        self.ensure(dst)?;
+        self.ensure(sig)?;
+        let cache = self.cache.borrow();
+        let d = self.target(&cache, dst)?;
+        let s = self.target(&cache, sig)?;
+        self.put_signal_in(d, off, src, s, sig_off, sig.rank(), op)
+    }
+
+    fn signal(&self, sig: &Handle, off: usize, op: SignalOp) -> Result<()> {
+        self.ensure(sig)?;
+        let cache = self.cache.borrow();
+        let word = self.target(&cache, sig)?.word(off)?;
+        self.raise(word, sig.rank(), op);
+        Ok(())
+    }
+
+    /// A remote atomic: every operation that changes the word wakes its sleepers.
+    fn atomic(&self, h: &Handle, off: usize, op: AtomicOp) -> Result<u64> {
+        self.ensure(h)?;
+        let cache = self.cache.borrow();
+        let word = self.target(&cache, h)?.word(off)?;
+        Ok(self.apply_atomic(word, h.rank(), op))
+    }
+
+    fn put_strided(
+        &self,
+        dst: &Handle,
+        off: usize,
+        src: &[u8],
+        s: Strided,
+        dst_span: usize,
+    ) -> Result<()> {
+        self.ensure(dst)?;
+        let cache = self.cache.borrow();
+        let d = self.target(&cache, dst)?;
+        let at = d.range(off, dst_span)?;
+        for i in 0..s.count {
+            let from = i * s.src_stride;
+            d.map
+                .write(at + i * s.dst_stride, &src[from..from + s.block]);
+        }
+        Ok(())
+    }
+
+    /// Shared memory completes every put on return: a full fence makes it visible in order.
+    fn quiet(&self) -> Result<()> {
+        std::sync::atomic::fence(Ordering::SeqCst);
+        Ok(())
+    }
+
+    fn fence(&self) {
+        std::sync::atomic::fence(Ordering::Release);
     }
 }
 

@@ -70,7 +70,7 @@ impl Region {
         let segment = u32::try_from(std::os::fd::AsRawFd::as_raw_fd(&fd))
             .map_err(|_| Error::new(ErrorKind::Transport, "negative descriptor"))?;
         let map = Mapping::map(&fd, bytes)?;
-        let key = memfd::random_u64() | 1;
+        let key = crate::rand::random_u64() | 1;
         let h = Header {
             magic: MAGIC,
             version: VERSION,

@@ -91,18 +91,27 @@ impl SpinPolicy {
         }
         p
     }
+}
 
-    /// CPUs the job may run on: as the launcher saw them before it bound its ranks
-    /// (`TCA_JOB_CPUS`), else the CPUs this process may run on.
-    pub fn cpus() -> u32 {
-        crate::env::parse::<u32>(crate::env::JOB_CPUS)
-            .ok()
-            .flatten()
-            .filter(|&n| n > 0)
-            .unwrap_or_else(|| {
-                std::thread::available_parallelism()
-                    .map_or(1, |n| u32::try_from(n.get()).unwrap_or(u32::MAX))
-            })
+/// What a wait does besides watching its word: the progress of a network transport, which
+/// moves data only while someone polls it. One wait loop serves every transport; this is
+/// its hook.
+pub(crate) struct Progress<'a> {
+    /// Polls the network (completions, incoming messages): on every spin and yield turn and
+    /// after every sleep.
+    pub poll: &'a dyn Fn() -> Result<()>,
+    /// Longest sleep before `poll` runs again.
+    pub nap: Duration,
+    /// Sleeps on the network itself (its completion queue's descriptor) rather than on the
+    /// word's futex: for waits that no rank of this node can end.
+    pub block: Option<&'a dyn Fn(Duration)>,
+}
+
+impl std::fmt::Debug for Progress<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Progress")
+            .field("nap", &self.nap)
+            .finish_non_exhaustive()
     }
 }
 
@@ -110,21 +119,23 @@ impl SpinPolicy {
 ///
 /// `sleepers` is the sleeper count of the rank that owns `word`'s memory. `check` runs each
 /// time a sleep slice expires with nothing seen; it returns an error to give up (dead peer,
-/// abort). `deadline` turns an endless wait into [`ErrorKind::Timeout`].
+/// abort). `deadline` turns an endless wait into [`ErrorKind::Timeout`]. `progress`, when a
+/// network transport is in use, is polled while spinning and between naps.
 #[inline]
-pub fn wait_ge(
+pub(crate) fn wait_ge(
     word: &AtomicU64,
     sleepers: &AtomicU32,
     target: u64,
     policy: SpinPolicy,
     deadline: Option<Instant>,
+    progress: Option<&Progress<'_>>,
     check: impl FnMut() -> Result<()>,
 ) -> Result<u64> {
     let v = word.load(Ordering::Acquire);
     if v >= target {
         return Ok(v);
     }
-    wait_slow(word, sleepers, target, policy, deadline, check)
+    wait_slow(word, sleepers, target, policy, deadline, progress, check)
 }
 
 #[inline(never)]
@@ -134,10 +145,13 @@ fn wait_slow(
     target: u64,
     policy: SpinPolicy,
     deadline: Option<Instant>,
+    progress: Option<&Progress<'_>>,
     mut check: impl FnMut() -> Result<()>,
 ) -> Result<u64> {
+    let poll = || progress.map_or(Ok(()), |p| (p.poll)());
     for _ in 0..policy.spins {
         std::hint::spin_loop();
+        poll()?;
         let v = word.load(Ordering::Acquire);
         if v >= target {
             return Ok(v);
@@ -145,11 +159,13 @@ fn wait_slow(
     }
     for _ in 0..policy.yields {
         rustix::thread::sched_yield();
+        poll()?;
         let v = word.load(Ordering::Acquire);
         if v >= target {
             return Ok(v);
         }
     }
+    let nap = progress.map_or(SLEEP_SLICE, |p| p.nap.min(SLEEP_SLICE));
     let half = futex_half(word);
     // `check` runs once per slice of sleeping, whatever woke us: a stream of wake-ups that do
     // not reach the target must not postpone the detection of a dead peer.
@@ -167,10 +183,24 @@ fn wait_slow(
                         ),
                     ));
                 }
-                SLEEP_SLICE.min(d - now)
+                nap.min(d - now)
             }
-            None => SLEEP_SLICE,
+            None => nap,
         };
+        if let Some(block) = progress.and_then(|p| p.block) {
+            // Nobody on this node can raise the word: sleep on the network instead.
+            block(slice);
+            poll()?;
+            let v = word.load(Ordering::Acquire);
+            if v >= target {
+                return Ok(v);
+            }
+            if last_check.elapsed() >= SLEEP_SLICE {
+                check()?;
+                last_check = Instant::now();
+            }
+            continue;
+        }
         sleepers.fetch_add(1, Ordering::SeqCst);
         let seen = word.load(Ordering::SeqCst);
         if seen >= target {
@@ -184,6 +214,7 @@ fn wait_slow(
         // Truncation to the low half is the futex ABI: the kernel compares the low 32 bits.
         let r = futex::wait(half, futex::Flags::empty(), seen as u32, Some(&ts));
         sleepers.fetch_sub(1, Ordering::SeqCst);
+        poll()?;
         let v = word.load(Ordering::Acquire);
         if v >= target {
             return Ok(v);
@@ -247,6 +278,7 @@ mod tests {
                     yields: 0,
                 },
                 None,
+                None,
                 || Ok(()),
             )
             .unwrap()
@@ -273,6 +305,7 @@ mod tests {
                 yields: 1,
             },
             Some(d),
+            None,
             || Ok(()),
         );
         assert_eq!(e.unwrap_err().kind(), ErrorKind::Timeout);
@@ -291,6 +324,7 @@ mod tests {
                 spins: 0,
                 yields: 0,
             },
+            None,
             None,
             || Err(Error::peer(ErrorKind::PeerDied, 3, "rank 3 died")),
         );

@@ -22,8 +22,8 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use bytemuck::{Pod, Zeroable};
 
+use super::{Mapping, PAD, memfd, page_round};
 use crate::error::{Error, ErrorKind, Result};
-use crate::transport::shm::{Mapping, PAD, memfd, page_round};
 
 const MAGIC: u64 = u64::from_le_bytes(*b"TCABOARD");
 const VERSION: u32 = 1;
@@ -279,7 +279,7 @@ impl Board {
         self.state_word(rank)
             .store(RankState::Ready as u32, Ordering::Release);
         self.published().fetch_add(1, Ordering::SeqCst);
-        crate::transport::shm::wait::notify(self.published(), self.sleepers());
+        super::wait::notify(self.published(), self.sleepers());
     }
 
     /// A rank's published entry, if it has published.
