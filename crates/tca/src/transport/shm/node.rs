@@ -2,7 +2,7 @@
 //! has attached, the node's start-up board, and everything that tells it a local peer died.
 //!
 //! What it owns (nothing of it is visible outside the crate):
-//! - the node's **board** (see `bootstrap::board`): pids, control segments, rank states, the
+//! - the node's **board** (see `super::board`): pids, control segments, rank states, the
 //!   abort word and the sleep flags that deadlock detection reads;
 //! - one **peer** record per rank on this node: pid, pidfd (readable once the process exits,
 //!   immune to pid reuse) and the peer's control segment, whose first word is that rank's
