@@ -23,11 +23,14 @@
 //! | `TCA_JOB_RESULT` | `tca bench`, `tca cg` | file where rank 0 of a job they started writes its result |
 //! | `TCA_MPI_RESULT` | `tca bench`, `tca cg` | the same for the MPI ranks of `--compare mpi` |
 //! | `TCA_MPIRUN` | user | the `mpirun` of `--compare mpi` (default: `mpirun` on the PATH) |
+//! | `TCA_P2P_EAGER` | user | largest two-sided message (bytes) sent eagerly; larger ones go by rendezvous (default `p2p::EAGER_DEFAULT`, capped by the ring's packet size) |
 //! | `TCA_MODEL_FILE` | user | the collectives' calibrated cost models, written by `tca model calibrate` and read at the first communicator (default: `$XDG_CONFIG_HOME/tca/model.json`, else `~/.config/tca/model.json`; `none`: the built-in defaults) |
 //!
 //! Unknown `TCA_*` names are reported once on stderr by [`warn_unknown`], so a typo such as
 //! `TCA_SPINS=0` does not silently do nothing.
 
+/// Largest two-sided message sent eagerly, in bytes.
+pub const P2P_EAGER: &str = "TCA_P2P_EAGER";
 /// Rank of this process, set by `tca run`.
 pub const RANK: &str = "TCA_RANK";
 /// Number of ranks in the job, set by `tca run`.
@@ -103,6 +106,7 @@ pub const KNOWN: &[&str] = &[
     MPI_RESULT,
     MPIRUN,
     MODEL_FILE,
+    P2P_EAGER,
 ];
 
 /// Prefixes of families of variables (`TCA_COLL_ALLREDUCE=ring` and the like).

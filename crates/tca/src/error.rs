@@ -18,6 +18,8 @@ pub enum ErrorKind {
     InvalidRank,
     /// An argument is invalid (alignment, size limits, mismatched collective arguments).
     InvalidArgument,
+    /// A message is longer than the buffer that received it (the buffer holds its start).
+    Truncated,
     /// A peer rank died or exited while this rank still needed it.
     PeerDied,
     /// The job was aborted (by the launcher, or by a rank that saw a peer die).

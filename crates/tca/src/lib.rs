@@ -18,6 +18,7 @@
 //!
 //! ## Contents
 //! - [`coll`]: collectives on communicators ([`Comm`]), several algorithms each.
+//! - [`p2p`]: two-sided messages (send/recv, tags, non-blocking and persistent requests).
 //! - [`fabric`]: the one-sided core. [`fabric::line`]: the single-line small-message layout.
 //! - [`transport`]: the transport contract and the shared-memory transport.
 //! - [`bootstrap`]: finding rank and size (launcher, Slurm, mpirun) and the launcher itself.
@@ -51,6 +52,7 @@ pub mod coll;
 pub mod env;
 mod error;
 pub mod fabric;
+pub mod p2p;
 mod rand;
 pub mod threads;
 pub mod transport;

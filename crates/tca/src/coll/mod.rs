@@ -32,16 +32,34 @@ mod reduce_scatter;
 pub mod registry;
 mod scatter;
 
-use std::cell::{Cell, RefCell, RefMut};
+use std::cell::{Cell, OnceCell, RefCell, RefMut};
 
 pub use channel::{chunk_bytes, scratch_bytes};
 pub use op::{BitOp, Element, Op, Reducer};
 pub use registry::{ALGORITHMS, Algorithm, Collective};
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::fabric::ring::Hook;
 use crate::fabric::{Handle, World};
 use channel::{Channels, Sink};
 use registry::Kernel;
+
+impl Drop for Comm<'_> {
+    /// Delivers sends whose requests were dropped (see `p2p`, "Requests and safety") while
+    /// their receivers keep taking them; says so on stderr if some never were.
+    fn drop(&mut self) {
+        if let Some(eng) = self.p2p.get() {
+            let left = eng.drain(self.world);
+            if left > 0 {
+                eprintln!(
+                    "tca: rank {}: a communicator was dropped with {left} send(s) its peers \
+                     never received",
+                    self.world.rank()
+                );
+            }
+        }
+    }
+}
 
 /// The function of the algorithm chosen for a call of `$coll` on `$bytes` bytes.
 macro_rules! kernel {
@@ -88,6 +106,8 @@ pub struct Comm<'w> {
     tmp: [RefCell<Vec<u64>>; 3],
     sizes: RefCell<(Vec<usize>, Vec<usize>)>,
     broken: Cell<bool>,
+    /// Two-sided messages ([`crate::p2p`]): set up with the communicator.
+    p2p: OnceCell<crate::p2p::Engine>,
 }
 
 impl<'w> Comm<'w> {
@@ -136,6 +156,7 @@ impl<'w> Comm<'w> {
             tmp: Default::default(),
             sizes: RefCell::new((Vec::new(), Vec::new())),
             broken: Cell::new(false),
+            p2p: OnceCell::new(),
         };
         // Every member uses rank 0's choices, even if the ranks read different model files
         // (TCA_MODEL_FILE differs, or a calibration was written while the job started): two
@@ -147,6 +168,21 @@ impl<'w> Comm<'w> {
             table.check()?;
             comm.table = table;
         }
+        // Two-sided messages get a segment of their own (their rings must never carry a
+        // collective's chunks); its handles travel through the new communicator itself.
+        let seg = world.alloc(crate::p2p::p2p_bytes(comm.p()))?;
+        let mine = seg.handle().to_bytes();
+        let mut all = vec![0u8; Handle::BYTES * comm.p()];
+        comm.allgather(&mine, &mut all)?;
+        let handles = all
+            .chunks(Handle::BYTES)
+            .map(Handle::from_bytes)
+            .collect::<Result<Vec<_>>>()?;
+        for h in &handles {
+            let _ = world.attach(h);
+        }
+        let engine = crate::p2p::Engine::new(seg, handles, comm.me, comm.ranks.clone())?;
+        comm.p2p.set(engine).expect("set once, here");
         Ok(comm)
     }
 
@@ -292,6 +328,13 @@ impl<'w> Comm<'w> {
 
     // ---- plumbing used by the algorithms ---------------------------------------------------
 
+    /// The two-sided message engine.
+    pub(crate) fn engine(&self) -> &crate::p2p::Engine {
+        self.p2p
+            .get()
+            .expect("set up when the communicator is assembled")
+    }
+
     pub(crate) fn p(&self) -> usize {
         self.ranks.len()
     }
@@ -304,20 +347,35 @@ impl<'w> Comm<'w> {
         self.ch.chunks(n)
     }
 
-    pub(crate) fn send(&self, to: usize, msg: &[u8]) -> Result<()> {
-        self.ch.send(self.world, to, msg)
+    /// Runs `f` with the two-sided engine's progress as the wait hook when that engine owes
+    /// peers something (queued packets, rendezvous data to put), so that a rank inside a
+    /// collective still completes its earlier non-blocking sends (MPI's progress rule); no
+    /// hook, and no cost, otherwise.
+    #[inline]
+    fn hooked<R>(&self, f: impl FnOnce(Hook<'_>) -> R) -> R {
+        match self.p2p.get() {
+            Some(eng) if eng.busy() => {
+                let poll = || eng.poll(self.world).map(|_| false);
+                f(Some(&poll))
+            }
+            _ => f(None),
+        }
     }
 
-    pub(crate) fn recv(&self, from: usize, dst: &mut [u8]) -> Result<()> {
-        self.ch.recv(self.world, from, dst, &Sink::Copy)
+    pub(crate) fn ch_send(&self, to: usize, msg: &[u8]) -> Result<()> {
+        self.hooked(|h| self.ch.send(self.world, to, msg, h))
+    }
+
+    pub(crate) fn ch_recv(&self, from: usize, dst: &mut [u8]) -> Result<()> {
+        self.hooked(|h| self.ch.recv(self.world, from, dst, &Sink::Copy, h))
     }
 
     pub(crate) fn recv_reduce(&self, from: usize, acc: &mut [u8], red: &Reducer<'_>) -> Result<()> {
-        self.ch.recv(self.world, from, acc, &Sink::Reduce(red))
+        self.hooked(|h| self.ch.recv(self.world, from, acc, &Sink::Reduce(red), h))
     }
 
     pub(crate) fn send_chunk(&self, to: usize, msg: &[u8], i: usize) -> Result<()> {
-        self.ch.send_chunk(self.world, to, msg, i)
+        self.hooked(|h| self.ch.send_chunk(self.world, to, msg, i, h))
     }
 
     pub(crate) fn recv_chunk(
@@ -327,15 +385,15 @@ impl<'w> Comm<'w> {
         i: usize,
         red: Option<&Reducer<'_>>,
     ) -> Result<()> {
-        match red {
+        self.hooked(|h| match red {
             Some(r) => self
                 .ch
-                .recv_chunk(self.world, from, dst, i, &Sink::Reduce(r)),
-            None => self.ch.recv_chunk(self.world, from, dst, i, &Sink::Copy),
-        }
+                .recv_chunk(self.world, from, dst, i, &Sink::Reduce(r), h),
+            None => self.ch.recv_chunk(self.world, from, dst, i, &Sink::Copy, h),
+        })
     }
 
-    pub(crate) fn sendrecv(
+    pub(crate) fn ch_sendrecv(
         &self,
         to: usize,
         msg: &[u8],
@@ -343,14 +401,14 @@ impl<'w> Comm<'w> {
         dst: &mut [u8],
         red: Option<&Reducer<'_>>,
     ) -> Result<()> {
-        match red {
+        self.hooked(|h| match red {
             Some(r) => self
                 .ch
-                .sendrecv(self.world, to, msg, from, dst, &Sink::Reduce(r)),
+                .sendrecv(self.world, to, msg, from, dst, &Sink::Reduce(r), h),
             None => self
                 .ch
-                .sendrecv(self.world, to, msg, from, dst, &Sink::Copy),
-        }
+                .sendrecv(self.world, to, msg, from, dst, &Sink::Copy, h),
+        })
     }
 
     /// Sends `buf` to `to` and receives a message of the same length from `from` into `buf`

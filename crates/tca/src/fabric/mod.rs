@@ -4,6 +4,7 @@
 mod chain;
 pub(crate) mod control;
 pub mod line;
+pub(crate) mod ring;
 mod segment;
 mod world;
 

@@ -835,7 +835,7 @@ impl World {
         deadline: Option<Instant>,
     ) -> Result<u64> {
         use std::sync::atomic::Ordering;
-        let poll = || net.progress(&self.shm);
+        let poll = || net.progress(&self.shm).map(|()| false);
         let block = |d: Duration| net.sleep(d);
         let progress = crate::transport::Progress {
             poll: &poll,
@@ -860,6 +860,48 @@ impl World {
                         }
                     }
                 }
+                verdict.and_then(|()| self.check_monitor())
+            })
+    }
+
+    /// Waits until the signal word at `off` in this rank's segment `seg` reaches `value`, or
+    /// until `poll` (run on every spin and yield turn and at least every `nap` while asleep,
+    /// after the network's own progress) says the caller's condition holds. The wait loop of
+    /// the message engines: they sleep on the word their request most likely raises and make
+    /// progress on everything else meanwhile. Returns the word's value when it ended.
+    pub(crate) fn wait_polling(
+        &self,
+        seg: &Segment,
+        off: usize,
+        value: u64,
+        nap: Duration,
+        poll: &dyn Fn() -> Result<bool>,
+    ) -> Result<u64> {
+        let word = self.own_word(seg, off)?;
+        #[cfg(feature = "ofi")]
+        if let Some(net) = &self.net {
+            let both = || {
+                net.progress(&self.shm)?;
+                poll()
+            };
+            let progress = crate::transport::Progress {
+                poll: &both,
+                nap: nap.min(crate::transport::ofi::NAP),
+                block: None,
+            };
+            return self
+                .shm
+                .wait_word(word, value, None, Some(&progress), |verdict| {
+                    verdict.and_then(|()| self.check_monitor())
+                });
+        }
+        let progress = crate::transport::Progress {
+            poll,
+            nap,
+            block: None,
+        };
+        self.shm
+            .wait_word(word, value, None, Some(&progress), |verdict| {
                 verdict.and_then(|()| self.check_monitor())
             })
     }

@@ -710,7 +710,7 @@ impl Ofi {
         self.send(shm, to, &h, &[])?;
         // Requests go one at a time (handlers never send one), so "answered" only grows: the
         // wait is the transports' one wait loop, on that counter, polling this transport.
-        let poll = || self.progress(shm);
+        let poll = || self.progress(shm).map(|()| false);
         let block = |d: std::time::Duration| self.sleep(d);
         let progress = Progress {
             poll: &poll,

@@ -21,7 +21,7 @@ pub(crate) fn exchange(
         let from = (me + d) % p;
         for j in 0..d.min(p - d) {
             let (msg, dst) = split2(buf, range((me + j) % p), range((me + d + j) % p));
-            c.sendrecv(to, msg, from, dst, None)?;
+            c.ch_sendrecv(to, msg, from, dst, None)?;
         }
         d <<= 1;
     }

@@ -16,7 +16,7 @@ pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], counts: &[usize], displs: &[usiz
         let (mine, theirs) = (me & !(mask - 1), partner & !(mask - 1));
         for j in 0..mask {
             let (msg, dst) = split2(buf, range(mine + j), range(theirs + j));
-            c.sendrecv(partner, msg, partner, dst, None)?;
+            c.ch_sendrecv(partner, msg, partner, dst, None)?;
         }
         mask <<= 1;
     }

@@ -23,7 +23,7 @@ pub(crate) fn exchange(
             range((me + shift + p - s) % p),
             range((me + shift + 2 * p - s - 1) % p),
         );
-        c.sendrecv(right, msg, left, dst, None)?;
+        c.ch_sendrecv(right, msg, left, dst, None)?;
     }
     Ok(())
 }

@@ -17,7 +17,7 @@ pub(crate) fn fold(c: &Comm<'_>, buf: &mut [u8], red: &Reducer<'_>) -> Result<Op
     let rem = p - pp;
     if me < 2 * rem {
         if me % 2 == 0 {
-            c.send(me + 1, buf)?;
+            c.ch_send(me + 1, buf)?;
             return Ok(None);
         }
         c.recv_reduce(me - 1, buf, red)?;
@@ -41,9 +41,9 @@ pub(crate) fn unfold(c: &Comm<'_>, buf: &mut [u8]) -> Result<()> {
     let rem = p - pp;
     if me < 2 * rem {
         if me % 2 == 0 {
-            c.recv(me + 1, buf)?;
+            c.ch_recv(me + 1, buf)?;
         } else {
-            c.send(me - 1, buf)?;
+            c.ch_send(me - 1, buf)?;
         }
     }
     Ok(())

@@ -33,7 +33,7 @@ pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], red: &Reducer<'_>) -> Result<()>
                 ((mid, hi), (lo, mid))
             };
             let (msg, dst) = split2(buf, bytes(give.0, give.1), bytes(keep.0, keep.1));
-            c.sendrecv(partner, msg, partner, dst, Some(red))?;
+            c.ch_sendrecv(partner, msg, partner, dst, Some(red))?;
             steps[ns] = (partner, keep, give);
             ns += 1;
             (lo, hi) = keep;
@@ -42,7 +42,7 @@ pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], red: &Reducer<'_>) -> Result<()>
         // Doubling: undo the halving steps in reverse, swapping the halves.
         for &(partner, keep, give) in steps[..ns].iter().rev() {
             let (msg, dst) = split2(buf, bytes(keep.0, keep.1), bytes(give.0, give.1));
-            c.sendrecv(partner, msg, partner, dst, None)?;
+            c.ch_sendrecv(partner, msg, partner, dst, None)?;
         }
     }
     unfold(c, buf)

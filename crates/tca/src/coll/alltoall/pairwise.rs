@@ -12,7 +12,7 @@ pub(crate) fn run(c: &Comm<'_>, send: &[u8], recv: &mut [u8]) -> Result<()> {
     recv[me * b..(me + 1) * b].copy_from_slice(&send[me * b..(me + 1) * b]);
     for k in 1..p {
         let (to, from) = ((me + k) % p, (me + p - k) % p);
-        c.sendrecv(
+        c.ch_sendrecv(
             to,
             &send[to * b..(to + 1) * b],
             from,

@@ -11,7 +11,7 @@ pub(crate) fn run(c: &Comm<'_>) -> Result<()> {
     let (p, me) = (c.p(), c.me());
     let mut d = 1;
     while d < p {
-        c.sendrecv((me + d) % p, &[], (me + p - d) % p, &mut [], None)?;
+        c.ch_sendrecv((me + d) % p, &[], (me + p - d) % p, &mut [], None)?;
         d <<= 1;
     }
     Ok(())

@@ -15,7 +15,7 @@ pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], root: usize) -> Result<()> {
     let mut mask = 1;
     while mask < p {
         if v & mask != 0 {
-            c.recv((v - mask + root) % p, buf)?;
+            c.ch_recv((v - mask + root) % p, buf)?;
             break;
         }
         mask <<= 1;
@@ -23,7 +23,7 @@ pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], root: usize) -> Result<()> {
     mask >>= 1;
     while mask > 0 {
         if v + mask < p {
-            c.send((v + mask + root) % p, buf)?;
+            c.ch_send((v + mask + root) % p, buf)?;
         }
         mask >>= 1;
     }

@@ -10,7 +10,7 @@ use crate::error::Result;
 pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], root: usize) -> Result<()> {
     let (p, me) = (c.p(), c.me());
     if me != root {
-        return c.recv(root, buf);
+        return c.ch_recv(root, buf);
     }
     for i in 0..c.chunks(buf.len()) {
         for k in 1..p {

@@ -14,10 +14,10 @@ pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], root: usize) -> Result<()> {
     if me == root {
         for k in 1..p {
             let q = (root + k) % p;
-            c.send(q, &buf[block(n, 1, p, q)])?;
+            c.ch_send(q, &buf[block(n, 1, p, q)])?;
         }
     } else {
-        c.recv(root, &mut buf[block(n, 1, p, me)])?;
+        c.ch_recv(root, &mut buf[block(n, 1, p, me)])?;
     }
     ring::exchange(c, buf, 0, |b| block(n, 1, p, b))
 }

@@ -19,12 +19,12 @@ pub(crate) fn run(c: &Comm<'_>, send: &[u8], recv: &mut [u8], root: usize) -> Re
     while m < low {
         if v + m < p {
             let cnt = m.min(p - v - m);
-            c.recv((v + m + root) % p, &mut t[m * b..(m + cnt) * b])?;
+            c.ch_recv((v + m + root) % p, &mut t[m * b..(m + cnt) * b])?;
         }
         m <<= 1;
     }
     if v != 0 {
-        return c.send((v - low + root) % p, &t[..size * b]);
+        return c.ch_send((v - low + root) % p, &t[..size * b]);
     }
     for k in 0..p {
         let q = (root + k) % p;

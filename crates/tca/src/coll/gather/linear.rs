@@ -10,7 +10,7 @@ pub(crate) fn run(c: &Comm<'_>, send: &[u8], recv: &mut [u8], root: usize) -> Re
     let (p, me) = (c.p(), c.me());
     let b = send.len();
     if me != root {
-        return c.send(root, send);
+        return c.ch_send(root, send);
     }
     for i in 0..c.chunks(b) {
         for k in 1..p {

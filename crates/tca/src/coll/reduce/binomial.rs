@@ -13,7 +13,7 @@ pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], red: &Reducer<'_>, root: usize) 
     let mut m = 1;
     while m < p {
         if v & m != 0 {
-            return c.send((v - m + root) % p, buf);
+            return c.ch_send((v - m + root) % p, buf);
         }
         if v + m < p {
             c.recv_reduce((v + m + root) % p, buf, red)?;

@@ -9,7 +9,7 @@ use crate::error::Result;
 pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], red: &Reducer<'_>, root: usize) -> Result<()> {
     let (p, me) = (c.p(), c.me());
     if me != root {
-        return c.send(root, buf);
+        return c.ch_send(root, buf);
     }
     for i in 0..c.chunks(buf.len()) {
         for k in 1..p {

@@ -22,7 +22,7 @@ pub(crate) fn ring_reduce_scatter(
         let out = block(n, red.elem, p, (me + shift + 2 * p - s) % p);
         let inn = block(n, red.elem, p, (me + shift + 2 * p - s - 1) % p);
         let (msg, dst) = split2(buf, out, inn);
-        c.sendrecv(right, msg, left, dst, Some(red))?;
+        c.ch_sendrecv(right, msg, left, dst, Some(red))?;
     }
     Ok(())
 }
@@ -33,11 +33,11 @@ pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], red: &Reducer<'_>, root: usize) 
     // Shift so that the root ends with block `root`: with shift = p - 1 rank r owns block r.
     ring_reduce_scatter(c, buf, red, p - 1)?;
     if me != root {
-        return c.send(root, &buf[block(n, red.elem, p, me)]);
+        return c.ch_send(root, &buf[block(n, red.elem, p, me)]);
     }
     for k in 1..p {
         let q = (root + k) % p;
-        c.recv(q, &mut buf[block(n, red.elem, p, q)])?;
+        c.ch_recv(q, &mut buf[block(n, red.elem, p, q)])?;
     }
     Ok(())
 }

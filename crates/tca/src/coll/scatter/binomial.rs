@@ -21,13 +21,13 @@ pub(crate) fn run(c: &Comm<'_>, send: &[u8], recv: &mut [u8], root: usize) -> Re
             t[k * b..(k + 1) * b].copy_from_slice(&send[q * b..(q + 1) * b]);
         }
     } else {
-        c.recv((v - low + root) % p, &mut t[..size * b])?;
+        c.ch_recv((v - low + root) % p, &mut t[..size * b])?;
     }
     let mut m = low >> 1;
     while m > 0 {
         if v + m < p {
             let cnt = m.min(p - v - m);
-            c.send((v + m + root) % p, &t[m * b..(m + cnt) * b])?;
+            c.ch_send((v + m + root) % p, &t[m * b..(m + cnt) * b])?;
         }
         m >>= 1;
     }

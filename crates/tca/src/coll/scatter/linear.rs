@@ -11,7 +11,7 @@ pub(crate) fn run(c: &Comm<'_>, send: &[u8], recv: &mut [u8], root: usize) -> Re
     let (p, me) = (c.p(), c.me());
     let b = recv.len();
     if me != root {
-        return c.recv(root, recv);
+        return c.ch_recv(root, recv);
     }
     for i in 0..c.chunks(b) {
         for k in 1..p {

@@ -97,9 +97,11 @@ impl SpinPolicy {
 /// moves data only while someone polls it. One wait loop serves every transport; this is
 /// its hook.
 pub(crate) struct Progress<'a> {
-    /// Polls the network (completions, incoming messages): on every spin and yield turn and
-    /// after every sleep.
-    pub poll: &'a dyn Fn() -> Result<()>,
+    /// Polls the network (completions, incoming messages) and the message engines: on every
+    /// spin and yield turn and after every sleep. `true` ends the wait (what the caller
+    /// really waits for happened elsewhere, e.g. a two-sided request completed); the wait then
+    /// returns the word's current value.
+    pub poll: &'a dyn Fn() -> Result<bool>,
     /// Longest sleep before `poll` runs again.
     pub nap: Duration,
     /// Sleeps on the network itself (its completion queue's descriptor) rather than on the
@@ -148,20 +150,20 @@ fn wait_slow(
     progress: Option<&Progress<'_>>,
     mut check: impl FnMut() -> Result<()>,
 ) -> Result<u64> {
-    let poll = || progress.map_or(Ok(()), |p| (p.poll)());
+    let poll = || progress.map_or(Ok(false), |p| (p.poll)());
     for _ in 0..policy.spins {
         std::hint::spin_loop();
-        poll()?;
+        let stop = poll()?;
         let v = word.load(Ordering::Acquire);
-        if v >= target {
+        if v >= target || stop {
             return Ok(v);
         }
     }
     for _ in 0..policy.yields {
         rustix::thread::sched_yield();
-        poll()?;
+        let stop = poll()?;
         let v = word.load(Ordering::Acquire);
-        if v >= target {
+        if v >= target || stop {
             return Ok(v);
         }
     }
@@ -190,9 +192,9 @@ fn wait_slow(
         if let Some(block) = progress.and_then(|p| p.block) {
             // Nobody on this node can raise the word: sleep on the network instead.
             block(slice);
-            poll()?;
+            let stop = poll()?;
             let v = word.load(Ordering::Acquire);
-            if v >= target {
+            if v >= target || stop {
                 return Ok(v);
             }
             if last_check.elapsed() >= SLEEP_SLICE {
@@ -214,9 +216,9 @@ fn wait_slow(
         // Truncation to the low half is the futex ABI: the kernel compares the low 32 bits.
         let r = futex::wait(half, futex::Flags::empty(), seen as u32, Some(&ts));
         sleepers.fetch_sub(1, Ordering::SeqCst);
-        poll()?;
+        let stop = poll()?;
         let v = word.load(Ordering::Acquire);
-        if v >= target {
+        if v >= target || stop {
             return Ok(v);
         }
         match r {

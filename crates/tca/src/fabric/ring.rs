@@ -1,0 +1,299 @@
+//! Rings: ordered, flow-controlled packet streams between every pair of a group of ranks,
+//! built only from puts and signals. The one ring-with-credits of tca: the collectives'
+//! channels (`coll::channel`) and two-sided messages (`p2p`) are framings over it.
+//!
+//! # Layout of a rank's ring area (at the start of a segment, allocated once per group)
+//! ```text
+//! 0                     credit words, one 128-byte block per peer q: how many of my packets
+//!                       q has consumed                              writer: q
+//! P*128 + q*K*S         the K slots in which peer q sends to me; slot s at + s*S:
+//!   +0   payload of small packets (<= 40 bytes)
+//!   +40  meta (8 bytes, the framing's: a tag, a kind ...)
+//!   +48  packet length (u32), aux (u32, the framing's: a message length ...)
+//!   +56  sequence word (u64)                                        writer: q
+//!   +64  payload of larger packets (up to CH bytes)
+//! ```
+//! with S = 64 + CH. A packet of at most [`INLINE`] bytes travels in one cache line with its
+//! sequence word (the layout of [`fabric::line`](super::line)), so a small message costs one
+//! line transfer; a larger one is one put into the slot, then the header line.
+//!
+//! # Flow control
+//! Packet n (counting from 1) from q to me goes in slot (n - 1) mod K and raises the slot's
+//! sequence word to n. I consume packets in order and, after each, set q's credit word for me
+//! to n. q writes packet n only when that credit word is at least n - K, so a slot is never
+//! overwritten before its reader has consumed it: back-to-back operations, with ranks at any
+//! speed, cannot corrupt each other (the rule of `SHM.md`, "Reuse without overwriting").
+//! Credits are returned every [`ACK_EVERY`] packets: a sender blocked at packet n has sent every
+//! packet before n, and the receiver, consuming them, acknowledges at least n - ACK_EVERY >=
+//! n - K, so the sender always gets going again.
+//!
+//! # Memory
+//! Per rank and group of P ranks: `P*128 + P*K*(64 + CH)` bytes, with K = 4 slots and
+//! CH = clamp(8 MiB / (P*K), 4 KiB, 64 KiB) rounded to 64 bytes: 0.5 MiB at P = 2, 2 MiB at
+//! P = 8, about 9 MiB up to P = 512 and P x 16.4 KiB beyond. It does not depend on message
+//! size: larger messages stream through the slots (or, for two-sided messages, go by
+//! rendezvous).
+
+use std::cell::RefCell;
+
+use crate::error::{ErrorKind, Result};
+use crate::fabric::line::{LINE, SIGNAL};
+use crate::fabric::{Handle, Segment, SignalOp, World};
+
+/// Slots per ordered pair of ranks.
+pub const SLOTS: usize = 4;
+/// A receiver returns credits after every `ACK_EVERY`-th packet, not every packet: each credit
+/// write moves a cache line to the sender, and halving them takes one line transfer off every
+/// other small message. Safe for any `ACK_EVERY <= SLOTS` (see "Flow control").
+pub const ACK_EVERY: u64 = 2;
+/// Payload bytes that travel in the header line.
+pub const INLINE: usize = 40;
+const META: usize = 40;
+const LEN: usize = 48;
+const CREDIT: usize = 128;
+
+/// The packet capacity (largest payload) for a group of `p` ranks.
+pub fn chunk_bytes(p: usize) -> usize {
+    let ch = (8usize << 20) / (p.max(1) * SLOTS);
+    ch.clamp(4 << 10, 64 << 10) / 64 * 64
+}
+
+/// Bytes of ring area one rank registers for a group of `p` ranks.
+pub fn ring_bytes(p: usize) -> usize {
+    p * CREDIT + p * SLOTS * (LINE + chunk_bytes(p))
+}
+
+/// Progress of other work (the two-sided engine's) to run while a ring operation waits; see
+/// `World::wait_polling`.
+pub(crate) type Hook<'a> = Option<&'a dyn Fn() -> Result<bool>>;
+const HOOK_NAP: std::time::Duration = std::time::Duration::from_micros(200);
+
+/// What a packet's header line says besides its payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Head {
+    /// Payload bytes.
+    pub len: usize,
+    /// The framing's 32-bit field.
+    pub aux: u32,
+    /// The framing's 8 bytes.
+    pub meta: [u8; 8],
+}
+
+#[derive(Debug)]
+struct Counters {
+    sent: Vec<u64>,
+    recvd: Vec<u64>,
+    credit: Vec<u64>,
+}
+
+/// A group's rings: this rank's ring segment, the peers' handles, and the counters.
+#[derive(Debug)]
+pub(crate) struct Ring {
+    seg: Segment,
+    handles: Vec<Handle>,
+    me: usize,
+    p: usize,
+    ch: usize,
+    slot: usize,
+    c: RefCell<Counters>,
+}
+
+impl Ring {
+    /// Wraps an allocated segment (at least `ring_bytes(p)` long; the ring uses its start) and
+    /// every member's handle of the same segment.
+    pub(crate) fn new(seg: Segment, handles: Vec<Handle>, me: usize) -> Self {
+        let p = handles.len();
+        let ch = chunk_bytes(p);
+        Self {
+            seg,
+            handles,
+            me,
+            p,
+            ch,
+            slot: LINE + ch,
+            c: RefCell::new(Counters {
+                sent: vec![0; p],
+                recvd: vec![0; p],
+                credit: vec![0; p],
+            }),
+        }
+    }
+
+    /// The largest payload of one packet.
+    pub(crate) fn capacity(&self) -> usize {
+        self.ch
+    }
+
+    /// This rank's segment (the ring at its start; a framing may keep more after
+    /// `ring_bytes(p)`).
+    pub(crate) fn seg(&self) -> &Segment {
+        &self.seg
+    }
+
+    /// Member `q`'s handle of its segment.
+    pub(crate) fn handle(&self, q: usize) -> &Handle {
+        &self.handles[q]
+    }
+
+    fn slot_off(&self, sender: usize, seq: u64) -> usize {
+        self.p * CREDIT + sender * SLOTS * self.slot + ((seq - 1) as usize % SLOTS) * self.slot
+    }
+
+    /// Whether a packet to `to` can be written now without waiting for credit.
+    #[inline]
+    pub(crate) fn can_send(&self, to: usize) -> Result<bool> {
+        let mut c = self.c.borrow_mut();
+        let seq = c.sent[to] + 1;
+        if seq <= c.credit[to] + SLOTS as u64 {
+            return Ok(true);
+        }
+        c.credit[to] = self.seg.signal_value(to * CREDIT)?;
+        Ok(seq <= c.credit[to] + SLOTS as u64)
+    }
+
+    /// Sends one packet (`data.len() <= capacity()`) to member `to`, waiting for credit if its
+    /// slots are full (running `hook` meanwhile, if given).
+    #[inline]
+    pub(crate) fn send(
+        &self,
+        w: &World,
+        to: usize,
+        data: &[u8],
+        aux: u32,
+        meta: [u8; 8],
+        hook: Hook<'_>,
+    ) -> Result<()> {
+        debug_assert!(data.len() <= self.ch);
+        let mut c = self.c.borrow_mut();
+        let seq = c.sent[to] + 1;
+        if seq > c.credit[to] + SLOTS as u64 {
+            c.credit[to] = self.wait_word(w, to * CREDIT, seq - SLOTS as u64, hook)?;
+        }
+        let h = &self.handles[to];
+        let off = self.slot_off(self.me, seq);
+        let mut line = [0u8; SIGNAL];
+        line[META..LEN].copy_from_slice(&meta);
+        line[LEN..LEN + 4].copy_from_slice(&(data.len() as u32).to_le_bytes());
+        line[LEN + 4..SIGNAL].copy_from_slice(&aux.to_le_bytes());
+        if data.len() <= INLINE {
+            line[..data.len()].copy_from_slice(data);
+            w.put_signal(h, off, &line, h, off + SIGNAL, SignalOp::Set(seq))?;
+        } else {
+            w.put(h, off + LINE, data)?;
+            w.put_signal(
+                h,
+                off + META,
+                &line[META..],
+                h,
+                off + SIGNAL,
+                SignalOp::Set(seq),
+            )?;
+        }
+        c.sent[to] = seq;
+        Ok(())
+    }
+
+    fn head_at(&self, off: usize) -> Result<Head> {
+        let mut b = [0u8; SIGNAL - META];
+        self.seg.read(off + META, &mut b)?;
+        let word = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"));
+        Ok(Head {
+            meta: b[..8].try_into().expect("8 bytes"),
+            len: word(8) as usize,
+            aux: word(12),
+        })
+    }
+
+    /// The header of the next packet from `from` if it has arrived, without consuming it.
+    #[inline]
+    pub(crate) fn peek(&self, from: usize) -> Result<Option<Head>> {
+        let seq = self.c.borrow().recvd[from] + 1;
+        let off = self.slot_off(from, seq);
+        if self.seg.signal_value(off + SIGNAL)? < seq {
+            return Ok(None);
+        }
+        self.head_at(off).map(Some)
+    }
+
+    /// Waits for the next packet from `from` (running `hook` meanwhile, if given) and returns
+    /// its header, without consuming it.
+    #[inline]
+    pub(crate) fn wait(&self, w: &World, from: usize, hook: Hook<'_>) -> Result<Head> {
+        let seq = self.c.borrow().recvd[from] + 1;
+        let off = self.slot_off(from, seq);
+        self.wait_word(w, off + SIGNAL, seq, hook)?;
+        self.head_at(off)
+    }
+
+    #[inline]
+    fn wait_word(&self, w: &World, off: usize, v: u64, hook: Hook<'_>) -> Result<u64> {
+        match hook {
+            None => w.wait_until(&self.seg, off, v),
+            Some(poll) => loop {
+                let seen = w.wait_polling(&self.seg, off, v, HOOK_NAP, poll)?;
+                if seen >= v {
+                    return Ok(seen);
+                }
+            },
+        }
+    }
+
+    /// The sequence word the next packet from `from` will raise, and the value it will carry:
+    /// what a waiter that expects a packet from `from` sleeps on.
+    pub(crate) fn next_word(&self, from: usize) -> (usize, u64) {
+        let seq = self.c.borrow().recvd[from] + 1;
+        (self.slot_off(from, seq) + SIGNAL, seq)
+    }
+
+    /// Consumes the next packet from `from` (which must have arrived: [`Ring::peek`] or
+    /// [`Ring::wait`] said so), copying its first `dst.len()` payload bytes into `dst`.
+    #[inline]
+    pub(crate) fn take(&self, w: &World, from: usize, h: &Head, dst: &mut [u8]) -> Result<()> {
+        let seq = self.c.borrow().recvd[from] + 1;
+        let off = self.slot_off(from, seq);
+        let n = dst.len().min(h.len);
+        self.seg.read(Self::data_off(off, h.len), &mut dst[..n])?;
+        self.consumed(w, from, seq)
+    }
+
+    /// Consumes the next packet from `from` (which must have arrived), handing its payload to
+    /// `f` in place: no copy (a reduction combines straight out of the slot).
+    #[inline]
+    pub(crate) fn take_with<R>(
+        &self,
+        w: &World,
+        from: usize,
+        h: &Head,
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> Result<R> {
+        let seq = self.c.borrow().recvd[from] + 1;
+        let off = self.slot_off(from, seq);
+        #[allow(unsafe_code)]
+        // SAFETY: the sender wrote this slot completely before raising its sequence word to
+        // `seq` (the caller saw it arrive), and writes it again only for packet seq + SLOTS,
+        // which it sends only once our credit word says we consumed packet `seq` ("Flow
+        // control" above). That credit is written by `consumed` below, after the view and `f`
+        // are done with it, so nothing writes these bytes while the view lives.
+        let r = f(unsafe { self.seg.view::<u8>(Self::data_off(off, h.len), h.len)? });
+        self.consumed(w, from, seq)?;
+        Ok(r)
+    }
+
+    fn data_off(off: usize, len: usize) -> usize {
+        if len <= INLINE { off } else { off + LINE }
+    }
+
+    fn consumed(&self, w: &World, from: usize, seq: u64) -> Result<()> {
+        self.c.borrow_mut().recvd[from] = seq;
+        if seq % ACK_EVERY != 0 {
+            return Ok(());
+        }
+        // Hand the slots back: the sender may now reuse them. A sender that has already
+        // released its group (it finished, and this was its last packet to us) needs no
+        // credit.
+        match w.signal(&self.handles[from], self.me * CREDIT, SignalOp::Set(seq)) {
+            Err(e) if e.kind() == ErrorKind::InvalidHandle => Ok(()),
+            r => r,
+        }
+    }
+}

@@ -1,0 +1,445 @@
+//! Two-sided messages over one-sided writes (seed 003): send and receive with tags and
+//! wildcards, non-blocking and persistent requests, probe — MPI's point-to-point semantics on a
+//! [`Comm`], built from the fabric's puts and signals only.
+//!
+//! ```
+//! use tca::{Comm, threads, p2p::{ANY_SOURCE, ANY_TAG}};
+//!
+//! let out = threads::run(2, |world| {
+//!     let comm = Comm::world(world)?;
+//!     if comm.rank() == 0 {
+//!         comm.send(&[1.5f64, 2.5], 1, 7)?;
+//!         Ok(0.0)
+//!     } else {
+//!         let mut buf = [0f64; 2];
+//!         let st = comm.recv(&mut buf, ANY_SOURCE, ANY_TAG)?;
+//!         assert_eq!((st.source, st.tag, st.count::<f64>()), (0, 7, 2));
+//!         Ok(buf[0] + buf[1])
+//!     }
+//! })?;
+//! assert_eq!(out[1], 4.0);
+//! # Ok::<(), tca::Error>(())
+//! ```
+//!
+//! # Protocols
+//! - **Eager** (messages of at most [`Comm::eager_limit`] bytes, [`EAGER_DEFAULT`] unless
+//!   `TCA_P2P_EAGER` says otherwise): the payload and its header (tag, kind, type) travel as one
+//!   packet of the communicator's p2p ring ([`crate::fabric::ring`]) in the receiver's memory,
+//!   with the receiver returning credits. A message of up to 40 bytes is one cache line. A
+//!   packet that arrives before its receive is copied to the unexpected queue, freeing its slot.
+//! - **Rendezvous** (larger messages), as seed 003: the sender writes a request-to-send packet
+//!   naming one of its [`RDV_SLOTS`] rendezvous slots; the receiver, once the message matches a
+//!   receive, writes its buffer's handle, offset and length into the sender's *remote address
+//!   buffer* slot; the sender puts the data once, straight there, and raises the slot's done
+//!   word in the receiver's memory (data before signal: the fabric's put_signal). A receive
+//!   into a registered segment ([`Comm::irecv_into`]) gets the data in place; a receive into
+//!   plain memory gets it through a pooled registered landing buffer and one copy.
+//!
+//! # Matching
+//! MPI's rules: a receive takes the first message (in arrival order) that matches its source
+//! and tag; messages between one pair that both match a receive are not overtaken (each pair's
+//! packets are one ordered ring); receives match in the order they were posted. A message
+//! longer than its receive buffer is an [`ErrorKind::Truncated`] error naming both lengths
+//! (the buffer holds the first part, as in MPI). Element types travel with the message: a
+//! typed receive of another type is an error ([`Comm::recv_bytes`] takes anything).
+//!
+//! # Progress
+//! Everything moves inside the calls: a wait, test, probe or blocking call of a communicator
+//! drains every peer's ring (matching or queueing what came), answers requests-to-send and
+//! puts the data of rendezvous sends whose receivers are ready. A rank that computes for a
+//! long time between calls delays its peers' rendezvous until its next call.
+//!
+//! # Requests and safety
+//! A [`Request`] borrows its buffer. The engine never keeps a pointer to user memory:
+//! non-blocking sends copy their data when they start (into the ring, or a pooled stash when
+//! the ring is full or the message goes by rendezvous), and a receive matched while another
+//! request is being waited on lands in a pooled stash or landing buffer, copied out when its
+//! own wait or test runs. Dropping a request is therefore always safe: an unmatched receive is
+//! cancelled, a started send still goes out, a matched receive is completed into the pool and
+//! discarded. Waiting on a finished request is an error.
+//!
+//! # Memory per rank and communicator of P ranks
+//! `p2p_bytes(P) = ring_bytes(P) + 2 * P * 8 * 64`: 0.5 MiB at P = 2, 2 MiB at P = 8 (see the
+//! ring's memory), plus pooled stash and landing buffers that grow to the largest number of
+//! messages in flight at once and are reused.
+
+mod engine;
+mod request;
+
+pub(crate) use engine::Engine;
+pub use engine::{RDV_SLOTS, p2p_bytes};
+pub use request::{Persistent, Request, test_all, wait_all, wait_any};
+
+use crate::Comm;
+use crate::coll::Element;
+use crate::error::{Error, ErrorKind, Result};
+use crate::fabric::Segment;
+use engine::{Dest, Hand, type_code};
+
+/// Default eager limit in bytes: the measured crossover on shared memory (see BENCHMARKS.md,
+/// "Two-sided messages"), capped by the ring's packet capacity.
+pub const EAGER_DEFAULT: usize = 16 << 10;
+
+/// Which sender a receive accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// Any member (`MPI_ANY_SOURCE`).
+    Any,
+    /// This communicator rank only.
+    Rank(u32),
+}
+
+/// Which tag a receive accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tag {
+    /// Any tag (`MPI_ANY_TAG`).
+    Any,
+    /// This tag only.
+    Is(i32),
+}
+
+/// A receive from any source.
+pub const ANY_SOURCE: Source = Source::Any;
+/// A receive of any tag.
+pub const ANY_TAG: Tag = Tag::Any;
+
+impl From<u32> for Source {
+    fn from(r: u32) -> Self {
+        Source::Rank(r)
+    }
+}
+
+impl From<i32> for Tag {
+    fn from(t: i32) -> Self {
+        Tag::Is(t)
+    }
+}
+
+/// What a completed operation reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Status {
+    /// The sender's communicator rank (for a send: this rank's peer is not reported; 0).
+    pub source: u32,
+    /// The message's tag.
+    pub tag: i32,
+    /// The message's length in bytes.
+    pub bytes: usize,
+}
+
+impl Status {
+    pub(crate) fn send() -> Self {
+        Self {
+            source: 0,
+            tag: 0,
+            bytes: 0,
+        }
+    }
+
+    /// The message's length in elements of `T` (`MPI_Get_count`).
+    pub fn count<T: Element>(&self) -> usize {
+        self.bytes / std::mem::size_of::<T>()
+    }
+}
+
+fn bad_tag(t: i32) -> Error {
+    Error::new(
+        ErrorKind::InvalidArgument,
+        format!("tag {t} is negative: tags are 0..={}", i32::MAX),
+    )
+}
+
+impl<'w> Comm<'w> {
+    fn peer(&self, r: u32) -> Result<usize> {
+        if r >= self.size() {
+            return Err(Error::new(
+                ErrorKind::InvalidRank,
+                format!(
+                    "rank {r} is not in this communicator of {} ranks",
+                    self.size()
+                ),
+            ));
+        }
+        Ok(r as usize)
+    }
+
+    fn source(&self, s: Source) -> Result<Source> {
+        if let Source::Rank(r) = s {
+            self.peer(r)?;
+        }
+        Ok(s)
+    }
+
+    fn tag_sel(t: Tag) -> Result<Tag> {
+        match t {
+            Tag::Is(v) if v < 0 => Err(bad_tag(v)),
+            t => Ok(t),
+        }
+    }
+
+    fn send_tag(t: i32) -> Result<i32> {
+        if t < 0 { Err(bad_tag(t)) } else { Ok(t) }
+    }
+
+    /// Messages of at most this many bytes go eagerly; larger ones by rendezvous.
+    pub fn eager_limit(&self) -> usize {
+        self.engine().eager_limit()
+    }
+
+    /// Bytes this rank holds for two-sided messages on this communicator: the registered
+    /// segment (rings, remote address buffers, done words) and the pooled stash and landing
+    /// buffers.
+    pub fn p2p_footprint(&self) -> (usize, usize) {
+        self.engine().footprint()
+    }
+
+    fn send_raw(&self, data: &[u8], dst: u32, tag: i32, ty: u8) -> Result<()> {
+        let to = self.peer(dst)?;
+        let tag = Self::send_tag(tag)?;
+        let eng = self.engine();
+        let w = self.world_ref();
+        let Some(id) = eng.send(w, to, tag, ty, data, true)? else {
+            return Ok(());
+        };
+        let r = eng.wait(w, id, &mut Hand::Send(data));
+        if r.is_err() {
+            eng.drop_req(id);
+        }
+        r.map(|_| ())
+    }
+
+    fn recv_raw(&self, buf: &mut [u8], src: Source, tag: Tag, ty: u8) -> Result<Status> {
+        let src = self.source(src)?;
+        let tag = Self::tag_sel(tag)?;
+        let eng = self.engine();
+        let w = self.world_ref();
+        let mut hand = Hand::Recv(buf);
+        let cap = match &hand {
+            Hand::Recv(b) => b.len(),
+            _ => 0,
+        };
+        let id = eng.recv(w, src, tag, cap, ty, Dest::Plain, &mut hand)?;
+        let r = eng.wait(w, id, &mut hand);
+        if r.is_err() {
+            eng.drop_req(id);
+        }
+        r
+    }
+
+    /// Sends `buf` to communicator rank `dst` with `tag` (`MPI_Send`): returns when `buf` may
+    /// be reused (eager: at once, if the receiver's ring has room; rendezvous: once the data
+    /// is in the receiver's buffer).
+    pub fn send<T: Element>(&self, buf: &[T], dst: u32, tag: i32) -> Result<()> {
+        self.send_raw(bytemuck::cast_slice(buf), dst, tag, type_code(T::NAME))
+    }
+
+    /// [`Comm::send`] of raw bytes: any typed or byte receive takes it.
+    pub fn send_bytes(&self, buf: &[u8], dst: u32, tag: i32) -> Result<()> {
+        self.send_raw(buf, dst, tag, 0)
+    }
+
+    /// Receives a message matching `src` and `tag` into `buf` (`MPI_Recv`).
+    pub fn recv<T: Element>(
+        &self,
+        buf: &mut [T],
+        src: impl Into<Source>,
+        tag: impl Into<Tag>,
+    ) -> Result<Status> {
+        self.recv_raw(
+            bytemuck::cast_slice_mut(buf),
+            src.into(),
+            tag.into(),
+            type_code(T::NAME),
+        )
+    }
+
+    /// [`Comm::recv`] into raw bytes: takes a message of any element type.
+    pub fn recv_bytes(
+        &self,
+        buf: &mut [u8],
+        src: impl Into<Source>,
+        tag: impl Into<Tag>,
+    ) -> Result<Status> {
+        self.recv_raw(buf, src.into(), tag.into(), 0)
+    }
+
+    /// Sends `send` to `dst` and receives into `recv` from `src` at the same time
+    /// (`MPI_Sendrecv`): no deadlock when every rank does it at once.
+    #[allow(clippy::too_many_arguments)]
+    pub fn sendrecv<T: Element>(
+        &self,
+        send: &[T],
+        dst: u32,
+        send_tag: i32,
+        recv: &mut [T],
+        src: impl Into<Source>,
+        recv_tag: impl Into<Tag>,
+    ) -> Result<Status> {
+        let mut r = self.irecv(recv, src, recv_tag)?;
+        self.send(send, dst, send_tag)?;
+        r.wait()
+    }
+
+    /// [`Comm::sendrecv`] with one buffer: sends `buf`, then receives into it
+    /// (`MPI_Sendrecv_replace`).
+    pub fn sendrecv_replace<T: Element>(
+        &self,
+        buf: &mut [T],
+        dst: u32,
+        send_tag: i32,
+        src: impl Into<Source>,
+        recv_tag: impl Into<Tag>,
+    ) -> Result<Status> {
+        let to = self.peer(dst)?;
+        let tag = Self::send_tag(send_tag)?;
+        let eng = self.engine();
+        let w = self.world_ref();
+        // The outgoing copy is taken first (isend copies), so receiving into `buf` is safe.
+        let sent = eng.send(
+            w,
+            to,
+            tag,
+            type_code(T::NAME),
+            bytemuck::cast_slice(buf),
+            false,
+        )?;
+        let st = self.recv(buf, src, recv_tag);
+        if let Some(id) = sent {
+            let r = eng.wait(w, id, &mut Hand::None);
+            if r.is_err() {
+                eng.drop_req(id);
+            }
+            r?;
+        }
+        st
+    }
+
+    /// Starts a send (`MPI_Isend`). The data is copied when it starts, so `buf` is free at
+    /// once; the request completes when the message has left.
+    pub fn isend<T: Element>(&self, buf: &[T], dst: u32, tag: i32) -> Result<Request<'_>> {
+        let to = self.peer(dst)?;
+        let tag = Self::send_tag(tag)?;
+        let id = self.engine().send(
+            self.world_ref(),
+            to,
+            tag,
+            type_code(T::NAME),
+            bytemuck::cast_slice(buf),
+            false,
+        )?;
+        Ok(Request::send(self, id))
+    }
+
+    /// Starts a receive into `buf` (`MPI_Irecv`); `buf` is borrowed until the request
+    /// completes or is dropped.
+    pub fn irecv<'a, T: Element>(
+        &'a self,
+        buf: &'a mut [T],
+        src: impl Into<Source>,
+        tag: impl Into<Tag>,
+    ) -> Result<Request<'a>> {
+        let src = self.source(src.into())?;
+        let tag = Self::tag_sel(tag.into())?;
+        let buf: &mut [u8] = bytemuck::cast_slice_mut(buf);
+        let mut hand = Hand::Recv(buf);
+        let cap = match &hand {
+            Hand::Recv(b) => b.len(),
+            _ => 0,
+        };
+        let id = self.engine().recv(
+            self.world_ref(),
+            src,
+            tag,
+            cap,
+            type_code(T::NAME),
+            Dest::Plain,
+            &mut hand,
+        )?;
+        let Hand::Recv(buf) = hand else {
+            unreachable!("built above")
+        };
+        Ok(Request::recv(self, id, buf))
+    }
+
+    /// Starts a receive of `len` bytes into this rank's registered segment `seg` at `off`: a
+    /// rendezvous message is put there directly by its sender (one copy in all, as seed 003's
+    /// receive buffers in PEACH2-reachable memory).
+    pub fn irecv_into<'a>(
+        &'a self,
+        seg: &'a Segment,
+        off: usize,
+        len: usize,
+        src: impl Into<Source>,
+        tag: impl Into<Tag>,
+    ) -> Result<Request<'a>> {
+        let src = self.source(src.into())?;
+        let tag = Self::tag_sel(tag.into())?;
+        let h = seg.handle();
+        let w = self.world_ref();
+        if h.rank() != w.rank() || h.job() != w.job_id() {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                "a receive segment must be one of this rank's own segments",
+            ));
+        }
+        if off.checked_add(len).is_none_or(|e| e > seg.len()) {
+            return Err(crate::transport::out_of_bounds(&h, off, len));
+        }
+        let mut hand = Hand::RecvSeg(seg, off, len);
+        let id = self
+            .engine()
+            .recv(w, src, tag, len, 0, Dest::Seg(h, off), &mut hand)?;
+        Ok(Request::recv_seg(self, id, seg, off, len))
+    }
+
+    /// Waits until a message matching `src` and `tag` can be received, and says what it is
+    /// (`MPI_Probe`).
+    pub fn probe(&self, src: impl Into<Source>, tag: impl Into<Tag>) -> Result<Status> {
+        let src = self.source(src.into())?;
+        let tag = Self::tag_sel(tag.into())?;
+        self.engine().probe(self.world_ref(), src, tag)
+    }
+
+    /// [`Comm::probe`] without waiting (`MPI_Iprobe`).
+    pub fn iprobe(&self, src: impl Into<Source>, tag: impl Into<Tag>) -> Result<Option<Status>> {
+        let src = self.source(src.into())?;
+        let tag = Self::tag_sel(tag.into())?;
+        self.engine().iprobe(self.world_ref(), src, tag)
+    }
+
+    /// A persistent send (`MPI_Send_init`): set up once, started with
+    /// [`Persistent::start`] each iteration.
+    pub fn send_init<'a, T: Element>(
+        &'a self,
+        buf: &'a [T],
+        dst: u32,
+        tag: i32,
+    ) -> Result<Persistent<'a>> {
+        let to = self.peer(dst)?;
+        let tag = Self::send_tag(tag)?;
+        Ok(Persistent::send(
+            self,
+            bytemuck::cast_slice(buf),
+            to,
+            tag,
+            type_code(T::NAME),
+        ))
+    }
+
+    /// A persistent receive (`MPI_Recv_init`).
+    pub fn recv_init<'a, T: Element>(
+        &'a self,
+        buf: &'a mut [T],
+        src: impl Into<Source>,
+        tag: impl Into<Tag>,
+    ) -> Result<Persistent<'a>> {
+        let src = self.source(src.into())?;
+        let tag = Self::tag_sel(tag.into())?;
+        Ok(Persistent::recv(
+            self,
+            bytemuck::cast_slice_mut(buf),
+            src,
+            tag,
+            type_code(T::NAME),
+        ))
+    }
+}

@@ -1,0 +1,372 @@
+//! Requests: non-blocking and persistent operations, and waiting on several at once.
+
+use std::time::Duration;
+
+use super::engine::{Dest, Hand, Id};
+use super::{Source, Status, Tag};
+use crate::Comm;
+use crate::error::{Error, ErrorKind, Result};
+use crate::fabric::Segment;
+
+enum Buf<'a> {
+    None,
+    Recv(&'a mut [u8]),
+    RecvSeg(&'a Segment, usize, usize),
+}
+
+impl Buf<'_> {
+    fn hand(&mut self) -> Hand<'_> {
+        match self {
+            Buf::None => Hand::None,
+            Buf::Recv(b) => Hand::Recv(b),
+            Buf::RecvSeg(s, o, l) => Hand::RecvSeg(s, *o, *l),
+        }
+    }
+}
+
+/// A started non-blocking operation (`MPI_Request`). Complete it with [`Request::wait`] or
+/// [`Request::test`]; dropping it unfinished is safe (see the module doc).
+pub struct Request<'a> {
+    comm: &'a Comm<'a>,
+    /// The engine's request; `None` once finished (or for a send that completed at once).
+    id: Option<Id>,
+    buf: Buf<'a>,
+    /// The result of a request that completed when it started, not yet waited for.
+    early: Option<Status>,
+    status: Option<Status>,
+}
+
+impl std::fmt::Debug for Request<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Request")
+            .field("active", &self.is_active())
+            .field("status", &self.status)
+            .finish_non_exhaustive()
+    }
+}
+
+fn finished() -> Error {
+    Error::new(
+        ErrorKind::InvalidArgument,
+        "request already completed: it was waited for or tested to completion before",
+    )
+}
+
+impl<'a> Request<'a> {
+    pub(super) fn send(comm: &'a Comm<'a>, id: Option<Id>) -> Self {
+        Self {
+            comm,
+            early: id.is_none().then(Status::send),
+            id,
+            buf: Buf::None,
+            status: None,
+        }
+    }
+
+    pub(super) fn recv(comm: &'a Comm<'a>, id: Id, buf: &'a mut [u8]) -> Self {
+        Self {
+            comm,
+            id: Some(id),
+            buf: Buf::Recv(buf),
+            early: None,
+            status: None,
+        }
+    }
+
+    pub(super) fn recv_seg(
+        comm: &'a Comm<'a>,
+        id: Id,
+        seg: &'a Segment,
+        off: usize,
+        len: usize,
+    ) -> Self {
+        Self {
+            comm,
+            id: Some(id),
+            buf: Buf::RecvSeg(seg, off, len),
+            early: None,
+            status: None,
+        }
+    }
+
+    /// Whether the request has not been completed by a wait or test yet.
+    pub fn is_active(&self) -> bool {
+        self.id.is_some() || self.early.is_some()
+    }
+
+    /// The status of the completed request (`None` while active).
+    pub fn status(&self) -> Option<Status> {
+        self.status
+    }
+
+    /// Waits for completion (`MPI_Wait`).
+    pub fn wait(&mut self) -> Result<Status> {
+        if let Some(s) = self.early.take() {
+            self.status = Some(s);
+            return Ok(s);
+        }
+        let id = self.id.ok_or_else(finished)?;
+        let eng = self.comm.engine();
+        let r = eng.wait(self.comm.world_ref(), id, &mut self.buf.hand());
+        self.settle(id, r)
+    }
+
+    /// Completes the request if it can without waiting (`MPI_Test`).
+    pub fn test(&mut self) -> Result<Option<Status>> {
+        if let Some(s) = self.early.take() {
+            self.status = Some(s);
+            return Ok(Some(s));
+        }
+        let id = self.id.ok_or_else(finished)?;
+        let eng = self.comm.engine();
+        match eng.test(self.comm.world_ref(), id, &mut self.buf.hand()) {
+            Ok(None) => Ok(None),
+            Ok(Some(s)) => self.settle(id, Ok(s)).map(Some),
+            Err(e) => self.settle(id, Err(e)).map(Some),
+        }
+    }
+
+    fn settle(&mut self, id: Id, r: Result<Status>) -> Result<Status> {
+        self.id = None;
+        match r {
+            Ok(s) => {
+                self.status = Some(s);
+                Ok(s)
+            }
+            Err(e) => {
+                // The engine may still hold it (a transport error mid-wait): let it go.
+                let eng = self.comm.engine();
+                if eng.live(id) {
+                    eng.drop_req(id);
+                }
+                Err(e)
+            }
+        }
+    }
+}
+
+impl Drop for Request<'_> {
+    fn drop(&mut self) {
+        if let Some(id) = self.id.take() {
+            self.comm.engine().drop_req(id);
+        }
+    }
+}
+
+/// Waits for every active request (`MPI_Waitall`); each one's status is then in
+/// [`Request::status`]. Every request is waited for even if one fails; the first error is
+/// returned.
+pub fn wait_all(reqs: &mut [Request<'_>]) -> Result<()> {
+    let mut first = None;
+    for r in reqs.iter_mut().filter(|r| r.is_active()) {
+        if let Err(e) = r.wait() {
+            first.get_or_insert(e);
+        }
+    }
+    first.map_or(Ok(()), Err)
+}
+
+/// Completes every active request that can complete now; `true` when none is left active
+/// (`MPI_Testall`, except that requests which finished are finished even when others are not).
+pub fn test_all(reqs: &mut [Request<'_>]) -> Result<bool> {
+    let mut all = true;
+    for r in reqs.iter_mut().filter(|r| r.is_active()) {
+        all &= r.test()?.is_some();
+    }
+    Ok(all)
+}
+
+/// Waits until one active request completes and returns its index and status
+/// (`MPI_Waitany`). Fails if no request is active.
+pub fn wait_any(reqs: &mut [Request<'_>]) -> Result<(usize, Status)> {
+    if !reqs.iter().any(Request::is_active) {
+        return Err(Error::new(
+            ErrorKind::InvalidArgument,
+            "wait_any: no active request",
+        ));
+    }
+    let mut turn = 0u32;
+    // Start each pass at another request, so a busy one cannot starve the others.
+    let n = reqs.len();
+    loop {
+        for k in 0..n {
+            let i = (turn as usize + k) % n;
+            if reqs[i].is_active()
+                && let Some(s) = reqs[i].test()?
+            {
+                return Ok((i, s));
+            }
+        }
+        turn = turn.wrapping_add(1);
+        if turn > 256 {
+            std::thread::sleep(Duration::from_micros(50));
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}
+
+enum Kind<'a> {
+    Send {
+        buf: &'a [u8],
+        to: usize,
+        tag: i32,
+        ty: u8,
+    },
+    Recv {
+        buf: &'a mut [u8],
+        src: Source,
+        tag: Tag,
+        ty: u8,
+    },
+}
+
+/// A persistent operation (`MPI_Send_init` / `MPI_Recv_init`): arguments checked once,
+/// started and completed any number of times. Repeated use allocates nothing after the
+/// first round (stash and landing buffers come back to the communicator's pools and are
+/// reused).
+pub struct Persistent<'a> {
+    comm: &'a Comm<'a>,
+    kind: Kind<'a>,
+    active: Option<Id>,
+    early: bool,
+}
+
+impl std::fmt::Debug for Persistent<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Persistent")
+            .field("active", &self.is_active())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a> Persistent<'a> {
+    pub(super) fn send(comm: &'a Comm<'a>, buf: &'a [u8], to: usize, tag: i32, ty: u8) -> Self {
+        Self {
+            comm,
+            kind: Kind::Send { buf, to, tag, ty },
+            active: None,
+            early: false,
+        }
+    }
+
+    pub(super) fn recv(
+        comm: &'a Comm<'a>,
+        buf: &'a mut [u8],
+        src: Source,
+        tag: Tag,
+        ty: u8,
+    ) -> Self {
+        Self {
+            comm,
+            kind: Kind::Recv { buf, src, tag, ty },
+            active: None,
+            early: false,
+        }
+    }
+
+    /// Whether it was started and not completed yet.
+    pub fn is_active(&self) -> bool {
+        self.active.is_some() || self.early
+    }
+
+    /// Starts one round (`MPI_Start`). Starting an active request is an error.
+    pub fn start(&mut self) -> Result<()> {
+        if self.is_active() {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                "persistent request started again before it completed",
+            ));
+        }
+        let eng = self.comm.engine();
+        let w = self.comm.world_ref();
+        match &mut self.kind {
+            Kind::Send { buf, to, tag, ty } => match eng.send(w, *to, *tag, *ty, buf, false)? {
+                Some(id) => self.active = Some(id),
+                None => self.early = true,
+            },
+            Kind::Recv { buf, src, tag, ty } => {
+                let cap = buf.len();
+                let id = eng.recv(w, *src, *tag, cap, *ty, Dest::Plain, &mut Hand::Recv(buf))?;
+                self.active = Some(id);
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits for the current round to complete.
+    pub fn wait(&mut self) -> Result<Status> {
+        if std::mem::take(&mut self.early) {
+            return Ok(Status::send());
+        }
+        let Some(id) = self.active else {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                "persistent request waited for while not started",
+            ));
+        };
+        let eng = self.comm.engine();
+        let mut hand = match &mut self.kind {
+            Kind::Send { .. } => Hand::None,
+            Kind::Recv { buf, .. } => Hand::Recv(buf),
+        };
+        let r = eng.wait(self.comm.world_ref(), id, &mut hand);
+        self.active = None;
+        if r.is_err() && eng.live(id) {
+            eng.drop_req(id);
+        }
+        r
+    }
+
+    /// Completes the current round if it can without waiting.
+    pub fn test(&mut self) -> Result<Option<Status>> {
+        if std::mem::take(&mut self.early) {
+            return Ok(Some(Status::send()));
+        }
+        let Some(id) = self.active else {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                "persistent request tested while not started",
+            ));
+        };
+        let eng = self.comm.engine();
+        let mut hand = match &mut self.kind {
+            Kind::Send { .. } => Hand::None,
+            Kind::Recv { buf, .. } => Hand::Recv(buf),
+        };
+        match eng.test(self.comm.world_ref(), id, &mut hand) {
+            Ok(None) => Ok(None),
+            r => {
+                self.active = None;
+                if r.is_err() && eng.live(id) {
+                    eng.drop_req(id);
+                }
+                r
+            }
+        }
+    }
+
+    /// Starts every request (`MPI_Startall`).
+    pub fn start_all(reqs: &mut [Persistent<'_>]) -> Result<()> {
+        reqs.iter_mut().try_for_each(Persistent::start)
+    }
+
+    /// Waits for every active request; the first error is returned after all were waited for.
+    pub fn wait_all(reqs: &mut [Persistent<'_>]) -> Result<()> {
+        let mut first = None;
+        for r in reqs.iter_mut().filter(|r| r.is_active()) {
+            if let Err(e) = r.wait() {
+                first.get_or_insert(e);
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+}
+
+impl Drop for Persistent<'_> {
+    fn drop(&mut self) {
+        if let Some(id) = self.active.take() {
+            self.comm.engine().drop_req(id);
+        }
+    }
+}

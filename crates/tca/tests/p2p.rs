@@ -1,0 +1,492 @@
+//! Two-sided messages (`tca::p2p`): matching order under random schedules, both protocols and
+//! their boundary, wildcards and fairness, many mixed messages, persistent requests, and every
+//! bad-input case. Thread ranks (processes and the network transport run the fabric suite).
+
+use proptest::prelude::*;
+use tca::p2p::{ANY_SOURCE, ANY_TAG, Persistent, Source, Tag, test_all, wait_all, wait_any};
+use tca::{Comm, ErrorKind, threads};
+
+fn pattern(seed: usize, n: usize) -> Vec<u8> {
+    (0..n).map(|i| (seed * 31 + i * 7) as u8).collect()
+}
+
+#[test]
+fn blocking_both_protocols_and_the_boundary() {
+    threads::run(2, |w| {
+        let c = Comm::world(w)?;
+        let e = c.eager_limit();
+        let sizes = [0, 1, 8, 40, 41, 64, 4096, e - 1, e, e + 1, 200_000, 3 << 20];
+        for (i, &n) in sizes.iter().enumerate() {
+            if c.rank() == 0 {
+                c.send_bytes(&pattern(i, n), 1, i as i32)?;
+                let mut back = vec![0u8; n];
+                let st = c.recv_bytes(&mut back, 1, i as i32)?;
+                assert_eq!(st.bytes, n);
+                assert_eq!(back, pattern(i + 1, n), "size {n}");
+            } else {
+                let mut got = vec![0u8; n];
+                let st = c.recv_bytes(&mut got, 0, ANY_TAG)?;
+                assert_eq!((st.source, st.tag, st.bytes), (0, i as i32, n));
+                assert_eq!(got, pattern(i, n), "size {n}");
+                c.send_bytes(&pattern(i + 1, n), 0, i as i32)?;
+            }
+        }
+        Ok(())
+    })
+    .unwrap();
+}
+
+#[test]
+fn typed_and_sendrecv_ring() {
+    for p in [1u32, 3, 8] {
+        threads::run(p, |w| {
+            let c = Comm::world(w)?;
+            let (me, p) = (c.rank(), c.size());
+            let right = (me + 1) % p;
+            let left = (me + p - 1) % p;
+            for n in [1usize, 1000, 100_000] {
+                let send: Vec<f64> = (0..n).map(|i| (me as usize * n + i) as f64).collect();
+                let mut recv = vec![0f64; n];
+                let st = c.sendrecv(&send, right, 5, &mut recv, left, 5)?;
+                assert_eq!((st.source, st.count::<f64>()), (left, n));
+                assert!(
+                    recv.iter()
+                        .enumerate()
+                        .all(|(i, &v)| v == (left as usize * n + i) as f64)
+                );
+                let mut buf = send.clone();
+                c.sendrecv_replace(&mut buf, right, 6, left, 6)?;
+                assert_eq!(buf, recv);
+            }
+            Ok(())
+        })
+        .unwrap();
+    }
+}
+
+#[test]
+fn non_overtaking_with_wildcards_and_unexpected() {
+    threads::run(3, |w| {
+        let c = Comm::world(w)?;
+        let e = c.eager_limit();
+        if c.rank() < 2 {
+            // Mixed sizes (eager and rendezvous), tags alternating; sent before anyone posts.
+            let mut reqs = Vec::new();
+            for i in 0..40usize {
+                let n = if i % 5 == 0 { e + 100 } else { i * 3 };
+                let mut v = pattern(i + 100 * c.rank() as usize, n);
+                if n >= 8 {
+                    v[..8].copy_from_slice(&(i as u64).to_le_bytes());
+                }
+                reqs.push(c.isend(&v, 2, (i % 2) as i32)?);
+            }
+            wait_all(&mut reqs)?;
+        } else {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            let mut last = [[None::<u64>; 2]; 2];
+            let mut buf = vec![0u8; e + 100];
+            for _ in 0..80 {
+                let st = c.recv(&mut buf, ANY_SOURCE, ANY_TAG)?;
+                let (s, t) = (st.source as usize, st.tag as usize);
+                if st.bytes >= 8 {
+                    let i = u64::from_le_bytes(buf[..8].try_into().unwrap());
+                    assert_eq!(i as usize % 2, t);
+                    if let Some(prev) = last[s][t] {
+                        assert!(i > prev, "message {i} from {s} tag {t} overtook {prev}");
+                    }
+                    last[s][t] = Some(i);
+                }
+            }
+        }
+        Ok(())
+    })
+    .unwrap();
+}
+
+#[test]
+fn irecv_posted_before_send_and_wait_any() {
+    threads::run(4, |w| {
+        let c = Comm::world(w)?;
+        let e = c.eager_limit();
+        if c.rank() == 0 {
+            let mut bufs: Vec<Vec<u8>> = (1..4).map(|_| vec![0u8; 2 * e]).collect();
+            let mut reqs = bufs
+                .iter_mut()
+                .zip(1u32..)
+                .map(|(b, q)| c.irecv(b, q, 9))
+                .collect::<tca::Result<Vec<_>>>()?;
+            c.barrier()?;
+            let mut seen = [false; 3];
+            for _ in 0..3 {
+                let (i, st) = wait_any(&mut reqs)?;
+                assert_eq!(st.source as usize, i + 1);
+                assert!(!seen[i]);
+                seen[i] = true;
+            }
+            assert!(wait_any(&mut reqs).is_err(), "no request left");
+            drop(reqs);
+            for (q, b) in bufs.iter().enumerate() {
+                let n = if q % 2 == 0 { 10 } else { 2 * e };
+                assert_eq!(&b[..n], &pattern(q + 1, n)[..]);
+            }
+        } else {
+            c.barrier()?;
+            let q = c.rank() as usize;
+            let n = if (q - 1) % 2 == 0 { 10 } else { 2 * e };
+            c.send_bytes(&pattern(q, n), 0, 9)?;
+        }
+        Ok(())
+    })
+    .unwrap();
+}
+
+#[test]
+fn probe_then_receive_the_size_it_says() {
+    threads::run(2, |w| {
+        let c = Comm::world(w)?;
+        if c.rank() == 0 {
+            c.send(&[7u32; 1000], 1, 3)?;
+            c.send(&[1u32; 10], 1, 4)?;
+        } else {
+            let st = c.probe(0, 4)?;
+            assert_eq!((st.tag, st.count::<u32>()), (4, 10));
+            assert!(c.iprobe(0, 99)?.is_none());
+            let st = c.probe(ANY_SOURCE, ANY_TAG)?;
+            assert_eq!(st.tag, 3, "probe sees the earlier message first");
+            let mut v = vec![0u32; st.count::<u32>()];
+            c.recv(&mut v, 0, 3)?;
+            assert!(v.iter().all(|&x| x == 7));
+            let mut v = [0u32; 10];
+            c.recv(&mut v, 0, 4)?;
+        }
+        Ok(())
+    })
+    .unwrap();
+}
+
+#[test]
+fn persistent_requests_reused_ten_thousand_times() {
+    threads::run(2, |w| {
+        let c = Comm::world(w)?;
+        let peer = 1 - c.rank();
+        let small = vec![c.rank() as u64; 4];
+        let big = vec![c.rank() as u64 + 10; 10_000];
+        let mut rs = vec![0u64; 4];
+        let mut rb = vec![0u64; 10_000];
+        let mut ops = vec![
+            c.recv_init(&mut rs, peer, 1)?,
+            c.recv_init(&mut rb, peer, 2)?,
+            c.send_init(&small, peer, 1)?,
+            c.send_init(&big, peer, 2)?,
+        ];
+        for it in 0..10_000 {
+            Persistent::start_all(&mut ops)?;
+            Persistent::wait_all(&mut ops)?;
+            if it == 0 {
+                // One more small round, checking that an active request cannot start again.
+                ops[0].start()?;
+                ops[2].start()?;
+                assert!(ops[2].start().is_err(), "started twice");
+                ops[2].wait()?;
+                ops[0].wait()?;
+                assert!(ops[0].wait().is_err(), "waited while not started");
+            }
+        }
+        let fp = c.p2p_footprint();
+        drop(ops);
+        assert!(rs.iter().all(|&v| v == peer as u64));
+        assert!(rb.iter().all(|&v| v == peer as u64 + 10));
+        Ok(fp)
+    })
+    .unwrap();
+}
+
+#[test]
+fn many_mixed_messages_between_eight_ranks() {
+    // 100,000 messages: every rank sends to every other in rounds, sizes mixed, tags by
+    // round; receivers check content and order per (source, tag).
+    const ROUNDS: usize = 1786; // 8 ranks * 7 peers * 1786 rounds = 100,016 messages
+    threads::run(8, |w| {
+        let c = Comm::world(w)?;
+        let (me, p) = (c.rank() as usize, c.size() as usize);
+        let e = c.eager_limit();
+        let size = |r: usize, s: usize| match (r + s) % 97 {
+            0 => e + 64,
+            k if k % 3 == 0 => 200,
+            k => k % 40,
+        };
+        let mut rb: Vec<Vec<u8>> = (0..p).map(|_| vec![0u8; e + 64]).collect();
+        for r in 0..ROUNDS {
+            let mut reqs = Vec::with_capacity(p);
+            for (q, b) in rb.iter_mut().enumerate() {
+                if q != me {
+                    reqs.push(c.irecv(b, q as u32, (r % 4) as i32)?);
+                }
+            }
+            for q in (0..p).filter(|&q| q != me) {
+                let n = size(r, me);
+                let mut v = vec![(r + me) as u8; n];
+                if let Some(x) = v.first_mut() {
+                    *x = q as u8;
+                }
+                c.send_bytes(&v, q as u32, (r % 4) as i32)?;
+            }
+            wait_all(&mut reqs)?;
+            for (k, q) in (0..p).filter(|&q| q != me).enumerate() {
+                let st = reqs[k].status().unwrap();
+                let n = size(r, q);
+                assert_eq!((st.source as usize, st.bytes), (q, n));
+            }
+            drop(reqs);
+            for (q, b) in rb.iter().enumerate().filter(|&(q, _)| q != me) {
+                let n = size(r, q);
+                if n > 0 {
+                    assert_eq!(b[0], me as u8);
+                    assert!(
+                        b[1..n].iter().all(|&x| x == (r + q) as u8),
+                        "round {r} from {q}"
+                    );
+                }
+            }
+        }
+        Ok(())
+    })
+    .unwrap();
+}
+
+#[test]
+fn any_source_is_fair() {
+    // Two senders each fill their ring to rank 0 (4 packets: no credit needed), then everyone
+    // meets; rank 0 then takes 8 messages from ANY_SOURCE. Whatever the schedule, a source
+    // can win at most a ring's worth in a row, so both appear among the first five. Repeated.
+    threads::run(3, |w| {
+        let c = Comm::world(w)?;
+        for round in 0..50 {
+            if c.rank() == 0 {
+                c.barrier()?;
+                let mut order = Vec::new();
+                for _ in 0..8 {
+                    let mut b = [0u8; 8];
+                    order.push(c.recv(&mut b, ANY_SOURCE, round)?.source);
+                }
+                assert!(
+                    order[..5].contains(&1) && order[..5].contains(&2),
+                    "{order:?}"
+                );
+                assert_eq!(order.iter().filter(|&&s| s == 1).count(), 4);
+            } else {
+                let mut reqs = (0..4)
+                    .map(|_| c.isend(&[1u8; 8], 0, round))
+                    .collect::<tca::Result<Vec<_>>>()?;
+                wait_all(&mut reqs)?;
+                c.barrier()?;
+            }
+            c.barrier()?;
+        }
+        Ok(())
+    })
+    .unwrap();
+}
+
+#[test]
+fn receive_into_a_registered_segment() {
+    threads::run(2, |w| {
+        let c = Comm::world(w)?;
+        let n = 1 << 20;
+        if c.rank() == 0 {
+            c.send_bytes(&pattern(3, n), 1, 0)?;
+            c.send_bytes(&pattern(4, 100), 1, 0)?;
+        } else {
+            let seg = w.alloc(n + 4096)?;
+            let mut r = c.irecv_into(&seg, 4096, n, 0, 0)?;
+            assert_eq!(r.wait()?.bytes, n);
+            let mut got = vec![0u8; n];
+            seg.read(4096, &mut got)?;
+            assert_eq!(got, pattern(3, n));
+            let mut r = c.irecv_into(&seg, 0, 100, 0, 0)?;
+            r.wait()?;
+            let mut got = vec![0u8; 100];
+            seg.read(0, &mut got)?;
+            assert_eq!(got, pattern(4, 100));
+            let other = w.alloc(64)?;
+            assert!(c.irecv_into(&other, 32, 64, 0, 0).is_err(), "out of bounds");
+        }
+        Ok(())
+    })
+    .unwrap();
+}
+
+#[test]
+fn bad_input_is_a_clear_error() {
+    threads::run(2, |w| {
+        let c = Comm::world(w)?;
+        let e = c.eager_limit();
+        assert_eq!(
+            c.send(&[1u8], 2, 0).unwrap_err().kind(),
+            ErrorKind::InvalidRank
+        );
+        assert_eq!(
+            c.recv(&mut [0u8], 5, 0).unwrap_err().kind(),
+            ErrorKind::InvalidRank
+        );
+        assert_eq!(
+            c.send(&[1u8], 0, -1).unwrap_err().kind(),
+            ErrorKind::InvalidArgument
+        );
+        assert!(c.irecv(&mut [0u8; 1], Source::Any, Tag::Is(-3)).is_err());
+        if c.rank() == 0 {
+            // Truncation, both protocols: the error names both lengths.
+            c.send_bytes(&[1u8; 100], 1, 1)?;
+            c.send_bytes(&vec![2u8; e + 10], 1, 2)?;
+            // Type mismatch.
+            c.send(&[1.0f64; 4], 1, 3)?;
+            // A request waited twice, a dropped receive, a dropped in-flight send.
+            let mut r = c.isend(&[5u8; 8], 1, 4)?;
+            r.wait()?;
+            assert_eq!(r.wait().unwrap_err().kind(), ErrorKind::InvalidArgument);
+            let big = vec![6u8; 3 * e];
+            drop(c.isend(&big, 1, 5)?);
+            drop(big);
+            c.send(&[7u8; 8], 1, 6)?;
+            // After rank 1 cancelled a receive of tag 8 (it says so), tag 8 goes to its next
+            // receive.
+            c.recv(&mut [0u8; 1], 1, 0)?;
+            c.send(&[8u8; 8], 1, 8)?;
+        } else {
+            let mut small = [0u8; 10];
+            let err = c.recv_bytes(&mut small, 0, 1).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::Truncated);
+            assert!(
+                err.to_string().contains("100") && err.to_string().contains("10-byte"),
+                "{err}"
+            );
+            assert_eq!(small, [1u8; 10]);
+            let mut small = vec![0u8; e];
+            let err = c.recv_bytes(&mut small, 0, 2).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::Truncated);
+            assert!(err.to_string().contains(&format!("{}", e + 10)), "{err}");
+            let mut ints = [0i32; 8];
+            let err = c.recv(&mut ints, 0, 3).unwrap_err();
+            assert!(
+                err.to_string().contains("f64") && err.to_string().contains("i32"),
+                "{err}"
+            );
+            let mut b = [0u8; 8];
+            c.recv(&mut b, 0, 4)?;
+            let mut big = vec![0u8; 3 * e];
+            c.recv(&mut big, 0, 5)?;
+            assert!(
+                big.iter().all(|&x| x == 6),
+                "a dropped isend still delivers its data"
+            );
+            c.recv(&mut b, 0, 6)?;
+            assert_eq!(b, [7u8; 8]);
+            // A receive posted and dropped unmatched is cancelled: the next message of its
+            // tag goes to the next receive.
+            {
+                let mut lost = [0u8; 8];
+                let r = c.irecv(&mut lost, 0, 8)?;
+                drop(r);
+            }
+            c.send(&[0u8; 1], 0, 0)?;
+            c.recv(&mut b, 0, 8)?;
+            assert_eq!(b, [8u8; 8]);
+        }
+        // Nothing left over: both sides agree.
+        c.barrier()?;
+        assert!(c.iprobe(ANY_SOURCE, ANY_TAG)?.is_none());
+        Ok(())
+    })
+    .unwrap();
+}
+
+#[test]
+fn a_dead_peer_is_an_error_naming_it() {
+    let r = threads::run_each(2, |w| {
+        let c = Comm::world(w)?;
+        if c.rank() == 1 {
+            // Leaves without sending what rank 0 waits for.
+            return Ok(());
+        }
+        let mut b = [0u8; 8];
+        c.recv(&mut b, 1, 0).map(|_| ())
+    });
+    let e = r[0].as_ref().unwrap_err();
+    assert_eq!(e.rank(), Some(1), "{e}");
+}
+
+#[derive(Debug, Clone)]
+struct Msg {
+    from: u32,
+    tag: i32,
+    len: usize,
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+    /// Random senders, tags, sizes (both protocols), delays and wildcard receives: every
+    /// message arrives once, intact, and messages of one sender and tag arrive in order.
+    #[test]
+    fn matching_order_under_random_schedules(
+        msgs in prop::collection::vec((1u32..4, 0i32..3, prop_oneof![0usize..64, 16_000usize..20_000]), 1..40),
+        wild in any::<u64>(),
+        delays in prop::collection::vec(0u64..300, 4),
+    ) {
+        let msgs: Vec<Msg> = msgs.into_iter().map(|(from, tag, len)| Msg { from, tag, len }).collect();
+        threads::run(4, |w| {
+            let c = Comm::world(w)?;
+            std::thread::sleep(std::time::Duration::from_micros(delays[c.rank() as usize]));
+            if c.rank() > 0 {
+                let mut reqs = Vec::new();
+                for (i, m) in msgs.iter().enumerate().filter(|(_, m)| m.from == c.rank()) {
+                    let mut v = pattern(i, m.len.max(8));
+                    v[..8].copy_from_slice(&(i as u64).to_le_bytes());
+                    reqs.push(c.isend(&v, 0, m.tag)?);
+                }
+                wait_all(&mut reqs)?;
+            } else {
+                let mut got = vec![false; msgs.len()];
+                let mut last = std::collections::HashMap::new();
+                let mut buf = vec![0u8; 20_008];
+                for k in 0..msgs.len() {
+                    let src = if wild >> (k % 64) & 1 == 1 { ANY_SOURCE } else { Source::Rank(msgs.iter().enumerate().find(|(i, _)| !got[*i]).unwrap().1.from) };
+                    let st = c.recv_bytes(&mut buf, src, ANY_TAG)?;
+                    let i = u64::from_le_bytes(buf[..8].try_into().unwrap()) as usize;
+                    let m = &msgs[i];
+                    assert!(!got[i], "message {i} twice");
+                    got[i] = true;
+                    assert_eq!((st.source, st.tag, st.bytes), (m.from, m.tag, m.len.max(8)));
+                    assert_eq!(&buf[8..st.bytes], &pattern(i, st.bytes)[8..]);
+                    if let Some(prev) = last.insert((m.from, m.tag), i) {
+                        assert!(i > prev, "{i} overtook {prev}");
+                    }
+                }
+                assert!(got.iter().all(|&g| g));
+            }
+            Ok(())
+        }).unwrap();
+    }
+}
+
+#[test]
+fn test_all_finishes_everything_eventually() {
+    threads::run(2, |w| {
+        let c = Comm::world(w)?;
+        let peer = 1 - c.rank();
+        let mut bufs = [[0u8; 16]; 8];
+        let mut reqs = bufs
+            .iter_mut()
+            .map(|b| c.irecv(b, peer, 0))
+            .collect::<tca::Result<Vec<_>>>()?;
+        for i in 0..8u8 {
+            c.send(&[i; 16], peer, 0)?;
+        }
+        while !test_all(&mut reqs)? {}
+        drop(reqs);
+        for (i, b) in bufs.iter().enumerate() {
+            assert_eq!(b, &[i as u8; 16]);
+        }
+        Ok(())
+    })
+    .unwrap();
+}
