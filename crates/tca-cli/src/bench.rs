@@ -10,7 +10,7 @@ use tca_bench::suite::{self, BENCHMARKS, Benchmark, Iters};
 #[command(after_help = BENCH_HELP)]
 pub(crate) struct Args {
     /// Benchmarks, IMB names in any case (default: all but floor): PingPong PingPing
-    /// Reduce_scatter Allreduce Reduce Allgather Gather Scatter Alltoall Bcast Barrier; or
+    /// Sendrecv Exchange Reduce_scatter Allreduce Reduce Allgather Gather Scatter Alltoall Bcast Barrier; or
     /// `floor` alone (the machine's cache-line round trip, memcpy and cross-core bandwidth).
     #[arg(value_name = "BENCHMARK")]
     benchmarks: Vec<String>,
@@ -62,11 +62,16 @@ pub(crate) struct Args {
     /// library's: `tca model calibrate`'s file, or the built-in defaults.
     #[arg(long)]
     model: bool,
+    /// PingPong and PingPing over tca's two-sided send/recv (`tca::p2p`) instead of one-sided
+    /// put_signal (Sendrecv and Exchange are always two-sided).
+    #[arg(long)]
+    two_sided: bool,
 }
 
 const BENCH_HELP: &str = "Examples:
   tca bench                                   every benchmark, 2 ranks, 0 B .. 4 MiB
   tca bench PingPong Allreduce --compare mpi  beside Open MPI (build with --features mpi)
+  tca bench PingPong Sendrecv --two-sided --compare mpi   two-sided messages beside MPI's
   tca bench Allreduce --np 4 --algo ring --sizes 1K:1M --format csv --out ar.csv
   tca bench PingPong --plot pingpong.png --fit 64K:4M
   tca bench Allreduce Allgather Bcast --sizes 8:4M --model   predictions beside measurements
@@ -135,6 +140,7 @@ pub(crate) fn run(a: Args) -> Result<i32> {
             repeat: a.repeat,
             algos,
             soak: a.soak,
+            two_sided: a.two_sided,
         },
         format: a.format,
         out: a.out,

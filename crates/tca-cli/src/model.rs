@@ -1025,6 +1025,7 @@ mod calibrate {
                     repeat: REPEAT,
                     algos: set,
                     soak: 0,
+                    two_sided: false,
                 };
                 if let Some(h) = suite::tca::run(&world, &opts)? {
                     halves.push(h);

@@ -125,8 +125,19 @@ pub fn run<B: Backend>(
                     t_min_us: ts.iter().copied().fold(f64::INFINITY, f64::min),
                     t_max_us: ts.iter().copied().fold(0.0, f64::max),
                     t_avg_us: avg,
-                    mbytes_per_sec: point_to_point
-                        .then(|| if avg > 0.0 { bytes as f64 / avg } else { 0.0 }),
+                    mbytes_per_sec: point_to_point.then(|| {
+                        // IMB counts the messages a rank sends and receives per call.
+                        let msgs = match bench.kind {
+                            super::Kind::Sendrecv => 2.0,
+                            super::Kind::Exchange => 4.0,
+                            _ => 1.0,
+                        };
+                        if avg > 0.0 {
+                            msgs * bytes as f64 / avg
+                        } else {
+                            0.0
+                        }
+                    }),
                 });
                 tick(bench.name, bytes);
             }
@@ -223,6 +234,7 @@ mod tests {
             repeat,
             algos: Vec::new(),
             soak: 0,
+            two_sided: false,
         };
         // The middle run is 40x faster than the others: it is the one reported.
         let mut b = Scripted {

@@ -9,6 +9,7 @@
 //! | benchmark | `#bytes` is | data type |
 //! |---|---|---|
 //! | PingPong, PingPing | the message | bytes |
+//! | Sendrecv, Exchange | the message (to each neighbour) | bytes |
 //! | Bcast | the message | bytes |
 //! | Scatter, Gather, Allgather | each rank's block | bytes |
 //! | Alltoall | the block each rank sends each rank | bytes |
@@ -17,7 +18,10 @@
 //! | Barrier | (none) | |
 //!
 //! Roots are rank 0. PingPong and PingPing run between ranks 0 and 1 while the other ranks
-//! wait, as IMB's "additional processes waiting in MPI_Barrier".
+//! wait, as IMB's "additional processes waiting in MPI_Barrier". Over tca they are one-sided
+//! (`put_signal` into the partner's segment) unless `--two-sided` asks for tca's send and
+//! receive (`tca::p2p`); the algorithm column says which form ran. Sendrecv and Exchange are
+//! always two-sided, and report IMB's Mbytes/sec (2 and 4 messages per call per rank).
 
 pub mod driver;
 #[cfg(feature = "mpi")]
@@ -36,6 +40,10 @@ pub enum Kind {
     PingPong,
     /// Ranks 0 and 1 send to each other at once; time is one exchange.
     PingPing,
+    /// Every rank sends to its right neighbour and receives from its left (a periodic chain).
+    Sendrecv,
+    /// Every rank sends to and receives from both neighbours.
+    Exchange,
     /// Broadcast from rank 0.
     Bcast,
     /// Scatter from rank 0.
@@ -82,6 +90,18 @@ pub static BENCHMARKS: &[Benchmark] = &[
         kind: Kind::PingPing,
         collective: None,
         about: "ranks 0 and 1 send to each other at the same time",
+    },
+    Benchmark {
+        name: "Sendrecv",
+        kind: Kind::Sendrecv,
+        collective: None,
+        about: "two-sided: send right, receive from the left, every rank at once",
+    },
+    Benchmark {
+        name: "Exchange",
+        kind: Kind::Exchange,
+        collective: None,
+        about: "two-sided: send to and receive from both neighbours, every rank at once",
     },
     Benchmark {
         name: "Reduce_scatter",
@@ -222,6 +242,9 @@ pub struct Options {
     pub algos: Vec<(usize, String)>,
     /// 8-byte PingPong round trips of a memory soak after the suite (tca only; 0: none).
     pub soak: u64,
+    /// PingPong and PingPing over tca's two-sided messages instead of put_signal.
+    #[serde(default)]
+    pub two_sided: bool,
 }
 
 fn one() -> u32 {

@@ -43,7 +43,7 @@ impl MpiBackend {
             world,
             name: library_name(),
             bsend: vec![0xa5; max * p],
-            brecv: vec![0; max * p],
+            brecv: vec![0; max * p.max(2)],
             fsend: vec![1.0; max / 4 * p],
             frecv: vec![0.0; max / 4 * p],
             cur: (Kind::Barrier, 0),
@@ -140,6 +140,31 @@ impl Backend for MpiBackend {
                         let req = other.immediate_send(scope, &bs[..bytes]);
                         other.receive_into(&mut br[..bytes]);
                         req.wait();
+                    });
+                }
+                Kind::Sendrecv => {
+                    let right = w.process_at_rank((me + 1) % p as i32);
+                    let left = w.process_at_rank((me + p as i32 - 1) % p as i32);
+                    mpi::point_to_point::send_receive_into(
+                        &bs[..bytes],
+                        &right,
+                        &mut br[..bytes],
+                        &left,
+                    );
+                }
+                Kind::Exchange => {
+                    let right = w.process_at_rank((me + 1) % p as i32);
+                    let left = w.process_at_rank((me + p as i32 - 1) % p as i32);
+                    let (a, b) = br[..2 * bytes].split_at_mut(bytes);
+                    mpi::request::scope(|scope| {
+                        let r1 = left.immediate_receive_into(scope, a);
+                        let r2 = right.immediate_receive_into(scope, b);
+                        let s1 = left.immediate_send(scope, &bs[..bytes]);
+                        let s2 = right.immediate_send(scope, &bs[..bytes]);
+                        r1.wait();
+                        r2.wait();
+                        s1.wait();
+                        s2.wait();
                     });
                 }
                 Kind::Bcast => root.broadcast_into(&mut bs[..bytes]),

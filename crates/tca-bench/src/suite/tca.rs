@@ -33,6 +33,7 @@ pub struct TcaBackend<'w> {
     frecv: Vec<f32>,
     cur: (Kind, usize),
     forced: Vec<(usize, String)>,
+    two_sided: bool,
 }
 
 impl<'w> TcaBackend<'w> {
@@ -57,11 +58,12 @@ impl<'w> TcaBackend<'w> {
             line_at,
             seq: 0,
             bsend: vec![0xa5; max * p],
-            brecv: vec![0; max * p],
+            brecv: vec![0; max * p.max(2)],
             fsend: vec![1.0; max / 4 * p],
             frecv: vec![0.0; max / 4 * p],
             cur: (Kind::Barrier, 0),
             forced: opts.algos.clone(),
+            two_sided: opts.two_sided,
         })
     }
 
@@ -96,6 +98,45 @@ impl<'w> TcaBackend<'w> {
         Ok(())
     }
 
+    /// `n` two-sided PingPongs or PingPings between ranks 0 and 1 (`tca::p2p`), or calls of
+    /// Sendrecv or Exchange on every rank.
+    fn two_sided(&mut self, kind: Kind, n: u64) -> Result<()> {
+        let c = &self.comm;
+        let bytes = self.cur.1;
+        let (me, p) = (c.rank(), c.size());
+        let (right, left) = ((me + 1) % p, (me + p - 1) % p);
+        let (bs, br) = (&self.bsend[..bytes], &mut self.brecv[..2 * bytes]);
+        for _ in 0..n {
+            match kind {
+                Kind::PingPong if me == 0 => {
+                    c.send(bs, 1, 0)?;
+                    c.recv(&mut br[..bytes], 1, 0)?;
+                }
+                Kind::PingPong => {
+                    c.recv(&mut br[..bytes], 0, 0)?;
+                    c.send(bs, 0, 0)?;
+                }
+                Kind::PingPing => {
+                    let mut r = c.isend(bs, 1 - me, 0)?;
+                    c.recv(&mut br[..bytes], 1 - me, 0)?;
+                    r.wait()?;
+                }
+                Kind::Sendrecv => {
+                    c.sendrecv(bs, right, 0, &mut br[..bytes], left, 0)?;
+                }
+                Kind::Exchange => {
+                    let (a, b) = br.split_at_mut(bytes);
+                    let mut rs = [c.irecv(a, left, 0)?, c.irecv(b, right, 0)?];
+                    c.send(bs, left, 0)?;
+                    c.send(bs, right, 0)?;
+                    tca::p2p::wait_all(&mut rs)?;
+                }
+                _ => unreachable!("two-sided kinds only"),
+            }
+        }
+        Ok(())
+    }
+
     /// The floor extra: 7 alternating rounds of the raw cache-line ping-pong and the 8-byte
     /// PingPong between ranks 0 and 1; rank 0 gets the note. Skipped when ranks outnumber
     /// cores (a pure spin cannot share a core).
@@ -120,32 +161,59 @@ impl<'w> TcaBackend<'w> {
         }
         let mut line = CacheLine::new(w)?;
         line.round(w, 20_000)?;
-        self.cur = (Kind::PingPong, 8);
         let iters = 50_000;
+        // Three-way with --two-sided: floor, one-sided put_signal, two-sided send/recv, each
+        // round alternating, so the ratios come from one placement of the ranks.
+        let forms: &[bool] = if self.two_sided {
+            &[false, true]
+        } else {
+            &[false]
+        };
         let mut rounds = Vec::new();
         for _ in 0..7 {
             let f = line.round(w, iters)?;
-            w.barrier()?;
-            let t0 = std::time::Instant::now();
-            if w.rank() < 2 {
-                self.point_to_point(iters, false)?;
+            let mut ts = Vec::new();
+            for &two in forms {
+                self.cur = (Kind::PingPong, 8);
+                w.barrier()?;
+                let t0 = std::time::Instant::now();
+                if w.rank() < 2 {
+                    if two {
+                        self.two_sided(Kind::PingPong, iters)?;
+                    } else {
+                        self.point_to_point(iters, false)?;
+                    }
+                }
+                ts.push(t0.elapsed().as_secs_f64() * 1e9 / (2 * iters) as f64);
+                w.barrier()?;
             }
-            let t = t0.elapsed().as_secs_f64() * 1e9 / (2 * iters) as f64;
-            w.barrier()?;
-            rounds.push((f, t));
+            rounds.push((f, ts));
         }
-        let mut ratios: Vec<f64> = rounds.iter().map(|(f, t)| t / f).collect();
-        ratios.sort_by(f64::total_cmp);
+        let median = |mut v: Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        let to_floor = median(rounds.iter().map(|(f, t)| t[0] / f).collect());
         let shown: Vec<String> = rounds
             .iter()
-            .map(|(f, t)| format!("{t:.0}/{f:.0}"))
+            .map(|(f, t)| {
+                let t: Vec<String> = t.iter().map(|x| format!("{x:.0}")).collect();
+                format!("{}/{f:.0}", t.join("/"))
+            })
             .collect();
         Ok((w.rank() == 0).then(|| {
-            format!(
-                "8 B PingPong / floor (cache-line half round trip), 7 alternating rounds, ns: {}; median ratio {:.2}",
-                shown.join(" "),
-                ratios[ratios.len() / 2]
-            )
+            if self.two_sided {
+                let two = median(rounds.iter().map(|(_, t)| t[1] / t[0]).collect());
+                format!(
+                    "8 B PingPong one-sided/two-sided/floor (cache-line half round trip), 7 alternating rounds, ns: {}; median ratios: one-sided/floor {to_floor:.2}, two-sided/one-sided {two:.2}",
+                    shown.join(" ")
+                )
+            } else {
+                format!(
+                    "8 B PingPong / floor (cache-line half round trip), 7 alternating rounds, ns: {}; median ratio {to_floor:.2}",
+                    shown.join(" ")
+                )
+            }
         }))
     }
 
@@ -226,6 +294,8 @@ impl Backend for TcaBackend<'_> {
         let c = &self.comm;
         let sum = Op::<f32>::Sum;
         match kind {
+            Kind::Sendrecv | Kind::Exchange => return self.two_sided(kind, n),
+            Kind::PingPong | Kind::PingPing if self.two_sided => return self.two_sided(kind, n),
             Kind::PingPong => return self.point_to_point(n, false),
             Kind::PingPing => return self.point_to_point(n, true),
             _ => {}
@@ -238,7 +308,9 @@ impl Backend for TcaBackend<'_> {
         );
         for _ in 0..n {
             match kind {
-                Kind::PingPong | Kind::PingPing => unreachable!("handled above"),
+                Kind::PingPong | Kind::PingPing | Kind::Sendrecv | Kind::Exchange => {
+                    unreachable!("handled above")
+                }
                 Kind::Bcast => c.broadcast(&mut bs[..bytes], 0)?,
                 Kind::Scatter => c.scatter(&bs[..bytes * p], &mut br[..bytes], 0)?,
                 Kind::Gather => c.gather(&bs[..bytes], &mut br[..bytes * p], 0)?,
@@ -255,7 +327,18 @@ impl Backend for TcaBackend<'_> {
 
     fn algorithm(&self, bench: &Benchmark, bytes: usize) -> String {
         let p = self.comm.size() as usize;
+        let two_sided = |b: usize| {
+            let proto = if b <= self.comm.eager_limit() {
+                "eager"
+            } else {
+                "rendezvous"
+            };
+            format!("send/recv {proto}")
+        };
         match bench.collective {
+            None if matches!(bench.kind, Kind::Sendrecv | Kind::Exchange) || self.two_sided => {
+                two_sided(bytes)
+            }
             None => "put_signal".into(),
             // The size each collective's selection looks at (see tca::coll): the whole vector,
             // except Reduce_scatter, which selects by each rank's share.
@@ -298,6 +381,13 @@ pub fn run(world: &World, opts: &Options) -> Result<Option<Half>> {
                 crate::floor::memcpy_bandwidth(max)
             ));
         }
+        let (seg, pooled) = b.comm.p2p_footprint();
+        notes.push(format!(
+            "two-sided messages per rank: {} KiB registered (rings, remote address buffers) + {} KiB pooled; eager limit {} B",
+            seg / 1024,
+            pooled / 1024,
+            b.comm.eager_limit()
+        ));
         notes.push(format!(
             "collective scratch per rank: {} KiB; transport: {}; wait policy: {} spins, {} yields, then sleep",
             tca::coll::scratch_bytes(world.size() as usize) / 1024,

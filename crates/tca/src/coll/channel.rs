@@ -16,7 +16,7 @@
 //! two ranks exchanging large messages never wait on each other in a cycle.
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::fabric::ring::{Hook, Ring};
+use crate::fabric::ring::{Hook, Ring, Shape};
 pub use crate::fabric::ring::{INLINE, chunk_bytes, ring_bytes as scratch_bytes};
 use crate::fabric::{Handle, Segment, World};
 
@@ -38,7 +38,8 @@ pub(crate) struct Channels {
 impl Channels {
     /// Wraps an allocated scratch segment (`scratch_bytes(p)` long) and every member's handle.
     pub(crate) fn new(seg: Segment, handles: Vec<Handle>, me: usize) -> Self {
-        let ring = Ring::new(seg, handles, me);
+        let p = handles.len();
+        let ring = Ring::new(seg, handles, me, Shape::collectives(p));
         let ch = ring.capacity();
         Self { ring, ch }
     }

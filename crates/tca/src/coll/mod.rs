@@ -39,7 +39,7 @@ pub use op::{BitOp, Element, Op, Reducer};
 pub use registry::{ALGORITHMS, Algorithm, Collective};
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::fabric::ring::Hook;
+use crate::fabric::ring::{Hook, Progressor};
 use crate::fabric::{Handle, World};
 use channel::{Channels, Sink};
 use registry::Kernel;
@@ -347,35 +347,30 @@ impl<'w> Comm<'w> {
         self.ch.chunks(n)
     }
 
-    /// Runs `f` with the two-sided engine's progress as the wait hook when that engine owes
-    /// peers something (queued packets, rendezvous data to put), so that a rank inside a
-    /// collective still completes its earlier non-blocking sends (MPI's progress rule); no
-    /// hook, and no cost, otherwise.
+    /// The two-sided engine as the channels' wait hook: a rank inside a collective still
+    /// completes its earlier non-blocking sends (MPI's progress rule). The engine is asked
+    /// only when a wait does not end at once (see `fabric::ring::Progressor`).
     #[inline]
-    fn hooked<R>(&self, f: impl FnOnce(Hook<'_>) -> R) -> R {
-        match self.p2p.get() {
-            Some(eng) if eng.busy() => {
-                let poll = || eng.poll(self.world).map(|_| false);
-                f(Some(&poll))
-            }
-            _ => f(None),
-        }
+    fn hook(&self) -> Hook<'_> {
+        self.p2p.get().map(|e| e as &dyn Progressor)
     }
 
     pub(crate) fn ch_send(&self, to: usize, msg: &[u8]) -> Result<()> {
-        self.hooked(|h| self.ch.send(self.world, to, msg, h))
+        self.ch.send(self.world, to, msg, self.hook())
     }
 
     pub(crate) fn ch_recv(&self, from: usize, dst: &mut [u8]) -> Result<()> {
-        self.hooked(|h| self.ch.recv(self.world, from, dst, &Sink::Copy, h))
+        self.ch
+            .recv(self.world, from, dst, &Sink::Copy, self.hook())
     }
 
     pub(crate) fn recv_reduce(&self, from: usize, acc: &mut [u8], red: &Reducer<'_>) -> Result<()> {
-        self.hooked(|h| self.ch.recv(self.world, from, acc, &Sink::Reduce(red), h))
+        self.ch
+            .recv(self.world, from, acc, &Sink::Reduce(red), self.hook())
     }
 
     pub(crate) fn send_chunk(&self, to: usize, msg: &[u8], i: usize) -> Result<()> {
-        self.hooked(|h| self.ch.send_chunk(self.world, to, msg, i, h))
+        self.ch.send_chunk(self.world, to, msg, i, self.hook())
     }
 
     pub(crate) fn recv_chunk(
@@ -385,12 +380,13 @@ impl<'w> Comm<'w> {
         i: usize,
         red: Option<&Reducer<'_>>,
     ) -> Result<()> {
-        self.hooked(|h| match red {
+        let h = self.hook();
+        match red {
             Some(r) => self
                 .ch
                 .recv_chunk(self.world, from, dst, i, &Sink::Reduce(r), h),
             None => self.ch.recv_chunk(self.world, from, dst, i, &Sink::Copy, h),
-        })
+        }
     }
 
     pub(crate) fn ch_sendrecv(
@@ -401,14 +397,15 @@ impl<'w> Comm<'w> {
         dst: &mut [u8],
         red: Option<&Reducer<'_>>,
     ) -> Result<()> {
-        self.hooked(|h| match red {
+        let h = self.hook();
+        match red {
             Some(r) => self
                 .ch
                 .sendrecv(self.world, to, msg, from, dst, &Sink::Reduce(r), h),
             None => self
                 .ch
                 .sendrecv(self.world, to, msg, from, dst, &Sink::Copy, h),
-        })
+        }
     }
 
     /// Sends `buf` to `to` and receives a message of the same length from `from` into `buf`

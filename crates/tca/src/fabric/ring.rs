@@ -40,12 +40,47 @@ use crate::error::{ErrorKind, Result};
 use crate::fabric::line::{LINE, SIGNAL};
 use crate::fabric::{Handle, Segment, SignalOp, World};
 
-/// Slots per ordered pair of ranks.
+/// Slots per ordered pair of ranks (the collectives' rings).
 pub const SLOTS: usize = 4;
 /// A receiver returns credits after every `ACK_EVERY`-th packet, not every packet: each credit
 /// write moves a cache line to the sender, and halving them takes one line transfer off every
 /// other small message. Safe for any `ACK_EVERY <= SLOTS` (see "Flow control").
 pub const ACK_EVERY: u64 = 2;
+
+/// A ring's dimensions: slots per pair, how often credits go back, packet capacity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Shape {
+    pub slots: usize,
+    pub ack_every: u64,
+    pub chunk: usize,
+}
+
+impl Shape {
+    /// The collectives' rings: [`SLOTS`] slots of [`chunk_bytes`].
+    pub(crate) fn collectives(p: usize) -> Self {
+        Self {
+            slots: SLOTS,
+            ack_every: ACK_EVERY,
+            chunk: chunk_bytes(p),
+        }
+    }
+
+    /// Two-sided messages' rings: twice the slots of half the size (the same memory), and
+    /// credits every fourth packet: a stream of small messages (a ping-pong, a window of
+    /// sends) pays a credit line once per four messages instead of two.
+    pub(crate) fn messages(p: usize) -> Self {
+        Self {
+            slots: 2 * SLOTS,
+            ack_every: 2 * ACK_EVERY,
+            chunk: (chunk_bytes(p) / 2).max(LINE) / LINE * LINE,
+        }
+    }
+
+    /// Bytes of ring area one rank registers for a group of `p` ranks.
+    pub(crate) fn bytes(&self, p: usize) -> usize {
+        p * CREDIT + p * self.slots * (LINE + self.chunk)
+    }
+}
 /// Payload bytes that travel in the header line.
 pub const INLINE: usize = 40;
 const META: usize = 40;
@@ -58,14 +93,23 @@ pub fn chunk_bytes(p: usize) -> usize {
     ch.clamp(4 << 10, 64 << 10) / 64 * 64
 }
 
-/// Bytes of ring area one rank registers for a group of `p` ranks.
+/// Bytes of the collectives' ring area one rank registers for a group of `p` ranks.
 pub fn ring_bytes(p: usize) -> usize {
-    p * CREDIT + p * SLOTS * (LINE + chunk_bytes(p))
+    Shape::collectives(p).bytes(p)
 }
 
-/// Progress of other work (the two-sided engine's) to run while a ring operation waits; see
-/// `World::wait_polling`.
-pub(crate) type Hook<'a> = Option<&'a dyn Fn() -> Result<bool>>;
+/// Other work that may need progress while a ring operation waits (the two-sided engine of
+/// the same communicator). Asked only when a wait does not end at once, so a ring operation
+/// whose data is already there pays nothing for it.
+pub(crate) trait Progressor {
+    /// Whether this rank owes peers work that only its progress moves.
+    fn busy(&self) -> bool;
+    /// One pass of that progress.
+    fn poll(&self, w: &World) -> Result<()>;
+}
+
+/// The progressor a ring wait runs, if any.
+pub(crate) type Hook<'a> = Option<&'a dyn Progressor>;
 const HOOK_NAP: std::time::Duration = std::time::Duration::from_micros(200);
 
 /// What a packet's header line says besides its payload.
@@ -95,15 +139,23 @@ pub(crate) struct Ring {
     p: usize,
     ch: usize,
     slot: usize,
+    slots: usize,
+    ack_every: u64,
     c: RefCell<Counters>,
 }
 
 impl Ring {
-    /// Wraps an allocated segment (at least `ring_bytes(p)` long; the ring uses its start) and
+    /// Wraps an allocated segment (at least `shape.bytes(p)` long; the ring uses its start) and
     /// every member's handle of the same segment.
-    pub(crate) fn new(seg: Segment, handles: Vec<Handle>, me: usize) -> Self {
+    pub(crate) fn new(seg: Segment, handles: Vec<Handle>, me: usize, shape: Shape) -> Self {
         let p = handles.len();
-        let ch = chunk_bytes(p);
+        let ch = shape.chunk;
+        assert!(
+            shape.slots.is_power_of_two()
+                && shape.ack_every.is_power_of_two()
+                && shape.ack_every as usize <= shape.slots,
+            "ring shape {shape:?}: slots and ack interval are powers of two, ack <= slots"
+        );
         Self {
             seg,
             handles,
@@ -111,6 +163,8 @@ impl Ring {
             p,
             ch,
             slot: LINE + ch,
+            slots: shape.slots,
+            ack_every: shape.ack_every,
             c: RefCell::new(Counters {
                 sent: vec![0; p],
                 recvd: vec![0; p],
@@ -125,7 +179,7 @@ impl Ring {
     }
 
     /// This rank's segment (the ring at its start; a framing may keep more after
-    /// `ring_bytes(p)`).
+    /// its shape's bytes).
     pub(crate) fn seg(&self) -> &Segment {
         &self.seg
     }
@@ -136,7 +190,9 @@ impl Ring {
     }
 
     fn slot_off(&self, sender: usize, seq: u64) -> usize {
-        self.p * CREDIT + sender * SLOTS * self.slot + ((seq - 1) as usize % SLOTS) * self.slot
+        self.p * CREDIT
+            + sender * self.slots * self.slot
+            + ((seq - 1) as usize & (self.slots - 1)) * self.slot
     }
 
     /// Whether a packet to `to` can be written now without waiting for credit.
@@ -144,11 +200,11 @@ impl Ring {
     pub(crate) fn can_send(&self, to: usize) -> Result<bool> {
         let mut c = self.c.borrow_mut();
         let seq = c.sent[to] + 1;
-        if seq <= c.credit[to] + SLOTS as u64 {
+        if seq <= c.credit[to] + self.slots as u64 {
             return Ok(true);
         }
         c.credit[to] = self.seg.signal_value(to * CREDIT)?;
-        Ok(seq <= c.credit[to] + SLOTS as u64)
+        Ok(seq <= c.credit[to] + self.slots as u64)
     }
 
     /// Sends one packet (`data.len() <= capacity()`) to member `to`, waiting for credit if its
@@ -166,8 +222,8 @@ impl Ring {
         debug_assert!(data.len() <= self.ch);
         let mut c = self.c.borrow_mut();
         let seq = c.sent[to] + 1;
-        if seq > c.credit[to] + SLOTS as u64 {
-            c.credit[to] = self.wait_word(w, to * CREDIT, seq - SLOTS as u64, hook)?;
+        if seq > c.credit[to] + self.slots as u64 {
+            c.credit[to] = self.wait_word(w, to * CREDIT, seq - self.slots as u64, hook)?;
         }
         let h = &self.handles[to];
         let off = self.slot_off(self.me, seq);
@@ -228,13 +284,17 @@ impl Ring {
     #[inline]
     fn wait_word(&self, w: &World, off: usize, v: u64, hook: Hook<'_>) -> Result<u64> {
         match hook {
-            None => w.wait_until(&self.seg, off, v),
-            Some(poll) => loop {
-                let seen = w.wait_polling(&self.seg, off, v, HOOK_NAP, poll)?;
-                if seen >= v {
-                    return Ok(seen);
+            // Asked only if the word is not there yet.
+            Some(h) if self.seg.signal_value(off)? < v && h.busy() => {
+                let poll = || h.poll(w).map(|()| false);
+                loop {
+                    let seen = w.wait_polling(&self.seg, off, v, HOOK_NAP, &poll)?;
+                    if seen >= v {
+                        return Ok(seen);
+                    }
                 }
-            },
+            }
+            _ => w.wait_until(&self.seg, off, v),
         }
     }
 
@@ -270,7 +330,7 @@ impl Ring {
         let off = self.slot_off(from, seq);
         #[allow(unsafe_code)]
         // SAFETY: the sender wrote this slot completely before raising its sequence word to
-        // `seq` (the caller saw it arrive), and writes it again only for packet seq + SLOTS,
+        // `seq` (the caller saw it arrive), and writes it again only for packet seq + slots,
         // which it sends only once our credit word says we consumed packet `seq` ("Flow
         // control" above). That credit is written by `consumed` below, after the view and `f`
         // are done with it, so nothing writes these bytes while the view lives.
@@ -285,7 +345,7 @@ impl Ring {
 
     fn consumed(&self, w: &World, from: usize, seq: u64) -> Result<()> {
         self.c.borrow_mut().recvd[from] = seq;
-        if seq % ACK_EVERY != 0 {
+        if seq & (self.ack_every - 1) != 0 {
             return Ok(());
         }
         // Hand the slots back: the sender may now reuse them. A sender that has already

@@ -149,6 +149,7 @@ impl Segment {
     }
 
     /// Copies bytes at `off` into `dst`.
+    #[inline]
     pub fn read(&self, off: usize, dst: &mut [u8]) -> Result<()> {
         let at = self.region.range(off, dst.len())?;
         self.region.map.read(at, dst);
@@ -156,6 +157,7 @@ impl Segment {
     }
 
     /// The current value of the signal word at `off` (Acquire).
+    #[inline]
     pub fn signal_value(&self, off: usize) -> Result<u64> {
         Ok(self.region.word(off)?.load(Ordering::Acquire))
     }

@@ -3,10 +3,11 @@
 //!
 //! # Memory layout (one segment per rank and communicator, after the ring area)
 //! ```text
-//! ring_bytes(P)                 the ring (crate::fabric::ring): eager packets and RTS
-//! + r*R*64 + s*64               remote address buffer: slot s of my rendezvous sends to r;
+//! 0                             the ring (crate::fabric::ring, `Shape::messages`): eager
+//!                               packets and requests-to-send; R0 = its bytes
+//! R0 + r*R*64 + s*64            remote address buffer: slot s of my rendezvous sends to r;
 //!                               r writes [handle 32 | offset | length | - | epoch]  writer: r
-//! + P*R*64 + q*R*64 + s*64      done words: q raised it to epoch when it finished putting the
+//! R0 + P*R*64 + q*R*64 + s*64   done words: q raised it to epoch when it finished putting the
 //!                               data of its rendezvous slot s into my buffer     writer: q
 //! ```
 //! R = [`RDV_SLOTS`] rendezvous transfers may be in flight per ordered pair.
@@ -25,7 +26,7 @@ use std::time::Duration;
 
 use super::{Source, Status, Tag};
 use crate::error::{Error, ErrorKind, Result};
-use crate::fabric::ring::{Head, Ring, ring_bytes};
+use crate::fabric::ring::{Head, Ring, Shape};
 use crate::fabric::{Handle, Segment, SignalOp, World};
 
 /// Rendezvous transfers in flight per ordered pair of ranks.
@@ -38,6 +39,8 @@ const RTS: u8 = 2;
 const ABANDONED: u64 = 1 << 63;
 /// Longest sleep of a waiter before it polls every peer again.
 const NAP: Duration = Duration::from_micros(200);
+/// While a wait spins, one turn in this many runs a full progress pass.
+const POLL_EVERY: u32 = 16;
 /// How long a communicator being dropped waits for its undelivered sends to move.
 pub(crate) const DRAIN_PATIENCE: Duration = Duration::from_secs(2);
 /// Smallest landing buffer (rendezvous into plain memory).
@@ -45,7 +48,7 @@ const LANDING_MIN: usize = 64 << 10;
 
 /// Bytes of the p2p segment of one rank in a communicator of `p` ranks.
 pub fn p2p_bytes(p: usize) -> usize {
-    ring_bytes(p) + 2 * p * RDV_SLOTS * RSLOT
+    Shape::messages(p).bytes(p) + 2 * p * RDV_SLOTS * RSLOT
 }
 
 /// Where a matched rendezvous receive wants its data.
@@ -188,6 +191,19 @@ pub(crate) struct Engine {
     st: RefCell<State>,
 }
 
+impl crate::fabric::ring::Progressor for Engine {
+    /// Whether this rank owes peers something: packets queued for credit, or rendezvous data
+    /// to put once their receivers answer. Collectives' waits make progress while it is so.
+    fn busy(&self) -> bool {
+        let st = self.st.borrow();
+        st.queued > 0 || !st.cts_wait.is_empty()
+    }
+
+    fn poll(&self, w: &World) -> Result<()> {
+        self.progress(w, &mut Hand::None, None).map(|_| ())
+    }
+}
+
 /// The element type code carried by a message (0: raw bytes).
 pub(crate) fn type_code(name: &str) -> u8 {
     const NAMES: [&str; 10] = [
@@ -237,12 +253,12 @@ impl Engine {
         world: Vec<u32>,
     ) -> Result<Self> {
         let p = handles.len();
-        let ring = Ring::new(seg, handles, me);
+        let ring = Ring::new(seg, handles, me, Shape::messages(p));
         let eager = match crate::env::parse::<usize>(crate::env::P2P_EAGER)? {
             Some(n) => n.min(ring.capacity()),
             None => super::EAGER_DEFAULT.min(ring.capacity()),
         };
-        let rab = ring_bytes(p);
+        let rab = Shape::messages(p).bytes(p);
         Ok(Self {
             ring,
             p,
@@ -864,19 +880,6 @@ impl Engine {
         Ok(any)
     }
 
-    /// Whether this rank owes peers something: packets queued for credit, or rendezvous data
-    /// to put once their receivers answer. Collectives' waits make progress while it is so.
-    #[inline]
-    pub(crate) fn busy(&self) -> bool {
-        let st = self.st.borrow();
-        st.queued > 0 || !st.cts_wait.is_empty()
-    }
-
-    /// One pass of progress with no request in hand.
-    pub(crate) fn poll(&self, w: &World) -> Result<bool> {
-        self.progress(w, &mut Hand::None, None)
-    }
-
     /// Completes what this rank still owes peers (sends whose requests were dropped) before
     /// the communicator goes away, for as long as they keep making progress: gives up after
     /// [`DRAIN_PATIENCE`] with nothing moving (a receive that was never posted), or when a
@@ -886,7 +889,7 @@ impl Engine {
         let owed = |st: &State| st.queued + st.cts_wait.len();
         let mut left = owed(&self.st.borrow());
         while left > 0 && last.elapsed() < DRAIN_PATIENCE {
-            if self.poll(w).is_err() {
+            if self.progress(w, &mut Hand::None, None).is_err() {
                 break;
             }
             let now = owed(&self.st.borrow());
@@ -997,6 +1000,7 @@ impl Engine {
     /// each spin and at least every [`NAP`] while asleep; dead peers end the wait).
     pub(crate) fn wait(&self, w: &World, id: Id, hand: &mut Hand<'_>) -> Result<Status> {
         let hand = RefCell::new(hand);
+        let spins = w.wait_policy().0;
         let mut turn = 0usize;
         loop {
             self.progress(w, &mut hand.borrow_mut(), Some(id.idx))?;
@@ -1005,7 +1009,16 @@ impl Engine {
             }
             let (off, v) = self.hint(id, turn);
             turn += 1;
+            // While spinning, the wait loop itself watches the hint word (the common way a
+            // request ends); a full pass over every peer runs every POLL_EVERY-th turn, so
+            // the spin stays a tight load loop. Yielding and sleeping turns poll every time.
+            let calls = std::cell::Cell::new(0u32);
             let poll = || -> Result<bool> {
+                let k = calls.get() + 1;
+                calls.set(k);
+                if k < spins && k % POLL_EVERY != 0 {
+                    return Ok(false);
+                }
                 self.progress(w, &mut hand.borrow_mut(), Some(id.idx))?;
                 Ok(self.is_done(id))
             };
