@@ -995,6 +995,72 @@ impl Engine {
         }
     }
 
+    /// A blocking receive from one source, the fast way: when nothing is posted and nothing
+    /// unexpected waits (so the next packet from `q` is the first candidate under MPI's
+    /// rules), watch `q`'s ring directly and copy a matching eager message straight into
+    /// `buf` — no request, no queue. Returns `None` (nothing consumed) as soon as anything
+    /// else happens: a packet that does not match or is not eager, a pending receive, an
+    /// unexpected message queued by progress; the caller then takes the general path.
+    pub(crate) fn recv_fast(
+        &self,
+        w: &World,
+        q: usize,
+        tag: Tag,
+        ty: u8,
+        buf: &mut [u8],
+    ) -> Result<Option<Status>> {
+        let idle = |st: &State| st.posted.is_empty() && st.unexpected.is_empty();
+        let spins = w.wait_policy().0;
+        loop {
+            if !idle(&self.st.borrow()) {
+                return Ok(None);
+            }
+            if let Some(h) = self.ring.peek(q)? {
+                let env = Envelope {
+                    src: q,
+                    tag: i32::from_le_bytes(h.meta[..4].try_into().expect("4")),
+                    len: h.aux as usize,
+                    ty: h.meta[6],
+                };
+                if h.meta[4] != EAGER
+                    || h.len != env.len
+                    || !matches(Source::Rank(q as u32), tag, &env)
+                    || self.check(&env, buf.len(), ty).is_some()
+                {
+                    return Ok(None);
+                }
+                self.ring.take(w, q, &h, &mut buf[..env.len])?;
+                return Ok(Some(Status {
+                    source: q as u32,
+                    tag: env.tag,
+                    bytes: env.len,
+                }));
+            }
+            let (off, v) = self.ring.next_word(q);
+            let calls = std::cell::Cell::new(0u32);
+            let poll = || -> Result<bool> {
+                let k = calls.get() + 1;
+                calls.set(k);
+                if k < spins && k % POLL_EVERY != 0 {
+                    return Ok(false);
+                }
+                self.progress(w, &mut Hand::None, None)?;
+                Ok(!idle(&self.st.borrow()))
+            };
+            w.wait_polling(self.ring.seg(), off, v, NAP, &poll)
+                .map_err(|e| {
+                    if e.rank().is_some() {
+                        return e;
+                    }
+                    self.peer_err(
+                        e.kind(),
+                        q,
+                        format!("{e} (waiting for a message from communicator rank {q})"),
+                    )
+                })?;
+        }
+    }
+
     /// Waits for a request: the fabric's one wait loop, sleeping on the word its completion
     /// most likely raises, with this engine's progress as its hook (every peer is polled on
     /// each spin and at least every [`NAP`] while asleep; dead peers end the wait).

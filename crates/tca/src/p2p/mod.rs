@@ -212,6 +212,11 @@ impl<'w> Comm<'w> {
         let tag = Self::tag_sel(tag)?;
         let eng = self.engine();
         let w = self.world_ref();
+        if let Source::Rank(q) = src
+            && let Some(st) = eng.recv_fast(w, q as usize, tag, ty, buf)?
+        {
+            return Ok(st);
+        }
         let mut hand = Hand::Recv(buf);
         let cap = match &hand {
             Hand::Recv(b) => b.len(),
