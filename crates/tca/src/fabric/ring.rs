@@ -27,6 +27,14 @@
 //! packet before n, and the receiver, consuming them, acknowledges at least n - ACK_EVERY >=
 //! n - K, so the sender always gets going again.
 //!
+//! # Credits off the critical path
+//! Writing a credit is a store into the sender's memory that must complete before anything
+//! else is ordered after it (a locked store: one cache-line transfer of stall), and in a
+//! ping-pong it would sit between taking a message and answering it. So consuming only notes
+//! the credit owed; it is written when this rank sends its next packet (after the packet) or
+//! before it blocks in any wait. Liveness is unchanged: a rank that waits has paid, and a
+//! sender can only be stuck on a receiver that waits (or has left, and needs nothing more).
+//!
 //! # Memory
 //! Per rank and group of P ranks: `P*128 + P*K*(64 + CH)` bytes, with K = 4 slots and
 //! CH = clamp(8 MiB / (P*K), 4 KiB, 64 KiB) rounded to 64 bytes: 0.5 MiB at P = 2, 2 MiB at
@@ -128,6 +136,10 @@ struct Counters {
     sent: Vec<u64>,
     recvd: Vec<u64>,
     credit: Vec<u64>,
+    /// Credits consumed but not yet written back (0: none), see "Credits off the critical
+    /// path".
+    owed: Vec<u64>,
+    owing: bool,
 }
 
 /// A group's rings: this rank's ring segment, the peers' handles, and the counters.
@@ -169,6 +181,8 @@ impl Ring {
                 sent: vec![0; p],
                 recvd: vec![0; p],
                 credit: vec![0; p],
+                owed: vec![0; p],
+                owing: false,
             }),
         }
     }
@@ -220,11 +234,15 @@ impl Ring {
         hook: Hook<'_>,
     ) -> Result<()> {
         debug_assert!(data.len() <= self.ch);
-        let mut c = self.c.borrow_mut();
-        let seq = c.sent[to] + 1;
-        if seq > c.credit[to] + self.slots as u64 {
-            c.credit[to] = self.wait_word(w, to * CREDIT, seq - self.slots as u64, hook)?;
+        let (seq, credit) = {
+            let c = self.c.borrow();
+            (c.sent[to] + 1, c.credit[to])
+        };
+        if seq > credit + self.slots as u64 {
+            let v = self.wait_word(w, to * CREDIT, seq - self.slots as u64, hook)?;
+            self.c.borrow_mut().credit[to] = v;
         }
+        let mut c = self.c.borrow_mut();
         let h = &self.handles[to];
         let off = self.slot_off(self.me, seq);
         let mut line = [0u8; SIGNAL];
@@ -283,9 +301,14 @@ impl Ring {
 
     #[inline]
     fn wait_word(&self, w: &World, off: usize, v: u64, hook: Hook<'_>) -> Result<u64> {
+        let seen = self.seg.signal_value(off)?;
+        if seen >= v {
+            return Ok(seen);
+        }
+        self.pay(w)?;
         match hook {
             // Asked only if the word is not there yet.
-            Some(h) if self.seg.signal_value(off)? < v && h.busy() => {
+            Some(h) if h.busy() => {
                 let poll = || h.poll(w).map(|()| false);
                 loop {
                     let seen = w.wait_polling(&self.seg, off, v, HOOK_NAP, &poll)?;
@@ -343,17 +366,44 @@ impl Ring {
         if len <= INLINE { off } else { off + LINE }
     }
 
-    fn consumed(&self, w: &World, from: usize, seq: u64) -> Result<()> {
-        self.c.borrow_mut().recvd[from] = seq;
-        if seq & (self.ack_every - 1) != 0 {
+    #[inline]
+    fn consumed(&self, _w: &World, from: usize, seq: u64) -> Result<()> {
+        let mut c = self.c.borrow_mut();
+        c.recvd[from] = seq;
+        if seq & (self.ack_every - 1) == 0 {
+            c.owed[from] = seq;
+            c.owing = true;
+        }
+        Ok(())
+    }
+
+    /// Writes back the credits owed (see "Credits off the critical path"). Every way into
+    /// a blocking wait calls it first, and every send after its packet has gone.
+    #[inline]
+    pub(crate) fn pay(&self, w: &World) -> Result<()> {
+        if !self.c.borrow().owing {
             return Ok(());
         }
-        // Hand the slots back: the sender may now reuse them. A sender that has already
-        // released its group (it finished, and this was its last packet to us) needs no
-        // credit.
-        match w.signal(&self.handles[from], self.me * CREDIT, SignalOp::Set(seq)) {
-            Err(e) if e.kind() == ErrorKind::InvalidHandle => Ok(()),
-            r => r,
+        self.pay_slow(w)
+    }
+
+    #[inline(never)]
+    fn pay_slow(&self, w: &World) -> Result<()> {
+        let mut c = self.c.borrow_mut();
+        c.owing = false;
+        for q in 0..self.p {
+            let seq = std::mem::take(&mut c.owed[q]);
+            if seq == 0 {
+                continue;
+            }
+            // Hand the slots back: the sender may now reuse them. A sender that has already
+            // released its group (it finished, and this was its last packet to us) needs no
+            // credit.
+            match w.signal(&self.handles[q], self.me * CREDIT, SignalOp::Set(seq)) {
+                Err(e) if e.kind() == ErrorKind::InvalidHandle => {}
+                r => r?,
+            }
         }
+        Ok(())
     }
 }

@@ -859,6 +859,9 @@ impl Engine {
         hand: &mut Hand<'_>,
         hand_id: Option<u32>,
     ) -> Result<bool> {
+        // Credits for what earlier passes consumed (this pass's wait for the next send or
+        // pass: see the ring's "Credits off the critical path").
+        self.ring.pay(w)?;
         self.flush(w)?;
         if !self.st.borrow().cts_wait.is_empty() {
             self.serve_cts(w, hand, hand_id)?;
@@ -1047,6 +1050,7 @@ impl Engine {
                 self.progress(w, &mut Hand::None, None)?;
                 Ok(!idle(&self.st.borrow()))
             };
+            self.ring.pay(w)?;
             w.wait_polling(self.ring.seg(), off, v, NAP, &poll)
                 .map_err(|e| {
                     if e.rank().is_some() {
@@ -1088,6 +1092,7 @@ impl Engine {
                 self.progress(w, &mut hand.borrow_mut(), Some(id.idx))?;
                 Ok(self.is_done(id))
             };
+            self.ring.pay(w)?;
             w.wait_polling(self.ring.seg(), off, v, NAP, &poll)
                 .map_err(|e| self.name_peer(e, id))?;
         }
@@ -1137,6 +1142,7 @@ impl Engine {
                 self.progress(w, &mut Hand::None, None)?;
                 Ok(self.find(src, tag).is_some())
             };
+            self.ring.pay(w)?;
             w.wait_polling(self.ring.seg(), off, v, NAP, &poll)?;
         }
     }
