@@ -31,8 +31,9 @@
 //! Writing a credit is a store into the sender's memory that must complete before anything
 //! else is ordered after it (a locked store: one cache-line transfer of stall), and in a
 //! ping-pong it would sit between taking a message and answering it. So consuming only notes
-//! the credit owed; it is written when this rank sends its next packet (after the packet) or
-//! before it blocks in any wait. Liveness is unchanged: a rank that waits has paid, and a
+//! the credit owed; it is written when this rank sends its next packet (after the packet),
+//! before it blocks in any wait, or when the next interval's credit comes due first (a
+//! stream: the sender must not run dry). Liveness is unchanged: a rank that waits has paid, and a
 //! sender can only be stuck on a receiver that waits (or has left, and needs nothing more).
 //!
 //! # Memory
@@ -367,14 +368,19 @@ impl Ring {
     }
 
     #[inline]
-    fn consumed(&self, _w: &World, from: usize, seq: u64) -> Result<()> {
+    fn consumed(&self, w: &World, from: usize, seq: u64) -> Result<()> {
         let mut c = self.c.borrow_mut();
         c.recvd[from] = seq;
-        if seq & (self.ack_every - 1) == 0 {
-            c.owed[from] = seq;
-            c.owing = true;
+        if seq & (self.ack_every - 1) != 0 {
+            return Ok(());
         }
-        Ok(())
+        // A credit still owed from the previous interval means a stream, not a ping-pong:
+        // pay now, or the sender would run out of slots waiting for it.
+        let behind = c.owed[from] != 0;
+        c.owed[from] = seq;
+        c.owing = true;
+        drop(c);
+        if behind { self.pay_slow(w) } else { Ok(()) }
     }
 
     /// Writes back the credits owed (see "Credits off the critical path"). Every way into
