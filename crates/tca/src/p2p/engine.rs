@@ -859,8 +859,10 @@ impl Engine {
         hand: &mut Hand<'_>,
         hand_id: Option<u32>,
     ) -> Result<bool> {
-        // Credits for what earlier passes consumed (this pass's wait for the next send or
-        // pass: see the ring's "Credits off the critical path").
+        // The network's own progress (incoming puts and signals land only while it is polled;
+        // nothing on shared memory), then credits for what earlier passes consumed (this
+        // pass's wait for the next send or pass: the ring's "Credits off the critical path").
+        w.progress()?;
         self.ring.pay(w)?;
         self.flush(w)?;
         if !self.st.borrow().cts_wait.is_empty() {

@@ -441,7 +441,9 @@ impl Ofi {
     /// provider has taken every send and write, so peers still get them.
     pub(crate) fn drain(&self, shm: &Shm) {
         let end = std::time::Instant::now() + std::time::Duration::from_secs(2);
-        let _ = self.sweep_freed(shm);
+        // No revocations for segments freed last: this rank's endpoint closes with it, so no
+        // peer can write into them any more, and a peer that left first would never take the
+        // message (the send would stall until its give-up time).
         while std::time::Instant::now() < end {
             if self.progress(shm).is_err() {
                 return;
