@@ -21,9 +21,11 @@ fn fails(args: &[&str], needle: &str) {
     );
 }
 
-const ALL: [&str; 11] = [
+const ALL: [&str; 13] = [
     "PingPong",
     "PingPing",
+    "Sendrecv",
+    "Exchange",
     "Reduce_scatter",
     "Allreduce",
     "Reduce",

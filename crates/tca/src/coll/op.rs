@@ -16,6 +16,9 @@ mod sealed {
 pub trait Element: sealed::Sealed + Pod + PartialOrd + Send + Sync + 'static {
     /// Name for messages.
     const NAME: &'static str;
+    /// The code two-sided messages carry for this type (1..=10; 0 is raw bytes).
+    #[doc(hidden)]
+    const CODE: u8;
     /// a + b (wrapping for integers).
     fn add(a: Self, b: Self) -> Self;
     /// a * b (wrapping for integers).
@@ -36,10 +39,11 @@ pub enum BitOp {
 }
 
 macro_rules! int_element {
-    ($($t:ty),*) => {$(
+    ($($t:ty = $code:literal),*) => {$(
         impl sealed::Sealed for $t {}
         impl Element for $t {
             const NAME: &'static str = stringify!($t);
+            const CODE: u8 = $code;
             fn add(a: Self, b: Self) -> Self { a.wrapping_add(b) }
             fn mul(a: Self, b: Self) -> Self { a.wrapping_mul(b) }
             fn bits(a: Self, b: Self, op: BitOp) -> Option<Self> {
@@ -48,20 +52,30 @@ macro_rules! int_element {
         }
     )*};
 }
-int_element!(u8, i8, u16, i16, u32, i32, u64, i64);
+int_element!(
+    u8 = 1,
+    i8 = 2,
+    u16 = 3,
+    i16 = 4,
+    u32 = 5,
+    i32 = 6,
+    u64 = 7,
+    i64 = 8
+);
 
 macro_rules! float_element {
-    ($($t:ty),*) => {$(
+    ($($t:ty = $code:literal),*) => {$(
         impl sealed::Sealed for $t {}
         impl Element for $t {
             const NAME: &'static str = stringify!($t);
+            const CODE: u8 = $code;
             fn add(a: Self, b: Self) -> Self { a + b }
             fn mul(a: Self, b: Self) -> Self { a * b }
             fn bits(_: Self, _: Self, _: BitOp) -> Option<Self> { None }
         }
     )*};
 }
-float_element!(f32, f64);
+float_element!(f32 = 9, f64 = 10);
 
 /// A reduction operation. Every operation must be associative and commutative (the
 /// algorithms combine contributions in whatever order their schedule gives; for floating

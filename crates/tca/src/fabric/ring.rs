@@ -222,6 +222,32 @@ impl Ring {
         Ok(seq <= c.credit[to] + self.slots as u64)
     }
 
+    /// Sends one packet to member `to` if its slots have room now; `false` (nothing sent) if
+    /// not. The message engines' send: they queue what does not fit rather than block.
+    #[inline]
+    pub(crate) fn try_send(
+        &self,
+        w: &World,
+        to: usize,
+        data: &[u8],
+        aux: u32,
+        meta: [u8; 8],
+    ) -> Result<bool> {
+        {
+            let mut c = self.c.borrow_mut();
+            let seq = c.sent[to] + 1;
+            if seq > c.credit[to] + self.slots as u64 {
+                c.credit[to] = self.seg.signal_value(to * CREDIT)?;
+                if seq > c.credit[to] + self.slots as u64 {
+                    return Ok(false);
+                }
+            }
+            self.put_packet(w, &mut c, to, seq, data, aux, meta)?;
+        }
+        self.pay(w)?;
+        Ok(true)
+    }
+
     /// Sends one packet (`data.len() <= capacity()`) to member `to`, waiting for credit if its
     /// slots are full (running `hook` meanwhile, if given).
     #[inline]
@@ -234,7 +260,6 @@ impl Ring {
         meta: [u8; 8],
         hook: Hook<'_>,
     ) -> Result<()> {
-        debug_assert!(data.len() <= self.ch);
         let (seq, credit) = {
             let c = self.c.borrow();
             (c.sent[to] + 1, c.credit[to])
@@ -243,7 +268,28 @@ impl Ring {
             let v = self.wait_word(w, to * CREDIT, seq - self.slots as u64, hook)?;
             self.c.borrow_mut().credit[to] = v;
         }
-        let mut c = self.c.borrow_mut();
+        {
+            let mut c = self.c.borrow_mut();
+            self.put_packet(w, &mut c, to, seq, data, aux, meta)?;
+        }
+        self.pay(w)
+    }
+
+    /// Writes packet `seq` (credit checked by the caller) into `to`'s slot: payload, header,
+    /// then the sequence word.
+    #[inline]
+    #[allow(clippy::too_many_arguments)] // one packet's full description
+    fn put_packet(
+        &self,
+        w: &World,
+        c: &mut Counters,
+        to: usize,
+        seq: u64,
+        data: &[u8],
+        aux: u32,
+        meta: [u8; 8],
+    ) -> Result<()> {
+        debug_assert!(data.len() <= self.ch);
         let h = &self.handles[to];
         let off = self.slot_off(self.me, seq);
         let mut line = [0u8; SIGNAL];
@@ -288,6 +334,32 @@ impl Ring {
             return Ok(None);
         }
         self.head_at(off).map(Some)
+    }
+
+    /// Consumes the next packet from `from` if it has arrived and `accept` takes its header
+    /// (returning how many payload bytes to copy into `dst`): one look at the slot instead of
+    /// a peek and a take. `None`: nothing arrived, or `accept` declined (nothing consumed).
+    #[inline]
+    pub(crate) fn take_if(
+        &self,
+        w: &World,
+        from: usize,
+        dst: &mut [u8],
+        accept: impl FnOnce(&Head) -> Option<usize>,
+    ) -> Result<Option<Head>> {
+        let seq = self.c.borrow().recvd[from] + 1;
+        let off = self.slot_off(from, seq);
+        if self.seg.signal_value(off + SIGNAL)? < seq {
+            return Ok(None);
+        }
+        let h = self.head_at(off)?;
+        let Some(n) = accept(&h) else {
+            return Ok(None);
+        };
+        let n = n.min(h.len).min(dst.len());
+        self.seg.read(Self::data_off(off, h.len), &mut dst[..n])?;
+        self.consumed(w, from, seq)?;
+        Ok(Some(h))
     }
 
     /// Waits for the next packet from `from` (running `hook` meanwhile, if given) and returns

@@ -205,14 +205,8 @@ impl crate::fabric::ring::Progressor for Engine {
 }
 
 /// The element type code carried by a message (0: raw bytes).
-pub(crate) fn type_code(name: &str) -> u8 {
-    const NAMES: [&str; 10] = [
-        "u8", "i8", "u16", "i16", "u32", "i32", "u64", "i64", "f32", "f64",
-    ];
-    NAMES
-        .iter()
-        .position(|n| *n == name)
-        .map_or(0, |i| i as u8 + 1)
+pub(crate) fn type_code<T: crate::coll::Element>() -> u8 {
+    T::CODE
 }
 
 fn type_name(code: u8) -> &'static str {
@@ -420,9 +414,11 @@ impl Engine {
         }
         let mut st = self.st.borrow_mut();
         if len <= self.eager {
-            if st.out[to].is_empty() && self.ring.can_send(to)? {
-                self.ring
-                    .send(w, to, data, len as u32, meta(tag, EAGER, 0, ty), None)?;
+            if st.out[to].is_empty()
+                && self
+                    .ring
+                    .try_send(w, to, data, len as u32, meta(tag, EAGER, 0, ty))?
+            {
                 return Ok(None);
             }
             let mut v = Self::stash(&mut st, len);
@@ -1020,26 +1016,31 @@ impl Engine {
             if !idle(&self.st.borrow()) {
                 return Ok(None);
             }
-            if let Some(h) = self.ring.peek(q)? {
+            let cap = buf.len();
+            let mut arrived = false;
+            let took = self.ring.take_if(w, q, buf, |h| {
+                arrived = true;
                 let env = Envelope {
                     src: q,
                     tag: i32::from_le_bytes(h.meta[..4].try_into().expect("4")),
                     len: h.aux as usize,
                     ty: h.meta[6],
                 };
-                if h.meta[4] != EAGER
-                    || h.len != env.len
-                    || !matches(Source::Rank(q as u32), tag, &env)
-                    || self.check(&env, buf.len(), ty).is_some()
-                {
-                    return Ok(None);
-                }
-                self.ring.take(w, q, &h, &mut buf[..env.len])?;
+                (h.meta[4] == EAGER
+                    && h.len == env.len
+                    && matches(Source::Rank(q as u32), tag, &env)
+                    && self.check(&env, cap, ty).is_none())
+                .then_some(env.len)
+            })?;
+            if let Some(h) = took {
                 return Ok(Some(Status {
                     source: q as u32,
-                    tag: env.tag,
-                    bytes: env.len,
+                    tag: i32::from_le_bytes(h.meta[..4].try_into().expect("4")),
+                    bytes: h.len,
                 }));
+            }
+            if arrived {
+                return Ok(None);
             }
             let (off, v) = self.ring.next_word(q);
             let calls = std::cell::Cell::new(0u32);

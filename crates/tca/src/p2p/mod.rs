@@ -164,17 +164,14 @@ impl<'w> Comm<'w> {
         Ok(r as usize)
     }
 
-    fn source(&self, s: Source) -> Result<Source> {
-        if let Source::Rank(r) = s {
+    /// Checks what a receive or probe accepts: a member (or any) and a tag (or any).
+    fn selector(&self, src: Source, tag: Tag) -> Result<(Source, Tag)> {
+        if let Source::Rank(r) = src {
             self.peer(r)?;
         }
-        Ok(s)
-    }
-
-    fn tag_sel(t: Tag) -> Result<Tag> {
-        match t {
+        match tag {
             Tag::Is(v) if v < 0 => Err(bad_tag(v)),
-            t => Ok(t),
+            t => Ok((src, t)),
         }
     }
 
@@ -210,8 +207,7 @@ impl<'w> Comm<'w> {
     }
 
     fn recv_raw(&self, buf: &mut [u8], src: Source, tag: Tag, ty: u8) -> Result<Status> {
-        let src = self.source(src)?;
-        let tag = Self::tag_sel(tag)?;
+        let (src, tag) = self.selector(src, tag)?;
         let eng = self.engine();
         let w = self.world_ref();
         if let Source::Rank(q) = src
@@ -236,7 +232,7 @@ impl<'w> Comm<'w> {
     /// be reused (eager: at once, if the receiver's ring has room; rendezvous: once the data
     /// is in the receiver's buffer).
     pub fn send<T: Element>(&self, buf: &[T], dst: u32, tag: i32) -> Result<()> {
-        self.send_raw(bytemuck::cast_slice(buf), dst, tag, type_code(T::NAME))
+        self.send_raw(bytemuck::cast_slice(buf), dst, tag, type_code::<T>())
     }
 
     /// [`Comm::send`] of raw bytes: any typed or byte receive takes it.
@@ -255,7 +251,7 @@ impl<'w> Comm<'w> {
             bytemuck::cast_slice_mut(buf),
             src.into(),
             tag.into(),
-            type_code(T::NAME),
+            type_code::<T>(),
         )
     }
 
@@ -305,7 +301,7 @@ impl<'w> Comm<'w> {
             w,
             to,
             tag,
-            type_code(T::NAME),
+            type_code::<T>(),
             bytemuck::cast_slice(buf),
             false,
         )?;
@@ -329,7 +325,7 @@ impl<'w> Comm<'w> {
             self.world_ref(),
             to,
             tag,
-            type_code(T::NAME),
+            type_code::<T>(),
             bytemuck::cast_slice(buf),
             false,
         )?;
@@ -344,8 +340,7 @@ impl<'w> Comm<'w> {
         src: impl Into<Source>,
         tag: impl Into<Tag>,
     ) -> Result<Request<'a>> {
-        let src = self.source(src.into())?;
-        let tag = Self::tag_sel(tag.into())?;
+        let (src, tag) = self.selector(src.into(), tag.into())?;
         let buf: &mut [u8] = bytemuck::cast_slice_mut(buf);
         let mut hand = Hand::Recv(buf);
         let cap = match &hand {
@@ -357,7 +352,7 @@ impl<'w> Comm<'w> {
             src,
             tag,
             cap,
-            type_code(T::NAME),
+            type_code::<T>(),
             Dest::Plain,
             &mut hand,
         )?;
@@ -378,8 +373,7 @@ impl<'w> Comm<'w> {
         src: impl Into<Source>,
         tag: impl Into<Tag>,
     ) -> Result<Request<'a>> {
-        let src = self.source(src.into())?;
-        let tag = Self::tag_sel(tag.into())?;
+        let (src, tag) = self.selector(src.into(), tag.into())?;
         let h = seg.handle();
         let w = self.world_ref();
         if h.rank() != w.rank() || h.job() != w.job_id() {
@@ -401,15 +395,13 @@ impl<'w> Comm<'w> {
     /// Waits until a message matching `src` and `tag` can be received, and says what it is
     /// (`MPI_Probe`).
     pub fn probe(&self, src: impl Into<Source>, tag: impl Into<Tag>) -> Result<Status> {
-        let src = self.source(src.into())?;
-        let tag = Self::tag_sel(tag.into())?;
+        let (src, tag) = self.selector(src.into(), tag.into())?;
         self.engine().probe(self.world_ref(), src, tag)
     }
 
     /// [`Comm::probe`] without waiting (`MPI_Iprobe`).
     pub fn iprobe(&self, src: impl Into<Source>, tag: impl Into<Tag>) -> Result<Option<Status>> {
-        let src = self.source(src.into())?;
-        let tag = Self::tag_sel(tag.into())?;
+        let (src, tag) = self.selector(src.into(), tag.into())?;
         self.engine().iprobe(self.world_ref(), src, tag)
     }
 
@@ -428,7 +420,7 @@ impl<'w> Comm<'w> {
             bytemuck::cast_slice(buf),
             to,
             tag,
-            type_code(T::NAME),
+            type_code::<T>(),
         ))
     }
 
@@ -439,14 +431,13 @@ impl<'w> Comm<'w> {
         src: impl Into<Source>,
         tag: impl Into<Tag>,
     ) -> Result<Persistent<'a>> {
-        let src = self.source(src.into())?;
-        let tag = Self::tag_sel(tag.into())?;
+        let (src, tag) = self.selector(src.into(), tag.into())?;
         Ok(Persistent::recv(
             self,
             bytemuck::cast_slice_mut(buf),
             src,
             tag,
-            type_code(T::NAME),
+            type_code::<T>(),
         ))
     }
 }

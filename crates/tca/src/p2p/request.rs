@@ -221,6 +221,16 @@ enum Kind<'a> {
     },
 }
 
+impl Kind<'_> {
+    /// The buffer a wait or test holds: a receive's (a send's data was copied at start).
+    fn hand(&mut self) -> Hand<'_> {
+        match self {
+            Kind::Send { .. } => Hand::None,
+            Kind::Recv { buf, .. } => Hand::Recv(buf),
+        }
+    }
+}
+
 /// A persistent operation (`MPI_Send_init` / `MPI_Recv_init`): arguments checked once,
 /// started and completed any number of times. Repeated use allocates nothing after the
 /// first round (stash and landing buffers come back to the communicator's pools and are
@@ -306,11 +316,7 @@ impl<'a> Persistent<'a> {
             ));
         };
         let eng = self.comm.engine();
-        let mut hand = match &mut self.kind {
-            Kind::Send { .. } => Hand::None,
-            Kind::Recv { buf, .. } => Hand::Recv(buf),
-        };
-        let r = eng.wait(self.comm.world_ref(), id, &mut hand);
+        let r = eng.wait(self.comm.world_ref(), id, &mut self.kind.hand());
         self.active = None;
         if r.is_err() && eng.live(id) {
             eng.drop_req(id);
@@ -330,11 +336,7 @@ impl<'a> Persistent<'a> {
             ));
         };
         let eng = self.comm.engine();
-        let mut hand = match &mut self.kind {
-            Kind::Send { .. } => Hand::None,
-            Kind::Recv { buf, .. } => Hand::Recv(buf),
-        };
-        match eng.test(self.comm.world_ref(), id, &mut hand) {
+        match eng.test(self.comm.world_ref(), id, &mut self.kind.hand()) {
             Ok(None) => Ok(None),
             r => {
                 self.active = None;
