@@ -59,9 +59,11 @@
 //! discarded. Waiting on a finished request is an error.
 //!
 //! # Memory per rank and communicator of P ranks
-//! `p2p_bytes(P) = ring_bytes(P) + 2 * P * 8 * 64`: 0.5 MiB at P = 2, 2 MiB at P = 8 (see the
-//! ring's memory), plus pooled stash and landing buffers that grow to the largest number of
-//! messages in flight at once and are reused.
+//! [`p2p_bytes`]`(P) = P*128 + P*8*(64 + CH/2) + 2*P*8*64`, CH the collectives' chunk (the
+//! ring has twice the collectives' slots at half the size, then the remote address buffers
+//! and done words): 0.5 MiB at P = 2, 2 MiB at P = 8, 8-9 MiB from 32 to 512 ranks, P x 17.6 KiB beyond. Plus
+//! pooled stash and landing buffers that grow to the largest messages in flight at once and
+//! are reused.
 
 mod engine;
 mod request;
