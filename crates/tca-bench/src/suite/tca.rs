@@ -217,6 +217,61 @@ impl<'w> TcaBackend<'w> {
         }))
     }
 
+    /// The registered-rendezvous extra (with `--two-sided`): at the largest size above the
+    /// eager limit, two-sided PingPong whose receives land in registered segments
+    /// (`Comm::irecv_into`: the sender's one put is the whole transfer) against the one-sided
+    /// put_signal PingPong, 5 alternating rounds; rank 0 gets the note.
+    fn registered_note(&mut self, max: usize) -> Result<Option<String>> {
+        let w = self.world;
+        if !self.two_sided || w.size() < 2 || max <= self.comm.eager_limit() {
+            return Ok(None);
+        }
+        let seg = w.alloc(max)?;
+        let iters = (64u64 << 20).div_ceil(max as u64).clamp(5, 2000);
+        let mut rounds = Vec::new();
+        for _ in 0..5 {
+            let mut ts = [0.0f64; 2];
+            for (k, t) in ts.iter_mut().enumerate() {
+                self.cur = (Kind::PingPong, max);
+                w.barrier()?;
+                let t0 = std::time::Instant::now();
+                if w.rank() < 2 {
+                    if k == 0 {
+                        self.point_to_point(iters, false)?;
+                    } else {
+                        let (c, me) = (&self.comm, w.rank());
+                        let msg = &self.bsend[..max];
+                        for _ in 0..iters {
+                            if me == 0 {
+                                c.send(msg, 1, 1)?;
+                                c.irecv_into(&seg, 0, max, 1, 1)?.wait()?;
+                            } else {
+                                c.irecv_into(&seg, 0, max, 0, 1)?.wait()?;
+                                c.send(msg, 0, 1)?;
+                            }
+                        }
+                    }
+                }
+                *t = t0.elapsed().as_secs_f64() * 1e6 / (2 * iters) as f64;
+                w.barrier()?;
+            }
+            rounds.push(ts);
+        }
+        let mut ratios: Vec<f64> = rounds.iter().map(|t| t[0] / t[1]).collect();
+        ratios.sort_by(f64::total_cmp);
+        let shown: Vec<String> = rounds
+            .iter()
+            .map(|t| format!("{:.1}/{:.1}", t[0], t[1]))
+            .collect();
+        Ok((w.rank() == 0).then(|| {
+            format!(
+                "{max} B PingPong one-sided/two-sided into a registered buffer (irecv_into), 5 alternating rounds, us: {}; median bandwidth two-sided/one-sided {:.2}",
+                shown.join(" "),
+                ratios[ratios.len() / 2]
+            )
+        }))
+    }
+
     /// The soak extra: `n` 8-byte round trips, rank 0's memory before and after.
     fn soak_note(&mut self, n: u64) -> Result<Option<String>> {
         let before = MemStat::now();
@@ -365,6 +420,12 @@ pub fn run(world: &World, opts: &Options) -> Result<Option<Half>> {
     let mut notes = Vec::new();
     if opts.benches().any(|bench| bench.kind == Kind::PingPong)
         && let Some(n) = b.floor_note()?
+    {
+        notes.push(n);
+    }
+    let max = opts.sizes.iter().copied().max().unwrap_or(0);
+    if opts.benches().any(|bench| bench.kind == Kind::PingPong)
+        && let Some(n) = b.registered_note(max)?
     {
         notes.push(n);
     }
