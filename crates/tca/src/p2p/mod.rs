@@ -46,8 +46,15 @@
 //! # Progress
 //! Everything moves inside the calls: a wait, test, probe or blocking call of a communicator
 //! drains every peer's ring (matching or queueing what came), answers requests-to-send and
-//! puts the data of rendezvous sends whose receivers are ready. A rank that computes for a
-//! long time between calls delays its peers' rendezvous until its next call.
+//! puts the data of rendezvous sends whose receivers are ready. A rank inside a collective of
+//! the same communicator does the same whenever it owes peers work (queued packets, data
+//! for a ready receiver), and a communicator being dropped delivers its orphaned sends while
+//! peers take them. A rank that computes for a long time between calls delays its peers'
+//! rendezvous until its next call (a progress thread is not built yet).
+//!
+//! A blocking receive from one source, with nothing else posted or queued, watches that
+//! source's ring and copies a matching eager message straight into the buffer: no request is
+//! made (the path a ping-pong takes).
 //!
 //! # Requests and safety
 //! A [`Request`] borrows its buffer. The engine never keeps a pointer to user memory:
