@@ -210,11 +210,10 @@ impl Ring {
             + ((seq - 1) as usize & (self.slots - 1)) * self.slot
     }
 
-    /// Whether a packet to `to` can be written now without waiting for credit.
+    /// Whether packet `seq` to `to` fits the slots `to` has handed back, re-reading the
+    /// credit word when the cached credit says no.
     #[inline]
-    pub(crate) fn can_send(&self, to: usize) -> Result<bool> {
-        let mut c = self.c.borrow_mut();
-        let seq = c.sent[to] + 1;
+    fn has_credit(&self, c: &mut Counters, to: usize, seq: u64) -> Result<bool> {
         if seq <= c.credit[to] + self.slots as u64 {
             return Ok(true);
         }
@@ -236,11 +235,8 @@ impl Ring {
         {
             let mut c = self.c.borrow_mut();
             let seq = c.sent[to] + 1;
-            if seq > c.credit[to] + self.slots as u64 {
-                c.credit[to] = self.seg.signal_value(to * CREDIT)?;
-                if seq > c.credit[to] + self.slots as u64 {
-                    return Ok(false);
-                }
+            if !self.has_credit(&mut c, to, seq)? {
+                return Ok(false);
             }
             self.put_packet(w, &mut c, to, seq, data, aux, meta)?;
         }
@@ -260,11 +256,8 @@ impl Ring {
         meta: [u8; 8],
         hook: Hook<'_>,
     ) -> Result<()> {
-        let (seq, credit) = {
-            let c = self.c.borrow();
-            (c.sent[to] + 1, c.credit[to])
-        };
-        if seq > credit + self.slots as u64 {
+        let seq = self.c.borrow().sent[to] + 1;
+        if !self.has_credit(&mut self.c.borrow_mut(), to, seq)? {
             let v = self.wait_word(w, to * CREDIT, seq - self.slots as u64, hook)?;
             self.c.borrow_mut().credit[to] = v;
         }

@@ -204,11 +204,6 @@ impl crate::fabric::ring::Progressor for Engine {
     }
 }
 
-/// The element type code carried by a message (0: raw bytes).
-pub(crate) fn type_code<T: crate::coll::Element>() -> u8 {
-    T::CODE
-}
-
 fn type_name(code: u8) -> &'static str {
     const NAMES: [&str; 11] = [
         "bytes", "u8", "i8", "u16", "i16", "u32", "i32", "u64", "i64", "f32", "f64",
@@ -463,25 +458,31 @@ impl Engine {
         }
         for to in 0..self.p {
             while let Some(o) = st.out[to].front() {
-                if !self.ring.can_send(to)? {
-                    break;
-                }
-                let is_rts = o.eager.is_none();
-                if is_rts && st.slot_free[to] == 0 {
+                let sent = match &o.eager {
+                    Some(v) => {
+                        self.ring
+                            .try_send(w, to, v, o.len as u32, meta(o.tag, EAGER, 0, o.ty))?
+                    }
+                    // An RTS needs a rendezvous slot as well as ring credit.
+                    None if st.slot_free[to] == 0 => false,
+                    None => {
+                        let slot = st.slot_free[to].trailing_zeros();
+                        self.ring.try_send(
+                            w,
+                            to,
+                            &[],
+                            o.len as u32,
+                            meta(o.tag, RTS, slot as u8, o.ty),
+                        )?
+                    }
+                };
+                if !sent {
                     break;
                 }
                 let o = st.out[to].pop_front().expect("front exists");
                 st.queued -= 1;
                 match o.eager {
                     Some(v) => {
-                        self.ring.send(
-                            w,
-                            to,
-                            &v,
-                            o.len as u32,
-                            meta(o.tag, EAGER, 0, o.ty),
-                            None,
-                        )?;
                         st.stash.push(v);
                         self.complete_send(&mut st, o.id, None);
                     }
@@ -490,14 +491,6 @@ impl Engine {
                         st.slot_free[to] &= !(1 << slot);
                         st.sgen[to][slot] += 1;
                         let epoch = st.sgen[to][slot];
-                        self.ring.send(
-                            w,
-                            to,
-                            &[],
-                            o.len as u32,
-                            meta(o.tag, RTS, slot as u8, o.ty),
-                            None,
-                        )?;
                         let r = &mut st.reqs[o.id as usize];
                         let data = match std::mem::replace(&mut r.st, St::Free) {
                             St::SendQueued { data } => data,
@@ -904,7 +897,7 @@ impl Engine {
     }
 
     /// Whether the request is complete (without finishing it).
-    fn is_done(&self, id: Id) -> bool {
+    pub(crate) fn is_done(&self, id: Id) -> bool {
         let st = self.st.borrow();
         matches!(
             st.reqs[id.idx as usize].st,
@@ -996,6 +989,33 @@ impl Engine {
         }
     }
 
+    /// One sleep of a message-engine wait: pays owed credits, then runs the fabric's one wait
+    /// loop on `word` (the word the awaited event most likely raises). While spinning, the
+    /// loop itself watches that word and a full progress pass (`pass`, which says whether
+    /// the caller's condition now holds) runs every [`POLL_EVERY`]-th turn, so the spin stays
+    /// a tight load loop; yielding and sleeping turns run it every time (at least every
+    /// [`NAP`]). Returns when the word moved or `pass` said yes; dead peers end it.
+    fn sleep_on(
+        &self,
+        w: &World,
+        (off, v): (usize, u64),
+        pass: impl Fn() -> Result<bool>,
+    ) -> Result<()> {
+        let spins = w.wait_policy().0;
+        let calls = std::cell::Cell::new(0u32);
+        let poll = || -> Result<bool> {
+            let k = calls.get() + 1;
+            calls.set(k);
+            if k < spins && k % POLL_EVERY != 0 {
+                return Ok(false);
+            }
+            pass()
+        };
+        self.ring.pay(w)?;
+        w.wait_polling(self.ring.seg(), off, v, NAP, &poll)
+            .map(|_| ())
+    }
+
     /// A blocking receive from one source, the fast way: when nothing is posted and nothing
     /// unexpected waits (so the next packet from `q` is the first candidate under MPI's
     /// rules), watch `q`'s ring directly and copy a matching eager message straight into
@@ -1011,7 +1031,6 @@ impl Engine {
         buf: &mut [u8],
     ) -> Result<Option<Status>> {
         let idle = |st: &State| st.posted.is_empty() && st.unexpected.is_empty();
-        let spins = w.wait_policy().0;
         loop {
             if !idle(&self.st.borrow()) {
                 return Ok(None);
@@ -1042,29 +1061,20 @@ impl Engine {
             if arrived {
                 return Ok(None);
             }
-            let (off, v) = self.ring.next_word(q);
-            let calls = std::cell::Cell::new(0u32);
-            let poll = || -> Result<bool> {
-                let k = calls.get() + 1;
-                calls.set(k);
-                if k < spins && k % POLL_EVERY != 0 {
-                    return Ok(false);
-                }
+            self.sleep_on(w, self.ring.next_word(q), || {
                 self.progress(w, &mut Hand::None, None)?;
                 Ok(!idle(&self.st.borrow()))
-            };
-            self.ring.pay(w)?;
-            w.wait_polling(self.ring.seg(), off, v, NAP, &poll)
-                .map_err(|e| {
-                    if e.rank().is_some() {
-                        return e;
-                    }
-                    self.peer_err(
-                        e.kind(),
-                        q,
-                        format!("{e} (waiting for a message from communicator rank {q})"),
-                    )
-                })?;
+            })
+            .map_err(|e| {
+                if e.rank().is_some() {
+                    return e;
+                }
+                self.peer_err(
+                    e.kind(),
+                    q,
+                    format!("{e} (waiting for a message from communicator rank {q})"),
+                )
+            })?;
         }
     }
 
@@ -1073,32 +1083,29 @@ impl Engine {
     /// each spin and at least every [`NAP`] while asleep; dead peers end the wait).
     pub(crate) fn wait(&self, w: &World, id: Id, hand: &mut Hand<'_>) -> Result<Status> {
         let hand = RefCell::new(hand);
-        let spins = w.wait_policy().0;
         let mut turn = 0usize;
         loop {
             self.progress(w, &mut hand.borrow_mut(), Some(id.idx))?;
             if self.is_done(id) {
                 return self.finish(id, &mut hand.borrow_mut());
             }
-            let (off, v) = self.hint(id, turn);
+            let hint = self.hint(id, turn);
             turn += 1;
-            // While spinning, the wait loop itself watches the hint word (the common way a
-            // request ends); a full pass over every peer runs every POLL_EVERY-th turn, so
-            // the spin stays a tight load loop. Yielding and sleeping turns poll every time.
-            let calls = std::cell::Cell::new(0u32);
-            let poll = || -> Result<bool> {
-                let k = calls.get() + 1;
-                calls.set(k);
-                if k < spins && k % POLL_EVERY != 0 {
-                    return Ok(false);
-                }
+            self.sleep_on(w, hint, || {
                 self.progress(w, &mut hand.borrow_mut(), Some(id.idx))?;
                 Ok(self.is_done(id))
-            };
-            self.ring.pay(w)?;
-            w.wait_polling(self.ring.seg(), off, v, NAP, &poll)
-                .map_err(|e| self.name_peer(e, id))?;
+            })
+            .map_err(|e| self.name_peer(e, id))?;
         }
+    }
+
+    /// Sleeps until request `first` or anything `done` watches may be complete (`wait_any`
+    /// between its passes of tests), polling every peer meanwhile.
+    pub(crate) fn wait_some(&self, w: &World, first: Id, done: impl Fn() -> bool) -> Result<()> {
+        self.sleep_on(w, self.hint(first, 0), || {
+            self.progress(w, &mut Hand::None, None)?;
+            Ok(done())
+        })
     }
 
     /// An error that names no rank gets the peer the request waits on, if it has one.
@@ -1136,17 +1143,15 @@ impl Engine {
             if let Some(s) = self.iprobe(w, src, tag)? {
                 return Ok(s);
             }
-            let (off, v) = match src {
+            let hint = match src {
                 Source::Rank(q) => self.ring.next_word(q as usize),
                 Source::Any => self.ring.next_word(turn % self.p),
             };
             turn += 1;
-            let poll = || -> Result<bool> {
+            self.sleep_on(w, hint, || {
                 self.progress(w, &mut Hand::None, None)?;
                 Ok(self.find(src, tag).is_some())
-            };
-            self.ring.pay(w)?;
-            w.wait_polling(self.ring.seg(), off, v, NAP, &poll)?;
+            })?;
         }
     }
 

@@ -83,7 +83,7 @@ use crate::Comm;
 use crate::coll::Element;
 use crate::error::{Error, ErrorKind, Result};
 use crate::fabric::Segment;
-use engine::{Dest, Hand, type_code};
+use engine::{Dest, Hand};
 
 /// Default eager limit in bytes, capped by the ring's packet capacity (32 KiB up to 32 ranks).
 /// Measured on shared memory (BENCHMARKS.md, "Two-sided messages"): eager beat rendezvous at
@@ -241,7 +241,7 @@ impl<'w> Comm<'w> {
     /// be reused (eager: at once, if the receiver's ring has room; rendezvous: once the data
     /// is in the receiver's buffer).
     pub fn send<T: Element>(&self, buf: &[T], dst: u32, tag: i32) -> Result<()> {
-        self.send_raw(bytemuck::cast_slice(buf), dst, tag, type_code::<T>())
+        self.send_raw(bytemuck::cast_slice(buf), dst, tag, T::CODE)
     }
 
     /// [`Comm::send`] of raw bytes: any typed or byte receive takes it.
@@ -260,7 +260,7 @@ impl<'w> Comm<'w> {
             bytemuck::cast_slice_mut(buf),
             src.into(),
             tag.into(),
-            type_code::<T>(),
+            T::CODE,
         )
     }
 
@@ -306,14 +306,7 @@ impl<'w> Comm<'w> {
         let eng = self.engine();
         let w = self.world_ref();
         // The outgoing copy is taken first (isend copies), so receiving into `buf` is safe.
-        let sent = eng.send(
-            w,
-            to,
-            tag,
-            type_code::<T>(),
-            bytemuck::cast_slice(buf),
-            false,
-        )?;
+        let sent = eng.send(w, to, tag, T::CODE, bytemuck::cast_slice(buf), false)?;
         let st = self.recv(buf, src, recv_tag);
         if let Some(id) = sent {
             let r = eng.wait(w, id, &mut Hand::None);
@@ -334,7 +327,7 @@ impl<'w> Comm<'w> {
             self.world_ref(),
             to,
             tag,
-            type_code::<T>(),
+            T::CODE,
             bytemuck::cast_slice(buf),
             false,
         )?;
@@ -361,7 +354,7 @@ impl<'w> Comm<'w> {
             src,
             tag,
             cap,
-            type_code::<T>(),
+            T::CODE,
             Dest::Plain,
             &mut hand,
         )?;
@@ -429,7 +422,7 @@ impl<'w> Comm<'w> {
             bytemuck::cast_slice(buf),
             to,
             tag,
-            type_code::<T>(),
+            T::CODE,
         ))
     }
 
@@ -446,7 +439,7 @@ impl<'w> Comm<'w> {
             bytemuck::cast_slice_mut(buf),
             src,
             tag,
-            type_code::<T>(),
+            T::CODE,
         ))
     }
 }

@@ -1,7 +1,5 @@
 //! Requests: non-blocking and persistent operations, and waiting on several at once.
 
-use std::time::Duration;
-
 use super::engine::{Dest, Hand, Id};
 use super::{Source, Status, Tag};
 use crate::Comm;
@@ -185,12 +183,12 @@ pub fn wait_any(reqs: &mut [Request<'_>]) -> Result<(usize, Status)> {
             "wait_any: no active request",
         ));
     }
-    let mut turn = 0u32;
-    // Start each pass at another request, so a busy one cannot starve the others.
     let n = reqs.len();
+    let mut turn = 0usize;
     loop {
+        // Start each pass at another request, so a busy one cannot starve the others.
         for k in 0..n {
-            let i = (turn as usize + k) % n;
+            let i = (turn + k) % n;
             if reqs[i].is_active()
                 && let Some(s) = reqs[i].test()?
             {
@@ -198,11 +196,17 @@ pub fn wait_any(reqs: &mut [Request<'_>]) -> Result<(usize, Status)> {
             }
         }
         turn = turn.wrapping_add(1);
-        if turn > 256 {
-            std::thread::sleep(Duration::from_micros(50));
-        } else {
-            std::thread::yield_now();
-        }
+        // Sleep in the engine's wait loop until one of them may have completed (requests
+        // that completed when they started never get here: their test above returned).
+        let Some(first) = reqs.iter().find(|r| r.id.is_some()) else {
+            continue;
+        };
+        let (comm, id) = (first.comm, first.id.expect("found above"));
+        let done = || {
+            reqs.iter()
+                .any(|r| r.id.is_some_and(|id| r.comm.engine().is_done(id)))
+        };
+        comm.engine().wait_some(comm.world_ref(), id, done)?;
     }
 }
 
