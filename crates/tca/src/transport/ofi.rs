@@ -77,6 +77,9 @@ const RX: usize = 64;
 /// Contexts for RMA writes in flight.
 const WR: usize = 16;
 const NONE: u32 = u32::MAX;
+/// How long a leaving rank keeps polling after its last send completed (see `Ofi::drain`).
+const LINGER: std::time::Duration = std::time::Duration::from_millis(10);
+
 /// How long a wait on the network sleeps before it polls again: the tcp provider's
 /// completion-queue descriptor does not wake for data that still needs progress to become a
 /// completion, so a sleeping rank polls every half millisecond.
@@ -444,6 +447,11 @@ impl Ofi {
         // No revocations for segments freed last: this rank's endpoint closes with it, so no
         // peer can write into them any more, and a peer that left first would never take the
         // message (the send would stall until its give-up time).
+        // Transmit completion means the provider holds the bytes, not that they left: keep
+        // polling for LINGER after the last completion so that the provider writes them out
+        // and this rank reads what peers still send it (closing a TCP connection with unread
+        // input resets it, and the reset can discard what the peer had not read yet).
+        let mut idle_since: Option<std::time::Instant> = None;
         while std::time::Instant::now() < end {
             if self.progress(shm).is_err() {
                 return;
@@ -451,8 +459,11 @@ impl Ofi {
             let idle = self.tx_free.borrow().len() == TX
                 && self.wr_free.borrow().len() == WR
                 && self.deferred.borrow().is_empty();
-            if idle {
-                return;
+            match (idle, idle_since) {
+                (false, _) => idle_since = None,
+                (true, None) => idle_since = Some(std::time::Instant::now()),
+                (true, Some(t)) if t.elapsed() >= LINGER => return,
+                (true, Some(_)) => {}
             }
             std::thread::yield_now();
         }
