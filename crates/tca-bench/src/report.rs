@@ -299,7 +299,10 @@ impl Output {
     /// `# Allreduce: 8..64 recursive_doubling, 128.. ring` lines for tca.
     fn algorithm_lines(&self, im: &str) -> String {
         let mut s = String::new();
-        for b in BENCHMARKS.iter().filter(|b| b.collective.is_some()) {
+        for b in BENCHMARKS
+            .iter()
+            .filter(|b| b.collective.is_some() || b.lattice())
+        {
             let mut runs: Vec<(u64, u64, &str)> = Vec::new();
             for r in
                 self.run.rows.iter().filter(|r| {

@@ -9,9 +9,11 @@ use tca_bench::suite::{self, BENCHMARKS, Benchmark, Iters};
 #[derive(clap::Args, Debug)]
 #[command(after_help = BENCH_HELP)]
 pub(crate) struct Args {
-    /// Benchmarks, IMB names in any case (default: all but floor): PingPong PingPing
-    /// Sendrecv Exchange Reduce_scatter Allreduce Reduce Allgather Gather Scatter Alltoall Bcast Barrier; or
-    /// `floor` alone (the machine's cache-line round trip, memcpy and cross-core bandwidth).
+    /// Benchmarks, names in any case (default: IMB-MPI1's suite): PingPong PingPing
+    /// Sendrecv Exchange Reduce_scatter Allreduce Reduce Allgather Gather Scatter Alltoall Bcast Barrier;
+    /// OSU's osu_latency osu_bw osu_bibw osu_mbw_mr; Halo (QUDA's halo exchange, see
+    /// --lattice); or `floor` alone (the machine's cache-line round trip, memcpy and
+    /// cross-core bandwidth).
     #[arg(value_name = "BENCHMARK")]
     benchmarks: Vec<String>,
     /// Ranks (launched by tca bench itself).
@@ -63,15 +65,26 @@ pub(crate) struct Args {
     #[arg(long)]
     model: bool,
     /// PingPong and PingPing over tca's two-sided send/recv (`tca::p2p`) instead of one-sided
-    /// put_signal (Sendrecv and Exchange are always two-sided).
+    /// put_signal (Sendrecv, Exchange, the OSU tests and Halo are always two-sided).
     #[arg(long)]
     two_sided: bool,
+    /// Halo: global 4-D lattices XxYxZxT, comma-separated, each split over the ranks (one row
+    /// each; faces of 48-byte sites, QUDA's single-precision Wilson half spinors).
+    #[arg(
+        long,
+        value_name = "XxYxZxT",
+        default_value = "8x8x8x8,16x16x16x16,24x24x24x24,32x32x32x32"
+    )]
+    lattice: String,
 }
 
 const BENCH_HELP: &str = "Examples:
   tca bench                                   every benchmark, 2 ranks, 0 B .. 4 MiB
   tca bench PingPong Allreduce --compare mpi  beside Open MPI (build with --features mpi)
   tca bench PingPong Sendrecv --two-sided --compare mpi   two-sided messages beside MPI's
+  tca bench osu_latency osu_bw osu_bibw --compare mpi      OSU's tests, beside MPI's
+  tca bench osu_mbw_mr --np 4                              OSU message rate, 2 pairs
+  tca bench Halo --lattice 16x16x16x32,32x32x32x32 --compare mpi   QUDA's halo exchange
   tca bench Allreduce --np 4 --algo ring --sizes 1K:1M --format csv --out ar.csv
   tca bench PingPong --plot pingpong.png --fit 64K:4M
   tca bench Allreduce Allgather Bcast --sizes 8:4M --model   predictions beside measurements
@@ -100,13 +113,18 @@ pub(crate) fn run(a: Args) -> Result<i32> {
         return tca_bench::run_and_print(2, json, |w| tca_bench::floor::run(w, n, 7));
     }
     let benchmarks: Vec<usize> = if a.benchmarks.is_empty() {
-        (0..BENCHMARKS.len()).collect()
+        (0..BENCHMARKS.len())
+            .filter(|&i| BENCHMARKS[i].family == suite::Family::Imb)
+            .collect()
     } else {
         let mut v = Vec::new();
         for name in &a.benchmarks {
             let b = Benchmark::find(name)?;
             if b.collective.is_none() && a.np < 2 {
                 bail!("{} needs at least 2 ranks (--np {})", b.name, a.np);
+            }
+            if b.kind == suite::Kind::OsuMbwMr && a.np % 2 != 0 {
+                bail!("osu_mbw_mr pairs the ranks: --np {} must be even", a.np);
             }
             let i = suite::index_of(b);
             if !v.contains(&i) {
@@ -130,6 +148,23 @@ pub(crate) fn run(a: Args) -> Result<i32> {
         tca_bench::plot::check_path(p)?;
     }
     let algos = suite::parse_algos(&a.algo, &benchmarks)?;
+    let lattices = suite::halo::parse_lattices(&a.lattice).context("--lattice")?;
+    if benchmarks.iter().any(|&i| BENCHMARKS[i].lattice()) {
+        let mut seen: Vec<(usize, String)> = Vec::new();
+        for &l in &lattices {
+            let h = suite::halo::Halo::new(l, a.np).context("--lattice")?;
+            let b = h.bytes_per_exchange();
+            if let Some((_, other)) = seen.iter().find(|(x, _)| *x == b) {
+                bail!(
+                    "--lattice: {} and {other} both move {b} bytes per exchange on {} ranks \
+                     (rows are keyed by bytes); keep one",
+                    h.describe(),
+                    a.np
+                );
+            }
+            seen.push((b, h.describe()));
+        }
+    }
     let req = tca_bench::Request {
         np: a.np,
         suite: suite::Options {
@@ -141,6 +176,7 @@ pub(crate) fn run(a: Args) -> Result<i32> {
             algos,
             soak: a.soak,
             two_sided: a.two_sided,
+            lattices,
         },
         format: a.format,
         out: a.out,

@@ -1026,6 +1026,7 @@ mod calibrate {
                     algos: set,
                     soak: 0,
                     two_sided: false,
+                    lattices: Vec::new(),
                 };
                 if let Some(h) = suite::tca::run(&world, &opts)? {
                     halves.push(h);

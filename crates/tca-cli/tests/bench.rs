@@ -86,6 +86,61 @@ fn every_benchmark_at_2_and_3_ranks() {
     }
 }
 
+/// OSU's tests and the halo exchange, named (they are not in the default run): their sections,
+/// sizes and pairs; osu_mbw_mr on two pairs; Halo one row per lattice with its grid.
+#[test]
+fn osu_and_halo() {
+    let out = ok(&[
+        "bench",
+        "osu_latency",
+        "osu_bw",
+        "osu_bibw",
+        "Halo",
+        "--sizes",
+        "0,8,64K",
+        "--iters",
+        "4",
+        "--lattice",
+        "4x4x4x8,8x8x8x8",
+    ]);
+    let secs = tca_model::imb::parse(&out).expect("IMB text parses");
+    let names: Vec<&str> = secs.iter().map(|s| s.benchmark.as_str()).collect();
+    assert_eq!(
+        names,
+        ["osu_latency", "osu_bw", "osu_bibw", "Halo"],
+        "{out}"
+    );
+    for s in &secs[..3] {
+        let sizes: Vec<u64> = s.lines.iter().map(|l| l.bytes).collect();
+        assert_eq!(sizes, [0, 8, 65536], "{out}");
+        assert_eq!(s.processes, 2);
+        assert!(s.lines[2].mbytes_per_sec.unwrap() > 0.0, "{out}");
+    }
+    // 4x4x4x8 on 1x1x1x2: two T faces of 4*4*4 sites of 48 bytes; 8x8x8x8: of 8*8*8.
+    let halo: Vec<u64> = secs[3].lines.iter().map(|l| l.bytes).collect();
+    assert_eq!(halo, [2 * 64 * 48, 2 * 512 * 48], "{out}");
+    assert!(out.contains("4x4x4x8 on 1x1x1x2"), "{out}");
+    let out = ok(&[
+        "bench",
+        "osu_mbw_mr",
+        "Halo",
+        "--np",
+        "4",
+        "--sizes",
+        "8,4K",
+        "--iters",
+        "3",
+        "--lattice",
+        "8x8x8x8",
+    ]);
+    let secs = tca_model::imb::parse(&out).expect("IMB text parses");
+    assert_eq!(secs[0].benchmark, "osu_mbw_mr");
+    assert_eq!((secs[0].processes, secs[0].lines.len()), (4, 2), "{out}");
+    // 8x8x8x8 on 1x1x2x2 (local 8x8x4x4): faces of 8*8*4 sites in Z and in T, both ways.
+    assert_eq!(secs[1].lines[0].bytes, 4 * 256 * 48, "{out}");
+    assert!(out.contains("8x8x8x8 on 1x1x2x2"), "{out}");
+}
+
 #[test]
 fn csv_json_out_plot_and_fit() {
     let dir = std::env::temp_dir().join(format!("tca-bench-test-{}", std::process::id()));
@@ -216,10 +271,50 @@ fn bad_input_is_refused_clearly() {
     fails(&["bench", "--plot", "x.jpg"], ".png or .svg");
     fails(&["bench", "floor", "PingPong"], "on its own");
     fails(&["bench", "--np", "0"], "at least 1");
+    fails(&["bench", "osu_mbw_mr", "--np", "3"], "must be even");
+    fails(&["bench", "Halo", "--np", "1"], "at least 2 ranks");
+    fails(
+        &["bench", "Halo", "--lattice", "5x5x5x5"],
+        "cannot be split over 2 ranks",
+    );
+    fails(&["bench", "Halo", "--lattice", "16x16x16"], "four extents");
+    fails(
+        &["bench", "Halo", "--lattice", "16x16x16x16,16x16x16x32"],
+        "both move",
+    );
     let o = tca(&["bench", "--format", "xml"]);
     assert_eq!(o.status.code(), Some(2), "clap usage error");
     let o = tca(&["bench", "--compare", "openmpi"]);
     assert_eq!(o.status.code(), Some(2), "clap usage error");
+}
+
+/// OSU's tests and the halo exchange beside MPI's (with the `mpi` feature).
+#[test]
+fn compare_mpi_osu_and_halo() {
+    if !cfg!(feature = "mpi") {
+        return;
+    }
+    let out = ok(&[
+        "bench",
+        "osu_bw",
+        "osu_mbw_mr",
+        "Halo",
+        "--sizes",
+        "8,64K",
+        "--iters",
+        "5",
+        "--lattice",
+        "8x8x8x8",
+        "--compare",
+        "mpi",
+    ]);
+    let secs = tca_model::imb::parse(&out).unwrap();
+    assert_eq!(secs.len(), 6, "tca and MPI sections: {out}");
+    let rows = out
+        .lines()
+        .filter(|l| l.starts_with("# osu_") || l.starts_with("# Halo"))
+        .count();
+    assert_eq!(rows, 5, "one comparison line per benchmark and size: {out}");
 }
 
 /// Without the `mpi` feature, --compare mpi says how to get it; with it, a small comparison

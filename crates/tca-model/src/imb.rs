@@ -28,7 +28,8 @@ impl Columns {
     /// The columns IMB uses for the benchmark called `name`.
     pub fn of(name: &str) -> Columns {
         match name {
-            "PingPong" | "PingPing" | "Sendrecv" | "Exchange" => Columns::PointToPoint,
+            "PingPong" | "PingPing" | "Sendrecv" | "Exchange" | "osu_latency" | "osu_bw"
+            | "osu_bibw" | "osu_mbw_mr" | "Halo" => Columns::PointToPoint,
             "Barrier" => Columns::NoBytes,
             _ => Columns::Collective,
         }

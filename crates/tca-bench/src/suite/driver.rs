@@ -16,6 +16,7 @@ use std::time::Instant;
 use anyhow::Result;
 use tca_model::record::Row;
 
+use super::halo::Halo;
 use super::{Benchmark, Half, Iters, Options};
 
 /// Seconds of timed calls per size under [`Iters::Auto`].
@@ -47,19 +48,12 @@ pub trait Backend {
     fn gather(&mut self, v: f64) -> Result<Vec<f64>>;
     /// Prepares `bench` at `bytes` (called before its calls; the place to pick an algorithm).
     fn prepare(&mut self, bench: &Benchmark, bytes: usize) -> Result<()>;
+    /// Prepares the Halo benchmark for one lattice (its buffers and requests).
+    fn prepare_halo(&mut self, halo: &Halo) -> Result<()>;
     /// `n` calls of the benchmark prepared last (only on ranks that take part).
     fn calls(&mut self, n: u64) -> Result<()>;
     /// The algorithm the implementation uses for `bench` at `bytes` ("-" if unknown).
     fn algorithm(&self, bench: &Benchmark, bytes: usize) -> String;
-}
-
-/// Calls of PingPong count round trips; IMB reports half of one.
-fn per_call_divisor(bench: &Benchmark) -> f64 {
-    if bench.kind == super::Kind::PingPong {
-        2.0
-    } else {
-        1.0
-    }
 }
 
 /// Runs the suite; rank 0 returns the rows. `tick` is called by rank 0 after each size.
@@ -71,9 +65,19 @@ pub fn run<B: Backend>(
     let p = b.size();
     let mut rows = Vec::new();
     for bench in opts.benches() {
-        let active = b.rank() < bench.active(p);
         if bench.collective.is_none() && p < 2 {
-            // PingPong and PingPing need a partner; collectives on one rank run as they are.
+            // Point-to-point needs a partner; collectives on one rank run as they are.
+            continue;
+        }
+        if bench.lattice() {
+            for &l in &opts.lattices {
+                let halo = Halo::new(l, p)?;
+                b.prepare_halo(&halo)?;
+                if let Some(row) = measure(b, bench, halo.bytes_per_exchange(), opts)? {
+                    rows.push(row);
+                    tick(bench.name, halo.bytes_per_exchange());
+                }
+            }
             continue;
         }
         let mut seen = Vec::new();
@@ -86,59 +90,8 @@ pub fn run<B: Backend>(
             }
             seen.push(bytes);
             b.prepare(bench, bytes)?;
-            let reps = match opts.iters {
-                Iters::Fixed(n) => n,
-                Iters::Auto => auto_reps(b, active)?,
-            };
-            let warm = opts.warmup.unwrap_or((reps / 10).max(1));
-            if active {
-                b.calls(warm)?;
-            }
-            // Rank 0 keeps the fastest run's times (by their mean over ranks).
-            let mut best: Option<(f64, Vec<f64>)> = None;
-            for _ in 0..opts.repeat.max(1) {
-                b.barrier()?;
-                let t0 = Instant::now();
-                if active {
-                    b.calls(reps)?;
-                }
-                let t = t0.elapsed().as_secs_f64() * 1e6 / reps as f64 / per_call_divisor(bench);
-                let all = b.gather(if active { t } else { f64::NAN })?;
-                b.barrier()?;
-                if b.rank() == 0 {
-                    let ts: Vec<f64> = all.into_iter().filter(|t| !t.is_nan()).collect();
-                    let avg = ts.iter().sum::<f64>() / ts.len() as f64;
-                    if best.as_ref().is_none_or(|(a, _)| avg < *a) {
-                        best = Some((avg, ts));
-                    }
-                }
-            }
-            if let Some((avg, ts)) = best {
-                let point_to_point = bench.columns() == tca_model::imb::Columns::PointToPoint;
-                rows.push(Row {
-                    implementation: b.name(),
-                    benchmark: bench.name.to_string(),
-                    algorithm: b.algorithm(bench, bytes),
-                    ranks: p,
-                    bytes: bytes as u64,
-                    repetitions: reps,
-                    t_min_us: ts.iter().copied().fold(f64::INFINITY, f64::min),
-                    t_max_us: ts.iter().copied().fold(0.0, f64::max),
-                    t_avg_us: avg,
-                    mbytes_per_sec: point_to_point.then(|| {
-                        // IMB counts the messages a rank sends and receives per call.
-                        let msgs = match bench.kind {
-                            super::Kind::Sendrecv => 2.0,
-                            super::Kind::Exchange => 4.0,
-                            _ => 1.0,
-                        };
-                        if avg > 0.0 {
-                            msgs * bytes as f64 / avg
-                        } else {
-                            0.0
-                        }
-                    }),
-                });
+            if let Some(row) = measure(b, bench, bytes, opts)? {
+                rows.push(row);
                 tick(bench.name, bytes);
             }
         }
@@ -149,6 +102,56 @@ pub fn run<B: Backend>(
         ranks: p,
         rows,
         notes: Vec::new(),
+    }))
+}
+
+/// Times the prepared benchmark at `bytes` on every rank; rank 0 gets the row.
+fn measure<B: Backend>(
+    b: &mut B,
+    bench: &Benchmark,
+    bytes: usize,
+    opts: &Options,
+) -> Result<Option<Row>> {
+    let p = b.size();
+    let active = b.rank() < bench.active(p);
+    let reps = match opts.iters {
+        Iters::Fixed(n) => n,
+        Iters::Auto => auto_reps(b, active)?,
+    };
+    let warm = opts.warmup.unwrap_or((reps / 10).max(1));
+    if active {
+        b.calls(warm)?;
+    }
+    // Rank 0 keeps the fastest run's times (by their mean over ranks).
+    let mut best: Option<(f64, Vec<f64>)> = None;
+    for _ in 0..opts.repeat.max(1) {
+        b.barrier()?;
+        let t0 = Instant::now();
+        if active {
+            b.calls(reps)?;
+        }
+        let t = t0.elapsed().as_secs_f64() * 1e6 / reps as f64 / bench.per_call_divisor();
+        let all = b.gather(if active { t } else { f64::NAN })?;
+        b.barrier()?;
+        if b.rank() == 0 {
+            let ts: Vec<f64> = all.into_iter().filter(|t| !t.is_nan()).collect();
+            let avg = ts.iter().sum::<f64>() / ts.len() as f64;
+            if best.as_ref().is_none_or(|(a, _)| avg < *a) {
+                best = Some((avg, ts));
+            }
+        }
+    }
+    Ok(best.map(|(avg, ts)| Row {
+        implementation: b.name(),
+        benchmark: bench.name.to_string(),
+        algorithm: b.algorithm(bench, bytes),
+        ranks: p,
+        bytes: bytes as u64,
+        repetitions: reps,
+        t_min_us: ts.iter().copied().fold(f64::INFINITY, f64::min),
+        t_max_us: ts.iter().copied().fold(0.0, f64::max),
+        t_avg_us: avg,
+        mbytes_per_sec: bench.mbytes_per_sec(bytes, avg, p),
     }))
 }
 
@@ -207,6 +210,9 @@ mod tests {
         fn prepare(&mut self, _: &Benchmark, _: usize) -> Result<()> {
             Ok(())
         }
+        fn prepare_halo(&mut self, _: &Halo) -> Result<()> {
+            Ok(())
+        }
         fn calls(&mut self, n: u64) -> Result<()> {
             if n > 0 {
                 std::thread::sleep(self.batches.remove(0));
@@ -235,6 +241,7 @@ mod tests {
             algos: Vec::new(),
             soak: 0,
             two_sided: false,
+            lattices: Vec::new(),
         };
         // The middle run is 40x faster than the others: it is the one reported.
         let mut b = Scripted {

@@ -16,14 +16,26 @@
 //! | Reduce, Allreduce | the vector | f32, sum |
 //! | Reduce_scatter | the whole vector (each rank gets 1/p of it) | f32, sum |
 //! | Barrier | (none) | |
+//! | osu_latency, osu_bw, osu_bibw, osu_mbw_mr | the message | bytes |
+//! | Halo | what one rank sends per exchange (from `--lattice`) | 48-byte sites |
 //!
 //! Roots are rank 0. PingPong and PingPing run between ranks 0 and 1 while the other ranks
 //! wait, as IMB's "additional processes waiting in MPI_Barrier". Over tca they are one-sided
 //! (`put_signal` into the partner's segment) unless `--two-sided` asks for tca's send and
 //! receive (`tca::p2p`); the algorithm column says which form ran. Sendrecv and Exchange are
 //! always two-sided, and report IMB's Mbytes/sec (2 and 4 messages per call per rank).
+//!
+//! Beyond IMB, and run only when named: OSU's two-sided benchmarks as the OSU micro-benchmarks
+//! define them (`osu_latency`: blocking send/receive ping-pong; `osu_bw`: a window of
+//! [`OSU_WINDOW`] non-blocking sends answered by a 4-byte acknowledgement; `osu_bibw`: windows
+//! both ways at once; `osu_mbw_mr`: the bandwidth test on P/2 pairs at once, rank i with
+//! i + P/2), where `t[usec]` is per message and `Mbytes/sec` the aggregate (10^6 bytes per
+//! second; OSU's message rate is that over the size); and `Halo`, QUDA's halo exchange
+//! ([`halo`]) over persistent requests, one row per `--lattice`, `t[usec]` per exchange and
+//! `Mbytes/sec` counting what a rank sends and receives.
 
 pub mod driver;
+pub mod halo;
 #[cfg(feature = "mpi")]
 pub mod mpi;
 pub mod tca;
@@ -62,6 +74,31 @@ pub enum Kind {
     Alltoall,
     /// Barrier.
     Barrier,
+    /// OSU latency: blocking two-sided ping-pong between ranks 0 and 1, half round trip.
+    OsuLatency,
+    /// OSU bandwidth: rank 0 sends a window of non-blocking messages to rank 1, which
+    /// acknowledges the window.
+    OsuBw,
+    /// OSU bidirectional bandwidth: ranks 0 and 1 send windows to each other at once.
+    OsuBibw,
+    /// OSU multiple bandwidth / message rate: the bandwidth test on P/2 pairs at once.
+    OsuMbwMr,
+    /// QUDA's 4-D halo exchange with persistent requests.
+    Halo,
+}
+
+/// Messages in flight per window of the OSU bandwidth tests (OSU's default).
+pub const OSU_WINDOW: usize = 64;
+
+/// Where a benchmark comes from; a run without names is IMB-MPI1's suite.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    /// IMB-MPI1: run by default.
+    Imb,
+    /// The OSU micro-benchmarks: run when named.
+    Osu,
+    /// Seed 003's application pattern: run when named.
+    Application,
 }
 
 /// One benchmark of the suite.
@@ -73,6 +110,8 @@ pub struct Benchmark {
     pub kind: Kind,
     /// The tca collective behind it (for `--algo` and the algorithm column), if any.
     pub collective: Option<::tca::Collective>,
+    /// Which suite it belongs to.
+    pub family: Family,
     /// One line for `--help` and errors.
     pub about: &'static str,
 }
@@ -83,79 +122,127 @@ pub static BENCHMARKS: &[Benchmark] = &[
         name: "PingPong",
         kind: Kind::PingPong,
         collective: None,
+        family: Family::Imb,
         about: "half round trip between ranks 0 and 1",
     },
     Benchmark {
         name: "PingPing",
         kind: Kind::PingPing,
         collective: None,
+        family: Family::Imb,
         about: "ranks 0 and 1 send to each other at the same time",
     },
     Benchmark {
         name: "Sendrecv",
         kind: Kind::Sendrecv,
         collective: None,
+        family: Family::Imb,
         about: "two-sided: send right, receive from the left, every rank at once",
     },
     Benchmark {
         name: "Exchange",
         kind: Kind::Exchange,
         collective: None,
+        family: Family::Imb,
         about: "two-sided: send to and receive from both neighbours, every rank at once",
     },
     Benchmark {
         name: "Reduce_scatter",
         kind: Kind::ReduceScatter,
         collective: Some(::tca::Collective::ReduceScatter),
+        family: Family::Imb,
         about: "f32 sum, each rank keeps 1/p of the vector",
     },
     Benchmark {
         name: "Allreduce",
         kind: Kind::Allreduce,
         collective: Some(::tca::Collective::Allreduce),
+        family: Family::Imb,
         about: "f32 sum, result on every rank",
     },
     Benchmark {
         name: "Reduce",
         kind: Kind::Reduce,
         collective: Some(::tca::Collective::Reduce),
+        family: Family::Imb,
         about: "f32 sum to rank 0",
     },
     Benchmark {
         name: "Allgather",
         kind: Kind::Allgather,
         collective: Some(::tca::Collective::Allgather),
+        family: Family::Imb,
         about: "every rank's block to every rank",
     },
     Benchmark {
         name: "Gather",
         kind: Kind::Gather,
         collective: Some(::tca::Collective::Gather),
+        family: Family::Imb,
         about: "every rank's block to rank 0",
     },
     Benchmark {
         name: "Scatter",
         kind: Kind::Scatter,
         collective: Some(::tca::Collective::Scatter),
+        family: Family::Imb,
         about: "a block from rank 0 to every rank",
     },
     Benchmark {
         name: "Alltoall",
         kind: Kind::Alltoall,
         collective: Some(::tca::Collective::Alltoall),
+        family: Family::Imb,
         about: "a block from every rank to every rank",
     },
     Benchmark {
         name: "Bcast",
         kind: Kind::Bcast,
         collective: Some(::tca::Collective::Broadcast),
+        family: Family::Imb,
         about: "the message from rank 0 to every rank",
     },
     Benchmark {
         name: "Barrier",
         kind: Kind::Barrier,
         collective: Some(::tca::Collective::Barrier),
+        family: Family::Imb,
         about: "no data",
+    },
+    Benchmark {
+        name: "osu_latency",
+        kind: Kind::OsuLatency,
+        collective: None,
+        family: Family::Osu,
+        about: "OSU: blocking send/recv ping-pong between ranks 0 and 1, half round trip",
+    },
+    Benchmark {
+        name: "osu_bw",
+        kind: Kind::OsuBw,
+        collective: None,
+        family: Family::Osu,
+        about: "OSU: windows of 64 isends from rank 0 to rank 1, acknowledged",
+    },
+    Benchmark {
+        name: "osu_bibw",
+        kind: Kind::OsuBibw,
+        collective: None,
+        family: Family::Osu,
+        about: "OSU: windows of 64 isends both ways between ranks 0 and 1",
+    },
+    Benchmark {
+        name: "osu_mbw_mr",
+        kind: Kind::OsuMbwMr,
+        collective: None,
+        family: Family::Osu,
+        about: "OSU: osu_bw on P/2 pairs at once (rank i with i + P/2), aggregate",
+    },
+    Benchmark {
+        name: "Halo",
+        kind: Kind::Halo,
+        collective: None,
+        family: Family::Application,
+        about: "QUDA's 4-D halo exchange, persistent requests, sizes from --lattice",
     },
 ];
 
@@ -190,9 +277,46 @@ impl Benchmark {
     /// Ranks that take part out of `p`.
     pub fn active(&self, p: u32) -> u32 {
         match self.kind {
-            Kind::PingPong | Kind::PingPing => 2.min(p),
+            Kind::PingPong | Kind::PingPing | Kind::OsuLatency | Kind::OsuBw | Kind::OsuBibw => {
+                2.min(p)
+            }
+            Kind::OsuMbwMr => p / 2 * 2,
             _ => p,
         }
+    }
+
+    /// Whether its sizes come from `--lattice` rather than `--sizes`.
+    pub fn lattice(&self) -> bool {
+        self.kind == Kind::Halo
+    }
+
+    /// Per-call time divisor: calls of PingPong and osu_latency are round trips (IMB and OSU
+    /// report half of one); a call of an OSU bandwidth test is a window.
+    pub fn per_call_divisor(&self) -> f64 {
+        match self.kind {
+            Kind::PingPong | Kind::OsuLatency => 2.0,
+            Kind::OsuBw | Kind::OsuBibw | Kind::OsuMbwMr => OSU_WINDOW as f64,
+            _ => 1.0,
+        }
+    }
+
+    /// Mbytes/sec (10^6 bytes per second) from `bytes` per message and `t_us` per call as
+    /// [`Benchmark::per_call_divisor`] makes it, on `p` ranks: what one rank sends and receives
+    /// (IMB's convention: Sendrecv 2 messages, Exchange 4), or the aggregate of every pair
+    /// (osu_bibw both directions, osu_mbw_mr every pair). None for collectives.
+    pub fn mbytes_per_sec(&self, bytes: usize, t_us: f64, p: u32) -> Option<f64> {
+        let msgs = match self.kind {
+            Kind::PingPong | Kind::PingPing | Kind::OsuLatency | Kind::OsuBw => 1.0,
+            Kind::Sendrecv | Kind::OsuBibw | Kind::Halo => 2.0,
+            Kind::Exchange => 4.0,
+            Kind::OsuMbwMr => f64::from(p / 2),
+            _ => return None,
+        };
+        Some(if t_us > 0.0 {
+            msgs * bytes as f64 / t_us
+        } else {
+            0.0
+        })
     }
 
     /// The bytes actually moved for a requested size on `p` ranks, or None to skip the size
@@ -245,6 +369,9 @@ pub struct Options {
     /// PingPong and PingPing over tca's two-sided messages instead of put_signal.
     #[serde(default)]
     pub two_sided: bool,
+    /// Global lattices (X, Y, Z, T) of the Halo benchmark.
+    #[serde(default)]
+    pub lattices: Vec<[usize; 4]>,
 }
 
 fn one() -> u32 {

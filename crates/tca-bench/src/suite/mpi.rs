@@ -1,7 +1,10 @@
 //! The suite over a real MPI (rsmpi), for `--compare mpi`: the calls IMB-MPI1 makes for each
 //! benchmark (PingPong: `MPI_Send` + `MPI_Recv`; PingPing: `MPI_Isend` + `MPI_Recv` +
 //! `MPI_Wait`; the collectives with rank 0 as root, `MPI_FLOAT` + `MPI_SUM` for reductions,
-//! `MPI_Reduce_scatter_block` for Reduce_scatter). Buffers are allocated once, as in
+//! `MPI_Reduce_scatter_block` for Reduce_scatter), the calls the OSU micro-benchmarks make
+//! (`MPI_Isend`/`MPI_Irecv` windows and `MPI_Waitall`), and the halo exchange through
+//! `MPI_Irecv`/`MPI_Isend` + `MPI_Waitall` (rsmpi has no persistent requests; Open MPI's
+//! persistent point-to-point is the same path). Buffers are allocated once, as in
 //! [`super::tca`]. MPI reports errors by aborting the job (its default error handler), which
 //! the parent sees as a failed `mpirun`.
 
@@ -12,7 +15,8 @@ use tca_mpi::mpi::topology::SimpleCommunicator;
 use tca_mpi::mpi::traits::*;
 
 use super::driver::{self, Backend};
-use super::{Benchmark, Kind, Options};
+use super::halo::{Buffers, Halo};
+use super::{Benchmark, Kind, OSU_WINDOW, Options};
 
 /// MPI's side of the suite.
 pub struct MpiBackend {
@@ -22,6 +26,8 @@ pub struct MpiBackend {
     brecv: Vec<u8>,
     fsend: Vec<f32>,
     frecv: Vec<f32>,
+    bwin: Vec<u8>,
+    halo: Option<Buffers>,
     cur: (Kind, usize),
 }
 
@@ -46,8 +52,97 @@ impl MpiBackend {
             brecv: vec![0; max * p.max(2)],
             fsend: vec![1.0; max / 4 * p],
             frecv: vec![0.0; max / 4 * p],
+            bwin: vec![
+                0;
+                if super::tca::osu_windows(opts) {
+                    max * OSU_WINDOW
+                } else {
+                    0
+                }
+            ],
+            halo: None,
             cur: (Kind::Barrier, 0),
         }
+    }
+
+    /// One call of an OSU test (see [`super::tca`]: the same messages through MPI).
+    fn osu(&mut self, kind: Kind) {
+        let w = &self.world;
+        let bytes = self.cur.1;
+        let (me, p) = (w.rank(), w.size());
+        let pairs = if kind == Kind::OsuMbwMr { p / 2 } else { 1 };
+        if me >= 2 * pairs {
+            return;
+        }
+        let sender = me < pairs;
+        let other = w.process_at_rank(if sender { me + pairs } else { me - pairs });
+        let bs = &self.bsend[..bytes];
+        let mut ack = [0u8; 4];
+        let mut done = Vec::with_capacity(2 * OSU_WINDOW);
+        let win = self.bwin.chunks_mut(bytes.max(1)).map(|b| &mut b[..bytes]);
+        match kind {
+            Kind::OsuLatency if sender => {
+                other.send(bs);
+                other.receive_into(&mut self.brecv[..bytes]);
+            }
+            Kind::OsuLatency => {
+                other.receive_into(&mut self.brecv[..bytes]);
+                other.send(bs);
+            }
+            Kind::OsuBw | Kind::OsuMbwMr if sender => {
+                mpi::request::multiple_scope(OSU_WINDOW, |scope, coll| {
+                    for _ in 0..OSU_WINDOW {
+                        coll.add(other.immediate_send_with_tag(scope, bs, 100));
+                    }
+                    coll.wait_all(&mut done);
+                });
+                other.receive_into_with_tag(&mut ack[..], 101);
+            }
+            Kind::OsuBw | Kind::OsuMbwMr => {
+                mpi::request::multiple_scope(OSU_WINDOW, |scope, coll| {
+                    for b in win.take(OSU_WINDOW) {
+                        coll.add(other.immediate_receive_into_with_tag(scope, b, 100));
+                    }
+                    coll.wait_all(&mut done);
+                });
+                other.send_with_tag(&ack[..], 101);
+            }
+            Kind::OsuBibw => {
+                mpi::request::multiple_scope(2 * OSU_WINDOW, |scope, coll| {
+                    for b in win.take(OSU_WINDOW) {
+                        coll.add(other.immediate_receive_into_with_tag(scope, b, 100));
+                    }
+                    for _ in 0..OSU_WINDOW {
+                        coll.add(other.immediate_send_with_tag(scope, bs, 100));
+                    }
+                    coll.wait_all(&mut done);
+                });
+            }
+            _ => unreachable!("OSU kinds only"),
+        }
+    }
+
+    /// One halo exchange: every ghost's `MPI_Irecv`, every face's `MPI_Isend`, `MPI_Waitall`.
+    fn halo(&mut self) {
+        let w = &self.world;
+        let Some(Buffers {
+            faces, send, ghost, ..
+        }) = &mut self.halo
+        else {
+            return;
+        };
+        let mut done = Vec::with_capacity(2 * faces.len());
+        mpi::request::multiple_scope(2 * faces.len(), |scope, coll| {
+            for (f, g) in faces.iter().zip(ghost.iter_mut()) {
+                let from = w.process_at_rank(f.from as i32);
+                coll.add(from.immediate_receive_into_with_tag(scope, &mut g[..], f.tag));
+            }
+            for (f, s) in faces.iter().zip(send.iter()) {
+                let to = w.process_at_rank(f.to as i32);
+                coll.add(to.immediate_send_with_tag(scope, &s[..], f.tag));
+            }
+            coll.wait_all(&mut done);
+        });
     }
 }
 
@@ -109,8 +204,28 @@ impl Backend for MpiBackend {
         Ok(())
     }
 
+    fn prepare_halo(&mut self, halo: &Halo) -> Result<()> {
+        self.cur = (Kind::Halo, halo.bytes_per_exchange());
+        self.halo = Some(Buffers::new(halo, self.world.rank() as u32));
+        Ok(())
+    }
+
     fn calls(&mut self, n: u64) -> Result<()> {
         let (kind, bytes) = self.cur;
+        match kind {
+            Kind::OsuLatency | Kind::OsuBw | Kind::OsuBibw | Kind::OsuMbwMr => {
+                (0..n).for_each(|_| self.osu(kind));
+                return Ok(());
+            }
+            Kind::Halo => {
+                (0..n).for_each(|_| self.halo());
+                return match &self.halo {
+                    Some(h) if n > 0 => h.check(),
+                    _ => Ok(()),
+                };
+            }
+            _ => {}
+        }
         let w = &self.world;
         let p = w.size() as usize;
         let me = w.rank();
@@ -198,6 +313,9 @@ impl Backend for MpiBackend {
                 }
                 Kind::Alltoall => w.all_to_all_into(&bs[..bytes * p], &mut br[..bytes * p]),
                 Kind::Barrier => w.barrier(),
+                Kind::OsuLatency | Kind::OsuBw | Kind::OsuBibw | Kind::OsuMbwMr | Kind::Halo => {
+                    unreachable!("handled above")
+                }
             }
         }
         Ok(())

@@ -9,10 +9,12 @@
 
 use anyhow::Result;
 use tca::fabric::line;
+use tca::p2p::{Persistent, Request};
 use tca::{Comm, Handle, Op, SignalOp, SymmetricSegment, World};
 
 use super::driver::{self, Backend};
-use super::{Benchmark, Half, Kind, Options};
+use super::halo::{Buffers, Halo};
+use super::{Benchmark, Half, Kind, OSU_WINDOW, Options};
 use crate::floor::CacheLine;
 use crate::machine::MemStat;
 
@@ -31,9 +33,19 @@ pub struct TcaBackend<'w> {
     brecv: Vec<u8>,
     fsend: Vec<f32>,
     frecv: Vec<f32>,
+    /// Receive windows of the OSU bandwidth tests (OSU_WINDOW messages of the largest size).
+    bwin: Vec<u8>,
+    /// The Halo benchmark's lattice: its faces, their send buffers and ghost buffers.
+    halo: Option<Buffers>,
     cur: (Kind, usize),
     forced: Vec<(usize, String)>,
     two_sided: bool,
+}
+
+/// Whether a window-based OSU test is among the benchmarks (they need receive windows).
+pub(crate) fn osu_windows(opts: &Options) -> bool {
+    opts.benches()
+        .any(|b| matches!(b.kind, Kind::OsuBw | Kind::OsuBibw | Kind::OsuMbwMr))
 }
 
 impl<'w> TcaBackend<'w> {
@@ -61,6 +73,15 @@ impl<'w> TcaBackend<'w> {
             brecv: vec![0; max * p.max(2)],
             fsend: vec![1.0; max / 4 * p],
             frecv: vec![0.0; max / 4 * p],
+            bwin: vec![
+                0;
+                if osu_windows(opts) {
+                    max * OSU_WINDOW
+                } else {
+                    0
+                }
+            ],
+            halo: None,
             cur: (Kind::Barrier, 0),
             forced: opts.algos.clone(),
             two_sided: opts.two_sided,
@@ -135,6 +156,89 @@ impl<'w> TcaBackend<'w> {
             }
         }
         Ok(())
+    }
+
+    /// `n` calls of an OSU two-sided test, as the OSU micro-benchmarks make them: a ping-pong
+    /// round trip (osu_latency), or one window of [`OSU_WINDOW`] non-blocking messages
+    /// (osu_bw and osu_mbw_mr: sender to receiver, then a 4-byte acknowledgement back;
+    /// osu_bibw: both ways at once). Pairs: ranks 0 and 1, or i and i + P/2 (osu_mbw_mr).
+    fn osu(&mut self, kind: Kind, n: u64) -> Result<()> {
+        let c = &self.comm;
+        let bytes = self.cur.1;
+        let (me, p) = (c.rank(), c.size());
+        let pairs = if kind == Kind::OsuMbwMr { p / 2 } else { 1 };
+        if me >= 2 * pairs {
+            return Ok(());
+        }
+        let sender = me < pairs;
+        let peer = if sender { me + pairs } else { me - pairs };
+        let bs = &self.bsend[..bytes];
+        let mut ack = [0u8; 4];
+        for _ in 0..n {
+            // Every receive of a window gets its own buffer (OSU reuses one; Rust lends a
+            // buffer to one receive at a time).
+            let win = self.bwin.chunks_mut(bytes.max(1)).map(|b| &mut b[..bytes]);
+            match kind {
+                Kind::OsuLatency if sender => {
+                    c.send(bs, peer, 1)?;
+                    c.recv(&mut self.brecv[..bytes], peer, 1)?;
+                }
+                Kind::OsuLatency => {
+                    c.recv(&mut self.brecv[..bytes], peer, 1)?;
+                    c.send(bs, peer, 1)?;
+                }
+                Kind::OsuBw | Kind::OsuMbwMr if sender => {
+                    let mut rs: Vec<Request<'_>> = (0..OSU_WINDOW)
+                        .map(|_| c.isend(bs, peer, 100))
+                        .collect::<tca::Result<_>>()?;
+                    tca::p2p::wait_all(&mut rs)?;
+                    c.recv(&mut ack, peer, 101)?;
+                }
+                Kind::OsuBw | Kind::OsuMbwMr => {
+                    let mut rs: Vec<Request<'_>> = win
+                        .take(OSU_WINDOW)
+                        .map(|b| c.irecv(b, peer, 100))
+                        .collect::<tca::Result<_>>()?;
+                    tca::p2p::wait_all(&mut rs)?;
+                    c.send(&ack, peer, 101)?;
+                }
+                Kind::OsuBibw => {
+                    let mut rs: Vec<Request<'_>> = win
+                        .take(OSU_WINDOW)
+                        .map(|b| c.irecv(b, peer, 100))
+                        .collect::<tca::Result<_>>()?;
+                    for _ in 0..OSU_WINDOW {
+                        rs.push(c.isend(bs, peer, 100)?);
+                    }
+                    tca::p2p::wait_all(&mut rs)?;
+                }
+                _ => unreachable!("OSU kinds only"),
+            }
+        }
+        Ok(())
+    }
+
+    /// `n` halo exchanges: every ghost's persistent receive and every face's persistent send,
+    /// made once for the batch, then started and completed together per exchange (QUDA's
+    /// `MPI_Startall` + `MPI_Waitall`).
+    fn halo(&mut self, n: u64) -> Result<()> {
+        let c = &self.comm;
+        let Some(h) = &mut self.halo else {
+            anyhow::bail!("Halo ran before its lattice was prepared");
+        };
+        let mut reqs: Vec<Persistent<'_>> = Vec::with_capacity(2 * h.faces.len());
+        for (f, g) in h.faces.iter().zip(h.ghost.iter_mut()) {
+            reqs.push(c.recv_init(g.as_mut_slice(), f.from, f.tag)?);
+        }
+        for (f, s) in h.faces.iter().zip(&h.send) {
+            reqs.push(c.send_init(s.as_slice(), f.to, f.tag)?);
+        }
+        for _ in 0..n {
+            Persistent::start_all(&mut reqs)?;
+            Persistent::wait_all(&mut reqs)?;
+        }
+        drop(reqs);
+        h.check()
     }
 
     /// The floor extra: 7 alternating rounds of the raw cache-line ping-pong and the 8-byte
@@ -342,6 +446,12 @@ impl Backend for TcaBackend<'_> {
         Ok(())
     }
 
+    fn prepare_halo(&mut self, halo: &Halo) -> Result<()> {
+        self.cur = (Kind::Halo, halo.bytes_per_exchange());
+        self.halo = Some(Buffers::new(halo, self.comm.rank()));
+        Ok(())
+    }
+
     fn calls(&mut self, n: u64) -> Result<()> {
         let (kind, bytes) = self.cur;
         let p = self.comm.size() as usize;
@@ -353,6 +463,10 @@ impl Backend for TcaBackend<'_> {
             Kind::PingPong | Kind::PingPing if self.two_sided => return self.two_sided(kind, n),
             Kind::PingPong => return self.point_to_point(n, false),
             Kind::PingPing => return self.point_to_point(n, true),
+            Kind::OsuLatency | Kind::OsuBw | Kind::OsuBibw | Kind::OsuMbwMr => {
+                return self.osu(kind, n);
+            }
+            Kind::Halo => return self.halo(n),
             _ => {}
         }
         let (bs, br, fs, fr) = (
@@ -363,9 +477,15 @@ impl Backend for TcaBackend<'_> {
         );
         for _ in 0..n {
             match kind {
-                Kind::PingPong | Kind::PingPing | Kind::Sendrecv | Kind::Exchange => {
-                    unreachable!("handled above")
-                }
+                Kind::PingPong
+                | Kind::PingPing
+                | Kind::Sendrecv
+                | Kind::Exchange
+                | Kind::OsuLatency
+                | Kind::OsuBw
+                | Kind::OsuBibw
+                | Kind::OsuMbwMr
+                | Kind::Halo => unreachable!("handled above"),
                 Kind::Bcast => c.broadcast(&mut bs[..bytes], 0)?,
                 Kind::Scatter => c.scatter(&bs[..bytes * p], &mut br[..bytes], 0)?,
                 Kind::Gather => c.gather(&bs[..bytes], &mut br[..bytes * p], 0)?,
@@ -391,7 +511,14 @@ impl Backend for TcaBackend<'_> {
             format!("send/recv {proto}")
         };
         match bench.collective {
-            None if matches!(bench.kind, Kind::Sendrecv | Kind::Exchange) || self.two_sided => {
+            None if bench.kind == Kind::Halo => match &self.halo {
+                Some(h) => format!("{}, persistent send/recv", h.halo.describe()),
+                None => "-".into(),
+            },
+            None if bench.family != super::Family::Imb
+                || matches!(bench.kind, Kind::Sendrecv | Kind::Exchange)
+                || self.two_sided =>
+            {
                 two_sided(bytes)
             }
             None => "put_signal".into(),
