@@ -490,3 +490,149 @@ fn test_all_finishes_everything_eventually() {
     })
     .unwrap();
 }
+
+/// Bound channels (`send_init_from` / `recv_init_into`): rounds reused many times with fresh
+/// data each round, both directions, three sizes (empty, eager-sized, 1 MiB), ordinary
+/// messages of the same tags interleaved (they never match a channel), and a binding that
+/// arrives before its receive is posted.
+#[test]
+fn bound_channels_reused_beside_ordinary_messages() {
+    threads::run(2, |w| {
+        let c = Comm::world(w)?;
+        let (me, peer) = (c.rank(), 1 - c.rank());
+        let sizes = [0usize, 24, 1 << 20];
+        let at = |k: usize| k * (2 << 20);
+        let out = w.alloc(at(sizes.len()))?;
+        let inn = w.alloc(at(sizes.len()))?;
+        if me == 0 {
+            // Let rank 0's bindings arrive before rank 1 posts its receives.
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let mut ops = Vec::new();
+        for (k, &n) in sizes.iter().enumerate() {
+            ops.push(c.recv_init_into(&inn, at(k), n, peer, k as i32)?);
+        }
+        for (k, &n) in sizes.iter().enumerate() {
+            ops.push(c.send_init_from(&out, at(k), n, peer, k as i32)?);
+        }
+        let rounds = 300;
+        for round in 0..rounds {
+            for (k, &n) in sizes.iter().enumerate() {
+                out.write(at(k), &pattern(round * 10 + k + me as usize, n))?;
+            }
+            Persistent::start_all(&mut ops)?;
+            // An ordinary message with a channel's tag, each way: matched as MPI says.
+            c.send(&[round as u64], peer, 1)?;
+            let mut x = [0u64];
+            c.recv(&mut x, peer, 1)?;
+            assert_eq!(x[0], round as u64);
+            for (k, op) in ops.iter_mut().enumerate().take(sizes.len()) {
+                let st = op.wait()?;
+                assert_eq!((st.source, st.tag, st.bytes), (peer, k as i32, sizes[k]));
+            }
+            Persistent::wait_all(&mut ops)?;
+            for (k, &n) in sizes.iter().enumerate() {
+                let mut got = vec![0u8; n];
+                inn.read(at(k), &mut got)?;
+                assert_eq!(
+                    got,
+                    pattern(round * 10 + k + peer as usize, n),
+                    "round {round}"
+                );
+            }
+        }
+        Ok(())
+    })
+    .unwrap();
+}
+
+/// Bound channels' errors and closing: truncation every round, foreign or out-of-range
+/// segments, a receiver that closes (the sender's next round says so), a sender dropped with
+/// a round under way (it still goes out), and slots reused after both ends closed.
+#[test]
+fn bound_channel_errors_and_closing() {
+    threads::run(2, |w| {
+        let c = Comm::world(w)?;
+        let (me, peer) = (c.rank(), 1 - c.rank());
+        let seg = w.alloc(4096)?;
+        let other = w.alloc(64)?;
+        assert!(
+            c.send_init_from(&seg, 4000, 200, peer, 0).is_err(),
+            "out of range"
+        );
+        assert!(
+            c.recv_init_into(&other, 0, 65, peer, 0).is_err(),
+            "out of range"
+        );
+        assert!(c.send_init_from(&seg, 0, 8, 7, 0).is_err(), "no rank 7");
+        assert!(
+            c.recv_init_into(&seg, 0, 8, peer, -1).is_err(),
+            "negative tag"
+        );
+        // Truncation: 100 bytes into 64, every round.
+        if me == 0 {
+            let mut s = c.send_init_from(&seg, 0, 100, 1, 9)?;
+            for _ in 0..3 {
+                s.start()?;
+                s.wait()?;
+            }
+        } else {
+            let mut r = c.recv_init_into(&seg, 0, 64, 0, 9)?;
+            for _ in 0..3 {
+                r.start()?;
+                let e = r.wait().unwrap_err();
+                assert_eq!(e.kind(), ErrorKind::Truncated, "{e}");
+            }
+        }
+        c.barrier()?;
+        // The receiver closes after one round; the sender's next round is an error naming it.
+        if me == 0 {
+            let mut s = c.send_init_from(&seg, 0, 8, 1, 3)?;
+            s.start()?;
+            s.wait()?;
+            c.barrier()?;
+            s.start()?;
+            let e = s.wait().unwrap_err();
+            assert!(e.to_string().contains("closed"), "{e}");
+        } else {
+            let mut r = c.recv_init_into(&seg, 0, 8, 0, 3)?;
+            r.start()?;
+            r.wait()?;
+            drop(r);
+            c.barrier()?;
+        }
+        c.barrier()?;
+        // A sender dropped with its round under way: the round still arrives.
+        if me == 0 {
+            seg.write(0, &[42u8; 8])?;
+            let mut s = c.send_init_from(&seg, 0, 8, 1, 4)?;
+            s.start()?;
+            drop(s);
+            c.barrier()?;
+        } else {
+            c.barrier()?;
+            let mut r = c.recv_init_into(&seg, 100, 8, 0, 4)?;
+            r.start()?;
+            r.wait()?;
+            let mut got = [0u8; 8];
+            seg.read(100, &mut got)?;
+            assert_eq!(got, [42u8; 8]);
+        }
+        c.barrier()?;
+        // Open and close more channels than a pair has slots: closed slots are reused.
+        for k in 0..(2 * tca::p2p::CHANNELS as i32) {
+            if me == 0 {
+                let mut s = c.send_init_from(&seg, 0, 8, 1, 100 + k)?;
+                s.start()?;
+                s.wait()?;
+            } else {
+                let mut r = c.recv_init_into(&seg, 0, 8, 0, 100 + k)?;
+                r.start()?;
+                r.wait()?;
+            }
+            c.barrier()?;
+        }
+        Ok(())
+    })
+    .unwrap();
+}

@@ -10,7 +10,7 @@
 use anyhow::Result;
 use tca::fabric::line;
 use tca::p2p::{Persistent, Request};
-use tca::{Comm, Handle, Op, SignalOp, SymmetricSegment, World};
+use tca::{Comm, Handle, Op, Segment, SignalOp, SymmetricSegment, World};
 
 use super::driver::{self, Backend};
 use super::halo::{Buffers, Halo};
@@ -35,8 +35,9 @@ pub struct TcaBackend<'w> {
     frecv: Vec<f32>,
     /// Receive windows of the OSU bandwidth tests (OSU_WINDOW messages of the largest size).
     bwin: Vec<u8>,
-    /// The Halo benchmark's lattice: its faces, their send buffers and ghost buffers.
-    halo: Option<Buffers>,
+    /// The Halo benchmark's lattice: its faces, their send buffers and ghost buffers, and the
+    /// same in registered segments (faces back to back, in the order of `Buffers::faces`).
+    halo: Option<(Buffers, Segment, Segment)>,
     cur: (Kind, usize),
     forced: Vec<(usize, String)>,
     two_sided: bool,
@@ -218,26 +219,37 @@ impl<'w> TcaBackend<'w> {
         Ok(())
     }
 
-    /// `n` halo exchanges: every ghost's persistent receive and every face's persistent send,
-    /// made once for the batch, then started and completed together per exchange (QUDA's
-    /// `MPI_Startall` + `MPI_Waitall`).
+    /// `n` halo exchanges over bound channels, as QUDA's ghost zones in registered memory:
+    /// every ghost's `recv_init_into` and every face's `send_init_from`, made once for the
+    /// batch, then started and completed together per exchange (QUDA's `MPI_Startall` +
+    /// `MPI_Waitall`); after the first exchange each message is one put, addresses posted
+    /// ahead. The ghosts are checked after the batch.
     fn halo(&mut self, n: u64) -> Result<()> {
         let c = &self.comm;
-        let Some(h) = &mut self.halo else {
+        let Some((h, out, inn)) = &mut self.halo else {
             anyhow::bail!("Halo ran before its lattice was prepared");
         };
         let mut reqs: Vec<Persistent<'_>> = Vec::with_capacity(2 * h.faces.len());
-        for (f, g) in h.faces.iter().zip(h.ghost.iter_mut()) {
-            reqs.push(c.recv_init(g.as_mut_slice(), f.from, f.tag)?);
+        let mut at = 0;
+        for f in &h.faces {
+            reqs.push(c.recv_init_into(inn, at, f.bytes, f.from, f.tag)?);
+            at += f.bytes;
         }
-        for (f, s) in h.faces.iter().zip(&h.send) {
-            reqs.push(c.send_init(s.as_slice(), f.to, f.tag)?);
+        let mut at = 0;
+        for f in &h.faces {
+            reqs.push(c.send_init_from(out, at, f.bytes, f.to, f.tag)?);
+            at += f.bytes;
         }
         for _ in 0..n {
             Persistent::start_all(&mut reqs)?;
             Persistent::wait_all(&mut reqs)?;
         }
         drop(reqs);
+        let mut at = 0;
+        for g in &mut h.ghost {
+            inn.read(at, g)?;
+            at += g.len();
+        }
         h.check()
     }
 
@@ -448,7 +460,20 @@ impl Backend for TcaBackend<'_> {
 
     fn prepare_halo(&mut self, halo: &Halo) -> Result<()> {
         self.cur = (Kind::Halo, halo.bytes_per_exchange());
-        self.halo = Some(Buffers::new(halo, self.comm.rank()));
+        // Channels are closed and reopened by every batch; the receiver's close must reach
+        // the sender before it opens more (its slots are reused once both ends closed).
+        self.halo = None;
+        self.comm.barrier()?;
+        let b = Buffers::new(halo, self.comm.rank());
+        let total: usize = b.faces.iter().map(|f| f.bytes).sum();
+        let out = self.world.alloc(total.max(1))?;
+        let inn = self.world.alloc(total.max(1))?;
+        let mut at = 0;
+        for s in &b.send {
+            out.write(at, s)?;
+            at += s.len();
+        }
+        self.halo = Some((b, out, inn));
         Ok(())
     }
 
@@ -512,7 +537,7 @@ impl Backend for TcaBackend<'_> {
         };
         match bench.collective {
             None if bench.kind == Kind::Halo => match &self.halo {
-                Some(h) => format!("{}, persistent send/recv", h.halo.describe()),
+                Some((h, ..)) => format!("{}, bound channels", h.halo.describe()),
                 None => "-".into(),
             },
             None if bench.family != super::Family::Imb

@@ -178,22 +178,34 @@ impl ChainBuilder<'_> {
 
     /// Adds a put of `len` bytes from `src` at `src_off` to `dst` at `dst_off`.
     pub fn put(
-        mut self,
+        self,
         src: &Segment,
         src_off: usize,
         dst: &Handle,
         dst_off: usize,
         len: usize,
     ) -> Self {
+        self.put_region(&src.region, src_off, dst, dst_off, len)
+    }
+
+    /// [`ChainBuilder::put`] from a region the caller keeps alive by its `Arc` (the message
+    /// engine's persistent sends, whose segment borrow ends before the chain does).
+    pub(crate) fn put_region(
+        mut self,
+        src: &Arc<Region>,
+        src_off: usize,
+        dst: &Handle,
+        dst_off: usize,
+        len: usize,
+    ) -> Self {
         let r = (|| {
-            if src.handle().rank() != self.world.rank() || src.handle().job() != self.world.job_id()
-            {
+            if src.handle.rank() != self.world.rank() || src.handle.job() != self.world.job_id() {
                 return Err(Error::new(
                     ErrorKind::InvalidArgument,
                     "a chain's source must be a segment of this rank",
                 ));
             }
-            let s_at = src.region.range(src_off, len)?;
+            let s_at = src.range(src_off, len)?;
             let target = if self.world.is_remote(dst.rank()) {
                 self.world.attach(dst)?;
                 self.world.put(dst, dst_off, &[])?; // checks the bounds of the start
@@ -207,7 +219,7 @@ impl ChainBuilder<'_> {
                 Target::Mapped(d, d_at)
             };
             self.ops.push(Op {
-                src: src.region.clone(),
+                src: src.clone(),
                 src_at: s_at,
                 dst: target,
                 len,

@@ -9,8 +9,15 @@
 //!                               r writes [handle 32 | offset | length | - | epoch]  writer: r
 //! R0 + P*R*64 + q*R*64 + s*64   done words: q raised it to epoch when it finished putting the
 //!                               data of its rendezvous slot s into my buffer     writer: q
+//! C0 + r*C*64 + c*64            channel address: where r wants the data of my persistent
+//!                               channel c to it [handle 32 | offset | length | - | ready]
+//!                               ready = 2k: its buffer is free for round k; 2k+1: I claimed
+//!                               round k; REVOKED: r closed its receive      writers: r, me
+//! C0 + P*C*64 + q*C*64 + c*64   channel done word: q raised it to k when round k of its
+//!                               channel c to me was in my segment                writer: q
 //! ```
-//! R = [`RDV_SLOTS`] rendezvous transfers may be in flight per ordered pair.
+//! R = [`RDV_SLOTS`] rendezvous transfers may be in flight per ordered pair; C =
+//! [`CHANNELS`] bound persistent channels may be open per ordered pair.
 //!
 //! # Why no pointer to user memory is ever kept
 //! The engine holds metadata only; a user buffer is touched only while the call that borrows
@@ -20,20 +27,29 @@
 //! ring, or into a pooled stash when the ring is full or the message goes by rendezvous). So a
 //! request that is dropped, or leaked, can never make the engine write into freed memory.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::{Source, Status, Tag};
 use crate::error::{Error, ErrorKind, Result};
 use crate::fabric::ring::{Head, Ring, Shape};
-use crate::fabric::{Handle, Segment, SignalOp, World};
+use crate::fabric::{AtomicOp, Chain, Handle, Segment, SignalOp, World};
+use crate::transport::Region;
 
 /// Rendezvous transfers in flight per ordered pair of ranks.
 pub const RDV_SLOTS: usize = 8;
 const RSLOT: usize = 64;
+/// Bound persistent channels (`send_init_from` / `recv_init_into`) per ordered pair.
+pub const CHANNELS: usize = 16;
 const EAGER: u8 = 1;
 const RTS: u8 = 2;
+/// A persistent channel's first round: binds a `send_init_from` to a `recv_init_into`.
+const BIND: u8 = 3;
+/// A channel's ready word once its receiver closed it.
+const REVOKED: u64 = u64::MAX;
 /// Raised into a done word instead of the generation alone when the sender gave the transfer
 /// up (its blocking send failed before the receiver's address came).
 const ABANDONED: u64 = 1 << 63;
@@ -48,7 +64,7 @@ const LANDING_MIN: usize = 64 << 10;
 
 /// Bytes of the p2p segment of one rank in a communicator of `p` ranks.
 pub fn p2p_bytes(p: usize) -> usize {
-    Shape::messages(p).bytes(p) + 2 * p * RDV_SLOTS * RSLOT
+    Shape::messages(p).bytes(p) + 2 * p * (RDV_SLOTS + CHANNELS) * RSLOT
 }
 
 /// Where a matched rendezvous receive wants its data.
@@ -58,6 +74,8 @@ pub(crate) enum Dest {
     Plain,
     /// A registered segment of this rank: straight in.
     Seg(Handle, usize),
+    /// A persistent channel's receive (its first round): matches only a channel's send.
+    Bound(Handle, usize),
 }
 
 /// What was received, before it reaches the user's buffer.
@@ -111,6 +129,13 @@ enum St {
         data: Data,
         err: Option<Error>,
     },
+    /// A channel's first round: address given, waiting for the done word to reach `round`.
+    RecvBound {
+        env: Envelope,
+        chan: usize,
+        round: u64,
+        err: Option<Error>,
+    },
 }
 
 #[derive(Debug)]
@@ -119,12 +144,46 @@ struct Req {
     st: St,
     /// Its `Request` is gone: free the slot when the engine is done with it.
     orphan: bool,
+    /// A channel receive once bound: (sender, channel, first round).
+    chan: Option<Bound>,
+}
+
+/// A bound channel as its receiver knows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Bound {
+    /// The sender (member index).
+    pub q: usize,
+    /// The sender's channel slot.
+    pub chan: usize,
+    /// The round of the binding message.
+    pub round: u64,
+    /// The sender's message length and tag.
+    pub len: usize,
+    /// See `len`.
+    pub tag: i32,
 }
 
 #[derive(Debug)]
 enum Body {
     Eager(Vec<u8>),
     Rts(usize),
+    /// A channel's binding: its slot and first round.
+    Bind(usize, u64),
+}
+
+/// A persistent channel as its sender holds it: the source (kept alive by the engine, so a
+/// round can go out from any progress pass, after the user's borrow ended), the round last
+/// started, and once the receiver's address is known, the chain that moves a round.
+#[derive(Debug)]
+struct SendChan {
+    src: Arc<Region>,
+    src_off: usize,
+    len: usize,
+    round: u64,
+    pending: bool,
+    chain: Option<Chain>,
+    closed: bool,
+    err: Option<Error>,
 }
 
 #[derive(Debug)]
@@ -141,6 +200,8 @@ struct Out {
     len: usize,
     /// Eager payload (`None`: an RTS).
     eager: Option<Vec<u8>>,
+    /// A channel binding: its slot (the payload is its first round).
+    bind: Option<usize>,
 }
 
 #[derive(Debug)]
@@ -159,6 +220,10 @@ struct State {
     stash: Vec<Vec<u8>>,
     landing: Vec<Segment>,
     rr: usize,
+    /// Persistent channels this rank sends on, per destination.
+    chans: Vec<Vec<Option<SendChan>>>,
+    /// Channels with a started round not yet put: (destination, slot).
+    chan_pending: Vec<(usize, usize)>,
 }
 
 /// A request's identity in the engine: slab index and generation (a stale `Request` never
@@ -187,8 +252,12 @@ pub(crate) struct Engine {
     world: Vec<u32>,
     rab: usize,
     done: usize,
+    chan_addr: usize,
+    chan_done: usize,
     eager: usize,
     st: RefCell<State>,
+    /// The channel of the receive finished last (read by `Persistent` right after its wait).
+    last_bound: Cell<Option<Bound>>,
 }
 
 impl crate::fabric::ring::Progressor for Engine {
@@ -196,7 +265,7 @@ impl crate::fabric::ring::Progressor for Engine {
     /// to put once their receivers answer. Collectives' waits make progress while it is so.
     fn busy(&self) -> bool {
         let st = self.st.borrow();
-        st.queued > 0 || !st.cts_wait.is_empty()
+        st.queued > 0 || !st.cts_wait.is_empty() || !st.chan_pending.is_empty()
     }
 
     fn poll(&self, w: &World) -> Result<()> {
@@ -248,6 +317,7 @@ impl Engine {
             None => super::EAGER_DEFAULT.min(ring.capacity()),
         };
         let rab = Shape::messages(p).bytes(p);
+        let chan_addr = rab + 2 * p * RDV_SLOTS * RSLOT;
         Ok(Self {
             ring,
             p,
@@ -255,6 +325,9 @@ impl Engine {
             world,
             rab,
             done: rab + p * RDV_SLOTS * RSLOT,
+            chan_addr,
+            chan_done: chan_addr + p * CHANNELS * RSLOT,
+            last_bound: Cell::new(None),
             eager,
             st: RefCell::new(State {
                 reqs: Vec::new(),
@@ -271,6 +344,10 @@ impl Engine {
                 stash: Vec::new(),
                 landing: Vec::new(),
                 rr: 0,
+                chans: (0..p)
+                    .map(|_| (0..CHANNELS).map(|_| None).collect())
+                    .collect(),
+                chan_pending: Vec::new(),
             }),
         })
     }
@@ -288,6 +365,16 @@ impl Engine {
         self.done + (q * RDV_SLOTS + slot) * RSLOT
     }
 
+    /// In a sender's memory: receiver `r`'s address entry for channel `c`.
+    fn chan_addr_off(&self, r: usize, c: usize) -> usize {
+        self.chan_addr + (r * CHANNELS + c) * RSLOT
+    }
+
+    /// In a receiver's memory: sender `q`'s done word for channel `c`.
+    fn chan_done_off(&self, q: usize, c: usize) -> usize {
+        self.chan_done + (q * CHANNELS + c) * RSLOT
+    }
+
     fn peer_err(&self, kind: ErrorKind, q: usize, msg: String) -> Error {
         Error::peer(kind, self.world[q], msg)
     }
@@ -301,6 +388,7 @@ impl Engine {
                 r.epoch = r.epoch.wrapping_add(1);
                 r.st = s;
                 r.orphan = false;
+                r.chan = None;
                 Id {
                     idx: i,
                     epoch: r.epoch,
@@ -311,6 +399,7 @@ impl Engine {
                     epoch: 0,
                     st: s,
                     orphan: false,
+                    chan: None,
                 });
                 Id {
                     idx: st.reqs.len() as u32 - 1,
@@ -425,6 +514,7 @@ impl Engine {
                 ty,
                 len,
                 eager: Some(v),
+                bind: None,
             });
             st.queued += 1;
             drop(st);
@@ -443,6 +533,7 @@ impl Engine {
             ty,
             len,
             eager: None,
+            bind: None,
         });
         st.queued += 1;
         drop(st);
@@ -459,6 +550,13 @@ impl Engine {
         for to in 0..self.p {
             while let Some(o) = st.out[to].front() {
                 let sent = match &o.eager {
+                    Some(v) if o.bind.is_some() => self.ring.try_send(
+                        w,
+                        to,
+                        v,
+                        o.len as u32,
+                        meta(o.tag, BIND, o.bind.unwrap_or(0) as u8, o.ty),
+                    )?,
                     Some(v) => {
                         self.ring
                             .try_send(w, to, v, o.len as u32, meta(o.tag, EAGER, 0, o.ty))?
@@ -482,6 +580,7 @@ impl Engine {
                 let o = st.out[to].pop_front().expect("front exists");
                 st.queued -= 1;
                 match o.eager {
+                    Some(v) if o.bind.is_some() => st.stash.push(v),
                     Some(v) => {
                         st.stash.push(v);
                         self.complete_send(&mut st, o.id, None);
@@ -581,6 +680,285 @@ impl Engine {
         Ok(())
     }
 
+    // ---- persistent channels ------------------------------------------------------------------
+
+    /// Starts a round of a channel send of `len` bytes of `src` at `src_off` to `to`: the
+    /// first start (`slot` None) opens a channel and sends its binding; later starts only mark
+    /// the round, which goes out (one chain: the data, then the done word) as soon as the
+    /// receiver's ready word says its buffer is free — in this call if it already is.
+    /// Returns the channel's slot.
+    #[allow(clippy::too_many_arguments)] // the operation's full description, used in one place
+    pub(crate) fn chan_send_start(
+        &self,
+        w: &World,
+        slot: Option<usize>,
+        to: usize,
+        tag: i32,
+        src: &Segment,
+        src_off: usize,
+        len: usize,
+    ) -> Result<usize> {
+        let mut st = self.st.borrow_mut();
+        let c = match slot {
+            Some(c) => {
+                let ch = st.chans[to][c].as_mut().expect("an open channel");
+                ch.round += 1;
+                ch.pending = true;
+                c
+            }
+            None => {
+                let free = (0..CHANNELS).find(|&c| match &st.chans[to][c] {
+                    None => true,
+                    Some(ch) => {
+                        ch.closed
+                            && !ch.pending
+                            && self
+                                .ring
+                                .seg()
+                                .signal_value(self.chan_addr_off(to, c) + 56)
+                                .is_ok_and(|v| v == REVOKED)
+                    }
+                });
+                let Some(c) = free else {
+                    return Err(self.peer_err(
+                        ErrorKind::InvalidArgument,
+                        to,
+                        format!(
+                            "{CHANNELS} persistent channels to communicator rank {to} are open \
+                             already (drop one, and its receive, first)"
+                        ),
+                    ));
+                };
+                // Rounds keep growing across the channels of a slot, so the receiver's done
+                // word never goes back; the ready word is this rank's to reset before binding.
+                let round = st.chans[to][c].as_ref().map_or(1, |ch| ch.round + 1);
+                let me = self.ring.handle(self.me);
+                w.signal(me, self.chan_addr_off(to, c) + 56, SignalOp::Set(0))?;
+                st.chans[to][c] = Some(SendChan {
+                    src: src.region.clone(),
+                    src_off,
+                    len,
+                    round,
+                    pending: true,
+                    chain: None,
+                    closed: false,
+                    err: None,
+                });
+                st.out[to].push_back(Out {
+                    id: u32::MAX,
+                    tag,
+                    ty: 0,
+                    len,
+                    eager: Some(round.to_le_bytes().to_vec()),
+                    bind: Some(c),
+                });
+                st.queued += 1;
+                c
+            }
+        };
+        st.chan_pending.push((to, c));
+        drop(st);
+        self.flush(w)?;
+        self.serve_chans(w)?;
+        Ok(c)
+    }
+
+    /// Puts the rounds whose receivers are ready: claims the round on the ready word (so a
+    /// receiver closing at the same moment either wins, and nothing is written, or waits for
+    /// the data), builds the chain on the first round, starts it.
+    fn serve_chans(&self, w: &World) -> Result<()> {
+        let mut st = self.st.borrow_mut();
+        let mut i = 0;
+        while i < st.chan_pending.len() {
+            let (to, c) = st.chan_pending[i];
+            let at = self.chan_addr_off(to, c);
+            let ch = st.chans[to][c].as_mut().expect("a pending channel is open");
+            let want = 2 * ch.round;
+            let v = self.ring.seg().signal_value(at + 56)?;
+            if v == REVOKED {
+                ch.err = Some(self.peer_err(
+                    ErrorKind::InvalidArgument,
+                    to,
+                    format!("communicator rank {to} closed the persistent receive of this channel"),
+                ));
+            } else if v < want
+                // The claim: only this rank and the receiver's closing CAS write the word, and
+                // nobody sleeps on it but this rank, so a local CAS needs no wake-up.
+                || self
+                    .ring
+                    .seg()
+                    .region
+                    .word(at + 56)?
+                    .compare_exchange(want, want + 1, Ordering::AcqRel, Ordering::Acquire)
+                    .is_err()
+            {
+                i += 1;
+                continue;
+            } else {
+                if ch.chain.is_none() {
+                    let mut a = [0u8; 56];
+                    self.ring.seg().read(at, &mut a)?;
+                    let dst = Handle::from_bytes(&a[..Handle::BYTES])?;
+                    let off = u64::from_le_bytes(a[32..40].try_into().expect("8")) as usize;
+                    let n = u64::from_le_bytes(a[40..48].try_into().expect("8")) as usize;
+                    ch.chain = Some(
+                        w.chain()
+                            .put_region(&ch.src, ch.src_off, &dst, off, n.min(ch.len))
+                            .signal(
+                                self.ring.handle(to),
+                                self.chan_done_off(self.me, c),
+                                SignalOp::Set(0),
+                            )
+                            .build()?,
+                    );
+                }
+                let chain = ch.chain.as_ref().expect("built above");
+                if let Err(e) = w.start_with(chain, Some(SignalOp::Set(ch.round))) {
+                    ch.err = Some(e);
+                }
+            }
+            ch.pending = false;
+            st.chan_pending.swap_remove(i);
+        }
+        Ok(())
+    }
+
+    /// Whether the channel's current round has gone out (its error, if it failed).
+    fn chan_sent(&self, to: usize, c: usize) -> Option<Result<Status>> {
+        let mut st = self.st.borrow_mut();
+        let ch = st.chans[to][c].as_mut().expect("an open channel");
+        if ch.pending {
+            return None;
+        }
+        Some(ch.err.take().map_or(Ok(Status::send()), Err))
+    }
+
+    /// Tests the current round of a channel send.
+    pub(crate) fn chan_send_test(&self, w: &World, to: usize, c: usize) -> Result<Option<Status>> {
+        self.progress(w, &mut Hand::None, None)?;
+        self.chan_sent(to, c).transpose()
+    }
+
+    /// Waits for the current round of a channel send to go out.
+    pub(crate) fn chan_send_wait(&self, w: &World, to: usize, c: usize) -> Result<Status> {
+        loop {
+            self.progress(w, &mut Hand::None, None)?;
+            if let Some(r) = self.chan_sent(to, c) {
+                return r;
+            }
+            let round = self.st.borrow().chans[to][c]
+                .as_ref()
+                .map_or(0, |ch| ch.round);
+            self.sleep_on(w, (self.chan_addr_off(to, c) + 56, 2 * round), || {
+                self.progress(w, &mut Hand::None, None)?;
+                Ok(self.chan_sent(to, c).is_some())
+            })
+            .map_err(|e| self.chan_err(e, to, "the receive of"))?;
+        }
+    }
+
+    /// The send side of a channel is dropped: a started round still goes out (the engine
+    /// holds the segment's memory); the slot is reused once the receiver closed too.
+    pub(crate) fn chan_send_close(&self, to: usize, c: usize) {
+        if let Some(ch) = self.st.borrow_mut().chans[to][c].as_mut() {
+            ch.closed = true;
+            ch.err = None;
+        }
+    }
+
+    /// Starts round `round` of a bound channel receive: the buffer is free again.
+    pub(crate) fn chan_recv_start(&self, w: &World, b: &Bound, round: u64) -> Result<()> {
+        let h = self.ring.handle(b.q);
+        w.signal(
+            h,
+            self.chan_addr_off(self.me, b.chan) + 56,
+            SignalOp::Set(2 * round),
+        )
+    }
+
+    fn chan_arrived(&self, b: &Bound, round: u64) -> Result<bool> {
+        Ok(self
+            .ring
+            .seg()
+            .signal_value(self.chan_done_off(b.q, b.chan))?
+            >= round)
+    }
+
+    /// Tests round `round` of a bound channel receive.
+    pub(crate) fn chan_recv_test(&self, w: &World, b: &Bound, round: u64) -> Result<bool> {
+        self.progress(w, &mut Hand::None, None)?;
+        self.chan_arrived(b, round)
+    }
+
+    /// Waits for round `round` of a bound channel receive.
+    pub(crate) fn chan_recv_wait(&self, w: &World, b: &Bound, round: u64) -> Result<()> {
+        loop {
+            self.progress(w, &mut Hand::None, None)?;
+            if self.chan_arrived(b, round)? {
+                return Ok(());
+            }
+            self.sleep_on(w, (self.chan_done_off(b.q, b.chan), round), || {
+                self.progress(w, &mut Hand::None, None)?;
+                self.chan_arrived(b, round)
+            })
+            .map_err(|e| self.chan_err(e, b.q, "the data of"))?;
+        }
+    }
+
+    /// The receive side of a channel is dropped: nothing may land in its buffer afterwards.
+    /// With round `round` started, the ready word is revoked by compare-and-swap — if the
+    /// sender claimed the round first, its data is waited for (it is being put) — then the
+    /// channel is marked closed for good.
+    pub(crate) fn chan_recv_close(&self, w: &World, b: &Bound, active: Option<u64>) {
+        let h = self.ring.handle(b.q);
+        let at = self.chan_addr_off(self.me, b.chan) + 56;
+        if let Some(round) = active {
+            let cas = AtomicOp::CompareExchange {
+                current: 2 * round,
+                new: REVOKED,
+            };
+            if w.remote_word(h, at)
+                .and_then(|word| w.atomic(&word, cas))
+                .is_ok_and(|old| old == 2 * round)
+            {
+                return;
+            }
+            let start = std::time::Instant::now();
+            while start.elapsed() < DRAIN_PATIENCE {
+                match self.chan_recv_test(w, b, round) {
+                    Ok(false) => std::thread::yield_now(),
+                    _ => break,
+                }
+            }
+        }
+        let _ = w.signal(h, at, SignalOp::Set(REVOKED));
+    }
+
+    /// The channel a receive request was bound to, while it lives.
+    pub(crate) fn chan_of(&self, id: Id) -> Option<Bound> {
+        let st = self.st.borrow();
+        st.reqs
+            .get(id.idx as usize)
+            .filter(|r| r.epoch == id.epoch)
+            .and_then(|r| r.chan)
+    }
+
+    /// The channel of the receive finished last (set by `finish`).
+    pub(crate) fn take_last_bound(&self) -> Option<Bound> {
+        self.last_bound.take()
+    }
+
+    fn chan_err(&self, e: Error, q: usize, what: &str) -> Error {
+        if e.rank().is_some() {
+            return e;
+        }
+        self.peer_err(
+            e.kind(),
+            q,
+            format!("{e} (waiting for {what} a persistent channel with communicator rank {q})"),
+        )
+    }
+
     // ---- receives ---------------------------------------------------------------------------
 
     /// Posts a receive; matches it against the unexpected queue first.
@@ -606,9 +984,15 @@ impl Engine {
                 dest,
             },
         );
-        if let Some(pos) = st.unexpected.iter().position(|u| matches(src, tag, &u.env)) {
+        let bind = matches!(dest, Dest::Bound(..));
+        if let Some(pos) = st
+            .unexpected
+            .iter()
+            .position(|u| matches(src, tag, &u.env) && matches!(u.body, Body::Bind(..)) == bind)
+        {
             let u = st.unexpected.remove(pos).expect("position is in range");
             match u.body {
+                Body::Bind(chan, round) => self.bind(w, &mut st, id.idx, u.env, chan, round)?,
                 Body::Eager(v) => {
                     let err = self.check(&u.env, cap, ty);
                     let data = match hand {
@@ -688,7 +1072,7 @@ impl Engine {
         let err = self.check(&env, cap, ty);
         let n = env.len.min(cap);
         let (handle, off, landing) = match dest {
-            Dest::Seg(h, off) => (h, off, None),
+            Dest::Seg(h, off) | Dest::Bound(h, off) => (h, off, None),
             Dest::Plain => {
                 let l = self.landing(w, st, n)?;
                 (l.handle(), 0, Some(l))
@@ -714,6 +1098,52 @@ impl Engine {
         Ok(())
     }
 
+    /// A matched channel binding: give the sender this receive's address once, with the
+    /// ready word of the first round (`2 * round`); the data then comes without a handshake.
+    fn bind(
+        &self,
+        w: &World,
+        st: &mut State,
+        idx: u32,
+        env: Envelope,
+        chan: usize,
+        round: u64,
+    ) -> Result<()> {
+        let St::RecvPosted {
+            cap,
+            ty,
+            dest: Dest::Bound(handle, off),
+            ..
+        } = st.reqs[idx as usize].st
+        else {
+            unreachable!("a binding matches only a channel receive")
+        };
+        let err = self.check(&env, cap, ty);
+        let mut a = [0u8; 56];
+        a[..Handle::BYTES].copy_from_slice(&handle.to_bytes());
+        a[32..40].copy_from_slice(&(off as u64).to_le_bytes());
+        a[40..48].copy_from_slice(&(env.len.min(cap) as u64).to_le_bytes());
+        let h = self.ring.handle(env.src);
+        let at = self.chan_addr_off(self.me, chan);
+        w.put_signal(h, at, &a, h, at + 56, SignalOp::Set(2 * round))?;
+        let r = &mut st.reqs[idx as usize];
+        r.st = St::RecvBound {
+            env,
+            chan,
+            round,
+            err,
+        };
+        r.chan = Some(Bound {
+            q: env.src,
+            chan,
+            round,
+            len: env.len,
+            tag: env.tag,
+        });
+        st.inflight.push(idx);
+        Ok(())
+    }
+
     /// Handles the packet that arrived from `q`.
     fn on_packet(
         &self,
@@ -732,8 +1162,9 @@ impl Engine {
         };
         let kind = h.meta[4];
         let slot = h.meta[5] as usize;
-        if (kind != EAGER && kind != RTS)
-            || slot >= RDV_SLOTS
+        if !matches!(kind, EAGER | RTS | BIND)
+            || (kind == RTS && slot >= RDV_SLOTS)
+            || (kind == BIND && (slot >= CHANNELS || h.len != 8))
             || (kind == EAGER && h.len != env.len)
         {
             return Err(self.peer_err(
@@ -746,7 +1177,9 @@ impl Engine {
             .posted
             .iter()
             .position(|&i| match &st.reqs[i as usize].st {
-                St::RecvPosted { src, tag, .. } => matches(*src, *tag, &env),
+                St::RecvPosted { src, tag, dest, .. } => {
+                    matches(*src, *tag, &env) && matches!(dest, Dest::Bound(..)) == (kind == BIND)
+                }
                 _ => false,
             });
         let Some(pos) = pos else {
@@ -754,6 +1187,10 @@ impl Engine {
                 let mut v = Self::stash(st, env.len);
                 self.ring.take(w, q, h, &mut v)?;
                 Body::Eager(v)
+            } else if kind == BIND {
+                let mut b = [0u8; 8];
+                self.ring.take(w, q, h, &mut b)?;
+                Body::Bind(slot, u64::from_le_bytes(b))
             } else {
                 self.ring.take(w, q, h, &mut [])?;
                 Body::Rts(slot)
@@ -765,6 +1202,11 @@ impl Engine {
         if kind == RTS {
             self.ring.take(w, q, h, &mut [])?;
             return self.clear_to_send(w, st, idx, env, slot);
+        }
+        if kind == BIND {
+            let mut b = [0u8; 8];
+            self.ring.take(w, q, h, &mut b)?;
+            return self.bind(w, st, idx, env, slot, u64::from_le_bytes(b));
         }
         let St::RecvPosted { cap, ty, .. } = st.reqs[idx as usize].st else {
             unreachable!("posted")
@@ -795,6 +1237,36 @@ impl Engine {
         let mut i = 0;
         while i < st.inflight.len() {
             let idx = st.inflight[i];
+            if let St::RecvBound {
+                env, chan, round, ..
+            } = st.reqs[idx as usize].st
+            {
+                if self
+                    .ring
+                    .seg()
+                    .signal_value(self.chan_done_off(env.src, chan))?
+                    < round
+                {
+                    i += 1;
+                    continue;
+                }
+                st.inflight.swap_remove(i);
+                let St::RecvBound { err, .. } =
+                    std::mem::replace(&mut st.reqs[idx as usize].st, St::Free)
+                else {
+                    unreachable!("matched above")
+                };
+                let r = &mut st.reqs[idx as usize];
+                r.st = St::RecvDone {
+                    env,
+                    data: Data::Placed,
+                    err,
+                };
+                if r.orphan {
+                    Self::release(st, idx);
+                }
+                continue;
+            }
             let St::RecvRdv {
                 env, slot, epoch, ..
             } = st.reqs[idx as usize].st
@@ -857,6 +1329,9 @@ impl Engine {
         if !self.st.borrow().cts_wait.is_empty() {
             self.serve_cts(w, hand, hand_id)?;
         }
+        if !self.st.borrow().chan_pending.is_empty() {
+            self.serve_chans(w)?;
+        }
         let mut st = self.st.borrow_mut();
         if !st.inflight.is_empty() {
             self.check_inflight(&mut st)?;
@@ -880,7 +1355,7 @@ impl Engine {
     /// peer is gone. Returns how many sends were left undelivered.
     pub(crate) fn drain(&self, w: &World) -> usize {
         let mut last = std::time::Instant::now();
-        let owed = |st: &State| st.queued + st.cts_wait.len();
+        let owed = |st: &State| st.queued + st.cts_wait.len() + st.chan_pending.len();
         let mut left = owed(&self.st.borrow());
         while left > 0 && last.elapsed() < DRAIN_PATIENCE {
             if self.progress(w, &mut Hand::None, None).is_err() {
@@ -911,6 +1386,7 @@ impl Engine {
         let mut st = self.st.borrow_mut();
         let st = &mut *st;
         let r = &mut st.reqs[id.idx as usize];
+        self.last_bound.set(r.chan.take());
         let res = match std::mem::replace(&mut r.st, St::Free) {
             St::SendDone(None) => Ok(Status::send()),
             St::SendDone(Some(e)) => Err(e),
@@ -982,6 +1458,9 @@ impl Engine {
             St::RecvRdv {
                 env, slot, epoch, ..
             } => (self.done_off(env.src, slot), epoch),
+            St::RecvBound {
+                env, chan, round, ..
+            } => (self.chan_done_off(env.src, chan), round),
             St::SendCts {
                 to, slot, epoch, ..
             } => (self.rab_off(to, slot) + 56, epoch),
@@ -1120,6 +1599,7 @@ impl Engine {
                 ..
             } => (q as usize, "a message from"),
             St::RecvRdv { env, .. } => (env.src, "rendezvous data from"),
+            St::RecvBound { env, .. } => (env.src, "the first round of the channel from"),
             St::SendCts { to, .. } => (to, "the receive address of"),
             _ => return e,
         };
@@ -1159,7 +1639,7 @@ impl Engine {
         let st = self.st.borrow();
         st.unexpected
             .iter()
-            .find(|u| matches(src, tag, &u.env))
+            .find(|u| matches(src, tag, &u.env) && !matches!(u.body, Body::Bind(..)))
             .map(|u| Status {
                 source: u.env.src as u32,
                 tag: u.env.tag,

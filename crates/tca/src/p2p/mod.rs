@@ -76,7 +76,7 @@ mod engine;
 mod request;
 
 pub(crate) use engine::Engine;
-pub use engine::{RDV_SLOTS, p2p_bytes};
+pub use engine::{CHANNELS, RDV_SLOTS, p2p_bytes};
 pub use request::{Persistent, Request, test_all, wait_all, wait_any};
 
 use crate::Comm;
@@ -376,17 +376,9 @@ impl<'w> Comm<'w> {
         tag: impl Into<Tag>,
     ) -> Result<Request<'a>> {
         let (src, tag) = self.selector(src.into(), tag.into())?;
+        self.own_range(seg, off, len)?;
         let h = seg.handle();
         let w = self.world_ref();
-        if h.rank() != w.rank() || h.job() != w.job_id() {
-            return Err(Error::new(
-                ErrorKind::InvalidArgument,
-                "a receive segment must be one of this rank's own segments",
-            ));
-        }
-        if off.checked_add(len).is_none_or(|e| e > seg.len()) {
-            return Err(crate::transport::out_of_bounds(&h, off, len));
-        }
         let mut hand = Hand::RecvSeg(seg, off, len);
         let id = self
             .engine()
@@ -405,6 +397,75 @@ impl<'w> Comm<'w> {
     pub fn iprobe(&self, src: impl Into<Source>, tag: impl Into<Tag>) -> Result<Option<Status>> {
         let (src, tag) = self.selector(src.into(), tag.into())?;
         self.engine().iprobe(self.world_ref(), src, tag)
+    }
+
+    /// Checks a registered buffer of this rank: `len` bytes of `seg` at `off`.
+    fn own_range(&self, seg: &Segment, off: usize, len: usize) -> Result<()> {
+        let h = seg.handle();
+        let w = self.world_ref();
+        if h.rank() != w.rank() || h.job() != w.job_id() {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                "a message segment must be one of this rank's own segments",
+            ));
+        }
+        if off.checked_add(len).is_none_or(|e| e > seg.len()) {
+            return Err(crate::transport::out_of_bounds(&h, off, len));
+        }
+        Ok(())
+    }
+
+    /// One end of a *bound channel*, the sending one: a persistent send of `len` bytes of
+    /// this rank's registered segment `seg` at `off` to `dst` with `tag`. Its first start is
+    /// matched, once, with a [`Comm::recv_init_into`] of `dst` (source this rank, same tag,
+    /// first posted first; channels never match ordinary sends and receives), as MPI 4's
+    /// partitioned requests match once at their first start. From then on every round is seed
+    /// 003's transfer with the handshake gone: the receiver's start raises a ready word in
+    /// this rank's memory (its address was given once), this rank's start — or the first
+    /// progress after the ready word moves — puts the data straight from `seg` into the
+    /// receiver's segment and raises its done word: one copy, no packet, no allocation.
+    ///
+    /// `seg` is read when the round goes out, which may be after `start` returns: do not
+    /// change those bytes until the round completes (`wait`/`test`), as with any MPI send
+    /// buffer. Dropping the request while a round is under way lets the round go out
+    /// (the engine keeps the segment's memory alive), and closes the channel.
+    pub fn send_init_from<'a>(
+        &'a self,
+        seg: &'a Segment,
+        off: usize,
+        len: usize,
+        dst: u32,
+        tag: i32,
+    ) -> Result<Persistent<'a>> {
+        let to = self.peer(dst)?;
+        let tag = Self::send_tag(tag)?;
+        self.own_range(seg, off, len)?;
+        if u32::try_from(len).is_err() {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                format!("a message of {len} bytes is over the 4 GiB limit of one message"),
+            ));
+        }
+        Ok(Persistent::chan_send(self, seg, (off, len), to, tag))
+    }
+
+    /// The receiving end of a bound channel (see [`Comm::send_init_from`]): rounds of up to
+    /// `len` bytes from `src` with `tag` into this rank's registered segment `seg` at `off`.
+    /// A message longer than `len` is a truncation error, every round. Dropping the request
+    /// closes the channel: a round under way is revoked, or, if its sender already claimed it,
+    /// waited for — nothing lands in `seg` afterwards.
+    pub fn recv_init_into<'a>(
+        &'a self,
+        seg: &'a Segment,
+        off: usize,
+        len: usize,
+        src: u32,
+        tag: i32,
+    ) -> Result<Persistent<'a>> {
+        let from = self.peer(src)?;
+        let tag = Self::send_tag(tag)?;
+        self.own_range(seg, off, len)?;
+        Ok(Persistent::chan_recv(self, seg, (off, len), from, tag))
     }
 
     /// A persistent send (`MPI_Send_init`): set up once, started with

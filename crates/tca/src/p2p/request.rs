@@ -1,6 +1,6 @@
 //! Requests: non-blocking and persistent operations, and waiting on several at once.
 
-use super::engine::{Dest, Hand, Id};
+use super::engine::{Bound, Dest, Hand, Id};
 use super::{Source, Status, Tag};
 use crate::Comm;
 use crate::error::{Error, ErrorKind, Result};
@@ -223,14 +223,36 @@ enum Kind<'a> {
         tag: Tag,
         ty: u8,
     },
+    /// A channel send (`Comm::send_init_from`): its slot once opened.
+    ChanSend {
+        seg: &'a Segment,
+        off: usize,
+        len: usize,
+        to: usize,
+        tag: i32,
+        slot: Option<usize>,
+    },
+    /// A channel receive (`Comm::recv_init_into`): bound after its first round; `round` is
+    /// the round last started; `err` the binding's error (a truncation), repeated each round.
+    ChanRecv {
+        seg: &'a Segment,
+        off: usize,
+        len: usize,
+        src: usize,
+        tag: i32,
+        bound: Option<Bound>,
+        round: u64,
+        err: Option<Error>,
+    },
 }
 
 impl Kind<'_> {
     /// The buffer a wait or test holds: a receive's (a send's data was copied at start).
     fn hand(&mut self) -> Hand<'_> {
         match self {
-            Kind::Send { .. } => Hand::None,
             Kind::Recv { buf, .. } => Hand::Recv(buf),
+            Kind::ChanRecv { seg, off, len, .. } => Hand::RecvSeg(seg, *off, *len),
+            Kind::Send { .. } | Kind::ChanSend { .. } => Hand::None,
         }
     }
 }
@@ -239,10 +261,16 @@ impl Kind<'_> {
 /// started and completed any number of times. Repeated use allocates nothing after the
 /// first round (stash and landing buffers come back to the communicator's pools and are
 /// reused).
+///
+/// Made by [`Comm::send_init_from`] and [`Comm::recv_init_into`] it is one end of a *bound
+/// channel* (see the module doc): matched once, on the first round, then every round is one
+/// put from segment to segment, with the receiver's address posted ahead.
 pub struct Persistent<'a> {
     comm: &'a Comm<'a>,
     kind: Kind<'a>,
     active: Option<Id>,
+    /// A round that needs no engine request is under way (an eager send that went at once,
+    /// or a round of a channel).
     early: bool,
 }
 
@@ -256,12 +284,7 @@ impl std::fmt::Debug for Persistent<'_> {
 
 impl<'a> Persistent<'a> {
     pub(super) fn send(comm: &'a Comm<'a>, buf: &'a [u8], to: usize, tag: i32, ty: u8) -> Self {
-        Self {
-            comm,
-            kind: Kind::Send { buf, to, tag, ty },
-            active: None,
-            early: false,
-        }
+        Self::new(comm, Kind::Send { buf, to, tag, ty })
     }
 
     pub(super) fn recv(
@@ -271,9 +294,51 @@ impl<'a> Persistent<'a> {
         tag: Tag,
         ty: u8,
     ) -> Self {
+        Self::new(comm, Kind::Recv { buf, src, tag, ty })
+    }
+
+    pub(super) fn chan_send(
+        comm: &'a Comm<'a>,
+        seg: &'a Segment,
+        (off, len): (usize, usize),
+        to: usize,
+        tag: i32,
+    ) -> Self {
+        let kind = Kind::ChanSend {
+            seg,
+            off,
+            len,
+            to,
+            tag,
+            slot: None,
+        };
+        Self::new(comm, kind)
+    }
+
+    pub(super) fn chan_recv(
+        comm: &'a Comm<'a>,
+        seg: &'a Segment,
+        (off, len): (usize, usize),
+        src: usize,
+        tag: i32,
+    ) -> Self {
+        let kind = Kind::ChanRecv {
+            seg,
+            off,
+            len,
+            src,
+            tag,
+            bound: None,
+            round: 0,
+            err: None,
+        };
+        Self::new(comm, kind)
+    }
+
+    fn new(comm: &'a Comm<'a>, kind: Kind<'a>) -> Self {
         Self {
             comm,
-            kind: Kind::Recv { buf, src, tag, ty },
+            kind,
             active: None,
             early: false,
         }
@@ -304,14 +369,107 @@ impl<'a> Persistent<'a> {
                 let id = eng.recv(w, *src, *tag, cap, *ty, Dest::Plain, &mut Hand::Recv(buf))?;
                 self.active = Some(id);
             }
+            Kind::ChanSend {
+                seg,
+                off,
+                len,
+                to,
+                tag,
+                slot,
+            } => {
+                *slot = Some(eng.chan_send_start(w, *slot, *to, *tag, seg, *off, *len)?);
+                self.early = true;
+            }
+            Kind::ChanRecv {
+                seg,
+                off,
+                len,
+                src,
+                tag,
+                bound,
+                round,
+                ..
+            } => match bound {
+                Some(b) => {
+                    eng.chan_recv_start(w, b, *round + 1)?;
+                    *round += 1;
+                    self.early = true;
+                }
+                None => {
+                    let dest = Dest::Bound(seg.handle(), *off);
+                    let mut hand = Hand::RecvSeg(seg, *off, *len);
+                    let id = eng.recv(
+                        w,
+                        Source::Rank(*src as u32),
+                        Tag::Is(*tag),
+                        *len,
+                        0,
+                        dest,
+                        &mut hand,
+                    )?;
+                    self.active = Some(id);
+                }
+            },
         }
         Ok(())
+    }
+
+    /// A channel round's outcome (`test`: None while under way).
+    fn chan_round(&mut self, block: bool) -> Result<Option<Status>> {
+        let eng = self.comm.engine();
+        let w = self.comm.world_ref();
+        match &mut self.kind {
+            Kind::ChanSend { to, slot, .. } => {
+                let c = slot.expect("a started channel has a slot");
+                if block {
+                    eng.chan_send_wait(w, *to, c).map(Some)
+                } else {
+                    eng.chan_send_test(w, *to, c)
+                }
+            }
+            Kind::ChanRecv {
+                bound, round, err, ..
+            } => {
+                let b = bound.expect("a channel round runs once bound");
+                if block {
+                    eng.chan_recv_wait(w, &b, *round)?;
+                } else if !eng.chan_recv_test(w, &b, *round)? {
+                    return Ok(None);
+                }
+                match err {
+                    Some(e) => Err(e.clone()),
+                    None => Ok(Some(Status {
+                        source: b.q as u32,
+                        tag: b.tag,
+                        bytes: b.len,
+                    })),
+                }
+            }
+            _ => Ok(Some(Status::send())),
+        }
+    }
+
+    /// After an engine request of this persistent finished: a channel receive is bound now.
+    fn on_finished(&mut self, r: &Result<Status>) {
+        let bound_now = self.comm.engine().take_last_bound();
+        if let Kind::ChanRecv {
+            bound, round, err, ..
+        } = &mut self.kind
+            && bound.is_none()
+            && let Some(b) = bound_now
+        {
+            *bound = Some(b);
+            *round = b.round;
+            *err = r.as_ref().err().cloned();
+        }
     }
 
     /// Waits for the current round to complete.
     pub fn wait(&mut self) -> Result<Status> {
         if std::mem::take(&mut self.early) {
-            return Ok(Status::send());
+            return self
+                .chan_round(true)
+                .map(|s| s.expect("a blocking round ends"));
         }
         let Some(id) = self.active else {
             return Err(Error::new(
@@ -322,6 +480,7 @@ impl<'a> Persistent<'a> {
         let eng = self.comm.engine();
         let r = eng.wait(self.comm.world_ref(), id, &mut self.kind.hand());
         self.active = None;
+        self.on_finished(&r);
         if r.is_err() && eng.live(id) {
             eng.drop_req(id);
         }
@@ -330,8 +489,12 @@ impl<'a> Persistent<'a> {
 
     /// Completes the current round if it can without waiting.
     pub fn test(&mut self) -> Result<Option<Status>> {
-        if std::mem::take(&mut self.early) {
-            return Ok(Some(Status::send()));
+        if self.early {
+            let r = self.chan_round(false);
+            if !matches!(r, Ok(None)) {
+                self.early = false;
+            }
+            return r;
         }
         let Some(id) = self.active else {
             return Err(Error::new(
@@ -344,10 +507,12 @@ impl<'a> Persistent<'a> {
             Ok(None) => Ok(None),
             r => {
                 self.active = None;
+                let r = r.map(|s| s.expect("tested done"));
+                self.on_finished(&r);
                 if r.is_err() && eng.live(id) {
                     eng.drop_req(id);
                 }
-                r
+                r.map(Some)
             }
         }
     }
@@ -371,8 +536,31 @@ impl<'a> Persistent<'a> {
 
 impl Drop for Persistent<'_> {
     fn drop(&mut self) {
-        if let Some(id) = self.active.take() {
-            self.comm.engine().drop_req(id);
+        let eng = self.comm.engine();
+        let w = self.comm.world_ref();
+        let early = std::mem::take(&mut self.early);
+        let pending = self.active.take();
+        // A first round bound while it was waited for by nobody: its channel is known to the
+        // engine's request until that is released.
+        let bound_in_flight = pending.and_then(|id| eng.chan_of(id));
+        if let Some(id) = pending {
+            eng.drop_req(id);
+        }
+        match &self.kind {
+            Kind::ChanSend {
+                to, slot: Some(c), ..
+            } => eng.chan_send_close(*to, *c),
+            Kind::ChanRecv {
+                bound: Some(b),
+                round,
+                ..
+            } => eng.chan_recv_close(w, b, early.then_some(*round)),
+            Kind::ChanRecv { bound: None, .. } => {
+                if let Some(b) = bound_in_flight {
+                    eng.chan_recv_close(w, &b, Some(b.round));
+                }
+            }
+            _ => {}
         }
     }
 }
