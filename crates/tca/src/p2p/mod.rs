@@ -34,6 +34,18 @@
 //!   word in the receiver's memory (data before signal: the fabric's put_signal). A receive
 //!   into a registered segment ([`Comm::irecv_into`]) gets the data in place; a receive into
 //!   plain memory gets it through a pooled registered landing buffer and one copy.
+//! - **Bound channels** (persistent requests between registered segments,
+//!   [`Comm::send_init_from`] and [`Comm::recv_init_into`]; QUDA's ghost zones): matched once,
+//!   on their first round, by a binding packet that carries the round number; the receiver
+//!   answers by writing its address once into the sender's channel entry. From then on the
+//!   receiver's `start` posts its buffer ahead by raising the entry's ready word (`2k` for
+//!   round k), and the sender's `start` — or its first progress after the word moves — claims
+//!   the round (compare-and-swap to `2k+1`) and starts a prebuilt chain: the data, straight
+//!   from its segment into the receiver's, then the receiver's done word. One copy, no packet,
+//!   no handshake and no allocation per round. A receiver that closes its end revokes the
+//!   ready word by compare-and-swap, so a round is either never written or waited for.
+//!   Channels match only channels (as MPI 4's partitioned requests match only each other);
+//!   [`CHANNELS`] may be open per ordered pair.
 //!
 //! # Matching
 //! MPI's rules: a receive takes the first message (in arrival order) that matches its source
@@ -66,9 +78,10 @@
 //! discarded. Waiting on a finished request is an error.
 //!
 //! # Memory per rank and communicator of P ranks
-//! [`p2p_bytes`]`(P) = P*128 + P*8*(64 + CH/2) + 2*P*8*64`, CH the collectives' chunk (the
-//! ring has twice the collectives' slots at half the size, then the remote address buffers
-//! and done words): 0.5 MiB at P = 2, 2 MiB at P = 8, 8-9 MiB from 32 to 512 ranks, P x 17.6 KiB beyond. Plus
+//! [`p2p_bytes`]`(P) = P*128 + P*8*(64 + CH/2) + 2*P*(8 + 16)*64`, CH the collectives' chunk
+//! (the ring has twice the collectives' slots at half the size, then the rendezvous remote
+//! address buffers and done words, then the channels' address entries and done words):
+//! 0.5 MiB at P = 2, 2 MiB at P = 8, 8-9 MiB from 32 to 512 ranks, P x 19.6 KiB beyond. Plus
 //! pooled stash and landing buffers that grow to the largest messages in flight at once and
 //! are reused.
 
@@ -429,6 +442,30 @@ impl<'w> Comm<'w> {
     /// change those bytes until the round completes (`wait`/`test`), as with any MPI send
     /// buffer. Dropping the request while a round is under way lets the round go out
     /// (the engine keeps the segment's memory alive), and closes the channel.
+    ///
+    /// ```
+    /// use tca::{Comm, threads, p2p::Persistent};
+    ///
+    /// threads::run(2, |world| {
+    ///     let comm = Comm::world(world)?;
+    ///     let peer = 1 - comm.rank();
+    ///     let (face, ghost) = (world.alloc(4096)?, world.alloc(4096)?);
+    ///     let mut ops = [
+    ///         comm.recv_init_into(&ghost, 0, 4096, peer, 0)?,
+    ///         comm.send_init_from(&face, 0, 4096, peer, 0)?,
+    ///     ];
+    ///     for step in 0..100u8 {
+    ///         face.write(0, &[step; 4096])?; // the face of this step
+    ///         Persistent::start_all(&mut ops)?;
+    ///         Persistent::wait_all(&mut ops)?;
+    ///         let mut got = [0u8; 1];
+    ///         ghost.read(4095, &mut got)?;
+    ///         assert_eq!(got[0], step);
+    ///     }
+    ///     Ok(())
+    /// })?;
+    /// # Ok::<(), tca::Error>(())
+    /// ```
     pub fn send_init_from<'a>(
         &'a self,
         seg: &'a Segment,
