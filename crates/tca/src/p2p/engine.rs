@@ -508,15 +508,7 @@ impl Engine {
             let mut v = Self::stash(&mut st, len);
             v.copy_from_slice(data);
             let id = Self::alloc(&mut st, St::SendQueued { data: None });
-            st.out[to].push_back(Out {
-                id: id.idx,
-                tag,
-                ty,
-                len,
-                eager: Some(v),
-                bind: None,
-            });
-            st.queued += 1;
+            Self::enqueue(&mut st, to, id.idx, (tag, ty, len), Some(v), None);
             drop(st);
             self.flush(w)?;
             return Ok(Some(id));
@@ -527,18 +519,31 @@ impl Engine {
             v
         });
         let id = Self::alloc(&mut st, St::SendQueued { data: staged });
-        st.out[to].push_back(Out {
-            id: id.idx,
-            tag,
-            ty,
-            len,
-            eager: None,
-            bind: None,
-        });
-        st.queued += 1;
+        Self::enqueue(&mut st, to, id.idx, (tag, ty, len), None, None);
         drop(st);
         self.flush(w)?;
         Ok(Some(id))
+    }
+
+    /// Queues a packet for `to` behind what already waits (sent by `flush`, in order):
+    /// `(tag, type, message length)`, an eager payload or none (an RTS), a channel binding.
+    fn enqueue(
+        st: &mut State,
+        to: usize,
+        id: u32,
+        (tag, ty, len): (i32, u8, usize),
+        eager: Option<Vec<u8>>,
+        bind: Option<usize>,
+    ) {
+        st.out[to].push_back(Out {
+            id,
+            tag,
+            ty,
+            len,
+            eager,
+            bind,
+        });
+        st.queued += 1;
     }
 
     /// Sends what waits in the out queues, in order, while credits and rendezvous slots last.
@@ -744,15 +749,15 @@ impl Engine {
                     closed: false,
                     err: None,
                 });
-                st.out[to].push_back(Out {
-                    id: u32::MAX,
-                    tag,
-                    ty: 0,
-                    len,
-                    eager: Some(round.to_le_bytes().to_vec()),
-                    bind: Some(c),
-                });
-                st.queued += 1;
+                let round_bytes = round.to_le_bytes().to_vec();
+                Self::enqueue(
+                    &mut st,
+                    to,
+                    u32::MAX,
+                    (tag, 0, len),
+                    Some(round_bytes),
+                    Some(c),
+                );
                 c
             }
         };
@@ -841,19 +846,32 @@ impl Engine {
 
     /// Waits for the current round of a channel send to go out.
     pub(crate) fn chan_send_wait(&self, w: &World, to: usize, c: usize) -> Result<Status> {
+        let round = self.st.borrow().chans[to][c]
+            .as_ref()
+            .map_or(0, |ch| ch.round);
+        self.block_on(w, (self.chan_addr_off(to, c) + 56, 2 * round), || {
+            Ok(self.chan_sent(to, c))
+        })
+        .map_err(|e| self.chan_err(e, to, "the receive of"))?
+    }
+
+    /// Progress until `ready` has an answer, sleeping on `word` between passes (the waits of
+    /// bound channels, whose events are one word each).
+    fn block_on<T>(
+        &self,
+        w: &World,
+        word: (usize, u64),
+        ready: impl Fn() -> Result<Option<T>>,
+    ) -> Result<T> {
         loop {
             self.progress(w, &mut Hand::None, None)?;
-            if let Some(r) = self.chan_sent(to, c) {
-                return r;
+            if let Some(v) = ready()? {
+                return Ok(v);
             }
-            let round = self.st.borrow().chans[to][c]
-                .as_ref()
-                .map_or(0, |ch| ch.round);
-            self.sleep_on(w, (self.chan_addr_off(to, c) + 56, 2 * round), || {
+            self.sleep_on(w, word, || {
                 self.progress(w, &mut Hand::None, None)?;
-                Ok(self.chan_sent(to, c).is_some())
-            })
-            .map_err(|e| self.chan_err(e, to, "the receive of"))?;
+                ready().map(|r| r.is_some())
+            })?;
         }
     }
 
@@ -892,17 +910,10 @@ impl Engine {
 
     /// Waits for round `round` of a bound channel receive.
     pub(crate) fn chan_recv_wait(&self, w: &World, b: &Bound, round: u64) -> Result<()> {
-        loop {
-            self.progress(w, &mut Hand::None, None)?;
-            if self.chan_arrived(b, round)? {
-                return Ok(());
-            }
-            self.sleep_on(w, (self.chan_done_off(b.q, b.chan), round), || {
-                self.progress(w, &mut Hand::None, None)?;
-                self.chan_arrived(b, round)
-            })
-            .map_err(|e| self.chan_err(e, b.q, "the data of"))?;
-        }
+        self.block_on(w, (self.chan_done_off(b.q, b.chan), round), || {
+            Ok(self.chan_arrived(b, round)?.then_some(()))
+        })
+        .map_err(|e| self.chan_err(e, b.q, "the data of"))
     }
 
     /// The receive side of a channel is dropped: nothing may land in its buffer afterwards.

@@ -155,9 +155,18 @@ impl Drop for Request<'_> {
 /// [`Request::status`]. Every request is waited for even if one fails; the first error is
 /// returned.
 pub fn wait_all(reqs: &mut [Request<'_>]) -> Result<()> {
+    wait_every(reqs, Request::is_active, Request::wait)
+}
+
+/// Waits for every active request of either kind; the first error after all were waited for.
+fn wait_every<R>(
+    reqs: &mut [R],
+    active: impl Fn(&R) -> bool,
+    mut wait: impl FnMut(&mut R) -> Result<Status>,
+) -> Result<()> {
     let mut first = None;
-    for r in reqs.iter_mut().filter(|r| r.is_active()) {
-        if let Err(e) = r.wait() {
+    for r in reqs.iter_mut().filter(|r| active(r)) {
+        if let Err(e) = wait(r) {
             first.get_or_insert(e);
         }
     }
@@ -524,13 +533,7 @@ impl<'a> Persistent<'a> {
 
     /// Waits for every active request; the first error is returned after all were waited for.
     pub fn wait_all(reqs: &mut [Persistent<'_>]) -> Result<()> {
-        let mut first = None;
-        for r in reqs.iter_mut().filter(|r| r.is_active()) {
-            if let Err(e) = r.wait() {
-                first.get_or_insert(e);
-            }
-        }
-        first.map_or(Ok(()), Err)
+        wait_every(reqs, Persistent::is_active, Persistent::wait)
     }
 }
 
