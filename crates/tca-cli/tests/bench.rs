@@ -88,6 +88,50 @@ fn every_benchmark_at_2_and_3_ranks() {
 
 /// OSU's tests and the halo exchange, named (they are not in the default run): their sections,
 /// sizes and pairs; osu_mbw_mr on two pairs; Halo one row per lattice with its grid.
+/// GASNet's testam-style benchmarks over tca's active messages: every kind, get and put, at
+/// the sizes each takes (Short: 8 bytes per argument, up to 16; Medium: up to 64 KiB).
+#[test]
+fn gasnet_benchmarks() {
+    let out = ok(&[
+        "bench",
+        "AM_Short",
+        "AM_Medium",
+        "AM_Long",
+        "Get",
+        "Put",
+        "--sizes",
+        "8,128,200,100K",
+        "--iters",
+        "20",
+    ]);
+    let secs = tca_model::imb::parse(&out).expect("IMB text parses");
+    let got: Vec<(&str, Vec<u64>)> = secs
+        .iter()
+        .map(|s| {
+            (
+                s.benchmark.as_str(),
+                s.lines.iter().map(|l| l.bytes).collect(),
+            )
+        })
+        .collect();
+    let all = vec![8, 128, 200, 100 << 10];
+    assert_eq!(
+        got,
+        [
+            ("AM_Short", vec![8, 128]),
+            ("AM_Medium", vec![8, 128, 200]),
+            ("AM_Long", all.clone()),
+            ("Get", all.clone()),
+            ("Put", all),
+        ],
+        "{out}"
+    );
+    assert!(
+        secs.iter().all(|s| s.lines.iter().all(|l| l.t_min > 0.0)),
+        "{out}"
+    );
+}
+
 #[test]
 fn osu_and_halo() {
     let out = ok(&[
@@ -299,6 +343,7 @@ fn compare_mpi_osu_and_halo() {
         "osu_bw",
         "osu_mbw_mr",
         "Halo",
+        "AM_Short",
         "--sizes",
         "8,64K",
         "--iters",
@@ -309,7 +354,8 @@ fn compare_mpi_osu_and_halo() {
         "mpi",
     ]);
     let secs = tca_model::imb::parse(&out).unwrap();
-    assert_eq!(secs.len(), 6, "tca and MPI sections: {out}");
+    // AM_Short is tca's only (MPI has no active messages): no MPI section, no comparison.
+    assert_eq!(secs.len(), 7, "tca and MPI sections: {out}");
     let rows = out
         .lines()
         .filter(|l| l.starts_with("# osu_") || l.starts_with("# Halo"))

@@ -29,7 +29,8 @@ impl Columns {
     pub fn of(name: &str) -> Columns {
         match name {
             "PingPong" | "PingPing" | "Sendrecv" | "Exchange" | "osu_latency" | "osu_bw"
-            | "osu_bibw" | "osu_mbw_mr" | "Halo" => Columns::PointToPoint,
+            | "osu_bibw" | "osu_mbw_mr" | "Halo" | "AM_Short" | "AM_Medium" | "AM_Long" | "Get"
+            | "Put" => Columns::PointToPoint,
             "Barrier" => Columns::NoBytes,
             _ => Columns::Collective,
         }

@@ -24,11 +24,14 @@
 //! | `TCA_MPI_RESULT` | `tca bench`, `tca cg` | the same for the MPI ranks of `--compare mpi` |
 //! | `TCA_MPIRUN` | user | the `mpirun` of `--compare mpi` (default: `mpirun` on the PATH) |
 //! | `TCA_P2P_EAGER` | user | largest two-sided message (bytes) sent eagerly; larger ones go by rendezvous (default `p2p::EAGER_DEFAULT`, capped by the ring's packet size) |
+//! | `TCA_AM_PACK` | user | pieces of a vector, indexed or strided put shorter than this (bytes) are packed through the active-message ring; longer ones go segment to segment (default `am::PACK_DEFAULT`, capped by the ring's packet size) |
 //! | `TCA_MODEL_FILE` | user | the collectives' calibrated cost models, written by `tca model calibrate` and read at the first communicator (default: `$XDG_CONFIG_HOME/tca/model.json`, else `~/.config/tca/model.json`; `none`: the built-in defaults) |
 //!
 //! Unknown `TCA_*` names are reported once on stderr by [`warn_unknown`], so a typo such as
 //! `TCA_SPINS=0` does not silently do nothing.
 
+/// Pieces of a VIS put shorter than this many bytes travel packed through the AM ring.
+pub const AM_PACK: &str = "TCA_AM_PACK";
 /// Largest two-sided message sent eagerly, in bytes.
 pub const P2P_EAGER: &str = "TCA_P2P_EAGER";
 /// Rank of this process, set by `tca run`.
@@ -107,6 +110,7 @@ pub const KNOWN: &[&str] = &[
     MPIRUN,
     MODEL_FILE,
     P2P_EAGER,
+    AM_PACK,
 ];
 
 /// Prefixes of families of variables (`TCA_COLL_ALLREDUCE=ring` and the like).

@@ -47,6 +47,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod am;
 pub mod bootstrap;
 pub mod coll;
 pub mod env;

@@ -54,6 +54,11 @@ pub trait Backend {
     fn calls(&mut self, n: u64) -> Result<()>;
     /// The algorithm the implementation uses for `bench` at `bytes` ("-" if unknown).
     fn algorithm(&self, bench: &Benchmark, bytes: usize) -> String;
+    /// Whether the implementation runs `bench` at all (MPI has no active messages).
+    fn runs(&self, bench: &Benchmark) -> bool {
+        let _ = bench;
+        true
+    }
 }
 
 /// Runs the suite; rank 0 returns the rows. `tick` is called by rank 0 after each size.
@@ -65,7 +70,7 @@ pub fn run<B: Backend>(
     let p = b.size();
     let mut rows = Vec::new();
     for bench in opts.benches() {
-        if bench.collective.is_none() && p < 2 {
+        if (bench.collective.is_none() && p < 2) || !b.runs(bench) {
             // Point-to-point needs a partner; collectives on one rank run as they are.
             continue;
         }

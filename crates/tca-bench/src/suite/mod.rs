@@ -85,6 +85,17 @@ pub enum Kind {
     OsuMbwMr,
     /// QUDA's 4-D halo exchange with persistent requests.
     Halo,
+    /// GASNet's testam: a Short request from rank 0 to rank 1 answered by a Short reply
+    /// (the size is the arguments' bytes, 8 per argument), round trip.
+    AmShort,
+    /// testam's Medium ping-pong: a Medium request and a Medium reply of the same size.
+    AmMedium,
+    /// testam's Long ping-pong: a Long request and a Long reply of the same size.
+    AmLong,
+    /// A blocking get by rank 0 from rank 1's segment (a request whose handler writes back).
+    Get,
+    /// A blocking put by rank 0 into rank 1's segment.
+    Put,
 }
 
 /// Messages in flight per window of the OSU bandwidth tests (OSU's default).
@@ -99,6 +110,9 @@ pub enum Family {
     Osu,
     /// Seed 003's application pattern: run when named.
     Application,
+    /// GASNet's test programs over tca's active messages (seed 001): run when named; tca
+    /// only.
+    Gasnet,
 }
 
 /// One benchmark of the suite.
@@ -244,6 +258,41 @@ pub static BENCHMARKS: &[Benchmark] = &[
         family: Family::Application,
         about: "QUDA's 4-D halo exchange, persistent requests, sizes from --lattice",
     },
+    Benchmark {
+        name: "AM_Short",
+        kind: Kind::AmShort,
+        collective: None,
+        family: Family::Gasnet,
+        about: "GASNet testam: Short request and reply, round trip; size = 8 bytes per argument (up to 128)",
+    },
+    Benchmark {
+        name: "AM_Medium",
+        kind: Kind::AmMedium,
+        collective: None,
+        family: Family::Gasnet,
+        about: "GASNet testam: Medium request and reply of the size, round trip (up to 64 KiB)",
+    },
+    Benchmark {
+        name: "AM_Long",
+        kind: Kind::AmLong,
+        collective: None,
+        family: Family::Gasnet,
+        about: "GASNet testam: Long request and reply of the size, round trip",
+    },
+    Benchmark {
+        name: "Get",
+        kind: Kind::Get,
+        collective: None,
+        family: Family::Gasnet,
+        about: "blocking get from rank 1's segment into memory (an AM whose handler writes back)",
+    },
+    Benchmark {
+        name: "Put",
+        kind: Kind::Put,
+        collective: None,
+        family: Family::Gasnet,
+        about: "blocking put into rank 1's segment",
+    },
 ];
 
 impl Benchmark {
@@ -277,12 +326,24 @@ impl Benchmark {
     /// Ranks that take part out of `p`.
     pub fn active(&self, p: u32) -> u32 {
         match self.kind {
-            Kind::PingPong | Kind::PingPing | Kind::OsuLatency | Kind::OsuBw | Kind::OsuBibw => {
-                2.min(p)
-            }
+            Kind::PingPong
+            | Kind::PingPing
+            | Kind::OsuLatency
+            | Kind::OsuBw
+            | Kind::OsuBibw
+            | Kind::AmShort
+            | Kind::AmMedium
+            | Kind::AmLong
+            | Kind::Get => 2.min(p),
+            Kind::Put => 1,
             Kind::OsuMbwMr => p / 2 * 2,
             _ => p,
         }
+    }
+
+    /// Whether only tca runs it (MPI has no active messages; `--compare mpi` skips it).
+    pub fn tca_only(&self) -> bool {
+        self.family == Family::Gasnet
     }
 
     /// Whether its sizes come from `--lattice` rather than `--sizes`.
@@ -306,8 +367,15 @@ impl Benchmark {
     /// (osu_bibw both directions, osu_mbw_mr every pair). None for collectives.
     pub fn mbytes_per_sec(&self, bytes: usize, t_us: f64, p: u32) -> Option<f64> {
         let msgs = match self.kind {
-            Kind::PingPong | Kind::PingPing | Kind::OsuLatency | Kind::OsuBw => 1.0,
+            Kind::PingPong
+            | Kind::PingPing
+            | Kind::OsuLatency
+            | Kind::OsuBw
+            | Kind::Get
+            | Kind::Put => 1.0,
             Kind::Sendrecv | Kind::OsuBibw | Kind::Halo => 2.0,
+            // A round trip carries the size both ways.
+            Kind::AmShort | Kind::AmMedium | Kind::AmLong => 2.0,
             Kind::Exchange => 4.0,
             Kind::OsuMbwMr => f64::from(p / 2),
             _ => return None,
@@ -332,6 +400,10 @@ impl Benchmark {
                 (elems > 0 || requested == 0).then_some(elems * 4)
             }
             _ if self.reduces() => (requested % 4 == 0).then_some(requested),
+            Kind::AmShort => {
+                (requested % 8 == 0 && requested <= 8 * ::tca::am::MAX_ARGS).then_some(requested)
+            }
+            Kind::AmMedium => (requested <= ::tca::am::MAX_MEDIUM).then_some(requested),
             _ => Some(requested),
         }
     }

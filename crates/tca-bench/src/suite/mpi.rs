@@ -316,6 +316,9 @@ impl Backend for MpiBackend {
                 Kind::OsuLatency | Kind::OsuBw | Kind::OsuBibw | Kind::OsuMbwMr | Kind::Halo => {
                     unreachable!("handled above")
                 }
+                Kind::AmShort | Kind::AmMedium | Kind::AmLong | Kind::Get | Kind::Put => {
+                    unreachable!("tca only: MPI does not run them")
+                }
             }
         }
         Ok(())
@@ -323,6 +326,10 @@ impl Backend for MpiBackend {
 
     fn algorithm(&self, _: &Benchmark, _: usize) -> String {
         "-".into()
+    }
+
+    fn runs(&self, bench: &Benchmark) -> bool {
+        !bench.tca_only()
     }
 }
 

@@ -7,7 +7,11 @@
 //! with the 8-byte PingPong; median of the ratios) and a memory soak (resident memory and
 //! mapping count before and after many 8-byte round trips).
 
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+
 use anyhow::Result;
+use tca::am::{Endpoint, Table};
 use tca::fabric::line;
 use tca::p2p::{Persistent, Request};
 use tca::{Comm, Handle, Op, Segment, SignalOp, SymmetricSegment, World};
@@ -41,6 +45,68 @@ pub struct TcaBackend<'w> {
     cur: (Kind, usize),
     forced: Vec<(usize, String)>,
     two_sided: bool,
+    /// The GASNet benchmarks' counters, if any of them runs (the endpoint itself is the
+    /// communicator's, found again with `Endpoint::of`).
+    am: Option<AmBench>,
+}
+
+/// What the active-message benchmarks' handlers count: pings handled (rank 1), pongs and
+/// stops received.
+#[derive(Debug, Default)]
+struct AmBench {
+    pings: Rc<Cell<u64>>,
+    pongs: Rc<Cell<u64>>,
+    stops: Rc<Cell<u64>>,
+    /// Rank 1: pings and stops expected in all, counted from the start (rank 0 may begin a
+    /// batch while rank 1 still finishes the barrier before it, and rank 1's handlers run in
+    /// that barrier, so counting from the batch's start would miss some).
+    expect: [Cell<u64>; 2],
+}
+
+impl AmBench {
+    /// Makes the communicator's endpoint with testam's handlers: each ping is answered by a
+    /// pong of the same kind and size (a Long pong from a buffer of the largest size).
+    fn new(comm: &Comm<'_>, max: usize) -> Result<Self> {
+        let me = Self::default();
+        let mut t = Table::new();
+        let pong = |t: &mut Table, name: &str, c: &Rc<Cell<u64>>| {
+            let c = c.clone();
+            t.add(name, move |_, _| {
+                c.set(c.get() + 1);
+                Ok(())
+            })
+        };
+        let (ps, pm, pl) = (
+            pong(&mut t, "pong_short", &me.pongs),
+            pong(&mut t, "pong_medium", &me.pongs),
+            pong(&mut t, "pong_long", &me.pongs),
+        );
+        pong(&mut t, "stop", &me.stops);
+        let c = me.pings.clone();
+        t.add("ping_short", move |tok, m| {
+            c.set(c.get() + 1);
+            tok.reply_short(ps, m.args)
+        });
+        let c = me.pings.clone();
+        t.add("ping_medium", move |tok, m| {
+            c.set(c.get() + 1);
+            tok.reply_medium(pm, &[], m.payload)
+        });
+        let c = me.pings.clone();
+        let back = RefCell::new(vec![0x5au8; max]);
+        t.add("ping_long", move |tok, m| {
+            c.set(c.get() + 1);
+            let n = m.long.map_or(0, |l| l.1);
+            tok.reply_long(pl, &[], &back.borrow()[..n], 0)
+        });
+        Endpoint::new(comm, t, max.max(8))?;
+        Ok(me)
+    }
+}
+
+/// Whether a GASNet benchmark is among the benchmarks (they need the endpoint).
+fn gasnet(opts: &Options) -> bool {
+    opts.benches().any(|b| b.tca_only())
 }
 
 /// Whether a window-based OSU test is among the benchmarks (they need receive windows).
@@ -63,9 +129,8 @@ impl<'w> TcaBackend<'w> {
         } else {
             None
         };
-        Ok(Self {
+        Self {
             world,
-            comm,
             seg,
             peer,
             line_at,
@@ -86,7 +151,69 @@ impl<'w> TcaBackend<'w> {
             cur: (Kind::Barrier, 0),
             forced: opts.algos.clone(),
             two_sided: opts.two_sided,
-        })
+            am: None,
+            comm,
+        }
+        .with_am(gasnet(opts), max)
+    }
+
+    fn with_am(mut self, on: bool, max: usize) -> Result<Self> {
+        if on && self.comm.size() >= 2 {
+            self.am = Some(AmBench::new(&self.comm, max)?);
+        }
+        Ok(self)
+    }
+
+    /// `n` calls of a GASNet benchmark between ranks 0 and 1: rank 0 sends and waits for
+    /// each answer; rank 1 serves until it has handled `n` pings (or, for Get, rank 0's stop
+    /// after its `n` gets, whose handlers are internal); Put needs nothing of rank 1.
+    fn gasnet(&mut self, kind: Kind, n: u64) -> Result<()> {
+        let (Some(am), Some(ep)) = (&self.am, Endpoint::of(&self.comm)) else {
+            anyhow::bail!("the GASNet benchmarks' endpoint was not made");
+        };
+        let bytes = self.cur.1;
+        if self.comm.rank() == 1 {
+            let (count, expect, more) = match kind {
+                Kind::Get => (&am.stops, &am.expect[1], 1),
+                Kind::Put => return Ok(()),
+                _ => (&am.pings, &am.expect[0], n),
+            };
+            let want = expect.get() + more;
+            expect.set(want);
+            ep.wait_until(|| count.get() >= want)?;
+            return Ok(());
+        }
+        let args = [7u64; tca::am::MAX_ARGS];
+        let name = match kind {
+            Kind::AmShort => "ping_short",
+            Kind::AmMedium => "ping_medium",
+            Kind::AmLong => "ping_long",
+            _ => "stop",
+        };
+        let h = ep.index(name)?;
+        let (bs, br) = (&self.bsend[..bytes], &mut self.brecv[..bytes]);
+        for _ in 0..n {
+            let want = am.pongs.get() + 1;
+            match kind {
+                Kind::AmShort => ep.request_short(1, h, &args[..bytes / 8])?,
+                Kind::AmMedium => ep.request_medium(1, h, &[], bs)?,
+                Kind::AmLong => ep.request_long(1, h, &[], bs, 0)?,
+                Kind::Get => {
+                    ep.get(1, 0, br)?;
+                    continue;
+                }
+                Kind::Put => {
+                    ep.put(1, 0, bs)?;
+                    continue;
+                }
+                _ => unreachable!("GASNet kinds only"),
+            }
+            ep.wait_until(|| am.pongs.get() >= want)?;
+        }
+        if kind == Kind::Get {
+            ep.request_short(1, h, &[])?;
+        }
+        Ok(())
     }
 
     /// `n` exchanges between ranks 0 and 1: PingPong (rank 0 sends first, rank 1 answers) or
@@ -492,6 +619,9 @@ impl Backend for TcaBackend<'_> {
                 return self.osu(kind, n);
             }
             Kind::Halo => return self.halo(n),
+            Kind::AmShort | Kind::AmMedium | Kind::AmLong | Kind::Get | Kind::Put => {
+                return self.gasnet(kind, n);
+            }
             _ => {}
         }
         let (bs, br, fs, fr) = (
@@ -510,7 +640,12 @@ impl Backend for TcaBackend<'_> {
                 | Kind::OsuBw
                 | Kind::OsuBibw
                 | Kind::OsuMbwMr
-                | Kind::Halo => unreachable!("handled above"),
+                | Kind::Halo
+                | Kind::AmShort
+                | Kind::AmMedium
+                | Kind::AmLong
+                | Kind::Get
+                | Kind::Put => unreachable!("handled above"),
                 Kind::Bcast => c.broadcast(&mut bs[..bytes], 0)?,
                 Kind::Scatter => c.scatter(&bs[..bytes * p], &mut br[..bytes], 0)?,
                 Kind::Gather => c.gather(&bs[..bytes], &mut br[..bytes * p], 0)?,
@@ -535,7 +670,16 @@ impl Backend for TcaBackend<'_> {
             };
             format!("send/recv {proto}")
         };
+        let packet = Endpoint::of(&self.comm).map_or(1, |e| e.packet_bytes());
+        let packets = |b: usize| b.div_ceil(packet).max(1);
         match bench.collective {
+            None if bench.tca_only() => match bench.kind {
+                Kind::AmShort => "AM Short".into(),
+                Kind::AmMedium => format!("AM Medium, {} packet(s)", packets(bytes)),
+                Kind::AmLong => "AM Long: put + header".into(),
+                Kind::Get => format!("AM get, {} reply packet(s)", packets(bytes)),
+                _ => "put".into(),
+            },
             None if bench.kind == Kind::Halo => match &self.halo {
                 Some((h, ..)) => format!("{}, bound channels", h.halo.describe()),
                 None => "-".into(),

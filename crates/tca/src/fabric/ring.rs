@@ -238,10 +238,39 @@ impl Ring {
             if !self.has_credit(&mut c, to, seq)? {
                 return Ok(false);
             }
-            self.put_packet(w, &mut c, to, seq, data, aux, meta)?;
+            self.put_packet(w, &mut c, to, seq, &[data], aux, meta)?;
         }
         self.pay(w)?;
         Ok(true)
+    }
+
+    /// [`Ring::try_send`] of a payload given in pieces (a header and a body), written
+    /// back to back into the slot: no staging copy to join them.
+    pub(crate) fn try_send_parts(
+        &self,
+        w: &World,
+        to: usize,
+        parts: &[&[u8]],
+        aux: u32,
+        meta: [u8; 8],
+    ) -> Result<bool> {
+        {
+            let mut c = self.c.borrow_mut();
+            let seq = c.sent[to] + 1;
+            if !self.has_credit(&mut c, to, seq)? {
+                return Ok(false);
+            }
+            self.put_packet(w, &mut c, to, seq, parts, aux, meta)?;
+        }
+        self.pay(w)?;
+        Ok(true)
+    }
+
+    /// The credit word a sender blocked on member `to` sleeps on, and the value that lets
+    /// its next packet go: what a waiter that cannot send sleeps on.
+    pub(crate) fn credit_word(&self, to: usize) -> (usize, u64) {
+        let seq = self.c.borrow().sent[to] + 1;
+        (to * CREDIT, seq.saturating_sub(self.slots as u64))
     }
 
     /// Sends one packet (`data.len() <= capacity()`) to member `to`, waiting for credit if its
@@ -263,13 +292,13 @@ impl Ring {
         }
         {
             let mut c = self.c.borrow_mut();
-            self.put_packet(w, &mut c, to, seq, data, aux, meta)?;
+            self.put_packet(w, &mut c, to, seq, &[data], aux, meta)?;
         }
         self.pay(w)
     }
 
-    /// Writes packet `seq` (credit checked by the caller) into `to`'s slot: payload, header,
-    /// then the sequence word.
+    /// Writes packet `seq` (credit checked by the caller) into `to`'s slot: payload (the
+    /// `parts` back to back), header, then the sequence word.
     #[inline]
     #[allow(clippy::too_many_arguments)] // one packet's full description
     fn put_packet(
@@ -278,22 +307,31 @@ impl Ring {
         c: &mut Counters,
         to: usize,
         seq: u64,
-        data: &[u8],
+        parts: &[&[u8]],
         aux: u32,
         meta: [u8; 8],
     ) -> Result<()> {
-        debug_assert!(data.len() <= self.ch);
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        debug_assert!(len <= self.ch);
         let h = &self.handles[to];
         let off = self.slot_off(self.me, seq);
         let mut line = [0u8; SIGNAL];
         line[META..LEN].copy_from_slice(&meta);
-        line[LEN..LEN + 4].copy_from_slice(&(data.len() as u32).to_le_bytes());
+        line[LEN..LEN + 4].copy_from_slice(&(len as u32).to_le_bytes());
         line[LEN + 4..SIGNAL].copy_from_slice(&aux.to_le_bytes());
-        if data.len() <= INLINE {
-            line[..data.len()].copy_from_slice(data);
+        if len <= INLINE {
+            let mut at = 0;
+            for p in parts {
+                line[at..at + p.len()].copy_from_slice(p);
+                at += p.len();
+            }
             w.put_signal(h, off, &line, h, off + SIGNAL, SignalOp::Set(seq))?;
         } else {
-            w.put(h, off + LINE, data)?;
+            let mut at = off + LINE;
+            for p in parts {
+                w.put(h, at, p)?;
+                at += p.len();
+            }
             w.put_signal(
                 h,
                 off + META,

@@ -258,6 +258,9 @@ pub(crate) struct Engine {
     st: RefCell<State>,
     /// The channel of the receive finished last (read by `Persistent` right after its wait).
     last_bound: Cell<Option<Bound>>,
+    /// The communicator's active-message endpoint, once made: its handlers run in this
+    /// engine's progress, so every wait of the communicator runs them.
+    am: std::cell::OnceCell<crate::am::Core>,
 }
 
 impl crate::fabric::ring::Progressor for Engine {
@@ -265,7 +268,11 @@ impl crate::fabric::ring::Progressor for Engine {
     /// to put once their receivers answer. Collectives' waits make progress while it is so.
     fn busy(&self) -> bool {
         let st = self.st.borrow();
-        st.queued > 0 || !st.cts_wait.is_empty() || !st.chan_pending.is_empty()
+        // With active messages, peers may need this rank's handlers at any time.
+        st.queued > 0
+            || !st.cts_wait.is_empty()
+            || !st.chan_pending.is_empty()
+            || self.am.get().is_some()
     }
 
     fn poll(&self, w: &World) -> Result<()> {
@@ -328,6 +335,7 @@ impl Engine {
             chan_addr,
             chan_done: chan_addr + p * CHANNELS * RSLOT,
             last_bound: Cell::new(None),
+            am: std::cell::OnceCell::new(),
             eager,
             st: RefCell::new(State {
                 reqs: Vec::new(),
@@ -350,6 +358,21 @@ impl Engine {
                 chan_pending: Vec::new(),
             }),
         })
+    }
+
+    /// The active-message endpoint, if one was made.
+    pub(crate) fn am(&self) -> Option<&crate::am::Core> {
+        self.am.get()
+    }
+
+    /// Installs the active-message endpoint (once; the caller checked there was none).
+    pub(crate) fn set_am(&self, core: crate::am::Core) {
+        self.am.set(core).expect("one endpoint per communicator");
+    }
+
+    /// One pass of progress with no request of the caller's in hand.
+    pub(crate) fn poke(&self, w: &World) -> Result<()> {
+        self.progress(w, &mut Hand::None, None).map(|_| ())
     }
 
     /// Messages of at most this many bytes go eagerly.
@@ -1356,6 +1379,10 @@ impl Engine {
                 self.on_packet(w, &mut st, q, &h, hand, hand_id)?;
                 any = true;
             }
+        }
+        drop(st);
+        if let Some(am) = self.am.get() {
+            any |= am.poll(w, self, false)? > 0;
         }
         Ok(any)
     }

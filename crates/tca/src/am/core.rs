@@ -1,0 +1,917 @@
+//! The active-message engine of one communicator: two rings per ordered pair (requests and
+//! replies), the handler table, fragment reassembly, and the operations in flight (gets,
+//! packed puts). Lives inside the communicator's message engine so that every wait of the
+//! communicator runs its handlers (the one progress hook).
+
+use std::cell::{Cell, RefCell};
+use std::time::Duration;
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::fabric::ring::{Head, Ring};
+use crate::fabric::{Handle, Segment, World};
+use crate::p2p::Engine;
+
+use super::{Handler, Index, MAX_ARGS, MAX_MEDIUM, Msg, Token};
+
+/// Packet kinds (the first byte of a packet's meta).
+pub(super) const SHORT: u8 = 1;
+pub(super) const MEDIUM: u8 = 2;
+pub(super) const LONG: u8 = 3;
+/// The rest of a payload that did not fit its first packet.
+const CONT: u8 = 4;
+/// Get into the requester's memory: args [op, 0], payload (offset, length) pairs; answered
+/// by GET_DATA replies carrying the bytes in order.
+pub(super) const GET: u8 = 8;
+const GET_DATA: u8 = 9;
+/// Get into the requester's segment: args [op, offset, length, destination offset]; the
+/// target puts straight there and answers GET_DONE [op, length].
+pub(super) const GET_SEG: u8 = 10;
+const GET_DONE: u8 = 11;
+/// A get or packed put the target refused: [op, offset, length, segment length].
+const REFUSED: u8 = 12;
+/// Packed pieces of a put: args [op], payload records (offset u64, length u64, bytes).
+pub(super) const PUT_PACKED: u8 = 13;
+const PUT_ACK: u8 = 14;
+
+const NAP: Duration = Duration::from_micros(200);
+/// Passes of an active-message wait between two passes of the communicator's whole progress.
+const FULL_EVERY: u32 = 16;
+/// Bytes after the request ring: the doorbell word (peers add to it after a packet when
+/// the owner sleeps), then, a line further, the owner's "asleep" flag.
+pub(super) const BELL_BYTES: usize = 128;
+
+/// Which of a pair's two rings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Net {
+    Request,
+    Reply,
+}
+
+/// An operation in flight: a get (bytes still to come, landing in `stash` when its
+/// destination is ordinary memory) or a packed put (acknowledgements still to come).
+#[derive(Debug, Default)]
+pub(super) struct Op {
+    epoch: u32,
+    pub(super) bytes_left: usize,
+    pub(super) acks_left: usize,
+    pub(super) stash: Vec<u8>,
+    pub(super) err: Option<Error>,
+    /// Its handle was dropped: free the slot when the last reply comes.
+    orphan: bool,
+    live: bool,
+    peer: usize,
+}
+
+/// The implicit-handle operations (`*_nbi`): fixed slots that are never freed.
+pub(super) const NBI_GETS: u32 = 0;
+pub(super) const NBI_PUTS: u32 = 1;
+
+#[derive(Debug, Default)]
+struct Asm {
+    kind: u8,
+    nargs: usize,
+    handler: u16,
+    need: usize,
+    buf: Vec<u8>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    ops: Vec<Op>,
+    free: Vec<u32>,
+    /// Reassembly per ring and source (None: no fragmented payload under way).
+    asm: [Vec<Option<Asm>>; 2],
+    pool: Vec<Vec<u8>>,
+    scratch: Vec<u8>,
+    rr: usize,
+}
+
+/// One communicator's active-message engine.
+pub(crate) struct Core {
+    pub(super) req: Ring,
+    pub(super) rep: Ring,
+    pub(super) seg: Segment,
+    pub(super) segs: Vec<Handle>,
+    pub(super) me: usize,
+    pub(super) p: usize,
+    world: Vec<u32>,
+    names: Vec<String>,
+    handlers: Vec<RefCell<Box<Handler>>>,
+    /// Handlers running now (nested: a request handler waiting to send its reply runs reply
+    /// handlers).
+    pub(super) depth: Cell<u32>,
+    pub(super) pack: usize,
+    /// Offset of the doorbell word in the request ring's segment (the flag is a line after).
+    bell: usize,
+    /// Every member's "asleep" flag, where it is memory of this node (a sender reads it after
+    /// each packet and rings the doorbell if set); `None` across a network.
+    flags: Vec<Option<crate::fabric::RemoteWord>>,
+    st: RefCell<State>,
+}
+
+impl std::fmt::Debug for Core {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("am::Core")
+            .field("me", &self.me)
+            .field("p", &self.p)
+            .field("handlers", &self.handlers.len())
+            .finish_non_exhaustive()
+    }
+}
+
+fn word(b: &[u8], i: usize) -> u64 {
+    u64::from_le_bytes(b[8 * i..8 * i + 8].try_into().expect("8 bytes"))
+}
+
+fn meta(kind: u8, nargs: usize, handler: u16) -> [u8; 8] {
+    let mut m = [0u8; 8];
+    m[0] = kind;
+    m[1] = nargs as u8;
+    m[2..4].copy_from_slice(&handler.to_le_bytes());
+    m
+}
+
+pub(super) fn op_id(idx: u32, epoch: u32) -> u64 {
+    u64::from(idx) | (u64::from(epoch) << 32)
+}
+
+impl Core {
+    #[allow(clippy::too_many_arguments)] // assembled once, by Endpoint::new
+    pub(super) fn new(
+        req: Ring,
+        rep: Ring,
+        seg: Segment,
+        segs: Vec<Handle>,
+        me: usize,
+        world: Vec<u32>,
+        handlers: Vec<(String, Box<Handler>)>,
+        pack: usize,
+        (bell, flags): (usize, Vec<Option<crate::fabric::RemoteWord>>),
+    ) -> Self {
+        let p = segs.len();
+        let mut st = State {
+            asm: [
+                (0..p).map(|_| None).collect(),
+                (0..p).map(|_| None).collect(),
+            ],
+            ..State::default()
+        };
+        for _ in [NBI_GETS, NBI_PUTS] {
+            st.ops.push(Op {
+                live: true,
+                ..Op::default()
+            });
+        }
+        Self {
+            req,
+            rep,
+            seg,
+            segs,
+            me,
+            p,
+            world,
+            names: handlers.iter().map(|(n, _)| n.clone()).collect(),
+            handlers: handlers.into_iter().map(|(_, h)| RefCell::new(h)).collect(),
+            depth: Cell::new(0),
+            pack,
+            bell,
+            flags,
+            st: RefCell::new(st),
+        }
+    }
+
+    pub(super) fn names(&self) -> &[String] {
+        &self.names
+    }
+
+    fn ring(&self, net: Net) -> &Ring {
+        match net {
+            Net::Request => &self.req,
+            Net::Reply => &self.rep,
+        }
+    }
+
+    pub(super) fn peer_err(&self, kind: ErrorKind, q: usize, msg: String) -> Error {
+        Error::peer(kind, self.world[q], msg)
+    }
+
+    /// The largest payload one packet carries besides `nargs` arguments.
+    pub(super) fn room(&self, nargs: usize) -> usize {
+        self.req.capacity() - 8 * nargs
+    }
+
+    // ---- sending ----------------------------------------------------------------------------
+
+    /// Sends a message on `net` to `to`: the arguments and as much of `data` as fits in the
+    /// first packet, the rest in continuation packets (never interleaved with other packets
+    /// of the same ring and pair: see the module's "Deadlock freedom").
+    #[allow(clippy::too_many_arguments)] // one message's full description
+    pub(super) fn send(
+        &self,
+        w: &World,
+        eng: &Engine,
+        net: Net,
+        to: usize,
+        kind: u8,
+        handler: u16,
+        args: &[u64],
+        data: &[u8],
+    ) -> Result<()> {
+        let argb: &[u8] = bytemuck::cast_slice(args);
+        let first = data.len().min(self.room(args.len()));
+        self.push(
+            w,
+            eng,
+            net,
+            to,
+            &[argb, &data[..first]],
+            data.len() as u32,
+            meta(kind, args.len(), handler),
+        )?;
+        for part in data[first..].chunks(self.req.capacity()) {
+            self.push(w, eng, net, to, &[part], 0, meta(CONT, 0, 0))?;
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)] // one packet's full description
+    fn push(
+        &self,
+        w: &World,
+        eng: &Engine,
+        net: Net,
+        to: usize,
+        parts: &[&[u8]],
+        aux: u32,
+        m: [u8; 8],
+    ) -> Result<()> {
+        let ring = self.ring(net);
+        loop {
+            if ring.try_send_parts(w, to, parts, aux, m)? {
+                return self.ring_bell(w, to);
+            }
+            // No room: sleep on the credit word, running handlers meanwhile. A request waits
+            // with everything's progress; a reply (sent from a request handler) runs only
+            // reply handlers, which cannot send, so the nesting stops there.
+            let (off, v) = ring.credit_word(to);
+            let poll = || -> Result<bool> {
+                match net {
+                    Net::Request => eng.poke(w)?,
+                    Net::Reply => {
+                        w.progress()?;
+                        self.poll(w, eng, true)?;
+                    }
+                }
+                Ok(false)
+            };
+            self.pay(w)?;
+            w.wait_polling(ring.seg(), off, v, NAP, &poll)
+                .map_err(|e| self.name(e, to, "room in the ring of"))?;
+        }
+    }
+
+    /// Wakes `to` if it sleeps in a wait of this layer: its sleep is on its doorbell, not on
+    /// the ring word this packet raised. The packet's sequence word was stored (SeqCst)
+    /// before the flag is read, and the sleeper sets the flag before its last look at the
+    /// rings: one of the two sees the other.
+    fn ring_bell(&self, w: &World, to: usize) -> Result<()> {
+        let asleep = self.flags[to]
+            .as_ref()
+            .and_then(|f| f.node_local())
+            .is_some_and(|f| f.load(std::sync::atomic::Ordering::SeqCst) != 0);
+        if asleep {
+            w.signal(
+                self.req.handle(to),
+                self.bell,
+                crate::fabric::SignalOp::Add(1),
+            )?;
+        }
+        Ok(())
+    }
+
+    fn set_asleep(&self, on: bool) {
+        if let Some(f) = self.flags[self.me].as_ref().and_then(|f| f.node_local()) {
+            f.store(u64::from(on), std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    fn pay(&self, w: &World) -> Result<()> {
+        self.req.pay(w)?;
+        self.rep.pay(w)
+    }
+
+    fn name(&self, e: Error, q: usize, what: &str) -> Error {
+        if e.rank().is_some() {
+            return e;
+        }
+        self.peer_err(
+            e.kind(),
+            q,
+            format!("{e} (waiting for {what} communicator rank {q})"),
+        )
+    }
+
+    // ---- polling and dispatch ---------------------------------------------------------------
+
+    /// One pass over every peer's reply ring, then (unless `replies_only` or inside a
+    /// handler) its request ring, running handlers. Returns how many messages ran.
+    pub(crate) fn poll(&self, w: &World, eng: &Engine, replies_only: bool) -> Result<usize> {
+        self.pay(w)?;
+        let start = {
+            let mut st = self.st.borrow_mut();
+            st.rr = (st.rr + 1) % self.p;
+            st.rr
+        };
+        let mut ran = 0;
+        let nets: &[Net] = if replies_only || self.depth.get() > 0 {
+            &[Net::Reply]
+        } else {
+            &[Net::Reply, Net::Request]
+        };
+        for &net in nets {
+            let ring = self.ring(net);
+            for k in 0..self.p {
+                let q = (start + k) % self.p;
+                // A bounded batch per peer and pass: a peer that floods cannot starve the
+                // others (or this rank's own caller).
+                for _ in 0..16 {
+                    let Some(h) = ring.peek(q)? else { break };
+                    ran += self.on_packet(w, eng, net, q, &h)?;
+                }
+            }
+        }
+        Ok(ran)
+    }
+
+    fn on_packet(&self, w: &World, eng: &Engine, net: Net, q: usize, h: &Head) -> Result<usize> {
+        let ring = self.ring(net);
+        let kind = h.meta[0];
+        let slot = net as usize;
+        if kind == CONT {
+            let mut a = self.st.borrow_mut().asm[slot][q].take().ok_or_else(|| {
+                self.peer_err(
+                    ErrorKind::Transport,
+                    q,
+                    format!("stray continuation packet from communicator rank {q}"),
+                )
+            })?;
+            let at = a.buf.len();
+            a.buf.resize(at + h.len, 0);
+            ring.take(w, q, h, &mut a.buf[at..])?;
+            if a.buf.len() < a.need {
+                self.st.borrow_mut().asm[slot][q] = Some(a);
+                return Ok(0);
+            }
+            let r = self.dispatch(w, eng, net, q, a.kind, a.nargs, a.handler, &a.buf);
+            self.st.borrow_mut().pool.push(a.buf);
+            return r.map(|()| 1);
+        }
+        let nargs = h.meta[1] as usize;
+        let handler = u16::from_le_bytes([h.meta[2], h.meta[3]]);
+        let need = 8 * nargs + h.aux as usize;
+        if nargs > MAX_ARGS || need < h.len {
+            return Err(self.peer_err(
+                ErrorKind::Transport,
+                q,
+                format!(
+                    "malformed active message from communicator rank {q}: {nargs} arguments, \
+                     {} payload bytes in a {}-byte packet",
+                    h.aux, h.len
+                ),
+            ));
+        }
+        if need > h.len {
+            // The first of several packets: gather the payload, run the handler at the end.
+            let mut buf = {
+                let mut st = self.st.borrow_mut();
+                st.pool.pop().unwrap_or_default()
+            };
+            buf.clear();
+            buf.reserve(need);
+            buf.resize(h.len, 0);
+            ring.take(w, q, h, &mut buf)?;
+            self.st.borrow_mut().asm[slot][q] = Some(Asm {
+                kind,
+                nargs,
+                handler,
+                need,
+                buf,
+            });
+            return Ok(0);
+        }
+        // SAFETY contract of take_with (the slot stays put until the closure returns).
+        ring.take_with(w, q, h, |bytes| {
+            self.dispatch(w, eng, net, q, kind, nargs, handler, bytes)
+        })??;
+        Ok(1)
+    }
+
+    #[allow(clippy::too_many_arguments)] // one message's full description
+    fn dispatch(
+        &self,
+        w: &World,
+        eng: &Engine,
+        net: Net,
+        q: usize,
+        kind: u8,
+        nargs: usize,
+        handler: u16,
+        bytes: &[u8],
+    ) -> Result<()> {
+        let mut args = [0u64; MAX_ARGS];
+        for (i, a) in args.iter_mut().enumerate().take(nargs) {
+            *a = word(bytes, i);
+        }
+        let args = &args[..nargs];
+        let data = &bytes[8 * nargs..];
+        match kind {
+            SHORT | MEDIUM | LONG => self.run_user(w, eng, net, q, kind, handler, args, data),
+            GET => self.serve_get(w, eng, q, args, data),
+            GET_SEG => self.serve_get_seg(w, eng, q, args),
+            PUT_PACKED => self.serve_put_packed(w, eng, q, args, data),
+            GET_DATA => {
+                let at = args[1] as usize;
+                self.on_op(args[0], |op| {
+                    if let Some(dst) = op.stash.get_mut(at..at + data.len()) {
+                        dst.copy_from_slice(data);
+                    }
+                    op.bytes_left = op.bytes_left.saturating_sub(data.len());
+                });
+                Ok(())
+            }
+            GET_DONE => {
+                self.on_op(args[0], |op| {
+                    op.bytes_left = op.bytes_left.saturating_sub(args[1] as usize)
+                });
+                Ok(())
+            }
+            PUT_ACK => {
+                self.on_op(args[0], |op| op.acks_left = op.acks_left.saturating_sub(1));
+                Ok(())
+            }
+            REFUSED => {
+                let (off, len, cap) = (args[1], args[2], args[3]);
+                let e = self.peer_err(
+                    ErrorKind::OutOfBounds,
+                    q,
+                    format!(
+                        "{len} bytes at offset {off} fall outside communicator rank {q}'s \
+                         active-message segment of {cap} bytes"
+                    ),
+                );
+                self.on_op(args[0], |op| {
+                    op.err.get_or_insert(e);
+                    if args[4] == 1 {
+                        op.acks_left = op.acks_left.saturating_sub(1);
+                    } else {
+                        op.bytes_left = op.bytes_left.saturating_sub(args[5] as usize);
+                    }
+                });
+                Ok(())
+            }
+            _ => Err(self.peer_err(
+                ErrorKind::Transport,
+                q,
+                format!("unknown active-message kind {kind} from communicator rank {q}"),
+            )),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)] // one message's full description
+    fn run_user(
+        &self,
+        w: &World,
+        eng: &Engine,
+        net: Net,
+        q: usize,
+        kind: u8,
+        handler: u16,
+        args: &[u64],
+        data: &[u8],
+    ) -> Result<()> {
+        let f = self.handlers.get(handler as usize).ok_or_else(|| {
+            self.peer_err(
+                ErrorKind::InvalidArgument,
+                q,
+                format!(
+                    "active message from communicator rank {q} for handler {handler}, but \
+                     only {} are registered",
+                    self.handlers.len()
+                ),
+            )
+        })?;
+        let (payload, long) = if kind == LONG {
+            let (off, len) = (word(data, 0) as usize, word(data, 1) as usize);
+            (&[][..], Some((off, len)))
+        } else {
+            (data, None)
+        };
+        let mut f = f.try_borrow_mut().map_err(|_| {
+            let name = &self.names[handler as usize];
+            Error::new(
+                ErrorKind::InvalidArgument,
+                format!(
+                    "handler {handler} ({name}) received a reply while it runs: register \
+                     separate request and reply handlers"
+                ),
+            )
+        })?;
+        let msg = Msg {
+            source: q as u32,
+            args,
+            payload,
+            long,
+        };
+        let mut tok = Token {
+            core: self,
+            w,
+            eng,
+            src: q,
+            request: net == Net::Request,
+            replied: false,
+        };
+        self.depth.set(self.depth.get() + 1);
+        let r = f(&mut tok, &msg);
+        self.depth.set(self.depth.get() - 1);
+        r
+    }
+
+    /// Checks that `len` bytes at `off` lie in this rank's segment.
+    fn fits(&self, off: u64, len: u64) -> bool {
+        off.checked_add(len)
+            .is_some_and(|e| e <= self.seg.len() as u64)
+    }
+
+    /// Answers a get or packed put that falls outside this rank's segment (`what`: operation,
+    /// offset, length); `owed`: the bytes the requester still counts on for it.
+    fn refuse(
+        &self,
+        w: &World,
+        eng: &Engine,
+        q: usize,
+        [op, off, len]: [u64; 3],
+        put: bool,
+        owed: u64,
+    ) -> Result<()> {
+        let args = [op, off, len, self.seg.len() as u64, u64::from(put), owed];
+        self.depth.set(self.depth.get() + 1);
+        let r = self.send(w, eng, Net::Reply, q, REFUSED, 0, &args, &[]);
+        self.depth.set(self.depth.get() - 1);
+        r
+    }
+
+    /// A get into the requester's memory: the pieces' bytes, in order, in reply packets.
+    fn serve_get(
+        &self,
+        w: &World,
+        eng: &Engine,
+        q: usize,
+        args: &[u64],
+        list: &[u8],
+    ) -> Result<()> {
+        let op = args[0];
+        let n = list.len() / 16;
+        let mut total = 0u64;
+        for i in 0..n {
+            let (off, len) = (word(list, 2 * i), word(list, 2 * i + 1));
+            if !self.fits(off, len) {
+                let all = (0..n).map(|k| word(list, 2 * k + 1)).sum();
+                return self.refuse(w, eng, q, [op, off, len], false, all);
+            }
+            total += len;
+        }
+        let chunk = self.room(2);
+        let mut buf = std::mem::take(&mut self.st.borrow_mut().scratch);
+        buf.clear();
+        let mut sent = 0u64;
+        self.depth.set(self.depth.get() + 1);
+        let r = (|| {
+            for i in 0..n {
+                let (mut off, mut len) =
+                    (word(list, 2 * i) as usize, word(list, 2 * i + 1) as usize);
+                while len > 0 {
+                    let k = len.min(chunk - buf.len());
+                    let at = buf.len();
+                    buf.resize(at + k, 0);
+                    self.seg.read(off, &mut buf[at..])?;
+                    (off, len) = (off + k, len - k);
+                    if buf.len() == chunk {
+                        self.send(w, eng, Net::Reply, q, GET_DATA, 0, &[op, sent], &buf)?;
+                        sent += buf.len() as u64;
+                        buf.clear();
+                    }
+                }
+            }
+            if !buf.is_empty() {
+                self.send(w, eng, Net::Reply, q, GET_DATA, 0, &[op, sent], &buf)?;
+                sent += buf.len() as u64;
+            }
+            debug_assert_eq!(sent, total);
+            Ok(())
+        })();
+        self.depth.set(self.depth.get() - 1);
+        self.st.borrow_mut().scratch = buf;
+        r
+    }
+
+    /// A get into the requester's segment: one put straight there, then the answer.
+    fn serve_get_seg(&self, w: &World, eng: &Engine, q: usize, args: &[u64]) -> Result<()> {
+        let [op, off, len, dst] = args[..4]
+            .try_into()
+            .map_err(|_| self.peer_err(ErrorKind::Transport, q, "short get request".to_string()))?;
+        if !self.fits(off, len) {
+            return self.refuse(w, eng, q, [op, off, len], false, len);
+        }
+        if len > 0 {
+            let chain = w
+                .chain()
+                .put(
+                    &self.seg,
+                    off as usize,
+                    &self.segs[q],
+                    dst as usize,
+                    len as usize,
+                )
+                .build()?;
+            w.start(&chain)?;
+        }
+        self.depth.set(self.depth.get() + 1);
+        let r = self.send(w, eng, Net::Reply, q, GET_DONE, 0, &[op, len], &[]);
+        self.depth.set(self.depth.get() - 1);
+        r
+    }
+
+    /// Packed pieces of a put: every record checked before any is written.
+    fn serve_put_packed(
+        &self,
+        w: &World,
+        eng: &Engine,
+        q: usize,
+        args: &[u64],
+        recs: &[u8],
+    ) -> Result<()> {
+        let op = args[0];
+        let mut at = 0;
+        while at + 16 <= recs.len() {
+            let (off, len) = (word(&recs[at..], 0), word(&recs[at..], 1));
+            if !self.fits(off, len) || recs.len() - at - 16 < len as usize {
+                return self.refuse(w, eng, q, [op, off, len], true, 0);
+            }
+            at += 16 + len as usize;
+        }
+        at = 0;
+        while at + 16 <= recs.len() {
+            let (off, len) = (word(&recs[at..], 0) as usize, word(&recs[at..], 1) as usize);
+            self.seg.write(off, &recs[at + 16..at + 16 + len])?;
+            at += 16 + len;
+        }
+        self.depth.set(self.depth.get() + 1);
+        let r = self.send(w, eng, Net::Reply, q, PUT_ACK, 0, &[op], &[]);
+        self.depth.set(self.depth.get() - 1);
+        r
+    }
+
+    // ---- operations in flight ---------------------------------------------------------------
+
+    pub(super) fn op_alloc(&self, peer: usize, bytes: usize, stash: usize) -> u64 {
+        let mut st = self.st.borrow_mut();
+        let idx = match st.free.pop() {
+            Some(i) => i,
+            None => {
+                st.ops.push(Op::default());
+                st.ops.len() as u32 - 1
+            }
+        };
+        let mut buf = std::mem::take(&mut st.ops[idx as usize].stash);
+        if buf.capacity() < stash {
+            if let Some(i) = st.pool.iter().position(|v| v.capacity() >= stash) {
+                buf = st.pool.swap_remove(i);
+            }
+        }
+        buf.clear();
+        buf.resize(stash, 0);
+        let op = &mut st.ops[idx as usize];
+        op.epoch = op.epoch.wrapping_add(1);
+        op.bytes_left = bytes;
+        op.acks_left = 0;
+        op.stash = buf;
+        op.err = None;
+        op.orphan = false;
+        op.live = true;
+        op.peer = peer;
+        op_id(idx, op.epoch)
+    }
+
+    /// Applies `f` to a live operation (replies for a stale one are dropped), freeing it if
+    /// it was orphaned and is now done.
+    fn on_op(&self, id: u64, f: impl FnOnce(&mut Op)) {
+        let mut st = self.st.borrow_mut();
+        let idx = (id & u64::from(u32::MAX)) as usize;
+        let Some(op) = st.ops.get_mut(idx) else {
+            return;
+        };
+        if !op.live || (idx > NBI_PUTS as usize && u64::from(op.epoch) != id >> 32) {
+            return;
+        }
+        f(op);
+        if op.orphan && op.bytes_left == 0 && op.acks_left == 0 {
+            op.live = false;
+            st.free.push(idx as u32);
+        }
+    }
+
+    pub(super) fn with_op<R>(&self, idx: u32, f: impl FnOnce(&mut Op) -> R) -> R {
+        f(&mut self.st.borrow_mut().ops[idx as usize])
+    }
+
+    pub(super) fn op_done(&self, idx: u32) -> bool {
+        let st = self.st.borrow();
+        let op = &st.ops[idx as usize];
+        op.bytes_left == 0 && op.acks_left == 0
+    }
+
+    /// Ends an explicit operation: its error, if any; its stash is handed to `f` first.
+    pub(super) fn op_finish(&self, idx: u32, f: impl FnOnce(&[u8])) -> Result<()> {
+        let mut st = self.st.borrow_mut();
+        let op = &mut st.ops[idx as usize];
+        f(&op.stash);
+        op.live = false;
+        let err = op.err.take();
+        st.free.push(idx);
+        err.map_or(Ok(()), Err)
+    }
+
+    /// A dropped handle: freed now if done, else when its last reply comes.
+    pub(super) fn op_drop(&self, idx: u32) {
+        let mut st = self.st.borrow_mut();
+        let op = &mut st.ops[idx as usize];
+        if !op.live {
+            return;
+        }
+        if op.bytes_left == 0 && op.acks_left == 0 {
+            op.live = false;
+            st.free.push(idx);
+        } else {
+            op.orphan = true;
+        }
+    }
+
+    /// Takes the error an implicit-handle slot collected.
+    pub(super) fn take_err(&self, idx: u32) -> Option<Error> {
+        self.st.borrow_mut().ops[idx as usize].err.take()
+    }
+
+    /// Waits until operation `idx` is done, running everything's progress.
+    pub(super) fn wait_op(&self, w: &World, eng: &Engine, idx: u32) -> Result<()> {
+        let peer = self.st.borrow().ops[idx as usize].peer;
+        let turn = Cell::new(0u32);
+        loop {
+            self.progress(w, eng, &turn)?;
+            if self.op_done(idx) {
+                return Ok(());
+            }
+            let (off, v) = self.rep.next_word(peer);
+            let poll = || -> Result<bool> {
+                self.progress(w, eng, &turn)?;
+                Ok(self.op_done(idx))
+            };
+            self.pay(w)?;
+            w.wait_polling(self.rep.seg(), off, v, NAP, &poll)
+                .map_err(|e| self.name(e, peer, "the answer of"))?;
+        }
+    }
+
+    /// One pass of a wait of this layer: this layer's rings every time, the communicator's
+    /// whole progress (the network, two-sided messages) every [`FULL_EVERY`]-th pass — a
+    /// ping-pong of active messages pays for looking at one engine, not two.
+    fn progress(&self, w: &World, eng: &Engine, turn: &Cell<u32>) -> Result<()> {
+        let k = turn.get().wrapping_add(1);
+        turn.set(k);
+        if k % FULL_EVERY == 0 {
+            eng.poke(w)
+        } else {
+            self.poll(w, eng, false).map(|_| ())
+        }
+    }
+
+    /// Waits until `done` holds, running everything's progress (GASNet's BLOCKUNTIL). Sleeps
+    /// on this rank's doorbell, which senders of this layer ring while the flag says so.
+    pub(super) fn wait_until(
+        &self,
+        w: &World,
+        eng: &Engine,
+        done: &dyn Fn() -> bool,
+    ) -> Result<()> {
+        let turn = Cell::new(0u32);
+        let poll = || -> Result<bool> {
+            self.progress(w, eng, &turn)?;
+            Ok(done())
+        };
+        // Spin first with the flag down: a peer answering at once (a ping-pong) pays no
+        // doorbell.
+        for _ in 0..w.wait_policy().0 {
+            if poll()? {
+                return Ok(());
+            }
+            std::hint::spin_loop();
+        }
+        loop {
+            if poll()? {
+                return Ok(());
+            }
+            let rung = self.req.seg().signal_value(self.bell)?;
+            self.set_asleep(true);
+            let r = poll().and_then(|stop| {
+                if stop {
+                    return Ok(());
+                }
+                self.pay(w)?;
+                w.wait_polling(self.req.seg(), self.bell, rung + 1, NAP, &poll)
+                    .map(|_| ())
+            });
+            self.set_asleep(false);
+            r?;
+        }
+    }
+
+    /// Packs `(offset, bytes)` records for `to` into packets of the request ring, sending
+    /// each full one as a packed put counted on operation `op`.
+    pub(super) fn packer(&self) -> Vec<u8> {
+        let mut b = std::mem::take(&mut self.st.borrow_mut().scratch);
+        b.clear();
+        b
+    }
+
+    pub(super) fn unpacker(&self, b: Vec<u8>) {
+        self.st.borrow_mut().scratch = b;
+    }
+
+    /// Checks a user message's handler index and argument count.
+    pub(super) fn check_user(&self, idx: Index, nargs: usize) -> Result<()> {
+        if idx.0 as usize >= self.handlers.len() {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                format!(
+                    "handler index {} is not registered ({} handlers)",
+                    idx.0,
+                    self.handlers.len()
+                ),
+            ));
+        }
+        if nargs > MAX_ARGS {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                format!("an active message carries at most {MAX_ARGS} arguments, got {nargs}"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Checks a Medium payload's size.
+    pub(super) fn check_medium(&self, n: usize) -> Result<()> {
+        if n > MAX_MEDIUM {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                format!("a Medium payload is at most {MAX_MEDIUM} bytes, got {n}"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Checks that `len` bytes at `off` fit member `q`'s segment.
+    pub(super) fn check_range(&self, q: usize, off: usize, len: usize) -> Result<()> {
+        let cap = self.segs[q].len();
+        if off.checked_add(len).is_none_or(|e| e > cap) {
+            return Err(Error::new(
+                ErrorKind::OutOfBounds,
+                format!(
+                    "{len} bytes at offset {off} fall outside communicator rank {q}'s \
+                     active-message segment of {cap} bytes"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// A Long message or reply: the payload straight into `to`'s segment, then the header.
+    #[allow(clippy::too_many_arguments)] // one message's full description
+    pub(super) fn send_long(
+        &self,
+        w: &World,
+        eng: &Engine,
+        net: Net,
+        to: usize,
+        idx: Index,
+        args: &[u64],
+        payload: &[u8],
+        off: usize,
+    ) -> Result<()> {
+        self.check_user(idx, args.len())?;
+        self.check_range(to, off, payload.len())?;
+        w.put(&self.segs[to], off, payload)?;
+        let mut tail = [0u8; 16];
+        tail[..8].copy_from_slice(&(off as u64).to_le_bytes());
+        tail[8..].copy_from_slice(&(payload.len() as u64).to_le_bytes());
+        self.send(w, eng, net, to, LONG, idx.0, args, &tail)
+    }
+}

@@ -1,0 +1,764 @@
+//! Active messages and a GASNet-style extended API over one-sided writes (seed 001): handlers
+//! run at the target with arguments and a payload, put and get (get done in software, by a
+//! handler that writes the data back), vector, indexed and strided transfers — GASNet-EX's
+//! semantics on a [`Comm`], built from the fabric's puts and signals only.
+//!
+//! ```
+//! use std::{cell::Cell, rc::Rc};
+//! use tca::{Comm, threads, am::{Endpoint, Table}};
+//!
+//! let out = threads::run(2, |world| {
+//!     let comm = Comm::world(world)?;
+//!     let got = Rc::new(Cell::new(0u64));
+//!     let mut table = Table::new();
+//!     let seen = got.clone();
+//!     let pong = table.add("pong", move |_, msg| Ok(seen.set(msg.args[0])));
+//!     table.add("ping", move |tok, msg| tok.reply_short(pong, &[msg.args[0] + 1]));
+//!     let ep = Endpoint::new(&comm, table, 1 << 16)?;
+//!     let ping = ep.index("ping")?;
+//!     ep.request_short(1 - comm.rank(), ping, &[41])?;
+//!     ep.wait_until(|| got.get() != 0)?;
+//!     ep.put(1 - comm.rank(), 0, &[comm.rank() as u8; 8])?;
+//!     comm.barrier()?;
+//!     let mut peer = [0u8; 8];
+//!     ep.get(1 - comm.rank(), 0, &mut peer)?; // what the peer holds: our own put
+//!     Ok((got.get(), peer[0]))
+//! })?;
+//! assert_eq!(out, vec![(42, 0), (42, 1)]);
+//! # Ok::<(), tca::Error>(())
+//! ```
+//!
+//! # Active messages
+//! A [`Table`] of handlers is built on every rank in the same order (indices, names and count
+//! are checked when the endpoint is made). A request runs its handler at the target inside
+//! the target's polling: [`Endpoint::poll`], [`Endpoint::wait_until`], any wait of this layer
+//! and any blocking call of the communicator (a collective, a two-sided wait) — never
+//! concurrently with another handler of the rank. Three kinds, as GASNet's:
+//! - **Short**: up to [`MAX_ARGS`] 64-bit arguments (up to 5 travel in one cache line).
+//! - **Medium**: arguments and a payload of up to [`MAX_MEDIUM`] bytes, handed to the handler
+//!   in a temporary buffer (the ring slot itself when it fits one packet: no copy).
+//! - **Long**: arguments and a payload put straight into the target's segment at a given
+//!   offset before the handler runs (the handler gets the range).
+//!
+//! A request handler may reply once, to the requester, with a [`Token`]; a reply handler may
+//! not reply; neither may send requests or block. Each is checked and is an error.
+//!
+//! # Rings and deadlock freedom
+//! Requests and replies travel on two rings per ordered pair in the receiver's memory (the
+//! one ring-with-credits of [`crate::fabric::ring`]): the sender writes a packet, then its
+//! sequence word; the receiver consumes in order and returns credits, so a full ring makes
+//! the sender wait. A rank waiting to send a request runs every handler meanwhile (two ranks
+//! flooding each other keep draining each other); a request handler waiting to send its
+//! reply runs only reply handlers, which cannot send — so nesting stops at depth two and a
+//! reply always gets room, because every rank, whatever it waits for, consumes replies.
+//! Payloads larger than a packet go as consecutive packets of the same ring; nothing else of
+//! that ring and pair comes between them (the sender is single-threaded and the only nested
+//! sends go to the other ring), so the target reassembles them without message ids.
+//!
+//! # Extended API
+//! [`Endpoint::put`] writes straight into the target's segment (one copy); [`Endpoint::get`]
+//! sends a request whose handler writes the data back — through reply packets into ordinary
+//! memory, or with [`Endpoint::get_into`] by one put straight into this rank's segment (one
+//! copy). Each comes blocking, with an explicit handle ([`Event`]) and with implicit handles
+//! (`*_nbi`, completed by [`Endpoint::wait_syncnbi_all`] and its siblings).
+//!
+//! Vector, indexed and strided transfers ([`Strided`] is GASNet-EX's description: element
+//! size, counts and byte strides per dimension, both sides) are cut into contiguous pieces,
+//! with adjacent dimensions merged when their strides make them contiguous. A put sends
+//! pieces of at least [`Endpoint::pack_threshold`] bytes segment to segment (the seed's MtoM:
+//! one copy) and packs shorter ones into request packets that the target unpacks (BtoB: two
+//! copies, one packet for many pieces). A get lists its pieces in one request and receives
+//! them in order through reply packets.
+//!
+//! # Memory per rank
+//! Two rings of [`crate::p2p::p2p_bytes`]'s ring shape (0.5 MiB each at P = 2) plus the
+//! segment asked for, plus pooled buffers that grow to the largest fragmented payload and
+//! get in flight.
+
+mod core;
+mod vis;
+
+pub(crate) use self::core::Core;
+pub use vis::Strided;
+
+use self::core::{GET, GET_SEG, MEDIUM, NBI_GETS, NBI_PUTS, Net, SHORT};
+use crate::Comm;
+use crate::error::{Error, ErrorKind, Result};
+use crate::fabric::ring::{Ring, Shape};
+use crate::fabric::{Handle, Segment, World};
+use crate::p2p::Engine;
+
+/// Most 64-bit arguments one active message carries (GASNet's `gex_AM_MaxArgs`).
+pub const MAX_ARGS: usize = 16;
+/// Largest Medium payload, request or reply (`gex_AM_MaxRequestMedium`).
+pub const MAX_MEDIUM: usize = 64 << 10;
+/// Default packing threshold of vector, indexed and strided puts (see
+/// [`Endpoint::pack_threshold`]).
+pub const PACK_DEFAULT: usize = 2 << 10;
+
+/// A handler: runs at the target with a token (to reply) and the message.
+pub type Handler = dyn FnMut(&mut Token<'_>, &Msg<'_>) -> Result<()>;
+
+/// A handler's index in the table, the same on every rank.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Index(u16);
+
+impl Index {
+    /// The index as a number.
+    pub fn get(self) -> u16 {
+        self.0
+    }
+}
+
+/// The handler table, built in the same order on every rank before [`Endpoint::new`].
+#[derive(Default)]
+pub struct Table {
+    entries: Vec<(String, Box<Handler>)>,
+}
+
+impl std::fmt::Debug for Table {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.entries.iter().map(|(n, _)| n))
+            .finish()
+    }
+}
+
+impl Table {
+    /// An empty table.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Registers `handler` under `name`; its index is the number of handlers added before.
+    pub fn add(
+        &mut self,
+        name: &str,
+        handler: impl FnMut(&mut Token<'_>, &Msg<'_>) -> Result<()> + 'static,
+    ) -> Index {
+        self.entries.push((name.to_string(), Box::new(handler)));
+        Index(self.entries.len() as u16 - 1)
+    }
+
+    fn fingerprint(&self) -> [u64; 2] {
+        // FNV-1a over the names in order, each followed by a 0 byte.
+        let mut h = 0xcbf2_9ce4_8422_2325u64;
+        for (n, _) in &self.entries {
+            for b in n.bytes().chain([0]) {
+                h = (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
+            }
+        }
+        [self.entries.len() as u64, h]
+    }
+}
+
+/// A message as its handler sees it.
+#[derive(Debug)]
+pub struct Msg<'a> {
+    /// Communicator rank of the sender.
+    pub source: u32,
+    /// The arguments.
+    pub args: &'a [u64],
+    /// A Medium's payload (empty for Short and Long).
+    pub payload: &'a [u8],
+    /// A Long's payload: (offset, length) in this rank's segment, already written.
+    pub long: Option<(usize, usize)>,
+}
+
+/// What a handler may do besides computing: reply once, if it handles a request.
+pub struct Token<'a> {
+    core: &'a Core,
+    w: &'a World,
+    eng: &'a Engine,
+    src: usize,
+    request: bool,
+    replied: bool,
+}
+
+impl std::fmt::Debug for Token<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Token")
+            .field("source", &self.src)
+            .field("request", &self.request)
+            .field("replied", &self.replied)
+            .finish()
+    }
+}
+
+impl Token<'_> {
+    /// Communicator rank of the sender.
+    pub fn source(&self) -> u32 {
+        self.src as u32
+    }
+
+    /// This rank's segment (where Long payloads land).
+    pub fn segment(&self) -> &Segment {
+        &self.core.seg
+    }
+
+    fn may_reply(&mut self) -> Result<()> {
+        if !self.request {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                "a reply handler cannot reply (GASNet's rule: replies only from request handlers)",
+            ));
+        }
+        if self.replied {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                "a request handler may reply only once",
+            ));
+        }
+        self.replied = true;
+        Ok(())
+    }
+
+    /// Replies with a Short message.
+    pub fn reply_short(&mut self, h: Index, args: &[u64]) -> Result<()> {
+        self.core.check_user(h, args.len())?;
+        self.may_reply()?;
+        let c = self.core;
+        c.send(
+            self.w,
+            self.eng,
+            Net::Reply,
+            self.src,
+            SHORT,
+            h.0,
+            args,
+            &[],
+        )
+    }
+
+    /// Replies with a Medium message.
+    pub fn reply_medium(&mut self, h: Index, args: &[u64], payload: &[u8]) -> Result<()> {
+        self.core.check_user(h, args.len())?;
+        self.core.check_medium(payload.len())?;
+        self.may_reply()?;
+        let c = self.core;
+        c.send(
+            self.w,
+            self.eng,
+            Net::Reply,
+            self.src,
+            MEDIUM,
+            h.0,
+            args,
+            payload,
+        )
+    }
+
+    /// Replies with a Long message: `payload` lands at `off` in the requester's segment.
+    pub fn reply_long(&mut self, h: Index, args: &[u64], payload: &[u8], off: usize) -> Result<()> {
+        self.core.check_user(h, args.len())?;
+        self.core.check_range(self.src, off, payload.len())?;
+        self.may_reply()?;
+        let c = self.core;
+        c.send_long(
+            self.w,
+            self.eng,
+            Net::Reply,
+            self.src,
+            h,
+            args,
+            payload,
+            off,
+        )
+    }
+}
+
+/// A communicator's active-message endpoint: its handler table, segment and rings. Cheap to
+/// copy; [`Endpoint::of`] finds it again.
+#[derive(Clone, Copy)]
+pub struct Endpoint<'c, 'w> {
+    comm: &'c Comm<'w>,
+    core: &'c Core,
+    names: &'c [String],
+}
+
+impl std::fmt::Debug for Endpoint<'_, '_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("rank", &self.core.me)
+            .field("size", &self.core.p)
+            .field("segment", &self.core.seg.len())
+            .finish()
+    }
+}
+
+/// An operation with an explicit handle (GASNet's `gex_Event_t`): complete it with
+/// [`Event::wait`] or poll it with [`Event::test`]. A get's handle borrows its buffer, which
+/// is filled when the operation completes. Dropping an unfinished handle is safe: the
+/// operation still completes, its data is discarded.
+pub struct Event<'a> {
+    w: &'a World,
+    eng: &'a Engine,
+    core: &'a Core,
+    what: What<'a>,
+}
+
+enum What<'a> {
+    Put,
+    Get { op: u32, buf: &'a mut [u8] },
+    Done,
+}
+
+impl std::fmt::Debug for Event<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let what = match self.what {
+            What::Put => "put",
+            What::Get { .. } => "get",
+            What::Done => "done",
+        };
+        f.debug_struct("Event").field("what", &what).finish()
+    }
+}
+
+impl Event<'_> {
+    /// Whether the operation is complete (finishing it if so; a finished handle then says
+    /// `true`). Runs one pass of progress.
+    pub fn test(&mut self) -> Result<bool> {
+        match &self.what {
+            What::Done => return Ok(true),
+            What::Put => {}
+            What::Get { op, .. } => {
+                self.eng.poke(self.w)?;
+                if !self.core.op_done(*op) {
+                    return Ok(false);
+                }
+            }
+        }
+        self.finish()?;
+        Ok(true)
+    }
+
+    /// Waits until the operation is complete.
+    pub fn wait(mut self) -> Result<()> {
+        if let What::Get { op, .. } = self.what {
+            self.core.wait_op(self.w, self.eng, op)?;
+        }
+        self.finish()
+    }
+
+    fn finish(&mut self) -> Result<()> {
+        match std::mem::replace(&mut self.what, What::Done) {
+            What::Done => Ok(()),
+            What::Put => self.w.quiet(),
+            What::Get { op, buf } => self
+                .core
+                .op_finish(op, |stash| buf.copy_from_slice(&stash[..buf.len()])),
+        }
+    }
+}
+
+impl Drop for Event<'_> {
+    fn drop(&mut self) {
+        if let What::Get { op, .. } = self.what {
+            self.core.op_drop(op);
+        }
+    }
+}
+
+fn rank(core: &Core, r: u32) -> Result<usize> {
+    if (r as usize) < core.p {
+        Ok(r as usize)
+    } else {
+        Err(Error::new(
+            ErrorKind::InvalidRank,
+            format!("rank {r} is not in this communicator of {} ranks", core.p),
+        ))
+    }
+}
+
+impl<'c, 'w> Endpoint<'c, 'w> {
+    /// Makes the communicator's endpoint (collective: every member calls it, with tables of
+    /// the same names in the same order): registers a segment of `segment_bytes` for puts,
+    /// gets and Long payloads, and the request and reply rings. One per communicator; a
+    /// second is refused (use [`Endpoint::of`], or a split of the communicator).
+    pub fn new(comm: &'c Comm<'w>, table: Table, segment_bytes: usize) -> Result<Self> {
+        let eng = comm.engine();
+        if eng.am().is_some() {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                "this communicator already has an active-message endpoint (Endpoint::of finds it)",
+            ));
+        }
+        if table.entries.len() > usize::from(u16::MAX) {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                format!("{} handlers: at most {}", table.entries.len(), u16::MAX),
+            ));
+        }
+        let p = comm.size() as usize;
+        let me = comm.rank() as usize;
+        let mut prints = vec![0u64; 2 * p];
+        comm.allgather(&table.fingerprint(), &mut prints)?;
+        let mine = table.fingerprint();
+        if let Some(q) = (0..p).find(|&q| prints[2 * q..2 * q + 2] != mine) {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                format!(
+                    "handler tables differ: this rank registered {} handlers, communicator \
+                     rank {q} {} (or their names or order differ); every rank must add the \
+                     same handlers in the same order",
+                    mine[0],
+                    prints[2 * q]
+                ),
+            ));
+        }
+        let w = comm.world_ref();
+        let shape = Shape::messages(p);
+        let bell = shape.bytes(p);
+        let req = w.alloc(bell + self::core::BELL_BYTES)?;
+        let rep = w.alloc(shape.bytes(p))?;
+        let seg = w.alloc(segment_bytes)?;
+        let mut mine = Vec::with_capacity(3 * Handle::BYTES);
+        for s in [&req, &rep, &seg] {
+            mine.extend_from_slice(&s.handle().to_bytes());
+        }
+        let mut all = vec![0u8; 3 * Handle::BYTES * p];
+        comm.allgather(&mine, &mut all)?;
+        let hs = all
+            .chunks(Handle::BYTES)
+            .map(Handle::from_bytes)
+            .collect::<Result<Vec<_>>>()?;
+        for h in &hs {
+            w.attach(h)?;
+        }
+        let pick = |k: usize| (0..p).map(|q| hs[3 * q + k]).collect::<Vec<_>>();
+        let req = Ring::new(req, pick(0), me, shape);
+        let rep = Ring::new(rep, pick(1), me, shape);
+        let room = req.capacity() - 8 - 16;
+        let pack = match crate::env::parse::<usize>(crate::env::AM_PACK)? {
+            Some(n) => n.min(room),
+            None => PACK_DEFAULT.min(room),
+        };
+        let world_ranks = (0..p as u32)
+            .map(|r| comm.world_rank(r).expect("member"))
+            .collect();
+        let flags = (0..p)
+            .map(|q| {
+                let h = hs[3 * q];
+                if w.is_local(h.rank()) {
+                    w.remote_word(&h, bell + 64).map(Some)
+                } else {
+                    Ok(None)
+                }
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let core = Core::new(
+            req,
+            rep,
+            seg,
+            pick(2),
+            me,
+            world_ranks,
+            table.entries,
+            pack,
+            (bell, flags),
+        );
+        eng.set_am(core);
+        // Nobody sends before every member's rings exist.
+        comm.barrier()?;
+        Ok(Self::of(comm).expect("set above"))
+    }
+
+    /// The communicator's endpoint, if [`Endpoint::new`] made one.
+    pub fn of(comm: &'c Comm<'w>) -> Option<Self> {
+        let core = comm.engine().am()?;
+        Some(Self {
+            comm,
+            core,
+            names: core.names(),
+        })
+    }
+
+    fn w(&self) -> &'c World {
+        self.comm.world_ref()
+    }
+
+    fn eng(&self) -> &'c Engine {
+        self.comm.engine()
+    }
+
+    /// This rank in the communicator.
+    pub fn rank(&self) -> u32 {
+        self.core.me as u32
+    }
+
+    /// Number of ranks.
+    pub fn size(&self) -> u32 {
+        self.core.p as u32
+    }
+
+    /// This rank's segment: the target of peers' puts and Long payloads, the source of
+    /// their gets.
+    pub fn segment(&self) -> &'c Segment {
+        &self.core.seg
+    }
+
+    /// Length of rank `r`'s segment (the largest Long payload it takes).
+    pub fn segment_len(&self, r: u32) -> Result<usize> {
+        Ok(self.core.segs[rank(self.core, r)?].len())
+    }
+
+    /// The index of the handler registered as `name`.
+    pub fn index(&self, name: &str) -> Result<Index> {
+        self.names
+            .iter()
+            .position(|n| n == name)
+            .map(|i| Index(i as u16))
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorKind::InvalidArgument,
+                    format!("no handler named {name:?} is registered"),
+                )
+            })
+    }
+
+    /// Most arguments per message ([`MAX_ARGS`]).
+    pub fn max_args(&self) -> usize {
+        MAX_ARGS
+    }
+
+    /// Largest Medium request payload ([`MAX_MEDIUM`]; `gex_AM_MaxRequestMedium`).
+    pub fn max_request_medium(&self) -> usize {
+        MAX_MEDIUM
+    }
+
+    /// Largest Medium reply payload ([`MAX_MEDIUM`]).
+    pub fn max_reply_medium(&self) -> usize {
+        MAX_MEDIUM
+    }
+
+    /// Bytes one ring packet carries besides its arguments: Medium payloads up to this size
+    /// reach the handler without reassembly.
+    pub fn packet_bytes(&self) -> usize {
+        self.core.room(0)
+    }
+
+    /// Pieces of vector, indexed and strided puts shorter than this go packed through the
+    /// request ring; longer ones segment to segment (`TCA_AM_PACK`, default
+    /// [`PACK_DEFAULT`]).
+    pub fn pack_threshold(&self) -> usize {
+        self.core.pack
+    }
+
+    fn outside(&self, what: &str) -> Result<()> {
+        if self.core.depth.get() > 0 {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                format!("{what} from inside a handler: handlers may only reply"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Sends a Short request to `to`.
+    pub fn request_short(&self, to: u32, h: Index, args: &[u64]) -> Result<()> {
+        self.outside("a request")?;
+        let q = rank(self.core, to)?;
+        self.core.check_user(h, args.len())?;
+        let c = self.core;
+        c.send(self.w(), self.eng(), Net::Request, q, SHORT, h.0, args, &[])
+    }
+
+    /// Sends a Medium request to `to` (the payload is copied; the buffer is free on return).
+    pub fn request_medium(&self, to: u32, h: Index, args: &[u64], payload: &[u8]) -> Result<()> {
+        self.outside("a request")?;
+        let q = rank(self.core, to)?;
+        self.core.check_user(h, args.len())?;
+        self.core.check_medium(payload.len())?;
+        let c = self.core;
+        c.send(
+            self.w(),
+            self.eng(),
+            Net::Request,
+            q,
+            MEDIUM,
+            h.0,
+            args,
+            payload,
+        )
+    }
+
+    /// Sends a Long request to `to`: `payload` lands at `off` in its segment, then the
+    /// handler runs.
+    pub fn request_long(
+        &self,
+        to: u32,
+        h: Index,
+        args: &[u64],
+        payload: &[u8],
+        off: usize,
+    ) -> Result<()> {
+        self.outside("a request")?;
+        let q = rank(self.core, to)?;
+        let c = self.core;
+        c.send_long(self.w(), self.eng(), Net::Request, q, h, args, payload, off)
+    }
+
+    /// Runs the handlers of what has arrived (and the communicator's other progress);
+    /// returns how many messages were handled.
+    pub fn poll(&self) -> Result<usize> {
+        self.outside("poll")?;
+        self.w().progress()?;
+        self.eng().poke(self.w())?;
+        self.core.poll(self.w(), self.eng(), false)
+    }
+
+    /// Polls until `done` says so (GASNet's `GASNET_BLOCKUNTIL`), sleeping between polls
+    /// when nothing arrives.
+    pub fn wait_until(&self, done: impl Fn() -> bool) -> Result<()> {
+        self.outside("a wait")?;
+        self.core.wait_until(self.w(), self.eng(), &done)
+    }
+
+    // ---- put and get ------------------------------------------------------------------------
+
+    /// Writes `data` at `off` in `to`'s segment and waits until it is there.
+    pub fn put(&self, to: u32, off: usize, data: &[u8]) -> Result<()> {
+        self.put_nbi(to, off, data)?;
+        self.w().quiet()
+    }
+
+    /// Starts a put; `data` may be reused at once, the handle says when it is at the target.
+    pub fn put_nb(&self, to: u32, off: usize, data: &[u8]) -> Result<Event<'c>> {
+        self.put_nbi(to, off, data)?;
+        Ok(self.event(What::Put))
+    }
+
+    /// Starts a put completed by [`Endpoint::wait_syncnbi_puts`].
+    pub fn put_nbi(&self, to: u32, off: usize, data: &[u8]) -> Result<()> {
+        self.outside("a put")?;
+        let q = rank(self.core, to)?;
+        self.core.check_range(q, off, data.len())?;
+        self.w().put(&self.core.segs[q], off, data)
+    }
+
+    fn event<'a>(&self, what: What<'a>) -> Event<'a>
+    where
+        'c: 'a,
+    {
+        Event {
+            w: self.w(),
+            eng: self.eng(),
+            core: self.core,
+            what,
+        }
+    }
+
+    /// Reads `buf.len()` bytes at `off` in `from`'s segment into `buf`.
+    pub fn get(&self, from: u32, off: usize, buf: &mut [u8]) -> Result<()> {
+        self.get_nb(from, off, buf)?.wait()
+    }
+
+    /// Starts a get into `buf`, filled when the handle completes.
+    pub fn get_nb<'a>(&self, from: u32, off: usize, buf: &'a mut [u8]) -> Result<Event<'a>>
+    where
+        'c: 'a,
+    {
+        self.outside("a get")?;
+        let q = rank(self.core, from)?;
+        self.core.check_range(q, off, buf.len())?;
+        let n = buf.len();
+        let id = self.core.op_alloc(q, n, n);
+        let op = id as u32;
+        let ev = self.event(What::Get { op, buf });
+        if n > 0 {
+            let mut list = [0u8; 16];
+            list[..8].copy_from_slice(&(off as u64).to_le_bytes());
+            list[8..].copy_from_slice(&(n as u64).to_le_bytes());
+            let c = self.core;
+            if let Err(e) = c.send(
+                self.w(),
+                self.eng(),
+                Net::Request,
+                q,
+                GET,
+                0,
+                &[id, 0],
+                &list,
+            ) {
+                // Never sent: nothing will answer it.
+                c.with_op(op, |o| o.bytes_left = 0);
+                return Err(e);
+            }
+        }
+        Ok(ev)
+    }
+
+    /// Reads `len` bytes at `off` in `from`'s segment into this rank's segment at
+    /// `local_off`: the target puts them straight there (one copy).
+    pub fn get_into(&self, local_off: usize, from: u32, off: usize, len: usize) -> Result<()> {
+        let id = self.get_seg(local_off, from, off, len, None)?;
+        let op = id as u32;
+        self.core.wait_op(self.w(), self.eng(), op)?;
+        self.core.op_finish(op, |_| {})
+    }
+
+    /// Starts a get into this rank's segment, completed by [`Endpoint::wait_syncnbi_gets`].
+    pub fn get_nbi_into(&self, local_off: usize, from: u32, off: usize, len: usize) -> Result<()> {
+        self.get_seg(local_off, from, off, len, Some(NBI_GETS))
+            .map(|_| ())
+    }
+
+    fn get_seg(
+        &self,
+        local_off: usize,
+        from: u32,
+        off: usize,
+        len: usize,
+        nbi: Option<u32>,
+    ) -> Result<u64> {
+        self.outside("a get")?;
+        let q = rank(self.core, from)?;
+        self.core.check_range(q, off, len)?;
+        self.core.check_range(self.core.me, local_off, len)?;
+        let id = match nbi {
+            Some(slot) => self.core.with_op(slot, |op| {
+                op.bytes_left += len;
+                u64::from(slot)
+            }),
+            None => self.core.op_alloc(q, len, 0),
+        };
+        let args = [id, off as u64, len as u64, local_off as u64];
+        let c = self.core;
+        c.send(
+            self.w(),
+            self.eng(),
+            Net::Request,
+            q,
+            GET_SEG,
+            0,
+            &args,
+            &[],
+        )?;
+        Ok(id)
+    }
+
+    /// Waits until every `*_nbi` put of this rank is complete at its target.
+    pub fn wait_syncnbi_puts(&self) -> Result<()> {
+        self.outside("a wait")?;
+        self.wait_slot(NBI_PUTS)?;
+        self.w().quiet()
+    }
+
+    /// Waits until every `*_nbi` get of this rank has landed.
+    pub fn wait_syncnbi_gets(&self) -> Result<()> {
+        self.outside("a wait")?;
+        self.wait_slot(NBI_GETS)
+    }
+
+    /// Both of the above.
+    pub fn wait_syncnbi_all(&self) -> Result<()> {
+        self.wait_syncnbi_gets()?;
+        self.wait_syncnbi_puts()
+    }
+
+    fn wait_slot(&self, slot: u32) -> Result<()> {
+        let c = self.core;
+        c.wait_until(self.w(), self.eng(), &|| c.op_done(slot))?;
+        c.take_err(slot).map_or(Ok(()), Err)
+    }
+}

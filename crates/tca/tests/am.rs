@@ -1,0 +1,596 @@
+//! Active messages and the extended API (`tca::am`), after GASNet's test programs: round trips
+//! of every kind and size (testam), flooding (testqueue), put/get against a reference
+//! (testcore), vector/indexed/strided against element-by-element references (testvis), large
+//! transfers (testlarge), and every bad-input case. Thread ranks.
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+
+use proptest::prelude::*;
+use tca::am::{Endpoint, MAX_ARGS, MAX_MEDIUM, Strided, Table};
+use tca::{Comm, ErrorKind, threads};
+
+fn pattern(seed: u64, n: usize) -> Vec<u8> {
+    (0..n).map(|i| (seed as usize * 31 + i * 7) as u8).collect()
+}
+
+/// A table with echo handlers for every kind: the request handler checks the payload it got
+/// (pattern of args[0]) and replies in kind with pattern(args[0] + 1); the reply handlers
+/// record what came back.
+/// (kind: 0 Short, 1 Medium, 2 Long; arguments; payload) of each reply.
+type Replies = Rc<RefCell<Vec<(u64, Vec<u64>, Vec<u8>)>>>;
+
+struct Echo {
+    got: Replies,
+}
+
+fn echo_table(seg_half: usize) -> (Table, Echo) {
+    let got = Rc::new(RefCell::new(Vec::new()));
+    let mut t = Table::new();
+    let g = got.clone();
+    let short_rep = t.add("short_rep", move |_, m| {
+        g.borrow_mut().push((0, m.args.to_vec(), Vec::new()));
+        Ok(())
+    });
+    let g = got.clone();
+    let med_rep = t.add("med_rep", move |_, m| {
+        g.borrow_mut()
+            .push((1, m.args.to_vec(), m.payload.to_vec()));
+        Ok(())
+    });
+    let g = got.clone();
+    let long_rep = t.add("long_rep", move |tok, m| {
+        let (off, len) = m.long.expect("a Long reply says where it landed");
+        let mut b = vec![0u8; len];
+        tok.segment().read(off, &mut b)?;
+        g.borrow_mut().push((2, m.args.to_vec(), b));
+        Ok(())
+    });
+    t.add("short_req", move |tok, m| {
+        let back: Vec<u64> = m.args.iter().map(|a| a + 1).collect();
+        tok.reply_short(short_rep, &back)
+    });
+    t.add("med_req", move |tok, m| {
+        assert_eq!(m.payload, &pattern(m.args[0], m.payload.len())[..]);
+        tok.reply_medium(med_rep, m.args, &pattern(m.args[0] + 1, m.payload.len()))
+    });
+    t.add("long_req", move |tok, m| {
+        let (off, len) = m.long.expect("a Long request says where it landed");
+        let mut b = vec![0u8; len];
+        tok.segment().read(off, &mut b)?;
+        assert_eq!(b, pattern(m.args[0], len));
+        // Reply into the upper half of the requester's segment.
+        tok.reply_long(long_rep, m.args, &pattern(m.args[0] + 1, len), seg_half)
+    });
+    (t, Echo { got })
+}
+
+#[test]
+fn round_trips_of_every_kind_and_size() {
+    for p in [2u32, 3] {
+        threads::run(p, |w| {
+            let c = Comm::world(w)?;
+            let half = 1 << 20;
+            let (t, echo) = echo_table(half);
+            let ep = Endpoint::new(&c, t, 2 * half)?;
+            assert_eq!(ep.max_args(), MAX_ARGS);
+            assert!(ep.max_request_medium() >= 64 << 10);
+            let me = c.rank();
+            let to = (me + 1) % p;
+            let pk = ep.packet_bytes();
+            let mut expect = 0;
+            // Short: 0..=16 arguments.
+            let sreq = ep.index("short_req")?;
+            for n in 0..=MAX_ARGS {
+                let args: Vec<u64> = (0..n as u64).map(|i| i * 1000 + u64::from(me)).collect();
+                ep.request_short(to, sreq, &args)?;
+                expect += 1;
+                ep.wait_until(|| echo.got.borrow().len() == expect)?;
+                let (k, a, _) = echo.got.borrow().last().cloned().unwrap();
+                assert_eq!(k, 0);
+                assert_eq!(a, args.iter().map(|x| x + 1).collect::<Vec<_>>());
+            }
+            // Medium: inline, one packet, several packets, the maximum.
+            let mreq = ep.index("med_req")?;
+            for (i, n) in [
+                0,
+                1,
+                40,
+                41,
+                pk - 24,
+                pk - 23,
+                pk,
+                pk + 1,
+                pk + pk / 2,
+                MAX_MEDIUM,
+            ]
+            .into_iter()
+            .enumerate()
+            {
+                let seed = 100 + i as u64;
+                ep.request_medium(to, mreq, &[seed, 7, 8], &pattern(seed, n))?;
+                expect += 1;
+                ep.wait_until(|| echo.got.borrow().len() == expect)?;
+                let (k, a, b) = echo.got.borrow().last().cloned().unwrap();
+                assert_eq!((k, a.as_slice()), (1, &[seed, 7, 8][..]));
+                assert_eq!(b, pattern(seed + 1, n), "medium of {n} bytes");
+            }
+            // Long: up to the half segment, landing at the offset asked.
+            let lreq = ep.index("long_req")?;
+            for (i, n) in [0, 1, 64, 4096, pk + 5, 300_000, half]
+                .into_iter()
+                .enumerate()
+            {
+                let seed = 200 + i as u64;
+                ep.request_long(to, lreq, &[seed], &pattern(seed, n), 0)?;
+                expect += 1;
+                ep.wait_until(|| echo.got.borrow().len() == expect)?;
+                let (k, a, b) = echo.got.borrow().last().cloned().unwrap();
+                assert_eq!((k, a.as_slice()), (2, &[seed][..]));
+                assert_eq!(b, pattern(seed + 1, n), "long of {n} bytes");
+                // Both ends are done with the Long areas before the next round reuses them.
+                c.barrier()?;
+            }
+            c.barrier()?;
+            Ok(())
+        })
+        .unwrap();
+    }
+}
+
+#[test]
+fn flooding_every_rank_with_replies_does_not_deadlock() {
+    // testqueue: every rank floods every other with requests whose handlers reply, all at
+    // once, 8 ranks on 2 cores.
+    let n: u64 = 100_000;
+    threads::run(8, |w| {
+        let c = Comm::world(w)?;
+        let p = u64::from(c.size());
+        let replies = Rc::new(Cell::new(0u64));
+        let handled = Rc::new(Cell::new(0u64));
+        let sum = Rc::new(Cell::new(0u64));
+        let mut t = Table::new();
+        let (r, s) = (replies.clone(), sum.clone());
+        let rep = t.add("rep", move |_, m| {
+            r.set(r.get() + 1);
+            s.set(s.get() + m.args[0]);
+            Ok(())
+        });
+        let h = handled.clone();
+        let req = t.add("req", move |tok, m| {
+            h.set(h.get() + 1);
+            tok.reply_short(rep, &[m.args[0] * 2])
+        });
+        let ep = Endpoint::new(&c, t, 64)?;
+        let me = u64::from(c.rank());
+        for i in 0..n {
+            for k in 1..p {
+                let to = ((me + k) % p) as u32;
+                ep.request_short(to, req, &[i])?;
+            }
+        }
+        let want = n * (p - 1);
+        ep.wait_until(|| replies.get() == want)?;
+        // Peers still need this rank's handlers until they have all their replies.
+        c.barrier()?;
+        assert_eq!(handled.get(), want);
+        assert_eq!(sum.get(), (p - 1) * n * (n - 1));
+        Ok(())
+    })
+    .unwrap();
+}
+
+#[test]
+fn put_get_in_every_form() {
+    threads::run(3, |w| {
+        let c = Comm::world(w)?;
+        let ep = Endpoint::new(&c, Table::new(), 1 << 20)?;
+        let me = c.rank();
+        let (right, left) = ((me + 1) % 3, (me + 2) % 3);
+        // Blocking put into the right neighbour; then everyone reads its left neighbour's
+        // segment back, in every form.
+        for (i, n) in [0usize, 1, 8, 100, 5000, 70_000, 400_000]
+            .into_iter()
+            .enumerate()
+        {
+            let off = 64 * i;
+            ep.put(right, off, &pattern(u64::from(me) + 10 * i as u64, n))?;
+            c.barrier()?;
+            let want = pattern(u64::from(left) + 10 * i as u64, n);
+            let mut mine = vec![0u8; n];
+            ep.segment().read(off, &mut mine)?;
+            assert_eq!(mine, want, "put of {n}");
+            // get from the right neighbour what this rank put there
+            let mine_there = pattern(u64::from(me) + 10 * i as u64, n);
+            let mut b = vec![0u8; n];
+            ep.get(right, off, &mut b)?;
+            assert_eq!(b, mine_there, "get of {n}");
+            let mut b2 = vec![0u8; n];
+            let mut ev = ep.get_nb(right, off, &mut b2)?;
+            while !ev.test()? {}
+            drop(ev);
+            assert_eq!(b2, mine_there, "get_nb of {n}");
+            // into the segment, above the area peers write
+            let at = 512 << 10;
+            ep.get_into(at, right, off, n)?;
+            let mut b3 = vec![0u8; n];
+            ep.segment().read(at, &mut b3)?;
+            assert_eq!(b3, mine_there, "get_into of {n}");
+            c.barrier()?;
+        }
+        // Non-blocking forms, many outstanding.
+        let mut bufs = vec![vec![0u8; 16]; 40];
+        let evs = bufs
+            .iter_mut()
+            .enumerate()
+            .map(|(k, b)| ep.get_nb(right, 16 * k, b))
+            .collect::<tca::Result<Vec<_>>>()?;
+        for e in evs.into_iter().rev() {
+            e.wait()?;
+        }
+        for (k, b) in bufs.iter().enumerate() {
+            let mut want = vec![0u8; 16];
+            ep.get(right, 16 * k, &mut want)?;
+            assert_eq!(b, &want);
+        }
+        for k in 0..40 {
+            ep.put_nbi(right, 600_000 + 8 * k, &(k as u64).to_le_bytes())?;
+            ep.get_nbi_into(700_000 + 8 * k, left, 0, 8)?;
+        }
+        ep.put_nb(right, 800_000, &[9u8; 8])?.wait()?;
+        ep.wait_syncnbi_all()?;
+        c.barrier()?;
+        let mut v = [0u8; 8];
+        for k in 0..40 {
+            ep.segment().read(600_000 + 8 * k, &mut v)?;
+            assert_eq!(u64::from_le_bytes(v), k as u64);
+        }
+        ep.segment().read(800_000, &mut v)?;
+        assert_eq!(v, [9u8; 8]);
+        // A dropped handle: safe, the data goes nowhere.
+        let mut lost = vec![0u8; 100_000];
+        drop(ep.get_nb(right, 0, &mut lost)?);
+        c.barrier()?;
+        Ok(())
+    })
+    .unwrap();
+}
+
+/// Naive strided reference: element by element.
+fn strided_ref(s: &Strided<'_>, mut f: impl FnMut(usize, usize)) {
+    let d = s.count.len();
+    let mut idx = vec![0usize; d];
+    if s.count.contains(&0) {
+        return;
+    }
+    loop {
+        let r: usize = (0..d).map(|k| idx[k] * s.remote_strides[k]).sum();
+        let l: usize = (0..d).map(|k| idx[k] * s.local_strides[k]).sum();
+        for b in 0..s.elem {
+            f(r + b, l + b);
+        }
+        let mut k = 0;
+        loop {
+            if k == d {
+                return;
+            }
+            idx[k] += 1;
+            if idx[k] < s.count[k] {
+                break;
+            }
+            idx[k] = 0;
+            k += 1;
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Shape {
+    elem: usize,
+    count: Vec<usize>,
+    rgap: Vec<usize>,
+    lgap: Vec<usize>,
+}
+
+impl Shape {
+    /// Strides built from the counts plus gaps, so elements never overlap.
+    fn strides(&self, gaps: &[usize]) -> Vec<usize> {
+        let mut s = Vec::new();
+        let mut span = self.elem;
+        for (k, &c) in self.count.iter().enumerate() {
+            let st = span + gaps[k];
+            s.push(st);
+            span = st * c;
+        }
+        s
+    }
+}
+
+fn shape() -> impl Strategy<Value = Shape> {
+    (1usize..4).prop_flat_map(|d| {
+        (
+            prop_oneof![Just(1usize), Just(8), 1usize..40],
+            prop::collection::vec(1usize..7, d),
+            prop::collection::vec(prop_oneof![Just(0usize), 0usize..24], d),
+            prop::collection::vec(prop_oneof![Just(0usize), 0usize..24], d),
+        )
+            .prop_map(|(elem, count, rgap, lgap)| Shape {
+                elem,
+                count,
+                rgap,
+                lgap,
+            })
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    #[test]
+    fn strided_vector_indexed_match_references(
+        shapes in prop::collection::vec(shape(), 1..4),
+    ) {
+        // Pieces run from 1 byte (packed through the ring) to several KiB (segment to
+        // segment), so both paths and their mix are covered.
+        let shapes = &shapes;
+        threads::run(2, move |w| {
+            let c = Comm::world(w)?;
+            let seg = 1 << 18;
+            let ep = Endpoint::new(&c, Table::new(), seg)?;
+            let me = c.rank();
+            let peer = 1 - me;
+            for (i, sh) in shapes.iter().enumerate() {
+                let rs = sh.strides(&sh.rgap);
+                let ls = sh.strides(&sh.lgap);
+                let s = Strided { elem: sh.elem, count: &sh.count, remote_strides: &rs, local_strides: &ls };
+                let lext = ls.last().unwrap() * sh.count.last().unwrap();
+                let src = pattern(i as u64 + 50 * u64::from(me), lext);
+                // Fill the peer's segment with a known background first.
+                let off = 8 * i + 3;
+                ep.put(peer, 0, &vec![0xEEu8; seg])?;
+                c.barrier()?;
+                ep.put_strided(peer, off, &s, &src)?;
+                c.barrier()?;
+                // What the peer should hold now, element by element.
+                let mut want = vec![0xEEu8; seg];
+                let theirs = pattern(i as u64 + 50 * u64::from(peer), lext);
+                strided_ref(&s, |r, l| want[off + r] = theirs[l]);
+                let mut got = vec![0u8; seg];
+                ep.segment().read(0, &mut got)?;
+                assert!(got == want, "strided put {sh:?}");
+                // Get it back the same way: the local side must equal src where covered.
+                let mut back = vec![0x11u8; lext];
+                ep.get_strided(peer, off, &s, &mut back)?;
+                let mut wantb = vec![0x11u8; lext];
+                strided_ref(&s, |_, l| wantb[l] = src[l]);
+                assert!(back == wantb, "strided get {sh:?}");
+                // The same pieces as a vector and an indexed list, against a reference.
+                let pieces: Vec<(usize, usize)> = (0..sh.count[0]).map(|k| (off + k * rs[0], sh.elem)).collect();
+                let parts: Vec<Vec<u8>> = (0..sh.count[0]).map(|k| pattern(k as u64 + 7, sh.elem)).collect();
+                let refs: Vec<&[u8]> = parts.iter().map(|v| v.as_slice()).collect();
+                c.barrier()?;
+                ep.put_vector(peer, &pieces, &refs)?;
+                let mut outs: Vec<Vec<u8>> = vec![vec![0u8; sh.elem]; sh.count[0]];
+                let mut outr: Vec<&mut [u8]> = outs.iter_mut().map(|v| v.as_mut_slice()).collect();
+                ep.get_vector(peer, &pieces, &mut outr)?;
+                assert_eq!(&outs, &parts);
+                let offs: Vec<usize> = pieces.iter().map(|p| p.0).collect();
+                let joined: Vec<u8> = parts.concat();
+                ep.put_indexed(peer, &offs, sh.elem, &[&joined])?;
+                let mut one = vec![0u8; joined.len()];
+                ep.get_indexed(peer, &offs, sh.elem, &mut [&mut one])?;
+                assert_eq!(one, joined);
+                c.barrier()?;
+            }
+            Ok(())
+        }).unwrap();
+    }
+
+    #[test]
+    fn random_puts_and_gets_match_a_reference(
+        ops in prop::collection::vec((any::<bool>(), 0usize..60_000, 0usize..5000, any::<u8>()), 1..30),
+    ) {
+        let ops = &ops;
+        threads::run(2, move |w| {
+            let c = Comm::world(w)?;
+            let seg = 64 << 10;
+            let ep = Endpoint::new(&c, Table::new(), seg)?;
+            // Rank 0 drives, rank 1's segment is the target; rank 0 keeps the reference.
+            if c.rank() == 0 {
+                let mut model = vec![0u8; seg];
+                for &(put, off, len, v) in ops.iter() {
+                    let len = len.min(seg - off);
+                    if put {
+                        let data: Vec<u8> = (0..len).map(|k| v.wrapping_add(k as u8)).collect();
+                        ep.put(1, off, &data)?;
+                        model[off..off + len].copy_from_slice(&data);
+                    } else {
+                        let mut b = vec![0u8; len];
+                        ep.get(1, off, &mut b)?;
+                        assert_eq!(&b[..], &model[off..off + len]);
+                    }
+                }
+            }
+            c.barrier()
+        }).unwrap();
+    }
+}
+
+#[test]
+fn bad_input_is_a_clear_error() {
+    threads::run(2, |w| {
+        let c = Comm::world(w)?;
+        let fired = Rc::new(Cell::new(0u32));
+        let errs = Rc::new(RefCell::new(Vec::<ErrorKind>::new()));
+        let mut t = Table::new();
+        let (f, e) = (fired.clone(), errs.clone());
+        let rep = t.add("rep", move |tok, _| {
+            f.set(f.get() + 1);
+            // A reply handler may not reply.
+            e.borrow_mut().push(
+                tok.reply_short(tca::am::Table::new().add("x", |_, _| Ok(())), &[])
+                    .unwrap_err()
+                    .kind(),
+            );
+            Ok(())
+        });
+        let e2 = errs.clone();
+        t.add("req", move |tok, _| {
+            tok.reply_short(rep, &[])?;
+            // Twice is refused.
+            e2.borrow_mut()
+                .push(tok.reply_short(rep, &[]).unwrap_err().kind());
+            Ok(())
+        });
+        let ep = Endpoint::new(&c, t, 4096)?;
+        let req = ep.index("req")?;
+        let peer = 1 - c.rank();
+        // A second endpoint on the same communicator.
+        assert_eq!(
+            Endpoint::new(&c, Table::new(), 64).unwrap_err().kind(),
+            ErrorKind::InvalidArgument
+        );
+        // Unknown names and indices, too many arguments, a bad rank.
+        assert!(ep.index("nope").is_err());
+        let mut other = Table::new();
+        for k in 0..5 {
+            other.add(&format!("h{k}"), |_, _| Ok(()));
+        }
+        let h4 = other.add("h5", |_, _| Ok(()));
+        let e = ep.request_short(peer, h4, &[]).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+        assert!(e.message().contains("not registered"), "{e}");
+        let e = ep.request_short(peer, req, &[0; 17]).unwrap_err();
+        assert!(e.message().contains("at most 16"), "{e}");
+        assert_eq!(
+            ep.request_short(9, req, &[]).unwrap_err().kind(),
+            ErrorKind::InvalidRank
+        );
+        // Medium over the maximum, Long outside the target segment: nothing sent or written.
+        let e = ep
+            .request_medium(peer, req, &[], &vec![0; MAX_MEDIUM + 1])
+            .unwrap_err();
+        assert!(e.message().contains("at most"), "{e}");
+        let e = ep
+            .request_long(peer, req, &[], &[1; 100], 4000)
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::OutOfBounds);
+        assert!(e.message().contains("4096"), "{e}");
+        // Put and get outside the segment; strided descriptions that overflow or overrun.
+        assert_eq!(
+            ep.put(peer, 4090, &[0; 8]).unwrap_err().kind(),
+            ErrorKind::OutOfBounds
+        );
+        assert_eq!(
+            ep.get(peer, usize::MAX - 2, &mut [0; 8])
+                .unwrap_err()
+                .kind(),
+            ErrorKind::OutOfBounds
+        );
+        let s = Strided {
+            elem: 8,
+            count: &[4, usize::MAX / 2],
+            remote_strides: &[8, 64],
+            local_strides: &[8, 32],
+        };
+        assert!(
+            ep.put_strided(peer, 0, &s, &[0; 64])
+                .unwrap_err()
+                .message()
+                .contains("overflow")
+        );
+        let s = Strided {
+            elem: 8,
+            count: &[4, 100],
+            remote_strides: &[8, 64],
+            local_strides: &[8, 32],
+        };
+        assert_eq!(
+            ep.put_strided(peer, 0, &s, &[0; 64]).unwrap_err().kind(),
+            ErrorKind::OutOfBounds
+        );
+        let s = Strided {
+            elem: 8,
+            count: &[4],
+            remote_strides: &[8, 64],
+            local_strides: &[8],
+        };
+        assert!(
+            ep.put_strided(peer, 0, &s, &[0; 64])
+                .unwrap_err()
+                .message()
+                .contains("strides")
+        );
+        assert!(
+            ep.put_vector(peer, &[(0, 8)], &[&[0u8; 7]])
+                .unwrap_err()
+                .message()
+                .contains("equal")
+        );
+        // The checks above wrote nothing: the peer's segment is still zero.
+        c.barrier()?;
+        let mut z = vec![1u8; 4096];
+        ep.segment().read(0, &mut z)?;
+        assert!(z.iter().all(|&b| b == 0));
+        // A handler that replies twice, and a reply handler that replies: refused, counted.
+        ep.request_short(peer, req, &[])?;
+        ep.wait_until(|| fired.get() == 1 && errs.borrow().len() == 2)?;
+        c.barrier()?;
+        assert!(
+            errs.borrow()
+                .iter()
+                .all(|&k| k == ErrorKind::InvalidArgument)
+        );
+        Ok(())
+    })
+    .unwrap();
+}
+
+#[test]
+fn handler_tables_must_agree() {
+    let r = threads::run(2, |w| {
+        let c = Comm::world(w)?;
+        let mut t = Table::new();
+        t.add("a", |_, _| Ok(()));
+        if c.rank() == 1 {
+            t.add("b", |_, _| Ok(()));
+        }
+        Endpoint::new(&c, t, 64).map(|_| ())
+    });
+    let e = r.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+    assert!(e.message().contains("differ"), "{e}");
+}
+
+#[test]
+fn handlers_run_inside_collectives() {
+    threads::run(2, |w| {
+        let c = Comm::world(w)?;
+        let seen = Rc::new(Cell::new(0u32));
+        let mut t = Table::new();
+        let s = seen.clone();
+        t.add("count", move |_, _| {
+            s.set(s.get() + 1);
+            Ok(())
+        });
+        let ep = Endpoint::new(&c, t, 64)?;
+        let h = ep.index("count")?;
+        // Rank 0 sends, then both enter a barrier: rank 1's handler runs inside it (or after).
+        if c.rank() == 0 {
+            ep.request_short(1, h, &[])?;
+        }
+        // A get from rank 1 needs rank 0's handler while rank 0 sits in a collective.
+        if c.rank() == 1 {
+            let mut b = [0u8; 8];
+            ep.get(0, 0, &mut b)?;
+        }
+        c.barrier()?;
+        c.barrier()?;
+        if c.rank() == 1 {
+            ep.wait_until(|| seen.get() == 1)?;
+        }
+        assert!(Endpoint::of(&c).is_some());
+        Ok(())
+    })
+    .unwrap();
+}
