@@ -27,6 +27,9 @@ const GET_DATA: u8 = 9;
 /// target puts straight there and answers GET_DONE [op, length].
 pub(super) const GET_SEG: u8 = 10;
 const GET_DONE: u8 = 11;
+/// Get into a landing segment of the requester: args [op, offset, length], payload the
+/// landing's handle; the target puts straight there and answers GET_DONE.
+pub(super) const GET_LAND: u8 = 15;
 /// A get or packed put the target refused: [op, offset, length, segment length].
 const REFUSED: u8 = 12;
 /// Packed pieces of a put: args [op], payload records (offset u64, length u64, bytes).
@@ -55,6 +58,8 @@ pub(super) struct Op {
     pub(super) bytes_left: usize,
     pub(super) acks_left: usize,
     pub(super) stash: Vec<u8>,
+    /// A large get into memory lands here (registered), then one copy to the caller.
+    land: Option<Segment>,
     pub(super) err: Option<Error>,
     /// Its handle was dropped: free the slot when the last reply comes.
     orphan: bool,
@@ -82,6 +87,8 @@ struct State {
     /// Reassembly per ring and source (None: no fragmented payload under way).
     asm: [Vec<Option<Asm>>; 2],
     pool: Vec<Vec<u8>>,
+    /// Registered landing segments of large gets, reused.
+    landing: Vec<Segment>,
     scratch: Vec<u8>,
     rr: usize,
 }
@@ -100,6 +107,8 @@ pub(crate) struct Core {
     /// Handlers running now (nested: a request handler waiting to send its reply runs reply
     /// handlers).
     pub(super) depth: Cell<u32>,
+    /// Whether this rank ever sent itself a message (else polls skip its own rings).
+    loopback: Cell<bool>,
     pub(super) pack: usize,
     /// Offset of the doorbell word in the request ring's segment (the flag is a line after).
     bell: usize,
@@ -173,6 +182,7 @@ impl Core {
             names: handlers.iter().map(|(n, _)| n.clone()).collect(),
             handlers: handlers.into_iter().map(|(_, h)| RefCell::new(h)).collect(),
             depth: Cell::new(0),
+            loopback: Cell::new(false),
             pack,
             bell,
             flags,
@@ -217,6 +227,9 @@ impl Core {
         args: &[u64],
         data: &[u8],
     ) -> Result<()> {
+        if to == self.me {
+            self.loopback.set(true);
+        }
         let argb: &[u8] = bytemuck::cast_slice(args);
         let first = data.len().min(self.room(args.len()));
         self.push(
@@ -328,10 +341,14 @@ impl Core {
         } else {
             &[Net::Reply, Net::Request]
         };
+        let me = (!self.loopback.get()).then_some(self.me);
         for &net in nets {
             let ring = self.ring(net);
             for k in 0..self.p {
                 let q = (start + k) % self.p;
+                if Some(q) == me {
+                    continue; // this rank never sent itself anything
+                }
                 // A bounded batch per peer and pass: a peer that floods cannot starve the
                 // others (or this rank's own caller).
                 for _ in 0..16 {
@@ -427,7 +444,22 @@ impl Core {
         match kind {
             SHORT | MEDIUM | LONG => self.run_user(w, eng, net, q, kind, handler, args, data),
             GET => self.serve_get(w, eng, q, args, data),
-            GET_SEG => self.serve_get_seg(w, eng, q, args),
+            GET_SEG => self.serve_get_seg(w, eng, q, args, None),
+            GET_LAND => {
+                let h = Handle::from_bytes(data)?;
+                if h.rank() != self.world[q] {
+                    return Err(self.peer_err(
+                        ErrorKind::InvalidHandle,
+                        q,
+                        format!(
+                            "communicator rank {q} asked for a get into a segment of world rank {}",
+                            h.rank()
+                        ),
+                    ));
+                }
+                w.attach(&h)?;
+                self.serve_get_seg(w, eng, q, &[args[0], args[1], args[2], 0], Some(&h))
+            }
             PUT_PACKED => self.serve_put_packed(w, eng, q, args, data),
             GET_DATA => {
                 let at = args[1] as usize;
@@ -582,29 +614,46 @@ impl Core {
         }
         let chunk = self.room(2);
         let mut buf = std::mem::take(&mut self.st.borrow_mut().scratch);
-        buf.clear();
-        let mut sent = 0u64;
+        if buf.len() < chunk {
+            buf.resize(chunk, 0); // once: the scratch keeps its length between gets
+        }
+        let (mut fill, mut sent) = (0, 0u64);
         self.depth.set(self.depth.get() + 1);
         let r = (|| {
             for i in 0..n {
                 let (mut off, mut len) =
                     (word(list, 2 * i) as usize, word(list, 2 * i + 1) as usize);
                 while len > 0 {
-                    let k = len.min(chunk - buf.len());
-                    let at = buf.len();
-                    buf.resize(at + k, 0);
-                    self.seg.read(off, &mut buf[at..])?;
-                    (off, len) = (off + k, len - k);
-                    if buf.len() == chunk {
-                        self.send(w, eng, Net::Reply, q, GET_DATA, 0, &[op, sent], &buf)?;
-                        sent += buf.len() as u64;
-                        buf.clear();
+                    let k = len.min(chunk - fill);
+                    self.seg.read(off, &mut buf[fill..fill + k])?;
+                    (off, len, fill) = (off + k, len - k, fill + k);
+                    if fill == chunk {
+                        self.send(
+                            w,
+                            eng,
+                            Net::Reply,
+                            q,
+                            GET_DATA,
+                            0,
+                            &[op, sent],
+                            &buf[..fill],
+                        )?;
+                        (sent, fill) = (sent + fill as u64, 0);
                     }
                 }
             }
-            if !buf.is_empty() {
-                self.send(w, eng, Net::Reply, q, GET_DATA, 0, &[op, sent], &buf)?;
-                sent += buf.len() as u64;
+            if fill > 0 {
+                self.send(
+                    w,
+                    eng,
+                    Net::Reply,
+                    q,
+                    GET_DATA,
+                    0,
+                    &[op, sent],
+                    &buf[..fill],
+                )?;
+                sent += fill as u64;
             }
             debug_assert_eq!(sent, total);
             Ok(())
@@ -615,7 +664,14 @@ impl Core {
     }
 
     /// A get into the requester's segment: one put straight there, then the answer.
-    fn serve_get_seg(&self, w: &World, eng: &Engine, q: usize, args: &[u64]) -> Result<()> {
+    fn serve_get_seg(
+        &self,
+        w: &World,
+        eng: &Engine,
+        q: usize,
+        args: &[u64],
+        into: Option<&Handle>,
+    ) -> Result<()> {
         let [op, off, len, dst] = args[..4]
             .try_into()
             .map_err(|_| self.peer_err(ErrorKind::Transport, q, "short get request".to_string()))?;
@@ -628,7 +684,7 @@ impl Core {
                 .put(
                     &self.seg,
                     off as usize,
-                    &self.segs[q],
+                    into.unwrap_or(&self.segs[q]),
                     dst as usize,
                     len as usize,
                 )
@@ -688,13 +744,15 @@ impl Core {
                 buf = st.pool.swap_remove(i);
             }
         }
-        buf.clear();
-        buf.resize(stash, 0);
+        if buf.len() < stash {
+            buf.resize(stash, 0); // grows only: a reused stash is not cleared again
+        }
         let op = &mut st.ops[idx as usize];
         op.epoch = op.epoch.wrapping_add(1);
         op.bytes_left = bytes;
         op.acks_left = 0;
         op.stash = buf;
+        op.land = None;
         op.err = None;
         op.orphan = false;
         op.live = true;
@@ -730,15 +788,47 @@ impl Core {
         op.bytes_left == 0 && op.acks_left == 0
     }
 
-    /// Ends an explicit operation: its error, if any; its stash is handed to `f` first.
-    pub(super) fn op_finish(&self, idx: u32, f: impl FnOnce(&[u8])) -> Result<()> {
+    /// Ends an explicit operation: its error, if any; its stash (and landing segment, if it
+    /// has one) is handed to `f` first.
+    pub(super) fn op_finish(
+        &self,
+        idx: u32,
+        f: impl FnOnce(&[u8], Option<&Segment>) -> Result<()>,
+    ) -> Result<()> {
+        let (land, placed, err) = {
+            let mut st = self.st.borrow_mut();
+            let op = &mut st.ops[idx as usize];
+            let land = op.land.take();
+            let placed = f(&op.stash, land.as_ref());
+            op.live = false;
+            let err = op.err.take();
+            st.free.push(idx);
+            (land, placed, err)
+        };
+        if let Some(l) = land {
+            self.st.borrow_mut().landing.push(l);
+        }
+        err.map_or(placed, Err)
+    }
+
+    /// A registered landing segment of at least `n` bytes (the smallest pooled one that
+    /// fits, else a new one), attached to operation `idx`; its handle for the request.
+    pub(super) fn land(&self, w: &World, idx: u32, n: usize) -> Result<Handle> {
         let mut st = self.st.borrow_mut();
-        let op = &mut st.ops[idx as usize];
-        f(&op.stash);
-        op.live = false;
-        let err = op.err.take();
-        st.free.push(idx);
-        err.map_or(Ok(()), Err)
+        let best = st
+            .landing
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.len() >= n)
+            .min_by_key(|(_, s)| s.len())
+            .map(|(i, _)| i);
+        let seg = match best {
+            Some(i) => st.landing.swap_remove(i),
+            None => w.alloc(n.next_power_of_two().max(64 << 10))?,
+        };
+        let h = seg.handle();
+        st.ops[idx as usize].land = Some(seg);
+        Ok(h)
     }
 
     /// A dropped handle: freed now if done, else when its last reply comes.

@@ -81,7 +81,7 @@ mod vis;
 pub(crate) use self::core::Core;
 pub use vis::Strided;
 
-use self::core::{GET, GET_SEG, MEDIUM, NBI_GETS, NBI_PUTS, Net, SHORT};
+use self::core::{GET, GET_LAND, GET_SEG, MEDIUM, NBI_GETS, NBI_PUTS, Net, SHORT};
 use crate::Comm;
 use crate::error::{Error, ErrorKind, Result};
 use crate::fabric::ring::{Ring, Shape};
@@ -344,9 +344,13 @@ impl Event<'_> {
         match std::mem::replace(&mut self.what, What::Done) {
             What::Done => Ok(()),
             What::Put => self.w.quiet(),
-            What::Get { op, buf } => self
-                .core
-                .op_finish(op, |stash| buf.copy_from_slice(&stash[..buf.len()])),
+            What::Get { op, buf } => self.core.op_finish(op, |stash, land| match land {
+                Some(l) => l.read(0, buf),
+                None => {
+                    buf.copy_from_slice(&stash[..buf.len()]);
+                    Ok(())
+                }
+            }),
         }
     }
 }
@@ -662,24 +666,37 @@ impl<'c, 'w> Endpoint<'c, 'w> {
         let q = rank(self.core, from)?;
         self.core.check_range(q, off, buf.len())?;
         let n = buf.len();
-        let id = self.core.op_alloc(q, n, n);
+        // Up to a packet, the bytes come back in reply packets (copied once more into a
+        // pooled stash); beyond, the target puts them straight into a pooled landing
+        // segment of this rank, copied out once.
+        let large = n > self.core.room(2);
+        let id = self.core.op_alloc(q, n, if large { 0 } else { n });
         let op = id as u32;
         let ev = self.event(What::Get { op, buf });
         if n > 0 {
-            let mut list = [0u8; 16];
-            list[..8].copy_from_slice(&(off as u64).to_le_bytes());
-            list[8..].copy_from_slice(&(n as u64).to_le_bytes());
             let c = self.core;
-            if let Err(e) = c.send(
-                self.w(),
-                self.eng(),
-                Net::Request,
-                q,
-                GET,
-                0,
-                &[id, 0],
-                &list,
-            ) {
+            let sent = if large {
+                c.land(self.w(), op, n).and_then(|h| {
+                    let args = [id, off as u64, n as u64];
+                    let (w, e) = (self.w(), self.eng());
+                    c.send(w, e, Net::Request, q, GET_LAND, 0, &args, &h.to_bytes())
+                })
+            } else {
+                let mut list = [0u8; 16];
+                list[..8].copy_from_slice(&(off as u64).to_le_bytes());
+                list[8..].copy_from_slice(&(n as u64).to_le_bytes());
+                c.send(
+                    self.w(),
+                    self.eng(),
+                    Net::Request,
+                    q,
+                    GET,
+                    0,
+                    &[id, 0],
+                    &list,
+                )
+            };
+            if let Err(e) = sent {
                 // Never sent: nothing will answer it.
                 c.with_op(op, |o| o.bytes_left = 0);
                 return Err(e);
@@ -694,7 +711,7 @@ impl<'c, 'w> Endpoint<'c, 'w> {
         let id = self.get_seg(local_off, from, off, len, None)?;
         let op = id as u32;
         self.core.wait_op(self.w(), self.eng(), op)?;
-        self.core.op_finish(op, |_| {})
+        self.core.op_finish(op, |_, _| Ok(()))
     }
 
     /// Starts a get into this rank's segment, completed by [`Endpoint::wait_syncnbi_gets`].

@@ -381,16 +381,14 @@ impl Endpoint<'_, '_> {
         let op = id as u32;
         if let Err(e) = c.send(w, eng, Net::Request, q, GET, 0, &[id, 0], &list) {
             c.with_op(op, |o| o.bytes_left = 0);
-            let _ = c.op_finish(op, |_| {});
+            let _ = c.op_finish(op, |_, _| Ok(()));
             return Err(e);
         }
         let waited = c.wait_op(w, eng, op);
-        let mut placed = Ok(());
-        let done = c.op_finish(op, |stash| {
-            if waited.is_ok() {
-                placed = unpack(stash);
-            }
+        let done = c.op_finish(op, |stash, _| match &waited {
+            Ok(()) => unpack(&stash[..total]),
+            Err(_) => Ok(()),
         });
-        waited.and(done).and(placed)
+        waited.and(done)
     }
 }
