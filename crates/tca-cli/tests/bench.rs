@@ -99,6 +99,7 @@ fn gasnet_benchmarks() {
         "AM_Long",
         "Get",
         "Put",
+        "VIS_Halo",
         "--sizes",
         "8,128,200,100K",
         "--iters",
@@ -122,6 +123,8 @@ fn gasnet_benchmarks() {
             ("AM_Medium", vec![8, 128, 200]),
             ("AM_Long", all.clone()),
             ("Get", all.clone()),
+            // Three faces of N*N f64 for N = 16, 32, 64, 128, whatever --sizes says.
+            ("VIS_Halo", vec![6144, 24576, 98304, 393216]),
             ("Put", all),
         ],
         "{out}"

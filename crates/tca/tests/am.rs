@@ -329,14 +329,17 @@ proptest! {
     #[test]
     fn strided_vector_indexed_match_references(
         shapes in prop::collection::vec(shape(), 1..4),
+        pack in prop_oneof![Just(0usize), 1usize..200, Just(usize::MAX)],
     ) {
-        // Pieces run from 1 byte (packed through the ring) to several KiB (segment to
-        // segment), so both paths and their mix are covered.
+        // Pieces run from 1 byte to several KiB; the threshold sends all of them segment to
+        // segment, all packed through the ring, or a mix.
         let shapes = &shapes;
         threads::run(2, move |w| {
             let c = Comm::world(w)?;
             let seg = 1 << 18;
             let ep = Endpoint::new(&c, Table::new(), seg)?;
+            let set = ep.set_pack_threshold(pack);
+            assert_eq!(ep.pack_threshold(1 - c.rank())?, set);
             let me = c.rank();
             let peer = 1 - me;
             for (i, sh) in shapes.iter().enumerate() {

@@ -74,6 +74,17 @@ pub fn run<B: Backend>(
             // Point-to-point needs a partner; collectives on one rank run as they are.
             continue;
         }
+        if bench.grid() {
+            for n in super::VIS_HALO_N {
+                let bytes = super::vis_halo_bytes(n);
+                b.prepare(bench, bytes)?;
+                if let Some(row) = measure(b, bench, bytes, opts)? {
+                    rows.push(row);
+                    tick(bench.name, bytes);
+                }
+            }
+            continue;
+        }
         if bench.lattice() {
             for &l in &opts.lattices {
                 let halo = Halo::new(l, p)?;

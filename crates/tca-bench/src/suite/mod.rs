@@ -96,6 +96,17 @@ pub enum Kind {
     Get,
     /// A blocking put by rank 0 into rank 1's segment.
     Put,
+    /// Seed 001's strided halo exchange of a 3-D array of f64: three faces (contiguous,
+    /// block-stride, strided) put into the partner's ghost array by strided puts, both ways.
+    VisHalo,
+}
+
+/// Edge lengths of the VIS_Halo benchmark's N x N x N arrays (the seed's range).
+pub const VIS_HALO_N: [usize; 4] = [16, 32, 64, 128];
+
+/// Bytes one rank sends per VIS_Halo exchange of an `n`-cube: three faces of n*n f64.
+pub fn vis_halo_bytes(n: usize) -> usize {
+    3 * n * n * 8
 }
 
 /// Messages in flight per window of the OSU bandwidth tests (OSU's default).
@@ -287,6 +298,13 @@ pub static BENCHMARKS: &[Benchmark] = &[
         about: "blocking get from rank 1's segment into memory (an AM whose handler writes back)",
     },
     Benchmark {
+        name: "VIS_Halo",
+        kind: Kind::VisHalo,
+        collective: None,
+        family: Family::Gasnet,
+        about: "strided puts of a 3-D array's three faces (contiguous, block-stride, strided), both ways, N = 16..128",
+    },
+    Benchmark {
         name: "Put",
         kind: Kind::Put,
         collective: None,
@@ -334,7 +352,8 @@ impl Benchmark {
             | Kind::AmShort
             | Kind::AmMedium
             | Kind::AmLong
-            | Kind::Get => 2.min(p),
+            | Kind::Get
+            | Kind::VisHalo => 2.min(p),
             Kind::Put => 1,
             Kind::OsuMbwMr => p / 2 * 2,
             _ => p,
@@ -344,6 +363,11 @@ impl Benchmark {
     /// Whether only tca runs it (MPI has no active messages; `--compare mpi` skips it).
     pub fn tca_only(&self) -> bool {
         self.family == Family::Gasnet
+    }
+
+    /// Whether its sizes are fixed array edges ([`VIS_HALO_N`]) rather than `--sizes`.
+    pub fn grid(&self) -> bool {
+        self.kind == Kind::VisHalo
     }
 
     /// Whether its sizes come from `--lattice` rather than `--sizes`.
@@ -373,7 +397,7 @@ impl Benchmark {
             | Kind::OsuBw
             | Kind::Get
             | Kind::Put => 1.0,
-            Kind::Sendrecv | Kind::OsuBibw | Kind::Halo => 2.0,
+            Kind::Sendrecv | Kind::OsuBibw | Kind::Halo | Kind::VisHalo => 2.0,
             // A round trip carries the size both ways.
             Kind::AmShort | Kind::AmMedium | Kind::AmLong => 2.0,
             Kind::Exchange => 4.0,

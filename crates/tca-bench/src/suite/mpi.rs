@@ -316,7 +316,12 @@ impl Backend for MpiBackend {
                 Kind::OsuLatency | Kind::OsuBw | Kind::OsuBibw | Kind::OsuMbwMr | Kind::Halo => {
                     unreachable!("handled above")
                 }
-                Kind::AmShort | Kind::AmMedium | Kind::AmLong | Kind::Get | Kind::Put => {
+                Kind::AmShort
+                | Kind::AmMedium
+                | Kind::AmLong
+                | Kind::Get
+                | Kind::Put
+                | Kind::VisHalo => {
                     unreachable!("tca only: MPI does not run them")
                 }
             }

@@ -57,17 +57,24 @@ struct AmBench {
     pings: Rc<Cell<u64>>,
     pongs: Rc<Cell<u64>>,
     stops: Rc<Cell<u64>>,
+    /// VIS_Halo: exchanges the partner finished (its faces are in this rank's ghosts).
+    dones: Rc<Cell<u64>>,
+    /// This rank's N^3 array of VIS_Halo (the faces' source; its ghosts are in the segment).
+    cube: Vec<u8>,
     /// Rank 1: pings and stops expected in all, counted from the start (rank 0 may begin a
     /// batch while rank 1 still finishes the barrier before it, and rank 1's handlers run in
     /// that barrier, so counting from the batch's start would miss some).
-    expect: [Cell<u64>; 2],
+    expect: [Cell<u64>; 3],
 }
 
 impl AmBench {
     /// Makes the communicator's endpoint with testam's handlers: each ping is answered by a
     /// pong of the same kind and size (a Long pong from a buffer of the largest size).
-    fn new(comm: &Comm<'_>, max: usize) -> Result<Self> {
-        let me = Self::default();
+    fn new(comm: &Comm<'_>, max: usize, cube: usize) -> Result<Self> {
+        let me = Self {
+            cube: (0..cube).map(|i| i as u8).collect(),
+            ..Self::default()
+        };
         let mut t = Table::new();
         let pong = |t: &mut Table, name: &str, c: &Rc<Cell<u64>>| {
             let c = c.clone();
@@ -82,6 +89,7 @@ impl AmBench {
             pong(&mut t, "pong_long", &me.pongs),
         );
         pong(&mut t, "stop", &me.stops);
+        pong(&mut t, "halo_done", &me.dones);
         let c = me.pings.clone();
         t.add("ping_short", move |tok, m| {
             c.set(c.get() + 1);
@@ -99,7 +107,8 @@ impl AmBench {
             let n = m.long.map_or(0, |l| l.1);
             tok.reply_long(pl, &[], &back.borrow()[..n], 0)
         });
-        Endpoint::new(comm, t, max.max(8))?;
+        // The cube's ghosts: as large as the cube, after it.
+        Endpoint::new(comm, t, max.max(2 * cube).max(8))?;
         Ok(me)
     }
 }
@@ -154,14 +163,63 @@ impl<'w> TcaBackend<'w> {
             am: None,
             comm,
         }
-        .with_am(gasnet(opts), max)
+        .with_am(opts, max)
     }
 
-    fn with_am(mut self, on: bool, max: usize) -> Result<Self> {
-        if on && self.comm.size() >= 2 {
-            self.am = Some(AmBench::new(&self.comm, max)?);
+    fn with_am(mut self, opts: &Options, max: usize) -> Result<Self> {
+        if gasnet(opts) && self.comm.size() >= 2 {
+            // VIS_Halo's largest cube, and as much again for the ghosts in the segment.
+            let cube = if opts.benches().any(|b| b.kind == Kind::VisHalo) {
+                let n = super::VIS_HALO_N[super::VIS_HALO_N.len() - 1];
+                n * n * n * 8
+            } else {
+                0
+            };
+            self.am = Some(AmBench::new(&self.comm, max, cube)?);
         }
         Ok(self)
+    }
+
+    /// `n` VIS_Halo exchanges: each rank puts the three low faces of its cube (x = 0:
+    /// strided, one element per piece; y = 0: block-stride, a row per piece; z = 0:
+    /// contiguous) into the partner's ghost cube at the same place, waits until they are
+    /// complete there, and tells the partner, then waits for the partner's word.
+    fn vis_halo(&mut self, n: u64) -> Result<()> {
+        let (Some(am), Some(ep)) = (&self.am, Endpoint::of(&self.comm)) else {
+            anyhow::bail!("the GASNet benchmarks' endpoint was not made");
+        };
+        let me = self.comm.rank();
+        if me > 1 {
+            return Ok(());
+        }
+        let peer = 1 - me;
+        let e = (self.cur.1 / 24).isqrt();
+        let (row, plane) = (8 * e, 8 * e * e);
+        let ghost = plane * e;
+        let faces = [
+            ([e, e], [row, plane]), // x = 0: strided
+            ([e, e], [8, plane]),   // y = 0: block-stride
+            ([e * e, 1], [8, 8]),   // z = 0: contiguous
+        ];
+        let done = ep.index("halo_done")?;
+        let src = &am.cube[..ghost];
+        for _ in 0..n {
+            for (count, strides) in &faces {
+                let s = tca::am::Strided {
+                    elem: 8,
+                    count,
+                    remote_strides: strides,
+                    local_strides: strides,
+                };
+                ep.put_strided_nbi(peer, ghost, &s, src)?;
+            }
+            ep.wait_syncnbi_puts()?;
+            ep.request_short(peer, done, &[])?;
+            let want = am.expect[2].get() + 1;
+            am.expect[2].set(want);
+            ep.wait_until(|| am.dones.get() >= want)?;
+        }
+        Ok(())
     }
 
     /// `n` calls of a GASNet benchmark between ranks 0 and 1: rank 0 sends and waits for
@@ -622,6 +680,7 @@ impl Backend for TcaBackend<'_> {
             Kind::AmShort | Kind::AmMedium | Kind::AmLong | Kind::Get | Kind::Put => {
                 return self.gasnet(kind, n);
             }
+            Kind::VisHalo => return self.vis_halo(n),
             _ => {}
         }
         let (bs, br, fs, fr) = (
@@ -645,7 +704,8 @@ impl Backend for TcaBackend<'_> {
                 | Kind::AmMedium
                 | Kind::AmLong
                 | Kind::Get
-                | Kind::Put => unreachable!("handled above"),
+                | Kind::Put
+                | Kind::VisHalo => unreachable!("handled above"),
                 Kind::Bcast => c.broadcast(&mut bs[..bytes], 0)?,
                 Kind::Scatter => c.scatter(&bs[..bytes * p], &mut br[..bytes], 0)?,
                 Kind::Gather => c.gather(&bs[..bytes], &mut br[..bytes * p], 0)?,
@@ -677,7 +737,21 @@ impl Backend for TcaBackend<'_> {
                 Kind::AmShort => "AM Short".into(),
                 Kind::AmMedium => format!("AM Medium, {} packet(s)", packets(bytes)),
                 Kind::AmLong => "AM Long: put + header".into(),
-                Kind::Get => format!("AM get, {} reply packet(s)", packets(bytes)),
+                Kind::Get if bytes > packet => "AM get, put into a landing segment".into(),
+                Kind::Get => "AM get, one reply packet".into(),
+                Kind::VisHalo => {
+                    let e = (bytes / 24).isqrt();
+                    let pack = Endpoint::of(&self.comm)
+                        .and_then(|e| e.pack_threshold(1).ok())
+                        .unwrap_or(0);
+                    let how = |piece: usize| if piece < pack { "packed" } else { "direct" };
+                    format!(
+                        "N={e}: x face {}, y face {}, z face {} (pack < {pack} B)",
+                        how(8),
+                        how(8 * e),
+                        how(8 * e * e)
+                    )
+                }
                 _ => "put".into(),
             },
             None if bench.kind == Kind::Halo => match &self.halo {

@@ -109,7 +109,8 @@ pub(crate) struct Core {
     pub(super) depth: Cell<u32>,
     /// Whether this rank ever sent itself a message (else polls skip its own rings).
     loopback: Cell<bool>,
-    pub(super) pack: usize,
+    /// Packing threshold per peer (see `Endpoint::pack_threshold`).
+    pub(super) pack: Vec<Cell<usize>>,
     /// Offset of the doorbell word in the request ring's segment (the flag is a line after).
     bell: usize,
     /// Every member's "asleep" flag, where it is memory of this node (a sender reads it after
@@ -154,7 +155,7 @@ impl Core {
         me: usize,
         world: Vec<u32>,
         handlers: Vec<(String, Box<Handler>)>,
-        pack: usize,
+        pack: Vec<Cell<usize>>,
         (bell, flags): (usize, Vec<Option<crate::fabric::RemoteWord>>),
     ) -> Self {
         let p = segs.len();

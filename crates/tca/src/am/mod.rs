@@ -67,7 +67,9 @@
 //! with adjacent dimensions merged when their strides make them contiguous. A put sends
 //! pieces of at least [`Endpoint::pack_threshold`] bytes segment to segment (the seed's MtoM:
 //! one copy) and packs shorter ones into request packets that the target unpacks (BtoB: two
-//! copies, one packet for many pieces). A get lists its pieces in one request and receives
+//! copies, one packet for many pieces). Within a node the threshold is 0: a direct piece is
+//! one `memcpy` into the peer's memory, and measured faster than packing at every piece size
+//! (8 bytes up); across a network it is [`PACK_DEFAULT`]. A get lists its pieces in one request and receives
 //! them in order through reply packets.
 //!
 //! # Memory per rank
@@ -81,6 +83,8 @@ mod vis;
 pub(crate) use self::core::Core;
 pub use vis::Strided;
 
+use std::cell::Cell;
+
 use self::core::{GET, GET_LAND, GET_SEG, MEDIUM, NBI_GETS, NBI_PUTS, Net, SHORT};
 use crate::Comm;
 use crate::error::{Error, ErrorKind, Result};
@@ -92,8 +96,8 @@ use crate::p2p::Engine;
 pub const MAX_ARGS: usize = 16;
 /// Largest Medium payload, request or reply (`gex_AM_MaxRequestMedium`).
 pub const MAX_MEDIUM: usize = 64 << 10;
-/// Default packing threshold of vector, indexed and strided puts (see
-/// [`Endpoint::pack_threshold`]).
+/// Default packing threshold of vector, indexed and strided puts to a peer across a network
+/// (see [`Endpoint::pack_threshold`]); within a node nothing is packed by default.
 pub const PACK_DEFAULT: usize = 2 << 10;
 
 /// A handler: runs at the target with a token (to reply) and the message.
@@ -433,10 +437,18 @@ impl<'c, 'w> Endpoint<'c, 'w> {
         let req = Ring::new(req, pick(0), me, shape);
         let rep = Ring::new(rep, pick(1), me, shape);
         let room = req.capacity() - 8 - 16;
-        let pack = match crate::env::parse::<usize>(crate::env::AM_PACK)? {
-            Some(n) => n.min(room),
-            None => PACK_DEFAULT.min(room),
-        };
+        // Within a node a piece put directly is one memcpy into the peer's memory, faster at
+        // every piece size measured than packing it (BENCHMARKS.md, "VIS_Halo"); across a
+        // network each direct piece is a network operation.
+        let env = crate::env::parse::<usize>(crate::env::AM_PACK)?;
+        let pack = (0..p as u32)
+            .map(|r| match env {
+                Some(n) => n.min(room),
+                None if w.is_local(comm.world_rank(r).expect("member")) => 0,
+                None => PACK_DEFAULT.min(room),
+            })
+            .map(Cell::new)
+            .collect();
         let world_ranks = (0..p as u32)
             .map(|r| comm.world_rank(r).expect("member"))
             .collect();
@@ -541,11 +553,22 @@ impl<'c, 'w> Endpoint<'c, 'w> {
         self.core.room(0)
     }
 
-    /// Pieces of vector, indexed and strided puts shorter than this go packed through the
-    /// request ring; longer ones segment to segment (`TCA_AM_PACK`, default
-    /// [`PACK_DEFAULT`]).
-    pub fn pack_threshold(&self) -> usize {
-        self.core.pack
+    /// Pieces of vector, indexed and strided puts to `rank` shorter than this go packed
+    /// through the request ring (two copies, one packet for many pieces: the seed's BtoB);
+    /// longer ones segment to segment (one copy: MtoM). `TCA_AM_PACK` sets it for every
+    /// peer; by default 0 within a node (never pack) and [`PACK_DEFAULT`] across a network.
+    pub fn pack_threshold(&self, rank: u32) -> Result<usize> {
+        Ok(self.core.pack[self::rank(self.core, rank)?].get())
+    }
+
+    /// Sets the packing threshold for every peer (as `TCA_AM_PACK` does), capped by what
+    /// one packet carries; returns the value set.
+    pub fn set_pack_threshold(&self, bytes: usize) -> usize {
+        let n = bytes.min(self.core.room(1) - 16);
+        for c in &self.core.pack {
+            c.set(n);
+        }
+        n
     }
 
     fn outside(&self, what: &str) -> Result<()> {

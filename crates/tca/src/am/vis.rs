@@ -340,7 +340,7 @@ impl Endpoint<'_, '_> {
             r
         };
         let r = visit(&mut |off, bytes| {
-            if bytes.len() >= c.pack {
+            if bytes.len() >= c.pack[q].get() {
                 return w.put(&c.segs[q], off, bytes);
             }
             if buf.len() + 16 + bytes.len() > room {
