@@ -621,6 +621,13 @@ impl Core {
         let (mut fill, mut sent) = (0, 0u64);
         self.depth.set(self.depth.get() + 1);
         let r = (|| {
+            // One reply packet of the bytes gathered so far: [op, their offset in the get].
+            let mut flush = |buf: &[u8], fill: &mut usize| -> Result<()> {
+                let args = [op, sent];
+                self.send(w, eng, Net::Reply, q, GET_DATA, 0, &args, &buf[..*fill])?;
+                (sent, *fill) = (sent + *fill as u64, 0);
+                Ok(())
+            };
             for i in 0..n {
                 let (mut off, mut len) =
                     (word(list, 2 * i) as usize, word(list, 2 * i + 1) as usize);
@@ -629,32 +636,12 @@ impl Core {
                     self.seg.read(off, &mut buf[fill..fill + k])?;
                     (off, len, fill) = (off + k, len - k, fill + k);
                     if fill == chunk {
-                        self.send(
-                            w,
-                            eng,
-                            Net::Reply,
-                            q,
-                            GET_DATA,
-                            0,
-                            &[op, sent],
-                            &buf[..fill],
-                        )?;
-                        (sent, fill) = (sent + fill as u64, 0);
+                        flush(&buf, &mut fill)?;
                     }
                 }
             }
             if fill > 0 {
-                self.send(
-                    w,
-                    eng,
-                    Net::Reply,
-                    q,
-                    GET_DATA,
-                    0,
-                    &[op, sent],
-                    &buf[..fill],
-                )?;
-                sent += fill as u64;
+                flush(&buf, &mut fill)?;
             }
             debug_assert_eq!(sent, total);
             Ok(())

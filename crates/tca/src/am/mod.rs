@@ -45,7 +45,7 @@
 //!
 //! # Rings and deadlock freedom
 //! Requests and replies travel on two rings per ordered pair in the receiver's memory (the
-//! one ring-with-credits of [`crate::fabric::ring`]): the sender writes a packet, then its
+//! one ring-with-credits of `fabric::ring`): the sender writes a packet, then its
 //! sequence word; the receiver consumes in order and returns credits, so a full ring makes
 //! the sender wait. A rank waiting to send a request runs every handler meanwhile (two ranks
 //! flooding each other keep draining each other); a request handler waiting to send its
@@ -55,11 +55,17 @@
 //! that ring and pair comes between them (the sender is single-threaded and the only nested
 //! sends go to the other ring), so the target reassembles them without message ids.
 //!
+//! A rank waiting in this layer spins on its rings first; if nothing comes, it raises an
+//! "asleep" flag and sleeps on a doorbell word that senders within the node ring after their
+//! packet while the flag is up (the packet's sequence word is stored before the flag is read,
+//! the flag before the sleeper's last look at its rings: one sees the other). A ping-pong of
+//! active messages never sleeps and never rings.
+//!
 //! # Extended API
 //! [`Endpoint::put`] writes straight into the target's segment (one copy); [`Endpoint::get`]
-//! sends a request whose handler writes the data back — through reply packets into ordinary
-//! memory, or with [`Endpoint::get_into`] by one put straight into this rank's segment (one
-//! copy). Each comes blocking, with an explicit handle ([`Event`]) and with implicit handles
+//! sends a request whose handler writes the data back — up to a packet in a reply packet, a
+//! larger one by one put into a pooled landing segment of the requester (then one copy out),
+//! or with [`Endpoint::get_into`] by one put straight into this rank's segment (one copy). Each comes blocking, with an explicit handle ([`Event`]) and with implicit handles
 //! (`*_nbi`, completed by [`Endpoint::wait_syncnbi_all`] and its siblings).
 //!
 //! Vector, indexed and strided transfers ([`Strided`] is GASNet-EX's description: element
@@ -73,9 +79,10 @@
 //! them in order through reply packets.
 //!
 //! # Memory per rank
-//! Two rings of [`crate::p2p::p2p_bytes`]'s ring shape (0.5 MiB each at P = 2) plus the
+//! Two rings of the two-sided messages' shape (`P*128 + P*8*(64 + CH/2)` bytes each, CH the
+//! collectives' chunk: 0.5 MiB each at P = 2, 2 MiB at P = 8) and a doorbell line, plus the
 //! segment asked for, plus pooled buffers that grow to the largest fragmented payload and
-//! get in flight.
+//! reply-packet get in flight, and pooled landing segments of large gets.
 
 mod core;
 mod vis;
@@ -217,39 +224,22 @@ impl Token<'_> {
         Ok(())
     }
 
+    fn reply(&mut self, kind: u8, h: Index, args: &[u64], payload: &[u8]) -> Result<()> {
+        self.core.check_user(h, args.len())?;
+        self.core.check_medium(payload.len())?;
+        self.may_reply()?;
+        let (c, net) = (self.core, Net::Reply);
+        c.send(self.w, self.eng, net, self.src, kind, h.0, args, payload)
+    }
+
     /// Replies with a Short message.
     pub fn reply_short(&mut self, h: Index, args: &[u64]) -> Result<()> {
-        self.core.check_user(h, args.len())?;
-        self.may_reply()?;
-        let c = self.core;
-        c.send(
-            self.w,
-            self.eng,
-            Net::Reply,
-            self.src,
-            SHORT,
-            h.0,
-            args,
-            &[],
-        )
+        self.reply(SHORT, h, args, &[])
     }
 
     /// Replies with a Medium message.
     pub fn reply_medium(&mut self, h: Index, args: &[u64], payload: &[u8]) -> Result<()> {
-        self.core.check_user(h, args.len())?;
-        self.core.check_medium(payload.len())?;
-        self.may_reply()?;
-        let c = self.core;
-        c.send(
-            self.w,
-            self.eng,
-            Net::Reply,
-            self.src,
-            MEDIUM,
-            h.0,
-            args,
-            payload,
-        )
+        self.reply(MEDIUM, h, args, payload)
     }
 
     /// Replies with a Long message: `payload` lands at `off` in the requester's segment.

@@ -232,20 +232,12 @@ impl Ring {
         aux: u32,
         meta: [u8; 8],
     ) -> Result<bool> {
-        {
-            let mut c = self.c.borrow_mut();
-            let seq = c.sent[to] + 1;
-            if !self.has_credit(&mut c, to, seq)? {
-                return Ok(false);
-            }
-            self.put_packet(w, &mut c, to, seq, &[data], aux, meta)?;
-        }
-        self.pay(w)?;
-        Ok(true)
+        self.try_send_parts(w, to, &[data], aux, meta)
     }
 
     /// [`Ring::try_send`] of a payload given in pieces (a header and a body), written
     /// back to back into the slot: no staging copy to join them.
+    #[inline]
     pub(crate) fn try_send_parts(
         &self,
         w: &World,
