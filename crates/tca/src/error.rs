@@ -32,6 +32,8 @@ pub enum ErrorKind {
     Transport,
     /// Starting or supervising processes failed.
     Launch,
+    /// An active-message handler of the program returned an error ([`Error::handler`]).
+    Handler,
 }
 
 /// The error type of every fallible tca call.
@@ -52,6 +54,12 @@ impl Error {
             rank: None,
             message: message.into(),
         }
+    }
+
+    /// The error an active-message handler returns to say it failed (see `tca::am`): kept
+    /// and returned by its rank's next call of the endpoint.
+    pub fn handler(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Handler, message)
     }
 
     /// An error about a specific peer rank (dead, aborted).

@@ -530,6 +530,15 @@ fn bad_input_is_a_clear_error() {
                 .message()
                 .contains("equal")
         );
+        // Overlapping strides that would move more than the whole target segment.
+        let s = Strided {
+            elem: 8,
+            count: &[1 << 40],
+            remote_strides: &[0],
+            local_strides: &[0],
+        };
+        let e = ep.get_strided(peer, 0, &s, &mut [0u8; 8]).unwrap_err();
+        assert!(e.message().contains("overlapping"), "{e}");
         // The checks above wrote nothing: the peer's segment is still zero.
         c.barrier()?;
         let mut z = vec![1u8; 4096];
@@ -594,6 +603,53 @@ fn handlers_run_inside_collectives() {
         }
         assert!(Endpoint::of(&c).is_some());
         Ok(())
+    })
+    .unwrap();
+}
+
+#[test]
+fn a_failure_on_one_rank_fails_endpoint_creation_everywhere() {
+    // One rank cannot register its segment: every rank gets an error, none waits forever.
+    let r = threads::run(3, |w| {
+        let c = Comm::world(w)?;
+        let bytes = if c.rank() == 2 { usize::MAX / 2 } else { 4096 };
+        match Endpoint::new(&c, Table::new(), bytes) {
+            Ok(_) => Ok(None),
+            Err(e) => Ok(Some((e.kind(), e.rank()))),
+        }
+    })
+    .unwrap();
+    assert!(r.iter().all(|e| e.is_some()), "{r:?}");
+    // The others name the rank that failed.
+    assert_eq!(r[0].unwrap(), (ErrorKind::Aborted, Some(2)));
+}
+
+#[test]
+fn a_handler_error_reaches_the_next_call_of_its_rank() {
+    threads::run(2, |w| {
+        let c = Comm::world(w)?;
+        let ran = Rc::new(Cell::new(0u32));
+        let mut t = Table::new();
+        let r = ran.clone();
+        t.add("fails", move |_, m| {
+            r.set(r.get() + 1);
+            if m.args[0] == 1 {
+                return Err(tca::Error::handler("boom"));
+            }
+            Ok(())
+        });
+        let ep = Endpoint::new(&c, t, 64)?;
+        let h = ep.index("fails")?;
+        if c.rank() == 0 {
+            ep.request_short(1, h, &[1])?;
+            ep.request_short(1, h, &[0])?;
+        } else {
+            let e = ep.wait_until(|| ran.get() == 2).unwrap_err();
+            assert_eq!((e.kind(), e.message()), (ErrorKind::Handler, "boom"));
+            // Reported once; the endpoint goes on working.
+            ep.poll()?;
+        }
+        c.barrier()
     })
     .unwrap();
 }

@@ -107,6 +107,9 @@ pub(crate) struct Core {
     /// Handlers running now (nested: a request handler waiting to send its reply runs reply
     /// handlers).
     pub(super) depth: Cell<u32>,
+    /// The first error a user handler returned, kept for this rank's next call of the
+    /// endpoint: raised where it happened, it would cut off whatever send or wait was polling.
+    failed: RefCell<Option<Error>>,
     /// Whether this rank ever sent itself a message (else polls skip its own rings).
     loopback: Cell<bool>,
     /// Packing threshold per peer (see `Endpoint::pack_threshold`).
@@ -139,6 +142,18 @@ fn meta(kind: u8, nargs: usize, handler: u16) -> [u8; 8] {
     m[1] = nargs as u8;
     m[2..4].copy_from_slice(&handler.to_le_bytes());
     m
+}
+
+/// Arguments each internal kind carries at least (user kinds: any number).
+fn args_needed(kind: u8) -> usize {
+    match kind {
+        GET | GET_DATA | GET_DONE => 2,
+        GET_LAND => 3,
+        GET_SEG => 4,
+        PUT_PACKED | PUT_ACK => 1,
+        REFUSED => 6,
+        _ => 0,
+    }
 }
 
 pub(super) fn op_id(idx: u32, epoch: u32) -> u64 {
@@ -183,6 +198,7 @@ impl Core {
             names: handlers.iter().map(|(n, _)| n.clone()).collect(),
             handlers: handlers.into_iter().map(|(_, h)| RefCell::new(h)).collect(),
             depth: Cell::new(0),
+            failed: RefCell::new(None),
             loopback: Cell::new(false),
             pack,
             bell,
@@ -231,6 +247,16 @@ impl Core {
         if to == self.me {
             self.loopback.set(true);
         }
+        let total = u32::try_from(data.len()).map_err(|_| {
+            Error::new(
+                ErrorKind::InvalidArgument,
+                format!(
+                    "{} bytes in one active message: at most {}",
+                    data.len(),
+                    u32::MAX
+                ),
+            )
+        })?;
         let argb: &[u8] = bytemuck::cast_slice(args);
         let first = data.len().min(self.room(args.len()));
         self.push(
@@ -239,7 +265,7 @@ impl Core {
             net,
             to,
             &[argb, &data[..first]],
-            data.len() as u32,
+            total,
             meta(kind, args.len(), handler),
         )?;
         for part in data[first..].chunks(self.req.capacity()) {
@@ -365,14 +391,21 @@ impl Core {
         let ring = self.ring(net);
         let kind = h.meta[0];
         let slot = net as usize;
+        // A packet that breaks the protocol is consumed before the error goes up: left in
+        // its slot it would fail every later poll.
+        let malformed = |what: String| -> Result<usize> {
+            ring.take(w, q, h, &mut [])?;
+            Err(self.peer_err(
+                ErrorKind::Transport,
+                q,
+                format!("malformed active message from communicator rank {q}: {what}"),
+            ))
+        };
+        let open = self.st.borrow_mut().asm[slot][q].take();
         if kind == CONT {
-            let mut a = self.st.borrow_mut().asm[slot][q].take().ok_or_else(|| {
-                self.peer_err(
-                    ErrorKind::Transport,
-                    q,
-                    format!("stray continuation packet from communicator rank {q}"),
-                )
-            })?;
+            let Some(mut a) = open else {
+                return malformed("a continuation packet with nothing to continue".into());
+            };
             let at = a.buf.len();
             a.buf.resize(at + h.len, 0);
             ring.take(w, q, h, &mut a.buf[at..])?;
@@ -387,15 +420,13 @@ impl Core {
         let nargs = h.meta[1] as usize;
         let handler = u16::from_le_bytes([h.meta[2], h.meta[3]]);
         let need = 8 * nargs + h.aux as usize;
-        if nargs > MAX_ARGS || need < h.len {
-            return Err(self.peer_err(
-                ErrorKind::Transport,
-                q,
-                format!(
-                    "malformed active message from communicator rank {q}: {nargs} arguments, \
-                     {} payload bytes in a {}-byte packet",
-                    h.aux, h.len
-                ),
+        if open.is_some() {
+            return malformed("a new message before the last one's continuation".into());
+        }
+        if nargs > MAX_ARGS || need < h.len || nargs < args_needed(kind) {
+            return malformed(format!(
+                "kind {kind}, {nargs} arguments, {} payload bytes in a {}-byte packet",
+                h.aux, h.len
             ));
         }
         if need > h.len {
@@ -447,19 +478,17 @@ impl Core {
             GET => self.serve_get(w, eng, q, args, data),
             GET_SEG => self.serve_get_seg(w, eng, q, args, None),
             GET_LAND => {
-                let h = Handle::from_bytes(data)?;
-                if h.rank() != self.world[q] {
-                    return Err(self.peer_err(
-                        ErrorKind::InvalidHandle,
-                        q,
-                        format!(
-                            "communicator rank {q} asked for a get into a segment of world rank {}",
-                            h.rank()
-                        ),
-                    ));
+                // The landing must be the requester's own segment; anything else (or a
+                // landing that cannot be attached) is refused, not written.
+                let h = Handle::from_bytes(data)
+                    .ok()
+                    .filter(|h| h.rank() == self.world[q] && w.attach(h).is_ok());
+                match h {
+                    Some(h) => {
+                        self.serve_get_seg(w, eng, q, &[args[0], args[1], args[2], 0], Some(&h))
+                    }
+                    None => self.refuse(w, eng, q, [args[0], args[1], args[2]], false, args[2]),
                 }
-                w.attach(&h)?;
-                self.serve_get_seg(w, eng, q, &[args[0], args[1], args[2], 0], Some(&h))
             }
             PUT_PACKED => self.serve_put_packed(w, eng, q, args, data),
             GET_DATA => {
@@ -488,8 +517,9 @@ impl Core {
                     ErrorKind::OutOfBounds,
                     q,
                     format!(
-                        "{len} bytes at offset {off} fall outside communicator rank {q}'s \
-                         active-message segment of {cap} bytes"
+                        "communicator rank {q} refused {len} bytes at offset {off}: outside its \
+                         active-message segment of {cap} bytes, or a destination it could not \
+                         write"
                     ),
                 );
                 self.on_op(args[0], |op| {
@@ -534,6 +564,13 @@ impl Core {
             )
         })?;
         let (payload, long) = if kind == LONG {
+            if data.len() < 16 {
+                return Err(self.peer_err(
+                    ErrorKind::Transport,
+                    q,
+                    format!("malformed Long message from communicator rank {q}"),
+                ));
+            }
             let (off, len) = (word(data, 0) as usize, word(data, 1) as usize);
             (&[][..], Some((off, len)))
         } else {
@@ -566,7 +603,21 @@ impl Core {
         self.depth.set(self.depth.get() + 1);
         let r = f(&mut tok, &msg);
         self.depth.set(self.depth.get() - 1);
-        r
+        if let Err(e) = r {
+            self.failed.borrow_mut().get_or_insert(e);
+        }
+        Ok(())
+    }
+
+    /// The error a handler returned since the last call, if any.
+    pub(super) fn take_failure(&self) -> Option<Error> {
+        self.failed.borrow_mut().take()
+    }
+
+    /// Whether a handler of this rank is running (its waits poll no requests, and the
+    /// communicator's progress leaves this layer alone).
+    pub(crate) fn in_handler(&self) -> bool {
+        self.depth.get() > 0
     }
 
     /// Checks that `len` bytes at `off` lie in this rank's segment.
@@ -667,17 +718,13 @@ impl Core {
             return self.refuse(w, eng, q, [op, off, len], false, len);
         }
         if len > 0 {
-            let chain = w
-                .chain()
-                .put(
-                    &self.seg,
-                    off as usize,
-                    into.unwrap_or(&self.segs[q]),
-                    dst as usize,
-                    len as usize,
-                )
-                .build()?;
-            w.start(&chain)?;
+            let to = into.unwrap_or(&self.segs[q]);
+            let (o, d, n) = (off as usize, dst as usize, len as usize);
+            let put = w.chain().put(&self.seg, o, to, d, n).build();
+            if put.and_then(|chain| w.start(&chain)).is_err() {
+                // The destination is outside the requester's segment or landing: refused.
+                return self.refuse(w, eng, q, [op, dst, len], false, len);
+            }
         }
         self.depth.set(self.depth.get() + 1);
         let r = self.send(w, eng, Net::Reply, q, GET_DONE, 0, &[op, len], &[]);
@@ -762,7 +809,9 @@ impl Core {
         f(op);
         if op.orphan && op.bytes_left == 0 && op.acks_left == 0 {
             op.live = false;
+            let land = op.land.take();
             st.free.push(idx as u32);
+            st.landing.extend(land);
         }
     }
 
@@ -899,6 +948,8 @@ impl Core {
             }
             let rung = self.req.seg().signal_value(self.bell)?;
             self.set_asleep(true);
+            // The flag before the last look at the rings (the look is an Acquire load).
+            std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
             let r = poll().and_then(|stop| {
                 if stop {
                     return Ok(());

@@ -41,7 +41,9 @@
 //!   offset before the handler runs (the handler gets the range).
 //!
 //! A request handler may reply once, to the requester, with a [`Token`]; a reply handler may
-//! not reply; neither may send requests or block. Each is checked and is an error.
+//! not reply; neither may send requests or block. Each is checked and is an error. An error a
+//! handler returns is kept and returned by this rank's next call of the endpoint (raised where
+//! the handler ran, it would cut off whatever send or wait happened to be polling).
 //!
 //! # Rings and deadlock freedom
 //! Requests and replies travel on two rings per ordered pair in the receiver's memory (the
@@ -375,53 +377,94 @@ impl<'c, 'w> Endpoint<'c, 'w> {
     /// second is refused (use [`Endpoint::of`], or a split of the communicator).
     pub fn new(comm: &'c Comm<'w>, table: Table, segment_bytes: usize) -> Result<Self> {
         let eng = comm.engine();
-        if eng.am().is_some() {
-            return Err(Error::new(
-                ErrorKind::InvalidArgument,
-                "this communicator already has an active-message endpoint (Endpoint::of finds it)",
-            ));
-        }
-        if table.entries.len() > usize::from(u16::MAX) {
-            return Err(Error::new(
-                ErrorKind::InvalidArgument,
-                format!("{} handlers: at most {}", table.entries.len(), u16::MAX),
-            ));
-        }
+        let w = comm.world_ref();
         let p = comm.size() as usize;
         let me = comm.rank() as usize;
-        let mut prints = vec![0u64; 2 * p];
-        comm.allgather(&table.fingerprint(), &mut prints)?;
-        let mine = table.fingerprint();
-        if let Some(q) = (0..p).find(|&q| prints[2 * q..2 * q + 2] != mine) {
+        let shape = Shape::messages(p);
+        let bell = shape.bytes(p);
+        // Everything that can fail on one rank alone comes first; then the members agree
+        // (one allgather carries each one's verdict with its table's fingerprint), so a
+        // failure anywhere is an error everywhere, never a rank left waiting.
+        let local = (|| {
+            if eng.am().is_some() {
+                return Err(Error::new(
+                    ErrorKind::InvalidArgument,
+                    "this communicator already has an active-message endpoint (Endpoint::of finds it)",
+                ));
+            }
+            if table.entries.len() > usize::from(u16::MAX) {
+                return Err(Error::new(
+                    ErrorKind::InvalidArgument,
+                    format!("{} handlers: at most {}", table.entries.len(), u16::MAX),
+                ));
+            }
+            let env = crate::env::parse::<usize>(crate::env::AM_PACK)?;
+            let segs = (
+                w.alloc(bell + self::core::BELL_BYTES)?,
+                w.alloc(shape.bytes(p))?,
+                w.alloc(segment_bytes)?,
+            );
+            Ok((env, segs))
+        })();
+        let [count, hash] = table.fingerprint();
+        let mut prints = vec![0u64; 3 * p];
+        comm.allgather(&[u64::from(local.is_ok()), count, hash], &mut prints)?;
+        let (env, (req, rep, seg)) = local?;
+        if let Some(q) = (0..p).find(|&q| prints[3 * q] == 0) {
+            return Err(Error::peer(
+                ErrorKind::Aborted,
+                comm.world_rank(q as u32).expect("member"),
+                format!("communicator rank {q} could not make its active-message endpoint"),
+            ));
+        }
+        if let Some(q) = (0..p).find(|&q| prints[3 * q + 1..3 * q + 3] != [count, hash]) {
             return Err(Error::new(
                 ErrorKind::InvalidArgument,
                 format!(
-                    "handler tables differ: this rank registered {} handlers, communicator \
-                     rank {q} {} (or their names or order differ); every rank must add the \
-                     same handlers in the same order",
-                    mine[0],
-                    prints[2 * q]
+                    "handler tables differ: this rank registered {count} handlers, \
+                     communicator rank {q} {} (or their names or order differ); every rank \
+                     must add the same handlers in the same order",
+                    prints[3 * q + 1]
                 ),
             ));
         }
-        let w = comm.world_ref();
-        let shape = Shape::messages(p);
-        let bell = shape.bytes(p);
-        let req = w.alloc(bell + self::core::BELL_BYTES)?;
-        let rep = w.alloc(shape.bytes(p))?;
-        let seg = w.alloc(segment_bytes)?;
         let mut mine = Vec::with_capacity(3 * Handle::BYTES);
         for s in [&req, &rep, &seg] {
             mine.extend_from_slice(&s.handle().to_bytes());
         }
         let mut all = vec![0u8; 3 * Handle::BYTES * p];
         comm.allgather(&mine, &mut all)?;
-        let hs = all
-            .chunks(Handle::BYTES)
-            .map(Handle::from_bytes)
-            .collect::<Result<Vec<_>>>()?;
-        for h in &hs {
-            w.attach(h)?;
+        let attached = (|| {
+            let hs = all
+                .chunks(Handle::BYTES)
+                .map(Handle::from_bytes)
+                .collect::<Result<Vec<_>>>()?;
+            for h in &hs {
+                w.attach(h)?;
+            }
+            let flags = (0..p)
+                .map(|q| {
+                    let h = hs[3 * q];
+                    if w.is_local(h.rank()) {
+                        w.remote_word(&h, bell + 64).map(Some)
+                    } else {
+                        Ok(None)
+                    }
+                })
+                .collect::<Result<Vec<_>>>()?;
+            Ok((hs, flags))
+        })();
+        // The second agreement is also the barrier: nobody sends before every member's rings
+        // exist and every member has installed its endpoint... or nobody does.
+        let mut oks = vec![0u64; p];
+        comm.allgather(&[u64::from(attached.is_ok())], &mut oks)?;
+        let (hs, flags) = attached?;
+        if let Some(q) = oks.iter().position(|&ok| ok == 0) {
+            return Err(Error::peer(
+                ErrorKind::Aborted,
+                comm.world_rank(q as u32).expect("member"),
+                format!("communicator rank {q} could not attach the active-message segments"),
+            ));
         }
         let pick = |k: usize| (0..p).map(|q| hs[3 * q + k]).collect::<Vec<_>>();
         let req = Ring::new(req, pick(0), me, shape);
@@ -430,28 +473,18 @@ impl<'c, 'w> Endpoint<'c, 'w> {
         // Within a node a piece put directly is one memcpy into the peer's memory, faster at
         // every piece size measured than packing it (BENCHMARKS.md, "VIS_Halo"); across a
         // network each direct piece is a network operation.
-        let env = crate::env::parse::<usize>(crate::env::AM_PACK)?;
-        let pack = (0..p as u32)
-            .map(|r| match env {
+        let world_ranks: Vec<u32> = (0..p as u32)
+            .map(|r| comm.world_rank(r).expect("member"))
+            .collect();
+        let pack = world_ranks
+            .iter()
+            .map(|&r| match env {
                 Some(n) => n.min(room),
-                None if w.is_local(comm.world_rank(r).expect("member")) => 0,
+                None if w.is_local(r) => 0,
                 None => PACK_DEFAULT.min(room),
             })
             .map(Cell::new)
             .collect();
-        let world_ranks = (0..p as u32)
-            .map(|r| comm.world_rank(r).expect("member"))
-            .collect();
-        let flags = (0..p)
-            .map(|q| {
-                let h = hs[3 * q];
-                if w.is_local(h.rank()) {
-                    w.remote_word(&h, bell + 64).map(Some)
-                } else {
-                    Ok(None)
-                }
-            })
-            .collect::<Result<Vec<_>>>()?;
         let core = Core::new(
             req,
             rep,
@@ -464,8 +497,8 @@ impl<'c, 'w> Endpoint<'c, 'w> {
             (bell, flags),
         );
         eng.set_am(core);
-        // Nobody sends before every member's rings exist.
-        comm.barrier()?;
+        // Peers may send as soon as they return: packets wait in this rank's rings until
+        // its first poll.
         Ok(Self::of(comm).expect("set above"))
     }
 
@@ -561,7 +594,12 @@ impl<'c, 'w> Endpoint<'c, 'w> {
         n
     }
 
+    /// Refuses calls from inside a handler, and hands over the error a handler of this rank
+    /// returned since the last call (GASNet treats it as fatal; here it is the caller's).
     fn outside(&self, what: &str) -> Result<()> {
+        if let Some(e) = self.core.take_failure() {
+            return Err(e);
+        }
         if self.core.depth.get() > 0 {
             return Err(Error::new(
                 ErrorKind::InvalidArgument,
@@ -621,14 +659,16 @@ impl<'c, 'w> Endpoint<'c, 'w> {
         self.outside("poll")?;
         self.w().progress()?;
         self.eng().poke(self.w())?;
-        self.core.poll(self.w(), self.eng(), false)
+        let n = self.core.poll(self.w(), self.eng(), false)?;
+        self.core.take_failure().map_or(Ok(n), Err)
     }
 
     /// Polls until `done` says so (GASNet's `GASNET_BLOCKUNTIL`), sleeping between polls
     /// when nothing arrives.
     pub fn wait_until(&self, done: impl Fn() -> bool) -> Result<()> {
         self.outside("a wait")?;
-        self.core.wait_until(self.w(), self.eng(), &done)
+        self.core.wait_until(self.w(), self.eng(), &done)?;
+        self.core.take_failure().map_or(Ok(()), Err)
     }
 
     // ---- put and get ------------------------------------------------------------------------
@@ -754,7 +794,7 @@ impl<'c, 'w> Endpoint<'c, 'w> {
         };
         let args = [id, off as u64, len as u64, local_off as u64];
         let c = self.core;
-        c.send(
+        if let Err(e) = c.send(
             self.w(),
             self.eng(),
             Net::Request,
@@ -763,7 +803,17 @@ impl<'c, 'w> Endpoint<'c, 'w> {
             0,
             &args,
             &[],
-        )?;
+        ) {
+            // Never sent: nothing will answer it.
+            match nbi {
+                Some(slot) => c.with_op(slot, |op| op.bytes_left -= len),
+                None => {
+                    c.with_op(id as u32, |op| op.bytes_left = 0);
+                    let _ = c.op_finish(id as u32, |_, _| Ok(()));
+                }
+            }
+            return Err(e);
+        }
         Ok(id)
     }
 

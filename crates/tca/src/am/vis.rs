@@ -157,8 +157,18 @@ impl Endpoint<'_, '_> {
     /// `local` bytes; nothing moves if any part is outside.
     fn check_strided(&self, q: usize, off: usize, s: &Strided<'_>, local: usize) -> Result<()> {
         s.check()?;
-        s.bytes()
+        let total = s
+            .bytes()
             .ok_or_else(|| bad("the strided description's size overflows".to_string()))?;
+        if total > self.core.segs[q].len() {
+            // Only overlapping strides get here (distinct elements fit the extent checked
+            // below): refused rather than walked or staged for that many bytes.
+            return Err(bad(format!(
+                "the strided description moves {total} bytes, more than communicator rank \
+                 {q}'s segment of {} holds (overlapping strides)",
+                self.core.segs[q].len()
+            )));
+        }
         let r = s
             .extent(s.remote_strides)
             .ok_or_else(|| bad("the strided description's remote extent overflows".into()))?;

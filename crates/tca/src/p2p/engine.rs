@@ -1381,7 +1381,9 @@ impl Engine {
             }
         }
         drop(st);
-        if let Some(am) = self.am.get() {
+        // Not from inside a handler (one that calls a blocking communicator operation):
+        // its own packet's slot is still being read, and a nested poll would take it again.
+        if let Some(am) = self.am.get().filter(|am| !am.in_handler()) {
             any |= am.poll(w, self, false)? > 0;
         }
         Ok(any)
