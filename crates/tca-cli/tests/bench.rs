@@ -100,6 +100,7 @@ fn gasnet_benchmarks() {
         "Get",
         "Put",
         "VIS_Halo",
+        "VIS_Halo_MtoM",
         "--sizes",
         "8,128,200,100K",
         "--iters",
@@ -125,6 +126,7 @@ fn gasnet_benchmarks() {
             ("Get", all.clone()),
             // Three faces of N*N f64 for N = 16, 32, 64, 128, whatever --sizes says.
             ("VIS_Halo", vec![6144, 24576, 98304, 393216]),
+            ("VIS_Halo_MtoM", vec![6144, 24576, 98304, 393216]),
             ("Put", all),
         ],
         "{out}"

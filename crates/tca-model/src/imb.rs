@@ -30,7 +30,7 @@ impl Columns {
         match name {
             "PingPong" | "PingPing" | "Sendrecv" | "Exchange" | "osu_latency" | "osu_bw"
             | "osu_bibw" | "osu_mbw_mr" | "Halo" | "AM_Short" | "AM_Medium" | "AM_Long" | "Get"
-            | "Put" | "VIS_Halo" => Columns::PointToPoint,
+            | "Put" | "VIS_Halo" | "VIS_Halo_MtoM" => Columns::PointToPoint,
             "Barrier" => Columns::NoBytes,
             _ => Columns::Collective,
         }

@@ -361,6 +361,20 @@ proptest! {
                 let mut got = vec![0u8; seg];
                 ep.segment().read(0, &mut got)?;
                 assert!(got == want, "strided put {sh:?}");
+                // The same from this rank's segment (MtoM through a cached chain), twice.
+                let from = seg / 2;
+                assert!(off + rs.last().unwrap() * sh.count.last().unwrap() < from);
+                ep.segment().write(from, &src)?;
+                for _ in 0..2 {
+                    c.barrier()?;
+                    ep.put(peer, 0, &vec![0xEEu8; from])?;
+                    c.barrier()?;
+                    ep.put_strided_from(peer, off, &s, from)?;
+                    c.barrier()?;
+                    ep.segment().read(0, &mut got[..from])?;
+                    assert!(got[..from] == want[..from], "strided put from the segment {sh:?}");
+                }
+                assert!(ep.cached_descriptors() >= 1);
                 // Get it back the same way: the local side must equal src where covered.
                 let mut back = vec![0x11u8; lext];
                 ep.get_strided(peer, off, &s, &mut back)?;

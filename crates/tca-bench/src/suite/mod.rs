@@ -99,6 +99,9 @@ pub enum Kind {
     /// Seed 001's strided halo exchange of a 3-D array of f64: three faces (contiguous,
     /// block-stride, strided) put into the partner's ghost array by strided puts, both ways.
     VisHalo,
+    /// VIS_Halo with the cube in the sender's segment: each face one cached chain, segment to
+    /// segment (the seed's MtoM with its descriptor cache).
+    VisHaloMtoM,
 }
 
 /// Edge lengths of the VIS_Halo benchmark's N x N x N arrays (the seed's range).
@@ -305,6 +308,13 @@ pub static BENCHMARKS: &[Benchmark] = &[
         about: "strided puts of a 3-D array's three faces (contiguous, block-stride, strided), both ways, N = 16..128",
     },
     Benchmark {
+        name: "VIS_Halo_MtoM",
+        kind: Kind::VisHaloMtoM,
+        collective: None,
+        family: Family::Gasnet,
+        about: "VIS_Halo from the sender's segment: each face one cached chain of puts, segment to segment",
+    },
+    Benchmark {
         name: "Put",
         kind: Kind::Put,
         collective: None,
@@ -353,7 +363,8 @@ impl Benchmark {
             | Kind::AmMedium
             | Kind::AmLong
             | Kind::Get
-            | Kind::VisHalo => 2.min(p),
+            | Kind::VisHalo
+            | Kind::VisHaloMtoM => 2.min(p),
             Kind::Put => 1,
             Kind::OsuMbwMr => p / 2 * 2,
             _ => p,
@@ -367,7 +378,7 @@ impl Benchmark {
 
     /// Whether its sizes are fixed array edges ([`VIS_HALO_N`]) rather than `--sizes`.
     pub fn grid(&self) -> bool {
-        self.kind == Kind::VisHalo
+        matches!(self.kind, Kind::VisHalo | Kind::VisHaloMtoM)
     }
 
     /// Whether its sizes come from `--lattice` rather than `--sizes`.
@@ -397,7 +408,7 @@ impl Benchmark {
             | Kind::OsuBw
             | Kind::Get
             | Kind::Put => 1.0,
-            Kind::Sendrecv | Kind::OsuBibw | Kind::Halo | Kind::VisHalo => 2.0,
+            Kind::Sendrecv | Kind::OsuBibw | Kind::Halo | Kind::VisHalo | Kind::VisHaloMtoM => 2.0,
             // A round trip carries the size both ways.
             Kind::AmShort | Kind::AmMedium | Kind::AmLong => 2.0,
             Kind::Exchange => 4.0,

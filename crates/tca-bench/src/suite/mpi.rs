@@ -321,7 +321,8 @@ impl Backend for MpiBackend {
                 | Kind::AmLong
                 | Kind::Get
                 | Kind::Put
-                | Kind::VisHalo => {
+                | Kind::VisHalo
+                | Kind::VisHaloMtoM => {
                     unreachable!("tca only: MPI does not run them")
                 }
             }

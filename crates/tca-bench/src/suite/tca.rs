@@ -107,8 +107,10 @@ impl AmBench {
             let n = m.long.map_or(0, |l| l.1);
             tok.reply_long(pl, &[], &back.borrow()[..n], 0)
         });
-        // The cube's ghosts: as large as the cube, after it.
-        Endpoint::new(comm, t, max.max(2 * cube).max(8))?;
+        // The cube's ghosts: as large as the cube, after it; the cube itself also at the
+        // segment's start, for VIS_Halo_MtoM.
+        let ep = Endpoint::new(comm, t, max.max(2 * cube).max(8))?;
+        ep.segment().write(0, &me.cube)?;
         Ok(me)
     }
 }
@@ -169,7 +171,7 @@ impl<'w> TcaBackend<'w> {
     fn with_am(mut self, opts: &Options, max: usize) -> Result<Self> {
         if gasnet(opts) && self.comm.size() >= 2 {
             // VIS_Halo's largest cube, and as much again for the ghosts in the segment.
-            let cube = if opts.benches().any(|b| b.kind == Kind::VisHalo) {
+            let cube = if opts.benches().any(|b| b.grid()) {
                 let n = super::VIS_HALO_N[super::VIS_HALO_N.len() - 1];
                 n * n * n * 8
             } else {
@@ -183,8 +185,9 @@ impl<'w> TcaBackend<'w> {
     /// `n` VIS_Halo exchanges: each rank puts the three low faces of its cube (x = 0:
     /// strided, one element per piece; y = 0: block-stride, a row per piece; z = 0:
     /// contiguous) into the partner's ghost cube at the same place, waits until they are
-    /// complete there, and tells the partner, then waits for the partner's word.
-    fn vis_halo(&mut self, n: u64) -> Result<()> {
+    /// complete there, and tells the partner, then waits for the partner's word. The cube is
+    /// ordinary memory (VIS_Halo) or the lower half of the sender's segment (VIS_Halo_MtoM).
+    fn vis_halo(&mut self, n: u64, from_segment: bool) -> Result<()> {
         let (Some(am), Some(ep)) = (&self.am, Endpoint::of(&self.comm)) else {
             anyhow::bail!("the GASNet benchmarks' endpoint was not made");
         };
@@ -196,6 +199,9 @@ impl<'w> TcaBackend<'w> {
         let e = (self.cur.1 / 24).isqrt();
         let (row, plane) = (8 * e, 8 * e * e);
         let ghost = plane * e;
+        // The partner's ghost cube: the upper half of its segment, whatever N (the lower
+        // half holds the cube VIS_Halo_MtoM sends from).
+        let at = am.cube.len();
         let faces = [
             ([e, e], [row, plane]), // x = 0: strided
             ([e, e], [8, plane]),   // y = 0: block-stride
@@ -211,7 +217,11 @@ impl<'w> TcaBackend<'w> {
                     remote_strides: strides,
                     local_strides: strides,
                 };
-                ep.put_strided_nbi(peer, ghost, &s, src)?;
+                if from_segment {
+                    ep.put_strided_from_nbi(peer, at, &s, 0)?;
+                } else {
+                    ep.put_strided_nbi(peer, at, &s, src)?;
+                }
             }
             ep.wait_syncnbi_puts()?;
             ep.request_short(peer, done, &[])?;
@@ -680,7 +690,8 @@ impl Backend for TcaBackend<'_> {
             Kind::AmShort | Kind::AmMedium | Kind::AmLong | Kind::Get | Kind::Put => {
                 return self.gasnet(kind, n);
             }
-            Kind::VisHalo => return self.vis_halo(n),
+            Kind::VisHalo => return self.vis_halo(n, false),
+            Kind::VisHaloMtoM => return self.vis_halo(n, true),
             _ => {}
         }
         let (bs, br, fs, fr) = (
@@ -705,7 +716,8 @@ impl Backend for TcaBackend<'_> {
                 | Kind::AmLong
                 | Kind::Get
                 | Kind::Put
-                | Kind::VisHalo => unreachable!("handled above"),
+                | Kind::VisHalo
+                | Kind::VisHaloMtoM => unreachable!("handled above"),
                 Kind::Bcast => c.broadcast(&mut bs[..bytes], 0)?,
                 Kind::Scatter => c.scatter(&bs[..bytes * p], &mut br[..bytes], 0)?,
                 Kind::Gather => c.gather(&bs[..bytes], &mut br[..bytes * p], 0)?,
@@ -739,6 +751,10 @@ impl Backend for TcaBackend<'_> {
                 Kind::AmLong => "AM Long: put + header".into(),
                 Kind::Get if bytes > packet => "AM get, put into a landing segment".into(),
                 Kind::Get => "AM get, one reply packet".into(),
+                Kind::VisHaloMtoM => format!(
+                    "N={}: each face one cached chain, segment to segment",
+                    (bytes / 24).isqrt()
+                ),
                 Kind::VisHalo => {
                     let e = (bytes / 24).isqrt();
                     let pack = Endpoint::of(&self.comm)

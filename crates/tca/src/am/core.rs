@@ -37,6 +37,8 @@ pub(super) const PUT_PACKED: u8 = 13;
 const PUT_ACK: u8 = 14;
 
 const NAP: Duration = Duration::from_micros(200);
+/// Descriptions the descriptor cache holds at most.
+const CHAINS: usize = 256;
 /// Passes of an active-message wait between two passes of the communicator's whole progress.
 const FULL_EVERY: u32 = 16;
 /// Bytes after the request ring: the doorbell word (peers add to it after a packet when
@@ -89,6 +91,8 @@ struct State {
     pool: Vec<Vec<u8>>,
     /// Registered landing segments of large gets, reused.
     landing: Vec<Segment>,
+    /// The descriptor cache: chains of segment-to-segment strided puts, by description.
+    chains: std::collections::HashMap<Vec<u64>, std::rc::Rc<crate::fabric::Chain>>,
     scratch: Vec<u8>,
     rr: usize,
 }
@@ -961,6 +965,30 @@ impl Core {
             self.set_asleep(false);
             r?;
         }
+    }
+
+    /// The cached chain for `key`, built by `build` on the first use. The cache holds at
+    /// most [`CHAINS`] descriptions (emptied when full: patterns of a program are few).
+    pub(super) fn chain(
+        &self,
+        key: &[u64],
+        build: impl FnOnce() -> Result<crate::fabric::Chain>,
+    ) -> Result<std::rc::Rc<crate::fabric::Chain>> {
+        if let Some(c) = self.st.borrow().chains.get(key) {
+            return Ok(c.clone());
+        }
+        let c = std::rc::Rc::new(build()?);
+        let mut st = self.st.borrow_mut();
+        if st.chains.len() >= CHAINS {
+            st.chains.clear();
+        }
+        st.chains.insert(key.to_vec(), c.clone());
+        Ok(c)
+    }
+
+    /// Chains in the descriptor cache now.
+    pub(super) fn cached_chains(&self) -> usize {
+        self.st.borrow().chains.len()
     }
 
     /// Packs `(offset, bytes)` records for `to` into packets of the request ring, sending

@@ -22,6 +22,8 @@
 //!     comm.barrier()?;
 //!     let mut peer = [0u8; 8];
 //!     ep.get(1 - comm.rank(), 0, &mut peer)?; // what the peer holds: our own put
+//!     // Handlers run only while their rank is in a call: stay until every peer is done.
+//!     comm.barrier()?;
 //!     Ok((got.get(), peer[0]))
 //! })?;
 //! assert_eq!(out, vec![(42, 0), (42, 1)]);
@@ -30,7 +32,10 @@
 //!
 //! # Active messages
 //! A [`Table`] of handlers is built on every rank in the same order (indices, names and count
-//! are checked when the endpoint is made). A request runs its handler at the target inside
+//! are checked when the endpoint is made). A rank's handlers run only while it is inside a
+//! call, so a program ends with a barrier (as GASNet programs do): a rank that leaves while a
+//! peer still waits for its handlers makes that peer's wait fail, naming it. A request runs
+//! its handler at the target inside
 //! the target's polling: [`Endpoint::poll`], [`Endpoint::wait_until`], any wait of this layer
 //! and any blocking call of the communicator (a collective, a two-sided wait) — never
 //! concurrently with another handler of the rank. Three kinds, as GASNet's:
@@ -79,6 +84,19 @@
 //! one `memcpy` into the peer's memory, and measured faster than packing at every piece size
 //! (8 bytes up); across a network it is [`PACK_DEFAULT`]. A get lists its pieces in one request and receives
 //! them in order through reply packets.
+//!
+//! # Data modes (the seed's names)
+//! - **MtoM**, segment to segment, one copy: [`Endpoint::put`] (any local source: within a
+//!   node the put reads it directly), [`Endpoint::put_strided_from`] (the sender's segment,
+//!   each description one chain of puts built once and kept — the seed's descriptor cache),
+//!   [`Endpoint::get_into`] and large gets (the target's chained put into this rank's segment
+//!   or a landing segment), and VIS pieces at or above the packing threshold.
+//! - **BtoB**, through the ring, two copies, any memory: Medium payloads, packed VIS pieces,
+//!   gets of up to a packet.
+//! - BtoM (staging into the destination segment through alternating buffers) and MtoB (a
+//!   segment source into the receiver's ring) are not separate paths: within a node a put
+//!   from ordinary memory needs no staging, and across a network the libfabric transport
+//!   stages puts in its own registered buffers.
 //!
 //! # Memory per rank
 //! Two rings of the two-sided messages' shape (`P*128 + P*8*(64 + CH/2)` bytes each, CH the

@@ -200,6 +200,83 @@ impl Endpoint<'_, '_> {
         self.put_pieces(q, |f| s.pieces(|r, l, n| f(off + r, &src[l..l + n])))
     }
 
+    /// Strided put from this rank's segment at `local_off` (local side) into `to`'s segment
+    /// at `off` (remote side): the seed's MtoM mode, every piece segment to segment (one copy),
+    /// as one chain of puts. The chain is built and checked on the first call and kept by the
+    /// description (the seed's descriptor cache), so a repeated transfer does no set-up work:
+    /// one lookup, then the copies. Returns when every byte is at the target.
+    pub fn put_strided_from(
+        &self,
+        to: u32,
+        off: usize,
+        s: &Strided<'_>,
+        local_off: usize,
+    ) -> Result<()> {
+        self.put_strided_from_nbi(to, off, s, local_off)?;
+        self.wait_syncnbi_puts()
+    }
+
+    /// Starts [`Endpoint::put_strided_from`], completed by [`Endpoint::wait_syncnbi_puts`].
+    pub fn put_strided_from_nbi(
+        &self,
+        to: u32,
+        off: usize,
+        s: &Strided<'_>,
+        local_off: usize,
+    ) -> Result<()> {
+        self.outside("a put")?;
+        let q = rank(self.core, to)?;
+        let c = self.core;
+        let local = c.seg.len().checked_sub(local_off).ok_or_else(|| {
+            Error::new(
+                ErrorKind::OutOfBounds,
+                format!(
+                    "local offset {local_off} is past this rank's segment of {} bytes",
+                    c.seg.len()
+                ),
+            )
+        })?;
+        self.check_strided(q, off, s, local)?;
+        // The key: destination, both offsets, element, then counts and both strides.
+        let d = s.count.len();
+        let mut key = [0u64; 5 + 3 * MAX_DIMS];
+        key[..5].copy_from_slice(&[
+            q as u64,
+            off as u64,
+            local_off as u64,
+            s.elem as u64,
+            d as u64,
+        ]);
+        for (k, v) in s
+            .count
+            .iter()
+            .chain(s.remote_strides)
+            .chain(s.local_strides)
+            .enumerate()
+        {
+            key[5 + k] = *v as u64;
+        }
+        let w = self.w();
+        let chain = c.chain(&key[..5 + 3 * d], || {
+            let mut b = Some(w.chain());
+            s.pieces(|r, l, n| {
+                let next =
+                    b.take()
+                        .expect("held")
+                        .put(&c.seg, local_off + l, &c.segs[q], off + r, n);
+                b = Some(next);
+                Ok(())
+            })?;
+            b.take().expect("held").build()
+        })?;
+        w.start(&chain)
+    }
+
+    /// Chains in the descriptor cache of [`Endpoint::put_strided_from`].
+    pub fn cached_descriptors(&self) -> usize {
+        self.core.cached_chains()
+    }
+
     /// Strided get from `from`'s segment at `off` (remote side) into `dst` (local side).
     pub fn get_strided(
         &self,
