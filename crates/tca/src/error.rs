@@ -71,6 +71,16 @@ impl Error {
         }
     }
 
+    /// A wait's error that names no rank yet gets the one the wait was for: `world_rank`, and
+    /// `what` the rank was to send (the one place the message engines name a waited-on peer).
+    pub(crate) fn waiting_for(self, world_rank: u32, what: impl fmt::Display) -> Self {
+        if self.rank.is_some() {
+            return self;
+        }
+        let message = format!("{self} (waiting for {what})");
+        Self::peer(self.kind, world_rank, message)
+    }
+
     /// Translates an OS error, naming what tca was doing.
     pub(crate) fn os(
         kind: ErrorKind,

@@ -345,14 +345,7 @@ impl Core {
     }
 
     fn name(&self, e: Error, q: usize, what: &str) -> Error {
-        if e.rank().is_some() {
-            return e;
-        }
-        self.peer_err(
-            e.kind(),
-            q,
-            format!("{e} (waiting for {what} communicator rank {q})"),
-        )
+        e.waiting_for(self.world[q], format_args!("{what} communicator rank {q}"))
     }
 
     // ---- polling and dispatch ---------------------------------------------------------------
@@ -669,7 +662,7 @@ impl Core {
             total += len;
         }
         let chunk = self.room(2);
-        let mut buf = std::mem::take(&mut self.st.borrow_mut().scratch);
+        let mut buf = self.take_scratch();
         if buf.len() < chunk {
             buf.resize(chunk, 0); // once: the scratch keeps its length between gets
         }
@@ -702,7 +695,7 @@ impl Core {
             Ok(())
         })();
         self.depth.set(self.depth.get() - 1);
-        self.st.borrow_mut().scratch = buf;
+        self.give_scratch(buf);
         r
     }
 
@@ -892,24 +885,12 @@ impl Core {
         self.st.borrow_mut().ops[idx as usize].err.take()
     }
 
-    /// Waits until operation `idx` is done, running everything's progress.
+    /// Waits until operation `idx` is done (its answers ring this rank's doorbell like any
+    /// packet of this layer), naming its peer if the wait fails.
     pub(super) fn wait_op(&self, w: &World, eng: &Engine, idx: u32) -> Result<()> {
         let peer = self.st.borrow().ops[idx as usize].peer;
-        let turn = Cell::new(0u32);
-        loop {
-            self.progress(w, eng, &turn)?;
-            if self.op_done(idx) {
-                return Ok(());
-            }
-            let (off, v) = self.rep.next_word(peer);
-            let poll = || -> Result<bool> {
-                self.progress(w, eng, &turn)?;
-                Ok(self.op_done(idx))
-            };
-            self.pay(w)?;
-            w.wait_polling(self.rep.seg(), off, v, NAP, &poll)
-                .map_err(|e| self.name(e, peer, "the answer of"))?;
-        }
+        self.wait_until(w, eng, &|| self.op_done(idx))
+            .map_err(|e| self.name(e, peer, "the answer of"))
     }
 
     /// One pass of a wait of this layer: this layer's rings every time, the communicator's
@@ -991,16 +972,18 @@ impl Core {
         self.st.borrow().chains.len()
     }
 
-    /// Packs `(offset, bytes)` records for `to` into packets of the request ring, sending
-    /// each full one as a packed put counted on operation `op`.
-    pub(super) fn packer(&self) -> Vec<u8> {
-        let mut b = std::mem::take(&mut self.st.borrow_mut().scratch);
-        b.clear();
-        b
+    /// Lends the endpoint's scratch buffer (packed puts, get lists, get replies), contents
+    /// and length as the last user left them; [`Core::give_scratch`] takes it back. A user
+    /// nested inside another (a handler run while a send waits) gets an empty one.
+    pub(super) fn take_scratch(&self) -> Vec<u8> {
+        std::mem::take(&mut self.st.borrow_mut().scratch)
     }
 
-    pub(super) fn unpacker(&self, b: Vec<u8>) {
-        self.st.borrow_mut().scratch = b;
+    pub(super) fn give_scratch(&self, b: Vec<u8>) {
+        let mut st = self.st.borrow_mut();
+        if b.capacity() >= st.scratch.capacity() {
+            st.scratch = b;
+        }
     }
 
     /// Checks a user message's handler index and argument count.

@@ -404,7 +404,8 @@ impl Endpoint<'_, '_> {
     ) -> Result<()> {
         let (w, eng, c) = (self.w(), self.eng(), self.core);
         let room = c.room(1);
-        let mut buf = c.packer();
+        let mut buf = c.take_scratch();
+        buf.clear();
         let flush = |buf: &mut Vec<u8>| -> Result<()> {
             if buf.is_empty() {
                 return Ok(());
@@ -439,7 +440,7 @@ impl Endpoint<'_, '_> {
             Ok(())
         })
         .and_then(|()| flush(&mut buf));
-        c.unpacker(buf);
+        c.give_scratch(buf);
         r
     }
 
@@ -456,17 +457,21 @@ impl Endpoint<'_, '_> {
             return Ok(());
         }
         let (w, eng, c) = (self.w(), self.eng(), self.core);
-        let mut list = Vec::new();
-        visit(&mut |off, n| {
+        // The piece list goes out in the endpoint's reused scratch buffer.
+        let mut list = c.take_scratch();
+        list.clear();
+        let listed = visit(&mut |off, n| {
             if n > 0 {
                 list.extend_from_slice(&(off as u64).to_le_bytes());
                 list.extend_from_slice(&(n as u64).to_le_bytes());
             }
             Ok(())
-        })?;
+        });
         let id = c.op_alloc(q, total, total);
         let op = id as u32;
-        if let Err(e) = c.send(w, eng, Net::Request, q, GET, 0, &[id, 0], &list) {
+        let sent = listed.and_then(|()| c.send(w, eng, Net::Request, q, GET, 0, &[id, 0], &list));
+        c.give_scratch(list);
+        if let Err(e) = sent {
             c.with_op(op, |o| o.bytes_left = 0);
             let _ = c.op_finish(op, |_, _| Ok(()));
             return Err(e);

@@ -277,16 +277,12 @@ impl Ring {
         meta: [u8; 8],
         hook: Hook<'_>,
     ) -> Result<()> {
-        let seq = self.c.borrow().sent[to] + 1;
-        if !self.has_credit(&mut self.c.borrow_mut(), to, seq)? {
-            let v = self.wait_word(w, to * CREDIT, seq - self.slots as u64, hook)?;
-            self.c.borrow_mut().credit[to] = v;
+        while !self.try_send(w, to, data, aux, meta)? {
+            let (off, v) = self.credit_word(to);
+            let seen = self.wait_word(w, off, v, hook)?;
+            self.c.borrow_mut().credit[to] = seen;
         }
-        {
-            let mut c = self.c.borrow_mut();
-            self.put_packet(w, &mut c, to, seq, &[data], aux, meta)?;
-        }
-        self.pay(w)
+        Ok(())
     }
 
     /// Writes packet `seq` (credit checked by the caller) into `to`'s slot: payload (the

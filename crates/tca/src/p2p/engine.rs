@@ -983,13 +983,9 @@ impl Engine {
     }
 
     fn chan_err(&self, e: Error, q: usize, what: &str) -> Error {
-        if e.rank().is_some() {
-            return e;
-        }
-        self.peer_err(
-            e.kind(),
-            q,
-            format!("{e} (waiting for {what} a persistent channel with communicator rank {q})"),
+        e.waiting_for(
+            self.world[q],
+            format_args!("{what} a persistent channel with communicator rank {q}"),
         )
     }
 
@@ -1585,13 +1581,9 @@ impl Engine {
                 Ok(!idle(&self.st.borrow()))
             })
             .map_err(|e| {
-                if e.rank().is_some() {
-                    return e;
-                }
-                self.peer_err(
-                    e.kind(),
-                    q,
-                    format!("{e} (waiting for a message from communicator rank {q})"),
+                e.waiting_for(
+                    self.world[q],
+                    format_args!("a message from communicator rank {q}"),
                 )
             })?;
         }
@@ -1629,9 +1621,6 @@ impl Engine {
 
     /// An error that names no rank gets the peer the request waits on, if it has one.
     fn name_peer(&self, e: Error, id: Id) -> Error {
-        if e.rank().is_some() {
-            return e;
-        }
         let st = self.st.borrow();
         let (q, what) = match st.reqs[id.idx as usize].st {
             St::RecvPosted {
@@ -1643,11 +1632,7 @@ impl Engine {
             St::SendCts { to, .. } => (to, "the receive address of"),
             _ => return e,
         };
-        self.peer_err(
-            e.kind(),
-            q,
-            format!("{e} (waiting for {what} communicator rank {q})"),
-        )
+        e.waiting_for(self.world[q], format_args!("{what} communicator rank {q}"))
     }
 
     /// The first unexpected message matching `src` and `tag`, after one pass of progress.
