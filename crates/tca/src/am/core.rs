@@ -90,7 +90,7 @@ struct State {
     asm: [Vec<Option<Asm>>; 2],
     pool: Vec<Vec<u8>>,
     /// Registered landing segments of large gets, reused.
-    landing: Vec<Segment>,
+    landing: crate::fabric::SegmentPool,
     /// The descriptor cache: chains of segment-to-segment strided puts, by description.
     chains: std::collections::HashMap<Vec<u64>, std::rc::Rc<crate::fabric::Chain>>,
     scratch: Vec<u8>,
@@ -808,7 +808,9 @@ impl Core {
             op.live = false;
             let land = op.land.take();
             st.free.push(idx as u32);
-            st.landing.extend(land);
+            if let Some(l) = land {
+                st.landing.put(l);
+            }
         }
     }
 
@@ -840,7 +842,7 @@ impl Core {
             (land, placed, err)
         };
         if let Some(l) = land {
-            self.st.borrow_mut().landing.push(l);
+            self.st.borrow_mut().landing.put(l);
         }
         err.map_or(placed, Err)
     }
@@ -849,17 +851,7 @@ impl Core {
     /// fits, else a new one), attached to operation `idx`; its handle for the request.
     pub(super) fn land(&self, w: &World, idx: u32, n: usize) -> Result<Handle> {
         let mut st = self.st.borrow_mut();
-        let best = st
-            .landing
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| s.len() >= n)
-            .min_by_key(|(_, s)| s.len())
-            .map(|(i, _)| i);
-        let seg = match best {
-            Some(i) => st.landing.swap_remove(i),
-            None => w.alloc(n.next_power_of_two().max(64 << 10))?,
-        };
+        let seg = st.landing.take(w, n)?;
         let h = seg.handle();
         st.ops[idx as usize].land = Some(seg);
         Ok(h)

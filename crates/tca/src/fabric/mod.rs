@@ -10,5 +10,6 @@ mod world;
 
 pub use chain::{Chain, ChainBuilder};
 pub use control::EXCHANGE_MAX;
+pub(crate) use segment::SegmentPool;
 pub use segment::{Handle, Segment, SymmetricSegment};
 pub use world::{AtomicOp, INLINE_MAX, RemoteWord, SignalOp, Strided, World};

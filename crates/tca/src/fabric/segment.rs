@@ -275,3 +275,39 @@ impl std::ops::DerefMut for SymmetricSegment {
         &mut self.local
     }
 }
+
+/// Registered buffers kept for reuse (the message engines' landing segments): the smallest
+/// that fits is handed out, a new one (a power of two, at least 64 KiB) only when none
+/// does, so repeated transfers register nothing.
+#[derive(Debug, Default)]
+pub(crate) struct SegmentPool(Vec<Segment>);
+
+impl SegmentPool {
+    /// The smallest segment worth registering for a landing (64 KiB).
+    const MIN: usize = 64 << 10;
+
+    /// A segment of at least `n` bytes.
+    pub(crate) fn take(&mut self, w: &super::World, n: usize) -> Result<Segment> {
+        let best = self
+            .0
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.len() >= n)
+            .min_by_key(|(_, s)| s.len())
+            .map(|(i, _)| i);
+        match best {
+            Some(i) => Ok(self.0.swap_remove(i)),
+            None => w.alloc(n.next_power_of_two().max(Self::MIN)),
+        }
+    }
+
+    /// Gives a segment back for reuse.
+    pub(crate) fn put(&mut self, s: Segment) {
+        self.0.push(s);
+    }
+
+    /// Bytes held.
+    pub(crate) fn bytes(&self) -> usize {
+        self.0.iter().map(Segment::len).sum()
+    }
+}

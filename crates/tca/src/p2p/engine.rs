@@ -59,8 +59,6 @@ const NAP: Duration = Duration::from_micros(200);
 const POLL_EVERY: u32 = 16;
 /// How long a communicator being dropped waits for its undelivered sends to move.
 pub(crate) const DRAIN_PATIENCE: Duration = Duration::from_secs(2);
-/// Smallest landing buffer (rendezvous into plain memory).
-const LANDING_MIN: usize = 64 << 10;
 
 /// Bytes of the p2p segment of one rank in a communicator of `p` ranks.
 pub fn p2p_bytes(p: usize) -> usize {
@@ -218,7 +216,7 @@ struct State {
     cts_wait: Vec<u32>,
     inflight: Vec<u32>,
     stash: Vec<Vec<u8>>,
-    landing: Vec<Segment>,
+    landing: crate::fabric::SegmentPool,
     rr: usize,
     /// Persistent channels this rank sends on, per destination.
     chans: Vec<Vec<Option<SendChan>>>,
@@ -350,7 +348,7 @@ impl Engine {
                 cts_wait: Vec::new(),
                 inflight: Vec::new(),
                 stash: Vec::new(),
-                landing: Vec::new(),
+                landing: Default::default(),
                 rr: 0,
                 chans: (0..p)
                     .map(|_| (0..CHANNELS).map(|_| None).collect())
@@ -450,7 +448,7 @@ impl Engine {
     fn recycle(st: &mut State, data: Data) {
         match data {
             Data::Stash(v) => st.stash.push(v),
-            Data::Landing(s) => st.landing.push(s),
+            Data::Landing(s) => st.landing.put(s),
             Data::Placed => {}
         }
     }
@@ -463,20 +461,6 @@ impl Engine {
         v.clear();
         v.resize(n, 0);
         v
-    }
-
-    fn landing(&self, w: &World, st: &mut State, n: usize) -> Result<Segment> {
-        let best = st
-            .landing
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| s.len() >= n)
-            .min_by_key(|(_, s)| s.len())
-            .map(|(i, _)| i);
-        match best {
-            Some(i) => Ok(st.landing.swap_remove(i)),
-            None => w.alloc(n.next_power_of_two().max(LANDING_MIN)),
-        }
     }
 
     /// Forgets the request (its `Request` was dropped or finished).
@@ -1104,7 +1088,7 @@ impl Engine {
         let (handle, off, landing) = match dest {
             Dest::Seg(h, off) | Dest::Bound(h, off) => (h, off, None),
             Dest::Plain => {
-                let l = self.landing(w, st, n)?;
+                let l = st.landing.take(w, n)?;
                 (l.handle(), 0, Some(l))
             }
         };
@@ -1675,8 +1659,7 @@ impl Engine {
     /// Memory this rank holds for the engine now: the segment and the pooled buffers.
     pub(crate) fn footprint(&self) -> (usize, usize) {
         let st = self.st.borrow();
-        let pooled = st.stash.iter().map(Vec::capacity).sum::<usize>()
-            + st.landing.iter().map(Segment::len).sum::<usize>();
+        let pooled = st.stash.iter().map(Vec::capacity).sum::<usize>() + st.landing.bytes();
         (p2p_bytes(self.p), pooled)
     }
 }
