@@ -9,7 +9,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand, ValueEnum};
 use serde_json::{Value, json};
-use tca_model::estimate::{self, Cells, Estimate, Kind, Model, Params, Preset, Regime, Shape};
+use tca_model::estimate::{
+    self, AnalyticModel, Cells, Estimate, Kind, Params, Preset, Regime, Shape,
+};
 use tca_model::fit::{self, Fit, Group, Selection, Weighting};
 use tca_model::record::{self, Row};
 use tca_model::{format, size};
@@ -302,12 +304,12 @@ fn lookup_preset(name: &str, kind: Option<Kind>) -> Result<Preset> {
 }
 
 /// The model from a preset (if any) and the parameters given over it.
-fn build(kind: Kind, preset: Option<&Preset>, args: &ParamArgs) -> Result<Model> {
+fn build(kind: Kind, preset: Option<&Preset>, args: &ParamArgs) -> Result<AnalyticModel> {
     let mut params = args.params();
     if let Some(p) = preset {
         params = params.or(&p.params);
     }
-    let m = Model::from_params(kind, &params);
+    let m = AnalyticModel::from_params(kind, &params);
     match preset {
         Some(p) => m.with_context(|| format!("{kind} estimate from preset {}", p.name)),
         None => Ok(m?),
@@ -854,7 +856,7 @@ mod calibrate {
     use tca::Collective;
     use tca::coll::Algorithm;
     use tca::coll::model::{
-        Calibration, FORMAT, Fitted, MAX_CACHE, Model, Quality, RankModels, VERSION,
+        Calibration, CostModel, FORMAT, Fitted, MAX_CACHE, Quality, RankModels, VERSION,
     };
     use tca_bench::suite::{self, BENCHMARKS, Half, Iters, Options};
     use tca_model::linear;
@@ -1077,7 +1079,7 @@ mod calibrate {
     fn fit(pts: &[&Point], cores: u32) -> Result<Fitted> {
         let measured: Vec<f64> = pts.iter().map(|q| q.t).collect();
         let largest = pts.iter().map(|q| q.bytes).max().unwrap_or(0) as f64;
-        let start = Model::default().params();
+        let start = CostModel::default().params();
         let mut best: Option<(linear::LinearFit, f64, f64)> = None;
         let caches = CACHES
             .iter()
@@ -1093,9 +1095,9 @@ mod calibrate {
                 }
                 for s in &starts {
                     let f = linear::fit_piecewise(&measured, s, PIECEWISE_ROUNDS, |params, i| {
-                        let m = Model {
+                        let m = CostModel {
                             cores: f64::from(cores),
-                            ..Model::from_params(params, knee, cache).unwrap_or_default()
+                            ..CostModel::from_params(params, knee, cache).unwrap_or_default()
                         };
                         let q = pts[i];
                         (q.alg.work)(&m, q.p, q.n).coefficients().to_vec()
@@ -1110,7 +1112,7 @@ mod calibrate {
             }
         }
         let (f, knee, cache) = best.context("no knee tried")?;
-        let model = Model::from_params(&f.params, knee, cache)?;
+        let model = CostModel::from_params(&f.params, knee, cache)?;
         let w = pts[f.worst_point];
         Ok(Fitted {
             model,
@@ -1223,7 +1225,7 @@ mod calibrate {
                 "collective", "algorithm", "bytes", "measured", "model", "error"
             )?;
             for (name, pts) in &by_coll {
-                let m = Model {
+                let m = CostModel {
                     cores: f64::from(cores),
                     ..collectives
                         .get(*name)

@@ -7,7 +7,7 @@ use std::process::{Command, Output, Stdio};
 
 use tca::Collective;
 use tca::coll::ALGORITHMS;
-use tca::coll::model::{Calibration, Model};
+use tca::coll::model::{Calibration, CostModel};
 use tca_bench::suite::BENCHMARKS;
 use tca_model::record::{Row, Run};
 
@@ -45,8 +45,8 @@ fn text(b: &[u8]) -> String {
 }
 
 /// The model the synthetic measurements are made with.
-fn truth() -> Model {
-    Model {
+fn truth() -> CostModel {
+    CostModel {
         alpha: 0.07,
         beta: 1.1e-4,
         beta_send: 4.0e-5,
@@ -64,9 +64,9 @@ fn truth() -> Model {
 
 /// Rows as `tca bench` would write them if the machine followed `m` exactly: every algorithm
 /// of every collective benchmark, forced, at 2 and 4 ranks, 8 B to 4 MiB.
-fn synthetic_rows(m: &Model, cores: u32) -> Vec<Row> {
+fn synthetic_rows(m: &CostModel, cores: u32) -> Vec<Row> {
     // As measured on a machine of `cores` cores.
-    let on_this_machine = Model {
+    let on_this_machine = CostModel {
         cores: f64::from(cores),
         ..*m
     };

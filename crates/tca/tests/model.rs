@@ -5,7 +5,7 @@ use std::ffi::OsStr;
 use std::path::PathBuf;
 
 use tca::coll::model::{
-    self, Calibration, FORMAT, Fitted, MAX_CACHE, Model, Quality, RankModels, Source, Table,
+    self, Calibration, CostModel, FORMAT, Fitted, MAX_CACHE, Quality, RankModels, Source, Table,
     VERSION,
 };
 use tca::coll::{ALGORITHMS, Algorithm};
@@ -33,31 +33,31 @@ impl Drop for TempDir {
     }
 }
 
-/// Every parameter zero except the one at `i` in [`Model::PARAMS`] order (with a cache step at
+/// Every parameter zero except the one at `i` in [`CostModel::PARAMS`] order (with a cache step at
 /// 64 KiB, so that `beta_far` alone prices something).
-fn only(i: usize, knee: f64) -> Model {
-    let mut p = [0.0; Model::PARAMS.len()];
+fn only(i: usize, knee: f64) -> CostModel {
+    let mut p = [0.0; CostModel::PARAMS.len()];
     p[i] = 1.0;
-    Model::from_params(&p, knee, 65536.0).unwrap()
+    CostModel::from_params(&p, knee, 65536.0).unwrap()
 }
 
-/// The index of parameter `name` in [`Model::PARAMS`].
+/// The index of parameter `name` in [`CostModel::PARAMS`].
 fn param(name: &str) -> usize {
-    Model::PARAMS.iter().position(|&p| p == name).unwrap()
+    CostModel::PARAMS.iter().position(|&p| p == name).unwrap()
 }
 
 /// A model with the named parameters set and the others zero, no knee, no cache step.
-fn with(params: &[(&str, f64)]) -> Model {
-    let mut p = [0.0; Model::PARAMS.len()];
+fn with(params: &[(&str, f64)]) -> CostModel {
+    let mut p = [0.0; CostModel::PARAMS.len()];
     for &(name, v) in params {
         p[param(name)] = v;
     }
-    Model::from_params(&p, 0.0, MAX_CACHE).unwrap()
+    CostModel::from_params(&p, 0.0, MAX_CACHE).unwrap()
 }
 
 /// A calibration that uses `m` for every collective at every rank count, every rank with a
 /// core of its own (cores unknown: 0).
-fn uniform(m: Model) -> Calibration {
+fn uniform(m: CostModel) -> Calibration {
     Calibration {
         format: FORMAT.into(),
         version: VERSION,
@@ -77,7 +77,7 @@ fn uniform(m: Model) -> Calibration {
 }
 
 fn sample() -> Calibration {
-    let mut c = uniform(Model::default());
+    let mut c = uniform(CostModel::default());
     c.ranks[0].all.fit = Some(Quality {
         points: 460,
         rms_rel_err: 0.1,
@@ -87,9 +87,9 @@ fn sample() -> Calibration {
     c.ranks[0].collectives.insert(
         "allreduce".into(),
         Fitted {
-            model: Model {
+            model: CostModel {
                 delta: 0.2,
-                ..Model::default()
+                ..CostModel::default()
             },
             fit: None,
         },
@@ -98,10 +98,10 @@ fn sample() -> Calibration {
         ranks: 8,
         cores: 2,
         all: Fitted {
-            model: Model {
+            model: CostModel {
                 delta: 3.0,
                 alpha: 0.5,
-                ..Model::default()
+                ..CostModel::default()
             },
             fit: None,
         },
@@ -147,7 +147,7 @@ fn files_written_before_the_spill_and_cache_terms_still_load() {
     let c = Calibration::from_json(&v.to_string()).unwrap();
     let m = c.ranks[0].all.model;
     assert_eq!((m.alpha_spill, m.beta_far, m.cache), (0.0, 0.0, MAX_CACHE));
-    assert_eq!(m.alpha, Model::default().alpha);
+    assert_eq!(m.alpha, CostModel::default().alpha);
 }
 
 #[test]
@@ -189,7 +189,7 @@ fn models_are_chosen_by_rank_count_and_collective() {
     assert_eq!(c.nearest(1).unwrap().ranks, 2);
     // A collective with its own model uses it; the others use the fit over all.
     assert_eq!(c.model(Collective::Allreduce, 2).delta, 0.2);
-    assert_eq!(c.model(Collective::Broadcast, 2), Model::default());
+    assert_eq!(c.model(Collective::Broadcast, 2), CostModel::default());
     assert_eq!(c.model(Collective::Allreduce, 8).delta, 3.0);
     // The cores come from the rank count's entry.
     assert_eq!(c.model(Collective::Allreduce, 8).cores, 2.0);
@@ -230,7 +230,7 @@ fn check_argmin(c: &Calibration) {
 fn selection_picks_the_lowest_predicted_time() {
     check_argmin(&Calibration::builtin());
     check_argmin(&sample());
-    for i in 0..Model::PARAMS.len() {
+    for i in 0..CostModel::PARAMS.len() {
         check_argmin(&uniform(only(i, 0.0)));
         check_argmin(&uniform(only(i, 4096.0)));
     }
@@ -238,7 +238,7 @@ fn selection_picks_the_lowest_predicted_time() {
 
 /// One model per parameter alone, with and without a knee, and the defaults.
 fn models_for_dominance() -> Vec<Calibration> {
-    (0..Model::PARAMS.len())
+    (0..CostModel::PARAMS.len())
         .flat_map(|i| [uniform(only(i, 0.0)), uniform(only(i, 4096.0))])
         // beta_small without a knee prices nothing: every algorithm would tie.
         .filter(|c| {
@@ -422,7 +422,7 @@ fn predictions_grow_with_size_and_are_positive() {
         }
     }
     // The work of an exchange-based algorithm counts its rounds.
-    let m = Model::default();
+    let m = CostModel::default();
     let w = (alg(Collective::Allreduce, "ring").work)(&m, 8, 1 << 20);
     assert_eq!(w.rounds, 14.0);
     let w = (alg(Collective::Allgather, "bruck").work)(&m, 5, 64);
@@ -552,14 +552,16 @@ fn bad_parameters_are_clear_errors() {
     let e = Calibration::from_json(&text).unwrap_err().to_string();
     assert!(e.contains("alhpa"), "{e}");
     // Parameter vectors of the wrong length.
-    assert!(Model::from_params(&[0.0; 3], 0.0, MAX_CACHE).is_err());
-    let mut p = [0.0; Model::PARAMS.len()];
+    assert!(CostModel::from_params(&[0.0; 3], 0.0, MAX_CACHE).is_err());
+    let mut p = [0.0; CostModel::PARAMS.len()];
     p[param("alpha")] = -1.0;
-    assert!(Model::from_params(&p, 0.0, MAX_CACHE).is_err());
+    assert!(CostModel::from_params(&p, 0.0, MAX_CACHE).is_err());
     p[param("alpha")] = 1.0;
-    assert!(Model::from_params(&p, 0.0, MAX_CACHE).is_ok());
+    assert!(CostModel::from_params(&p, 0.0, MAX_CACHE).is_ok());
     for cache in [0.0, -1.0, f64::NAN, f64::INFINITY] {
-        let e = Model::from_params(&p, 0.0, cache).unwrap_err().to_string();
+        let e = CostModel::from_params(&p, 0.0, cache)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("cache"), "{cache}: {e}");
     }
 }

@@ -4,7 +4,7 @@
 //! "estimate" rows).
 //!
 //! One file per operation ([`pingpong`], [`bcast`], [`allreduce`], [`allgather`]), each a
-//! struct of the paper's parameters with typed fields; [`Model`] wraps them so that a caller
+//! struct of the paper's parameters with typed fields; [`AnalyticModel`] wraps them so that a caller
 //! (the `tca model` command) can build any of them from a [`Params`] set, and [`presets`]
 //! holds the parameter sets of the paper's Tables 3-7 with the Table 1 cells they give.
 //!
@@ -624,7 +624,7 @@ impl Estimate {
 
 /// Any of the four estimates, built from a [`Params`] set.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Model {
+pub enum AnalyticModel {
     /// PingPong.
     PingPong(PingPong),
     /// Bcast.
@@ -635,10 +635,10 @@ pub enum Model {
     Allgather(Allgather),
 }
 
-impl Model {
+impl AnalyticModel {
     /// The estimate of `kind` from `params`: every parameter the formula uses must be set,
     /// none that it does not use may be, and all must be in range.
-    pub fn from_params(kind: Kind, params: &Params) -> Result<Model, EstimateError> {
+    pub fn from_params(kind: Kind, params: &Params) -> Result<AnalyticModel, EstimateError> {
         let used = kind.params();
         let all = [
             Param::Shape,
@@ -678,14 +678,14 @@ impl Model {
         let u = |v: Option<u64>, p: Param| v.ok_or_else(|| miss(p));
         let shape = || params.shape.clone().ok_or_else(|| miss(Param::Shape));
         let m = match kind {
-            Kind::PingPong => Model::PingPong(PingPong {
+            Kind::PingPong => AnalyticModel::PingPong(PingPong {
                 b_mb_s: f(params.b_mb_s, Param::Bandwidth)?,
                 l_s_us: f(params.l_s_us, Param::LS)?,
                 l_h_us: f(params.l_h_us, Param::LH)?,
                 t_ctl_us: f(params.t_ctl_us, Param::TCtl)?,
                 rendezvous_bytes: u(params.rendezvous_bytes, Param::Rendezvous)?,
             }),
-            Kind::Bcast => Model::Bcast(Bcast {
+            Kind::Bcast => AnalyticModel::Bcast(Bcast {
                 shape: shape()?,
                 b_mb_s: f(params.b_mb_s, Param::Bandwidth)?,
                 m_b_bytes: u(params.m_b_bytes, Param::Segment)?,
@@ -694,7 +694,7 @@ impl Model {
                 l_s_us: f(params.l_s_us, Param::LS)?,
                 l_h_us: f(params.l_h_us, Param::LH)?,
             }),
-            Kind::Allreduce => Model::Allreduce(Allreduce {
+            Kind::Allreduce => AnalyticModel::Allreduce(Allreduce {
                 shape: shape()?,
                 b_mb_s: f(params.b_mb_s, Param::Bandwidth)?,
                 m_b_bytes: u(params.m_b_bytes, Param::Segment)?,
@@ -705,7 +705,7 @@ impl Model {
                 l_s_us: f(params.l_s_us, Param::LS)?,
                 l_h_us: f(params.l_h_us, Param::LH)?,
             }),
-            Kind::Allgather => Model::Allgather(Allgather {
+            Kind::Allgather => AnalyticModel::Allgather(Allgather {
                 shape: shape()?,
                 b_mb_s: f(params.b_mb_s, Param::Bandwidth)?,
                 t_o_us: f(params.t_o_us, Param::TO)?,
@@ -721,59 +721,59 @@ impl Model {
     /// The operation.
     pub fn kind(&self) -> Kind {
         match self {
-            Model::PingPong(_) => Kind::PingPong,
-            Model::Bcast(_) => Kind::Bcast,
-            Model::Allreduce(_) => Kind::Allreduce,
-            Model::Allgather(_) => Kind::Allgather,
+            AnalyticModel::PingPong(_) => Kind::PingPong,
+            AnalyticModel::Bcast(_) => Kind::Bcast,
+            AnalyticModel::Allreduce(_) => Kind::Allreduce,
+            AnalyticModel::Allgather(_) => Kind::Allgather,
         }
     }
 
     /// Checks every parameter's range.
     pub fn validate(&self) -> Result<(), EstimateError> {
         match self {
-            Model::PingPong(m) => m.validate(),
-            Model::Bcast(m) => m.validate(),
-            Model::Allreduce(m) => m.validate(),
-            Model::Allgather(m) => m.validate(),
+            AnalyticModel::PingPong(m) => m.validate(),
+            AnalyticModel::Bcast(m) => m.validate(),
+            AnalyticModel::Allreduce(m) => m.validate(),
+            AnalyticModel::Allgather(m) => m.validate(),
         }
     }
 
     /// Time of one call with a message of `m_bytes`, us, by the full formula.
     pub fn time_us(&self, m_bytes: f64) -> Result<f64, EstimateError> {
         match self {
-            Model::PingPong(m) => m.time_us(m_bytes),
-            Model::Bcast(m) => m.time_us(m_bytes),
-            Model::Allreduce(m) => m.time_us(m_bytes),
-            Model::Allgather(m) => m.time_us(m_bytes),
+            AnalyticModel::PingPong(m) => m.time_us(m_bytes),
+            AnalyticModel::Bcast(m) => m.time_us(m_bytes),
+            AnalyticModel::Allreduce(m) => m.time_us(m_bytes),
+            AnalyticModel::Allgather(m) => m.time_us(m_bytes),
         }
     }
 
     /// The regime in force at `m_bytes`.
     pub fn regime_at(&self, m_bytes: f64) -> Result<Regime, EstimateError> {
         match self {
-            Model::PingPong(m) => m.regime_at(m_bytes),
-            Model::Bcast(m) => m.regime_at(m_bytes),
-            Model::Allreduce(m) => m.regime_at(m_bytes),
-            Model::Allgather(m) => m.regime_at(m_bytes),
+            AnalyticModel::PingPong(m) => m.regime_at(m_bytes),
+            AnalyticModel::Bcast(m) => m.regime_at(m_bytes),
+            AnalyticModel::Allreduce(m) => m.regime_at(m_bytes),
+            AnalyticModel::Allgather(m) => m.regime_at(m_bytes),
         }
     }
 
     /// The linear form of `regime`.
     pub fn estimate(&self, regime: Regime) -> Result<Estimate, EstimateError> {
         match self {
-            Model::PingPong(m) => m.estimate(regime),
-            Model::Bcast(m) => m.estimate(regime),
-            Model::Allreduce(m) => m.estimate(regime),
-            Model::Allgather(m) => m.estimate(regime),
+            AnalyticModel::PingPong(m) => m.estimate(regime),
+            AnalyticModel::Bcast(m) => m.estimate(regime),
+            AnalyticModel::Allreduce(m) => m.estimate(regime),
+            AnalyticModel::Allgather(m) => m.estimate(regime),
         }
     }
 
     /// The linear form in force at `m_bytes` (for an Allreduce whose two segment sizes
     /// differ, between them the phases are in different regimes, and this is exact there
-    /// while [`Model::estimate`] of either regime is not).
+    /// while [`AnalyticModel::estimate`] of either regime is not).
     pub fn estimate_at(&self, m_bytes: f64) -> Result<Estimate, EstimateError> {
         match self {
-            Model::Allreduce(m) => m.estimate_at(m_bytes),
+            AnalyticModel::Allreduce(m) => m.estimate_at(m_bytes),
             _ => self.estimate(self.regime_at(m_bytes)?),
         }
     }
@@ -781,17 +781,17 @@ impl Model {
     /// The sizes at which the regime changes, smallest first.
     pub fn switches(&self) -> Result<Vec<Switch>, EstimateError> {
         match self {
-            Model::PingPong(m) => m.switches(),
-            Model::Bcast(m) => m.switches(),
-            Model::Allreduce(m) => m.switches(),
-            Model::Allgather(m) => m.switches(),
+            AnalyticModel::PingPong(m) => m.switches(),
+            AnalyticModel::Bcast(m) => m.switches(),
+            AnalyticModel::Allreduce(m) => m.switches(),
+            AnalyticModel::Allgather(m) => m.switches(),
         }
     }
 
     /// The parameters, all set.
     pub fn params(&self) -> Params {
         match self {
-            Model::PingPong(m) => Params {
+            AnalyticModel::PingPong(m) => Params {
                 b_mb_s: Some(m.b_mb_s),
                 l_s_us: Some(m.l_s_us),
                 l_h_us: Some(m.l_h_us),
@@ -799,7 +799,7 @@ impl Model {
                 rendezvous_bytes: Some(m.rendezvous_bytes),
                 ..Params::default()
             },
-            Model::Bcast(m) => Params {
+            AnalyticModel::Bcast(m) => Params {
                 shape: Some(m.shape.clone()),
                 b_mb_s: Some(m.b_mb_s),
                 m_b_bytes: Some(m.m_b_bytes),
@@ -809,7 +809,7 @@ impl Model {
                 l_h_us: Some(m.l_h_us),
                 ..Params::default()
             },
-            Model::Allreduce(m) => Params {
+            AnalyticModel::Allreduce(m) => Params {
                 shape: Some(m.shape.clone()),
                 b_mb_s: Some(m.b_mb_s),
                 m_b_bytes: Some(m.m_b_bytes),
@@ -821,7 +821,7 @@ impl Model {
                 l_h_us: Some(m.l_h_us),
                 ..Params::default()
             },
-            Model::Allgather(m) => Params {
+            AnalyticModel::Allgather(m) => Params {
                 shape: Some(m.shape.clone()),
                 b_mb_s: Some(m.b_mb_s),
                 t_o_us: Some(m.t_o_us),

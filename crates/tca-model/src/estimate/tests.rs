@@ -1,9 +1,9 @@
 use super::*;
 use crate::format;
 
-fn model(name: &str) -> (Preset, Model) {
+fn model(name: &str) -> (Preset, AnalyticModel) {
     let p = preset(name).unwrap();
-    let m = Model::from_params(p.kind, &p.params).unwrap();
+    let m = AnalyticModel::from_params(p.kind, &p.params).unwrap();
     (p, m)
 }
 
@@ -66,7 +66,7 @@ fn table1_values_in_full() {
 #[test]
 fn full_formula_matches_the_linear_form() {
     for p in presets() {
-        let m = Model::from_params(p.kind, &p.params).unwrap();
+        let m = AnalyticModel::from_params(p.kind, &p.params).unwrap();
         for size in [0.0, 1.0, 1000.0, 48_000.0, 65_536.0, 1e6, 3e7] {
             let t = m.time_us(size).unwrap();
             let e = m.estimate_at(size).unwrap();
@@ -154,7 +154,7 @@ fn max_terms_follow_the_parameters() {
         ..Params::default()
     }
     .or(&p.params);
-    let e = Model::from_params(Kind::Bcast, &fast)
+    let e = AnalyticModel::from_params(Kind::Bcast, &fast)
         .unwrap()
         .estimate(Regime::Pipelined)
         .unwrap();
@@ -178,7 +178,7 @@ fn max_terms_follow_the_parameters() {
         ..Params::default()
     }
     .or(&p.params);
-    let m = Model::from_params(Kind::Allgather, &slow_hw).unwrap();
+    let m = AnalyticModel::from_params(Kind::Allgather, &slow_hw).unwrap();
     assert!(m.switches().unwrap().is_empty());
     assert_eq!(m.regime_at(1.0).unwrap(), Regime::Long);
 }
@@ -191,7 +191,7 @@ fn allreduce_with_different_segments_switches_per_phase() {
         ..Params::default()
     }
     .or(&p.params);
-    let m = Model::from_params(Kind::Allreduce, &params).unwrap();
+    let m = AnalyticModel::from_params(Kind::Allreduce, &params).unwrap();
     let s = m.switches().unwrap();
     assert_eq!(s.len(), 2);
     assert_eq!((s[0].bytes, s[1].bytes), (3.0 * 4096.0, 3.0 * 16_384.0));
@@ -212,7 +212,7 @@ fn allreduce_with_different_segments_switches_per_phase() {
 #[test]
 fn bad_parameters_are_clear_errors() {
     let base = preset("k-bcast-3d").unwrap().params;
-    let with = |p: Params| Model::from_params(Kind::Bcast, &p.or(&base));
+    let with = |p: Params| AnalyticModel::from_params(Kind::Bcast, &p.or(&base));
     let e = with(Params {
         b_mb_s: Some(0.0),
         ..Params::default()
@@ -245,7 +245,7 @@ fn bad_parameters_are_clear_errors() {
     assert!(e.to_string().contains("L_S (--l-s)"), "{e}");
 
     // Missing and stray parameters are named.
-    let e = Model::from_params(Kind::Allreduce, &Params::default()).unwrap_err();
+    let e = AnalyticModel::from_params(Kind::Allreduce, &Params::default()).unwrap_err();
     let s = e.to_string();
     for p in Kind::Allreduce.params() {
         assert!(s.contains(p.flag()), "{s}");
@@ -286,7 +286,7 @@ fn bad_parameters_are_clear_errors() {
     assert_eq!("8x6x8".parse::<Shape>().unwrap().nodes(), 384);
     assert_eq!("64X6".parse::<Shape>().unwrap().bcast_steps(), 69);
     let ag = preset("k-allgather-3d-long").unwrap().params;
-    let e = Model::from_params(
+    let e = AnalyticModel::from_params(
         Kind::Allgather,
         &Params {
             shape: Some("384".parse().unwrap()),

@@ -4,8 +4,8 @@
 //! # What is modelled
 //!
 //! Every algorithm describes what it does as a [`Work`]: the counts of the things the channel
-//! layer (`channel`) spends time on, on the rank that limits the call. [`Model`] prices each
-//! count, so a prediction is the dot product `Work · Model`, linear in the parameters:
+//! layer (`channel`) spends time on, on the rank that limits the call. [`CostModel`] prices each
+//! count, so a prediction is the dot product `Work · CostModel`, linear in the parameters:
 //!
 //! | count | parameter | what it is on shared memory |
 //! |---|---|---|
@@ -37,13 +37,13 @@
 //! gather, reduce) nobody waits for anything that depends on its own message, so consecutive
 //! calls overlap up to the channels' credits, and the time per call is the work of the
 //! busiest rank: the root, or the rank that receives and forwards the most, whichever is
-//! slower at the model's parameters ([`Model::slowest`]). That makes those models a maximum
+//! slower at the model's parameters ([`CostModel::slowest`]). That makes those models a maximum
 //! of linear forms, linear again once the slower side is known, which is how calibration
 //! fits them (`tca_model::linear::fit_piecewise`).
 //!
 //! **More ranks than cores.** Then the ranks' work competes for the cores, and the pace is
 //! the work of all ranks spread over the cores, when that is longer than the busiest rank's
-//! ([`Model::paced`]): each algorithm states its total as well. For an exchange, where every
+//! ([`CostModel::paced`]): each algorithm states its total as well. For an exchange, where every
 //! rank runs the same schedule, that is p/cores times one rank's; for a rooted collective it
 //! is what separates the algorithms (at 8 ranks on 2 cores an 8-byte broadcast took 3.5 us,
 //! where its busiest rank alone predicts 1.4 us). The cores are those recorded with the
@@ -51,7 +51,7 @@
 //!
 //! # Where the parameters come from
 //!
-//! Built-in defaults ([`Model::default`]) measured on the development machine, unless a
+//! Built-in defaults ([`CostModel::default`]) measured on the development machine, unless a
 //! calibration file exists: `tca model calibrate` measures every algorithm with a short
 //! `tca bench` run, fits the parameters per rank count, per collective and over all
 //! collectives together (non-negative least squares on relative errors), and writes a
@@ -105,7 +105,7 @@ use crate::error::{Error, ErrorKind, Result};
 /// each [`Work`] count, all finite and >= 0.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Model {
+pub struct CostModel {
     /// Per chunk sent or received, us.
     pub alpha: f64,
     /// Per chunk whose payload does not fit its header line, us.
@@ -141,7 +141,7 @@ fn no_cache_step() -> f64 {
     MAX_CACHE
 }
 
-impl Default for Model {
+impl Default for CostModel {
     /// Shared memory on the development machine (2-core AMD EPYC VM, `tca model calibrate`
     /// at 2 ranks, rounded): ~0.065 us per chunk, ~0.13 us per exchange round, ~8.5 GB/s for
     /// the receiving side of a stream and ~18 GB/s for the sending side, ~100 GB/s for f32
@@ -164,13 +164,13 @@ impl Default for Model {
     }
 }
 
-/// Bytes at most in [`Model::knee`].
+/// Bytes at most in [`CostModel::knee`].
 pub const MAX_KNEE: f64 = (1u64 << 30) as f64;
-/// [`Model::cache`] of a model without a cache step (and its largest value).
+/// [`CostModel::cache`] of a model without a cache step (and its largest value).
 pub const MAX_CACHE: f64 = (1u64 << 62) as f64;
 
-impl Model {
-    /// The parameter names in the order of [`Model::params`] and [`Work::coefficients`].
+impl CostModel {
+    /// The parameter names in the order of [`CostModel::params`] and [`Work::coefficients`].
     pub const PARAMS: [&'static str; 9] = [
         "delta",
         "alpha",
@@ -183,12 +183,12 @@ impl Model {
         "beta_far",
     ];
 
-    /// Units of [`Model::PARAMS`], for printing.
+    /// Units of [`CostModel::PARAMS`], for printing.
     pub const UNITS: [&'static str; 9] = [
         "us", "us", "us", "us/B", "us/B", "us/B", "us/B", "us/B", "us/B",
     ];
 
-    /// The fitted parameters, in the order of [`Model::PARAMS`] (`knee` and `cache` are not
+    /// The fitted parameters, in the order of [`CostModel::PARAMS`] (`knee` and `cache` are not
     /// among them: they are chosen, not fitted).
     pub fn params(&self) -> [f64; 9] {
         [
@@ -204,9 +204,9 @@ impl Model {
         ]
     }
 
-    /// A model from parameters in the order of [`Model::PARAMS`], a knee and a cache step;
+    /// A model from parameters in the order of [`CostModel::PARAMS`], a knee and a cache step;
     /// checked.
-    pub fn from_params(p: &[f64], knee: f64, cache: f64) -> Result<Model> {
+    pub fn from_params(p: &[f64], knee: f64, cache: f64) -> Result<CostModel> {
         if p.len() != Self::PARAMS.len() {
             return Err(Error::new(
                 ErrorKind::InvalidArgument,
@@ -218,7 +218,7 @@ impl Model {
                 ),
             ));
         }
-        let m = Model {
+        let m = CostModel {
             delta: p[0],
             alpha: p[1],
             alpha_spill: p[2],
@@ -355,7 +355,7 @@ impl Model {
     }
 }
 
-/// What an algorithm does on the rank that limits it, in the units [`Model`] prices (see the
+/// What an algorithm does on the rank that limits it, in the units [`CostModel`] prices (see the
 /// module docs). Counts are real numbers: a block of n/p bytes need not be whole.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 pub struct Work {
@@ -395,7 +395,7 @@ impl Work {
         }
     }
 
-    /// The counts in the order of [`Model::PARAMS`]: the coefficients of a linear fit.
+    /// The counts in the order of [`CostModel::PARAMS`]: the coefficients of a linear fit.
     pub fn coefficients(&self) -> [f64; 9] {
         [
             self.rounds,
@@ -527,7 +527,7 @@ impl Sched {
         self.w
     }
 
-    /// The pace of a collective whose every rank runs this schedule ([`Model::paced`] with
+    /// The pace of a collective whose every rank runs this schedule ([`CostModel::paced`] with
     /// p times these counts as the total).
     pub(crate) fn symmetric(self) -> Work {
         self.w.scaled(self.crowding)
@@ -560,7 +560,7 @@ pub struct Quality {
 #[serde(deny_unknown_fields)]
 pub struct Fitted {
     /// The parameters.
-    pub model: Model,
+    pub model: CostModel,
     /// How well they fit (absent in hand-written files).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fit: Option<Quality>,
@@ -607,7 +607,7 @@ fn invalid(msg: String) -> Error {
 }
 
 impl Calibration {
-    /// The built-in models: [`Model::default`] for every collective and rank count.
+    /// The built-in models: [`CostModel::default`] for every collective and rank count.
     pub fn builtin() -> Calibration {
         Calibration {
             format: FORMAT.into(),
@@ -619,7 +619,7 @@ impl Calibration {
                 ranks: 2,
                 cores: 0,
                 all: Fitted {
-                    model: Model::default(),
+                    model: CostModel::default(),
                     fit: None,
                 },
                 collectives: BTreeMap::new(),
@@ -728,13 +728,14 @@ impl Calibration {
 
     /// The model of `collective` on `p` ranks: the nearest rank count's model of that
     /// collective, else its model of all collectives, else the defaults.
-    pub fn model(&self, collective: Collective, p: usize) -> Model {
-        self.nearest(p).map_or_else(Model::default, |r| Model {
-            cores: f64::from(r.cores),
-            ..r.collectives
-                .get(collective.name())
-                .map_or(r.all.model, |f| f.model)
-        })
+    pub fn model(&self, collective: Collective, p: usize) -> CostModel {
+        self.nearest(p)
+            .map_or_else(CostModel::default, |r| CostModel {
+                cores: f64::from(r.cores),
+                ..r.collectives
+                    .get(collective.name())
+                    .map_or(r.all.model, |f| f.model)
+            })
     }
 
     /// The predicted time of `alg` on `p` ranks and `bytes` bytes (its collective's meaning
@@ -750,7 +751,7 @@ impl Calibration {
     /// shorter critical path is what sets them apart), then the first in table order.
     pub fn choose(&self, collective: Collective, p: usize, bytes: usize) -> &'static Algorithm {
         let m = self.model(collective, p);
-        let own_cores = Model { cores: 0.0, ..m };
+        let own_cores = CostModel { cores: 0.0, ..m };
         let below = |a: f64, b: f64| a < b * (1.0 - 1e-9);
         let mut best: Option<(&'static Algorithm, f64, f64)> = None;
         for a in collective.algorithms().filter(|a| (a.supports)(p)) {
@@ -1029,9 +1030,9 @@ mod tests {
 
     #[test]
     fn schedules_count_chunks_and_the_knee() {
-        let m = Model {
+        let m = CostModel {
             knee: 4096.0,
-            ..Model::default()
+            ..CostModel::default()
         };
         let ch = chunk_bytes(2) as f64;
         let w = m.sched(2).recv(1.0, 3.0 * ch).work();
@@ -1050,7 +1051,7 @@ mod tests {
 
     #[test]
     fn chunks_past_the_header_line_spill() {
-        let m = Model::default();
+        let m = CostModel::default();
         let ch = chunk_bytes(2) as f64;
         let spilled = |x: f64| m.sched(2).recv(1.0, x).work().spilled;
         assert_eq!(spilled(INLINE as f64), 0.0);
@@ -1064,9 +1065,9 @@ mod tests {
 
     #[test]
     fn messages_from_the_cache_step_on_pay_for_every_byte() {
-        let m = Model {
+        let m = CostModel {
             cache: 1024.0 * 1024.0,
-            ..Model::default()
+            ..CostModel::default()
         };
         let far = |w: Work| w.far_bytes;
         let mib = 1024.0 * 1024.0;
@@ -1074,11 +1075,11 @@ mod tests {
         // Sent, received and copied bytes of long messages: all of them, not the excess.
         assert_eq!(far(m.sched(2).exchange(1.0, mib).work()), 2.0 * mib);
         assert_eq!(far(m.sched(2).local(mib).send(3.0, 8.0).work()), mib);
-        let none = Model::default();
+        let none = CostModel::default();
         assert_eq!(none.cache, MAX_CACHE);
         assert_eq!(far(none.sched(2).exchange(1.0, 1e12).work()), 0.0);
         // The price is added to the others.
-        let priced = Model {
+        let priced = CostModel {
             beta_far: 1e-3,
             ..m
         };

@@ -1,7 +1,7 @@
 //! The one table of collective algorithms.
 //!
 //! Each entry: name, collective, function, the rank counts it supports, and its cost model
-//! (what it does on the rank that limits it, as a [`Work`], priced by a [`Model`]; see
+//! (what it does on the rank that limits it, as a [`Work`], priced by a [`CostModel`]; see
 //! [`model`](super::model)). Selection, `TCA_COLL_<OP>=<name>`,
 //! [`Comm::force`](super::Comm::force), the tests and the benchmarks all enumerate this table,
 //! so an algorithm added here is everywhere at once.
@@ -84,7 +84,7 @@ impl Collective {
     }
 }
 
-pub use super::model::{Model, Work};
+pub use super::model::{CostModel, Work};
 
 pub(crate) type BcastFn = fn(&Comm<'_>, &mut [u8], usize) -> Result<()>;
 pub(crate) type ScatterFn = fn(&Comm<'_>, &[u8], &mut [u8], usize) -> Result<()>;
@@ -125,10 +125,10 @@ pub struct Algorithm {
     /// Predicted time in microseconds for `p` ranks and `bytes` bytes (per rank's block for
     /// scatter, gather, allgather, reduce_scatter and alltoall; whole buffer otherwise):
     /// `model.time(work(model, p, bytes))`.
-    pub cost: fn(&Model, usize, usize) -> f64,
+    pub cost: fn(&CostModel, usize, usize) -> f64,
     /// What it does for `p` ranks and `bytes` bytes on the rank that limits it (the model is
     /// needed only to tell which rank that is where it depends on the parameters).
-    pub work: fn(&Model, usize, usize) -> Work,
+    pub work: fn(&CostModel, usize, usize) -> Work,
 }
 
 fn any(_: usize) -> bool {
@@ -142,7 +142,7 @@ fn pow2(p: usize) -> bool {
 macro_rules! alg {
     ($name:literal, $coll:ident, $module:path, $supports:expr, $note:literal) => {{
         use $module as alg;
-        fn cost(m: &Model, p: usize, n: usize) -> f64 {
+        fn cost(m: &CostModel, p: usize, n: usize) -> f64 {
             m.time(&alg::work(m, p, n))
         }
         Algorithm {

@@ -4,7 +4,7 @@
 //! are known everywhere), so Bruck's final rotation is not needed.
 //! Cost: ceil(log2 p) α + (p - 1) n β. Reuse: channel flow control.
 
-use crate::coll::registry::{Model, Work, log2c};
+use crate::coll::registry::{CostModel, Work, log2c};
 use crate::coll::{Comm, split2};
 use crate::error::Result;
 
@@ -34,7 +34,7 @@ pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], counts: &[usize], displs: &[usiz
 
 /// This rank's block into place, then ceil(log2 p) rounds that send and receive p - 1 blocks of n
 /// in all.
-pub(crate) fn work(m: &Model, p: usize, n: usize) -> Work {
+pub(crate) fn work(m: &CostModel, p: usize, n: usize) -> Work {
     let (q, n) = (p.saturating_sub(1) as f64, n as f64);
     m.sched(p)
         .local(n)

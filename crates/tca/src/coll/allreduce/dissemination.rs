@@ -8,7 +8,7 @@
 
 use super::flat::combine_in_order;
 use crate::coll::allgather::bruck;
-use crate::coll::registry::{Model, Work, log2c};
+use crate::coll::registry::{CostModel, Work, log2c};
 use crate::coll::{Comm, Reducer};
 use crate::error::Result;
 
@@ -23,7 +23,7 @@ pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], red: &Reducer<'_>) -> Result<()>
 
 /// A Bruck allgather of the contributions (ceil(log2 p) rounds, p - 1 sends and receives of n
 /// in all), then the combination in order; three local copies of n with the front end's.
-pub(crate) fn work(m: &Model, p: usize, n: usize) -> Work {
+pub(crate) fn work(m: &CostModel, p: usize, n: usize) -> Work {
     let (q, n) = (p.saturating_sub(1) as f64, n as f64);
     m.sched(p)
         .local(3.0 * n)

@@ -4,7 +4,7 @@
 //! bit-identical everywhere. Cost: α + (p - 1) n (β + γ). Reuse: channel flow control; the p
 //! contributions are staged in the communicator's reusable temporary.
 
-use crate::coll::registry::{Model, Work};
+use crate::coll::registry::{CostModel, Work};
 use crate::coll::{Comm, Reducer};
 use crate::error::Result;
 
@@ -42,7 +42,7 @@ pub(crate) fn combine_in_order(
 
 /// One round: p - 1 sends and receives of n, the p contributions staged and combined in order
 /// (three local copies of n with the front end's).
-pub(crate) fn work(m: &Model, p: usize, n: usize) -> Work {
+pub(crate) fn work(m: &CostModel, p: usize, n: usize) -> Work {
     let (q, n) = (p.saturating_sub(1) as f64, n as f64);
     m.sched(p)
         .local(3.0 * n)

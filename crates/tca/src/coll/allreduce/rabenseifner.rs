@@ -7,7 +7,7 @@
 //! Reuse: channel flow control.
 
 use super::{fold, unfold, unfolded};
-use crate::coll::registry::{Model, Work, log2f};
+use crate::coll::registry::{CostModel, Work, log2f};
 use crate::coll::{Comm, Reducer, block, split2};
 use crate::error::Result;
 
@@ -50,7 +50,7 @@ pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], red: &Reducer<'_>) -> Result<()>
 
 /// Halving: in round j a combining exchange of n / 2^j; doubling: the same sizes back; plus
 /// the fold and unfold when p is not a power of two, and the front end's copy.
-pub(crate) fn work(m: &Model, p: usize, n: usize) -> Work {
+pub(crate) fn work(m: &CostModel, p: usize, n: usize) -> Work {
     let nf = n as f64;
     let mut s = m.sched(p).local(nf);
     let mut half = nf;

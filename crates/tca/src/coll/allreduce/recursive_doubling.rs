@@ -6,7 +6,7 @@
 //! in place (chunk i is sent before the partner's chunk i is combined into it).
 
 use super::{fold, unfold, unfolded};
-use crate::coll::registry::{Model, Work, log2f};
+use crate::coll::registry::{CostModel, Work, log2f};
 use crate::coll::{Comm, Reducer};
 use crate::error::Result;
 
@@ -26,7 +26,7 @@ pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], red: &Reducer<'_>) -> Result<()>
 
 /// log2 p' combining exchange rounds of the whole buffer, plus the fold (a combining receive)
 /// and the unfold (a send) when p is not a power of two; the front end's copy.
-pub(crate) fn work(m: &Model, p: usize, n: usize) -> Work {
+pub(crate) fn work(m: &CostModel, p: usize, n: usize) -> Work {
     let (k, n) = (log2f(p), n as f64);
     let s = m.sched(p).local(n).exchange_reduce(k, n);
     if p.is_power_of_two() {

@@ -5,7 +5,7 @@
 
 use crate::coll::allgather::ring;
 use crate::coll::reduce::reduce_scatter_gather::ring_reduce_scatter;
-use crate::coll::registry::{Model, Work};
+use crate::coll::registry::{CostModel, Work};
 use crate::coll::{Comm, Reducer, block};
 use crate::error::Result;
 
@@ -18,7 +18,7 @@ pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], red: &Reducer<'_>) -> Result<()>
 
 /// p - 1 combining exchange rounds of n/p (reduce-scatter), then p - 1 exchange rounds of n/p
 /// (allgather); the front end's copy.
-pub(crate) fn work(m: &Model, p: usize, n: usize) -> Work {
+pub(crate) fn work(m: &CostModel, p: usize, n: usize) -> Work {
     let (q, nf) = (p.saturating_sub(1) as f64, n as f64);
     let b = nf / p.max(1) as f64;
     m.sched(p)

@@ -3,7 +3,7 @@
 //! flooded. Cost: (p - 1)(α + n β). Reuse: channel flow control.
 
 use crate::coll::Comm;
-use crate::coll::registry::{Model, Work};
+use crate::coll::registry::{CostModel, Work};
 use crate::error::Result;
 
 pub(crate) fn run(c: &Comm<'_>, send: &[u8], recv: &mut [u8]) -> Result<()> {
@@ -24,7 +24,7 @@ pub(crate) fn run(c: &Comm<'_>, send: &[u8], recv: &mut [u8]) -> Result<()> {
 }
 
 /// p - 1 exchange rounds of a block of n; this rank's own block copied.
-pub(crate) fn work(m: &Model, p: usize, n: usize) -> Work {
+pub(crate) fn work(m: &CostModel, p: usize, n: usize) -> Work {
     let (q, n) = (p.saturating_sub(1) as f64, n as f64);
     m.sched(p).local(n).exchange(q, n).symmetric()
 }

@@ -4,7 +4,7 @@
 //! Cost: ceil(log2 p) α. Reuse: channel sequence numbers (nothing to reset).
 
 use crate::coll::Comm;
-use crate::coll::registry::{Model, Work, log2c};
+use crate::coll::registry::{CostModel, Work, log2c};
 use crate::error::Result;
 
 pub(crate) fn run(c: &Comm<'_>) -> Result<()> {
@@ -18,6 +18,6 @@ pub(crate) fn run(c: &Comm<'_>) -> Result<()> {
 }
 
 /// ceil(log2 p) exchange rounds of an empty message.
-pub(crate) fn work(m: &Model, p: usize, _n: usize) -> Work {
+pub(crate) fn work(m: &CostModel, p: usize, _n: usize) -> Work {
     m.sched(p).exchange(log2c(p), 0.0).symmetric()
 }

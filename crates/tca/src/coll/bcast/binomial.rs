@@ -6,7 +6,7 @@
 //! Cost: ceil(log2 p) (α + n β). Reuse: channel flow control (see `channel`).
 
 use crate::coll::Comm;
-use crate::coll::registry::{Model, Work, log2c};
+use crate::coll::registry::{CostModel, Work, log2c};
 use crate::error::Result;
 
 pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], root: usize) -> Result<()> {
@@ -33,7 +33,7 @@ pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], root: usize) -> Result<()> {
 /// Data flows one way, so back-to-back calls overlap and the busier rank sets the pace: the
 /// root, which sends the buffer ceil(log2 p) times, or its first child, which receives it and
 /// sends it on to up to ceil(log2 p) - 1 children. In all, p - 1 sends and receives.
-pub(crate) fn work(m: &Model, p: usize, n: usize) -> Work {
+pub(crate) fn work(m: &CostModel, p: usize, n: usize) -> Work {
     let (l, q, n) = (log2c(p), p.saturating_sub(1) as f64, n as f64);
     let busiest = m.slowest(
         m.sched(p).send(l, n).work(),

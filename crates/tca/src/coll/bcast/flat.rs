@@ -4,7 +4,7 @@
 //! Cost: α + (p - 1) n β. Reuse: channel flow control.
 
 use crate::coll::Comm;
-use crate::coll::registry::{Model, Work};
+use crate::coll::registry::{CostModel, Work};
 use crate::error::Result;
 
 pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], root: usize) -> Result<()> {
@@ -21,7 +21,7 @@ pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], root: usize) -> Result<()> {
 }
 
 /// One way: the busier of the root (p - 1 sends) and a receiver; p - 1 of each in all.
-pub(crate) fn work(m: &Model, p: usize, n: usize) -> Work {
+pub(crate) fn work(m: &CostModel, p: usize, n: usize) -> Work {
     let (q, n) = (p.saturating_sub(1) as f64, n as f64);
     let busiest = m.slowest(m.sched(p).send(q, n).work(), m.sched(p).recv(1.0, n).work());
     m.paced(p, busiest, m.sched(p).send(q, n).recv(q, n).work())

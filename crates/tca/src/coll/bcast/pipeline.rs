@@ -5,7 +5,7 @@
 //! Reuse: channel flow control (at most K chunks in flight per link).
 
 use crate::coll::Comm;
-use crate::coll::registry::{Model, Work};
+use crate::coll::registry::{CostModel, Work};
 use crate::error::Result;
 
 pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], root: usize) -> Result<()> {
@@ -26,7 +26,7 @@ pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], root: usize) -> Result<()> {
 
 /// Every link works at once: a middle rank receives and sends every chunk; with two ranks,
 /// the busier of the sender and the receiver. In all, p - 1 sends and receives.
-pub(crate) fn work(m: &Model, p: usize, n: usize) -> Work {
+pub(crate) fn work(m: &CostModel, p: usize, n: usize) -> Work {
     let (q, n) = (p.saturating_sub(1) as f64, n as f64);
     let busiest = if p > 2 {
         m.sched(p).recv(1.0, n).send(1.0, n).work()

@@ -4,7 +4,7 @@
 //! Cost: (p - 1) α + n β (scatter) + (p - 1)(α + n/p β) (ring). Reuse: channel flow control.
 
 use crate::coll::allgather::ring;
-use crate::coll::registry::{Model, Work};
+use crate::coll::registry::{CostModel, Work};
 use crate::coll::{Comm, block};
 use crate::error::Result;
 
@@ -24,7 +24,7 @@ pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], root: usize) -> Result<()> {
 
 /// The scatter (the busier of the root's p - 1 sends of n/p and a receiver), then p - 1 ring
 /// exchange rounds of n/p on every rank.
-pub(crate) fn work(m: &Model, p: usize, n: usize) -> Work {
+pub(crate) fn work(m: &CostModel, p: usize, n: usize) -> Work {
     let (q, b) = (p.saturating_sub(1) as f64, n as f64 / p.max(1) as f64);
     let scatter = m.slowest(m.sched(p).send(q, b).work(), m.sched(p).recv(1.0, b).work());
     let ring = m.sched(p).exchange(q, b).work();

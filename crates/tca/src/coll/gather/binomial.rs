@@ -4,7 +4,7 @@
 //! Cost: ceil(log2 p) α + (p - 1) n β. Reuse: channel flow control; staging in the
 //! communicator's reusable temporary.
 
-use crate::coll::registry::{Model, Work};
+use crate::coll::registry::{CostModel, Work};
 use crate::coll::{Comm, subtree};
 use crate::error::Result;
 
@@ -33,7 +33,7 @@ pub(crate) fn run(c: &Comm<'_>, send: &[u8], recv: &mut [u8], root: usize) -> Re
     Ok(())
 }
 
-/// One way, to the root: see [`Model::binomial_blocks`].
-pub(crate) fn work(m: &Model, p: usize, n: usize) -> Work {
+/// One way, to the root: see [`CostModel::binomial_blocks`].
+pub(crate) fn work(m: &CostModel, p: usize, n: usize) -> Work {
     m.binomial_blocks(p, n, false)
 }

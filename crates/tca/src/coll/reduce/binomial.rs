@@ -3,7 +3,7 @@
 //! theirs. ceil(log2 p) rounds; the root ends with the result.
 //! Cost: ceil(log2 p)(α + n β + n γ). Reuse: channel flow control.
 
-use crate::coll::registry::{Model, Work, log2c};
+use crate::coll::registry::{CostModel, Work, log2c};
 use crate::coll::{Comm, Reducer};
 use crate::error::Result;
 
@@ -25,7 +25,7 @@ pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], red: &Reducer<'_>, root: usize) 
 
 /// One way: the busier of the root (ceil(log2 p) combining receives, and the front end's
 /// copies in and out) and its first child (combining its children's, sending up).
-pub(crate) fn work(m: &Model, p: usize, n: usize) -> Work {
+pub(crate) fn work(m: &CostModel, p: usize, n: usize) -> Work {
     let nf = n as f64;
     let root = m.sched(p).local(2.0 * nf).recv_reduce(log2c(p), nf);
     let mut child = m.sched(p).local(nf).send(1.0, nf);

@@ -2,7 +2,7 @@
 //! rank in turn. One step deep; the root does all p - 1 combinations (shared memory, few
 //! ranks, small messages). Cost: α + (p - 1) n (β + γ). Reuse: channel flow control.
 
-use crate::coll::registry::{Model, Work};
+use crate::coll::registry::{CostModel, Work};
 use crate::coll::{Comm, Reducer};
 use crate::error::Result;
 
@@ -21,7 +21,7 @@ pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], red: &Reducer<'_>, root: usize) 
 
 /// One way: the busier of the root (p - 1 combining receives, the front end's copies) and a
 /// sender.
-pub(crate) fn work(m: &Model, p: usize, n: usize) -> Work {
+pub(crate) fn work(m: &CostModel, p: usize, n: usize) -> Work {
     let (q, n) = (p.saturating_sub(1) as f64, n as f64);
     let root = m.sched(p).local(2.0 * n).recv_reduce(q, n).work();
     let busiest = m.slowest(root, m.sched(p).local(n).send(1.0, n).work());

@@ -3,7 +3,7 @@
 //! root. Each rank moves about 2 n bytes and combines n (p - 1)/p, for large messages.
 //! Cost: 2 (p - 1) α + 2 (p - 1)/p n β + (p - 1)/p n γ. Reuse: channel flow control.
 
-use crate::coll::registry::{Model, Work};
+use crate::coll::registry::{CostModel, Work};
 use crate::coll::{Comm, Reducer, block, split2};
 use crate::error::Result;
 
@@ -44,7 +44,7 @@ pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], red: &Reducer<'_>, root: usize) 
 
 /// The ring reduce-scatter (p - 1 combining exchange rounds of n/p), then the root's p - 1
 /// receives of n/p; and the front end's copies in and out.
-pub(crate) fn work(m: &Model, p: usize, n: usize) -> Work {
+pub(crate) fn work(m: &CostModel, p: usize, n: usize) -> Work {
     let (q, nf) = (p.saturating_sub(1) as f64, n as f64);
     let b = nf / p.max(1) as f64;
     let ring = m.sched(p).exchange_reduce(q, b).work();

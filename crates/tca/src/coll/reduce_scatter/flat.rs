@@ -2,7 +2,7 @@
 //! step; each rank combines the p - 1 blocks it receives into its own.
 //! Cost: α + (p - 1) n (β + γ) for blocks of n bytes. Reuse: channel flow control.
 
-use crate::coll::registry::{Model, Work};
+use crate::coll::registry::{CostModel, Work};
 use crate::coll::{Comm, Reducer};
 use crate::error::Result;
 
@@ -24,7 +24,7 @@ pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], recv: &mut [u8], red: &Reducer<'
 
 /// One round: p - 1 sends of blocks of n, p - 1 combining receives; the front end's copy of
 /// the p n input and this rank's block.
-pub(crate) fn work(m: &Model, p: usize, n: usize) -> Work {
+pub(crate) fn work(m: &CostModel, p: usize, n: usize) -> Work {
     let (q, n) = (p.saturating_sub(1) as f64, n as f64);
     m.sched(p)
         .local((q + 2.0) * n)

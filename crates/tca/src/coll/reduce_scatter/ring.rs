@@ -4,7 +4,7 @@
 //! Reuse: channel flow control.
 
 use crate::coll::reduce::reduce_scatter_gather::ring_reduce_scatter;
-use crate::coll::registry::{Model, Work};
+use crate::coll::registry::{CostModel, Work};
 use crate::coll::{Comm, Reducer};
 use crate::error::Result;
 
@@ -19,7 +19,7 @@ pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], recv: &mut [u8], red: &Reducer<'
 
 /// p - 1 combining exchange rounds of blocks of n; the front end's copy of the p n input and
 /// this rank's block.
-pub(crate) fn work(m: &Model, p: usize, n: usize) -> Work {
+pub(crate) fn work(m: &CostModel, p: usize, n: usize) -> Work {
     let (q, n) = (p.saturating_sub(1) as f64, n as f64);
     m.sched(p)
         .local((q + 2.0) * n)

@@ -4,7 +4,7 @@
 //! Cost: α + (p - 1) n β (n = one rank's piece). Reuse: channel flow control.
 
 use crate::coll::Comm;
-use crate::coll::registry::{Model, Work};
+use crate::coll::registry::{CostModel, Work};
 use crate::error::Result;
 
 pub(crate) fn run(c: &Comm<'_>, send: &[u8], recv: &mut [u8], root: usize) -> Result<()> {
@@ -24,7 +24,7 @@ pub(crate) fn run(c: &Comm<'_>, send: &[u8], recv: &mut [u8], root: usize) -> Re
 }
 
 /// One way: the busier of the root (p - 1 sends of n, and its own block) and a receiver.
-pub(crate) fn work(m: &Model, p: usize, n: usize) -> Work {
+pub(crate) fn work(m: &CostModel, p: usize, n: usize) -> Work {
     let (q, n) = (p.saturating_sub(1) as f64, n as f64);
     let busiest = m.slowest(
         m.sched(p).local(n).send(q, n).work(),
