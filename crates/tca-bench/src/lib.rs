@@ -8,6 +8,7 @@
 //! draws the plot. The halves never run at the same time.
 #![forbid(unsafe_code)]
 
+pub mod calibrate;
 pub mod floor;
 pub mod machine;
 pub mod plot;
@@ -18,7 +19,8 @@ pub mod suite;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
-use tca::bootstrap::launcher::{Launch, under_launcher};
+use tca::bootstrap::launcher::Launch;
+use tca_mpi::{Role, join};
 
 pub use report::Format;
 
@@ -28,24 +30,19 @@ pub fn launch_or_run(
     np: u32,
     body: impl FnOnce(&tca::World) -> anyhow::Result<()>,
 ) -> anyhow::Result<i32> {
-    if under_launcher() {
-        let world = join(np)?;
-        body(&world)?;
-        world.finalize()?;
-        Ok(0)
-    } else {
-        let outcome = Launch::this_program(np)?.run()?;
-        Ok(outcome.status())
+    match tca_mpi::role() {
+        Role::TcaRank => {
+            let world = join(np)?;
+            body(&world)?;
+            world.finalize()?;
+            Ok(0)
+        }
+        Role::Parent => {
+            let outcome = Launch::this_program(np)?.run()?;
+            Ok(outcome.status())
+        }
+        Role::MpiRank => bail!("this measurement runs on tca only, not under mpirun"),
     }
-}
-
-/// Joins the job as a rank, checking that it has the `np` ranks the command asked for.
-fn join(np: u32) -> Result<tca::World> {
-    let world = tca::init()?;
-    if world.size() != np {
-        bail!("started as {} ranks but --np {np}", world.size());
-    }
-    Ok(world)
 }
 
 /// A result that prints itself as a table or JSON.
@@ -113,19 +110,19 @@ pub fn bench(req: &Request) -> Result<i32> {
         out
     };
     match measure(req.np, &req.suite, mpi.as_ref())? {
-        Role::Parent(halves) => emit(req, &output(&halves))?,
-        Role::Rank(Some(half)) => {
+        Measured::Parent(halves) => emit(req, &output(&halves))?,
+        Measured::Rank(Some(half)) => {
             // Started some other way (`tca run`, Slurm): rank 0 prints its own half.
             emit(req, &output(&[half]))?;
         }
-        Role::Rank(None) => {}
+        Measured::Rank(None) => {}
     }
     Ok(0)
 }
 
-/// What [`measure`] did in this process.
+/// What [`measure`] did in this process (which process it is: [`tca_mpi::role`]).
 #[derive(Debug)]
-pub enum Role {
+pub enum Measured {
     /// The command a user typed: the halves measured (tca first, then MPI if asked).
     Parent(Vec<suite::Half>),
     /// A rank of one half. `Some` on rank 0 of a job nobody waits for (started by `tca run`
@@ -137,26 +134,29 @@ pub enum Role {
 /// tca ranks (and then the MPI ranks, with `mpi`) and collects their halves; a rank measures
 /// and sends its half back. Any command can offer a measurement this way (`tca bench`,
 /// `tca model calibrate`), as long as the ranks it starts parse the same arguments.
-pub fn measure(np: u32, opts: &suite::Options, mpi: Option<&tca_mpi::MpiRun>) -> Result<Role> {
-    if tca_mpi::is_child() {
-        #[cfg(feature = "mpi")]
-        {
-            suite::mpi::run(opts)?;
-            return Ok(Role::Rank(None));
+pub fn measure(np: u32, opts: &suite::Options, mpi: Option<&tca_mpi::MpiRun>) -> Result<Measured> {
+    match tca_mpi::role() {
+        Role::MpiRank => {
+            #[cfg(feature = "mpi")]
+            {
+                suite::mpi::run(opts)?;
+                return Ok(Measured::Rank(None));
+            }
+            #[cfg(not(feature = "mpi"))]
+            return Err(tca_mpi::not_enabled());
         }
-        #[cfg(not(feature = "mpi"))]
-        return Err(tca_mpi::not_enabled());
-    }
-    if under_launcher() {
-        let world = join(np)?;
-        let mut mine = None;
-        if let Some(half) = suite::tca::run(&world, opts)?
-            && !tca_mpi::write_result(&half)?
-        {
-            mine = Some(half);
+        Role::TcaRank => {
+            let world = join(np)?;
+            let mut mine = None;
+            if let Some(half) = suite::tca::run(&world, opts)?
+                && !tca_mpi::write_result(&half)?
+            {
+                mine = Some(half);
+            }
+            world.finalize()?;
+            return Ok(Measured::Rank(mine));
         }
-        world.finalize()?;
-        return Ok(Role::Rank(mine));
+        Role::Parent => {}
     }
     if let Some(run) = mpi {
         if !tca_mpi::ENABLED {
@@ -170,7 +170,7 @@ pub fn measure(np: u32, opts: &suite::Options, mpi: Option<&tca_mpi::MpiRun>) ->
         let (_, half) = tca_mpi::launch::<suite::Half>(run)?;
         halves.push(half);
     }
-    Ok(Role::Parent(halves))
+    Ok(Measured::Parent(halves))
 }
 
 fn machine_line() -> String {

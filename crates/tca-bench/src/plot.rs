@@ -202,16 +202,13 @@ fn log_points(a: f64, b: f64) -> impl Iterator<Item = f64> {
 /// Axis labels: 1024 -> "1K", 4194304 -> "4M", 1000000 -> "1e6" (log axes put ticks at
 /// powers of ten; sizes are powers of two).
 fn human(v: f64) -> String {
+    // Tick values are positive and far below 2^64.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     let v = v.round() as u64;
     let decade = (1..=12).find(|&k| 10u64.pow(k) == v);
-    if let Some(k) = decade.filter(|&k| k >= 3) {
-        format!("1e{k}")
-    } else if v >= 1 << 20 && v % (1 << 20) == 0 {
-        format!("{}M", v >> 20)
-    } else if v >= 1 << 10 && v % (1 << 10) == 0 {
-        format!("{}K", v >> 10)
-    } else {
-        v.to_string()
+    match decade.filter(|&k| k >= 3) {
+        Some(k) => format!("1e{k}"),
+        None => tca_model::format::bytes_short(v),
     }
 }
 

@@ -55,5 +55,14 @@ impl CgError {
     }
 }
 
+impl From<tca_mpi::CommError> for CgError {
+    fn from(e: tca_mpi::CommError) -> Self {
+        match e {
+            tca_mpi::CommError::Tca(e) => CgError::Comm(e),
+            tca_mpi::CommError::Mpi(m) => CgError::Mpi(m),
+        }
+    }
+}
+
 /// `Result` with [`CgError`].
 pub type Result<T, E = CgError> = std::result::Result<T, E>;

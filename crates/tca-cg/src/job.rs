@@ -1,6 +1,7 @@
 //! Processes: `tca cg` is one command that starts its own ranks.
 //!
-//! The process a user starts (the *parent*, not a rank) re-runs itself with the same
+//! Which process this is comes from [`tca_mpi::role`]. The process a user starts (the
+//! *parent*, not a rank) re-runs itself with the same
 //! arguments as `np` tca ranks under tca's launcher ([`tca_mpi::launch_tca`]) and, with
 //! `--compare mpi`, once more as `np` MPI ranks under `mpirun` ([`tca_mpi::launch`]); the two
 //! halves never run at the same time. Rank 0 of each half sends its [`RankResult`] back as
@@ -12,34 +13,11 @@
 //! dead peer) is a failure of the job. A rank started some other way (`tca run -n 2 -- tca cg
 //! ...`, nobody listening for a result) returns the report, or rank 0's error, to print.
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 
-use crate::coll::TcaColl;
 use crate::error::CgError;
 use crate::report::{Output, Report};
 use crate::run::{Options, run_rank};
-
-/// What this process is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
-    /// The command a user typed: starts the ranks and prints.
-    Parent,
-    /// A rank of the tca half.
-    TcaRank,
-    /// A rank of the MPI half.
-    MpiRank,
-}
-
-/// This process's role, from its environment.
-pub fn role() -> Role {
-    if tca_mpi::is_child() {
-        Role::MpiRank
-    } else if tca::bootstrap::launcher::under_launcher() {
-        Role::TcaRank
-    } else {
-        Role::Parent
-    }
-}
 
 /// What rank 0 sends to the parent.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
@@ -99,17 +77,10 @@ fn finish(r: Result<Option<Report>, CgError>) -> Result<Option<Report>> {
 /// A rank of the tca half: joins the job, runs, reports. `Some(report)` when nobody listens
 /// for the result (print it).
 pub fn tca_rank(opts: &Options, np: u32) -> Result<Option<Report>> {
-    let world = tca::init().context("joining the tca job")?;
-    if world.size() != np {
-        bail!(
-            "launched with {} ranks but --np {np}: give the same number",
-            world.size()
-        );
-    }
+    let world = tca_mpi::join(np)?;
     let r = {
-        let comm = tca::Comm::world(&world)?;
-        let mut c = TcaColl::new(&comm);
-        let r = run_rank(&mut c, opts);
+        let mut comm = tca::Comm::world(&world)?;
+        let r = run_rank(&mut comm, opts);
         // Non-root ranks with a collective error return quietly: rank 0 reports it.
         if world.rank() != 0 && matches!(&r, Err(e) if e.is_collective()) {
             Ok(None)
@@ -129,8 +100,8 @@ pub fn tca_rank(opts: &Options, np: u32) -> Result<Option<Report>> {
 pub fn mpi_rank(opts: &Options) -> Result<Option<Report>> {
     #[cfg(feature = "mpi")]
     {
-        let r = crate::mpi_coll::run(opts);
-        let root = crate::mpi_coll::is_root();
+        let r = crate::mpi::run(opts);
+        let root = crate::mpi::is_root();
         if !root && matches!(&r, Err(e) if e.is_collective()) {
             return Ok(None);
         }

@@ -15,14 +15,15 @@
 //! - **phase**: SpMV, DOT, AXPY, Allgather, Allreduce, timed separately ([`Phases`]).
 //! - **fixed mode** / **tolerance mode**: K iterations for timing, or until ||r||/||r0|| < ε
 //!   ([`Stop`]).
-//! - **transport**: who does the two collectives: tca ([`TcaColl`]) or MPI
-//!   (`mpi_coll::MpiColl`), behind one trait ([`Collectives`]).
+//! - **transport**: who does the two collectives: a `tca::Comm` or MPI
+//!   (`tca_mpi::MpiComm`), behind the tools' one trait ([`tca_mpi::Backend`]).
 //!
 //! ## Contents
-//! - [`solver`]: the iteration of Fig. 13, written once, generic over [`Collectives`]; its
-//!   module doc has the algorithm, the memory plan, the stopping rules and the timing cost.
-//! - [`coll`]: the [`Collectives`] trait, the row [`Partition`], and [`TcaColl`].
-//! - `mpi_coll` (feature `mpi`): the same trait on rsmpi.
+//! - [`solver`]: the iteration of Fig. 13, written once, generic over [`tca_mpi::Backend`];
+//!   its module doc has the algorithm, the memory plan, the stopping rules and the timing
+//!   cost.
+//! - [`partition`]: the row [`Partition`] and the collectives the solver does with it.
+//! - `mpi` (feature `mpi`): the MPI half (MPI's start-up around the same run).
 //! - [`problem`]: the input (matrix file or generator, right-hand side) and how it reaches
 //!   the ranks: rank 0 reads, checks and scatters; why is in its module doc.
 //! - [`mm`]: Matrix Market files (via nalgebra-sparse), gzip, pattern matrices.
@@ -33,7 +34,7 @@
 //!
 //! ## Example (ranks as threads)
 //! ```
-//! use tca_cg::{MatrixSource, Options, Problem, Rhs, Stop, TcaColl};
+//! use tca_cg::{MatrixSource, Options, Problem, Rhs, Stop};
 //!
 //! let opts = Options {
 //!     problem: Problem {
@@ -45,9 +46,8 @@
 //!     progress: false,
 //! };
 //! let reports = tca::threads::run(3, |world| {
-//!     let comm = tca::Comm::world(world)?;
-//!     let mut c = TcaColl::new(&comm);
-//!     Ok(tca_cg::run_rank(&mut c, &opts).expect("solves"))
+//!     let mut comm = tca::Comm::world(world)?;
+//!     Ok(tca_cg::run_rank(&mut comm, &opts).expect("solves"))
 //! })?;
 //! let r = reports[0].as_ref().unwrap();
 //! assert!(r.true_relative_residual < 1e-9);
@@ -57,22 +57,22 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-pub mod coll;
 pub mod error;
 pub mod job;
 pub mod matrix;
 pub mod mm;
 #[cfg(feature = "mpi")]
-pub mod mpi_coll;
+pub mod mpi;
+pub mod partition;
 pub mod problem;
 pub mod report;
 pub mod run;
 pub mod solver;
 pub mod synth;
 
-pub use coll::{Collectives, Partition, TcaColl};
 pub use error::CgError;
 pub use matrix::Csr;
+pub use partition::Partition;
 pub use problem::{LocalProblem, MatrixInfo, MatrixSource, Problem, Rhs, setup};
 pub use report::{Output, Report};
 pub use run::{Options, run_rank};

@@ -20,10 +20,12 @@
 use std::fmt;
 use std::path::PathBuf;
 
-use crate::coll::{Collectives, Partition};
+use tca_mpi::Backend;
+
 use crate::error::{CgError, Result};
 use crate::matrix::Csr;
 use crate::mm::{self, Field, Symmetry};
+use crate::partition::Partition;
 use crate::synth::Synthetic;
 
 /// Where the matrix comes from.
@@ -190,8 +192,8 @@ fn root_input(prob: &Problem, p: usize) -> Result<RootInput> {
             };
             notes.push(format!(
                 "read {what}: {field} {sym}, {} stored entries, {} nonzeros",
-                crate::report::thousands(f.stored as u64),
-                crate::report::thousands(f.csr.nnz() as u64)
+                tca_model::format::thousands(f.stored as u64),
+                tca_model::format::thousands(f.csr.nnz() as u64)
             ));
             if f.field == Field::Pattern {
                 notes.push(
@@ -225,7 +227,7 @@ const HEADER: usize = 5;
 
 /// Sets the problem up on every rank (collective): rank 0 reads and checks the input and
 /// distributes it (see the module doc); the others receive their rows.
-pub fn setup<C: Collectives>(c: &mut C, prob: &Problem) -> Result<LocalProblem> {
+pub fn setup<C: Backend>(c: &mut C, prob: &Problem) -> Result<LocalProblem> {
     let (me, p) = (c.rank(), c.size());
     let mut header = [0u64; HEADER];
     let mut root = None;

@@ -9,6 +9,7 @@ use std::fmt::Write as _;
 
 use crate::problem::MatrixInfo;
 use crate::solver::{Outcome, Phases};
+use tca_model::format::{seconds, thousands};
 
 /// Total and per-phase seconds of one rank.
 #[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -264,30 +265,6 @@ impl Output {
     }
 }
 
-/// 1234567 -> "1,234,567".
-pub fn thousands(n: u64) -> String {
-    let d = n.to_string();
-    let mut out = String::new();
-    for (i, ch) in d.chars().enumerate() {
-        if i > 0 && (d.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(ch);
-    }
-    out
-}
-
-/// Seconds in a short human unit.
-pub fn human(s: f64) -> String {
-    if s >= 1.0 {
-        format!("{s:.3} s")
-    } else if s >= 1e-3 {
-        format!("{:.3} ms", s * 1e3)
-    } else {
-        format!("{:.2} us", s * 1e6)
-    }
-}
-
 fn header(r: &Report) -> String {
     let m = &r.matrix;
     let per_row = if m.rows > 0 {
@@ -367,16 +344,16 @@ impl Report {
         if let Some(e) = self.solution_error {
             let _ = writeln!(s, "solution error           {e:.3e}   ||x - x*|| / ||x*||");
         }
-        let _ = writeln!(s, "total time               {}", human(self.total_s));
+        let _ = writeln!(s, "total time               {}", seconds(self.total_s));
         let _ = writeln!(
             s,
             "time per iteration       {}",
-            human(self.per_iteration_s)
+            seconds(self.per_iteration_s)
         );
         let _ = writeln!(
             s,
             "setup                    {} (read, check, distribute)",
-            human(self.setup_s)
+            seconds(self.setup_s)
         );
         if let Some(b) = &self.breakdown {
             s += "\n";
@@ -459,13 +436,13 @@ fn results_side_by_side(a: &Report, b: &Report, lib: &str, r: &Ratios) -> String
     if let (Some(x), Some(y)) = (a.solution_error, b.solution_error) {
         row("solution error", format!("{x:.3e}"), format!("{y:.3e}"));
     }
-    row("total time", human(a.total_s), human(b.total_s));
+    row("total time", seconds(a.total_s), seconds(b.total_s));
     row(
         "time per iteration",
-        human(a.per_iteration_s),
-        human(b.per_iteration_s),
+        seconds(a.per_iteration_s),
+        seconds(b.per_iteration_s),
     );
-    row("setup", human(a.setup_s), human(b.setup_s));
+    row("setup", seconds(a.setup_s), seconds(b.setup_s));
     let _ = writeln!(s, "time per iteration, tca / {lib}: {:.2}", r.per_iteration);
     s
 }

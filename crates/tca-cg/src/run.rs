@@ -1,4 +1,4 @@
-//! One rank's whole run, on any [`Collectives`]: set up, solve, check the answer, collect the
+//! One rank's whole run, on any [`Backend`]: set up, solve, check the answer, collect the
 //! timings on rank 0 and build the [`Report`].
 
 use std::io::IsTerminal;
@@ -6,13 +6,14 @@ use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use crate::coll::Collectives;
 use crate::error::{CgError, Result};
 use crate::problem::{LocalProblem, Problem, setup};
-use crate::report::{Breakdown, PhaseTimes, Report, thousands};
+use crate::report::{Breakdown, PhaseTimes, Report};
 use crate::solver::{
     CLOCK_READS_PER_ITERATION, Outcome, Phases, Solution, Stop, VANISHED, clock_cost_ns, dot, solve,
 };
+use tca_model::format::thousands;
+use tca_mpi::Backend;
 
 /// Everything a run needs.
 #[derive(Debug, Clone, PartialEq)]
@@ -38,16 +39,16 @@ pub struct Check {
 
 /// Recomputes the residual from x (one more Allgather and SpMV, untimed) and, for a
 /// manufactured problem, the error against x*.
-pub fn check<C: Collectives>(c: &mut C, lp: &LocalProblem, x: &[f64]) -> Result<Check> {
+pub fn check<C: Backend>(c: &mut C, lp: &LocalProblem, x: &[f64]) -> Result<Check> {
     let mine = lp.part.range(c.rank());
     let mut full = vec![0.0; lp.part.n];
     full[mine].copy_from_slice(x);
-    c.allgatherv(&mut full, &lp.part)?;
+    c.allgatherv_f64(&mut full, &lp.part.counts, &lp.part.displs)?;
     let mut ax = vec![0.0; x.len()];
     lp.a.spmv(&full, &mut ax);
     let rr: f64 = lp.b.iter().zip(&ax).map(|(b, a)| (b - a) * (b - a)).sum();
-    let rr = c.allreduce_sum(rr)?;
-    let bb = c.allreduce_sum(dot(&lp.b, &lp.b))?;
+    let rr = c.allreduce_sum_f64(rr)?;
+    let bb = c.allreduce_sum_f64(dot(&lp.b, &lp.b))?;
     let true_rel_residual = if bb > 0.0 {
         (rr / bb).sqrt()
     } else {
@@ -56,8 +57,8 @@ pub fn check<C: Collectives>(c: &mut C, lp: &LocalProblem, x: &[f64]) -> Result<
     let solution_error = match &lp.x_star {
         Some(xs) => {
             let ee: f64 = x.iter().zip(xs).map(|(a, b)| (a - b) * (a - b)).sum();
-            let ee = c.allreduce_sum(ee)?;
-            let ss = c.allreduce_sum(dot(xs, xs))?;
+            let ee = c.allreduce_sum_f64(ee)?;
+            let ss = c.allreduce_sum_f64(dot(xs, xs))?;
             Some(if ss > 0.0 {
                 (ee / ss).sqrt()
             } else {
@@ -93,7 +94,7 @@ impl Progress {
 
 /// Runs the whole job on this rank (collective): returns the report on rank 0, `None`
 /// elsewhere.
-pub fn run_rank<C: Collectives>(c: &mut C, opts: &Options) -> Result<Option<Report>> {
+pub fn run_rank<C: Backend>(c: &mut C, opts: &Options) -> Result<Option<Report>> {
     let (me, p) = (c.rank(), c.size());
     let t = Instant::now();
     let lp = setup(c, &opts.problem)?;
@@ -229,7 +230,7 @@ pub fn run_rank<C: Collectives>(c: &mut C, opts: &Options) -> Result<Option<Repo
         }
     }
     Ok(Some(Report {
-        transport: c.label(),
+        transport: c.name(),
         matrix: lp.info.clone(),
         rhs: opts.problem.rhs.to_string(),
         ranks: p as u32,

@@ -1,4 +1,4 @@
-//! The Conjugate Gradient iteration of seed 000, Fig. 13, on any [`Collectives`].
+//! The Conjugate Gradient iteration of seed 000, Fig. 13, on any [`Backend`].
 //!
 //! ```text
 //!  1: x := Allgather(x_l)                        (x0 = 0)
@@ -63,9 +63,9 @@ use std::time::Instant;
 
 use indicatif::ProgressBar;
 
-use crate::coll::Collectives;
 use crate::error::{CgError, Result};
 use crate::problem::LocalProblem;
+use tca_mpi::Backend;
 
 /// How the iteration stops.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -154,7 +154,7 @@ pub struct Solution {
 
 /// Solves the system of `lp` (collective). `timed` turns on the per-phase clock;
 /// `progress`, on rank 0, is advanced from time to time outside the timed phases.
-pub fn solve<C: Collectives>(
+pub fn solve<C: Backend>(
     c: &mut C,
     lp: &LocalProblem,
     stop: Stop,
@@ -212,7 +212,7 @@ impl<const ON: bool> Clock<ON> {
     }
 }
 
-fn run<C: Collectives, const TIMED: bool>(
+fn run<C: Backend, const TIMED: bool>(
     c: &mut C,
     lp: &LocalProblem,
     stop: Stop,
@@ -226,7 +226,7 @@ fn run<C: Collectives, const TIMED: bool>(
         Stop::Fixed { iters } => (iters, None),
         Stop::Tolerance { tol, max_iters } => (max_iters, Some(tol)),
     };
-    c.prepare(part)?;
+    c.prepare_allgatherv(&part.counts, &part.displs)?;
     let mut x = vec![0.0; mine.len()];
     let mut r = vec![0.0; mine.len()];
     let mut q = vec![0.0; mine.len()];
@@ -240,7 +240,7 @@ fn run<C: Collectives, const TIMED: bool>(
     clk.start();
     // Lines 1-4.
     p[lo..hi].copy_from_slice(&x);
-    c.allgatherv(&mut p, part)?;
+    c.allgatherv_f64(&mut p, &part.counts, &part.displs)?;
     clk.lap(ALLGATHER);
     a.spmv(&p, &mut q);
     clk.lap(SPMV);
@@ -250,7 +250,7 @@ fn run<C: Collectives, const TIMED: bool>(
     clk.lap(AXPY);
     let d = dot(&r, &r);
     clk.lap(DOT);
-    let norm0 = c.allreduce_sum(d)?.sqrt();
+    let norm0 = c.allreduce_sum_f64(d)?.sqrt();
     clk.lap(ALLREDUCE);
     if !norm0.is_finite() {
         return Err(CgError::Breakdown(format!(
@@ -277,7 +277,7 @@ fn run<C: Collectives, const TIMED: bool>(
         // Lines 6-7.
         let rho_t = dot(&r, &r);
         clk.lap(DOT);
-        let rho = c.allreduce_sum(rho_t)?;
+        let rho = c.allreduce_sum_f64(rho_t)?;
         clk.lap(ALLREDUCE);
         // Lines 8-13.
         let pl = &mut p[lo..hi];
@@ -288,14 +288,14 @@ fn run<C: Collectives, const TIMED: bool>(
         }
         clk.lap(AXPY);
         // Lines 14-15.
-        c.allgatherv(&mut p, part)?;
+        c.allgatherv_f64(&mut p, &part.counts, &part.displs)?;
         clk.lap(ALLGATHER);
         a.spmv(&p, &mut q);
         clk.lap(SPMV);
         // Lines 16-17.
         let alpha_t = dot(&p[lo..hi], &q);
         clk.lap(DOT);
-        let pap = c.allreduce_sum(alpha_t)?;
+        let pap = c.allreduce_sum_f64(alpha_t)?;
         clk.lap(ALLREDUCE);
         if !(pap > 0.0 && pap.is_finite()) {
             return Err(breakdown(pap, k));
@@ -308,7 +308,7 @@ fn run<C: Collectives, const TIMED: bool>(
         // Lines 20-21.
         let d = dot(&r, &r);
         clk.lap(DOT);
-        let norm = c.allreduce_sum(d)?.sqrt();
+        let norm = c.allreduce_sum_f64(d)?.sqrt();
         clk.lap(ALLREDUCE);
         rel = norm / norm0;
         if !rel.is_finite() || rel > DIVERGED {

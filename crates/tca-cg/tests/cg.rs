@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use tca_cg::mm::{self, Field, Symmetry};
 use tca_cg::synth::Synthetic;
 use tca_cg::{
-    CgError, Csr, MatrixSource, Options, Outcome, Partition, Problem, Report, Rhs, Stop, TcaColl,
-    run_rank, setup, solve,
+    CgError, Csr, MatrixSource, Options, Outcome, Partition, Problem, Report, Rhs, Stop, run_rank,
+    setup, solve,
 };
 
 // ---- helpers ---------------------------------------------------------------------------------
@@ -86,8 +86,7 @@ fn tol(t: f64) -> Stop {
 /// outcome, or the error (rank 0's, which holds the message).
 fn solve_on(p: u32, prob: &Problem, stop: Stop) -> Result<(Vec<f64>, Outcome, u64), CgError> {
     let per_rank = tca::threads::run(p, |world| {
-        let comm = tca::Comm::world(world)?;
-        let mut c = TcaColl::new(&comm);
+        let mut c = tca::Comm::world(world)?;
         let r = (|| {
             let lp = setup(&mut c, prob)?;
             let s = solve(&mut c, &lp, stop, false, None)?;
@@ -113,8 +112,7 @@ fn solve_on(p: u32, prob: &Problem, stop: Stop) -> Result<(Vec<f64>, Outcome, u6
 /// Runs the whole job on `p` thread ranks; rank 0's report or error.
 fn run_on(p: u32, opts: &Options) -> Result<Report, CgError> {
     let mut per_rank = tca::threads::run(p, |world| {
-        let comm = tca::Comm::world(world)?;
-        let mut c = TcaColl::new(&comm);
+        let mut c = tca::Comm::world(world)?;
         match run_rank(&mut c, opts) {
             Err(CgError::Comm(e)) => Err(e),
             r => Ok(r),

@@ -20,7 +20,7 @@ pub(crate) struct Args {
     #[arg(long, default_value_t = 2)]
     np: u32,
     /// Message sizes: MIN:MAX (0 and the powers of two, IMB's default 0:4M) or a comma list;
-    /// K, M, G suffixes are powers of 1024.
+    /// K, M, G (KiB, KB, ...) are powers of 1024.
     #[arg(long, default_value = "0:4M")]
     sizes: String,
     /// Timed calls per size: a number, or `auto` (many for small sizes, fewer for large,
@@ -47,9 +47,10 @@ pub(crate) struct Args {
     /// Draw latency and throughput against size to FILE.png or FILE.svg.
     #[arg(long, value_name = "FILE")]
     plot: Option<PathBuf>,
-    /// Hockney fit range MIN:MAX in bytes (default: above tca's last algorithm switch).
-    #[arg(long, value_name = "MIN:MAX")]
-    fit: Option<String>,
+    /// Hockney fit range MIN:MAX in bytes, inclusive, either side may be left out (default:
+    /// above tca's last algorithm switch).
+    #[arg(long, value_name = "MIN:MAX", value_parser = parse_range)]
+    fit: Option<(u64, u64)>,
     /// Run the same benchmarks through a real MPI too, side by side (needs `--features mpi`).
     #[arg(long, value_name = "mpi", value_parser = ["mpi"])]
     compare: Option<String>,
@@ -78,7 +79,8 @@ pub(crate) struct Args {
     lattice: String,
 }
 
-const BENCH_HELP: &str = "Examples:
+const BENCH_HELP: &str = concat!(
+    "Examples:
   tca bench                                   every benchmark, 2 ranks, 0 B .. 4 MiB
   tca bench PingPong Allreduce --compare mpi  beside Open MPI (build with --features mpi)
   tca bench PingPong Sendrecv --two-sided --compare mpi   two-sided messages beside MPI's
@@ -88,7 +90,15 @@ const BENCH_HELP: &str = "Examples:
   tca bench Allreduce --np 4 --algo ring --sizes 1K:1M --format csv --out ar.csv
   tca bench PingPong --plot pingpong.png --fit 64K:4M
   tca bench Allreduce Allgather Bcast --sizes 8:4M --model   predictions beside measurements
-  tca bench floor";
+  tca bench floor
+
+",
+    tca_model::size_grammar!()
+);
+
+fn parse_range(s: &str) -> Result<(u64, u64), String> {
+    tca_model::size::parse_range(s).map_err(|e| e.to_string())
+}
 
 pub(crate) fn run(a: Args) -> Result<i32> {
     if a.np == 0 {
@@ -133,17 +143,8 @@ pub(crate) fn run(a: Args) -> Result<i32> {
         }
         v
     };
-    let sizes = suite::parse_sizes(&a.sizes).context("--sizes")?;
-    let fit = match &a.fit {
-        None => None,
-        Some(f) => {
-            if !f.contains(':') {
-                bail!("--fit {f}: expected MIN:MAX");
-            }
-            let s = suite::parse_sizes(f).context("--fit")?;
-            Some((s[0] as u64, s[s.len() - 1] as u64))
-        }
-    };
+    let sizes = tca_model::size::parse_sizes(&a.sizes).context("--sizes")?;
+    let fit = a.fit;
     if let Some(p) = &a.plot {
         tca_bench::plot::check_path(p)?;
     }

@@ -4,8 +4,9 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
-use tca_cg::job::{self, Role};
+use tca_cg::job;
 use tca_cg::{MatrixSource, Options, Outcome, Output, Problem, Rhs, Stop};
+use tca_mpi::Role;
 
 /// Iterations of fixed mode when neither --iters nor --tol is given (the paper's count).
 const DEFAULT_ITERS: u64 = 1000;
@@ -164,7 +165,7 @@ pub(crate) fn run(a: Args) -> Result<i32> {
             None => 0,
         }
     };
-    match job::role() {
+    match tca_mpi::role() {
         Role::TcaRank => Ok(own(job::tca_rank(&opts, a.np)?)),
         Role::MpiRank => Ok(own(job::mpi_rank(&opts)?)),
         Role::Parent => {

@@ -25,12 +25,15 @@ pub(crate) enum Cmd {
     /// parameter, or give every parameter the formula needs. The row printed is for
     /// --regime if given, else for the regime in force at --size, else the preset's
     /// (Table 1's) regime.
+    #[command(after_help = size::GRAMMAR)]
     Estimate(EstimateArgs),
     /// Fit Hockney's throughput curve T = B / (1 + M_1/2 / M) to a result file (tca CSV or
     /// JSON, or IMB text): B, M_1/2 and t_L per (implementation, benchmark, ranks).
+    #[command(after_help = size::GRAMMAR)]
     Fit(FitArgs),
     /// A fit of a result file beside a preset's estimate, with percent differences, as
     /// seed 002's Table 1 compares them.
+    #[command(after_help = size::GRAMMAR)]
     Compare(CompareArgs),
     /// Measure every collective algorithm with a short `tca bench` run on this machine, fit
     /// the parameters of their cost models (per rank count, per collective) and write the
@@ -40,6 +43,7 @@ pub(crate) enum Cmd {
     /// ~/.config/tca/model.json. Each algorithm is measured in --rounds runs of the suite, each
     /// timing every size twice, and the fastest time of each size kept, so that a burst of
     /// other load on the machine does not enter the fit.
+    #[command(after_help = size::GRAMMAR)]
     Calibrate(CalibrateArgs),
     /// The presets: seed 002's parameter sets (Tables 3-7) and their Table 1 columns.
     Presets {
@@ -252,7 +256,7 @@ pub(crate) struct CalibrateArgs {
     /// Where to write the calibration (`-`: print its JSON on stdout instead).
     #[arg(long, value_name = "FILE")]
     out: Option<PathBuf>,
-    /// Message sizes (as `tca bench --sizes`: MIN:MAX powers of two, or a list).
+    /// Message sizes to measure (as `tca bench --sizes`: MIN:MAX, powers of two, or a list).
     #[arg(long, default_value = "8:4M")]
     sizes: String,
     /// Times each algorithm is measured; the fastest of each size is kept.
@@ -388,13 +392,20 @@ fn estimate_cmd(a: &EstimateArgs) -> Result<String> {
     }
     writeln!(s, "regime {}", est.regime)?;
     for t in &est.terms {
-        writeln!(s, "  {} = {} {}  {}", t.expr, num(t.value), t.unit, t.note)?;
+        writeln!(
+            s,
+            "  {} = {} {}  {}",
+            t.expr,
+            format::number(t.value),
+            t.unit,
+            t.note
+        )?;
     }
     for sw in &switches {
         writeln!(
             s,
             "switch at {}: {} -> {}  ({})",
-            size_text(sw.bytes),
+            format::bytes_detail(sw.bytes),
             sw.below,
             sw.above,
             sw.rule
@@ -415,54 +426,19 @@ fn estimate_cmd(a: &EstimateArgs) -> Result<String> {
         writeln!(
             s,
             "(throughput counts {} x the message, as seed 002 does; M_1/2 is in message bytes)",
-            num(est.volume)
+            format::number(est.volume)
         )?;
     }
     if let Some((m, t, r)) = at {
         writeln!(
             s,
             "\nat M = {}: t = {} us, throughput {} MB/s (regime {r})",
-            size_text(m as f64),
+            format::bytes_detail(m as f64),
             format::sig(t, 4),
             format::sig(est.volume * m as f64 / t, 4)
         )?;
     }
     Ok(s)
-}
-
-/// A whole number as it is (`383`, `51,000`), anything else to four significant digits.
-fn num(v: f64) -> String {
-    if v.fract() == 0.0 && v.abs() < 1e15 {
-        format::sig(v, digits(v))
-    } else {
-        format::sig(v, 4)
-    }
-}
-
-/// The digits of the integer part of `v`: as many significant digits as a whole number
-/// has.
-fn digits(v: f64) -> usize {
-    v.abs().max(1.0).log10().floor() as usize + 1
-}
-
-fn size_text(bytes: f64) -> String {
-    if bytes.fract() == 0.0 && (0.0..1.8e19).contains(&bytes) {
-        let n = bytes as u64;
-        let f = format::bytes(n);
-        if !f.ends_with(" B") {
-            format!("{f} ({n} B)")
-        } else if n >= 1024 {
-            format!(
-                "{} B ({:.1} KiB)",
-                format::sig(bytes, digits(bytes)),
-                bytes / 1024.0
-            )
-        } else {
-            f
-        }
-    } else {
-        format!("{} B", format::sig(bytes, 6))
-    }
 }
 
 fn cells_of_estimate(e: &Estimate) -> Cells {
@@ -792,7 +768,7 @@ fn compare_cmd(a: &CompareArgs) -> Result<String> {
             writeln!(
                 s,
                 "(throughput counts {} x the message, as seed 002 does)",
-                num(volume)
+                format::number(volume)
             )?;
         }
         if other_size {
@@ -848,138 +824,68 @@ fn presets_cmd(format: Format) -> Result<String> {
 // calibrate
 
 mod calibrate {
-    use std::collections::BTreeMap;
     use std::fmt::Write as _;
     use std::time::Instant;
 
-    use anyhow::{Context, Result, bail};
-    use tca::Collective;
-    use tca::coll::Algorithm;
-    use tca::coll::model::{
-        Calibration, CostModel, FORMAT, Fitted, MAX_CACHE, Quality, RankModels, VERSION,
-    };
-    use tca_bench::suite::{self, BENCHMARKS, Half, Iters, Options};
-    use tca_model::linear;
-    use tca_model::record::Row;
+    use anyhow::{Context, Result};
+    use tca::coll::model::{Calibration, Fitted, MAX_CACHE};
+    use tca_bench::calibrate::{self, Outcome, RankFit, Request};
+    use tca_model::format;
 
     use super::CalibrateArgs;
 
-    /// Knees tried: the one that fits best is kept (0: no cheaper first bytes).
-    const KNEES: [f64; 6] = [0.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0];
-    /// Cache steps tried, with the knees (`MAX_CACHE`: none).
-    const CACHES: [f64; 8] = [
-        (64 << 10) as f64,
-        (128 << 10) as f64,
-        (256 << 10) as f64,
-        (512 << 10) as f64,
-        (1 << 20) as f64,
-        (2 << 20) as f64,
-        (4 << 20) as f64,
-        MAX_CACHE,
-    ];
-    /// Timed runs of each size within a round (the fastest kept, as `tca bench --repeat`):
-    /// together with the rounds, which are minutes apart, this keeps bursts of other load out.
-    const REPEAT: u32 = 2;
-    /// Rounds of choosing the slower side of rooted collectives and refitting.
-    const PIECEWISE_ROUNDS: usize = 12;
-
-    /// One measured time and what the model needs to predict it.
-    struct Point {
-        alg: &'static Algorithm,
-        p: usize,
-        n: usize,
-        bytes: u64,
-        t: f64,
-    }
-
     pub(super) fn run(a: &CalibrateArgs) -> Result<i32> {
-        if a.np.is_empty() || a.np.contains(&0) {
-            bail!("--np: rank counts must be at least 1");
-        }
-        if a.rounds == 0 {
-            bail!("--rounds must be at least 1");
-        }
-        let mut sizes = suite::parse_sizes(&a.sizes).context("--sizes")?;
+        let mut sizes = tca_model::size::parse_sizes(&a.sizes).context("--sizes")?;
         let rounds = if a.quick { a.rounds.min(2) } else { a.rounds };
         if a.quick {
             sizes = sizes.into_iter().step_by(2).collect();
         }
-        if tca::bootstrap::launcher::under_launcher() {
-            return rank(&sizes, rounds);
-        }
+        let command = match &a.from {
+            Some(path) => format!("tca model calibrate --from {}", path.display()),
+            None => {
+                let nps: Vec<String> = a.np.iter().map(u32::to_string).collect();
+                let last = if a.quick {
+                    " --quick".to_string()
+                } else {
+                    format!(" --rounds {rounds}")
+                };
+                format!(
+                    "tca model calibrate --sizes {} --np {}{last}",
+                    a.sizes,
+                    nps.join(",")
+                )
+            }
+        };
+        let req = Request {
+            np: a.np.clone(),
+            sizes,
+            rounds,
+            cores: a.cores,
+            from: a.from.clone(),
+            rows: a.rows.clone(),
+            command,
+        };
+        // Where the file goes is decided before the long measurement.
         let out = match &a.out {
-            Some(p) => p.clone(),
-            None => tca::coll::model::default_path()
-                .context("TCA_MODEL_FILE=none and no --out: nowhere to write the calibration")?,
+            Some(p) => Some(p.clone()),
+            None if tca_mpi::role() == tca_mpi::Role::Parent => {
+                Some(tca::coll::model::default_path().context(
+                    "TCA_MODEL_FILE=none and no --out: nowhere to write the calibration",
+                )?)
+            }
+            None => None,
         };
         let started = Instant::now();
-        // The machine's cores: with more ranks than that, the models share them out.
-        let cores = a
-            .cores
-            .unwrap_or_else(|| std::thread::available_parallelism().map_or(0, |n| n.get() as u32));
-        let mut by_np: BTreeMap<u32, Vec<Row>> = BTreeMap::new();
-        let mut command = format!("tca model calibrate --sizes {}", a.sizes);
-        match &a.from {
-            Some(path) => {
-                let rows =
-                    tca_model::record::read_file(path).map_err(|e| anyhow::anyhow!("{e}"))?;
-                for r in rows.into_iter().filter(|r| r.implementation == "tca") {
-                    by_np.entry(r.ranks).or_default().push(r);
-                }
-                if by_np.is_empty() {
-                    bail!("{}: no tca rows to fit", path.display());
-                }
-                command = format!("tca model calibrate --from {}", path.display());
-            }
-            None => {
-                let mut transport = String::new();
-                for &np in &a.np {
-                    let runs = sets(np as usize).len() * rounds as usize;
-                    eprintln!(
-                        "tca model calibrate: {np} ranks, {runs} runs of the suite ({} sizes each), \
-                         the fastest of {rounds} kept",
-                        sizes.len()
-                    );
-                    let halves: Vec<Half> = tca_mpi::launch_tca(np)?;
-                    if let Some(h) = halves.first() {
-                        transport.clone_from(&h.transport);
-                    }
-                    by_np.insert(np, halves.into_iter().flat_map(|h| h.rows).collect());
-                }
-                if let Some(path) = &a.rows {
-                    let run = tca_model::record::Run {
-                        machine: tca_bench::machine::Machine::here().line(),
-                        date: tca_bench::machine::rfc3339_now(),
-                        transport: transport.clone(),
-                        rows: by_np.values().flatten().cloned().collect(),
-                    };
-                    std::fs::write(path, run.to_csv())
-                        .with_context(|| format!("cannot write {}", path.display()))?;
-                }
-                let nps: Vec<String> = a.np.iter().map(u32::to_string).collect();
-                write!(command, " --np {}", nps.join(","))?;
-                if a.quick {
-                    command += " --quick";
-                } else {
-                    write!(command, " --rounds {rounds}")?;
-                }
-            }
-        }
-        let mut cal = Calibration {
-            format: FORMAT.into(),
-            version: VERSION,
-            machine: tca_bench::machine::Machine::here().line(),
-            date: tca_bench::machine::rfc3339_now(),
-            command,
-            ranks: Vec::new(),
+        let Some(outcome) = calibrate::run(&req)? else {
+            return Ok(0); // a rank of the measuring job
         };
+        let out = out.context("the parent knows where to write")?;
         let mut text = String::new();
-        for (np, rows) in &by_np {
-            let (entry, report) = fit_rank_count(*np, rows, a.residuals, cores)?;
-            text += &report;
-            cal.ranks.push(entry);
+        for f in &outcome.fits {
+            text += &fit_table(f, a.residuals)?;
         }
-        text += &choices(&cal);
+        text += &choices(&outcome);
+        let cal = &outcome.calibration;
         if out.as_os_str() == "-" {
             eprint!("{text}");
             print!("{}", cal.to_json());
@@ -996,149 +902,15 @@ mod calibrate {
         Ok(0)
     }
 
-    /// The runs of the suite, each forcing one algorithm per collective benchmark: run k
-    /// forces each collective's k-th algorithm that supports `p` ranks.
-    fn sets(p: usize) -> Vec<Vec<(usize, String)>> {
-        let mut sets: Vec<Vec<(usize, String)>> = Vec::new();
-        for (i, b) in BENCHMARKS.iter().enumerate() {
-            let Some(c) = b.collective else { continue };
-            for (k, alg) in c.algorithms().filter(|a| (a.supports)(p)).enumerate() {
-                if sets.len() <= k {
-                    sets.push(Vec::new());
-                }
-                sets[k].push((i, alg.name.to_string()));
-            }
-        }
-        sets
-    }
-
-    /// A rank of the measuring job: every set, `rounds` times; rank 0 sends the rows back.
-    fn rank(sizes: &[usize], rounds: u32) -> Result<i32> {
-        let world = tca::init()?;
-        let p = world.size() as usize;
-        let mut halves = Vec::new();
-        for _ in 0..rounds {
-            for set in sets(p) {
-                let opts = Options {
-                    benchmarks: set.iter().map(|(i, _)| *i).collect(),
-                    sizes: sizes.to_vec(),
-                    iters: Iters::Auto,
-                    warmup: None,
-                    repeat: REPEAT,
-                    algos: set,
-                    soak: 0,
-                    two_sided: false,
-                    lattices: Vec::new(),
-                };
-                if let Some(h) = suite::tca::run(&world, &opts)? {
-                    halves.push(h);
-                }
-            }
-        }
-        if world.rank() == 0 && !tca_mpi::write_result(&halves)? {
-            bail!(
-                "tca model calibrate starts its own ranks (--np); run it directly, not under a \
-                 launcher"
+    /// One rank count's parameters and fit quality, and with `residuals` every point.
+    fn fit_table(f: &RankFit, residuals: bool) -> Result<String> {
+        let np = f.models.ranks;
+        for (c, why) in &f.unfitted {
+            eprintln!(
+                "tca model calibrate: {np} ranks, {c}: no fit ({why}); the fit over all \
+                 collectives stands in"
             );
         }
-        world.finalize()?;
-        Ok(0)
-    }
-
-    /// The points of `rows` (the fastest time of each algorithm and size), by collective.
-    fn points(rows: &[Row]) -> BTreeMap<&'static str, Vec<Point>> {
-        let mut best: BTreeMap<(String, String, u64), (f64, &Row)> = BTreeMap::new();
-        for r in rows
-            .iter()
-            .filter(|r| r.t_avg_us > 0.0 && r.t_avg_us.is_finite())
-        {
-            let key = (r.benchmark.clone(), r.algorithm.clone(), r.bytes);
-            let e = best.entry(key).or_insert((r.t_avg_us, r));
-            if r.t_avg_us < e.0 {
-                *e = (r.t_avg_us, r);
-            }
-        }
-        let mut out: BTreeMap<&'static str, Vec<Point>> = BTreeMap::new();
-        for (t, r) in best.into_values() {
-            let Some((alg, p, n)) = tca_bench::report::model_input(r) else {
-                continue;
-            };
-            out.entry(alg.collective.name()).or_default().push(Point {
-                alg,
-                p,
-                n,
-                bytes: r.bytes,
-                t,
-            });
-        }
-        out
-    }
-
-    /// The best model for `pts` over the knees and cache steps tried (a step no point reaches
-    /// is tried once, as no step).
-    fn fit(pts: &[&Point], cores: u32) -> Result<Fitted> {
-        let measured: Vec<f64> = pts.iter().map(|q| q.t).collect();
-        let largest = pts.iter().map(|q| q.bytes).max().unwrap_or(0) as f64;
-        let start = CostModel::default().params();
-        let mut best: Option<(linear::LinearFit, f64, f64)> = None;
-        let caches = CACHES
-            .iter()
-            .copied()
-            .filter(|&c| c <= largest || c == MAX_CACHE);
-        for cache in caches {
-            for knee in KNEES {
-                // Choosing pieces and refitting can settle on the wrong pieces; starting again
-                // from the best parameters so far (another knee or step) often finds the right.
-                let mut starts = vec![start.to_vec()];
-                if let Some((b, _, _)) = &best {
-                    starts.push(b.params.clone());
-                }
-                for s in &starts {
-                    let f = linear::fit_piecewise(&measured, s, PIECEWISE_ROUNDS, |params, i| {
-                        let m = CostModel {
-                            cores: f64::from(cores),
-                            ..CostModel::from_params(params, knee, cache).unwrap_or_default()
-                        };
-                        let q = pts[i];
-                        (q.alg.work)(&m, q.p, q.n).coefficients().to_vec()
-                    })?;
-                    if best
-                        .as_ref()
-                        .is_none_or(|(b, _, _)| f.rms_rel_err < b.rms_rel_err)
-                    {
-                        best = Some((f, knee, cache));
-                    }
-                }
-            }
-        }
-        let (f, knee, cache) = best.context("no knee tried")?;
-        let model = CostModel::from_params(&f.params, knee, cache)?;
-        let w = pts[f.worst_point];
-        Ok(Fitted {
-            model,
-            fit: Some(Quality {
-                points: f.points,
-                rms_rel_err: f.rms_rel_err,
-                worst_rel_err: f.worst_rel_err,
-                worst_at: format!("{} at {} B", w.alg.name, w.bytes),
-            }),
-        })
-    }
-
-    /// The models of one rank count and their table.
-    fn fit_rank_count(
-        np: u32,
-        rows: &[Row],
-        residuals: bool,
-        cores: u32,
-    ) -> Result<(RankModels, String)> {
-        let by_coll = points(rows);
-        if by_coll.is_empty() {
-            bail!("{np} ranks: no measurements of tca's collective algorithms to fit");
-        }
-        let all_pts: Vec<&Point> = by_coll.values().flatten().collect();
-        let all = fit(&all_pts, cores).with_context(|| format!("fitting {np} ranks"))?;
-        let mut collectives = BTreeMap::new();
         let mut s = format!(
             "\n{np} ranks: cost model parameters (per-byte ones as GB/s; 0: not seen) and fit \
              (relative errors)\n"
@@ -1176,7 +948,9 @@ mod calibrate {
             let cache = if m.cache >= MAX_CACHE {
                 "-".to_string()
             } else {
-                tca_model::format::bytes(m.cache as u64)
+                // Below MAX_CACHE (2^62): a whole number of bytes that fits.
+                #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+                format::bytes(m.cache as u64)
             };
             writeln!(
                 s,
@@ -1200,102 +974,60 @@ mod calibrate {
             )?;
             Ok(())
         };
-        for c in Collective::ALL {
-            let Some(pts) = by_coll.get(c.name()) else {
-                continue;
-            };
-            let pts: Vec<&Point> = pts.iter().collect();
-            match fit(&pts, cores) {
-                Ok(f) => {
-                    line(c.name(), &f)?;
-                    collectives.insert(c.name().to_string(), f);
-                }
-                Err(e) => eprintln!(
-                    "tca model calibrate: {np} ranks, {}: no fit ({e}); the fit over all \
-                     collectives stands in",
-                    c.name()
-                ),
+        for c in tca::Collective::ALL {
+            if let Some(fitted) = f.models.collectives.get(c.name()) {
+                line(c.name(), fitted)?;
             }
         }
-        line("(all)", &all)?;
+        line("(all)", &f.models.all)?;
         if residuals {
             writeln!(
                 s,
                 "\n{:<15}{:<22}{:>10}{:>13}{:>13}{:>9}",
                 "collective", "algorithm", "bytes", "measured", "model", "error"
             )?;
-            for (name, pts) in &by_coll {
-                let m = CostModel {
-                    cores: f64::from(cores),
-                    ..collectives
-                        .get(*name)
-                        .map_or(all.model, |f: &Fitted| f.model)
-                };
-                for q in pts {
-                    let t = (q.alg.cost)(&m, q.p, q.n);
-                    writeln!(
-                        s,
-                        "{:<15}{:<22}{:>10}{:>13.3}{:>13.3}{:>+8.1}%",
-                        name,
-                        q.alg.name,
-                        q.bytes,
-                        q.t,
-                        t,
-                        100.0 * (t - q.t) / q.t
-                    )?;
-                }
+            for r in &f.residuals {
+                writeln!(
+                    s,
+                    "{:<15}{:<22}{:>10}{:>13.3}{:>13.3}{:>+8.1}%",
+                    r.collective,
+                    r.algorithm,
+                    r.bytes,
+                    r.measured_us,
+                    r.model_us,
+                    100.0 * (r.model_us - r.measured_us) / r.measured_us
+                )?;
             }
         }
-        Ok((
-            RankModels {
-                ranks: np,
-                cores,
-                all,
-                collectives,
-            },
-            s,
-        ))
+        Ok(s)
     }
 
     /// What selection will now choose, per collective and size, at each rank count.
-    fn choices(cal: &Calibration) -> String {
+    fn choices(outcome: &Outcome) -> String {
+        let cal: &Calibration = &outcome.calibration;
         let mut s = String::new();
         for r in &cal.ranks {
             let p = r.ranks as usize;
-            writeln!(
+            let _ = writeln!(
                 s,
                 "\nautomatic choice at {p} ranks (message sizes as the library sees them):"
-            )
-            .ok();
-            for c in Collective::ALL {
-                if c == Collective::Barrier || p < 2 {
-                    continue;
-                }
-                let mut runs: Vec<(usize, usize, &str)> = Vec::new();
-                for k in 3..=22 {
-                    let bytes = 1usize << k;
-                    let a = cal.choose(c, p, bytes).name;
-                    match runs.last_mut() {
-                        Some(l) if l.2 == a => l.1 = bytes,
-                        _ => runs.push((bytes, bytes, a)),
-                    }
-                }
-                let parts: Vec<String> = runs
+            );
+            for c in calibrate::choices(cal, p) {
+                let parts: Vec<String> = c
+                    .runs
                     .iter()
-                    .map(|(a, b, n)| format!("{}..{} {n}", size(*a), size(*b)))
+                    .map(|&(a, b, n)| {
+                        format!(
+                            "{}..{} {n}",
+                            format::bytes_short(a as u64),
+                            format::bytes_short(b as u64)
+                        )
+                    })
                     .collect();
-                writeln!(s, "  {:<15}{}", c.name(), parts.join(", ")).ok();
+                let _ = writeln!(s, "  {:<15}{}", c.collective.name(), parts.join(", "));
             }
         }
         s
-    }
-
-    fn size(b: usize) -> String {
-        match b {
-            b if b >= 1 << 20 => format!("{}M", b >> 20),
-            b if b >= 1 << 10 => format!("{}K", b >> 10),
-            b => b.to_string(),
-        }
     }
 }
 

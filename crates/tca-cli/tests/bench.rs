@@ -306,13 +306,38 @@ fn repeat_times_each_size_again_and_keeps_the_counts() {
     assert_eq!(o.status.code(), Some(2), "clap usage error");
 }
 
+/// One size grammar: `tca bench` and `tca model` read `64KB`, `64K` and `65536` alike, and
+/// both say so in `--help`.
+#[test]
+fn sizes_read_the_same_everywhere() {
+    let out = ok(&[
+        "bench",
+        "Bcast",
+        "--sizes",
+        "1KB,2K,4096",
+        "--iters",
+        "5",
+        "--format",
+        "csv",
+    ]);
+    let rows = tca_model::record::parse_any(&out).expect("CSV parses");
+    let sizes: Vec<u64> = rows.iter().map(|r| r.bytes).collect();
+    assert_eq!(sizes, [1024, 2048, 4096], "{out}");
+    for cmd in [&["bench", "--help"][..], &["model", "fit", "--help"]] {
+        let help = ok(cmd);
+        assert!(help.contains(tca_model::size::GRAMMAR), "{cmd:?}: {help}");
+    }
+}
+
 #[test]
 fn bad_input_is_refused_clearly() {
     fails(&["bench", "PingPong", "--np", "1"], "at least 2 ranks");
     fails(&["bench", "nosuch"], "unknown benchmark `nosuch`");
     fails(&["bench", "--sizes", "64:8"], "MIN is larger than MAX");
     fails(&["bench", "--sizes", "12Q"], "unknown unit");
-    fails(&["bench", "--sizes", "abc"], "not a whole number");
+    fails(&["bench", "--sizes", "abc"], "expected a number of bytes");
+    fails(&["bench", "--sizes", "2G"], "larger than 1 GiB");
+    fails(&["bench", "--fit", "4M:64K"], "MIN is above MAX");
     fails(&["bench", "--iters", "0"], "positive number or `auto`");
     fails(&["bench", "--algo", "nosuch"], "unknown algorithm `nosuch`");
     fails(&["bench", "--algo", "Allreduce=nosuch"], "nosuch");

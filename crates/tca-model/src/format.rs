@@ -1,6 +1,8 @@
-//! Numbers printed the way seed 002's Table 1 prints them: four significant digits,
-//! thousands separated by commas (`4,226`, `1,920,000`, `411.4`), sizes in E-notation
-//! (`7.919E+06`).
+//! How every tca command prints numbers, in one place: the way seed 002's Table 1 prints
+//! them (four significant digits, thousands separated by commas: `4,226`, `1,920,000`,
+//! `411.4`; sizes in E-notation: `7.919E+06`), counts (`1,234,567`), byte sizes in binary
+//! units (`16 KiB`, and `16K` where space is short: axis labels, one-line summaries) and
+//! durations (`1.234 ms`).
 //!
 //! Rounding is half away from zero on the exact binary value, as the paper's tables (and
 //! spreadsheets) round: the PingPong M_1/2 is exactly 5,000 MB/s x 6.965 us = 34,825 bytes,
@@ -54,6 +56,11 @@ fn special(x: f64) -> Option<String> {
     } else {
         None
     }
+}
+
+/// A count with thousands separated: `1234567` → `1,234,567`.
+pub fn thousands(n: u64) -> String {
+    group_thousands(&n.to_string())
 }
 
 fn group_thousands(int: &str) -> String {
@@ -123,6 +130,60 @@ pub fn bytes(n: u64) -> String {
     format!("{n} B")
 }
 
+/// A byte count in a few characters: `16K`, `4M`, `1G` where it is a whole number of the
+/// unit, else the bytes (`1000`).
+pub fn bytes_short(n: u64) -> String {
+    for (unit, shift) in [("G", 30), ("M", 20), ("K", 10)] {
+        if n >= 1 << shift && n % (1 << shift) == 0 {
+            return format!("{}{unit}", n >> shift);
+        }
+    }
+    n.to_string()
+}
+
+/// A byte count (possibly fractional, as a formula gives it) with both readings where they
+/// differ: `16 KiB (16384 B)`, `13,000 B (12.7 KiB)`, `512 B`, `34,825.5 B`.
+pub fn bytes_detail(b: f64) -> String {
+    if b.fract() == 0.0 && (0.0..1.8e19).contains(&b) {
+        // A whole number below 2^64: the cast is exact.
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let n = b as u64;
+        let f = bytes(n);
+        if !f.ends_with(" B") {
+            format!("{f} ({n} B)")
+        } else if n >= 1024 {
+            format!("{} B ({:.1} KiB)", thousands(n), b / 1024.0)
+        } else {
+            f
+        }
+    } else {
+        format!("{} B", sig(b, 6))
+    }
+}
+
+/// A whole number as it is (`383`, `51,000`), anything else to four significant digits.
+pub fn number(v: f64) -> String {
+    if v.fract() == 0.0 && v.abs() < 1e15 {
+        // |v| < 10^15: the digits of its integer part, as many significant digits as it has.
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let digits = v.abs().max(1.0).log10().floor() as usize + 1;
+        sig(v, digits)
+    } else {
+        sig(v, 4)
+    }
+}
+
+/// Seconds in a short unit: `1.234 s`, `12.345 ms`, `6.50 us`.
+pub fn seconds(s: f64) -> String {
+    if s >= 1.0 {
+        format!("{s:.3} s")
+    } else if s >= 1e-3 {
+        format!("{:.3} ms", s * 1e3)
+    } else {
+        format!("{:.2} us", s * 1e6)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -155,5 +216,26 @@ mod tests {
         assert_eq!(bytes(4 << 20), "4 MiB");
         assert_eq!(bytes(13_000), "13000 B");
         assert_eq!(bytes(0), "0 B");
+        assert_eq!(bytes_short(16_384), "16K");
+        assert_eq!(bytes_short(4 << 20), "4M");
+        assert_eq!(bytes_short(1 << 30), "1G");
+        assert_eq!(bytes_short(1000), "1000");
+        assert_eq!(bytes_detail(16_384.0), "16 KiB (16384 B)");
+        assert_eq!(bytes_detail(13_000.0), "13,000 B (12.7 KiB)");
+        assert_eq!(bytes_detail(512.0), "512 B");
+        assert_eq!(bytes_detail(34_825.5), "34,825.5 B");
+    }
+
+    #[test]
+    fn counts_numbers_and_durations() {
+        assert_eq!(thousands(0), "0");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(1_234_567), "1,234,567");
+        assert_eq!(number(383.0), "383");
+        assert_eq!(number(51_000.0), "51,000");
+        assert_eq!(number(6.9654), "6.965");
+        assert_eq!(seconds(1.5), "1.500 s");
+        assert_eq!(seconds(0.012_345), "12.345 ms");
+        assert_eq!(seconds(6.5e-6), "6.50 us");
     }
 }

@@ -1,9 +1,34 @@
-//! Message sizes as people type them: `65536`, `64K`, `64KiB`, `4M`, `1G`, and size ranges
-//! `MIN:MAX`.
+//! Message sizes as people type them — the one grammar of every tca command (`tca bench
+//! --sizes/--fit`, `tca model ... --range/--m/--segment`, `tca model calibrate --sizes`).
 //!
-//! K, M and G are binary (1024, 1024², 1024³), as message sizes in MPI benchmarks always
-//! are (IMB's sizes are powers of two; seed 002 writes 16 KiB, 128 KiB). `KB`/`MB`/`GB` are
-//! refused rather than guessed: half of the world reads them as powers of ten.
+//! A size is digits with an optional unit: `65536`, `64K`, `64KiB`, `64KB`, `4M`, `1G`, `8B`
+//! (any case, spaces allowed before the unit). Every unit is binary (1024, 1024², 1024³),
+//! `KB`/`MB`/`GB` included: message sizes in MPI benchmarks are powers of two (IMB's and
+//! OSU's tables, seed 002's 16 KiB and 128 KiB), and their users write 64KB for 65536. For a
+//! power of ten, write the number.
+//!
+//! Two forms of `MIN:MAX`, by what the option means:
+//! - [`parse_sizes`] (sizes to measure): `MIN:MAX` is 0 if MIN is 0, then every power of two
+//!   from MIN up to MAX (`0:4M` is IMB's default sweep); or a comma list (`8,1K,64K`).
+//! - [`parse_range`] (sizes to select): an inclusive filter, either side may be left out
+//!   (`64K:`, `:32K`).
+
+/// The grammar in one paragraph, for the commands' `--help` (a macro, so that `concat!` can
+/// put it into a command's help text at compile time; [`GRAMMAR`] is the same text).
+#[macro_export]
+macro_rules! size_grammar {
+    () => {
+        "Sizes are bytes with an optional unit, all powers of 1024: 65536, 64K, 64KiB and 64KB \
+         are the same; 4M, 1G. MIN:MAX to measure is 0 (if MIN is 0) and the powers of two \
+         from MIN to MAX; MIN:MAX to select is inclusive, either side may be left out (64K:)."
+    };
+}
+
+/// See [`size_grammar!`].
+pub const GRAMMAR: &str = size_grammar!();
+
+/// The largest size [`parse_sizes`] accepts (the benchmarks' buffers are allocated whole).
+pub const MAX_MEASURED: u64 = 1 << 30;
 
 /// A size or range that does not parse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -22,8 +47,8 @@ fn err(input: &str, why: impl Into<String>) -> SizeError {
     }
 }
 
-/// A byte count: digits, optionally followed by `K`/`Ki`/`KiB`, `M`/`Mi`/`MiB`,
-/// `G`/`Gi`/`GiB` (any case, binary multiples) or `B`.
+/// A byte count: digits, optionally followed by `K`/`Ki`/`KiB`/`KB`, `M`/`Mi`/`MiB`/`MB`,
+/// `G`/`Gi`/`GiB`/`GB` (any case, all binary multiples) or `B`.
 pub fn parse_bytes(s: &str) -> Result<u64, SizeError> {
     let t = s.trim();
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
@@ -38,19 +63,13 @@ pub fn parse_bytes(s: &str) -> Result<u64, SizeError> {
     let unit = unit.trim();
     let shift = match unit.to_ascii_lowercase().as_str() {
         "" | "b" => 0,
-        "k" | "ki" | "kib" => 10,
-        "m" | "mi" | "mib" => 20,
-        "g" | "gi" | "gib" => 30,
-        "kb" | "mb" | "gb" => {
-            return Err(err(
-                s,
-                "KB/MB/GB are ambiguous: write K, KiB (x1024) or the number of bytes",
-            ));
-        }
+        "k" | "ki" | "kib" | "kb" => 10,
+        "m" | "mi" | "mib" | "mb" => 20,
+        "g" | "gi" | "gib" | "gb" => 30,
         _ => {
             return Err(err(
                 s,
-                format!("unknown unit `{unit}` (use K, M, G or KiB, MiB, GiB)"),
+                format!("unknown unit `{unit}` (use K, M, G: powers of 1024)"),
             ));
         }
     };
@@ -80,6 +99,41 @@ pub fn parse_range(s: &str) -> Result<(u64, u64), SizeError> {
     Ok((lo, hi))
 }
 
+/// Sizes to measure: `MIN:MAX` (0 if MIN is 0, then the powers of two from MIN to MAX) or a
+/// comma list (sorted, duplicates dropped); every size at most [`MAX_MEASURED`].
+pub fn parse_sizes(s: &str) -> Result<Vec<usize>, SizeError> {
+    let one = |t: &str| -> Result<usize, SizeError> {
+        let b = parse_bytes(t)?;
+        if b > MAX_MEASURED {
+            return Err(err(t, "larger than 1 GiB, the largest size measured"));
+        }
+        usize::try_from(b).map_err(|_| err(t, "too large for this machine"))
+    };
+    if let Some((a, b)) = s.split_once(':') {
+        let (lo, hi) = (one(a)?, one(b)?);
+        if lo > hi {
+            return Err(err(s, "MIN is larger than MAX"));
+        }
+        let mut v = Vec::new();
+        if lo == 0 {
+            v.push(0);
+        }
+        let mut x = lo.max(1).next_power_of_two();
+        while x <= hi {
+            v.push(x);
+            x *= 2;
+        }
+        if v.is_empty() {
+            return Err(err(s, "no power of two between MIN and MAX"));
+        }
+        return Ok(v);
+    }
+    let mut v: Vec<usize> = s.split(',').map(one).collect::<Result<_, _>>()?;
+    v.sort_unstable();
+    v.dedup();
+    Ok(v)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -95,12 +149,15 @@ mod tests {
         assert_eq!(parse_bytes("1G"), Ok(1 << 30));
         assert_eq!(parse_bytes("13Ki"), Ok(13 * 1024));
         assert_eq!(parse_bytes("8B"), Ok(8));
+        assert_eq!(parse_bytes("64KB"), Ok(65536));
+        assert_eq!(parse_bytes("4mb"), Ok(4 << 20));
+        assert_eq!(parse_bytes("1GB"), Ok(1 << 30));
         for bad in [
             "",
             "K",
             "-4",
             "4.5K",
-            "4KB",
+            "4TB",
             "4 x",
             "99999999999999999999",
             "17179869184G",
@@ -108,7 +165,24 @@ mod tests {
             let e = parse_bytes(bad).unwrap_err();
             assert!(e.to_string().starts_with(&format!("`{bad}`")), "{e}");
         }
-        assert!(parse_bytes("4MB").unwrap_err().why.contains("ambiguous"));
+        assert!(parse_bytes("4T").unwrap_err().why.contains("unknown unit"));
+    }
+
+    #[test]
+    fn measured_sizes() {
+        assert_eq!(parse_sizes("0:8").unwrap(), vec![0, 1, 2, 4, 8]);
+        assert_eq!(parse_sizes("3:16").unwrap(), vec![4, 8, 16]);
+        assert_eq!(parse_sizes("1K:4K").unwrap(), vec![1024, 2048, 4096]);
+        assert_eq!(parse_sizes("1KB:2KB").unwrap(), vec![1024, 2048]);
+        assert_eq!(
+            parse_sizes("8,1KiB,64k,4M,8").unwrap(),
+            vec![8, 1024, 65536, 4 << 20]
+        );
+        assert_eq!(parse_sizes("0:4M").unwrap().len(), 24);
+        assert_eq!(parse_sizes("1G").unwrap(), vec![1 << 30]);
+        for bad in ["", "x", "8:4", "1:2:3", "5:7", "1T", "-1", "2G", "8,"] {
+            assert!(parse_sizes(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -9,6 +9,10 @@
 //! rank 0 writes its result as JSON with [`write_result`]; the parent reads it back from
 //! [`launch`] and prints both halves side by side. The two halves never run at the same time.
 //!
+//! Every command that starts its own ranks (`tca bench`, `tca cg`, `tca model calibrate`)
+//! asks [`role`] which of the three processes it is, and the halves talk to their library
+//! through one trait, [`Backend`] (with the adapters `tca::Comm` and [`MpiComm`]).
+//!
 //! `mpirun` is taken from `--mpirun`, else `$TCA_MPIRUN`, else `mpirun` on the PATH; Open MPI
 //! and MPICH (Hydra) are told apart by `mpirun --version` and get the flags each needs to run
 //! here (oversubscription, running as root).
@@ -21,6 +25,50 @@ use anyhow::{Context, Result, bail};
 
 #[cfg(feature = "mpi")]
 pub use mpi;
+
+mod backend;
+
+#[cfg(feature = "mpi")]
+pub use backend::MpiComm;
+pub use backend::{Backend, CommError, CommResult};
+
+/// Which process of a side-by-side command this is: the command a user typed, or a rank it
+/// started. The one place that decides it, from the environment the launchers set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// The command a user typed: it starts the ranks ([`launch_tca`], [`launch`]) and prints.
+    Parent,
+    /// A rank of the tca half: started by tca's launcher (by [`launch_tca`], or by `tca run`
+    /// or Slurm, where nobody waits for a result: [`write_result`] says so).
+    TcaRank,
+    /// A rank of the MPI half, started by [`launch`] under `mpirun`.
+    MpiRank,
+}
+
+/// This process's [`Role`].
+pub fn role() -> Role {
+    if is_child() {
+        Role::MpiRank
+    } else if tca::bootstrap::launcher::under_launcher() {
+        Role::TcaRank
+    } else {
+        Role::Parent
+    }
+}
+
+/// In a [`Role::TcaRank`]: joins the job, checking that it has the `np` ranks the command
+/// asked for (a rank started by `tca run -n 4 -- tca bench --np 2` would otherwise measure
+/// something else than asked).
+pub fn join(np: u32) -> Result<tca::World> {
+    let world = tca::init().context("joining the tca job")?;
+    if world.size() != np {
+        bail!(
+            "launched with {} ranks but --np {np}: give the same number",
+            world.size()
+        );
+    }
+    Ok(world)
+}
 
 /// Set for the MPI ranks: the file rank 0 writes its JSON result to.
 pub const RESULT_ENV: &str = tca::env::MPI_RESULT;

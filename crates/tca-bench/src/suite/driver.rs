@@ -15,6 +15,7 @@ use std::time::Instant;
 
 use anyhow::Result;
 use tca_model::record::Row;
+use tca_mpi::Backend as _;
 
 use super::halo::Halo;
 use super::{Benchmark, Half, Iters, Options};
@@ -28,24 +29,14 @@ pub const AUTO_MIN: u64 = 10;
 /// See [`AUTO_MIN`].
 pub const AUTO_MAX: u64 = 200_000;
 
-/// One implementation of the suite's calls.
+/// One implementation of the suite's calls: the library's world for the driver's own
+/// synchronisation and gathering (the tools' one "tca or MPI" trait, [`tca_mpi::Backend`]),
+/// and the calls each benchmark times, written against the library's own API.
 pub trait Backend {
-    /// This rank.
-    fn rank(&self) -> u32;
-    /// Ranks in the job.
-    fn size(&self) -> u32;
-    /// The implementation's name for the tables.
-    fn name(&self) -> String;
-    /// What carries its bytes, for the report (tca: the `World`'s transport).
-    fn transport(&self) -> String {
-        "its own".into()
-    }
-    /// Blocks until every rank has arrived.
-    fn barrier(&mut self) -> Result<()>;
-    /// Rank 0's `v`, on every rank.
-    fn agree(&mut self, v: u64) -> Result<u64>;
-    /// Every rank's `v` at rank 0 (in rank order); empty elsewhere.
-    fn gather(&mut self, v: f64) -> Result<Vec<f64>>;
+    /// The library's world.
+    type Lib: tca_mpi::Backend;
+    /// The library's world, for barriers, agreeing on counts and gathering times.
+    fn lib(&mut self) -> &mut Self::Lib;
     /// Prepares `bench` at `bytes` (called before its calls; the place to pick an algorithm).
     fn prepare(&mut self, bench: &Benchmark, bytes: usize) -> Result<()>;
     /// Prepares the Halo benchmark for one lattice (its buffers and requests).
@@ -61,13 +52,21 @@ pub trait Backend {
     }
 }
 
+/// This rank and the number of ranks, as the rows count them.
+fn rank_size<B: Backend>(b: &mut B) -> (u32, u32) {
+    let l = b.lib();
+    // Ranks are counted in u32 everywhere in tca; neither library can have more.
+    let u = |x: usize| u32::try_from(x).unwrap_or(u32::MAX);
+    (u(l.rank()), u(l.size()))
+}
+
 /// Runs the suite; rank 0 returns the rows. `tick` is called by rank 0 after each size.
 pub fn run<B: Backend>(
     b: &mut B,
     opts: &Options,
     mut tick: impl FnMut(&str, usize),
 ) -> Result<Option<Half>> {
-    let p = b.size();
+    let (me, p) = rank_size(b);
     let mut rows = Vec::new();
     for bench in opts.benches() {
         if (bench.collective.is_none() && p < 2) || !b.runs(bench) {
@@ -112,9 +111,10 @@ pub fn run<B: Backend>(
             }
         }
     }
-    Ok((b.rank() == 0).then(|| Half {
-        implementation: b.name(),
-        transport: b.transport(),
+    let l = b.lib();
+    Ok((me == 0).then(|| Half {
+        implementation: l.name(),
+        transport: l.transport(),
         ranks: p,
         rows,
         notes: Vec::new(),
@@ -128,8 +128,8 @@ fn measure<B: Backend>(
     bytes: usize,
     opts: &Options,
 ) -> Result<Option<Row>> {
-    let p = b.size();
-    let active = b.rank() < bench.active(p);
+    let (me, p) = rank_size(b);
+    let active = me < bench.active(p);
     let reps = match opts.iters {
         Iters::Fixed(n) => n,
         Iters::Auto => auto_reps(b, active)?,
@@ -140,25 +140,29 @@ fn measure<B: Backend>(
     }
     // Rank 0 keeps the fastest run's times (by their mean over ranks).
     let mut best: Option<(f64, Vec<f64>)> = None;
+    // Rank 0 collects every rank's time per call; the buffer is the same for each run.
+    let mut all = vec![0.0; if me == 0 { p as usize } else { 0 }];
     for _ in 0..opts.repeat.max(1) {
-        b.barrier()?;
+        b.lib().barrier()?;
         let t0 = Instant::now();
         if active {
             b.calls(reps)?;
         }
         let t = t0.elapsed().as_secs_f64() * 1e6 / reps as f64 / bench.per_call_divisor();
-        let all = b.gather(if active { t } else { f64::NAN })?;
-        b.barrier()?;
-        if b.rank() == 0 {
-            let ts: Vec<f64> = all.into_iter().filter(|t| !t.is_nan()).collect();
+        b.lib()
+            .gather_f64(&[if active { t } else { f64::NAN }], &mut all)?;
+        b.lib().barrier()?;
+        if me == 0 {
+            let ts: Vec<f64> = all.iter().copied().filter(|t| !t.is_nan()).collect();
             let avg = ts.iter().sum::<f64>() / ts.len() as f64;
             if best.as_ref().is_none_or(|(a, _)| avg < *a) {
                 best = Some((avg, ts));
             }
         }
     }
+    let name = b.lib().name();
     Ok(best.map(|(avg, ts)| Row {
-        implementation: b.name(),
+        implementation: name,
         benchmark: bench.name.to_string(),
         algorithm: b.algorithm(bench, bytes),
         ranks: p,
@@ -177,17 +181,17 @@ fn measure<B: Backend>(
 fn auto_reps<B: Backend>(b: &mut B, active: bool) -> Result<u64> {
     let mut n = 1u64;
     loop {
-        b.barrier()?;
+        b.lib().barrier()?;
         let t0 = Instant::now();
         if active {
             b.calls(n)?;
         }
         let dt = t0.elapsed().as_secs_f64();
-        let go_on = b.agree(u64::from(dt < TRIAL_S && n < AUTO_MAX))?;
+        let go_on = b.lib().agree(u64::from(dt < TRIAL_S && n < AUTO_MAX))?;
         if go_on == 0 {
             let per_call = dt / n as f64;
             let want = (AUTO_TARGET_S / per_call.max(1e-9)) as u64;
-            return b.agree(want.clamp(AUTO_MIN, AUTO_MAX));
+            return Ok(b.lib().agree(want.clamp(AUTO_MIN, AUTO_MAX))?);
         }
         n *= 2;
     }
@@ -199,29 +203,17 @@ mod tests {
     use crate::suite::BENCHMARKS;
     use std::time::Duration;
 
-    /// One rank whose timed batches take the scripted times, in order.
-    struct Scripted {
+    /// One rank (a real one-rank tca communicator) whose timed batches take the scripted
+    /// times, in order.
+    struct Scripted<'w> {
+        comm: tca::Comm<'w>,
         batches: Vec<Duration>,
     }
 
-    impl Backend for Scripted {
-        fn rank(&self) -> u32 {
-            0
-        }
-        fn size(&self) -> u32 {
-            1
-        }
-        fn name(&self) -> String {
-            "scripted".into()
-        }
-        fn barrier(&mut self) -> Result<()> {
-            Ok(())
-        }
-        fn agree(&mut self, v: u64) -> Result<u64> {
-            Ok(v)
-        }
-        fn gather(&mut self, v: f64) -> Result<Vec<f64>> {
-            Ok(vec![v])
+    impl<'w> Backend for Scripted<'w> {
+        type Lib = tca::Comm<'w>;
+        fn lib(&mut self) -> &mut tca::Comm<'w> {
+            &mut self.comm
         }
         fn prepare(&mut self, _: &Benchmark, _: usize) -> Result<()> {
             Ok(())
@@ -259,20 +251,27 @@ mod tests {
             two_sided: false,
             lattices: Vec::new(),
         };
-        // The middle run is 40x faster than the others: it is the one reported.
-        let mut b = Scripted {
-            batches: vec![ms(80), ms(2), ms(80)],
-        };
-        let half = run(&mut b, &opts(3), |_, _| {}).unwrap().unwrap();
-        assert!(b.batches.is_empty(), "three timed runs");
-        let r = &half.rows[0];
-        assert_eq!((r.bytes, r.repetitions), (8, 1));
-        assert!(r.t_avg_us < 40_000.0, "{r:?}");
-        // One run (IMB's way): the one there is.
-        let mut b = Scripted {
-            batches: vec![ms(80)],
-        };
-        let half = run(&mut b, &opts(1), |_, _| {}).unwrap().unwrap();
-        assert!(half.rows[0].t_avg_us >= 80_000.0, "{:?}", half.rows[0]);
+        tca::threads::run(1, |world| {
+            // The middle run is 40x faster than the others: it is the one reported.
+            let mut b = Scripted {
+                comm: tca::Comm::world(world)?,
+                batches: vec![ms(80), ms(2), ms(80)],
+            };
+            let half = run(&mut b, &opts(3), |_, _| {}).unwrap().unwrap();
+            assert!(b.batches.is_empty(), "three timed runs");
+            let r = &half.rows[0];
+            assert_eq!((r.bytes, r.repetitions), (8, 1));
+            assert!(r.t_avg_us < 40_000.0, "{r:?}");
+            assert_eq!(half.implementation, "tca");
+            // One run (IMB's way): the one there is.
+            let mut b = Scripted {
+                comm: tca::Comm::world(world)?,
+                batches: vec![ms(80)],
+            };
+            let half = run(&mut b, &opts(1), |_, _| {}).unwrap().unwrap();
+            assert!(half.rows[0].t_avg_us >= 80_000.0, "{:?}", half.rows[0]);
+            Ok(())
+        })
+        .unwrap();
     }
 }

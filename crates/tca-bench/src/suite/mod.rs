@@ -14,7 +14,7 @@
 //! | Scatter, Gather, Allgather | each rank's block | bytes |
 //! | Alltoall | the block each rank sends each rank | bytes |
 //! | Reduce, Allreduce | the vector | f32, sum |
-//! | Reduce_scatter | the whole vector (each rank gets 1/p of it) | f32, sum |
+//! | Reduce_scatter | the whole vector (each rank gets 1/p of it; tca selects by the share, [`Benchmark::selection_bytes`]) | f32, sum |
 //! | Barrier | (none) | |
 //! | osu_latency, osu_bw, osu_bibw, osu_mbw_mr | the message | bytes |
 //! | Halo | what one rank sends per exchange (from `--lattice`) | 48-byte sites |
@@ -422,6 +422,17 @@ impl Benchmark {
         })
     }
 
+    /// The size tca's algorithm selection and cost models see for a row of `bytes` (`#bytes`
+    /// as IMB means it, see the module doc) on `p` ranks: the same, except Reduce_scatter,
+    /// whose `#bytes` is the whole vector while `tca::Comm::reduce_scatter` (and its
+    /// models) take each rank's share. The one place this convention lives.
+    pub fn selection_bytes(&self, bytes: usize, p: usize) -> usize {
+        match self.kind {
+            Kind::ReduceScatter => bytes / p.max(1),
+            _ => bytes,
+        }
+    }
+
     /// The bytes actually moved for a requested size on `p` ranks, or None to skip the size
     /// (as IMB skips 1- and 2-byte reductions; Reduce_scatter keeps whole f32 blocks per rank).
     pub fn bytes_for(&self, requested: usize, p: usize) -> Option<usize> {
@@ -442,6 +453,20 @@ impl Benchmark {
             _ => Some(requested),
         }
     }
+}
+
+/// The algorithm, rank count and size (as [`::tca::coll::Algorithm::cost`] means it, see
+/// [`Benchmark::selection_bytes`]) of a tca row of a collective benchmark, or `None` for
+/// other rows: what the cost models need to predict the row.
+pub fn model_input(row: &Row) -> Option<(&'static ::tca::coll::Algorithm, usize, usize)> {
+    if row.implementation != "tca" {
+        return None;
+    }
+    let bench = BENCHMARKS.iter().find(|b| b.name == row.benchmark)?;
+    let alg = ::tca::coll::registry::find(bench.collective?, &row.algorithm).ok()?;
+    let p = row.ranks as usize;
+    let bytes = usize::try_from(row.bytes).ok()?;
+    Some((alg, p, bench.selection_bytes(bytes, p)))
 }
 
 /// How many timed calls per size.
@@ -508,61 +533,6 @@ pub struct Half {
     pub notes: Vec<String>,
 }
 
-/// Parses `--sizes`: `MIN:MAX` (0 if MIN is 0, then the powers of two from MIN's up to MAX,
-/// as IMB's default 0:4194304) or a comma-separated list; sizes take K, M, G (or KiB, MiB,
-/// GiB) suffixes, powers of 1024.
-pub fn parse_sizes(s: &str) -> Result<Vec<usize>> {
-    let one = |t: &str| -> Result<usize> {
-        let t = t.trim();
-        let (num, mult) = match t.find(|c: char| !c.is_ascii_digit()) {
-            None => (t, 1usize),
-            Some(0) => bail!("size `{t}` is not a whole number of bytes"),
-            Some(i) => {
-                let m = match t[i..].to_ascii_lowercase().as_str() {
-                    "b" => 1,
-                    "k" | "kib" | "kb" => 1 << 10,
-                    "m" | "mib" | "mb" => 1 << 20,
-                    "g" | "gib" | "gb" => 1 << 30,
-                    other => bail!("size `{t}`: unknown unit `{other}` (use K, M or G)"),
-                };
-                (&t[..i], m)
-            }
-        };
-        let n: usize = num
-            .parse()
-            .map_err(|_| anyhow::anyhow!("size `{t}` is not a whole number of bytes"))?;
-        n.checked_mul(mult)
-            .filter(|&b| b <= 1 << 30)
-            .ok_or_else(|| anyhow::anyhow!("size `{t}` is larger than 1 GiB"))
-    };
-    if let Some((a, b)) = s.split_once(':') {
-        let (lo, hi) = (one(a)?, one(b)?);
-        if lo > hi {
-            bail!("--sizes {s}: MIN is larger than MAX");
-        }
-        let mut v = Vec::new();
-        if lo == 0 {
-            v.push(0);
-        }
-        let mut x = lo.max(1).next_power_of_two();
-        while x <= hi {
-            v.push(x);
-            x *= 2;
-        }
-        if v.is_empty() {
-            bail!("--sizes {s}: no power of two between MIN and MAX");
-        }
-        return Ok(v);
-    }
-    let mut v: Vec<usize> = s.split(',').map(one).collect::<Result<_>>()?;
-    if v.is_empty() {
-        bail!("--sizes is empty");
-    }
-    v.sort_unstable();
-    v.dedup();
-    Ok(v)
-}
-
 /// Resolves `--algo`: `NAME` (every chosen benchmark whose collective has an algorithm of that
 /// name) or `BENCHMARK=NAME`, comma-separated; unknown names are errors listing valid ones.
 pub fn parse_algos(specs: &[String], benchmarks: &[usize]) -> Result<Vec<(usize, String)>> {
@@ -623,21 +593,6 @@ pub fn index_of(b: &Benchmark) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sizes() {
-        assert_eq!(parse_sizes("0:8").unwrap(), vec![0, 1, 2, 4, 8]);
-        assert_eq!(parse_sizes("3:16").unwrap(), vec![4, 8, 16]);
-        assert_eq!(parse_sizes("1K:4K").unwrap(), vec![1024, 2048, 4096]);
-        assert_eq!(
-            parse_sizes("8,1KiB,64k,4M").unwrap(),
-            vec![8, 1024, 65536, 4 << 20]
-        );
-        assert_eq!(parse_sizes("0:4M").unwrap().len(), 24);
-        for bad in ["", "x", "8:4", "1:2:3", "5:7", "1T", "-1", "2G"] {
-            assert!(parse_sizes(bad).is_err(), "{bad}");
-        }
-    }
 
     #[test]
     fn names_and_sizes() {

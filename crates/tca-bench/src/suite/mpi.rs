@@ -9,6 +9,7 @@
 //! the parent sees as a failed `mpirun`.
 
 use anyhow::{Context, Result};
+use tca_mpi::MpiComm;
 use tca_mpi::mpi;
 use tca_mpi::mpi::collective::SystemOperation;
 use tca_mpi::mpi::topology::SimpleCommunicator;
@@ -20,8 +21,7 @@ use super::{Benchmark, Kind, OSU_WINDOW, Options};
 
 /// MPI's side of the suite.
 pub struct MpiBackend {
-    world: SimpleCommunicator,
-    name: String,
+    lib: MpiComm,
     bsend: Vec<u8>,
     brecv: Vec<u8>,
     fsend: Vec<f32>,
@@ -34,7 +34,7 @@ pub struct MpiBackend {
 impl std::fmt::Debug for MpiBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MpiBackend")
-            .field("name", &self.name)
+            .field("lib", &self.lib)
             .field("cur", &self.cur)
             .finish_non_exhaustive()
     }
@@ -46,8 +46,7 @@ impl MpiBackend {
         let p = world.size() as usize;
         let max = opts.sizes.iter().copied().max().unwrap_or(0).max(8);
         Self {
-            world,
-            name: library_name(),
+            lib: MpiComm::new(world),
             bsend: vec![0xa5; max * p],
             brecv: vec![0; max * p.max(2)],
             fsend: vec![1.0; max / 4 * p],
@@ -67,7 +66,7 @@ impl MpiBackend {
 
     /// One call of an OSU test (see [`super::tca`]: the same messages through MPI).
     fn osu(&mut self, kind: Kind) {
-        let w = &self.world;
+        let w = self.lib.world();
         let bytes = self.cur.1;
         let (me, p) = (w.rank(), w.size());
         let pairs = if kind == Kind::OsuMbwMr { p / 2 } else { 1 };
@@ -124,7 +123,7 @@ impl MpiBackend {
 
     /// One halo exchange: every ghost's `MPI_Irecv`, every face's `MPI_Isend`, `MPI_Waitall`.
     fn halo(&mut self) {
-        let w = &self.world;
+        let w = self.lib.world();
         let Some(Buffers {
             faces, send, ghost, ..
         }) = &mut self.halo
@@ -147,56 +146,11 @@ impl MpiBackend {
 }
 
 /// "Open MPI 4.1.4", "MPICH 4.0.2": the first words of `MPI_Get_library_version`.
-fn library_name() -> String {
-    let v = mpi::environment::library_version().unwrap_or_default();
-    let first = v.lines().next().unwrap_or("MPI").trim();
-    if let Some(rest) = first.strip_prefix("Open MPI v") {
-        format!("Open MPI {}", rest.split([',', ' ']).next().unwrap_or(""))
-    } else if let Some(rest) = first.strip_prefix("MPICH Version:") {
-        format!("MPICH {}", rest.trim())
-    } else {
-        first.chars().take(40).collect()
-    }
-}
-
 impl Backend for MpiBackend {
-    fn rank(&self) -> u32 {
-        self.world.rank() as u32
-    }
+    type Lib = MpiComm;
 
-    fn size(&self) -> u32 {
-        self.world.size() as u32
-    }
-
-    fn name(&self) -> String {
-        self.name.clone()
-    }
-
-    fn transport(&self) -> String {
-        "MPI (its own transports)".into()
-    }
-
-    fn barrier(&mut self) -> Result<()> {
-        self.world.barrier();
-        Ok(())
-    }
-
-    fn agree(&mut self, v: u64) -> Result<u64> {
-        let mut x = v;
-        self.world.process_at_rank(0).broadcast_into(&mut x);
-        Ok(x)
-    }
-
-    fn gather(&mut self, v: f64) -> Result<Vec<f64>> {
-        let root = self.world.process_at_rank(0);
-        if self.world.rank() == 0 {
-            let mut all = vec![0.0; self.world.size() as usize];
-            root.gather_into_root(&v, &mut all[..]);
-            Ok(all)
-        } else {
-            root.gather_into(&v);
-            Ok(Vec::new())
-        }
+    fn lib(&mut self) -> &mut MpiComm {
+        &mut self.lib
     }
 
     fn prepare(&mut self, bench: &Benchmark, bytes: usize) -> Result<()> {
@@ -206,7 +160,7 @@ impl Backend for MpiBackend {
 
     fn prepare_halo(&mut self, halo: &Halo) -> Result<()> {
         self.cur = (Kind::Halo, halo.bytes_per_exchange());
-        self.halo = Some(Buffers::new(halo, self.world.rank() as u32));
+        self.halo = Some(Buffers::new(halo, self.lib.world().rank() as u32));
         Ok(())
     }
 
@@ -226,7 +180,7 @@ impl Backend for MpiBackend {
             }
             _ => {}
         }
-        let w = &self.world;
+        let w = self.lib.world();
         let p = w.size() as usize;
         let me = w.rank();
         let root = w.process_at_rank(0);

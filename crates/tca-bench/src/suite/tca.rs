@@ -601,42 +601,11 @@ impl<'w> TcaBackend<'w> {
     }
 }
 
-impl Backend for TcaBackend<'_> {
-    fn rank(&self) -> u32 {
-        self.comm.rank()
-    }
+impl<'w> Backend for TcaBackend<'w> {
+    type Lib = Comm<'w>;
 
-    fn size(&self) -> u32 {
-        self.comm.size()
-    }
-
-    fn name(&self) -> String {
-        "tca".into()
-    }
-
-    fn transport(&self) -> String {
-        self.world.transport().into()
-    }
-
-    fn barrier(&mut self) -> Result<()> {
-        Ok(self.comm.barrier()?)
-    }
-
-    fn agree(&mut self, v: u64) -> Result<u64> {
-        let mut x = [v];
-        self.comm.broadcast(&mut x, 0)?;
-        Ok(x[0])
-    }
-
-    fn gather(&mut self, v: f64) -> Result<Vec<f64>> {
-        let p = self.comm.size() as usize;
-        let mut all = if self.rank() == 0 {
-            vec![0.0; p]
-        } else {
-            Vec::new()
-        };
-        self.comm.gather(&[v], &mut all, 0)?;
-        Ok(all)
+    fn lib(&mut self) -> &mut Comm<'w> {
+        &mut self.comm
     }
 
     fn prepare(&mut self, bench: &Benchmark, bytes: usize) -> Result<()> {
@@ -781,14 +750,11 @@ impl Backend for TcaBackend<'_> {
                 two_sided(bytes)
             }
             None => "put_signal".into(),
-            // The size each collective's selection looks at (see tca::coll): the whole vector,
-            // except Reduce_scatter, which selects by each rank's share.
-            Some(tca::Collective::ReduceScatter) => self
+            Some(coll) => self
                 .comm
-                .algorithm(tca::Collective::ReduceScatter, bytes / p)
+                .algorithm(coll, bench.selection_bytes(bytes, p))
                 .name
                 .into(),
-            Some(coll) => self.comm.algorithm(coll, bytes).name.into(),
         }
     }
 }
