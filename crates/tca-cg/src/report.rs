@@ -101,7 +101,8 @@ pub struct Breakdown {
 /// One run of the solver on one transport.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Report {
-    /// "tca" or "MPI".
+    /// The library: "tca", or the MPI as it names itself ("Open MPI 4.1.4"), as `tca bench`
+    /// names its implementations.
     pub transport: String,
     /// The matrix.
     pub matrix: MatrixInfo,

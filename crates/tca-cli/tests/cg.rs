@@ -140,7 +140,8 @@ fn compare_mpi_runs_both_halves() {
     assert!(out.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
     let o = tca_cg::Output::from_json(&stdout).unwrap();
     let m = o.mpi.as_ref().expect("an MPI half");
-    assert_eq!(m.transport, "MPI");
+    // The library as the benchmarks name it ("Open MPI 4.1.4", "MPICH 4.0.2").
+    assert!(m.transport.contains("MPI"), "{}", m.transport);
     assert_eq!(m.rows_per_rank, vec![4, 4, 4]);
     assert_eq!(m.iterations, o.tca.iterations);
     assert!(m.true_relative_residual < 1e-9);
