@@ -114,7 +114,7 @@ impl World {
             // Take the record of rank (me - s) from the left neighbour.
             self.wait_word(own.word(XCHG_SEQ)?, m, None)?;
             let mut len = [0u8; 8];
-            own.map.read(own.range(slot, 8)?, &mut len);
+            own.map.read(own.range(slot, 8)?, &mut len)?;
             let len = usize::try_from(u64::from_le_bytes(len)).unwrap_or(usize::MAX);
             let src = (me + n - s) % n;
             if len > EXCHANGE_MAX {
@@ -127,7 +127,7 @@ impl World {
                 ));
             }
             let mut v = vec![0u8; len];
-            own.map.read(own.range(slot + 8, len)?, &mut v);
+            own.map.read(own.range(slot + 8, len)?, &mut v)?;
             all[src as usize] = v;
             std::sync::atomic::fence(Ordering::Acquire);
             self.signal(&self.ctrl[left as usize], XCHG_CREDIT, SignalOp::Set(m))?;

@@ -144,16 +144,14 @@ impl Segment {
     /// Copies `src` into the segment at `off`.
     pub fn write(&self, off: usize, src: &[u8]) -> Result<()> {
         let at = self.region.range(off, src.len())?;
-        self.region.map.write(at, src);
-        Ok(())
+        self.region.map.write(at, src)
     }
 
     /// Copies bytes at `off` into `dst`.
     #[inline]
     pub fn read(&self, off: usize, dst: &mut [u8]) -> Result<()> {
         let at = self.region.range(off, dst.len())?;
-        self.region.map.read(at, dst);
-        Ok(())
+        self.region.map.read(at, dst)
     }
 
     /// The current value of the signal word at `off` (Acquire).

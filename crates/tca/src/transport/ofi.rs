@@ -540,8 +540,11 @@ impl Ofi {
         let mut head = [0u8; HDR];
         h.encode(&mut head);
         let at = self.pool.range(slot * BUF, n).map_err(give_back)?;
-        self.pool.map.write(at, &head);
-        self.pool.map.write(at + HDR, payload);
+        self.pool
+            .map
+            .write(at, &head)
+            .and_then(|()| self.pool.map.write(at + HDR, payload))
+            .map_err(give_back)?;
         let dest = self.addrs[to as usize];
         loop {
             let r = if n <= self.eager_inject && payload.len() <= 64 {
@@ -1172,7 +1175,7 @@ impl Ofi {
         {
             let mut scratch = self.scratch.borrow_mut();
             let at = self.pool.range((TX + slot) * BUF, len)?;
-            self.pool.map.read(at, &mut scratch[..len]);
+            self.pool.map.read(at, &mut scratch[..len])?;
             // `handle` never reads the queue (answers are deferred), so nothing re-enters
             // while the scratch buffer is borrowed.
             self.handle(shm, &scratch[..len]);

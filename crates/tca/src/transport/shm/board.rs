@@ -119,7 +119,9 @@ impl Board {
             launcher_pid: launcher_pid.unwrap_or(0),
             creator_pid: std::process::id(),
         };
-        map.write(0, bytemuck::bytes_of(&h));
+        // Cannot fail: the header is the start of a mapping of at least one page
+        // (`bytes_for` rounds up to pages).
+        map.write(0, bytemuck::bytes_of(&h))?;
         // The magic goes last, with Release, so a reader that sees it sees the whole header.
         word(&map, 0).store(MAGIC, Ordering::Release);
         Ok(Self {
@@ -150,7 +152,9 @@ impl Board {
             ));
         }
         let mut h = Header::zeroed();
-        map.read(0, bytemuck::bytes_of_mut(&mut h));
+        // Cannot fail: the mapping holds at least `bytes_for(size)`, whole pages (checked by
+        // `open`).
+        map.read(0, bytemuck::bytes_of_mut(&mut h))?;
         if h.version != VERSION {
             return Err(Error::new(
                 ErrorKind::Bootstrap,
