@@ -64,6 +64,8 @@ impl World {
         let own = self.own_ctrl.clone();
         let mut k = 0;
         while (1u64 << k) < u64::from(n) {
+            // A remainder of `n`, a u32.
+            #[allow(clippy::cast_possible_truncation)]
             let to = ((u64::from(me) + (1u64 << k)) % u64::from(n)) as u32;
             let off = BARRIER + 128 * k;
             self.signal(&self.ctrl[to as usize], off, SignalOp::Set(epoch))?;

@@ -45,7 +45,9 @@ impl Handle {
 
     /// Length of the segment's data in bytes.
     pub fn len(&self) -> usize {
-        self.len as usize
+        // A peer's handle may claim any length: past usize::MAX (32-bit targets) it
+        // saturates, and the segment it names then fails its length check when attached.
+        crate::cast::usize_sat(self.len)
     }
 
     /// Whether the segment has no data bytes.

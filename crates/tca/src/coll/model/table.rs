@@ -89,19 +89,16 @@ impl std::fmt::Debug for Table {
 impl Table {
     /// The table of `calibration` for `p` ranks.
     pub fn new(calibration: &Calibration, p: usize) -> Table {
-        assert!(
-            ALGORITHMS.len() <= u8::MAX as usize,
-            "algorithm index fits a byte"
-        );
         let mut choice = vec![0u8; Collective::ALL.len() * BUCKETS].into_boxed_slice();
         for c in Collective::ALL {
             for b in 0..BUCKETS {
                 let alg = calibration.choose(c, p, bucket_floor(b));
-                choice[c as usize * BUCKETS + b] = ALGORITHMS
+                let i = ALGORITHMS
                     .iter()
                     .position(|a| std::ptr::eq(a, alg))
-                    .expect("chosen from the table")
-                    as u8;
+                    .expect("chosen from the table");
+                choice[c as usize * BUCKETS + b] =
+                    u8::try_from(i).expect("algorithm index fits a byte");
             }
         }
         Table { choice }

@@ -331,7 +331,7 @@ mod tests {
     fn inline_and_memcpy_agree() {
         let m = scratch(4096);
         for n in 0..100usize {
-            let src: Vec<u8> = (0..n).map(|i| (i * 7 + n) as u8).collect();
+            let src: Vec<u8> = (0..n).map(|i| (i * 7 + n).to_le_bytes()[0]).collect();
             m.write_inline(3, &src).unwrap();
             let mut back = vec![0; n];
             m.read(3, &mut back).unwrap();

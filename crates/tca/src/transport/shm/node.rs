@@ -26,6 +26,7 @@ use super::board::{AbortReason, Board, Entry, RankState};
 use super::region::{Region, out_of_bounds};
 use super::wait::{self, SpinPolicy};
 use crate::bootstrap::{BoardSource, JobEnv};
+use crate::cast::rank_u32;
 use crate::env;
 use crate::error::{Error, ErrorKind, Result};
 use crate::fabric::control::{CTRL_BYTES, SLEEPERS};
@@ -645,7 +646,7 @@ impl Shm {
         }
         let mut live = 0;
         for (r, p) in self.peers.iter().enumerate() {
-            let r = r as u32;
+            let r = rank_u32(r);
             let Some(p) = p else {
                 live += 1; // on another node: its liveness is the job monitor's to tell
                 continue;
