@@ -35,10 +35,10 @@ fn main() -> tca::Result<()> {
             for _ in 0..5 {
                 // Vary the offset a little so neither routine sees one fixed alignment.
                 let inl = per_op(n / 10, |i| {
-                    w.put_inline(&h, (i as usize % 4) * 8, std::hint::black_box(&src[..size]))
+                    w.put_inline(&h, (i % 4) as usize * 8, std::hint::black_box(&src[..size]))
                 })?;
                 let mc = per_op(n / 10, |i| {
-                    w.put(&h, (i as usize % 4) * 8, std::hint::black_box(&src[..size]))
+                    w.put(&h, (i % 4) as usize * 8, std::hint::black_box(&src[..size]))
                 })?;
                 best = (best.0.min(inl), best.1.min(mc));
             }

@@ -49,6 +49,7 @@
 
 pub mod am;
 pub mod bootstrap;
+mod cast;
 pub mod coll;
 pub mod env;
 mod error;

@@ -9,6 +9,8 @@ pub(crate) fn random_u64() -> u64 {
         // getrandom cannot fail for 8 bytes after boot; fall back to time and pid, still unique
         // enough to tell jobs apart.
         _ => {
+            // The low 64 bits of the nanoseconds (all of them until 2554): all a seed needs.
+            #[allow(clippy::cast_possible_truncation)]
             let t = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.as_nanos() as u64)

@@ -29,7 +29,10 @@ where
         Ok(b) => b,
         Err(e) => return vec![Err(e)],
     };
-    let raw = std::os::fd::AsRawFd::as_raw_fd(&fd) as u32;
+    // An open descriptor is never negative.
+    let Ok(raw) = u32::try_from(std::os::fd::AsRawFd::as_raw_fd(&fd)) else {
+        return vec![Err(Error::new(ErrorKind::Transport, "negative descriptor"))];
+    };
     let f = &f;
     std::thread::scope(|s| {
         let handles: Vec<_> = (0..n)
@@ -74,7 +77,7 @@ where
                         .unwrap_or_else(|| "unknown panic".into());
                     Err(Error::peer(
                         ErrorKind::PeerDied,
-                        rank as u32,
+                        crate::cast::rank_u32(rank),
                         format!("rank {rank} panicked: {msg}"),
                     ))
                 }),

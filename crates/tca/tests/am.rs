@@ -10,8 +10,13 @@ use proptest::prelude::*;
 use tca::am::{Endpoint, MAX_ARGS, MAX_MEDIUM, Strided, Table};
 use tca::{Comm, ErrorKind, threads};
 
+/// The low byte of `x`: test patterns wrap mod 256 on purpose.
+fn low_byte(x: u64) -> u8 {
+    x.to_le_bytes()[0]
+}
+
 fn pattern(seed: u64, n: usize) -> Vec<u8> {
-    (0..n).map(|i| (seed as usize * 31 + i * 7) as u8).collect()
+    (0..n).map(|i| low_byte(seed * 31 + i as u64 * 7)).collect()
 }
 
 /// A table with echo handlers for every kind: the request handler checks the payload it got
@@ -165,7 +170,7 @@ fn flooding_every_rank_with_replies_does_not_deadlock() {
         let me = u64::from(c.rank());
         for i in 0..n {
             for k in 1..p {
-                let to = ((me + k) % p) as u32;
+                let to = u32::try_from((me + k) % p).unwrap();
                 ep.request_short(to, req, &[i])?;
             }
         }
@@ -418,7 +423,7 @@ proptest! {
                 for &(put, off, len, v) in ops.iter() {
                     let len = len.min(seg - off);
                     if put {
-                        let data: Vec<u8> = (0..len).map(|k| v.wrapping_add(k as u8)).collect();
+                        let data: Vec<u8> = (0..len).map(|k| v.wrapping_add(low_byte(k as u64))).collect();
                         ep.put(1, off, &data)?;
                         model[off..off + len].copy_from_slice(&data);
                     } else {

@@ -13,47 +13,23 @@ const SIZES: [usize; 4] = [0, 1, 7, 4096];
 const BIG: usize = 1 << 17;
 
 fn val<T: Element + FromI>(rank: usize, i: usize) -> T {
-    T::from_i(((rank * 7 + i * 3) % 11) as i64 + 1)
+    T::from_small(u8::try_from((rank * 7 + i * 3) % 11).unwrap() + 1)
 }
 
+/// Element types built from the small test values (1 to 11), losslessly.
 trait FromI {
-    fn from_i(v: i64) -> Self;
+    fn from_small(v: u8) -> Self;
 }
-impl FromI for f64 {
-    fn from_i(v: i64) -> Self {
-        v as f64
-    }
+macro_rules! from_small {
+    ($($t:ty),*) => {$(
+        impl FromI for $t {
+            fn from_small(v: u8) -> Self {
+                <$t>::from(v)
+            }
+        }
+    )*};
 }
-impl FromI for f32 {
-    fn from_i(v: i64) -> Self {
-        v as f32
-    }
-}
-impl FromI for i64 {
-    fn from_i(v: i64) -> Self {
-        v
-    }
-}
-impl FromI for i32 {
-    fn from_i(v: i64) -> Self {
-        v as i32
-    }
-}
-impl FromI for u64 {
-    fn from_i(v: i64) -> Self {
-        v as u64
-    }
-}
-impl FromI for u32 {
-    fn from_i(v: i64) -> Self {
-        v as u32
-    }
-}
-impl FromI for u8 {
-    fn from_i(v: i64) -> Self {
-        v as u8
-    }
-}
+from_small!(f64, f32, i64, i32, u64, u32, u8);
 
 fn input<T: Element + FromI>(rank: usize, n: usize) -> Vec<T> {
     (0..n).map(|i| val(rank, i)).collect()
@@ -462,7 +438,7 @@ fn argument_errors_every_rank_sees_leave_the_communicator_usable() {
         // No communication happened: the communicator still works.
         c.force(Collective::Allgather, None)?;
         let mut all = [0u8; 3];
-        c.allgather(&[c.rank() as u8], &mut all)?;
+        c.allgather(&[u8::try_from(c.rank()).unwrap()], &mut all)?;
         assert_eq!(all, [0, 1, 2]);
         Ok(())
     })

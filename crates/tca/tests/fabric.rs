@@ -6,6 +6,11 @@ use std::time::Duration;
 use proptest::prelude::*;
 use tca::{ErrorKind, SignalOp, Strided, threads};
 
+/// The low byte of `x`: test patterns wrap mod 256 on purpose.
+fn low_byte(x: u64) -> u8 {
+    x.to_le_bytes()[0]
+}
+
 /// Runs `body` on `n` thread ranks and unwraps.
 fn on<T: Send>(n: u32, body: impl Fn(&tca::World) -> tca::Result<T> + Sync) -> Vec<T> {
     threads::run(n, body).unwrap_or_else(|e| panic!("{n}-rank job failed: {e}"))
@@ -17,7 +22,9 @@ fn ring_put_signal_every_rank_count() {
         let got = on(n, |w| {
             let seg = w.alloc_symmetric(4096)?;
             let next = (w.rank() + 1) % w.size();
-            let msg: Vec<u8> = (0..100).map(|i| (i as u32 * 3 + w.rank()) as u8).collect();
+            let msg: Vec<u8> = (0..100u64)
+                .map(|i| low_byte(i * 3 + u64::from(w.rank())))
+                .collect();
             w.put_signal(
                 seg.handle(next)?,
                 128,
@@ -32,8 +39,10 @@ fn ring_put_signal_every_rank_count() {
             Ok(back)
         });
         for (r, back) in got.iter().enumerate() {
-            let prev = (r as u32 + n - 1) % n;
-            let want: Vec<u8> = (0..100).map(|i| (i as u32 * 3 + prev) as u8).collect();
+            let prev = (u32::try_from(r).unwrap() + n - 1) % n;
+            let want: Vec<u8> = (0..100u64)
+                .map(|i| low_byte(i * 3 + u64::from(prev)))
+                .collect();
             assert_eq!(back, &want, "rank {r} of {n}");
         }
     }
@@ -148,13 +157,13 @@ fn put_line_carries_payload_with_signal() {
         for seq in 1..=2000u64 {
             let mut msg = [0u8; 56];
             msg[..8].copy_from_slice(&(seq * 10 + u64::from(w.rank())).to_le_bytes());
-            msg[55] = seq as u8;
+            msg[55] = low_byte(seq);
             w.put_line(&peer, 128, &msg, seq)?;
             let mut got = [0u8; 56];
             w.wait_line(&seg, 128, seq, &mut got)?;
             let v = u64::from_le_bytes(got[..8].try_into().unwrap());
             assert_eq!(v, seq * 10 + u64::from(1 - w.rank()));
-            assert_eq!(got[55], seq as u8);
+            assert_eq!(got[55], low_byte(seq));
             w.barrier()?; // the peer has read line `seq` before it is overwritten
         }
         assert_eq!(
@@ -188,10 +197,8 @@ fn strided_put_places_blocks() {
             let mut got = vec![0u8; 100];
             seg.read(32, &mut got)?;
             for i in 0..4 {
-                assert_eq!(
-                    &got[i * 16..i * 16 + 3],
-                    &[(i * 10) as u8, (i * 10 + 1) as u8, (i * 10 + 2) as u8]
-                );
+                let b = u8::try_from(i * 10).unwrap();
+                assert_eq!(&got[i * 16..i * 16 + 3], &[b, b + 1, b + 2]);
                 assert!(got[i * 16 + 3..(i + 1) * 16].iter().all(|&b| b == 0) || i == 3);
             }
         }
@@ -266,7 +273,7 @@ fn chain_runs_all_puts_then_signal_and_is_reusable() {
                 .signal(seg.handle(2)?, 0, SignalOp::Add(1))
                 .build()?;
             for k in 1..=50u64 {
-                src.write(0, &vec![k as u8; 4096])?;
+                src.write(0, &vec![low_byte(k); 4096])?;
                 w.start(&chain)?;
                 w.start(&chain2)?;
                 // Wait for both to consume before reusing the source.
@@ -278,11 +285,11 @@ fn chain_runs_all_puts_then_signal_and_is_reusable() {
                 let (off, len) = if me == 1 { (100, 1000) } else { (200, 2000) };
                 let mut v = vec![0u8; len];
                 seg.read_slice(off, &mut v)?;
-                assert!(v.iter().all(|&b| b == k as u8), "rank {me} round {k}");
+                assert!(v.iter().all(|&b| b == low_byte(k)), "rank {me} round {k}");
                 if me == 1 {
                     let mut tail = [0u8; 96];
                     seg.read_slice(2000, &mut tail)?;
-                    assert!(tail.iter().all(|&b| b == k as u8));
+                    assert!(tail.iter().all(|&b| b == low_byte(k)));
                 }
                 w.signal(seg.handle(0)?, 8, SignalOp::Add(1))?;
             }
@@ -639,9 +646,9 @@ fn stress_round_trips_with_random_delays() {
         let mut got = vec![0u8; 4000];
         for seq in 1..=ROUNDS {
             let len = (next() % 4000) as usize;
-            let fill = (seq as u8).wrapping_mul(31) ^ w.rank() as u8;
+            let fill = low_byte(seq).wrapping_mul(31) ^ low_byte(u64::from(w.rank()));
             for (i, b) in msg[..len].iter_mut().enumerate() {
-                *b = fill.wrapping_add(i as u8);
+                *b = fill.wrapping_add(low_byte(i as u64));
             }
             let r = next();
             if r % 64 == 0 {
@@ -660,13 +667,13 @@ fn stress_round_trips_with_random_delays() {
             }
             let mut lenb = [0u8; 8];
             seg.read(64, &mut lenb)?;
-            let plen = u64::from_le_bytes(lenb) as usize;
+            let plen = usize::try_from(u64::from_le_bytes(lenb)).unwrap();
             seg.read(72, &mut got[..plen])?;
-            let pfill = (seq as u8).wrapping_mul(31) ^ (1 - w.rank()) as u8;
+            let pfill = low_byte(seq).wrapping_mul(31) ^ low_byte(u64::from(1 - w.rank()));
             for (i, &b) in got[..plen].iter().enumerate() {
                 assert_eq!(
                     b,
-                    pfill.wrapping_add(i as u8),
+                    pfill.wrapping_add(low_byte(i as u64)),
                     "rank {} seq {seq} byte {i}",
                     w.rank()
                 );

@@ -59,11 +59,6 @@ fn with(params: &[(&str, f64)]) -> CostModel {
 /// core of its own (cores unknown: 0).
 fn uniform(m: CostModel) -> Calibration {
     Calibration {
-        format: FORMAT.into(),
-        version: VERSION,
-        machine: "test".into(),
-        date: "2026-01-01T00:00:00Z".into(),
-        command: "test".into(),
         ranks: vec![RankModels {
             ranks: 2,
             cores: 0,
@@ -73,6 +68,7 @@ fn uniform(m: CostModel) -> Calibration {
             },
             collectives: BTreeMap::new(),
         }],
+        ..Calibration::new("test", "2026-01-01T00:00:00Z", "test")
     }
 }
 

@@ -6,8 +6,20 @@ use proptest::prelude::*;
 use tca::p2p::{ANY_SOURCE, ANY_TAG, Persistent, Source, Tag, test_all, wait_all, wait_any};
 use tca::{Comm, ErrorKind, threads};
 
+/// The low byte of `x`: test patterns wrap mod 256 on purpose.
+fn low_byte(x: u64) -> u8 {
+    x.to_le_bytes()[0]
+}
+
 fn pattern(seed: usize, n: usize) -> Vec<u8> {
-    (0..n).map(|i| (seed * 31 + i * 7) as u8).collect()
+    (0..n)
+        .map(|i| low_byte((seed * 31 + i * 7) as u64))
+        .collect()
+}
+
+/// A small index as a message tag.
+fn tag(i: usize) -> i32 {
+    i32::try_from(i).unwrap()
 }
 
 #[test]
@@ -18,17 +30,17 @@ fn blocking_both_protocols_and_the_boundary() {
         let sizes = [0, 1, 8, 40, 41, 64, 4096, e - 1, e, e + 1, 200_000, 3 << 20];
         for (i, &n) in sizes.iter().enumerate() {
             if c.rank() == 0 {
-                c.send_bytes(&pattern(i, n), 1, i as i32)?;
+                c.send_bytes(&pattern(i, n), 1, tag(i))?;
                 let mut back = vec![0u8; n];
-                let st = c.recv_bytes(&mut back, 1, i as i32)?;
+                let st = c.recv_bytes(&mut back, 1, tag(i))?;
                 assert_eq!(st.bytes, n);
                 assert_eq!(back, pattern(i + 1, n), "size {n}");
             } else {
                 let mut got = vec![0u8; n];
                 let st = c.recv_bytes(&mut got, 0, ANY_TAG)?;
-                assert_eq!((st.source, st.tag, st.bytes), (0, i as i32, n));
+                assert_eq!((st.source, st.tag, st.bytes), (0, tag(i), n));
                 assert_eq!(got, pattern(i, n), "size {n}");
-                c.send_bytes(&pattern(i + 1, n), 0, i as i32)?;
+                c.send_bytes(&pattern(i + 1, n), 0, tag(i))?;
             }
         }
         Ok(())
@@ -78,7 +90,7 @@ fn non_overtaking_with_wildcards_and_unexpected() {
                 if n >= 8 {
                     v[..8].copy_from_slice(&(i as u64).to_le_bytes());
                 }
-                reqs.push(c.isend(&v, 2, (i % 2) as i32)?);
+                reqs.push(c.isend(&v, 2, tag(i % 2))?);
             }
             wait_all(&mut reqs)?;
         } else {
@@ -87,10 +99,10 @@ fn non_overtaking_with_wildcards_and_unexpected() {
             let mut buf = vec![0u8; e + 100];
             for _ in 0..80 {
                 let st = c.recv(&mut buf, ANY_SOURCE, ANY_TAG)?;
-                let (s, t) = (st.source as usize, st.tag as usize);
+                let (s, t) = (st.source as usize, usize::try_from(st.tag).unwrap());
                 if st.bytes >= 8 {
                     let i = u64::from_le_bytes(buf[..8].try_into().unwrap());
-                    assert_eq!(i as usize % 2, t);
+                    assert_eq!((i % 2) as usize, t);
                     if let Some(prev) = last[s][t] {
                         assert!(i > prev, "message {i} from {s} tag {t} overtook {prev}");
                     }
@@ -220,16 +232,16 @@ fn many_mixed_messages_between_eight_ranks() {
             let mut reqs = Vec::with_capacity(p);
             for (q, b) in rb.iter_mut().enumerate() {
                 if q != me {
-                    reqs.push(c.irecv(b, q as u32, (r % 4) as i32)?);
+                    reqs.push(c.irecv(b, u32::try_from(q).unwrap(), tag(r % 4))?);
                 }
             }
             for q in (0..p).filter(|&q| q != me) {
                 let n = size(r, me);
-                let mut v = vec![(r + me) as u8; n];
+                let mut v = vec![low_byte((r + me) as u64); n];
                 if let Some(x) = v.first_mut() {
-                    *x = q as u8;
+                    *x = low_byte(q as u64);
                 }
-                c.send_bytes(&v, q as u32, (r % 4) as i32)?;
+                c.send_bytes(&v, u32::try_from(q).unwrap(), tag(r % 4))?;
             }
             wait_all(&mut reqs)?;
             for (k, q) in (0..p).filter(|&q| q != me).enumerate() {
@@ -241,9 +253,9 @@ fn many_mixed_messages_between_eight_ranks() {
             for (q, b) in rb.iter().enumerate().filter(|&(q, _)| q != me) {
                 let n = size(r, q);
                 if n > 0 {
-                    assert_eq!(b[0], me as u8);
+                    assert_eq!(b[0], low_byte(me as u64));
                     assert!(
-                        b[1..n].iter().all(|&x| x == (r + q) as u8),
+                        b[1..n].iter().all(|&x| x == low_byte((r + q) as u64)),
                         "round {r} from {q}"
                     );
                 }
@@ -451,7 +463,7 @@ proptest! {
                 for k in 0..msgs.len() {
                     let src = if wild >> (k % 64) & 1 == 1 { ANY_SOURCE } else { Source::Rank(msgs.iter().enumerate().find(|(i, _)| !got[*i]).unwrap().1.from) };
                     let st = c.recv_bytes(&mut buf, src, ANY_TAG)?;
-                    let i = u64::from_le_bytes(buf[..8].try_into().unwrap()) as usize;
+                    let i = usize::try_from(u64::from_le_bytes(buf[..8].try_into().unwrap())).unwrap();
                     let m = &msgs[i];
                     assert!(!got[i], "message {i} twice");
                     got[i] = true;
@@ -484,7 +496,7 @@ fn test_all_finishes_everything_eventually() {
         while !test_all(&mut reqs)? {}
         drop(reqs);
         for (i, b) in bufs.iter().enumerate() {
-            assert_eq!(b, &[i as u8; 16]);
+            assert_eq!(b, &[u8::try_from(i).unwrap(); 16]);
         }
         Ok(())
     })
@@ -510,10 +522,10 @@ fn bound_channels_reused_beside_ordinary_messages() {
         }
         let mut ops = Vec::new();
         for (k, &n) in sizes.iter().enumerate() {
-            ops.push(c.recv_init_into(&inn, at(k), n, peer, k as i32)?);
+            ops.push(c.recv_init_into(&inn, at(k), n, peer, tag(k))?);
         }
         for (k, &n) in sizes.iter().enumerate() {
-            ops.push(c.send_init_from(&out, at(k), n, peer, k as i32)?);
+            ops.push(c.send_init_from(&out, at(k), n, peer, tag(k))?);
         }
         let rounds = 300;
         for round in 0..rounds {
@@ -528,7 +540,7 @@ fn bound_channels_reused_beside_ordinary_messages() {
             assert_eq!(x[0], round as u64);
             for (k, op) in ops.iter_mut().enumerate().take(sizes.len()) {
                 let st = op.wait()?;
-                assert_eq!((st.source, st.tag, st.bytes), (peer, k as i32, sizes[k]));
+                assert_eq!((st.source, st.tag, st.bytes), (peer, tag(k), sizes[k]));
             }
             Persistent::wait_all(&mut ops)?;
             for (k, &n) in sizes.iter().enumerate() {
@@ -620,7 +632,7 @@ fn bound_channel_errors_and_closing() {
         }
         c.barrier()?;
         // Open and close more channels than a pair has slots: closed slots are reused.
-        for k in 0..(2 * tca::p2p::CHANNELS as i32) {
+        for k in 0..(2 * i32::try_from(tca::p2p::CHANNELS).unwrap()) {
             if me == 0 {
                 let mut s = c.send_init_from(&seg, 0, 8, 1, 100 + k)?;
                 s.start()?;

@@ -6,6 +6,7 @@
 use std::cell::{Cell, RefCell};
 use std::time::Duration;
 
+use crate::cast::{rank_u32, usize_sat};
 use crate::error::{Error, ErrorKind, Result};
 use crate::fabric::ring::{Head, Ring};
 use crate::fabric::{Handle, Segment, World};
@@ -140,10 +141,16 @@ fn word(b: &[u8], i: usize) -> u64 {
     u64::from_le_bytes(b[8 * i..8 * i + 8].try_into().expect("8 bytes"))
 }
 
+/// The metadata word of a message: its kind, argument count and handler index. `nargs` is at
+/// most [`MAX_ARGS`]: user messages are checked before they are sent, internal ones carry
+/// fewer.
 fn meta(kind: u8, nargs: usize, handler: u16) -> [u8; 8] {
+    debug_assert!(nargs <= MAX_ARGS);
     let mut m = [0u8; 8];
     m[0] = kind;
-    m[1] = nargs as u8;
+    #[allow(clippy::cast_possible_truncation)] // nargs <= MAX_ARGS = 16 (see above)
+    let nargs = nargs as u8;
+    m[1] = nargs;
     m[2..4].copy_from_slice(&handler.to_le_bytes());
     m
 }
@@ -162,6 +169,11 @@ fn args_needed(kind: u8) -> usize {
 
 pub(super) fn op_id(idx: u32, epoch: u32) -> u64 {
     u64::from(idx) | (u64::from(epoch) << 32)
+}
+
+/// The operation index of an id of [`op_id`]: its low half (the high half is the epoch).
+pub(super) fn op_index(id: u64) -> u32 {
+    crate::cast::low_u32(id)
 }
 
 impl Core {
@@ -489,9 +501,11 @@ impl Core {
             }
             PUT_PACKED => self.serve_put_packed(w, eng, q, args, data),
             GET_DATA => {
-                let at = args[1] as usize;
+                let at = usize_sat(args[1]);
                 self.on_op(args[0], |op| {
-                    if let Some(dst) = op.stash.get_mut(at..at + data.len()) {
+                    // A corrupt offset finds no room (and overflows nothing).
+                    if let Some(dst) = op.stash.get_mut(at..).and_then(|s| s.get_mut(..data.len()))
+                    {
                         dst.copy_from_slice(data);
                     }
                     op.bytes_left = op.bytes_left.saturating_sub(data.len());
@@ -500,7 +514,7 @@ impl Core {
             }
             GET_DONE => {
                 self.on_op(args[0], |op| {
-                    op.bytes_left = op.bytes_left.saturating_sub(args[1] as usize)
+                    op.bytes_left = op.bytes_left.saturating_sub(usize_sat(args[1]))
                 });
                 Ok(())
             }
@@ -524,7 +538,7 @@ impl Core {
                     if args[4] == 1 {
                         op.acks_left = op.acks_left.saturating_sub(1);
                     } else {
-                        op.bytes_left = op.bytes_left.saturating_sub(args[5] as usize);
+                        op.bytes_left = op.bytes_left.saturating_sub(usize_sat(args[5]));
                     }
                 });
                 Ok(())
@@ -568,7 +582,7 @@ impl Core {
                     format!("malformed Long message from communicator rank {q}"),
                 ));
             }
-            let (off, len) = (word(data, 0) as usize, word(data, 1) as usize);
+            let (off, len) = (usize_sat(word(data, 0)), usize_sat(word(data, 1)));
             (&[][..], Some((off, len)))
         } else {
             (data, None)
@@ -584,7 +598,7 @@ impl Core {
             )
         })?;
         let msg = Msg {
-            source: q as u32,
+            source: rank_u32(q),
             args,
             payload,
             long,
@@ -677,8 +691,11 @@ impl Core {
                 Ok(())
             };
             for i in 0..n {
-                let (mut off, mut len) =
-                    (word(list, 2 * i) as usize, word(list, 2 * i + 1) as usize);
+                // In range of the segment (checked above), so they fit a usize.
+                let (mut off, mut len) = (
+                    usize_sat(word(list, 2 * i)),
+                    usize_sat(word(list, 2 * i + 1)),
+                );
                 while len > 0 {
                     let k = len.min(chunk - fill);
                     self.seg.read(off, &mut buf[fill..fill + k])?;
@@ -716,7 +733,8 @@ impl Core {
         }
         if len > 0 {
             let to = into.unwrap_or(&self.segs[q]);
-            let (o, d, n) = (off as usize, dst as usize, len as usize);
+            // `off` and `len` lie in the segment (checked above); the chain checks `dst`.
+            let (o, d, n) = (usize_sat(off), usize_sat(dst), usize_sat(len));
             let put = w.chain().put(&self.seg, o, to, d, n).build();
             if put.and_then(|chain| w.start(&chain)).is_err() {
                 // The destination is outside the requester's segment or landing: refused.
@@ -742,14 +760,19 @@ impl Core {
         let mut at = 0;
         while at + 16 <= recs.len() {
             let (off, len) = (word(&recs[at..], 0), word(&recs[at..], 1));
-            if !self.fits(off, len) || recs.len() - at - 16 < len as usize {
+            let n = usize_sat(len);
+            if !self.fits(off, len) || recs.len() - at - 16 < n {
                 return self.refuse(w, eng, q, [op, off, len], true, 0);
             }
-            at += 16 + len as usize;
+            at += 16 + n;
         }
         at = 0;
         while at + 16 <= recs.len() {
-            let (off, len) = (word(&recs[at..], 0) as usize, word(&recs[at..], 1) as usize);
+            // Checked by the first pass: in the segment and in `recs`.
+            let (off, len) = (
+                usize_sat(word(&recs[at..], 0)),
+                usize_sat(word(&recs[at..], 1)),
+            );
             self.seg.write(off, &recs[at + 16..at + 16 + len])?;
             at += 16 + len;
         }
@@ -767,7 +790,9 @@ impl Core {
             Some(i) => i,
             None => {
                 st.ops.push(Op::default());
-                st.ops.len() as u32 - 1
+                // An id holds the index in its low half (`op_id`): 2^32 operations in flight
+                // would take terabytes of stashes first.
+                u32::try_from(st.ops.len() - 1).expect("fewer than 2^32 operations in flight")
             }
         };
         let mut buf = std::mem::take(&mut st.ops[idx as usize].stash);
@@ -796,18 +821,18 @@ impl Core {
     /// it was orphaned and is now done.
     fn on_op(&self, id: u64, f: impl FnOnce(&mut Op)) {
         let mut st = self.st.borrow_mut();
-        let idx = (id & u64::from(u32::MAX)) as usize;
-        let Some(op) = st.ops.get_mut(idx) else {
+        let idx = op_index(id);
+        let Some(op) = st.ops.get_mut(idx as usize) else {
             return;
         };
-        if !op.live || (idx > NBI_PUTS as usize && u64::from(op.epoch) != id >> 32) {
+        if !op.live || (idx > NBI_PUTS && u64::from(op.epoch) != id >> 32) {
             return;
         }
         f(op);
         if op.orphan && op.bytes_left == 0 && op.acks_left == 0 {
             op.live = false;
             let land = op.land.take();
-            st.free.push(idx as u32);
+            st.free.push(idx);
             if let Some(l) = land {
                 st.landing.put(l);
             }

@@ -112,8 +112,9 @@ pub use vis::Strided;
 
 use std::cell::Cell;
 
-use self::core::{GET, GET_LAND, GET_SEG, MEDIUM, NBI_GETS, NBI_PUTS, Net, SHORT};
+use self::core::{GET, GET_LAND, GET_SEG, MEDIUM, NBI_GETS, NBI_PUTS, Net, SHORT, op_index};
 use crate::Comm;
+use crate::cast::rank_u32;
 use crate::error::{Error, ErrorKind, Result};
 use crate::fabric::ring::{Ring, Shape};
 use crate::fabric::{Handle, Segment, World};
@@ -168,7 +169,8 @@ impl Table {
         handler: impl FnMut(&mut Token<'_>, &Msg<'_>) -> Result<()> + 'static,
     ) -> Index {
         self.entries.push((name.to_string(), Box::new(handler)));
-        Index(self.entries.len() as u16 - 1)
+        // Past u16::MAX handlers the index saturates: `Endpoint::new` refuses such a table.
+        Index(u16::try_from(self.entries.len() - 1).unwrap_or(u16::MAX))
     }
 
     fn fingerprint(&self) -> [u64; 2] {
@@ -219,7 +221,7 @@ impl std::fmt::Debug for Token<'_> {
 impl Token<'_> {
     /// Communicator rank of the sender.
     pub fn source(&self) -> u32 {
-        self.src as u32
+        rank_u32(self.src)
     }
 
     /// This rank's segment (where Long payloads land).
@@ -431,7 +433,7 @@ impl<'c, 'w> Endpoint<'c, 'w> {
         if let Some(q) = (0..p).find(|&q| prints[3 * q] == 0) {
             return Err(Error::peer(
                 ErrorKind::Aborted,
-                comm.world_rank(q as u32).expect("member"),
+                comm.world_rank(rank_u32(q)).expect("member"),
                 format!("communicator rank {q} could not make its active-message endpoint"),
             ));
         }
@@ -480,7 +482,7 @@ impl<'c, 'w> Endpoint<'c, 'w> {
         if let Some(q) = oks.iter().position(|&ok| ok == 0) {
             return Err(Error::peer(
                 ErrorKind::Aborted,
-                comm.world_rank(q as u32).expect("member"),
+                comm.world_rank(rank_u32(q)).expect("member"),
                 format!("communicator rank {q} could not attach the active-message segments"),
             ));
         }
@@ -491,7 +493,7 @@ impl<'c, 'w> Endpoint<'c, 'w> {
         // Within a node a piece put directly is one memcpy into the peer's memory, faster at
         // every piece size measured than packing it (BENCHMARKS.md, "VIS_Halo"); across a
         // network each direct piece is a network operation.
-        let world_ranks: Vec<u32> = (0..p as u32)
+        let world_ranks: Vec<u32> = (0..rank_u32(p))
             .map(|r| comm.world_rank(r).expect("member"))
             .collect();
         let pack = world_ranks
@@ -540,12 +542,12 @@ impl<'c, 'w> Endpoint<'c, 'w> {
 
     /// This rank in the communicator.
     pub fn rank(&self) -> u32 {
-        self.core.me as u32
+        rank_u32(self.core.me)
     }
 
     /// Number of ranks.
     pub fn size(&self) -> u32 {
-        self.core.p as u32
+        rank_u32(self.core.p)
     }
 
     /// This rank's segment: the target of peers' puts and Long payloads, the source of
@@ -564,7 +566,8 @@ impl<'c, 'w> Endpoint<'c, 'w> {
         self.names
             .iter()
             .position(|n| n == name)
-            .map(|i| Index(i as u16))
+            // Fits: `Endpoint::new` refuses a table of more than u16::MAX handlers.
+            .map(|i| Index(u16::try_from(i).expect("at most u16::MAX handlers")))
             .ok_or_else(|| {
                 Error::new(
                     ErrorKind::InvalidArgument,
@@ -742,7 +745,7 @@ impl<'c, 'w> Endpoint<'c, 'w> {
         // segment of this rank, copied out once.
         let large = n > self.core.room(2);
         let id = self.core.op_alloc(q, n, if large { 0 } else { n });
-        let op = id as u32;
+        let op = op_index(id);
         let ev = self.event(What::Get { op, buf });
         if n > 0 {
             let c = self.core;
@@ -780,7 +783,7 @@ impl<'c, 'w> Endpoint<'c, 'w> {
     /// `local_off`: the target puts them straight there (one copy).
     pub fn get_into(&self, local_off: usize, from: u32, off: usize, len: usize) -> Result<()> {
         let id = self.get_seg(local_off, from, off, len, None)?;
-        let op = id as u32;
+        let op = op_index(id);
         self.core.wait_op(self.w(), self.eng(), op)?;
         self.core.op_finish(op, |_, _| Ok(()))
     }
@@ -826,8 +829,8 @@ impl<'c, 'w> Endpoint<'c, 'w> {
             match nbi {
                 Some(slot) => c.with_op(slot, |op| op.bytes_left -= len),
                 None => {
-                    c.with_op(id as u32, |op| op.bytes_left = 0);
-                    let _ = c.op_finish(id as u32, |_, _| Ok(()));
+                    c.with_op(op_index(id), |op| op.bytes_left = 0);
+                    let _ = c.op_finish(op_index(id), |_, _| Ok(()));
                 }
             }
             return Err(e);

@@ -3,7 +3,7 @@
 
 use crate::error::{Error, ErrorKind, Result};
 
-use super::core::{GET, NBI_PUTS, Net, PUT_PACKED};
+use super::core::{GET, NBI_PUTS, Net, PUT_PACKED, op_index};
 use super::{Endpoint, rank};
 
 /// Most dimensions of a strided description.
@@ -468,7 +468,7 @@ impl Endpoint<'_, '_> {
             Ok(())
         });
         let id = c.op_alloc(q, total, total);
-        let op = id as u32;
+        let op = op_index(id);
         let sent = listed.and_then(|()| c.send(w, eng, Net::Request, q, GET, 0, &[id, 0], &list));
         c.give_scratch(list);
         if let Err(e) = sent {

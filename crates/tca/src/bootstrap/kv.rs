@@ -27,6 +27,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::cast::rank_u32;
 use crate::error::{Error, ErrorKind, Result};
 
 /// How often both ends say they are alive.
@@ -123,11 +124,16 @@ fn read_frame(s: &mut impl Read, max: usize) -> std::io::Result<Option<(u8, Vec<
     Ok(Some((ty, b)))
 }
 
+/// One round's records, one per rank (`size` of them, a u32), each at most [`RECORD_MAX`]
+/// bytes (the server reads no longer one), each prefixed by its length.
 fn encode_all(records: &[Vec<u8>]) -> Vec<u8> {
     let mut out = Vec::new();
-    out.extend_from_slice(&(records.len() as u32).to_le_bytes());
+    out.extend_from_slice(&rank_u32(records.len()).to_le_bytes());
     for r in records {
-        out.extend_from_slice(&(r.len() as u32).to_le_bytes());
+        debug_assert!(r.len() <= RECORD_MAX);
+        #[allow(clippy::cast_possible_truncation)] // at most RECORD_MAX (64 KiB), see above
+        let n = r.len() as u32;
+        out.extend_from_slice(&n.to_le_bytes());
         out.extend_from_slice(r);
     }
     out
@@ -459,7 +465,7 @@ fn beat_server(sh: &Shared) {
                 if let Some(t) = st.last_seen[r] {
                     if st.beating[r] && !st.done[r] && st.conns[r].is_some() && t.elapsed() > limit
                     {
-                        silent = Some((r as u32, t.elapsed()));
+                        silent = Some((rank_u32(r), t.elapsed()));
                     }
                 }
             }
@@ -809,7 +815,7 @@ mod tests {
                     s.spawn(move || {
                         let mut c = KvClient::connect(addr, 7, r, 3, (None, "test".into()), soon())
                             .unwrap();
-                        let a = c.allgather(&[r as u8; 3], soon()).unwrap();
+                        let a = c.allgather(&[u8::try_from(r).unwrap(); 3], soon()).unwrap();
                         let b = c.allgather(format!("r{r}").as_bytes(), soon()).unwrap();
                         c.leave();
                         vec![a, b]

@@ -41,6 +41,7 @@ use std::time::{Duration, Instant};
 use rustix::process::{Pid, PidfdFlags, Signal, pidfd_open, pidfd_send_signal};
 
 use super::bind::{self, Bind};
+use crate::cast::rank_u32;
 use crate::env;
 use crate::error::{Error, ErrorKind, Result};
 use crate::rand::random_u64;
@@ -106,7 +107,8 @@ pub fn parse_hosts(list: &str) -> Result<Vec<(String, Option<u32>)>> {
 /// refused when they do not fit).
 pub fn place(hosts: &[(String, Option<u32>)], ranks: u32) -> Result<Vec<usize>> {
     let fixed: u32 = hosts.iter().filter_map(|h| h.1).sum();
-    let free = hosts.iter().filter(|h| h.1.is_none()).count() as u32;
+    let free = u32::try_from(hosts.iter().filter(|h| h.1.is_none()).count())
+        .map_err(|_| Error::new(ErrorKind::Launch, "more than 2^32 hosts"))?;
     if fixed > ranks || (free == 0 && fixed != ranks) {
         return Err(Error::new(
             ErrorKind::Launch,
@@ -534,11 +536,11 @@ impl Launch {
                     if how.failed() && failure.is_none() && interrupted.is_none() {
                         let pid = rank.child.id();
                         failure = Some(RankFailure {
-                            rank: i as u32,
+                            rank: rank_u32(i),
                             pid,
                             how,
                         });
-                        control.abort(i as u32, AbortReason::RankFailed, &how.to_string());
+                        control.abort(rank_u32(i), AbortReason::RankFailed, &how.to_string());
                         let others = ranks.iter().filter(|k| k.exit.is_none()).count();
                         eprintln!(
                             "tca run: rank {i} (pid {pid}) {how}{}",
@@ -561,7 +563,8 @@ impl Launch {
             }
             let sig = caught.swap(0, Ordering::SeqCst);
             if sig != 0 && interrupted.is_none() {
-                let sig = sig as i32;
+                // One of the (small, positive) numbers `catch_signals` registered.
+                let sig = i32::try_from(sig).unwrap_or(signal_hook::consts::SIGTERM);
                 interrupted = Some(sig);
                 control.abort(0, AbortReason::Interrupted, "the launcher was interrupted");
                 eprintln!("tca run: caught {}; stopping all ranks", signal_name(sig));
@@ -624,7 +627,8 @@ fn catch_signals() -> Result<(Arc<AtomicUsize>, Vec<signal_hook::SigId>)> {
         signal_hook::consts::SIGTERM,
         signal_hook::consts::SIGHUP,
     ] {
-        let id = signal_hook::flag::register_usize(sig, caught.clone(), sig as usize)
+        let value = usize::try_from(sig).expect("signal numbers are positive");
+        let id = signal_hook::flag::register_usize(sig, caught.clone(), value)
             .map_err(|e| Error::os(ErrorKind::Launch, "installing signal handlers", e))?;
         hooks.push(id);
     }
@@ -690,10 +694,7 @@ fn wait_any(ranks: &[Rank], running: &[usize], timeout: Duration) {
         .iter()
         .map(|&i| PollFd::new(&ranks[i].pidfd, PollFlags::IN))
         .collect();
-    let ts = rustix::time::Timespec {
-        tv_sec: timeout.as_secs() as i64,
-        tv_nsec: i64::from(timeout.subsec_nanos()),
-    };
+    let ts = crate::cast::timespec(timeout);
     let _ = poll(&mut fds, Some(&ts));
 }
 

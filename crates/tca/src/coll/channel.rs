@@ -15,6 +15,7 @@
 //! along, its receives need chunks that senders at least as far along have written. So even
 //! two ranks exchanging large messages never wait on each other in a cycle.
 
+use crate::cast::rank_u32;
 use crate::error::{Error, ErrorKind, Result};
 use crate::fabric::ring::{Hook, Ring, Shape};
 pub use crate::fabric::ring::{INLINE, chunk_bytes, ring_bytes as scratch_bytes};
@@ -91,7 +92,7 @@ impl Channels {
         if h.aux as usize != dst.len() || h.len != range.len() {
             return Err(Error::peer(
                 ErrorKind::InvalidArgument,
-                from as u32,
+                rank_u32(from),
                 format!(
                     "communicator rank {from} sent a message of {} bytes where {} were expected: \
                      buffer lengths differ across ranks",

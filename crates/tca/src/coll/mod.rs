@@ -38,6 +38,7 @@ pub use channel::{chunk_bytes, scratch_bytes};
 pub use op::{BitOp, Element, Op, Reducer};
 pub use registry::{ALGORITHMS, Algorithm, Collective};
 
+use crate::cast::rank_u32;
 use crate::error::{Error, ErrorKind, Result};
 use crate::fabric::ring::{Hook, Progressor};
 use crate::fabric::{Handle, World};
@@ -188,12 +189,12 @@ impl<'w> Comm<'w> {
 
     /// This rank's number in the communicator.
     pub fn rank(&self) -> u32 {
-        self.me as u32
+        rank_u32(self.me)
     }
 
     /// Number of ranks in the communicator.
     pub fn size(&self) -> u32 {
-        self.ranks.len() as u32
+        rank_u32(self.ranks.len())
     }
 
     /// The world rank of communicator rank `r`.

@@ -129,11 +129,13 @@ impl World {
                     if !d.is_live() {
                         return Err(freed(d.handle));
                     }
-                    d.map.copy_from(*at, &o.src.map, o.src_at, o.len);
+                    // Cannot fail: both offsets came from `Region::range` when the op was added.
+                    d.map.copy_from(*at, &o.src.map, o.src_at, o.len)?;
                 }
                 Target::Net(h, off) => {
                     let mut stage = chain.stage.borrow_mut();
-                    o.src.map.read(o.src_at, &mut stage[..o.len]);
+                    // Cannot fail: `src_at` came from `Region::range` when the op was added.
+                    o.src.map.read(o.src_at, &mut stage[..o.len])?;
                     self.put(h, *off, &stage[..o.len])?;
                 }
             }

@@ -64,6 +64,8 @@ impl World {
         let own = self.own_ctrl.clone();
         let mut k = 0;
         while (1u64 << k) < u64::from(n) {
+            // A remainder of `n`, a u32.
+            #[allow(clippy::cast_possible_truncation)]
             let to = ((u64::from(me) + (1u64 << k)) % u64::from(n)) as u32;
             let off = BARRIER + 128 * k;
             self.signal(&self.ctrl[to as usize], off, SignalOp::Set(epoch))?;
@@ -114,7 +116,7 @@ impl World {
             // Take the record of rank (me - s) from the left neighbour.
             self.wait_word(own.word(XCHG_SEQ)?, m, None)?;
             let mut len = [0u8; 8];
-            own.map.read(own.range(slot, 8)?, &mut len);
+            own.map.read(own.range(slot, 8)?, &mut len)?;
             let len = usize::try_from(u64::from_le_bytes(len)).unwrap_or(usize::MAX);
             let src = (me + n - s) % n;
             if len > EXCHANGE_MAX {
@@ -127,7 +129,7 @@ impl World {
                 ));
             }
             let mut v = vec![0u8; len];
-            own.map.read(own.range(slot + 8, len)?, &mut v);
+            own.map.read(own.range(slot + 8, len)?, &mut v)?;
             all[src as usize] = v;
             std::sync::atomic::fence(Ordering::Acquire);
             self.signal(&self.ctrl[left as usize], XCHG_CREDIT, SignalOp::Set(m))?;

@@ -166,7 +166,7 @@ impl Ring {
         assert!(
             shape.slots.is_power_of_two()
                 && shape.ack_every.is_power_of_two()
-                && shape.ack_every as usize <= shape.slots,
+                && shape.ack_every <= shape.slots as u64,
             "ring shape {shape:?}: slots and ack interval are powers of two, ack <= slots"
         );
         Self {
@@ -205,9 +205,10 @@ impl Ring {
     }
 
     fn slot_off(&self, sender: usize, seq: u64) -> usize {
-        self.p * CREDIT
-            + sender * self.slots * self.slot
-            + ((seq - 1) as usize & (self.slots - 1)) * self.slot
+        // Only the bits below `slots` (a usize) survive the mask: truncation loses nothing.
+        #[allow(clippy::cast_possible_truncation)]
+        let slot = (seq - 1) as usize & (self.slots - 1);
+        self.p * CREDIT + sender * self.slots * self.slot + slot * self.slot
     }
 
     /// Whether packet `seq` to `to` fits the slots `to` has handed back, re-reading the
@@ -305,7 +306,10 @@ impl Ring {
         let off = self.slot_off(self.me, seq);
         let mut line = [0u8; SIGNAL];
         line[META..LEN].copy_from_slice(&meta);
-        line[LEN..LEN + 4].copy_from_slice(&(len as u32).to_le_bytes());
+        // At most a chunk, and no shape has chunks over 64 KiB (`chunk_bytes`).
+        #[allow(clippy::cast_possible_truncation)]
+        let len32 = len as u32;
+        line[LEN..LEN + 4].copy_from_slice(&len32.to_le_bytes());
         line[LEN + 4..SIGNAL].copy_from_slice(&aux.to_le_bytes());
         if len <= INLINE {
             let mut at = 0;

@@ -45,7 +45,9 @@ impl Handle {
 
     /// Length of the segment's data in bytes.
     pub fn len(&self) -> usize {
-        self.len as usize
+        // A peer's handle may claim any length: past usize::MAX (32-bit targets) it
+        // saturates, and the segment it names then fails its length check when attached.
+        crate::cast::usize_sat(self.len)
     }
 
     /// Whether the segment has no data bytes.
@@ -144,16 +146,14 @@ impl Segment {
     /// Copies `src` into the segment at `off`.
     pub fn write(&self, off: usize, src: &[u8]) -> Result<()> {
         let at = self.region.range(off, src.len())?;
-        self.region.map.write(at, src);
-        Ok(())
+        self.region.map.write(at, src)
     }
 
     /// Copies bytes at `off` into `dst`.
     #[inline]
     pub fn read(&self, off: usize, dst: &mut [u8]) -> Result<()> {
         let at = self.region.range(off, dst.len())?;
-        self.region.map.read(at, dst);
-        Ok(())
+        self.region.map.read(at, dst)
     }
 
     /// The current value of the signal word at `off` (Acquire).

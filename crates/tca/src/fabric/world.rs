@@ -364,7 +364,7 @@ impl World {
             if rec.len() < Handle::BYTES {
                 return Err(Error::peer(
                     ErrorKind::Bootstrap,
-                    r as u32,
+                    crate::cast::rank_u32(r),
                     format!("rank {r} sent a malformed start-up record"),
                 ));
             }
@@ -382,7 +382,7 @@ impl World {
             .remote
             .iter()
             .enumerate()
-            .all(|(r, &x)| x || r as u32 == self.rank)
+            .all(|(r, &x)| x || r == self.rank as usize)
         {
             "ofi"
         } else {

@@ -34,6 +34,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::{Source, Status, Tag};
+use crate::cast::{rank_u32, usize_sat};
 use crate::error::{Error, ErrorKind, Result};
 use crate::fabric::ring::{Head, Ring, Shape};
 use crate::fabric::{AtomicOp, Chain, Handle, Segment, SignalOp, World};
@@ -423,7 +424,8 @@ impl Engine {
                     chan: None,
                 });
                 Id {
-                    idx: st.reqs.len() as u32 - 1,
+                    // 2^32 requests in flight would take far more memory than a machine has.
+                    idx: u32::try_from(st.reqs.len() - 1).expect("fewer than 2^32 requests"),
                     epoch: 0,
                 }
             }
@@ -508,7 +510,7 @@ impl Engine {
             if st.out[to].is_empty()
                 && self
                     .ring
-                    .try_send(w, to, data, len as u32, meta(tag, EAGER, 0, ty))?
+                    .try_send(w, to, data, wire_len(len), meta(tag, EAGER, 0, ty))?
             {
                 return Ok(None);
             }
@@ -566,23 +568,28 @@ impl Engine {
                         w,
                         to,
                         v,
-                        o.len as u32,
-                        meta(o.tag, BIND, o.bind.unwrap_or(0) as u8, o.ty),
+                        wire_len(o.len),
+                        meta(o.tag, BIND, channel_u8(o.bind.unwrap_or(0)), o.ty),
                     )?,
-                    Some(v) => {
-                        self.ring
-                            .try_send(w, to, v, o.len as u32, meta(o.tag, EAGER, 0, o.ty))?
-                    }
+                    Some(v) => self.ring.try_send(
+                        w,
+                        to,
+                        v,
+                        wire_len(o.len),
+                        meta(o.tag, EAGER, 0, o.ty),
+                    )?,
                     // An RTS needs a rendezvous slot as well as ring credit.
                     None if st.slot_free[to] == 0 => false,
                     None => {
-                        let slot = st.slot_free[to].trailing_zeros();
+                        // A bit index of a u32: below 32.
+                        #[allow(clippy::cast_possible_truncation)]
+                        let slot = st.slot_free[to].trailing_zeros() as u8;
                         self.ring.try_send(
                             w,
                             to,
                             &[],
-                            o.len as u32,
-                            meta(o.tag, RTS, slot as u8, o.ty),
+                            wire_len(o.len),
+                            meta(o.tag, RTS, slot, o.ty),
                         )?
                     }
                 };
@@ -652,8 +659,9 @@ impl Engine {
             let mut cts = [0u8; 56];
             self.ring.seg().read(at, &mut cts)?;
             let dst = Handle::from_bytes(&cts[..Handle::BYTES])?;
-            let off = u64::from_le_bytes(cts[32..40].try_into().expect("8")) as usize;
-            let len = u64::from_le_bytes(cts[40..48].try_into().expect("8")) as usize;
+            // The receiver's word: the put checks them against `dst`.
+            let off = usize_sat(u64::from_le_bytes(cts[32..40].try_into().expect("8")));
+            let len = usize_sat(u64::from_le_bytes(cts[40..48].try_into().expect("8")));
             let St::SendCts { data, .. } =
                 std::mem::replace(&mut st.reqs[idx as usize].st, St::Free)
             else {
@@ -811,8 +819,9 @@ impl Engine {
                     let mut a = [0u8; 56];
                     self.ring.seg().read(at, &mut a)?;
                     let dst = Handle::from_bytes(&a[..Handle::BYTES])?;
-                    let off = u64::from_le_bytes(a[32..40].try_into().expect("8")) as usize;
-                    let n = u64::from_le_bytes(a[40..48].try_into().expect("8")) as usize;
+                    // The receiver's word: the put checks them against `dst`.
+                    let off = usize_sat(u64::from_le_bytes(a[32..40].try_into().expect("8")));
+                    let n = usize_sat(u64::from_le_bytes(a[40..48].try_into().expect("8")));
                     ch.chain = Some(
                         w.chain()
                             .put_region(&ch.src, ch.src_off, &dst, off, n.min(ch.len))
@@ -1432,7 +1441,7 @@ impl Engine {
                 match (err, copied) {
                     (Some(e), _) | (None, Err(e)) => Err(e),
                     (None, Ok(())) => Ok(Status {
-                        source: env.src as u32,
+                        source: rank_u32(env.src),
                         tag: env.tag,
                         bytes: n,
                     }),
@@ -1546,13 +1555,13 @@ impl Engine {
                 };
                 (h.meta[4] == EAGER
                     && h.len == env.len
-                    && matches(Source::Rank(q as u32), tag, &env)
+                    && matches(Source::Rank(rank_u32(q)), tag, &env)
                     && self.check(&env, cap, ty).is_none())
                 .then_some(env.len)
             })?;
             if let Some(h) = took {
                 return Ok(Some(Status {
-                    source: q as u32,
+                    source: rank_u32(q),
                     tag: i32::from_le_bytes(h.meta[..4].try_into().expect("4")),
                     bytes: h.len,
                 }));
@@ -1650,7 +1659,7 @@ impl Engine {
             .iter()
             .find(|u| matches(src, tag, &u.env) && !matches!(u.body, Body::Bind(..)))
             .map(|u| Status {
-                source: u.env.src as u32,
+                source: rank_u32(u.env.src),
                 tag: u.env.tag,
                 bytes: u.env.len,
             })
@@ -1662,6 +1671,23 @@ impl Engine {
         let pooled = st.stash.iter().map(Vec::capacity).sum::<usize>() + st.landing.bytes();
         (p2p_bytes(self.p), pooled)
     }
+}
+
+/// A message length as the ring's `aux` word carries it: a send ([`Engine::send`]) and a
+/// persistent channel (`Comm::send_init_from`) check that their length fits a u32 before they start.
+#[inline]
+#[allow(clippy::cast_possible_truncation)] // checked when the send starts (see above)
+fn wire_len(len: usize) -> u32 {
+    debug_assert!(u32::try_from(len).is_ok());
+    len as u32
+}
+
+/// A channel index (below [`CHANNELS`]) as the byte of the metadata word that carries it.
+#[inline]
+#[allow(clippy::cast_possible_truncation)] // below CHANNELS, a handful
+fn channel_u8(c: usize) -> u8 {
+    debug_assert!(c < CHANNELS);
+    c as u8
 }
 
 fn meta(tag: i32, kind: u8, slot: u8, ty: u8) -> [u8; 8] {

@@ -3,6 +3,7 @@
 use super::engine::{Bound, Dest, Hand, Id};
 use super::{Source, Status, Tag};
 use crate::Comm;
+use crate::cast::rank_u32;
 use crate::error::{Error, ErrorKind, Result};
 use crate::fabric::Segment;
 
@@ -409,7 +410,7 @@ impl<'a> Persistent<'a> {
                     let mut hand = Hand::RecvSeg(seg, *off, *len);
                     let id = eng.recv(
                         w,
-                        Source::Rank(*src as u32),
+                        Source::Rank(rank_u32(*src)),
                         Tag::Is(*tag),
                         *len,
                         0,
@@ -448,7 +449,7 @@ impl<'a> Persistent<'a> {
                 match err {
                     Some(e) => Err(e.clone()),
                     None => Ok(Some(Status {
-                        source: b.q as u32,
+                        source: rank_u32(b.q),
                         tag: b.tag,
                         bytes: b.len,
                     })),

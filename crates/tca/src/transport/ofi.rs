@@ -62,6 +62,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use super::shm::Shm;
 use super::shm::region::{FREED_SEGMENTS, Region};
 use super::shm::wait::{self, Progress};
+use crate::cast::{rank_u32, usize_sat};
 use crate::error::{Error, ErrorKind, Result};
 use crate::fabric::{AtomicOp, Handle, SignalOp, Strided};
 
@@ -70,6 +71,14 @@ const HDR: usize = 72;
 /// Largest payload carried inside a message; larger puts are RMA writes.
 pub(crate) const EAGER_MAX: usize = 8 << 10;
 const BUF: usize = HDR + EAGER_MAX;
+
+/// The length of an eager payload (at most [`EAGER_MAX`], 8 KiB) as a header carries it.
+#[inline]
+#[allow(clippy::cast_possible_truncation)] // at most EAGER_MAX (see above)
+fn eager_len(n: usize) -> u32 {
+    debug_assert!(n <= EAGER_MAX);
+    n as u32
+}
 /// Send buffers (and their contexts): messages in flight from this rank.
 const TX: usize = 64;
 /// Posted receive buffers.
@@ -540,8 +549,11 @@ impl Ofi {
         let mut head = [0u8; HDR];
         h.encode(&mut head);
         let at = self.pool.range(slot * BUF, n).map_err(give_back)?;
-        self.pool.map.write(at, &head);
-        self.pool.map.write(at + HDR, payload);
+        self.pool
+            .map
+            .write(at, &head)
+            .and_then(|()| self.pool.map.write(at + HDR, payload))
+            .map_err(give_back)?;
         let dest = self.addrs[to as usize];
         loop {
             let r = if n <= self.eager_inject && payload.len() <= 64 {
@@ -675,7 +687,7 @@ impl Ofi {
                     }
                 }
                 Err(e) => {
-                    if let Some(id) = e.id.map(|i| i as usize) {
+                    if let Some(id) = e.id.map(usize_sat) {
                         if (TX + RX..TX + RX + WR).contains(&id) {
                             self.wr_free.borrow_mut().push(id);
                         }
@@ -858,7 +870,7 @@ impl Ofi {
                 let h = Header {
                     kind: Kind::Put as u8,
                     src: self.rank,
-                    len: part.len() as u32,
+                    len: eager_len(part.len()),
                     dst_seg: dst.segment(),
                     dst_key: dst.key(),
                     dst_off: (off + k * EAGER_MAX) as u64,
@@ -917,7 +929,7 @@ impl Ofi {
             kind: Kind::Signal as u8,
             op: o,
             src: self.rank,
-            len: payload.len() as u32,
+            len: eager_len(payload.len()),
             dst_seg: seg,
             dst_key: key,
             dst_off: off as u64,
@@ -1010,7 +1022,7 @@ impl Ofi {
         }
         let ranks: Vec<u32> = {
             let t = self.touched.borrow();
-            (0..t.len() as u32).filter(|&r| t[r as usize]).collect()
+            (0..rank_u32(t.len())).filter(|&r| t[r as usize]).collect()
         };
         for r in ranks {
             self.request(
@@ -1087,7 +1099,7 @@ impl Ofi {
 
     fn read_cq(&self, shm: &Shm, out: &mut [Completion]) -> Result<usize> {
         self.ep.read_cq(out).map_err(|e| {
-            let id = e.id.map_or(usize::MAX, |i| i as usize);
+            let id = e.id.map_or(usize::MAX, usize_sat);
             let to = self
                 .dest
                 .borrow()
@@ -1149,7 +1161,7 @@ impl Ofi {
 
     /// Returns send and write contexts; receive completions are handled by `complete`.
     fn complete_local(&self, c: &Completion) -> Result<bool> {
-        let id = c.id as usize;
+        let id = usize_sat(c.id);
         if id < TX {
             self.tx_free.borrow_mut().push(id);
             Ok(true)
@@ -1167,12 +1179,12 @@ impl Ofi {
         if self.complete_local(c)? {
             return Ok(());
         }
-        let slot = c.id as usize - TX;
+        let slot = usize_sat(c.id) - TX;
         let len = c.len.min(BUF);
         {
             let mut scratch = self.scratch.borrow_mut();
             let at = self.pool.range((TX + slot) * BUF, len)?;
-            self.pool.map.read(at, &mut scratch[..len]);
+            self.pool.map.read(at, &mut scratch[..len])?;
             // `handle` never reads the queue (answers are deferred), so nothing re-enters
             // while the scratch buffer is borrowed.
             self.handle(shm, &scratch[..len]);
@@ -1203,7 +1215,7 @@ impl Ofi {
             let a = Header {
                 kind: Kind::Refuse as u8,
                 src: self.rank,
-                len: why.len().min(EAGER_MAX) as u32,
+                len: eager_len(why.len().min(EAGER_MAX)),
                 value2: if req { h.dst_off } else { 0 },
                 ..Header::default()
             };
@@ -1337,10 +1349,7 @@ impl Ofi {
                 // lives as long as `self`, beyond this call.
                 let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
                 let mut fds = [PollFd::new(&fd, PollFlags::IN)];
-                let ts = rustix::time::Timespec {
-                    tv_sec: timeout.as_secs() as i64,
-                    tv_nsec: i64::from(timeout.subsec_nanos()),
-                };
+                let ts = crate::cast::timespec(timeout);
                 let _ = poll(&mut fds, Some(&ts));
             }
             _ => std::thread::yield_now(),

@@ -7,7 +7,7 @@
 //! Reuse: channel flow control.
 
 use super::{fold, unfold, unfolded};
-use crate::coll::registry::{CostModel, Work, log2f};
+use crate::coll::registry::{CostModel, Work};
 use crate::coll::{Comm, Reducer, block, split2};
 use crate::error::Result;
 
@@ -54,7 +54,7 @@ pub(crate) fn work(m: &CostModel, p: usize, n: usize) -> Work {
     let nf = n as f64;
     let mut s = m.sched(p).local(nf);
     let mut half = nf;
-    for _ in 0..log2f(p) as usize {
+    for _ in 0..p.max(1).ilog2() {
         half /= 2.0;
         s = s.exchange_reduce(1.0, half).exchange(1.0, half);
     }

@@ -23,6 +23,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use bytemuck::{Pod, Zeroable};
 
 use super::{Mapping, PAD, memfd, page_round};
+use crate::cast::low_u32;
 use crate::error::{Error, ErrorKind, Result};
 
 const MAGIC: u64 = u64::from_le_bytes(*b"TCABOARD");
@@ -119,7 +120,9 @@ impl Board {
             launcher_pid: launcher_pid.unwrap_or(0),
             creator_pid: std::process::id(),
         };
-        map.write(0, bytemuck::bytes_of(&h));
+        // Cannot fail: the header is the start of a mapping of at least one page
+        // (`bytes_for` rounds up to pages).
+        map.write(0, bytemuck::bytes_of(&h))?;
         // The magic goes last, with Release, so a reader that sees it sees the whole header.
         word(&map, 0).store(MAGIC, Ordering::Release);
         Ok(Self {
@@ -150,7 +153,9 @@ impl Board {
             ));
         }
         let mut h = Header::zeroed();
-        map.read(0, bytemuck::bytes_of_mut(&mut h));
+        // Cannot fail: the mapping holds at least `bytes_for(size)`, whole pages (checked by
+        // `open`).
+        map.read(0, bytemuck::bytes_of_mut(&mut h))?;
         if h.version != VERSION {
             return Err(Error::new(
                 ErrorKind::Bootstrap,
@@ -289,7 +294,7 @@ impl Board {
         }
         let a = self.entry_word(rank, 8).load(Ordering::Relaxed);
         Some(Entry {
-            pid: a as u32,
+            pid: low_u32(a),
             ctrl_segment: (a >> 32) as u32,
             ctrl_key: self.entry_word(rank, 16).load(Ordering::Relaxed),
         })
@@ -384,7 +389,7 @@ fn decode_abort(v: u64) -> Option<(u32, AbortReason)> {
         2 => AbortReason::RankFailed,
         _ => AbortReason::Interrupted,
     };
-    Some(((v as u32).wrapping_sub(1), reason))
+    Some((low_u32(v).wrapping_sub(1), reason))
 }
 
 fn word(map: &Mapping, off: usize) -> &AtomicU64 {

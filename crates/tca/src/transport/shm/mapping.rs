@@ -6,9 +6,10 @@
 //! typed views whose callers take responsibility; copies go through raw pointers, and words
 //! that are shared on purpose are accessed only as atomics.
 //!
-//! Every accessor checks its range against the mapping length and returns `None` when it does
-//! not fit, so the fabric above can turn that into an error and no call here can write outside
-//! the mapping whatever its arguments. Memfds are sealed against shrinking before they are
+//! Every accessor checks its range against the mapping length: the copies fail with
+//! [`ErrorKind::OutOfBounds`] and the atomics and views return `None` when it does not fit, so
+//! no call here can write outside the mapping whatever its arguments, and no caller can miss
+//! that a copy did not happen. Memfds are sealed against shrinking before they are
 //! mapped (see [`super::memfd`]), so a mapped page can never disappear under us (no SIGBUS).
 #![allow(unsafe_code)]
 
@@ -102,13 +103,34 @@ impl Mapping {
         off.checked_add(n).is_some_and(|end| end <= self.len)
     }
 
-    /// Copies `src` to `off` with one `memcpy`. Returns `false` (and writes nothing) if the
-    /// range does not fit.
+    /// `Ok` if `off..off + n` lies in the mapping, else the error that says so.
     #[inline]
-    pub fn write(&self, off: usize, src: &[u8]) -> bool {
-        if !self.fits(off, src.len()) {
-            return false;
+    fn check(&self, what: &'static str, off: usize, n: usize) -> Result<()> {
+        if self.fits(off, n) {
+            Ok(())
+        } else {
+            Err(self.outside(what, off, n))
         }
+    }
+
+    /// The error of an access that does not fit (out of line: the hot paths only test).
+    #[cold]
+    #[inline(never)]
+    fn outside(&self, what: &str, off: usize, n: usize) -> Error {
+        Error::new(
+            ErrorKind::OutOfBounds,
+            format!(
+                "{what} of {n} bytes at offset {off} falls outside a {}-byte mapping",
+                self.len
+            ),
+        )
+    }
+
+    /// Copies `src` to `off` with one `memcpy`. Fails with [`ErrorKind::OutOfBounds`] (and
+    /// writes nothing) if the range does not fit.
+    #[inline]
+    pub fn write(&self, off: usize, src: &[u8]) -> Result<()> {
+        self.check("a write", off, src.len())?;
         // SAFETY: `off + src.len() <= self.len` was checked, so the destination lies inside the
         // live mapping. `src` is a Rust slice and cannot overlap the mapping's bytes in a way
         // that matters for `copy_nonoverlapping`: if a caller passes a slice of this very
@@ -121,16 +143,15 @@ impl Mapping {
                 std::ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len());
             }
         }
-        true
+        Ok(())
     }
 
     /// Copies a small `src` to `off` with plain 8-byte stores (no `memcpy` call): the inline
-    /// put of the papers' PIO path. Returns `false` if the range does not fit.
+    /// put of the papers' PIO path. Fails with [`ErrorKind::OutOfBounds`] (and writes nothing)
+    /// if the range does not fit.
     #[inline]
-    pub fn write_inline(&self, off: usize, src: &[u8]) -> bool {
-        if !self.fits(off, src.len()) {
-            return false;
-        }
+    pub fn write_inline(&self, off: usize, src: &[u8]) -> Result<()> {
+        self.check("a write", off, src.len())?;
         // SAFETY: the whole range `off..off + src.len()` is inside the mapping (checked above);
         // each store below writes a sub-range of it, unaligned stores are used for u64 words.
         unsafe {
@@ -144,35 +165,34 @@ impl Mapping {
                 *dst.add(i) = *src.as_ptr().add(i);
             }
         }
-        true
+        Ok(())
     }
 
-    /// Copies `dst.len()` bytes from `off` into `dst`. Returns `false` if out of range.
+    /// Copies `dst.len()` bytes from `off` into `dst`. Fails with [`ErrorKind::OutOfBounds`]
+    /// (and reads nothing) if the range does not fit.
     #[inline]
-    pub fn read(&self, off: usize, dst: &mut [u8]) -> bool {
-        if !self.fits(off, dst.len()) {
-            return false;
-        }
+    pub fn read(&self, off: usize, dst: &mut [u8]) -> Result<()> {
+        self.check("a read", off, dst.len())?;
         // SAFETY: the source range is inside the mapping (checked); `dst` is an exclusive Rust
         // slice. `copy` tolerates a `dst` that is itself a view of this mapping.
         unsafe {
             std::ptr::copy(self.base.as_ptr().add(off), dst.as_mut_ptr(), dst.len());
         }
-        true
+        Ok(())
     }
 
-    /// Copies `len` bytes from `from` in `src` to `to` in `self` with one `memcpy`.
+    /// Copies `len` bytes from `from` in `src` to `to` in `self` with one `memcpy`. Fails with
+    /// [`ErrorKind::OutOfBounds`] (and copies nothing) if either range does not fit.
     #[inline]
-    pub fn copy_from(&self, to: usize, src: &Mapping, from: usize, len: usize) -> bool {
-        if !src.fits(from, len) || !self.fits(to, len) {
-            return false;
-        }
+    pub fn copy_from(&self, to: usize, src: &Mapping, from: usize, len: usize) -> Result<()> {
+        src.check("a copy's source", from, len)?;
+        self.check("a copy's destination", to, len)?;
         // SAFETY: both ranges are inside their live mappings (checked). Two mappings of the
         // same memfd may alias, so use `copy`, which tolerates overlap.
         unsafe {
             std::ptr::copy(src.base.as_ptr().add(from), self.base.as_ptr().add(to), len);
         }
-        true
+        Ok(())
     }
 
     /// The 64-bit word at `off` as an atomic, if `off` is 8-aligned and in range.
@@ -287,10 +307,15 @@ mod tests {
     #[test]
     fn writes_outside_are_refused() {
         let m = scratch(4096);
-        assert!(m.write(4090, &[1; 6]));
-        assert!(!m.write(4091, &[1; 6]));
-        assert!(!m.write(usize::MAX, &[1]));
-        assert!(!m.write_inline(4095, &[1, 2]));
+        m.write(4090, &[1; 6]).unwrap();
+        let e = m.write(4091, &[1; 6]).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::OutOfBounds);
+        assert!(e.to_string().contains("4096-byte"), "{e}");
+        assert!(m.write(usize::MAX, &[1]).is_err());
+        assert!(m.write_inline(4095, &[1, 2]).is_err());
+        assert!(m.read(4095, &mut [0; 2]).is_err());
+        assert!(m.copy_from(0, &m, 4095, 2).is_err());
+        assert!(m.copy_from(4095, &m, 0, 2).is_err());
         assert!(m.atomic_u64(4088).is_some());
         assert!(m.atomic_u64(4092).is_none());
         assert!(m.atomic_u64(4).is_none());
@@ -306,10 +331,10 @@ mod tests {
     fn inline_and_memcpy_agree() {
         let m = scratch(4096);
         for n in 0..100usize {
-            let src: Vec<u8> = (0..n).map(|i| (i * 7 + n) as u8).collect();
-            assert!(m.write_inline(3, &src));
+            let src: Vec<u8> = (0..n).map(|i| (i * 7 + n).to_le_bytes()[0]).collect();
+            m.write_inline(3, &src).unwrap();
             let mut back = vec![0; n];
-            assert!(m.read(3, &mut back));
+            m.read(3, &mut back).unwrap();
             assert_eq!(back, src);
         }
     }

@@ -26,6 +26,7 @@ use super::board::{AbortReason, Board, Entry, RankState};
 use super::region::{Region, out_of_bounds};
 use super::wait::{self, SpinPolicy};
 use crate::bootstrap::{BoardSource, JobEnv};
+use crate::cast::rank_u32;
 use crate::env;
 use crate::error::{Error, ErrorKind, Result};
 use crate::fabric::control::{CTRL_BYTES, SLEEPERS};
@@ -448,8 +449,7 @@ impl Shm {
         let r = self.own(seg, key)?;
         let off = usize::try_from(off).unwrap_or(usize::MAX);
         let at = r.range(off, src.len())?;
-        r.map.write(at, src);
-        Ok(())
+        r.map.write(at, src)
     }
 
     /// Applies a signal to a word of this rank's segment `seg` (checked) and wakes sleepers.
@@ -470,14 +470,16 @@ impl Shm {
     }
 
     // ---- data path --------------------------------------------------------------------------
+    //
+    // Every copy below goes to an offset `Region::range` returned, which fits the mapping, so
+    // the copy cannot fail; its `Result` is still passed on (see `Region::range`).
 
     pub(crate) fn put_inline(&self, dst: &Handle, off: usize, src: &[u8]) -> Result<()> {
         self.ensure(dst)?;
         let cache = self.cache.borrow();
         let d = self.target(&cache, dst)?;
         let at = d.range(off, src.len())?;
-        d.map.write_inline(at, src);
-        Ok(())
+        d.map.write_inline(at, src)
     }
 
     /// The fast path of `put_signal`: `Some` when both segments are attached and live (one
@@ -503,9 +505,7 @@ impl Shm {
     pub(crate) fn put_fast(&self, dst: &Handle, off: usize, src: &[u8]) -> Option<Result<()>> {
         let cache = self.cache.borrow();
         let d = live(&cache, dst)?;
-        Some(d.range(off, src.len()).map(|at| {
-            d.map.write(at, src);
-        }))
+        Some(d.range(off, src.len()).and_then(|at| d.map.write(at, src)))
     }
 
     #[inline(always)]
@@ -522,7 +522,7 @@ impl Shm {
     ) -> Result<()> {
         let word = s.word(sig_off)?;
         let at = d.range(off, src.len())?;
-        d.map.write(at, src);
+        d.map.write(at, src)?;
         self.raise(word, owner, op);
         Ok(())
     }
@@ -646,7 +646,7 @@ impl Shm {
         }
         let mut live = 0;
         for (r, p) in self.peers.iter().enumerate() {
-            let r = r as u32;
+            let r = rank_u32(r);
             let Some(p) = p else {
                 live += 1; // on another node: its liveness is the job monitor's to tell
                 continue;
@@ -735,16 +735,14 @@ impl Transport for Shm {
             let cache = self.cache.borrow();
             if let Some(d) = live(&cache, dst) {
                 let at = d.range(off, src.len())?;
-                d.map.write(at, src);
-                return Ok(());
+                return d.map.write(at, src);
             }
         }
         self.ensure(dst)?;
         let cache = self.cache.borrow();
         let d = self.target(&cache, dst)?;
         let at = d.range(off, src.len())?;
-        d.map.write(at, src);
-        Ok(())
+        d.map.write(at, src)
     }
 
     #[inline]
@@ -799,7 +797,7 @@ impl Transport for Shm {
         for i in 0..s.count {
             let from = i * s.src_stride;
             d.map
-                .write(at + i * s.dst_stride, &src[from..from + s.block]);
+                .write(at + i * s.dst_stride, &src[from..from + s.block])?;
         }
         Ok(())
     }

@@ -81,7 +81,8 @@ impl Region {
             len: len as u64,
             key,
         };
-        map.write(0, bytemuck::bytes_of(&h));
+        // Cannot fail: the header is 48 bytes of a mapping of at least one page.
+        map.write(0, bytemuck::bytes_of(&h))?;
         state_word(&map).store(LIVE, Ordering::Release);
         let handle = Handle::new(job, key, len, rank, segment);
         Ok(Self {
@@ -108,7 +109,8 @@ impl Region {
         }
         let map = Mapping::map(&fd, file)?;
         let mut hd = Header::zeroed();
-        map.read(0, bytemuck::bytes_of_mut(&mut hd));
+        // Cannot fail: the file, mapped whole, holds at least the header page (checked above).
+        map.read(0, bytemuck::bytes_of_mut(&mut hd))?;
         if hd.magic != MAGIC {
             return Err(stale(h, "the segment has no tca header".into()));
         }
@@ -173,6 +175,11 @@ impl Region {
     }
 
     /// Checks that `off..off+n` lies in the data area; returns the mapping offset.
+    ///
+    /// The mapping covers the header page and the page-rounded data area (`create` maps that
+    /// much; `attach` maps the whole file, checked to be at least that long), so a range this
+    /// returns fits it and a [`Mapping`] copy there cannot fail. Callers still pass the copy's
+    /// `Result` on with `?`: a broken invariant is then an error, never a lost write.
     #[inline]
     pub(crate) fn range(&self, off: usize, n: usize) -> Result<usize> {
         match off.checked_add(n) {

@@ -48,6 +48,7 @@ use std::time::{Duration, Instant};
 use rustix::thread::futex;
 
 use super::mapping::futex_half;
+use crate::cast::low_u32;
 use crate::error::{Error, ErrorKind, Result};
 
 /// Spin iterations before yielding when every local rank has a core.
@@ -209,12 +210,9 @@ fn wait_slow(
             sleepers.fetch_sub(1, Ordering::SeqCst);
             return Ok(seen);
         }
-        let ts = rustix::time::Timespec {
-            tv_sec: slice.as_secs() as i64,
-            tv_nsec: i64::from(slice.subsec_nanos()),
-        };
+        let ts = crate::cast::timespec(slice);
         // Truncation to the low half is the futex ABI: the kernel compares the low 32 bits.
-        let r = futex::wait(half, futex::Flags::empty(), seen as u32, Some(&ts));
+        let r = futex::wait(half, futex::Flags::empty(), low_u32(seen), Some(&ts));
         sleepers.fetch_sub(1, Ordering::SeqCst);
         let stop = poll()?;
         let v = word.load(Ordering::Acquire);

@@ -1,0 +1,164 @@
+//! The per-communicator decision table: per collective and per quarter-octave size bucket,
+//! the index of the algorithm to use. [`Calibration::choose`] compares the predicted times of a
+//! collective's algorithms; [`Table::new`] asks it once per bucket, at the bucket's lower edge,
+//! when a communicator is created, so a call is one array lookup ([`Table::get`]). A table fits
+//! in one small broadcast, so every member can take rank 0's.
+
+use super::{Calibration, CostModel};
+use crate::coll::registry::{ALGORITHMS, Algorithm, Collective};
+use crate::error::{Error, ErrorKind, Result};
+
+impl Calibration {
+    /// The predicted time of `alg` on `p` ranks and `bytes` bytes (its collective's meaning
+    /// of bytes, see [`Algorithm::cost`]), us.
+    pub fn predict(&self, alg: &Algorithm, p: usize, bytes: usize) -> f64 {
+        (alg.cost)(&self.model(alg.collective, p), p, bytes)
+    }
+
+    /// The supported algorithm of `collective` with the lowest predicted time on `p` ranks
+    /// and `bytes` bytes. Times within a relative 1e-9 (which rounding can tell apart) are
+    /// equal; among equals, the one whose busiest rank has the least to do (with more ranks
+    /// than cores several one-way broadcasts predict the same total over the cores, and the
+    /// shorter critical path is what sets them apart), then the first in table order.
+    pub fn choose(&self, collective: Collective, p: usize, bytes: usize) -> &'static Algorithm {
+        let m = self.model(collective, p);
+        let own_cores = CostModel { cores: 0.0, ..m };
+        let below = |a: f64, b: f64| a < b * (1.0 - 1e-9);
+        let mut best: Option<(&'static Algorithm, f64, f64)> = None;
+        for a in collective.algorithms().filter(|a| (a.supports)(p)) {
+            let t = (a.cost)(&m, p, bytes);
+            let busiest = (a.cost)(&own_cores, p, bytes);
+            if best.is_none_or(|(_, bt, bb)| below(t, bt) || (!below(bt, t) && below(busiest, bb)))
+            {
+                best = Some((a, t, busiest));
+            }
+        }
+        best.map(|(a, _, _)| a)
+            .or_else(|| collective.algorithms().next())
+            .expect("every collective has an algorithm")
+    }
+}
+
+/// Size buckets per octave.
+const SUB: usize = 4;
+/// Buckets: 0 bytes, then four per power of two up to 2^64.
+const BUCKETS: usize = 1 + 64 * SUB;
+
+/// The bucket of `bytes`: 0 for 0; otherwise the octave (bit length) and the next two bits.
+fn bucket(bytes: usize) -> usize {
+    let bits = (usize::BITS - bytes.leading_zeros()) as usize;
+    if bits == 0 {
+        return 0;
+    }
+    let sub = if bits > 2 {
+        (bytes >> (bits - 3)) & (SUB - 1)
+    } else {
+        // 1, 2 and 3 bytes: their own buckets.
+        if bits == 2 { bytes & 1 } else { 0 }
+    };
+    1 + (bits - 1) * SUB + sub
+}
+
+/// The smallest size in bucket `b` (the size the table decides at).
+fn bucket_floor(b: usize) -> usize {
+    if b == 0 {
+        return 0;
+    }
+    let (octave, sub) = ((b - 1) / SUB, (b - 1) % SUB);
+    match octave {
+        0 => 1,
+        1 => 2 + (sub & 1),
+        _ => (1usize << octave) | (sub << (octave - 2)),
+    }
+}
+
+/// Per collective and size bucket, the index in [`ALGORITHMS`] of the algorithm to use: built
+/// once per communicator (see the [`model`](super) docs).
+#[derive(Clone)]
+pub struct Table {
+    /// `choice[c * BUCKETS + b]`: collective `c` (its index in [`Collective::ALL`]), bucket `b`.
+    choice: Box<[u8]>,
+}
+
+impl std::fmt::Debug for Table {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Table").finish_non_exhaustive()
+    }
+}
+
+impl Table {
+    /// The table of `calibration` for `p` ranks.
+    pub fn new(calibration: &Calibration, p: usize) -> Table {
+        let mut choice = vec![0u8; Collective::ALL.len() * BUCKETS].into_boxed_slice();
+        for c in Collective::ALL {
+            for b in 0..BUCKETS {
+                let alg = calibration.choose(c, p, bucket_floor(b));
+                let i = ALGORITHMS
+                    .iter()
+                    .position(|a| std::ptr::eq(a, alg))
+                    .expect("chosen from the table");
+                choice[c as usize * BUCKETS + b] =
+                    u8::try_from(i).expect("algorithm index fits a byte");
+            }
+        }
+        Table { choice }
+    }
+
+    /// The algorithm for `collective` on `bytes` bytes.
+    #[inline]
+    pub fn get(&self, collective: Collective, bytes: usize) -> &'static Algorithm {
+        &ALGORITHMS[self.choice[collective as usize * BUCKETS + bucket(bytes)] as usize]
+    }
+
+    /// The table as bytes, to make every member's table rank 0's (a communicator broadcasts
+    /// it when it is created, so that ranks that read different model files still agree).
+    pub(crate) fn bytes_mut(&mut self) -> &mut [u8] {
+        &mut self.choice
+    }
+
+    /// Checks a table received from another rank: every entry an algorithm of its row's
+    /// collective.
+    pub(crate) fn check(&self) -> Result<()> {
+        for c in Collective::ALL {
+            for b in 0..BUCKETS {
+                let i = self.choice[c as usize * BUCKETS + b] as usize;
+                if ALGORITHMS.get(i).is_none_or(|a| a.collective != c) {
+                    return Err(Error::new(
+                        ErrorKind::InvalidArgument,
+                        format!(
+                            "the algorithm table received from rank 0 names algorithm {i} for \
+                             {}: the ranks run different builds of tca",
+                            c.name()
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_are_ordered_and_floors_land_in_them() {
+        let mut xs: Vec<usize> = (0..5000).collect();
+        xs.extend((12..64).flat_map(|k| [(1usize << k) - 1, 1 << k, (1 << k) + 1, 3 << (k - 2)]));
+        xs.push(usize::MAX);
+        xs.sort_unstable();
+        let mut last = 0;
+        for x in xs {
+            let b = bucket(x);
+            assert!(b < BUCKETS && b >= last, "{x}");
+            last = b;
+            let f = bucket_floor(b);
+            assert!(f <= x && bucket(f) == b, "{x}: bucket {b}, floor {f}");
+        }
+        // Powers of two are bucket floors: the table decides exactly there.
+        for k in 0..63 {
+            assert_eq!(bucket_floor(bucket(1 << k)), 1 << k);
+        }
+    }
+}
