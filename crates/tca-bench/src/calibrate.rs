@@ -25,9 +25,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result, bail};
 use tca::Collective;
 use tca::coll::Algorithm;
-use tca::coll::model::{
-    Calibration, CostModel, FORMAT, Fitted, MAX_CACHE, Quality, RankModels, VERSION,
-};
+use tca::coll::model::{Calibration, CostModel, Fitted, MAX_CACHE, Quality, RankModels};
 use tca_model::linear;
 use tca_model::record::Row;
 use tca_mpi::Role;
@@ -178,14 +176,11 @@ pub fn run(req: &Request) -> Result<Option<Outcome>> {
             }
         }
     }
-    let mut calibration = Calibration {
-        format: FORMAT.into(),
-        version: VERSION,
-        machine: crate::machine::Machine::here().line(),
-        date: crate::machine::rfc3339_now(),
-        command: req.command.clone(),
-        ranks: Vec::new(),
-    };
+    let mut calibration = Calibration::new(
+        crate::machine::Machine::here().line(),
+        crate::machine::rfc3339_now(),
+        req.command.clone(),
+    );
     let mut fits = Vec::new();
     for (np, rows) in &by_np {
         let f = fit_rank_count(*np, rows, cores)?;
