@@ -34,7 +34,7 @@
 //!
 //! ## Example (ranks as threads)
 //! ```
-//! use tca_cg::{MatrixSource, Options, Problem, Rhs, Stop};
+//! use tca_cg::{MatrixSource, Options, Precond, Problem, Rhs, Stop};
 //!
 //! let opts = Options {
 //!     problem: Problem {
@@ -42,6 +42,7 @@
 //!         rhs: Rhs::Manufactured { seed: 1 },
 //!     },
 //!     stop: Stop::Tolerance { tol: 1e-10, max_iters: 1000 },
+//!     precond: Precond::None,
 //!     breakdown: true,
 //!     progress: false,
 //! };
@@ -76,4 +77,4 @@ pub use partition::Partition;
 pub use problem::{LocalProblem, MatrixInfo, MatrixSource, Problem, Rhs, setup};
 pub use report::{Output, Report};
 pub use run::{Options, run_rank};
-pub use solver::{Outcome, Phases, Solution, Stop, solve};
+pub use solver::{Outcome, Phases, Precond, Solution, Stop, solve};

@@ -74,6 +74,9 @@ pub enum Rhs {
         /// Seed.
         seed: u64,
     },
+    /// b = A 1: the solution is all ones (the SuiteSparse checks' and scipy's convention),
+    /// and the report gives the solution's error as for `Manufactured`.
+    AOnes,
     /// A Matrix Market vector (N x 1, `array` or `coordinate`).
     File(PathBuf),
 }
@@ -82,7 +85,7 @@ pub enum Rhs {
 pub const DEFAULT_SEED: u64 = 1;
 
 impl Rhs {
-    /// `ones`, `random[:SEED]`, `manufactured[:SEED]`, `file:PATH` or a path.
+    /// `ones`, `random[:SEED]`, `manufactured[:SEED]`, `a-ones`, `file:PATH` or a path.
     pub fn parse(spec: &str) -> Result<Rhs> {
         let seed = |s: Option<&str>| -> Result<u64> {
             s.map_or(Ok(DEFAULT_SEED), |s| {
@@ -96,6 +99,7 @@ impl Rhs {
         };
         Ok(match head {
             "ones" if tail.is_none() => Rhs::Ones,
+            "a-ones" if tail.is_none() => Rhs::AOnes,
             "random" => Rhs::Random { seed: seed(tail)? },
             "manufactured" => Rhs::Manufactured { seed: seed(tail)? },
             "file" => Rhs::File(PathBuf::from(tail.unwrap_or_default())),
@@ -108,6 +112,7 @@ impl fmt::Display for Rhs {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Rhs::Ones => f.write_str("ones"),
+            Rhs::AOnes => f.write_str("a-ones"),
             Rhs::Random { seed } => write!(f, "random:{seed}"),
             Rhs::Manufactured { seed } => write!(f, "manufactured:{seed}"),
             Rhs::File(p) => write!(f, "file:{}", p.display()),
@@ -314,8 +319,11 @@ pub fn setup<C: Backend>(c: &mut C, prob: &Problem) -> Result<LocalProblem> {
     let b = match &prob.rhs {
         Rhs::Ones => vec![1.0; mine.len()],
         Rhs::Random { seed } => mine.clone().map(|i| uniform(*seed, i as u64)).collect(),
-        Rhs::Manufactured { seed } => {
-            let full: Vec<f64> = (0..n).map(|i| uniform(*seed, i as u64)).collect();
+        Rhs::Manufactured { .. } | Rhs::AOnes => {
+            let full: Vec<f64> = match &prob.rhs {
+                Rhs::Manufactured { seed } => (0..n).map(|i| uniform(*seed, i as u64)).collect(),
+                _ => vec![1.0; n],
+            };
             let mut b = vec![0.0; mine.len()];
             a.spmv(&full, &mut b);
             x_star = Some(full[mine.clone()].to_vec());

@@ -117,6 +117,9 @@ pub struct Report {
     pub nnz_per_rank: Vec<u64>,
     /// "fixed" or "tolerance".
     pub mode: String,
+    /// The preconditioner (reports written before it existed read as none).
+    #[serde(default)]
+    pub precond: crate::solver::Precond,
     /// Iterations asked for (fixed) or allowed (tolerance).
     pub max_iterations: u64,
     /// ε (tolerance mode).
@@ -304,10 +307,13 @@ fn header(r: &Report) -> String {
         r.ranks,
     ) + &match r.tol {
         Some(t) => format!(
-            "mode: tolerance, ||r||/||r0|| < {t:e}, at most {} iterations\n",
+            "mode: tolerance, ||r||/||r0|| < {t:e}, at most {} iterations",
             thousands(r.max_iterations)
         ),
-        None => format!("mode: fixed, {} iterations\n", thousands(r.max_iterations)),
+        None => format!("mode: fixed, {} iterations", thousands(r.max_iterations)),
+    } + &match r.precond {
+        crate::solver::Precond::None => "\n".to_string(),
+        p => format!("; preconditioner: {p}\n"),
     }
 }
 

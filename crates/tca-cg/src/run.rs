@@ -10,7 +10,8 @@ use crate::error::{CgError, Result};
 use crate::problem::{LocalProblem, Problem, setup};
 use crate::report::{Breakdown, PhaseTimes, Report};
 use crate::solver::{
-    CLOCK_READS_PER_ITERATION, Outcome, Phases, Solution, Stop, VANISHED, clock_cost_ns, dot, solve,
+    CLOCK_READS_PER_ITERATION, Outcome, Phases, Precond, Solution, Stop, VANISHED, clock_cost_ns,
+    dot, solve,
 };
 use tca_model::format::thousands;
 use tca_mpi::Backend;
@@ -22,6 +23,8 @@ pub struct Options {
     pub problem: Problem,
     /// Fixed iterations or a tolerance.
     pub stop: Stop,
+    /// The preconditioner (`--precond`; none in the paper).
+    pub precond: Precond,
     /// Time each phase (`--breakdown`).
     pub breakdown: bool,
     /// Rank 0 shows a progress bar when its stderr is a terminal and the solve runs long.
@@ -128,6 +131,7 @@ pub fn run_rank<C: Backend>(c: &mut C, opts: &Options) -> Result<Option<Report>>
         c,
         &lp,
         opts.stop,
+        opts.precond,
         opts.breakdown,
         progress.as_ref().map(|p| &p.bar),
     );
@@ -201,10 +205,16 @@ pub fn run_rank<C: Backend>(c: &mut C, opts: &Options) -> Result<Option<Report>>
     match stats.outcome {
         Outcome::IterationLimit => warnings.push(format!(
             "did not converge: ||r||/||r0|| = {:.3e} after {} iterations, above --tol {:e}; \
-             raise --max-iters (unpreconditioned CG needs O(sqrt(cond(A))) iterations)",
+             {}",
             stats.rel_residual,
             thousands(stats.iterations),
-            tol.unwrap_or(0.0)
+            tol.unwrap_or(0.0),
+            match opts.precond {
+                Precond::None =>
+                    "raise --max-iters, or try --precond jacobi (unpreconditioned \
+                                  CG needs O(sqrt(cond(A))) iterations)",
+                Precond::Jacobi => "raise --max-iters",
+            }
         )),
         Outcome::ResidualVanished => warnings.push(format!(
             "stopped after {} of {} iterations: the residual fell below {VANISHED:e} of its \
@@ -237,6 +247,7 @@ pub fn run_rank<C: Backend>(c: &mut C, opts: &Options) -> Result<Option<Report>>
         rows_per_rank: lp.part.counts.iter().map(|&r| r as u64).collect(),
         nnz_per_rank: all.chunks_exact(mine.len()).map(|w| w[0] as u64).collect(),
         mode: mode.into(),
+        precond: opts.precond,
         max_iterations: max_iters,
         tol,
         iterations: stats.iterations,

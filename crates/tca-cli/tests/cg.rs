@@ -159,3 +159,32 @@ fn compare_mpi_without_the_feature_says_how_to_get_it() {
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("--features mpi"), "{stderr}");
 }
+
+/// `--precond jacobi --rhs a-ones`: the report says which preconditioner ran and how far x
+/// is from the all-ones solution; an unknown preconditioner is a usage error.
+#[test]
+fn jacobi_preconditioner_from_the_command_line() {
+    let out = tca_cg(&[
+        "--matrix",
+        "poisson3d:5",
+        "--np",
+        "2",
+        "--tol",
+        "1e-10",
+        "--precond",
+        "jacobi",
+        "--rhs",
+        "a-ones",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("preconditioner: jacobi"), "{stdout}");
+    assert!(stdout.contains("b = a-ones"), "{stdout}");
+    let bad = tca_cg(&["--matrix", "poisson3d:5", "--precond", "ilu"]);
+    assert_eq!(bad.status.code(), Some(2), "clap usage error");
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("jacobi"));
+}
