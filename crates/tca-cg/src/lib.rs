@@ -3,8 +3,8 @@
 //! Seed 000 (section 5, Fig. 13 to 15) solves A x = b, A an N x N sparse symmetric positive
 //! definite matrix in CSR, split by rows over p ranks (n = floor(N/p) rows each, the last rank
 //! takes the rest), with unpreconditioned CG (and, beyond the paper, Jacobi-preconditioned
-//! CG, `--precond jacobi`). Each iteration does one Allgather of the direction vector, one SpMV, three local dot products each followed by an 8-byte
-//! AllreduceSum, and three AXPYs. Its point is communication: the Allgather (kilobytes to
+//! CG, `--precond jacobi`). Each iteration does one Allgather of the direction vector, one
+//! SpMV, three local dot products each followed by an 8-byte AllreduceSum, and three AXPYs. Its point is communication: the Allgather (kilobytes to
 //! megabytes) and the three 8-byte Allreduces are latency-bound for small matrices, where
 //! TCA beat MPI/InfiniBand up to 36,000 rows, and the per-phase breakdown (Fig. 15) shows
 //! why. This crate is that solver on tca's collectives, and with the `mpi` feature the same
