@@ -5,14 +5,14 @@
 //! prints; the engine is here, beside the suite it drives.
 //!
 //! **Measuring.** For each rank count a job of that size runs the suite several times, each
-//! run forcing one algorithm per collective benchmark ([`sets`]: run k forces each
+//! run forcing one algorithm per collective benchmark (`sets`: run k forces each
 //! collective's k-th algorithm that supports the rank count), `rounds` times over, each size
 //! timed [`REPEAT`] times; the fastest time of each algorithm and size is kept
-//! ([`points`]). The rounds are minutes apart, so a burst of other load rarely spoils every
+//! (`points`). The rounds are minutes apart, so a burst of other load rarely spoils every
 //! one.
 //!
 //! **Fitting.** The cost model is linear in its parameters once `knee` and `cache` are
-//! fixed, so [`fit`] tries every pair of [`KNEES`] x [`CACHES`] and keeps the one whose
+//! fixed, so `fit` tries every pair of [`KNEES`] x [`CACHES`] and keeps the one whose
 //! non-negative least squares on relative errors fits best. Rooted collectives are a maximum
 //! of two linear forms (root or forwarding rank, whichever is slower); the fit chooses the
 //! slower side at the current parameters and refits, [`PIECEWISE_ROUNDS`] times

@@ -5,7 +5,8 @@
 //! ranks itself (tca's launcher re-runs this program), then, for `--compare mpi`, the MPI
 //! ranks (that MPI's `mpirun` re-runs this program); each half's rank 0 sends its rows back
 //! as JSON ([`tca_mpi`]), and the parent prints the tables, the comparison and the fits, and
-//! draws the plot. The halves never run at the same time.
+//! draws the plot. The halves never run at the same time. [`calibrate`] fits tca's
+//! collective cost models to the suite's measurements (`tca model calibrate`).
 #![forbid(unsafe_code)]
 
 pub mod calibrate;
@@ -132,8 +133,9 @@ pub enum Measured {
 
 /// Measures the suite `opts` on `np` ranks, whichever process this is: the parent starts the
 /// tca ranks (and then the MPI ranks, with `mpi`) and collects their halves; a rank measures
-/// and sends its half back. Any command can offer a measurement this way (`tca bench`,
-/// `tca model calibrate`), as long as the ranks it starts parse the same arguments.
+/// and sends its half back. A command can offer a measurement this way as long as the ranks
+/// it starts parse the same arguments (`tca model calibrate`, which measures many forced
+/// runs per rank, has its own rank loop in [`calibrate`]).
 pub fn measure(np: u32, opts: &suite::Options, mpi: Option<&tca_mpi::MpiRun>) -> Result<Measured> {
     match tca_mpi::role() {
         Role::MpiRank => {

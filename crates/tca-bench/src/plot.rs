@@ -203,7 +203,6 @@ fn log_points(a: f64, b: f64) -> impl Iterator<Item = f64> {
 /// powers of ten; sizes are powers of two).
 fn human(v: f64) -> String {
     // Tick values are positive and far below 2^64.
-    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     let v = v.round() as u64;
     let decade = (1..=12).find(|&k| 10u64.pow(k) == v);
     match decade.filter(|&k| k >= 3) {

@@ -49,7 +49,7 @@ pub(crate) struct Args {
     plot: Option<PathBuf>,
     /// Hockney fit range MIN:MAX in bytes, inclusive, either side may be left out (default:
     /// above tca's last algorithm switch).
-    #[arg(long, value_name = "MIN:MAX", value_parser = parse_range)]
+    #[arg(long, value_name = "MIN:MAX", value_parser = crate::model::parse_range)]
     fit: Option<(u64, u64)>,
     /// Run the same benchmarks through a real MPI too, side by side (needs `--features mpi`).
     #[arg(long, value_name = "mpi", value_parser = ["mpi"])]
@@ -95,10 +95,6 @@ const BENCH_HELP: &str = concat!(
 ",
     tca_model::size_grammar!()
 );
-
-fn parse_range(s: &str) -> Result<(u64, u64), String> {
-    tca_model::size::parse_range(s).map_err(|e| e.to_string())
-}
 
 pub(crate) fn run(a: Args) -> Result<i32> {
     if a.np == 0 {

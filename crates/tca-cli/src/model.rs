@@ -107,7 +107,8 @@ fn parse_bytes(s: &str) -> Result<u64, String> {
     size::parse_bytes(s).map_err(|e| e.to_string())
 }
 
-fn parse_range(s: &str) -> Result<(u64, u64), String> {
+/// A `MIN:MAX` selection range for clap (`tca model ... --range`, `tca bench --fit`).
+pub(crate) fn parse_range(s: &str) -> Result<(u64, u64), String> {
     size::parse_range(s).map_err(|e| e.to_string())
 }
 
@@ -949,7 +950,6 @@ mod calibrate {
                 "-".to_string()
             } else {
                 // Below MAX_CACHE (2^62): a whole number of bytes that fits.
-                #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
                 format::bytes(m.cache as u64)
             };
             writeln!(

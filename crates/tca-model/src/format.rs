@@ -146,7 +146,6 @@ pub fn bytes_short(n: u64) -> String {
 pub fn bytes_detail(b: f64) -> String {
     if b.fract() == 0.0 && (0.0..1.8e19).contains(&b) {
         // A whole number below 2^64: the cast is exact.
-        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
         let n = b as u64;
         let f = bytes(n);
         if !f.ends_with(" B") {
@@ -165,7 +164,6 @@ pub fn bytes_detail(b: f64) -> String {
 pub fn number(v: f64) -> String {
     if v.fract() == 0.0 && v.abs() < 1e15 {
         // |v| < 10^15: the digits of its integer part, as many significant digits as it has.
-        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
         let digits = v.abs().max(1.0).log10().floor() as usize + 1;
         sig(v, digits)
     } else {

@@ -11,7 +11,7 @@
 //!
 //! Every command that starts its own ranks (`tca bench`, `tca cg`, `tca model calibrate`)
 //! asks [`role`] which of the three processes it is, and the halves talk to their library
-//! through one trait, [`Backend`] (with the adapters `tca::Comm` and [`MpiComm`]).
+//! through one trait, [`Backend`] (with the adapters `tca::Comm` and `MpiComm`).
 //!
 //! `mpirun` is taken from `--mpirun`, else `$TCA_MPIRUN`, else `mpirun` on the PATH; Open MPI
 //! and MPICH (Hydra) are told apart by `mpirun --version` and get the flags each needs to run

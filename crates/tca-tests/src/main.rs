@@ -68,6 +68,7 @@ fn main() -> ExitCode {
             let _ = rustix_kill_self();
         }),
         "wait-forever" => wait_forever(&world),
+        "sigstop" => stuck(&world, arg(&args, 1, 1) as u32),
         "coll" => coll(&world, arg(&args, 1, 200)),
         "env" => {
             println!(
@@ -109,6 +110,11 @@ fn report(e: tca::Error) -> ExitCode {
             say("aborted".into());
             eprintln!("error: {e}");
             ExitCode::from(43)
+        }
+        ErrorKind::Timeout => {
+            say(format!("timeout {}", e.rank().map_or(-1, i64::from)));
+            eprintln!("error: {e}");
+            ExitCode::from(44)
         }
         _ => {
             eprintln!("error ({:?}): {e}", e.kind());
@@ -356,6 +362,25 @@ fn coll(w: &World, rounds: u64) -> tca::Result<bool> {
     }
     println!("coll ok rank {me} of {p}");
     Ok(true)
+}
+
+/// `victim` stops itself (SIGSTOP: alive, pid and memory intact, but never runs again) while
+/// the others go on into Allreduces: with `TCA_TIMEOUT` set they end with a timeout naming
+/// the rank they waited for, instead of waiting for ever.
+fn stuck(w: &World, victim: u32) -> tca::Result<bool> {
+    let c = tca::Comm::world(w)?;
+    c.barrier()?;
+    if w.rank() == victim
+        && rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::STOP)
+            .is_err()
+    {
+        return Ok(false);
+    }
+    let mut out = [0.0f64; 4];
+    for _ in 0..1_000_000 {
+        c.allreduce(&[1.0f64; 4], &mut out, &tca::Op::Sum)?;
+    }
+    Ok(false)
 }
 
 fn wait_forever(w: &World) -> tca::Result<bool> {

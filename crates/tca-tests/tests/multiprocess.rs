@@ -123,6 +123,48 @@ fn rank_error_exit_stops_the_job_with_its_status() {
     );
 }
 
+/// A rank that is alive but stopped (SIGSTOP) is not a dead peer: without a timeout the
+/// others would wait for ever. With `TCA_TIMEOUT` they end with a timeout that names the rank
+/// they waited for, the launcher stops the job (the stopped rank too) and nothing is left
+/// behind.
+#[test]
+fn a_stopped_rank_ends_the_job_through_the_timeout() {
+    let _g = shm_lock();
+    let before = tca_shm_entries();
+    let o = Launch {
+        ranks: 3,
+        tag_output: false,
+        program: PROG.into(),
+        args: ["sigstop", "2"].iter().map(Into::into).collect(),
+        env: vec![("TCA_TIMEOUT".into(), "0.5".into())],
+        ..Default::default()
+    }
+    .run()
+    .unwrap();
+    let f = o.failure.expect("a failure is reported");
+    assert_ne!(f.rank, 2, "{o:?}");
+    assert_eq!(f.how, RankExit::Code(44), "a timeout, not a crash: {o:?}");
+    assert_ne!(o.status(), 0);
+    assert_eq!(
+        tca_shm_entries(),
+        before,
+        "shared memory left behind after a stopped rank"
+    );
+    // A timeout that is not a number of seconds is refused at start-up, not ignored.
+    for bad in ["abc", "-1", "inf"] {
+        let o = Launch {
+            ranks: 2,
+            program: PROG.into(),
+            args: ["env"].iter().map(Into::into).collect(),
+            env: vec![("TCA_TIMEOUT".into(), bad.into())],
+            ..Default::default()
+        }
+        .run()
+        .unwrap();
+        assert_eq!(o.failure.map(|f| f.how), Some(RankExit::Code(2)), "{bad}");
+    }
+}
+
 #[test]
 fn sigkill_of_one_rank_is_reported_and_cleaned_up() {
     let _g = shm_lock();

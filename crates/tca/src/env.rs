@@ -9,6 +9,7 @@
 //! | `TCA_JOB_CPUS` | launcher | CPUs the job may use, as the launcher saw them (a bound rank's own mask holds one): whether ranks outnumber cores |
 //! | `TCA_BIND` | user | `auto` (default: bind rank i to the i-th CPU when every rank has one), `core` (always; more ranks than CPUs is an error) or `none` (see `bootstrap::bind`) |
 //! | `TCA_SPIN` | user | spin iterations before a wait yields or sleeps (overrides the adaptive default) |
+//! | `TCA_TIMEOUT` | user | seconds (a decimal number) a blocking wait may sleep before it gives up with `ErrorKind::Timeout` naming the rank it waited for, where the layer knows it (collectives, two-sided, active messages): a peer that is alive but stuck (stopped, spinning in user code) then ends the job with an error instead of a hang; unset or 0: no limit (a dead peer is detected without it) |
 //! | `TCA_BOOT_TIMEOUT` | user | seconds to wait for all ranks at start-up without the launcher (default 60) |
 //! | `TCA_MAX_RANKS` | user | raises or lowers the per-node rank limit (default 1024) |
 //! | `TCA_TRANSPORT` | user | `auto` (default: shared memory between ranks of one node, libfabric between nodes), `shm` (one node only), `ofi` (libfabric between every pair of ranks, also on one node) |
@@ -46,6 +47,8 @@ pub const BOARD_FD: &str = "TCA_BOARD_FD";
 pub const LAUNCHER_PID: &str = "TCA_LAUNCHER_PID";
 /// Spin iterations before yielding or sleeping in a wait.
 pub const SPIN: &str = "TCA_SPIN";
+/// Seconds a blocking wait may sleep before it gives up, naming its peer (see the table).
+pub const TIMEOUT: &str = "TCA_TIMEOUT";
 /// How the launcher binds ranks to CPUs.
 pub const BIND: &str = "TCA_BIND";
 /// CPUs the job may use, set by the launcher.
@@ -92,6 +95,7 @@ pub const KNOWN: &[&str] = &[
     BOARD_FD,
     LAUNCHER_PID,
     SPIN,
+    TIMEOUT,
     BIND,
     JOB_CPUS,
     BOOT_TIMEOUT,
@@ -134,6 +138,23 @@ pub(crate) fn parse<T: std::str::FromStr>(name: &str) -> crate::Result<Option<T>
             crate::ErrorKind::Bootstrap,
             format!("environment variable {name} is not valid UTF-8"),
         )),
+    }
+}
+
+/// `TCA_TIMEOUT` as a duration: unset or 0 is none; a negative, infinite or unreadable value
+/// is an error.
+pub(crate) fn timeout() -> crate::Result<Option<std::time::Duration>> {
+    match parse::<f64>(TIMEOUT)? {
+        None => Ok(None),
+        Some(0.0) => Ok(None),
+        Some(s) => std::time::Duration::try_from_secs_f64(s)
+            .map(Some)
+            .map_err(|_| {
+                crate::Error::new(
+                    crate::ErrorKind::Bootstrap,
+                    format!("{TIMEOUT}={s}: expected seconds, a number of at least 0"),
+                )
+            }),
     }
 }
 

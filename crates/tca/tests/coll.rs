@@ -644,3 +644,36 @@ fn multi_chunk_reductions_never_read_a_reused_slot() {
     })
     .unwrap();
 }
+
+/// A peer that is alive but does not come (stopped, or computing without calling tca) holds
+/// a collective for ever unless the job has a timeout (`TCA_TIMEOUT`, or
+/// `World::set_timeout`): then the waiting rank gets `ErrorKind::Timeout` naming the rank it
+/// waited for, and so does a two-sided receive.
+#[test]
+fn a_stuck_peer_is_a_timeout_that_names_it() {
+    let all = threads::run_each(2, |w| {
+        let c = Comm::world(w)?;
+        if w.rank() == 1 {
+            // Alive but stuck: calls nothing for a while, then leaves.
+            std::thread::sleep(Duration::from_millis(2000));
+            return Ok(None);
+        }
+        assert_eq!(w.timeout(), None);
+        w.set_timeout(Some(Duration::from_millis(200)));
+        assert_eq!(w.timeout(), Some(Duration::from_millis(200)));
+        let coll = c
+            .allreduce(&[1.0f64; 4], &mut [0.0; 4], &Op::Sum)
+            .unwrap_err();
+        let mut buf = [0u8; 8];
+        let p2p = c.recv(&mut buf, 1, 7).unwrap_err();
+        let world = w.barrier().unwrap_err();
+        Ok(Some([coll, p2p, world]))
+    });
+    let errs = all[0].as_ref().unwrap().as_ref().expect("rank 0's errors");
+    for e in errs {
+        assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
+        assert_eq!(e.rank(), Some(1), "{e}");
+        assert!(e.to_string().contains("TCA_TIMEOUT"), "{e}");
+    }
+    assert!(all[1].is_ok());
+}

@@ -77,7 +77,14 @@ pub(crate) fn fits(rows: &[Row], fit: Option<(u64, u64)>) -> (Vec<FitLine>, Vec<
                 max_bytes: f.max_bytes as u64,
                 range,
             }),
-            Err(e) => skipped.push(format!("{im} {bench} over {lo}..{hi} bytes: {e}")),
+            Err(e) => {
+                let hi = if hi == u64::MAX {
+                    String::new()
+                } else {
+                    hi.to_string()
+                };
+                skipped.push(format!("{im} {bench} over {lo}..{hi} bytes: {e}"));
+            }
         }
     }
     (done, skipped)

@@ -145,7 +145,6 @@ impl MpiBackend {
     }
 }
 
-/// "Open MPI 4.1.4", "MPICH 4.0.2": the first words of `MPI_Get_library_version`.
 impl Backend for MpiBackend {
     type Lib = MpiComm;
 

@@ -69,7 +69,12 @@ impl World {
             let to = ((u64::from(me) + (1u64 << k)) % u64::from(n)) as u32;
             let off = BARRIER + 128 * k;
             self.signal(&self.ctrl[to as usize], off, SignalOp::Set(epoch))?;
-            self.wait_word(own.word(off)?, epoch, None)?;
+            self.wait_word(own.word(off)?, epoch, None).map_err(|e| {
+                #[allow(clippy::cast_possible_truncation)] // a remainder of `n`, as `to`
+                let from = ((u64::from(me) + u64::from(n) - (1u64 << k) % u64::from(n))
+                    % u64::from(n)) as u32;
+                e.waiting_for(from, format_args!("rank {from} in a barrier"))
+            })?;
             k += 1;
         }
         Ok(())
@@ -105,7 +110,10 @@ impl World {
             // Pass on the record of rank (me - s + 1), which we hold from the previous step.
             let from = ((me + n + 1 - s) % n) as usize;
             if m > 2 {
-                self.wait_word(own.word(XCHG_CREDIT)?, m - 2, None)?;
+                self.wait_word(own.word(XCHG_CREDIT)?, m - 2, None)
+                    .map_err(|e| {
+                        e.waiting_for(right, format_args!("rank {right} in an exchange"))
+                    })?;
             }
             let slot = XCHG_BUF + XCHG_SLOT * (m % 2) as usize;
             out.clear();
@@ -114,7 +122,8 @@ impl World {
             let dst = &self.ctrl[right as usize];
             self.put_signal(dst, slot, &out, dst, XCHG_SEQ, SignalOp::Set(m))?;
             // Take the record of rank (me - s) from the left neighbour.
-            self.wait_word(own.word(XCHG_SEQ)?, m, None)?;
+            self.wait_word(own.word(XCHG_SEQ)?, m, None)
+                .map_err(|e| e.waiting_for(left, format_args!("rank {left} in an exchange")))?;
             let mut len = [0u8; 8];
             own.map.read(own.range(slot, 8)?, &mut len)?;
             let len = usize::try_from(u64::from_le_bytes(len)).unwrap_or(usize::MAX);

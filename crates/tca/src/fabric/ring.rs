@@ -45,7 +45,7 @@
 
 use std::cell::RefCell;
 
-use crate::error::{ErrorKind, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::fabric::line::{LINE, SIGNAL};
 use crate::fabric::{Handle, Segment, SignalOp, World};
 
@@ -280,7 +280,9 @@ impl Ring {
     ) -> Result<()> {
         while !self.try_send(w, to, data, aux, meta)? {
             let (off, v) = self.credit_word(to);
-            let seen = self.wait_word(w, off, v, hook)?;
+            let seen = self
+                .wait_word(w, off, v, hook)
+                .map_err(|e| self.waited_for(e, to, "a free slot"))?;
             self.c.borrow_mut().credit[to] = seen;
         }
         Ok(())
@@ -391,8 +393,16 @@ impl Ring {
     pub(crate) fn wait(&self, w: &World, from: usize, hook: Hook<'_>) -> Result<Head> {
         let seq = self.c.borrow().recvd[from] + 1;
         let off = self.slot_off(from, seq);
-        self.wait_word(w, off + SIGNAL, seq, hook)?;
+        self.wait_word(w, off + SIGNAL, seq, hook)
+            .map_err(|e| self.waited_for(e, from, "a packet"))?;
         self.head_at(off)
+    }
+
+    /// A failed wait's error, naming member `q` (by its world rank) if it names nobody yet.
+    #[cold]
+    fn waited_for(&self, e: Error, q: usize, what: &str) -> Error {
+        let rank = self.handles[q].rank();
+        e.waiting_for(rank, format_args!("{what} from rank {rank}"))
     }
 
     #[inline]

@@ -777,6 +777,20 @@ impl World {
         self.wait_word(word, value, None)
     }
 
+    /// How long a blocking wait without a deadline of its own may sleep before it gives up
+    /// with [`ErrorKind::Timeout`] (naming the rank it waited for where the layer knows it:
+    /// collectives, two-sided messages, active messages). Set from `TCA_TIMEOUT` at start-up;
+    /// `None` (the default): no limit, a dead peer is detected without one.
+    pub fn timeout(&self) -> Option<Duration> {
+        self.shm.timeout()
+    }
+
+    /// Sets [`World::timeout`] for this rank's later waits: a bound on how long a peer that is
+    /// alive but stuck (stopped, or computing without calling tca) can hold this rank.
+    pub fn set_timeout(&self, timeout: Option<Duration>) {
+        self.shm.set_timeout(timeout);
+    }
+
     /// [`World::wait_until`] with a timeout ([`ErrorKind::Timeout`] when it expires).
     pub fn wait_until_timeout(
         &self,

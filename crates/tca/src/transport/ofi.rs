@@ -748,6 +748,7 @@ impl Ofi {
             req,
             shm.policy(),
             deadline,
+            shm.timeout(),
             Some(&progress),
             || {
                 shm.check_peers(false)?;

@@ -19,7 +19,7 @@ use std::cell::{Cell, RefCell};
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::HEADER_BYTES;
 use super::board::{AbortReason, Board, Entry, RankState};
@@ -61,6 +61,8 @@ pub(crate) struct Shm {
     whole_job: bool,
     cache: RefCell<Cache>,
     policy: SpinPolicy,
+    /// `TCA_TIMEOUT` (see [`Shm::timeout`]).
+    timeout: Cell<Option<Duration>>,
     launcher: Option<(u32, OwnedFd)>,
     left: Cell<bool>,
     /// Whether this rank has marked itself asleep on the board during the current wait.
@@ -115,6 +117,7 @@ impl Shm {
         let my_pid = std::process::id();
         let ctrl = Arc::new(Region::create(rank, job, CTRL_BYTES, "ctrl")?);
         let spin = env::parse::<u32>(env::SPIN)?;
+        let timeout = env::timeout()?;
         let policy = SpinPolicy::adaptive(size, crate::bootstrap::job_cpus(), spin);
         let launcher = match board.launcher_pid() {
             Some(pid) => Some((
@@ -165,6 +168,7 @@ impl Shm {
             local.len() as u64,
             policy,
             Some(boot_deadline),
+            None,
             None,
             boot_check,
         );
@@ -256,6 +260,7 @@ impl Shm {
                 whole_job: local.len() == size as usize,
                 cache: RefCell::new(cache),
                 policy,
+                timeout: Cell::new(timeout),
                 launcher,
                 left: Cell::new(false),
                 asleep: Cell::new(false),
@@ -268,6 +273,17 @@ impl Shm {
 
     pub(crate) fn policy(&self) -> SpinPolicy {
         self.policy
+    }
+
+    /// How long a wait without a deadline of its own may sleep (`TCA_TIMEOUT`; none: for
+    /// ever, as long as its peers live).
+    pub(crate) fn timeout(&self) -> Option<Duration> {
+        self.timeout.get()
+    }
+
+    /// Sets [`Shm::timeout`].
+    pub(crate) fn set_timeout(&self, t: Option<Duration>) {
+        self.timeout.set(t);
     }
 
     /// Process id of `rank`, if it is on this node.
@@ -578,6 +594,7 @@ impl Shm {
             value,
             self.policy,
             deadline,
+            self.timeout.get(),
             progress,
             || judge(self.check_while_asleep()),
         );

@@ -122,15 +122,19 @@ impl std::fmt::Debug for Progress<'_> {
 ///
 /// `sleepers` is the sleeper count of the rank that owns `word`'s memory. `check` runs each
 /// time a sleep slice expires with nothing seen; it returns an error to give up (dead peer,
-/// abort). `deadline` turns an endless wait into [`ErrorKind::Timeout`]. `progress`, when a
+/// abort). `deadline` turns an endless wait into [`ErrorKind::Timeout`]; without one,
+/// `timeout` (`TCA_TIMEOUT`, a stuck peer's bound) does, counted from when the wait stops
+/// spinning (the clock is read only then, never on the fast path). `progress`, when a
 /// network transport is in use, is polled while spinning and between naps.
 #[inline]
+#[allow(clippy::too_many_arguments)] // one wait's full description
 pub(crate) fn wait_ge(
     word: &AtomicU64,
     sleepers: &AtomicU32,
     target: u64,
     policy: SpinPolicy,
     deadline: Option<Instant>,
+    timeout: Option<Duration>,
     progress: Option<&Progress<'_>>,
     check: impl FnMut() -> Result<()>,
 ) -> Result<u64> {
@@ -138,16 +142,20 @@ pub(crate) fn wait_ge(
     if v >= target {
         return Ok(v);
     }
-    wait_slow(word, sleepers, target, policy, deadline, progress, check)
+    wait_slow(
+        word, sleepers, target, policy, deadline, timeout, progress, check,
+    )
 }
 
 #[inline(never)]
+#[allow(clippy::too_many_arguments)] // one wait's full description
 fn wait_slow(
     word: &AtomicU64,
     sleepers: &AtomicU32,
     target: u64,
     policy: SpinPolicy,
     deadline: Option<Instant>,
+    timeout: Option<Duration>,
     progress: Option<&Progress<'_>>,
     mut check: impl FnMut() -> Result<()>,
 ) -> Result<u64> {
@@ -169,6 +177,12 @@ fn wait_slow(
         }
     }
     let nap = progress.map_or(SLEEP_SLICE, |p| p.nap.min(SLEEP_SLICE));
+    // The caller's deadline, else the job's timeout from now.
+    let (deadline, by_timeout) = match (deadline, timeout) {
+        (Some(d), _) => (Some(d), None),
+        (None, Some(t)) => (Instant::now().checked_add(t), Some(t)),
+        (None, None) => (None, None),
+    };
     let half = futex_half(word);
     // `check` runs once per slice of sleeping, whatever woke us: a stream of wake-ups that do
     // not reach the target must not postpone the detection of a dead peer.
@@ -178,10 +192,17 @@ fn wait_slow(
             Some(d) => {
                 let now = Instant::now();
                 if now >= d {
+                    let after = by_timeout.map_or(String::new(), |t| {
+                        format!(
+                            " after {:.3} s ({} set)",
+                            t.as_secs_f64(),
+                            crate::env::TIMEOUT
+                        )
+                    });
                     return Err(Error::new(
                         ErrorKind::Timeout,
                         format!(
-                            "timed out waiting for a signal to reach {target} (it is {})",
+                            "timed out{after} waiting for a signal to reach {target} (it is {})",
                             word.load(Ordering::Acquire)
                         ),
                     ));
@@ -279,6 +300,7 @@ mod tests {
                 },
                 None,
                 None,
+                None,
                 || Ok(()),
             )
             .unwrap()
@@ -306,9 +328,36 @@ mod tests {
             },
             Some(d),
             None,
+            None,
             || Ok(()),
         );
         assert_eq!(e.unwrap_err().kind(), ErrorKind::Timeout);
+        assert_eq!(sleepers.load(Ordering::SeqCst), 0);
+    }
+
+    /// Without a deadline, the job's timeout bounds the wait and says where it came from.
+    #[test]
+    fn timeout_bounds_a_wait_without_deadline() {
+        let word = AtomicU64::new(0);
+        let sleepers = AtomicU32::new(0);
+        let t0 = Instant::now();
+        let e = wait_ge(
+            &word,
+            &sleepers,
+            1,
+            SpinPolicy {
+                spins: 10,
+                yields: 1,
+            },
+            None,
+            Some(Duration::from_millis(40)),
+            None,
+            || Ok(()),
+        )
+        .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Timeout);
+        assert!(e.to_string().contains("TCA_TIMEOUT"), "{e}");
+        assert!(t0.elapsed() >= Duration::from_millis(40));
         assert_eq!(sleepers.load(Ordering::SeqCst), 0);
     }
 
@@ -324,6 +373,7 @@ mod tests {
                 spins: 0,
                 yields: 0,
             },
+            None,
             None,
             None,
             || Err(Error::peer(ErrorKind::PeerDied, 3, "rank 3 died")),
