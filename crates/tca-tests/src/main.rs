@@ -1,7 +1,8 @@
 //! `tca-rankprog SCENARIO [ARGS]`: the rank program the multi-process tests launch.
 //!
 //! Exit codes: 0 success, 42 a peer died (the error named it, printed as `peer-died R`),
-//! 43 the job was aborted, 2 any other error, 1 a failed check.
+//! 43 the job was aborted, 44 a timeout (printed as `timeout R`), 2 any other error, 1 a
+//! failed check.
 #![forbid(unsafe_code)]
 
 use std::process::ExitCode;
@@ -53,6 +54,26 @@ fn main() -> ExitCode {
             }
         };
     }
+    if scenario == "open-peer" {
+        // `open-peer PID FD`: what attaching to a segment is at bottom, opening the owner's
+        // descriptor through /proc, tried by a process that is not a rank at all (the tests
+        // run it as another user). 0: refused by the kernel; 1: it opened.
+        let path = format!("/proc/{}/fd/{}", arg(&args, 1, 0), arg(&args, 2, 0));
+        return match std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+        {
+            Ok(_) => {
+                println!("opened {path}");
+                ExitCode::from(1)
+            }
+            Err(e) => {
+                println!("refused {path}: {e}");
+                ExitCode::SUCCESS
+            }
+        };
+    }
     let world = match tca::init() {
         Ok(w) => w,
         Err(e) => return report(e),
@@ -69,6 +90,8 @@ fn main() -> ExitCode {
         }),
         "wait-forever" => wait_forever(&world),
         "sigstop" => stuck(&world, arg(&args, 1, 1) as u32),
+        "publish" => publish(&world, &args[1]),
+        "steal" => steal(&world, &args[1]),
         "coll" => coll(&world, arg(&args, 1, 200)),
         "env" => {
             println!(
@@ -381,6 +404,66 @@ fn stuck(w: &World, victim: u32) -> tca::Result<bool> {
         c.allreduce(&[1.0f64; 4], &mut out, &tca::Op::Sum)?;
     }
     Ok(false)
+}
+
+/// Rank 0 writes the handle of a segment of its own (and its pid) to FILE, then waits until
+/// FILE.done appears (a job that tried to use the handle is finished) and checks that nothing
+/// was written into the segment.
+fn publish(w: &World, file: &str) -> tca::Result<bool> {
+    let seg = w.alloc(4096)?;
+    if w.rank() != 0 {
+        return Ok(true);
+    }
+    let h = seg.handle();
+    let hex: String = h.to_bytes().iter().map(|b| format!("{b:02x}")).collect();
+    let tmp = format!("{file}.part");
+    if std::fs::write(
+        &tmp,
+        format!("{hex} {} {}\n", std::process::id(), h.segment()),
+    )
+    .is_err()
+        || std::fs::rename(&tmp, file).is_err()
+    {
+        return Ok(false);
+    }
+    let done = format!("{file}.done");
+    for _ in 0..3000 {
+        if std::path::Path::new(&done).exists() {
+            let mut back = vec![0xaau8; 4096];
+            seg.read(0, &mut back)?;
+            return Ok(back.iter().all(|&b| b == 0));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Ok(false)
+}
+
+/// Another job's ranks take the handle FILE holds and try to write through it: as it is (the
+/// other job's id), and with the job id forged to their own (it then names a segment of
+/// this job's rank with that number, whose key differs). Both must be refused as invalid
+/// handles. Writes FILE.done at the end.
+fn steal(w: &World, file: &str) -> tca::Result<bool> {
+    let text = std::fs::read_to_string(file).unwrap_or_default();
+    let hex = text.split_whitespace().next().unwrap_or("");
+    let bytes: Vec<u8> = (0..hex.len() / 2)
+        .filter_map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).ok())
+        .collect();
+    let stolen = tca::Handle::from_bytes(&bytes)?;
+    let mut ok = true;
+    for h in [stolen, stolen.forged(None, None, None, Some(w.job_id()))] {
+        match w.put(&h, 0, &[0x55; 64]) {
+            Err(e) if e.kind() == ErrorKind::InvalidHandle => println!("refused: {e}"),
+            other => {
+                println!("not refused: {other:?}");
+                ok = false;
+            }
+        }
+    }
+    w.barrier()?;
+    if w.rank() == 0 {
+        let _ = std::fs::write(format!("{file}.done"), "");
+    }
+    Ok(ok)
 }
 
 fn wait_forever(w: &World) -> tca::Result<bool> {

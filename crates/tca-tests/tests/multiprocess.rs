@@ -165,6 +165,57 @@ fn a_stopped_rank_ends_the_job_through_the_timeout() {
     }
 }
 
+/// Isolation: a second job of the same user, given a segment handle of the first, cannot
+/// write through it (as it is, or with its job id forged: key and job checks), and a process
+/// of another user cannot even open the segment (the kernel refuses `/proc/PID/fd/N`; shown
+/// when the tests run as root, which can start a process as `nobody`).
+#[test]
+fn another_job_or_user_cannot_use_a_stolen_handle() {
+    let _g = shm_lock();
+    let file = std::env::temp_dir().join(format!("tca-stolen-{}", std::process::id()));
+    let f = file.to_string_lossy().into_owned();
+    let _ = std::fs::remove_file(&file);
+    let _ = std::fs::remove_file(format!("{f}.done"));
+    let owner = std::thread::spawn({
+        let f = f.clone();
+        move || launch(2, &["publish", &f]).unwrap()
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !file.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the first job published no handle"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let text = std::fs::read_to_string(&file).unwrap();
+    let fields: Vec<&str> = text.split_whitespace().collect();
+    let (pid, fd) = (fields[1], fields[2]);
+    if rustix::process::geteuid().is_root() {
+        use std::os::unix::process::CommandExt;
+        let o = Command::new(PROG)
+            .args(["open-peer", pid, fd])
+            .uid(65534)
+            .gid(65534)
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(o.status.success() && out.contains("refused"), "{out}");
+    } else {
+        eprintln!("not root: the other-user half of this test is skipped");
+    }
+    let thief = launch(2, &["steal", &f]).unwrap();
+    assert_eq!(
+        thief.status(),
+        0,
+        "the stolen handle was not refused: {thief:?}"
+    );
+    let o = owner.join().unwrap();
+    assert_eq!(o.status(), 0, "the first job's segment changed: {o:?}");
+    let _ = std::fs::remove_file(&file);
+    let _ = std::fs::remove_file(format!("{f}.done"));
+}
+
 #[test]
 fn sigkill_of_one_rank_is_reported_and_cleaned_up() {
     let _g = shm_lock();
