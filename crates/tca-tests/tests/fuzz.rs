@@ -1,0 +1,258 @@
+//! Structured fuzzing (proptest) of the readers of outside bytes: result files
+//! (`tca_model::record::parse_any`: tca CSV and JSON, IMB text) and IMB sections, sizes and
+//! ranges, Matrix Market matrices and the solver's specs, the calibration file, segment
+//! handles, host lists. Each target gets arbitrary input and mutations of real inputs (bytes
+//! replaced, inserted, deleted, lines duplicated, the text cut short); the property is that a
+//! reader returns `Ok` or `Err` and never panics (or aborts on a huge allocation), and that
+//! what it accepts is consistent. CI runs proptest's default 256 cases per target;
+//! `PROPTEST_CASES=100000 cargo test --release -p tca-tests --test fuzz` is the longer
+//! campaign (its figures in BENCHMARKS.md). Not coverage-guided: see the note there.
+
+use proptest::prelude::*;
+use tca_model::record::{Row, Run};
+use tca_model::{imb, record, size};
+
+/// A real `tca bench` result, as CSV, JSON-like record and IMB text seeds.
+fn seed_run() -> Run {
+    let row = |bench: &str, bytes: u64, t: f64| Row {
+        implementation: "tca".into(),
+        benchmark: bench.into(),
+        algorithm: "ring".into(),
+        ranks: 2,
+        bytes,
+        repetitions: 1000,
+        t_min_us: t,
+        t_max_us: t * 1.1,
+        t_avg_us: t * 1.05,
+        mbytes_per_sec: Some(bytes as f64 / t),
+    };
+    Run {
+        machine: "AMD EPYC (2 cpus), Linux 6.18".into(),
+        date: "2026-11-23T08:25:30Z".into(),
+        transport: "tca: shm".into(),
+        rows: (0..8)
+            .map(|k| row("Allreduce", 8 << (2 * k), 0.2 + k as f64))
+            .chain((0..4).map(|k| row("PingPong", 1 << (3 * k), 0.05 + k as f64)))
+            .collect(),
+    }
+}
+
+const IMB: &str = "#------------------------------------------------------------
+# Benchmarking PingPong
+# #processes = 2
+#------------------------------------------------------------
+       #bytes #repetitions      t[usec]   Mbytes/sec
+            0         1000         0.18         0.00
+            1         1000         0.19         5.26
+         1024         1000         0.45      2275.56
+#----------------------------------------------------------------
+# Benchmarking Allreduce
+# #processes = 2
+#----------------------------------------------------------------
+       #bytes #repetitions  t_min[usec]  t_max[usec]  t_avg[usec]
+            0         1000         0.03         0.04         0.03
+            8         1000         0.20         0.21         0.20
+         4096         1000         1.10         1.20         1.15
+";
+
+/// One edit of a text.
+#[derive(Debug, Clone)]
+enum Edit {
+    Replace(usize, u8),
+    Insert(usize, u8),
+    Delete(usize, usize),
+    DupLine(usize),
+    Cut(usize),
+}
+
+fn edit() -> impl Strategy<Value = Edit> {
+    let byte = prop_oneof![
+        any::<u8>(),
+        Just(b','),
+        Just(b'\n'),
+        Just(b'#'),
+        Just(b'-'),
+        Just(b'9'),
+        Just(b'e'),
+        Just(b'"'),
+        Just(b'{'),
+        Just(b'}')
+    ];
+    prop_oneof![
+        (any::<usize>(), byte.clone()).prop_map(|(i, b)| Edit::Replace(i, b)),
+        (any::<usize>(), byte).prop_map(|(i, b)| Edit::Insert(i, b)),
+        (any::<usize>(), 1usize..40).prop_map(|(i, n)| Edit::Delete(i, n)),
+        any::<usize>().prop_map(Edit::DupLine),
+        any::<usize>().prop_map(Edit::Cut),
+    ]
+}
+
+/// `seed` with `edits` applied, as text (invalid UTF-8 replaced, as a reader of a file would
+/// see after `from_utf8_lossy`).
+fn mutate(seed: &str, edits: &[Edit]) -> String {
+    let mut b = seed.as_bytes().to_vec();
+    for e in edits {
+        let n = b.len().max(1);
+        match *e {
+            Edit::Replace(i, c) if !b.is_empty() => b[i % n] = c,
+            Edit::Insert(i, c) => b.insert(i % (b.len() + 1), c),
+            Edit::Delete(i, k) if !b.is_empty() => {
+                let s = i % n;
+                b.drain(s..(s + k).min(b.len()));
+            }
+            Edit::DupLine(i) => {
+                let lines: Vec<&[u8]> = b.split(|&c| c == b'\n').collect();
+                let l = lines[i % lines.len()].to_vec();
+                let at = i % (b.len() + 1);
+                b.splice(at..at, l.into_iter().chain([b'\n']));
+            }
+            Edit::Cut(i) => b.truncate(i % (b.len() + 1)),
+            _ => {}
+        }
+    }
+    String::from_utf8_lossy(&b).into_owned()
+}
+
+proptest! {
+    #[test]
+    fn result_files_never_panic(edits in prop::collection::vec(edit(), 0..12), which in 0..3u8) {
+        let run = seed_run();
+        let seed = match which {
+            0 => run.to_csv(),
+            1 => serde_json::to_string(&run).unwrap(),
+            _ => IMB.to_string(),
+        };
+        let text = mutate(&seed, &edits);
+        if let Ok(rows) = record::parse_any(&text) {
+            // What the fits compute from every accepted row.
+            for r in &rows {
+                let _ = (r.time_us(), r.throughput_mb_s());
+            }
+        }
+        let _ = imb::parse(&text);
+    }
+
+    #[test]
+    fn arbitrary_text_never_panics(text in "\\PC{0,300}") {
+        let _ = record::parse_any(&text);
+        let _ = imb::parse(&text);
+        let _ = size::parse_bytes(&text);
+        let _ = size::parse_sizes(&text);
+        let _ = size::parse_range(&text);
+    }
+
+    #[test]
+    fn sizes_never_panic_and_round_trip(
+        n in 0u64..(1 << 30),
+        unit in prop::sample::select(vec!["", "B", "K", "KiB", "KB", "m", "MiB", "g", "GB"]),
+        noise in "[0-9KMGkmgiB:, -]{0,12}",
+    ) {
+        let shift = match unit.to_ascii_lowercase().chars().next() {
+            Some('k') => 10,
+            Some('m') => 20,
+            Some('g') => 30,
+            _ => 0,
+        };
+        if let Some(v) = n.checked_shl(shift).filter(|v| v >> shift == n) {
+            prop_assert_eq!(size::parse_bytes(&format!("{n}{unit}")), Ok(v));
+        }
+        for s in [noise.clone(), format!("{n}{noise}"), format!("{noise}:{n}")] {
+            if let Ok(v) = size::parse_sizes(&s) {
+                prop_assert!(v.windows(2).all(|w| w[0] < w[1]) && v.iter().all(|&x| x <= 1 << 30));
+            }
+            if let Ok((lo, hi)) = size::parse_range(&s) {
+                prop_assert!(lo <= hi);
+            }
+        }
+    }
+}
+
+/// A small SPD matrix in Matrix Market symmetric storage (tridiagonal 4, -1), the seed of the
+/// matrix reader's mutations; and a general, an integer, a pattern and an array form.
+fn mtx_seeds() -> Vec<String> {
+    let mut sym = String::from("%%MatrixMarket matrix coordinate real symmetric\n% seed\n6 6 11\n");
+    for i in 1..=6 {
+        sym += &format!("{i} {i} 4.0\n");
+        if i > 1 {
+            sym += &format!("{i} {} -1e0\n", i - 1);
+        }
+    }
+    vec![
+        sym,
+        "%%MatrixMarket matrix coordinate real general\n3 3 5\n1 1 2\n2 2 2\n3 3 2\n1 2 -.5\n2 1 -.5\n".into(),
+        "%%MatrixMarket matrix coordinate integer symmetric\n2 2 3\n1 1 3\n2 2 3\n2 1 1\n".into(),
+        "%%MatrixMarket matrix coordinate pattern symmetric\n3 3 4\n1 1\n2 1\n3 2\n3 3\n".into(),
+        "%%MatrixMarket matrix array real general\n2 2\n4\n1\n1\n4\n".into(),
+    ]
+}
+
+proptest! {
+    #[test]
+    fn matrix_market_never_panics(seed in 0..5usize, edits in prop::collection::vec(edit(), 0..10)) {
+        let text = mutate(&mtx_seeds()[seed], &edits);
+        if let Ok(m) = tca_cg::mm::parse_matrix(&text, "fuzz") {
+            // An accepted matrix is a consistent CSR: a product with it is safe.
+            let a = &m.csr;
+            prop_assert_eq!(a.row_ptr.len(), a.n_rows + 1);
+            prop_assert!(a.col.iter().all(|&j| (j as usize) < a.n_cols));
+            let mut y = vec![0.0; a.n_rows];
+            a.spmv(&vec![1.0; a.n_cols], &mut y);
+        }
+    }
+
+    #[test]
+    fn matrix_headers_claiming_huge_sizes_are_errors(
+        rows in prop::sample::select(vec![0u64, 1, 6, 1 << 31, 1 << 40, u64::MAX]),
+        cols in prop::sample::select(vec![0u64, 6, 1 << 33, u64::MAX]),
+        nnz in prop::sample::select(vec![0u64, 11, 1 << 35, u64::MAX]),
+    ) {
+        let seed = &mtx_seeds()[0];
+        let body: Vec<&str> = seed.lines().skip(3).collect();
+        let text = format!(
+            "%%MatrixMarket matrix coordinate real symmetric\n{rows} {cols} {nnz}\n{}\n",
+            body.join("\n")
+        );
+        // Claims the entries do not back are refused before anything that size is allocated.
+        let r = tca_cg::mm::parse_matrix(&text, "fuzz");
+        if (rows, cols, nnz) != (6, 6, 11) {
+            prop_assert!(r.is_err(), "{rows} {cols} {nnz}");
+        }
+    }
+
+    #[test]
+    fn solver_specs_never_panic(spec in "\\PC{0,40}", tail in "[0-9:a-z.]{0,20}") {
+        for s in [spec.clone(), format!("poisson3d:{tail}"), format!("banded:{tail}"), format!("manufactured:{tail}")] {
+            let _ = tca_cg::MatrixSource::parse(&s);
+            let _ = tca_cg::Rhs::parse(&s);
+            let _ = tca_cg::Precond::parse(&s);
+        }
+    }
+
+    #[test]
+    fn calibration_file_never_panics(edits in prop::collection::vec(edit(), 0..10)) {
+        let seed = tca::coll::model::Calibration::builtin().to_json();
+        let text = mutate(&seed, &edits);
+        if let Ok(c) = tca::coll::model::Calibration::from_json(&text) {
+            // Accepted files are validated: selection works on them at any size.
+            for p in [1usize, 2, 3, 8] {
+                for b in [0usize, 8, 1 << 20] {
+                    let _ = c.choose(tca::Collective::Allreduce, p, b);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn handles_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..64)) {
+        if let Ok(h) = tca::Handle::from_bytes(&bytes) {
+            prop_assert_eq!(tca::Handle::from_bytes(&h.to_bytes()).ok(), Some(h));
+        }
+    }
+
+    #[test]
+    fn host_lists_never_panic(list in "[a-z0-9.:,\\[\\]-]{0,40}") {
+        if let Ok(hosts) = tca::bootstrap::launcher::parse_hosts(&list) {
+            prop_assert!(hosts.iter().all(|(h, _)| !h.is_empty()));
+        }
+    }
+}
