@@ -256,3 +256,99 @@ proptest! {
         }
     }
 }
+
+/// What a stranger sends to the start-up rendezvous before the job's ranks come.
+#[derive(Debug, Clone)]
+enum Garbage {
+    /// Any bytes.
+    Raw(Vec<u8>),
+    /// A well-framed message of any type.
+    Frame(u8, Vec<u8>),
+    /// A greeting of another job, any rank and size.
+    OtherJob(u64, u32, u32),
+    /// A greeting of this job with a rank out of range.
+    BadRank(u32),
+    /// A frame header claiming up to 4 GiB.
+    Huge(u32),
+}
+
+fn garbage() -> impl Strategy<Value = Garbage> {
+    prop_oneof![
+        prop::collection::vec(any::<u8>(), 0..200).prop_map(Garbage::Raw),
+        (0u8..12, prop::collection::vec(any::<u8>(), 0..100))
+            .prop_map(|(t, p)| Garbage::Frame(t, p)),
+        (any::<u64>(), any::<u32>(), any::<u32>()).prop_map(|(j, r, s)| Garbage::OtherJob(j, r, s)),
+        (2u32..).prop_map(Garbage::BadRank),
+        any::<u32>().prop_map(Garbage::Huge),
+    ]
+}
+
+fn frame(ty: u8, payload: &[u8]) -> Vec<u8> {
+    let mut f = u32::try_from(payload.len() + 1)
+        .unwrap()
+        .to_le_bytes()
+        .to_vec();
+    f.push(ty);
+    f.extend_from_slice(payload);
+    f
+}
+
+const KV_JOB: u64 = 0x7ca5_11ed_0000_0001;
+
+proptest! {
+    // Each case starts a rendezvous server and a two-rank job: fewer cases than the parsers.
+    #![proptest_config(ProptestConfig::with_cases(
+        std::env::var("PROPTEST_CASES").ok().and_then(|c| c.parse::<u32>().ok()).map_or(24, |c| (c / 10).max(1))
+    ))]
+
+    /// The rendezvous is the one network input of start-up: strangers' connections (garbage,
+    /// other jobs, bad ranks, frames claiming 4 GiB) are refused or dropped, and the job's own
+    /// two ranks still meet and exchange their records, with no abort.
+    #[test]
+    fn rendezvous_survives_strangers(junk in prop::collection::vec(garbage(), 1..6)) {
+        use std::io::Write as _;
+        use tca::bootstrap::kv::{KvClient, KvServer};
+        let server = KvServer::start("127.0.0.1:0".parse().unwrap(), KV_JOB, 2).unwrap();
+        let addr = server.addr();
+        for g in &junk {
+            let Ok(mut s) = std::net::TcpStream::connect(addr) else { continue };
+            let bytes = match g {
+                Garbage::Raw(b) => b.clone(),
+                Garbage::Frame(t, p) => frame(*t, p),
+                Garbage::OtherJob(j, r, sz) => {
+                    let j = if *j == KV_JOB { j ^ 1 } else { *j };
+                    let mut p = j.to_le_bytes().to_vec();
+                    p.extend_from_slice(&r.to_le_bytes());
+                    p.extend_from_slice(&sz.to_le_bytes());
+                    frame(1, &p)
+                }
+                Garbage::BadRank(r) => {
+                    let mut p = KV_JOB.to_le_bytes().to_vec();
+                    p.extend_from_slice(&r.to_le_bytes());
+                    p.extend_from_slice(&2u32.to_le_bytes());
+                    frame(1, &p)
+                }
+                Garbage::Huge(n) => n.to_le_bytes().to_vec(),
+            };
+            let _ = s.write_all(&bytes);
+            // The stranger hangs up (or the server already did).
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        let ranks: Vec<_> = (0..2u32)
+            .map(|r| {
+                std::thread::spawn(move || {
+                    let mut c = KvClient::connect(addr, KV_JOB, r, 2, (None, "test".into()), deadline)?;
+                    let all = c.allgather(&[r as u8; 3], deadline)?;
+                    c.leave();
+                    Ok::<_, tca::Error>(all)
+                })
+            })
+            .collect();
+        for (r, t) in ranks.into_iter().enumerate() {
+            let all = t.join().unwrap();
+            prop_assert_eq!(all.as_ref().ok(), Some(&vec![vec![0u8; 3], vec![1u8; 3]]), "rank {}: {:?}", r, all.as_ref().err());
+        }
+        server.wait_done(std::time::Duration::from_secs(5));
+        prop_assert!(server.aborted().is_none(), "{:?}", server.aborted());
+    }
+}
