@@ -9,7 +9,7 @@
 //! | `TCA_JOB_CPUS` | launcher | CPUs the job may use, as the launcher saw them (a bound rank's own mask holds one): whether ranks outnumber cores |
 //! | `TCA_BIND` | user | `auto` (default: bind rank i to the i-th CPU when every rank has one), `core` (always; more ranks than CPUs is an error) or `none` (see `bootstrap::bind`) |
 //! | `TCA_SPIN` | user | spin iterations before a wait yields or sleeps (overrides the adaptive default) |
-//! | `TCA_TIMEOUT` | user | seconds (a decimal number) a blocking wait may sleep before it gives up with `ErrorKind::Timeout` naming the rank it waited for, where the layer knows it (collectives, two-sided, active messages): a peer that is alive but stuck (stopped, spinning in user code) then ends the job with an error instead of a hang; unset or 0: no limit (a dead peer is detected without it) |
+//! | `TCA_TIMEOUT` | user | seconds (a decimal number) a blocking call may sleep, counted from its first sleep, before it gives up with `ErrorKind::Timeout` naming the rank it waited for, where the layer knows it (collectives, two-sided, active messages): a peer that is alive but stuck (stopped, spinning in user code) then ends the job with an error instead of a hang; unset or 0: no limit (a dead peer is detected without it) |
 //! | `TCA_BOOT_TIMEOUT` | user | seconds to wait for all ranks at start-up without the launcher (default 60) |
 //! | `TCA_MAX_RANKS` | user | raises or lowers the per-node rank limit (default 1024) |
 //! | `TCA_TRANSPORT` | user | `auto` (default: shared memory between ranks of one node, libfabric between nodes), `shm` (one node only), `ofi` (libfabric between every pair of ranks, also on one node) |

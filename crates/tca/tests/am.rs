@@ -672,3 +672,46 @@ fn a_handler_error_reaches_the_next_call_of_its_rank() {
     })
     .unwrap();
 }
+
+/// `TCA_TIMEOUT` counts from the start of a blocking operation, not from its latest sleep:
+/// rank 0 waits for a get from rank 1, which is stuck, while rank 2 keeps ringing rank 0's
+/// doorbell with requests. Each request ends one of rank 0's sleeps; the get still times out,
+/// naming rank 1, while rank 2 is still sending (rank 2 stops only when rank 0 has left).
+#[test]
+fn a_timeout_is_not_renewed_by_other_peers_traffic() {
+    let all = threads::run_each(3, |w| {
+        let c = Comm::world(w)?;
+        let mut t = Table::new();
+        let ping = t.add("ping", |_, _| Ok(()));
+        let ep = Endpoint::new(&c, t, 4096)?;
+        match w.rank() {
+            0 => {
+                w.set_timeout(Some(std::time::Duration::from_millis(300)));
+                let e = ep.get(1, 0, &mut [0u8; 8]).unwrap_err();
+                Ok(Some(e))
+            }
+            1 => {
+                // Stuck: alive, no calls, until rank 0 is gone.
+                std::thread::sleep(std::time::Duration::from_secs(3));
+                Ok(None)
+            }
+            _ => {
+                // Rings rank 0's doorbell until rank 0 has left (its sends then fail), or gives
+                // up after a bound a correct timeout never comes near.
+                for _ in 0..6000 {
+                    if ep.request_short(0, ping, &[]).is_err() {
+                        return Ok(None);
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+                Err(tca::Error::handler(
+                    "rank 0 never left: its timeout was renewed",
+                ))
+            }
+        }
+    });
+    let e = all[0].as_ref().unwrap().as_ref().expect("rank 0's error");
+    assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
+    assert_eq!(e.rank(), Some(1), "{e}");
+    assert!(all[2].is_ok(), "{:?}", all[2]);
+}

@@ -11,6 +11,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::fabric::ring::{Head, Ring};
 use crate::fabric::{Handle, Segment, World};
 use crate::p2p::Engine;
+use crate::transport::Patience;
 
 use super::{Handler, Index, MAX_ARGS, MAX_MEDIUM, Msg, Token};
 
@@ -302,6 +303,7 @@ impl Core {
         m: [u8; 8],
     ) -> Result<()> {
         let ring = self.ring(net);
+        let patience = Patience::default();
         loop {
             if ring.try_send_parts(w, to, parts, aux, m)? {
                 return self.ring_bell(w, to);
@@ -321,7 +323,7 @@ impl Core {
                 Ok(false)
             };
             self.pay(w)?;
-            w.wait_polling(ring.seg(), off, v, NAP, &poll)
+            w.wait_polling(ring.seg(), off, v, NAP, &patience, &poll)
                 .map_err(|e| self.name(e, to, "room in the ring of"))?;
         }
     }
@@ -936,6 +938,7 @@ impl Core {
             self.progress(w, eng, &turn)?;
             Ok(done())
         };
+        let patience = Patience::default();
         // Spin first with the flag down: a peer answering at once (a ping-pong) pays no
         // doorbell.
         for _ in 0..w.wait_policy().0 {
@@ -957,7 +960,7 @@ impl Core {
                     return Ok(());
                 }
                 self.pay(w)?;
-                w.wait_polling(self.req.seg(), self.bell, rung + 1, NAP, &poll)
+                w.wait_polling(self.req.seg(), self.bell, rung + 1, NAP, &patience, &poll)
                     .map(|_| ())
             });
             self.set_asleep(false);

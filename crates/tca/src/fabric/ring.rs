@@ -48,6 +48,7 @@ use std::cell::RefCell;
 use crate::error::{Error, ErrorKind, Result};
 use crate::fabric::line::{LINE, SIGNAL};
 use crate::fabric::{Handle, Segment, SignalOp, World};
+use crate::transport::Patience;
 
 /// Slots per ordered pair of ranks (the collectives' rings).
 pub const SLOTS: usize = 4;
@@ -416,8 +417,9 @@ impl Ring {
             // Asked only if the word is not there yet.
             Some(h) if h.busy() => {
                 let poll = || h.poll(w).map(|()| false);
+                let patience = Patience::default();
                 loop {
-                    let seen = w.wait_polling(&self.seg, off, v, HOOK_NAP, &poll)?;
+                    let seen = w.wait_polling(&self.seg, off, v, HOOK_NAP, &patience, &poll)?;
                     if seen >= v {
                         return Ok(seen);
                     }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use crate::bootstrap::JobEnv;
 use crate::env;
 use crate::error::{Error, ErrorKind, Result};
-use crate::transport::{Shm, Transport, Via};
+use crate::transport::{Patience, Shm, Transport, Via};
 
 use super::segment::{Handle, Region, Segment, SymmetricSegment, out_of_bounds};
 
@@ -834,9 +834,10 @@ impl World {
         if let Some(net) = &self.net {
             return self.wait_with_network(net, word, value, deadline);
         }
-        self.shm.wait_word(word, value, deadline, None, |verdict| {
-            verdict.and_then(|()| self.check_monitor())
-        })
+        self.shm
+            .wait_word(word, value, deadline, None, None, |verdict| {
+                verdict.and_then(|()| self.check_monitor())
+            })
     }
 
     #[cfg(feature = "ofi")]
@@ -859,7 +860,7 @@ impl World {
             block: (self.node.len() == 1).then_some(&block as &dyn Fn(Duration)),
         };
         self.shm
-            .wait_word(word, value, deadline, Some(&progress), |verdict| {
+            .wait_word(word, value, deadline, None, Some(&progress), |verdict| {
                 if let Err(e) = &verdict {
                     // Ranks that left may have sent what we wait for just before: it is in
                     // our sockets, not yet in our memory. Give it a moment to land.
@@ -883,12 +884,16 @@ impl World {
     /// after the network's own progress) says the caller's condition holds. The wait loop of
     /// the message engines: they sleep on the word their request most likely raises and make
     /// progress on everything else meanwhile. Returns the word's value when it ended.
+    /// `patience` is the blocking operation's `TCA_TIMEOUT` clock: an operation that calls
+    /// this in a loop passes the same one each time, so the timeout counts from its first
+    /// sleep.
     pub(crate) fn wait_polling(
         &self,
         seg: &Segment,
         off: usize,
         value: u64,
         nap: Duration,
+        patience: &Patience,
         poll: &dyn Fn() -> Result<bool>,
     ) -> Result<u64> {
         let word = self.own_word(seg, off)?;
@@ -903,21 +908,28 @@ impl World {
                 nap: nap.min(crate::transport::ofi::NAP),
                 block: None,
             };
-            return self
-                .shm
-                .wait_word(word, value, None, Some(&progress), |verdict| {
-                    verdict.and_then(|()| self.check_monitor())
-                });
+            return self.shm.wait_word(
+                word,
+                value,
+                None,
+                Some(patience),
+                Some(&progress),
+                |verdict| verdict.and_then(|()| self.check_monitor()),
+            );
         }
         let progress = crate::transport::Progress {
             poll,
             nap,
             block: None,
         };
-        self.shm
-            .wait_word(word, value, None, Some(&progress), |verdict| {
-                verdict.and_then(|()| self.check_monitor())
-            })
+        self.shm.wait_word(
+            word,
+            value,
+            None,
+            Some(patience),
+            Some(&progress),
+            |verdict| verdict.and_then(|()| self.check_monitor()),
+        )
     }
 
     /// Fails if the job was aborted, a peer died, or no peer is left that could signal.

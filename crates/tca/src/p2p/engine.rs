@@ -38,7 +38,7 @@ use crate::cast::{rank_u32, usize_sat};
 use crate::error::{Error, ErrorKind, Result};
 use crate::fabric::ring::{Head, Ring, Shape};
 use crate::fabric::{AtomicOp, Chain, Handle, Segment, SignalOp, World};
-use crate::transport::Region;
+use crate::transport::{Patience, Region};
 
 /// Rendezvous transfers in flight per ordered pair of ranks.
 pub const RDV_SLOTS: usize = 8;
@@ -879,12 +879,13 @@ impl Engine {
         word: (usize, u64),
         ready: impl Fn() -> Result<Option<T>>,
     ) -> Result<T> {
+        let patience = Patience::default();
         loop {
             self.progress(w, &mut Hand::None, None)?;
             if let Some(v) = ready()? {
                 return Ok(v);
             }
-            self.sleep_on(w, word, || {
+            self.sleep_on(w, word, &patience, || {
                 self.progress(w, &mut Hand::None, None)?;
                 ready().map(|r| r.is_some())
             })?;
@@ -1507,6 +1508,7 @@ impl Engine {
         &self,
         w: &World,
         (off, v): (usize, u64),
+        patience: &Patience,
         pass: impl Fn() -> Result<bool>,
     ) -> Result<()> {
         let spins = w.wait_policy().0;
@@ -1520,7 +1522,7 @@ impl Engine {
             pass()
         };
         self.ring.pay(w)?;
-        w.wait_polling(self.ring.seg(), off, v, NAP, &poll)
+        w.wait_polling(self.ring.seg(), off, v, NAP, patience, &poll)
             .map(|_| ())
     }
 
@@ -1539,6 +1541,7 @@ impl Engine {
         buf: &mut [u8],
     ) -> Result<Option<Status>> {
         let idle = |st: &State| st.posted.is_empty() && st.unexpected.is_empty();
+        let patience = Patience::default();
         loop {
             if !idle(&self.st.borrow()) {
                 return Ok(None);
@@ -1569,7 +1572,7 @@ impl Engine {
             if arrived {
                 return Ok(None);
             }
-            self.sleep_on(w, self.ring.next_word(q), || {
+            self.sleep_on(w, self.ring.next_word(q), &patience, || {
                 self.progress(w, &mut Hand::None, None)?;
                 Ok(!idle(&self.st.borrow()))
             })
@@ -1588,6 +1591,7 @@ impl Engine {
     pub(crate) fn wait(&self, w: &World, id: Id, hand: &mut Hand<'_>) -> Result<Status> {
         let hand = RefCell::new(hand);
         let mut turn = 0usize;
+        let patience = Patience::default();
         loop {
             self.progress(w, &mut hand.borrow_mut(), Some(id.idx))?;
             if self.is_done(id) {
@@ -1595,7 +1599,7 @@ impl Engine {
             }
             let hint = self.hint(id, turn);
             turn += 1;
-            self.sleep_on(w, hint, || {
+            self.sleep_on(w, hint, &patience, || {
                 self.progress(w, &mut hand.borrow_mut(), Some(id.idx))?;
                 Ok(self.is_done(id))
             })
@@ -1604,9 +1608,16 @@ impl Engine {
     }
 
     /// Sleeps until request `first` or anything `done` watches may be complete (`wait_any`
-    /// between its passes of tests), polling every peer meanwhile.
-    pub(crate) fn wait_some(&self, w: &World, first: Id, done: impl Fn() -> bool) -> Result<()> {
-        self.sleep_on(w, self.hint(first, 0), || {
+    /// between its passes of tests, with the `patience` of the whole `wait_any`), polling
+    /// every peer meanwhile.
+    pub(crate) fn wait_some(
+        &self,
+        w: &World,
+        first: Id,
+        patience: &Patience,
+        done: impl Fn() -> bool,
+    ) -> Result<()> {
+        self.sleep_on(w, self.hint(first, 0), patience, || {
             self.progress(w, &mut Hand::None, None)?;
             Ok(done())
         })
@@ -1637,6 +1648,7 @@ impl Engine {
     /// Waits until a message matching `src` and `tag` has arrived.
     pub(crate) fn probe(&self, w: &World, src: Source, tag: Tag) -> Result<Status> {
         let mut turn = 0usize;
+        let patience = Patience::default();
         loop {
             if let Some(s) = self.iprobe(w, src, tag)? {
                 return Ok(s);
@@ -1646,7 +1658,7 @@ impl Engine {
                 Source::Any => self.ring.next_word(turn % self.p),
             };
             turn += 1;
-            self.sleep_on(w, hint, || {
+            self.sleep_on(w, hint, &patience, || {
                 self.progress(w, &mut Hand::None, None)?;
                 Ok(self.find(src, tag).is_some())
             })?;

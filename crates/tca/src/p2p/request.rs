@@ -195,6 +195,7 @@ pub fn wait_any(reqs: &mut [Request<'_>]) -> Result<(usize, Status)> {
     }
     let n = reqs.len();
     let mut turn = 0usize;
+    let patience = crate::transport::Patience::default();
     loop {
         // Start each pass at another request, so a busy one cannot starve the others.
         for k in 0..n {
@@ -216,7 +217,8 @@ pub fn wait_any(reqs: &mut [Request<'_>]) -> Result<(usize, Status)> {
             reqs.iter()
                 .any(|r| r.id.is_some_and(|id| r.comm.engine().is_done(id)))
         };
-        comm.engine().wait_some(comm.world_ref(), id, done)?;
+        comm.engine()
+            .wait_some(comm.world_ref(), id, &patience, done)?;
     }
 }
 

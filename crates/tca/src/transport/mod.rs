@@ -54,7 +54,7 @@ use crate::fabric::{AtomicOp, Handle, SignalOp, Strided};
 pub(crate) use shm::board::{AbortReason, Board as NodeBoard};
 
 #[cfg_attr(not(feature = "ofi"), allow(unused_imports))]
-pub(crate) use shm::wait::Progress;
+pub(crate) use shm::wait::{Patience, Progress};
 
 // ---- what the fabric holds of the node --------------------------------------------------
 

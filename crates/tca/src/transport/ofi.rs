@@ -742,13 +742,14 @@ impl Ofi {
             nap: NAP,
             block: Some(&block),
         };
+        let patience = wait::Patience::default();
         wait::wait_ge(
             &self.answered,
             &self.answer_sleepers,
             req,
             shm.policy(),
             deadline,
-            shm.timeout(),
+            shm.timeout().map(|t| (t, &patience)),
             Some(&progress),
             || {
                 shm.check_peers(false)?;

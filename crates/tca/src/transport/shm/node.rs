@@ -580,21 +580,25 @@ impl Shm {
     ///
     /// `judge` gets this transport's verdict after every sleep slice (liveness, deadlock) and
     /// may add its own (the job monitor) or soften it (give in-flight network data a moment).
+    /// Without a `deadline`, [`Shm::timeout`] bounds the wait, counted by `patience` (the
+    /// blocking operation's, shared by all its waits; `None`: this wait alone).
     pub(crate) fn wait_word(
         &self,
         word: &AtomicU64,
         value: u64,
         deadline: Option<Instant>,
+        patience: Option<&wait::Patience>,
         progress: Option<&wait::Progress<'_>>,
         mut judge: impl FnMut(Result<()>) -> Result<()>,
     ) -> Result<u64> {
+        let alone = wait::Patience::default();
         let r = wait::wait_ge(
             word,
             self.sleepers_of(self.rank),
             value,
             self.policy,
             deadline,
-            self.timeout.get(),
+            self.timeout.get().map(|t| (t, patience.unwrap_or(&alone))),
             progress,
             || judge(self.check_while_asleep()),
         );

@@ -94,6 +94,27 @@ impl SpinPolicy {
     }
 }
 
+/// The `TCA_TIMEOUT` clock of one blocking operation. An operation (a receive, a request's
+/// wait, an AM `wait_until`, a ring's credit wait) may sleep in many calls of the wait loop,
+/// each returning when its word moves for another reason; their shared `Patience` makes the
+/// timeout count from the operation's first sleep, so traffic from other peers cannot keep
+/// renewing it. The clock is read only when a wait first stops spinning, never on the fast
+/// path; creating one is free.
+#[derive(Debug, Default)]
+pub(crate) struct Patience(std::cell::Cell<Option<Instant>>);
+
+impl Patience {
+    /// The deadline of a `timeout` counted from the first time this is asked.
+    fn deadline(&self, timeout: Duration) -> Option<Instant> {
+        let since = self.0.get().unwrap_or_else(|| {
+            let now = Instant::now();
+            self.0.set(Some(now));
+            now
+        });
+        since.checked_add(timeout)
+    }
+}
+
 /// What a wait does besides watching its word: the progress of a network transport, which
 /// moves data only while someone polls it. One wait loop serves every transport; this is
 /// its hook.
@@ -123,8 +144,8 @@ impl std::fmt::Debug for Progress<'_> {
 /// `sleepers` is the sleeper count of the rank that owns `word`'s memory. `check` runs each
 /// time a sleep slice expires with nothing seen; it returns an error to give up (dead peer,
 /// abort). `deadline` turns an endless wait into [`ErrorKind::Timeout`]; without one,
-/// `timeout` (`TCA_TIMEOUT`, a stuck peer's bound) does, counted from when the wait stops
-/// spinning (the clock is read only then, never on the fast path). `progress`, when a
+/// `timeout` (`TCA_TIMEOUT`, a stuck peer's bound) does, counted by its [`Patience`] from the
+/// operation's first sleep. `progress`, when a
 /// network transport is in use, is polled while spinning and between naps.
 #[inline]
 #[allow(clippy::too_many_arguments)] // one wait's full description
@@ -134,7 +155,7 @@ pub(crate) fn wait_ge(
     target: u64,
     policy: SpinPolicy,
     deadline: Option<Instant>,
-    timeout: Option<Duration>,
+    timeout: Option<(Duration, &Patience)>,
     progress: Option<&Progress<'_>>,
     check: impl FnMut() -> Result<()>,
 ) -> Result<u64> {
@@ -155,7 +176,7 @@ fn wait_slow(
     target: u64,
     policy: SpinPolicy,
     deadline: Option<Instant>,
-    timeout: Option<Duration>,
+    timeout: Option<(Duration, &Patience)>,
     progress: Option<&Progress<'_>>,
     mut check: impl FnMut() -> Result<()>,
 ) -> Result<u64> {
@@ -177,10 +198,10 @@ fn wait_slow(
         }
     }
     let nap = progress.map_or(SLEEP_SLICE, |p| p.nap.min(SLEEP_SLICE));
-    // The caller's deadline, else the job's timeout from now.
+    // The caller's deadline, else the job's timeout from the operation's first sleep.
     let (deadline, by_timeout) = match (deadline, timeout) {
         (Some(d), _) => (Some(d), None),
-        (None, Some(t)) => (Instant::now().checked_add(t), Some(t)),
+        (None, Some((t, patience))) => (patience.deadline(t), Some(t)),
         (None, None) => (None, None),
     };
     let half = futex_half(word);
@@ -350,7 +371,7 @@ mod tests {
                 yields: 1,
             },
             None,
-            Some(Duration::from_millis(40)),
+            Some((Duration::from_millis(40), &Patience::default())),
             None,
             || Ok(()),
         )
@@ -359,6 +380,49 @@ mod tests {
         assert!(e.to_string().contains("TCA_TIMEOUT"), "{e}");
         assert!(t0.elapsed() >= Duration::from_millis(40));
         assert_eq!(sleepers.load(Ordering::SeqCst), 0);
+    }
+
+    /// Waits of one operation share its clock: a word that keeps moving (another peer's
+    /// traffic ending each wait) does not renew the timeout.
+    #[test]
+    fn one_operations_waits_share_their_timeout() {
+        let word = AtomicU64::new(0);
+        let sleepers = AtomicU32::new(0);
+        let patience = Patience::default();
+        let policy = SpinPolicy {
+            spins: 0,
+            yields: 0,
+        };
+        let t = Duration::from_millis(60);
+        let mut ended = None;
+        for target in 1..1000 {
+            // Another "peer" moves the word a little later each time.
+            let r = std::thread::scope(|s| {
+                s.spawn(|| {
+                    std::thread::sleep(Duration::from_millis(10));
+                    word.store(target, Ordering::SeqCst);
+                    notify(&word, &sleepers);
+                });
+                wait_ge(
+                    &word,
+                    &sleepers,
+                    target,
+                    policy,
+                    None,
+                    Some((t, &patience)),
+                    None,
+                    || Ok(()),
+                )
+            });
+            if let Err(e) = r {
+                ended = Some((target, e));
+                break;
+            }
+        }
+        let (target, e) = ended.expect("the shared timeout ends the operation");
+        assert_eq!(e.kind(), ErrorKind::Timeout);
+        // About 60 ms of 10 ms waits: far fewer than the 999 a renewed clock would allow.
+        assert!(target < 100, "{target} waits");
     }
 
     #[test]
