@@ -73,8 +73,8 @@ pub(crate) struct Args {
     #[arg(long, value_name = "K", requires = "tol")]
     max_iters: Option<u64>,
     /// Preconditioner: none (the paper's CG) or jacobi (D⁻¹; for badly scaled matrices).
-    #[arg(long, default_value = "none", value_parser = ["none", "jacobi"])]
-    precond: String,
+    #[arg(long, default_value = "none", value_parser = parse_precond, value_name = "none|jacobi")]
+    precond: Precond,
     /// Right-hand side: ones, random[:SEED], manufactured[:SEED], a-ones or a vector file.
     #[arg(long, default_value = "ones", value_name = "RHS")]
     rhs: String,
@@ -99,6 +99,11 @@ pub(crate) struct Args {
 enum Format {
     Text,
     Json,
+}
+
+/// `--precond`, by the solver's own parser (one list of names).
+fn parse_precond(s: &str) -> Result<Precond, String> {
+    Precond::parse(s).map_err(|e| e.to_string())
 }
 
 fn options(a: &Args) -> Result<Options> {
@@ -130,7 +135,7 @@ fn options(a: &Args) -> Result<Options> {
             rhs: Rhs::parse(&a.rhs)?,
         },
         stop,
-        precond: Precond::parse(&a.precond)?,
+        precond: a.precond,
         breakdown: a.breakdown,
         progress: !a.no_progress,
     })
