@@ -144,11 +144,288 @@ struct Counters {
     owing: bool,
 }
 
-/// A group's rings: this rank's ring segment, the peers' handles, and the counters.
+/// This rank's ring area as the ring protocol reads it: words, bytes, bytes in place. A
+/// [`Segment`] is one; so is the model checks' loom memory (`mod model` below).
+pub(crate) trait Area {
+    /// The signal word at `off` (Acquire).
+    fn value(&self, off: usize) -> Result<u64>;
+    /// Copies bytes from `off`.
+    fn read(&self, off: usize, dst: &mut [u8]) -> Result<()>;
+    /// Hands `len` bytes at `off` to `f` in place.
+    ///
+    /// # Safety
+    /// Nothing may write those bytes until `f` returns.
+    #[allow(unsafe_code)] // a view in place: the caller keeps writers away (take_with)
+    unsafe fn look<R>(&self, off: usize, len: usize, f: impl FnOnce(&[u8]) -> R) -> Result<R>;
+}
+
+impl Area for Segment {
+    #[inline]
+    fn value(&self, off: usize) -> Result<u64> {
+        self.signal_value(off)
+    }
+
+    #[inline]
+    fn read(&self, off: usize, dst: &mut [u8]) -> Result<()> {
+        Segment::read(self, off, dst)
+    }
+
+    #[inline]
+    #[allow(unsafe_code)]
+    unsafe fn look<R>(&self, off: usize, len: usize, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
+        // SAFETY: the caller guarantees that nothing writes these bytes while `f` holds them;
+        // `view` checks the range.
+        Ok(f(unsafe { self.view::<u8>(off, len)? }))
+    }
+}
+
+/// What the ring protocol needs of the fabric: its own rank's ring area, a wait on it, and
+/// writes into the other members' areas (members counted from 0). The fabric's segments and
+/// puts provide it ([`Fabric`]); the model checks provide it with loom's memory (`mod model`
+/// below), so they run the protocol's own code.
+pub(crate) trait Memory: Area {
+    /// Copies `src` to `off` in member `q`'s area.
+    fn put(&self, q: usize, off: usize, src: &[u8]) -> Result<()>;
+    /// Copies `src` to `off` in member `q`'s area, then sets its word at `sig` to `v`.
+    fn put_set(&self, q: usize, off: usize, src: &[u8], sig: usize, v: u64) -> Result<()>;
+    /// Sets the word at `off` in member `q`'s area to `v`.
+    fn set(&self, q: usize, off: usize, v: u64) -> Result<()>;
+    /// Waits until this rank's word at `off` is at least `v`, running `hook` meanwhile.
+    fn wait(&self, off: usize, v: u64, hook: Hook<'_>) -> Result<u64>;
+    /// Member `q`'s world rank, to name it in errors.
+    fn rank(&self, q: usize) -> u32;
+}
+
+/// The fabric as one rank's ring sees it: its segment, the members' handles, the world's
+/// puts and waits.
+#[derive(Clone, Copy)]
+struct Fabric<'a> {
+    w: &'a World,
+    seg: &'a Segment,
+    handles: &'a [Handle],
+}
+
+impl Area for Fabric<'_> {
+    #[inline]
+    fn value(&self, off: usize) -> Result<u64> {
+        self.seg.signal_value(off)
+    }
+
+    #[inline]
+    fn read(&self, off: usize, dst: &mut [u8]) -> Result<()> {
+        self.seg.read(off, dst)
+    }
+
+    #[inline]
+    #[allow(unsafe_code)]
+    unsafe fn look<R>(&self, off: usize, len: usize, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
+        // SAFETY: passed on from our caller.
+        unsafe { self.seg.look(off, len, f) }
+    }
+}
+
+impl Memory for Fabric<'_> {
+    #[inline]
+    fn put(&self, q: usize, off: usize, src: &[u8]) -> Result<()> {
+        self.w.put(&self.handles[q], off, src)
+    }
+
+    #[inline]
+    fn put_set(&self, q: usize, off: usize, src: &[u8], sig: usize, v: u64) -> Result<()> {
+        let h = &self.handles[q];
+        self.w.put_signal(h, off, src, h, sig, SignalOp::Set(v))
+    }
+
+    #[inline]
+    fn set(&self, q: usize, off: usize, v: u64) -> Result<()> {
+        self.w.signal(&self.handles[q], off, SignalOp::Set(v))
+    }
+
+    fn wait(&self, off: usize, v: u64, hook: Hook<'_>) -> Result<u64> {
+        match hook {
+            // Asked only if the word is not there yet.
+            Some(h) if h.busy() => {
+                let poll = || h.poll(self.w).map(|()| false);
+                let patience = Patience::default();
+                loop {
+                    let seen = self
+                        .w
+                        .wait_polling(self.seg, off, v, HOOK_NAP, &patience, &poll)?;
+                    if seen >= v {
+                        return Ok(seen);
+                    }
+                }
+            }
+            _ => self.w.wait_until(self.seg, off, v),
+        }
+    }
+
+    fn rank(&self, q: usize) -> u32 {
+        self.handles[q].rank()
+    }
+}
+
+/// A group's rings: this rank's ring segment, the peers' handles, and the protocol's state.
 #[derive(Debug)]
 pub(crate) struct Ring {
     seg: Segment,
     handles: Vec<Handle>,
+    proto: Protocol,
+}
+
+impl Ring {
+    /// Wraps an allocated segment (at least `shape.bytes(p)` long; the ring uses its start) and
+    /// every member's handle of the same segment.
+    pub(crate) fn new(seg: Segment, handles: Vec<Handle>, me: usize, shape: Shape) -> Self {
+        let proto = Protocol::new(handles.len(), me, shape);
+        Self {
+            seg,
+            handles,
+            proto,
+        }
+    }
+
+    #[inline(always)]
+    fn mem<'a>(&'a self, w: &'a World) -> Fabric<'a> {
+        Fabric {
+            w,
+            seg: &self.seg,
+            handles: &self.handles,
+        }
+    }
+
+    /// The largest payload of one packet.
+    pub(crate) fn capacity(&self) -> usize {
+        self.proto.ch
+    }
+
+    /// This rank's segment (the ring at its start; a framing may keep more after
+    /// its shape's bytes).
+    pub(crate) fn seg(&self) -> &Segment {
+        &self.seg
+    }
+
+    /// Member `q`'s handle of its segment.
+    pub(crate) fn handle(&self, q: usize) -> &Handle {
+        &self.handles[q]
+    }
+
+    /// Sends one packet to member `to` if its slots have room now; `false` (nothing sent) if
+    /// not. The message engines' send: they queue what does not fit rather than block.
+    #[inline]
+    pub(crate) fn try_send(
+        &self,
+        w: &World,
+        to: usize,
+        data: &[u8],
+        aux: u32,
+        meta: [u8; 8],
+    ) -> Result<bool> {
+        self.proto
+            .try_send_parts(&self.mem(w), to, &[data], aux, meta)
+    }
+
+    /// [`Ring::try_send`] of a payload given in pieces (a header and a body), written
+    /// back to back into the slot: no staging copy to join them.
+    #[inline]
+    pub(crate) fn try_send_parts(
+        &self,
+        w: &World,
+        to: usize,
+        parts: &[&[u8]],
+        aux: u32,
+        meta: [u8; 8],
+    ) -> Result<bool> {
+        self.proto
+            .try_send_parts(&self.mem(w), to, parts, aux, meta)
+    }
+
+    /// The credit word a sender blocked on member `to` sleeps on, and the value that lets
+    /// its next packet go: what a waiter that cannot send sleeps on.
+    pub(crate) fn credit_word(&self, to: usize) -> (usize, u64) {
+        self.proto.credit_word(to)
+    }
+
+    /// Sends one packet (`data.len() <= capacity()`) to member `to`, waiting for credit if its
+    /// slots are full (running `hook` meanwhile, if given).
+    #[inline]
+    pub(crate) fn send(
+        &self,
+        w: &World,
+        to: usize,
+        data: &[u8],
+        aux: u32,
+        meta: [u8; 8],
+        hook: Hook<'_>,
+    ) -> Result<()> {
+        self.proto.send(&self.mem(w), to, data, aux, meta, hook)
+    }
+
+    /// The header of the next packet from `from` if it has arrived, without consuming it.
+    #[inline]
+    pub(crate) fn peek(&self, from: usize) -> Result<Option<Head>> {
+        self.proto.peek(&self.seg, from)
+    }
+
+    /// Consumes the next packet from `from` if it has arrived and `accept` takes its header
+    /// (returning how many payload bytes to copy into `dst`): one look at the slot instead of
+    /// a peek and a take. `None`: nothing arrived, or `accept` declined (nothing consumed).
+    #[inline]
+    pub(crate) fn take_if(
+        &self,
+        w: &World,
+        from: usize,
+        dst: &mut [u8],
+        accept: impl FnOnce(&Head) -> Option<usize>,
+    ) -> Result<Option<Head>> {
+        self.proto.take_if(&self.mem(w), from, dst, accept)
+    }
+
+    /// Waits for the next packet from `from` (running `hook` meanwhile, if given) and returns
+    /// its header, without consuming it.
+    #[inline]
+    pub(crate) fn wait(&self, w: &World, from: usize, hook: Hook<'_>) -> Result<Head> {
+        self.proto.wait(&self.mem(w), from, hook)
+    }
+
+    /// The sequence word the next packet from `from` will raise, and the value it will carry:
+    /// what a waiter that expects a packet from `from` sleeps on.
+    pub(crate) fn next_word(&self, from: usize) -> (usize, u64) {
+        self.proto.next_word(from)
+    }
+
+    /// Consumes the next packet from `from` (which must have arrived: [`Ring::peek`] or
+    /// [`Ring::wait`] said so), copying its first `dst.len()` payload bytes into `dst`.
+    #[inline]
+    pub(crate) fn take(&self, w: &World, from: usize, h: &Head, dst: &mut [u8]) -> Result<()> {
+        self.proto.take(&self.mem(w), from, h, dst)
+    }
+
+    /// Consumes the next packet from `from` (which must have arrived), handing its payload to
+    /// `f` in place: no copy (a reduction combines straight out of the slot).
+    #[inline]
+    pub(crate) fn take_with<R>(
+        &self,
+        w: &World,
+        from: usize,
+        h: &Head,
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> Result<R> {
+        self.proto.take_with(&self.mem(w), from, h, f)
+    }
+
+    /// Writes back the credits owed (see "Credits off the critical path"). Every way into
+    /// a blocking wait calls it first, and every send after its packet has gone.
+    #[inline]
+    pub(crate) fn pay(&self, w: &World) -> Result<()> {
+        self.proto.pay(&self.mem(w))
+    }
+}
+
+/// The protocol of one rank's rings over any [`Memory`]: the counters, the layout, flow
+/// control and credits.
+#[derive(Debug)]
+struct Protocol {
     me: usize,
     p: usize,
     ch: usize,
@@ -158,11 +435,8 @@ pub(crate) struct Ring {
     c: RefCell<Counters>,
 }
 
-impl Ring {
-    /// Wraps an allocated segment (at least `shape.bytes(p)` long; the ring uses its start) and
-    /// every member's handle of the same segment.
-    pub(crate) fn new(seg: Segment, handles: Vec<Handle>, me: usize, shape: Shape) -> Self {
-        let p = handles.len();
+impl Protocol {
+    fn new(p: usize, me: usize, shape: Shape) -> Self {
         let ch = shape.chunk;
         assert!(
             shape.slots.is_power_of_two()
@@ -171,8 +445,6 @@ impl Ring {
             "ring shape {shape:?}: slots and ack interval are powers of two, ack <= slots"
         );
         Self {
-            seg,
-            handles,
             me,
             p,
             ch,
@@ -189,22 +461,6 @@ impl Ring {
         }
     }
 
-    /// The largest payload of one packet.
-    pub(crate) fn capacity(&self) -> usize {
-        self.ch
-    }
-
-    /// This rank's segment (the ring at its start; a framing may keep more after
-    /// its shape's bytes).
-    pub(crate) fn seg(&self) -> &Segment {
-        &self.seg
-    }
-
-    /// Member `q`'s handle of its segment.
-    pub(crate) fn handle(&self, q: usize) -> &Handle {
-        &self.handles[q]
-    }
-
     fn slot_off(&self, sender: usize, seq: u64) -> usize {
         // Only the bits below `slots` (a usize) survive the mask: truncation loses nothing.
         #[allow(clippy::cast_possible_truncation)]
@@ -215,34 +471,18 @@ impl Ring {
     /// Whether packet `seq` to `to` fits the slots `to` has handed back, re-reading the
     /// credit word when the cached credit says no.
     #[inline]
-    fn has_credit(&self, c: &mut Counters, to: usize, seq: u64) -> Result<bool> {
+    fn has_credit(&self, io: &impl Area, c: &mut Counters, to: usize, seq: u64) -> Result<bool> {
         if seq <= c.credit[to] + self.slots as u64 {
             return Ok(true);
         }
-        c.credit[to] = self.seg.signal_value(to * CREDIT)?;
+        c.credit[to] = io.value(to * CREDIT)?;
         Ok(seq <= c.credit[to] + self.slots as u64)
     }
 
-    /// Sends one packet to member `to` if its slots have room now; `false` (nothing sent) if
-    /// not. The message engines' send: they queue what does not fit rather than block.
     #[inline]
-    pub(crate) fn try_send(
+    fn try_send_parts(
         &self,
-        w: &World,
-        to: usize,
-        data: &[u8],
-        aux: u32,
-        meta: [u8; 8],
-    ) -> Result<bool> {
-        self.try_send_parts(w, to, &[data], aux, meta)
-    }
-
-    /// [`Ring::try_send`] of a payload given in pieces (a header and a body), written
-    /// back to back into the slot: no staging copy to join them.
-    #[inline]
-    pub(crate) fn try_send_parts(
-        &self,
-        w: &World,
+        io: &impl Memory,
         to: usize,
         parts: &[&[u8]],
         aux: u32,
@@ -251,39 +491,35 @@ impl Ring {
         {
             let mut c = self.c.borrow_mut();
             let seq = c.sent[to] + 1;
-            if !self.has_credit(&mut c, to, seq)? {
+            if !self.has_credit(io, &mut c, to, seq)? {
                 return Ok(false);
             }
-            self.put_packet(w, &mut c, to, seq, parts, aux, meta)?;
+            self.put_packet(io, &mut c, to, seq, parts, aux, meta)?;
         }
-        self.pay(w)?;
+        self.pay(io)?;
         Ok(true)
     }
 
-    /// The credit word a sender blocked on member `to` sleeps on, and the value that lets
-    /// its next packet go: what a waiter that cannot send sleeps on.
-    pub(crate) fn credit_word(&self, to: usize) -> (usize, u64) {
+    fn credit_word(&self, to: usize) -> (usize, u64) {
         let seq = self.c.borrow().sent[to] + 1;
         (to * CREDIT, seq.saturating_sub(self.slots as u64))
     }
 
-    /// Sends one packet (`data.len() <= capacity()`) to member `to`, waiting for credit if its
-    /// slots are full (running `hook` meanwhile, if given).
     #[inline]
-    pub(crate) fn send(
+    fn send(
         &self,
-        w: &World,
+        io: &impl Memory,
         to: usize,
         data: &[u8],
         aux: u32,
         meta: [u8; 8],
         hook: Hook<'_>,
     ) -> Result<()> {
-        while !self.try_send(w, to, data, aux, meta)? {
+        while !self.try_send_parts(io, to, &[data], aux, meta)? {
             let (off, v) = self.credit_word(to);
             let seen = self
-                .wait_word(w, off, v, hook)
-                .map_err(|e| self.waited_for(e, to, "a free slot"))?;
+                .wait_word(io, off, v, hook)
+                .map_err(|e| waited_for(io, e, to, "a free slot"))?;
             self.c.borrow_mut().credit[to] = seen;
         }
         Ok(())
@@ -295,7 +531,7 @@ impl Ring {
     #[allow(clippy::too_many_arguments)] // one packet's full description
     fn put_packet(
         &self,
-        w: &World,
+        io: &impl Memory,
         c: &mut Counters,
         to: usize,
         seq: u64,
@@ -305,7 +541,6 @@ impl Ring {
     ) -> Result<()> {
         let len: usize = parts.iter().map(|p| p.len()).sum();
         debug_assert!(len <= self.ch);
-        let h = &self.handles[to];
         let off = self.slot_off(self.me, seq);
         let mut line = [0u8; SIGNAL];
         line[META..LEN].copy_from_slice(&meta);
@@ -320,29 +555,22 @@ impl Ring {
                 line[at..at + p.len()].copy_from_slice(p);
                 at += p.len();
             }
-            w.put_signal(h, off, &line, h, off + SIGNAL, SignalOp::Set(seq))?;
+            io.put_set(to, off, &line, off + SIGNAL, seq)?;
         } else {
             let mut at = off + LINE;
             for p in parts {
-                w.put(h, at, p)?;
+                io.put(to, at, p)?;
                 at += p.len();
             }
-            w.put_signal(
-                h,
-                off + META,
-                &line[META..],
-                h,
-                off + SIGNAL,
-                SignalOp::Set(seq),
-            )?;
+            io.put_set(to, off + META, &line[META..], off + SIGNAL, seq)?;
         }
         c.sent[to] = seq;
         Ok(())
     }
 
-    fn head_at(&self, off: usize) -> Result<Head> {
+    fn head_at(&self, io: &impl Area, off: usize) -> Result<Head> {
         let mut b = [0u8; SIGNAL - META];
-        self.seg.read(off + META, &mut b)?;
+        io.read(off + META, &mut b)?;
         let word = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"));
         Ok(Head {
             meta: b[..8].try_into().expect("8 bytes"),
@@ -351,108 +579,76 @@ impl Ring {
         })
     }
 
-    /// The header of the next packet from `from` if it has arrived, without consuming it.
     #[inline]
-    pub(crate) fn peek(&self, from: usize) -> Result<Option<Head>> {
+    fn peek(&self, io: &impl Area, from: usize) -> Result<Option<Head>> {
         let seq = self.c.borrow().recvd[from] + 1;
         let off = self.slot_off(from, seq);
-        if self.seg.signal_value(off + SIGNAL)? < seq {
+        if io.value(off + SIGNAL)? < seq {
             return Ok(None);
         }
-        self.head_at(off).map(Some)
+        self.head_at(io, off).map(Some)
     }
 
-    /// Consumes the next packet from `from` if it has arrived and `accept` takes its header
-    /// (returning how many payload bytes to copy into `dst`): one look at the slot instead of
-    /// a peek and a take. `None`: nothing arrived, or `accept` declined (nothing consumed).
     #[inline]
-    pub(crate) fn take_if(
+    fn take_if(
         &self,
-        w: &World,
+        io: &impl Memory,
         from: usize,
         dst: &mut [u8],
         accept: impl FnOnce(&Head) -> Option<usize>,
     ) -> Result<Option<Head>> {
         let seq = self.c.borrow().recvd[from] + 1;
         let off = self.slot_off(from, seq);
-        if self.seg.signal_value(off + SIGNAL)? < seq {
+        if io.value(off + SIGNAL)? < seq {
             return Ok(None);
         }
-        let h = self.head_at(off)?;
+        let h = self.head_at(io, off)?;
         let Some(n) = accept(&h) else {
             return Ok(None);
         };
         let n = n.min(h.len).min(dst.len());
-        self.seg.read(Self::data_off(off, h.len), &mut dst[..n])?;
-        self.consumed(w, from, seq)?;
+        io.read(Self::data_off(off, h.len), &mut dst[..n])?;
+        self.consumed(io, from, seq)?;
         Ok(Some(h))
     }
 
-    /// Waits for the next packet from `from` (running `hook` meanwhile, if given) and returns
-    /// its header, without consuming it.
     #[inline]
-    pub(crate) fn wait(&self, w: &World, from: usize, hook: Hook<'_>) -> Result<Head> {
+    fn wait(&self, io: &impl Memory, from: usize, hook: Hook<'_>) -> Result<Head> {
         let seq = self.c.borrow().recvd[from] + 1;
         let off = self.slot_off(from, seq);
-        self.wait_word(w, off + SIGNAL, seq, hook)
-            .map_err(|e| self.waited_for(e, from, "a packet"))?;
-        self.head_at(off)
-    }
-
-    /// A failed wait's error, naming member `q` (by its world rank) if it names nobody yet.
-    #[cold]
-    fn waited_for(&self, e: Error, q: usize, what: &str) -> Error {
-        let rank = self.handles[q].rank();
-        e.waiting_for(rank, format_args!("{what} from rank {rank}"))
+        self.wait_word(io, off + SIGNAL, seq, hook)
+            .map_err(|e| waited_for(io, e, from, "a packet"))?;
+        self.head_at(io, off)
     }
 
     #[inline]
-    fn wait_word(&self, w: &World, off: usize, v: u64, hook: Hook<'_>) -> Result<u64> {
-        let seen = self.seg.signal_value(off)?;
+    fn wait_word(&self, io: &impl Memory, off: usize, v: u64, hook: Hook<'_>) -> Result<u64> {
+        let seen = io.value(off)?;
         if seen >= v {
             return Ok(seen);
         }
-        self.pay(w)?;
-        match hook {
-            // Asked only if the word is not there yet.
-            Some(h) if h.busy() => {
-                let poll = || h.poll(w).map(|()| false);
-                let patience = Patience::default();
-                loop {
-                    let seen = w.wait_polling(&self.seg, off, v, HOOK_NAP, &patience, &poll)?;
-                    if seen >= v {
-                        return Ok(seen);
-                    }
-                }
-            }
-            _ => w.wait_until(&self.seg, off, v),
-        }
+        self.pay(io)?;
+        io.wait(off, v, hook)
     }
 
-    /// The sequence word the next packet from `from` will raise, and the value it will carry:
-    /// what a waiter that expects a packet from `from` sleeps on.
-    pub(crate) fn next_word(&self, from: usize) -> (usize, u64) {
+    fn next_word(&self, from: usize) -> (usize, u64) {
         let seq = self.c.borrow().recvd[from] + 1;
         (self.slot_off(from, seq) + SIGNAL, seq)
     }
 
-    /// Consumes the next packet from `from` (which must have arrived: [`Ring::peek`] or
-    /// [`Ring::wait`] said so), copying its first `dst.len()` payload bytes into `dst`.
     #[inline]
-    pub(crate) fn take(&self, w: &World, from: usize, h: &Head, dst: &mut [u8]) -> Result<()> {
+    fn take(&self, io: &impl Memory, from: usize, h: &Head, dst: &mut [u8]) -> Result<()> {
         let seq = self.c.borrow().recvd[from] + 1;
         let off = self.slot_off(from, seq);
         let n = dst.len().min(h.len);
-        self.seg.read(Self::data_off(off, h.len), &mut dst[..n])?;
-        self.consumed(w, from, seq)
+        io.read(Self::data_off(off, h.len), &mut dst[..n])?;
+        self.consumed(io, from, seq)
     }
 
-    /// Consumes the next packet from `from` (which must have arrived), handing its payload to
-    /// `f` in place: no copy (a reduction combines straight out of the slot).
     #[inline]
-    pub(crate) fn take_with<R>(
+    fn take_with<R>(
         &self,
-        w: &World,
+        io: &impl Memory,
         from: usize,
         h: &Head,
         f: impl FnOnce(&[u8]) -> R,
@@ -463,10 +659,10 @@ impl Ring {
         // SAFETY: the sender wrote this slot completely before raising its sequence word to
         // `seq` (the caller saw it arrive), and writes it again only for packet seq + slots,
         // which it sends only once our credit word says we consumed packet `seq` ("Flow
-        // control" above). That credit is written by `consumed` below, after the view and `f`
-        // are done with it, so nothing writes these bytes while the view lives.
-        let r = f(unsafe { self.seg.view::<u8>(Self::data_off(off, h.len), h.len)? });
-        self.consumed(w, from, seq)?;
+        // control" above). That credit is written by `consumed` below, after `f` is done
+        // with the bytes, so nothing writes them while `f` holds them.
+        let r = unsafe { io.look(Self::data_off(off, h.len), h.len, f)? };
+        self.consumed(io, from, seq)?;
         Ok(r)
     }
 
@@ -475,7 +671,7 @@ impl Ring {
     }
 
     #[inline]
-    fn consumed(&self, w: &World, from: usize, seq: u64) -> Result<()> {
+    fn consumed(&self, io: &impl Memory, from: usize, seq: u64) -> Result<()> {
         let mut c = self.c.borrow_mut();
         c.recvd[from] = seq;
         if seq & (self.ack_every - 1) != 0 {
@@ -487,21 +683,19 @@ impl Ring {
         c.owed[from] = seq;
         c.owing = true;
         drop(c);
-        if behind { self.pay_slow(w) } else { Ok(()) }
+        if behind { self.pay_slow(io) } else { Ok(()) }
     }
 
-    /// Writes back the credits owed (see "Credits off the critical path"). Every way into
-    /// a blocking wait calls it first, and every send after its packet has gone.
     #[inline]
-    pub(crate) fn pay(&self, w: &World) -> Result<()> {
+    fn pay(&self, io: &impl Memory) -> Result<()> {
         if !self.c.borrow().owing {
             return Ok(());
         }
-        self.pay_slow(w)
+        self.pay_slow(io)
     }
 
     #[inline(never)]
-    fn pay_slow(&self, w: &World) -> Result<()> {
+    fn pay_slow(&self, io: &impl Memory) -> Result<()> {
         let mut c = self.c.borrow_mut();
         c.owing = false;
         for q in 0..self.p {
@@ -512,11 +706,351 @@ impl Ring {
             // Hand the slots back: the sender may now reuse them. A sender that has already
             // released its group (it finished, and this was its last packet to us) needs no
             // credit.
-            match w.signal(&self.handles[q], self.me * CREDIT, SignalOp::Set(seq)) {
+            match io.set(q, self.me * CREDIT, seq) {
                 Err(e) if e.kind() == ErrorKind::InvalidHandle => {}
                 r => r?,
             }
         }
         Ok(())
+    }
+}
+
+/// A failed wait's error, naming member `q` (by its world rank) if it names nobody yet.
+#[cold]
+fn waited_for(io: &impl Memory, e: Error, q: usize, what: &str) -> Error {
+    let rank = io.rank(q);
+    e.waiting_for(rank, format_args!("{what} from rank {rank}"))
+}
+
+/// Model checks of the ring protocol (see `crate::model`): two ranks run the real
+/// [`Protocol`] over loom's memory — each 8-byte word of a ring area a signal word where the
+/// layout has one (with the real wait of `transport::shm::wait`), else a data word whose
+/// every read and write loom checks against the others — so a slot overwritten before its
+/// reader is done with it, or read before its writer is, fails the model, whatever the
+/// bytes happen to be.
+#[cfg(test)]
+mod model {
+    use super::*;
+    use crate::fabric::SignalOp;
+    use crate::model::{ModelCount, ModelWord, explore};
+    use crate::transport::shm::wait::{SpinPolicy, Word, raise, wait_ge};
+    use loom::cell::UnsafeCell;
+    use loom::sync::Arc;
+    use std::sync::atomic::Ordering;
+
+    /// Two slots of 64 bytes, credits every second packet (the most a shape allows): laps
+    /// come round quickly.
+    const SHAPE: Shape = Shape {
+        slots: 2,
+        ack_every: 2,
+        chunk: 64,
+    };
+    /// The same with a credit after every packet.
+    const EVERY: Shape = Shape {
+        ack_every: 1,
+        ..SHAPE
+    };
+    const P: usize = 2;
+
+    enum Word8 {
+        Data(UnsafeCell<u64>),
+        Signal(ModelWord),
+    }
+
+    /// One rank's ring area.
+    struct Words {
+        words: Vec<Word8>,
+        sleepers: ModelCount,
+    }
+
+    #[allow(unsafe_code)]
+    // SAFETY: shared between the model's threads on purpose: every access to a data word goes
+    // through loom's `UnsafeCell`, which fails the model on any access not ordered after a
+    // conflicting one — the property under test.
+    unsafe impl Sync for Words {}
+
+    impl Words {
+        fn new(shape: Shape) -> Self {
+            let layout = Protocol::new(P, 0, shape);
+            let mut signal = vec![false; shape.bytes(P) / 8];
+            for q in 0..P {
+                signal[q * CREDIT / 8] = true;
+                for seq in 1..=shape.slots as u64 {
+                    signal[(layout.slot_off(q, seq) + SIGNAL) / 8] = true;
+                }
+            }
+            Self {
+                words: signal
+                    .into_iter()
+                    .map(|s| {
+                        if s {
+                            Word8::Signal(ModelWord::new(0))
+                        } else {
+                            Word8::Data(UnsafeCell::new(0))
+                        }
+                    })
+                    .collect(),
+                sleepers: ModelCount::default(),
+            }
+        }
+
+        fn signal(&self, off: usize) -> &ModelWord {
+            match &self.words[off / 8] {
+                Word8::Signal(w) if off % 8 == 0 => w,
+                _ => panic!("the ring used bytes at {off} as a signal word"),
+            }
+        }
+
+        /// Calls `f(word, bytes of the word, range of the buffer)` for the words that bytes
+        /// `off..off + len` touch.
+        fn each(&self, off: usize, len: usize, mut f: impl FnMut(&UnsafeCell<u64>, usize, usize)) {
+            let mut at = off;
+            while at < off + len {
+                let (i, within) = (at / 8, at % 8);
+                let n = (8 - within).min(off + len - at);
+                match &self.words[i] {
+                    Word8::Data(c) => f(c, within, at - off),
+                    Word8::Signal(_) => {
+                        panic!("the ring wrote bytes over the signal word at {}", i * 8)
+                    }
+                }
+                at += n;
+            }
+        }
+
+        #[allow(unsafe_code)]
+        fn write(&self, off: usize, src: &[u8]) {
+            self.each(off, src.len(), |c, within, from| {
+                let n = (8 - within).min(src.len() - from);
+                // SAFETY: loom checks this write against every other access of the word.
+                c.with_mut(|p| unsafe {
+                    let mut b = (*p).to_le_bytes();
+                    b[within..within + n].copy_from_slice(&src[from..from + n]);
+                    *p = u64::from_le_bytes(b);
+                });
+            });
+        }
+
+        #[allow(unsafe_code)]
+        fn read(&self, off: usize, dst: &mut [u8]) {
+            let len = dst.len();
+            self.each(off, len, |c, within, from| {
+                let n = (8 - within).min(len - from);
+                // SAFETY: loom checks this read against every other access of the word.
+                let b = c.with(|p| unsafe { *p }).to_le_bytes();
+                dst[from..from + n].copy_from_slice(&b[within..within + n]);
+            });
+        }
+    }
+
+    /// How the model's memory misbehaves, to show that the models catch it.
+    #[derive(Clone, Copy, PartialEq)]
+    enum Fault {
+        None,
+        /// A transport that raises the signal before the data lands.
+        SignalFirst,
+        /// Credit words read one packet ahead of what the receiver handed back.
+        CreditAhead,
+    }
+
+    /// The ring memory of rank `me`: every rank's area.
+    struct Mem {
+        areas: Arc<Vec<Words>>,
+        me: usize,
+        fault: Fault,
+    }
+
+    impl Area for Mem {
+        fn value(&self, off: usize) -> Result<u64> {
+            let v = self.areas[self.me].signal(off).load(Ordering::Acquire);
+            Ok(if self.fault == Fault::CreditAhead && off < P * CREDIT {
+                v + 1
+            } else {
+                v
+            })
+        }
+
+        fn read(&self, off: usize, dst: &mut [u8]) -> Result<()> {
+            self.areas[self.me].read(off, dst);
+            Ok(())
+        }
+
+        #[allow(unsafe_code)]
+        unsafe fn look<R>(&self, off: usize, len: usize, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
+            let mut b = vec![0; len];
+            self.areas[self.me].read(off, &mut b);
+            Ok(f(&b))
+        }
+    }
+
+    impl Memory for Mem {
+        fn put(&self, q: usize, off: usize, src: &[u8]) -> Result<()> {
+            self.areas[q].write(off, src);
+            Ok(())
+        }
+
+        fn put_set(&self, q: usize, off: usize, src: &[u8], sig: usize, v: u64) -> Result<()> {
+            if self.fault == Fault::SignalFirst {
+                self.set(q, sig, v)?;
+                return self.put(q, off, src);
+            }
+            self.put(q, off, src)?;
+            self.set(q, sig, v)
+        }
+
+        fn set(&self, q: usize, off: usize, v: u64) -> Result<()> {
+            let a = &self.areas[q];
+            raise(a.signal(off), &a.sleepers, SignalOp::Set(v));
+            Ok(())
+        }
+
+        fn wait(&self, off: usize, v: u64, _hook: Hook<'_>) -> Result<u64> {
+            let a = &self.areas[self.me];
+            let policy = SpinPolicy {
+                spins: 1,
+                yields: 0,
+            };
+            wait_ge(
+                a.signal(off),
+                &a.sleepers,
+                v,
+                policy,
+                None,
+                None,
+                None,
+                || Ok(()),
+            )
+        }
+
+        fn rank(&self, q: usize) -> u32 {
+            crate::cast::rank_u32(q)
+        }
+    }
+
+    /// Packet `i`: inline (8 bytes) or in the slot's body (48 bytes), every byte `i`.
+    fn packet(i: u8) -> Vec<u8> {
+        vec![i; if i % 2 == 0 { 8 } else { 48 }]
+    }
+
+    /// Receives packet `i` from `from` by one of the three ways of consuming, and checks it.
+    fn receive(ring: &Protocol, mem: &Mem, from: usize, i: u8) {
+        let h = ring.wait(mem, from, None).expect("wait");
+        assert_eq!(
+            (h.aux, h.meta),
+            (u32::from(i), [i; 8]),
+            "packet {i}: its header"
+        );
+        let want = packet(i);
+        let got = match i % 3 {
+            0 => {
+                let mut b = vec![0; h.len];
+                ring.take(mem, from, &h, &mut b).expect("take");
+                b
+            }
+            1 => ring
+                .take_with(mem, from, &h, <[u8]>::to_vec)
+                .expect("take_with"),
+            _ => {
+                let mut b = vec![0; want.len()];
+                let t = ring.take_if(mem, from, &mut b, |_| Some(usize::MAX));
+                assert_eq!(t.expect("take_if").map(|h| h.len), Some(want.len()));
+                b
+            }
+        };
+        assert_eq!(got, want, "packet {i}: its payload");
+    }
+
+    fn send(ring: &Protocol, mem: &Mem, to: usize, i: u8) {
+        ring.send(mem, to, &packet(i), u32::from(i), [i; 8], None)
+            .expect("send");
+    }
+
+    fn ranks(shape: Shape, fault: Fault) -> (Mem, Mem) {
+        let areas = Arc::new(vec![Words::new(shape), Words::new(shape)]);
+        let mem = |me| Mem {
+            areas: areas.clone(),
+            me,
+            fault,
+        };
+        (mem(0), mem(1))
+    }
+
+    /// Rank 0 streams `n` packets to rank 1 (two laps of the slots and more): they arrive
+    /// whole and in order, and no slot is rewritten while rank 1 reads it.
+    fn stream(n: u8, shape: Shape, fault: Fault) {
+        let (m0, m1) = ranks(shape, fault);
+        let receiver = loom::thread::spawn(move || {
+            let ring = Protocol::new(P, 1, shape);
+            for i in 0..n {
+                receive(&ring, &m1, 0, i);
+            }
+        });
+        let ring = Protocol::new(P, 0, shape);
+        for i in 0..n {
+            send(&ring, &m0, 1, i);
+        }
+        receiver.join().unwrap();
+    }
+
+    #[test]
+    fn a_stream_laps_the_slots_without_overwriting() {
+        assert!(explore(2, || stream(5, SHAPE, Fault::None)) > 1);
+    }
+
+    #[test]
+    fn a_stream_with_a_credit_per_packet() {
+        assert!(explore(2, || stream(4, EVERY, Fault::None)) > 1);
+    }
+
+    /// Both ranks send and receive in turn (a ping-pong's pattern, where credits travel
+    /// late, with the next send): nothing is lost, overwritten or stuck.
+    #[test]
+    fn both_ways_with_late_credits() {
+        let runs = explore(2, || {
+            let (m0, m1) = ranks(SHAPE, Fault::None);
+            let other = loom::thread::spawn(move || {
+                let ring = Protocol::new(P, 1, SHAPE);
+                for i in 0..3 {
+                    send(&ring, &m1, 0, i);
+                    receive(&ring, &m1, 0, i);
+                }
+            });
+            let ring = Protocol::new(P, 0, SHAPE);
+            for i in 0..3 {
+                send(&ring, &m0, 1, i);
+                receive(&ring, &m0, 1, i);
+            }
+            other.join().unwrap();
+        });
+        assert!(runs > 1);
+    }
+
+    /// What a model that must fail failed with.
+    fn failure(model: impl Fn() + Sync + Send + 'static) -> String {
+        let e = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| explore(2, model)))
+            .expect_err("the model must fail");
+        e.downcast_ref::<String>()
+            .cloned()
+            .or_else(|| e.downcast_ref::<&str>().map(|s| (*s).to_string()))
+            .unwrap_or_default()
+    }
+
+    /// The models can fail: a transport that signals before the data is in place lets the
+    /// reader at bytes still being written.
+    #[test]
+    fn a_signal_before_its_data_is_caught() {
+        let e = failure(|| stream(3, SHAPE, Fault::SignalFirst));
+        assert!(e.contains("Causality violation"), "{e}");
+    }
+
+    /// ... and a credit one packet ahead lets the sender overwrite a slot before it is read
+    /// (loom sees the racing accesses, or the reader a later packet's bytes).
+    #[test]
+    fn a_credit_ahead_of_the_reader_is_caught() {
+        let e = failure(|| stream(5, SHAPE, Fault::CreditAhead));
+        assert!(
+            e.contains("Causality violation") || e.contains("packet 0: its"),
+            "{e}"
+        );
     }
 }

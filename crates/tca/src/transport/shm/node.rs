@@ -546,13 +546,7 @@ impl Shm {
     /// Applies `op` to `word` (in the memory of rank `owner`) and wakes its sleepers.
     #[inline(always)]
     pub(crate) fn raise(&self, word: &AtomicU64, owner: u32, op: SignalOp) {
-        match op {
-            SignalOp::Set(v) => word.store(v, Ordering::SeqCst),
-            SignalOp::Add(v) => {
-                word.fetch_add(v, Ordering::SeqCst);
-            }
-        }
-        wait::notify(word, self.sleepers_of(owner));
+        wait::raise(word, self.sleepers_of(owner), op);
     }
 
     pub(crate) fn apply_atomic(&self, word: &AtomicU64, owner: u32, op: AtomicOp) -> u64 {

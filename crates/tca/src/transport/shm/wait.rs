@@ -45,6 +45,7 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use rustix::io::Errno;
 use rustix::thread::futex;
 
 use super::mapping::futex_half;
@@ -61,6 +62,76 @@ pub const SPIN_OVERSUBSCRIBED: u32 = 64;
 pub const YIELDS_OVERSUBSCRIBED: u32 = 16;
 /// How long one futex sleep lasts before liveness is checked again.
 pub const SLEEP_SLICE: Duration = Duration::from_millis(10);
+
+/// A signal word as the protocol above uses it: loads, the writer's read-modify-writes, and
+/// a sleep on its low half that refuses to start once that half has changed. Shared memory's
+/// words (an `AtomicU64` in a mapping, the kernel's futex) implement it; the model checks
+/// (`mod model` below, loom's atomics and a model futex) implement it too, so they run this
+/// module's waits and wakes, not a copy of them.
+pub(crate) trait Word {
+    fn load(&self, order: Ordering) -> u64;
+    fn store(&self, v: u64, order: Ordering);
+    fn fetch_add(&self, v: u64, order: Ordering) -> u64;
+    /// Sleeps while the word's low 32 bits are `seen`, for at most `slice`; returns at once
+    /// (`EAGAIN`) if they are not.
+    fn sleep(&self, seen: u32, slice: Duration) -> std::result::Result<(), Errno>;
+    /// Wakes every sleeper on the word.
+    fn wake(&self);
+    /// Gives the core away once (between spinning and sleeping).
+    fn relax();
+}
+
+/// A rank's sleeper count: how many waiters on words in its memory are (about to be) asleep.
+pub(crate) trait Sleepers {
+    /// Announces a sleeper (SeqCst).
+    fn enter(&self);
+    /// Withdraws it (SeqCst).
+    fn leave(&self);
+    /// Whether anyone sleeps (SeqCst).
+    fn any(&self) -> bool;
+}
+
+impl Word for AtomicU64 {
+    #[inline(always)]
+    fn load(&self, order: Ordering) -> u64 {
+        AtomicU64::load(self, order)
+    }
+    #[inline(always)]
+    fn store(&self, v: u64, order: Ordering) {
+        AtomicU64::store(self, v, order);
+    }
+    #[inline(always)]
+    fn fetch_add(&self, v: u64, order: Ordering) -> u64 {
+        AtomicU64::fetch_add(self, v, order)
+    }
+    fn sleep(&self, seen: u32, slice: Duration) -> std::result::Result<(), Errno> {
+        let ts = crate::cast::timespec(slice);
+        futex::wait(futex_half(self), futex::Flags::empty(), seen, Some(&ts))
+    }
+    #[cold]
+    fn wake(&self) {
+        // A failed wake cannot lose data: sleepers re-check every slice.
+        let _ = futex::wake(futex_half(self), futex::Flags::empty(), i32::MAX as u32);
+    }
+    fn relax() {
+        rustix::thread::sched_yield();
+    }
+}
+
+impl Sleepers for AtomicU32 {
+    #[inline(always)]
+    fn enter(&self) {
+        self.fetch_add(1, Ordering::SeqCst);
+    }
+    #[inline(always)]
+    fn leave(&self) {
+        self.fetch_sub(1, Ordering::SeqCst);
+    }
+    #[inline(always)]
+    fn any(&self) -> bool {
+        self.load(Ordering::SeqCst) != 0
+    }
+}
 
 /// How long a waiter spins and yields before it sleeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -149,9 +220,9 @@ impl std::fmt::Debug for Progress<'_> {
 /// network transport is in use, is polled while spinning and between naps.
 #[inline]
 #[allow(clippy::too_many_arguments)] // one wait's full description
-pub(crate) fn wait_ge(
-    word: &AtomicU64,
-    sleepers: &AtomicU32,
+pub(crate) fn wait_ge<W: Word + ?Sized, S: Sleepers + ?Sized>(
+    word: &W,
+    sleepers: &S,
     target: u64,
     policy: SpinPolicy,
     deadline: Option<Instant>,
@@ -170,9 +241,9 @@ pub(crate) fn wait_ge(
 
 #[inline(never)]
 #[allow(clippy::too_many_arguments)] // one wait's full description
-fn wait_slow(
-    word: &AtomicU64,
-    sleepers: &AtomicU32,
+fn wait_slow<W: Word + ?Sized, S: Sleepers + ?Sized>(
+    word: &W,
+    sleepers: &S,
     target: u64,
     policy: SpinPolicy,
     deadline: Option<Instant>,
@@ -190,7 +261,7 @@ fn wait_slow(
         }
     }
     for _ in 0..policy.yields {
-        rustix::thread::sched_yield();
+        W::relax();
         let stop = poll()?;
         let v = word.load(Ordering::Acquire);
         if v >= target || stop {
@@ -204,7 +275,6 @@ fn wait_slow(
         (None, Some((t, patience))) => (patience.deadline(t), Some(t)),
         (None, None) => (None, None),
     };
-    let half = futex_half(word);
     // `check` runs once per slice of sleeping, whatever woke us: a stream of wake-ups that do
     // not reach the target must not postpone the detection of a dead peer.
     let mut last_check = Instant::now();
@@ -246,16 +316,15 @@ fn wait_slow(
             }
             continue;
         }
-        sleepers.fetch_add(1, Ordering::SeqCst);
+        sleepers.enter();
         let seen = word.load(Ordering::SeqCst);
         if seen >= target {
-            sleepers.fetch_sub(1, Ordering::SeqCst);
+            sleepers.leave();
             return Ok(seen);
         }
-        let ts = crate::cast::timespec(slice);
         // Truncation to the low half is the futex ABI: the kernel compares the low 32 bits.
-        let r = futex::wait(half, futex::Flags::empty(), low_u32(seen), Some(&ts));
-        sleepers.fetch_sub(1, Ordering::SeqCst);
+        let r = word.sleep(low_u32(seen), slice);
+        sleepers.leave();
         let stop = poll()?;
         let v = word.load(Ordering::Acquire);
         if v >= target || stop {
@@ -278,16 +347,27 @@ fn wait_slow(
 /// Wakes every sleeper on `word` if its owner's sleeper count says anyone sleeps. Call after a
 /// SeqCst store or read-modify-write of `word`.
 #[inline]
-pub fn notify(word: &AtomicU64, sleepers: &AtomicU32) {
-    if sleepers.load(Ordering::SeqCst) != 0 {
-        wake(word);
+pub(crate) fn notify<W: Word + ?Sized, S: Sleepers + ?Sized>(word: &W, sleepers: &S) {
+    if sleepers.any() {
+        word.wake();
     }
 }
 
-#[cold]
-fn wake(word: &AtomicU64) {
-    // A failed wake cannot lose data: sleepers re-check every slice.
-    let _ = futex::wake(futex_half(word), futex::Flags::empty(), i32::MAX as u32);
+/// The writer's side of the protocol for a signal: `op` applied to `word` (SeqCst), then its
+/// owner's sleepers woken if there are any.
+#[inline(always)]
+pub(crate) fn raise<W: Word + ?Sized, S: Sleepers + ?Sized>(
+    word: &W,
+    sleepers: &S,
+    op: crate::fabric::SignalOp,
+) {
+    match op {
+        crate::fabric::SignalOp::Set(v) => word.store(v, Ordering::SeqCst),
+        crate::fabric::SignalOp::Add(v) => {
+            word.fetch_add(v, Ordering::SeqCst);
+        }
+    }
+    notify(word, sleepers);
 }
 
 #[cfg(test)]
@@ -312,8 +392,8 @@ mod tests {
         let (w, s) = (word.clone(), sleepers.clone());
         let t = std::thread::spawn(move || {
             wait_ge(
-                &w,
-                &s,
+                &*w,
+                &*s,
                 5,
                 SpinPolicy {
                     spins: 0,
@@ -329,7 +409,7 @@ mod tests {
         for i in 1..=5 {
             std::thread::sleep(Duration::from_millis(2));
             word.store(i, Ordering::SeqCst);
-            notify(&word, &sleepers);
+            notify(&*word, &*sleepers);
         }
         assert!(t.join().unwrap() >= 5);
     }
@@ -443,5 +523,123 @@ mod tests {
             || Err(Error::peer(ErrorKind::PeerDied, 3, "rank 3 died")),
         );
         assert_eq!(e.unwrap_err().rank(), Some(3));
+    }
+
+    /// Model checks of the protocol above (see `crate::model`): the real `wait_ge`, `raise`
+    /// and `notify` on loom's atomics and a futex that never times out, so a lost wake-up is
+    /// a deadlock. Each model is checked over every interleaving within its preemption bound.
+    mod model {
+        use super::*;
+        use crate::fabric::SignalOp;
+        use crate::model::{ModelCount, ModelWord, explore};
+        use loom::sync::Arc;
+
+        /// Spins once and yields once before sleeping: the model covers all three phases.
+        const POLICY: SpinPolicy = SpinPolicy {
+            spins: 1,
+            yields: 1,
+        };
+
+        /// A word and a count that are never dropped: a model that deadlocks ends in a panic,
+        /// and loom's objects must not be dropped while it unwinds (loom aborts then).
+        fn leaked() -> (&'static ModelWord, &'static ModelCount) {
+            (
+                Box::leak(Box::new(ModelWord::new(0))),
+                Box::leak(Box::new(ModelCount::default())),
+            )
+        }
+
+        fn wait(word: &ModelWord, count: &ModelCount, target: u64) -> u64 {
+            wait_ge(word, count, target, POLICY, None, None, None, || Ok(())).expect("wait")
+        }
+
+        /// One waiter, one writer: the waiter never sleeps through the write (no lost
+        /// wake-up), and never sleeps on a word that already holds its value.
+        #[test]
+        fn a_waiter_is_woken_by_a_set() {
+            let runs = explore(5, || {
+                let word = Arc::new(ModelWord::new(0));
+                let count = Arc::new(ModelCount::default());
+                let (w, c) = (word.clone(), count.clone());
+                let waiter = loom::thread::spawn(move || wait(&w, &c, 1));
+                raise(&*word, &*count, SignalOp::Set(1));
+                assert_eq!(waiter.join().unwrap(), 1);
+            });
+            assert!(runs > 1);
+        }
+
+        /// Two writers adding: the waiter for their sum wakes, whichever comes last.
+        #[test]
+        fn a_waiter_is_woken_by_the_last_of_two_adds() {
+            let runs = explore(3, || {
+                let word = Arc::new(ModelWord::new(0));
+                let count = Arc::new(ModelCount::default());
+                let (w, c) = (word.clone(), count.clone());
+                let waiter = loom::thread::spawn(move || wait(&w, &c, 2));
+                let (w, c) = (word.clone(), count.clone());
+                let adder = loom::thread::spawn(move || raise(&*w, &*c, SignalOp::Add(1)));
+                raise(&*word, &*count, SignalOp::Add(1));
+                adder.join().unwrap();
+                assert_eq!(waiter.join().unwrap(), 2);
+            });
+            assert!(runs > 1);
+        }
+
+        /// Two waiters on two words of one owner share its sleeper count: a wake on one word
+        /// for the other's sleeper, or the other's count still raised, loses nobody.
+        #[test]
+        fn waiters_on_two_words_share_one_count() {
+            let runs = explore(3, || {
+                let a = Arc::new(ModelWord::new(0));
+                let b = Arc::new(ModelWord::new(0));
+                let count = Arc::new(ModelCount::default());
+                let (w, c) = (a.clone(), count.clone());
+                let on_a = loom::thread::spawn(move || wait(&w, &c, 1));
+                let (w, c) = (b.clone(), count.clone());
+                let on_b = loom::thread::spawn(move || wait(&w, &c, 1));
+                raise(&*b, &*count, SignalOp::Set(1));
+                raise(&*a, &*count, SignalOp::Set(1));
+                assert_eq!(on_a.join().unwrap(), 1);
+                assert_eq!(on_b.join().unwrap(), 1);
+            });
+            assert!(runs > 1);
+        }
+
+        /// The models can fail: a writer that looks for sleepers before it writes (the two
+        /// steps of `raise` swapped) loses a wake-up, and loom finds the interleaving.
+        #[test]
+        #[should_panic(expected = "deadlock")]
+        fn a_writer_that_looks_before_it_writes_is_caught() {
+            explore(3, || {
+                let (word, count) = leaked();
+                let waiter = loom::thread::spawn(move || wait(word, count, 1));
+                notify(word, count);
+                word.store(1, Ordering::SeqCst);
+                waiter.join().unwrap();
+            });
+        }
+
+        /// A sleeper count that does not count: writers never wake, and loom finds the
+        /// waiter asleep for ever.
+        #[test]
+        #[should_panic(expected = "deadlock")]
+        fn a_waiter_that_does_not_announce_itself_is_caught() {
+            struct Uncounted;
+            impl Sleepers for Uncounted {
+                fn enter(&self) {}
+                fn leave(&self) {}
+                fn any(&self) -> bool {
+                    false
+                }
+            }
+            explore(3, || {
+                let (word, _) = leaked();
+                let waiter = loom::thread::spawn(move || {
+                    wait_ge(word, &Uncounted, 1, POLICY, None, None, None, || Ok(())).unwrap()
+                });
+                raise(word, &Uncounted, SignalOp::Set(1));
+                waiter.join().unwrap();
+            });
+        }
     }
 }
