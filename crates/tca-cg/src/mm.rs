@@ -68,9 +68,15 @@ pub struct MatrixFile {
 
 /// Reads a file as text, decompressing gzip (magic bytes 1f 8b).
 pub fn read_text(path: &Path) -> Result<String> {
-    let what = path.display();
+    let what = path.display().to_string();
     let bytes =
         std::fs::read(path).map_err(|e| CgError::Read(format!("cannot read {what}: {e}")))?;
+    decode(bytes, &what)
+}
+
+/// A file's bytes as text: gzip (recognised by its magic bytes 1f 8b) decompressed, then
+/// UTF-8 checked. `what` names the input in errors.
+pub fn decode(bytes: Vec<u8>, what: &str) -> Result<String> {
     let bytes = if bytes.starts_with(&[0x1f, 0x8b]) {
         let mut out = Vec::new();
         flate2::read::MultiGzDecoder::new(&bytes[..])
@@ -195,24 +201,58 @@ fn triplets<T>(coo: &CooMatrix<T>, f: impl Fn(&T) -> f64) -> Vec<(usize, usize, 
     coo.triplet_iter().map(|(i, j, v)| (i, j, f(v))).collect()
 }
 
-/// The reader unwraps its parse of every size and index into `usize`, so a number too long
-/// for one would panic inside it: refuse such files first (the size line's numbers and the
-/// first two of every entry line).
-fn check_index_lengths(text: &str, what: &str) -> Result<()> {
+/// The reader unwraps its parse of every size and index into `usize` and multiplies an
+/// entry's row and column, so a number too large would panic (or, without overflow checks,
+/// wrap) inside it: refuse such files first. Rows, columns and indices must fit a `u32` (the
+/// CSR's column type; their product then fits a `usize`), the entry count 18 digits. An
+/// index is the leading digits of an entry's first two words (the reader's grammar also
+/// takes `9 97777.5` as column 97777 and value .5), and a line ends at `\n` or `\r`, as in
+/// that grammar.
+fn check_index_lengths(text: &str, what: &str, format: &str) -> Result<()> {
+    let leading = |tok: &str| -> usize { tok.bytes().take_while(u8::is_ascii_digit).count() };
+    let too_large = |no: usize, tok: &str| {
+        CgError::Read(format!(
+            "{what}: line {}: the size or index `{tok}` is too large",
+            no + 1
+        ))
+    };
+    // Words that do not start with a digit are the reader's to refuse.
+    let fits_u32 = |tok: &str| {
+        let d = &tok[..leading(tok)];
+        d.is_empty() || (d.len() <= 10 && d.parse::<u64>().is_ok_and(|v| v <= u64::from(u32::MAX)))
+    };
     let mut size_line = true;
-    for (no, line) in text.lines().enumerate() {
+    let lines = text
+        .lines()
+        .enumerate()
+        .flat_map(|(no, l)| l.split('\r').map(move |part| (no, part)));
+    for (no, line) in lines {
         let line = line.trim_start();
         if line.is_empty() || line.starts_with('%') {
             continue;
         }
-        let take = if size_line { 3 } else { 2 };
-        size_line = false;
-        for tok in line.split_whitespace().take(take) {
-            if tok.len() > 18 && tok.bytes().all(|b| b.is_ascii_digit()) {
-                return Err(CgError::Read(format!(
-                    "{what}: line {}: the size or index `{tok}` is too large",
-                    no + 1
-                )));
+        let mut toks = line.split_whitespace();
+        if size_line {
+            size_line = false;
+            for tok in toks.by_ref().take(2) {
+                if !fits_u32(tok) {
+                    return Err(too_large(no, tok));
+                }
+            }
+            if let Some(tok) = toks.next() {
+                if leading(tok) > 18 {
+                    return Err(too_large(no, tok));
+                }
+            }
+            if format != "coordinate" {
+                // Dense (array) files: every further line is a value, not an index.
+                return Ok(());
+            }
+            continue;
+        }
+        for tok in toks.take(2) {
+            if !fits_u32(tok) {
+                return Err(too_large(no, tok));
             }
         }
     }
@@ -226,7 +266,8 @@ fn load<T: nalgebra_sparse::io::MatrixMarketScalar>(
     text: &str,
     what: &str,
 ) -> Result<CooMatrix<T>> {
-    check_index_lengths(text, what)?;
+    let (format, _, _) = banner(text, what)?;
+    check_index_lengths(text, what, &format)?;
     match std::panic::catch_unwind(|| load_coo_from_matrix_market_str::<T>(text)) {
         Ok(Ok(m)) => Ok(m),
         Ok(Err(e)) => Err(reader_error(&e, what)),

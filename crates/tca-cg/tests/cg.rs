@@ -276,6 +276,34 @@ fn reads_integer_fields() {
     assert_eq!(s.csr, g.csr);
 }
 
+/// Found by the coverage-guided fuzzer (fuzz/regressions/matrix): indices whose product
+/// overflows a `usize` — one glued to its value (`9 97777777777777777.5` is column
+/// 97777777777777777 and value .5 to the reader), or two of ten digits — are refused as too
+/// large before the reader multiplies them (it panicked in builds with overflow checks).
+#[test]
+fn indices_too_large_for_the_reader_are_refused_first() {
+    let head = "%%MatrixMarket matrix coordinate real general\n3 3 2\n1 1 1.0\n";
+    for entry in [
+        "9 9777777777777777777.8288",
+        "9999999999 9999999999 1.0",
+        "4294967296 1 1.0",
+        "1 1\t9\r88888888888888888888888888\t2 3",
+    ] {
+        let e = mm::parse_matrix(&format!("{head}{entry}\n"), "t").unwrap_err();
+        assert!(e.to_string().contains("is too large"), "{entry}: {e}");
+    }
+    // Within a u32, an index outside the matrix is the reader's ordinary error.
+    let e = mm::parse_matrix(&format!("{head}4294967295 1 1.0\n"), "t").unwrap_err();
+    assert!(e.to_string().contains("outside the matrix"), "{e}");
+    // Dense files hold values, not indices: a large integer value is fine.
+    let a = mm::parse_matrix(
+        "%%MatrixMarket matrix array integer general\n1 1\n99999999999\n",
+        "t",
+    )
+    .unwrap();
+    assert_eq!(a.csr.get(0, 0), Some(99_999_999_999.0));
+}
+
 #[test]
 fn reads_pattern_as_laplacian_plus_identity() {
     // A path 1 - 2 - 3, with and without diagonal entries: the same matrix.

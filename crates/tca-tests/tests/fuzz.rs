@@ -1,16 +1,18 @@
 //! Structured fuzzing (proptest) of the readers of outside bytes: result files
 //! (`tca_model::record::parse_any`: tca CSV and JSON, IMB text) and IMB sections, sizes and
 //! ranges, Matrix Market matrices and the solver's specs, the calibration file, segment
-//! handles, host lists. Each target gets arbitrary input and mutations of real inputs (bytes
-//! replaced, inserted, deleted, lines duplicated, the text cut short); the property is that a
-//! reader returns `Ok` or `Err` and never panics (or aborts on a huge allocation), and that
-//! what it accepts is consistent. CI runs proptest's default 256 cases per target;
+//! handles, host lists, the start-up rendezvous. Each target gets arbitrary input and
+//! mutations of real inputs (bytes replaced, inserted, deleted, lines duplicated, the text cut
+//! short) and hands them to the target functions of `tca_tests` (src/lib.rs), which the
+//! coverage-guided AFL++ harness (`fuzz/`, `scripts/fuzz.sh`) drives too: a reader returns
+//! `Ok` or `Err` and never panics (or aborts on a huge allocation), and what it accepts is
+//! consistent. CI runs proptest's default 256 cases per target;
 //! `PROPTEST_CASES=100000 cargo test --release -p tca-tests --test fuzz` is the longer
-//! campaign (its figures in BENCHMARKS.md). Not coverage-guided: see the note there.
+//! campaign (its figures in BENCHMARKS.md).
 
 use proptest::prelude::*;
 use tca_model::record::{Row, Run};
-use tca_model::{imb, record, size};
+use tca_model::size;
 
 /// A real `tca bench` result, as CSV, JSON-like record and IMB text seeds.
 fn seed_run() -> Run {
@@ -122,23 +124,13 @@ proptest! {
             1 => serde_json::to_string(&run).unwrap(),
             _ => IMB.to_string(),
         };
-        let text = mutate(&seed, &edits);
-        if let Ok(rows) = record::parse_any(&text) {
-            // What the fits compute from every accepted row.
-            for r in &rows {
-                let _ = (r.time_us(), r.throughput_mb_s());
-            }
-        }
-        let _ = imb::parse(&text);
+        tca_tests::results(mutate(&seed, &edits).as_bytes());
     }
 
     #[test]
     fn arbitrary_text_never_panics(text in "\\PC{0,300}") {
-        let _ = record::parse_any(&text);
-        let _ = imb::parse(&text);
-        let _ = size::parse_bytes(&text);
-        let _ = size::parse_sizes(&text);
-        let _ = size::parse_range(&text);
+        tca_tests::results(text.as_bytes());
+        tca_tests::sizes(text.as_bytes());
     }
 
     #[test]
@@ -157,12 +149,7 @@ proptest! {
             prop_assert_eq!(size::parse_bytes(&format!("{n}{unit}")), Ok(v));
         }
         for s in [noise.clone(), format!("{n}{noise}"), format!("{noise}:{n}")] {
-            if let Ok(v) = size::parse_sizes(&s) {
-                prop_assert!(v.windows(2).all(|w| w[0] < w[1]) && v.iter().all(|&x| x <= 1 << 30));
-            }
-            if let Ok((lo, hi)) = size::parse_range(&s) {
-                prop_assert!(lo <= hi);
-            }
+            tca_tests::sizes(s.as_bytes());
         }
     }
 }
@@ -189,15 +176,7 @@ fn mtx_seeds() -> Vec<String> {
 proptest! {
     #[test]
     fn matrix_market_never_panics(seed in 0..5usize, edits in prop::collection::vec(edit(), 0..10)) {
-        let text = mutate(&mtx_seeds()[seed], &edits);
-        if let Ok(m) = tca_cg::mm::parse_matrix(&text, "fuzz") {
-            // An accepted matrix is a consistent CSR: a product with it is safe.
-            let a = &m.csr;
-            prop_assert_eq!(a.row_ptr.len(), a.n_rows + 1);
-            prop_assert!(a.col.iter().all(|&j| (j as usize) < a.n_cols));
-            let mut y = vec![0.0; a.n_rows];
-            a.spmv(&vec![1.0; a.n_cols], &mut y);
-        }
+        tca_tests::matrix(mutate(&mtx_seeds()[seed], &edits).as_bytes());
     }
 
     #[test]
@@ -222,38 +201,24 @@ proptest! {
     #[test]
     fn solver_specs_never_panic(spec in "\\PC{0,40}", tail in "[0-9:a-z.]{0,20}") {
         for s in [spec.clone(), format!("poisson3d:{tail}"), format!("banded:{tail}"), format!("manufactured:{tail}")] {
-            let _ = tca_cg::MatrixSource::parse(&s);
-            let _ = tca_cg::Rhs::parse(&s);
-            let _ = tca_cg::Precond::parse(&s);
+            tca_tests::specs(s.as_bytes());
         }
     }
 
     #[test]
     fn calibration_file_never_panics(edits in prop::collection::vec(edit(), 0..10)) {
         let seed = tca::coll::model::Calibration::builtin().to_json();
-        let text = mutate(&seed, &edits);
-        if let Ok(c) = tca::coll::model::Calibration::from_json(&text) {
-            // Accepted files are validated: selection works on them at any size.
-            for p in [1usize, 2, 3, 8] {
-                for b in [0usize, 8, 1 << 20] {
-                    let _ = c.choose(tca::Collective::Allreduce, p, b);
-                }
-            }
-        }
+        tca_tests::calibration(mutate(&seed, &edits).as_bytes());
     }
 
     #[test]
     fn handles_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..64)) {
-        if let Ok(h) = tca::Handle::from_bytes(&bytes) {
-            prop_assert_eq!(tca::Handle::from_bytes(&h.to_bytes()).ok(), Some(h));
-        }
+        tca_tests::handle(&bytes);
     }
 
     #[test]
     fn host_lists_never_panic(list in "[a-z0-9.:,\\[\\]-]{0,40}") {
-        if let Ok(hosts) = tca::bootstrap::launcher::parse_hosts(&list) {
-            prop_assert!(hosts.iter().all(|(h, _)| !h.is_empty()));
-        }
+        tca_tests::hosts(list.as_bytes());
     }
 }
 
@@ -351,4 +316,36 @@ proptest! {
         server.wait_done(std::time::Duration::from_secs(5));
         prop_assert!(server.aborted().is_none(), "{:?}", server.aborted());
     }
+}
+
+/// Every target has a seed corpus for the coverage-guided fuzzer (`fuzz/corpus/TARGET`) and
+/// takes every input of it, and of `fuzz/regressions/TARGET` (where what a campaign found
+/// goes, so that it stays fixed), without a panic — not even one caught inside tca (the
+/// matrix reader catches its library's panics; AFL++ counts them as crashes, and so does this
+/// test).
+#[test]
+fn every_target_takes_its_corpus_and_regressions() {
+    thread_local!(static PANICKED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) });
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        PANICKED.with(|p| p.set(true));
+        previous(info);
+    }));
+    let fuzz = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz");
+    for &(name, target) in tca_tests::TARGETS {
+        let mut seeds = 0;
+        for dir in ["corpus", "regressions"] {
+            let Ok(entries) = std::fs::read_dir(fuzz.join(dir).join(name)) else {
+                continue;
+            };
+            for e in entries {
+                let path = e.unwrap().path();
+                target(&std::fs::read(&path).unwrap());
+                assert!(!PANICKED.with(|p| p.get()), "{} panicked", path.display());
+                seeds += usize::from(dir == "corpus");
+            }
+        }
+        assert!(seeds > 0, "fuzz/corpus/{name} is empty");
+    }
+    assert!(tca_tests::target("no-such-target").is_none());
 }

@@ -1,0 +1,111 @@
+//! The fuzz targets of tca: one function per reader of bytes from outside, taking the bytes
+//! as they come. Each must return (never panic, abort or allocate what the input only
+//! claims), and what a reader accepts must be consistent — checked here with assertions, so
+//! an inconsistency is a crash like any other. Two engines drive the same functions: the
+//! structured fuzzing of `tests/fuzz.rs` (proptest: arbitrary text and mutations of real
+//! inputs, in every `cargo test`) and the coverage-guided fuzzing of `fuzz/` (AFL++ through
+//! cargo-afl: `scripts/fuzz.sh`, seeded from `fuzz/corpus`).
+#![forbid(unsafe_code)]
+
+use tca_model::{imb, record, size};
+
+/// A target: its name on the command line and the function that takes an input.
+pub type Target = (&'static str, fn(&[u8]));
+
+/// Every target, by name.
+pub const TARGETS: &[Target] = &[
+    ("results", results),
+    ("sizes", sizes),
+    ("matrix", matrix),
+    ("specs", specs),
+    ("calibration", calibration),
+    ("handle", handle),
+    ("hosts", hosts),
+];
+
+/// The target called `name`.
+pub fn target(name: &str) -> Option<fn(&[u8])> {
+    TARGETS.iter().find(|(n, _)| *n == name).map(|&(_, f)| f)
+}
+
+fn text(data: &[u8]) -> std::borrow::Cow<'_, str> {
+    String::from_utf8_lossy(data)
+}
+
+/// Result files (`tca model fit`, `calibrate --from`: tca CSV, JSON, IMB text) and IMB
+/// sections: what the fits compute from every accepted row.
+pub fn results(data: &[u8]) {
+    let text = text(data);
+    if let Ok(rows) = record::parse_any(&text) {
+        for r in &rows {
+            let _ = (r.time_us(), r.throughput_mb_s());
+        }
+    }
+    let _ = imb::parse(&text);
+}
+
+/// Sizes and ranges (`--sizes`, `--range`, `--fit`): lists come out strictly increasing
+/// and within 1 GiB, ranges ordered.
+pub fn sizes(data: &[u8]) {
+    let text = text(data);
+    let _ = size::parse_bytes(&text);
+    if let Ok(v) = size::parse_sizes(&text) {
+        assert!(
+            v.windows(2).all(|w| w[0] < w[1]) && v.iter().all(|&x| x <= 1 << 30),
+            "{text:?} gave {v:?}"
+        );
+    }
+    if let Ok((lo, hi)) = size::parse_range(&text) {
+        assert!(lo <= hi, "{text:?} gave {lo}..{hi}");
+    }
+}
+
+/// Matrix Market files, plain or gzip: an accepted matrix is a consistent CSR that a
+/// product runs on.
+pub fn matrix(data: &[u8]) {
+    let Ok(text) = tca_cg::mm::decode(data.to_vec(), "fuzz") else {
+        return;
+    };
+    if let Ok(m) = tca_cg::mm::parse_matrix(&text, "fuzz") {
+        let a = &m.csr;
+        assert_eq!(a.row_ptr.len(), a.n_rows + 1);
+        assert!(a.row_ptr.windows(2).all(|w| w[0] <= w[1]));
+        assert_eq!(a.row_ptr.last().copied(), Some(a.col.len()));
+        assert!(a.col.iter().all(|&j| (j as usize) < a.n_cols));
+        let mut y = vec![0.0; a.n_rows];
+        a.spmv(&vec![1.0; a.n_cols], &mut y);
+    }
+}
+
+/// `tca cg`'s matrix, right-hand side and preconditioner specs.
+pub fn specs(data: &[u8]) {
+    let text = text(data);
+    let _ = tca_cg::MatrixSource::parse(&text);
+    let _ = tca_cg::Rhs::parse(&text);
+    let _ = tca_cg::Precond::parse(&text);
+}
+
+/// The calibration file: an accepted one selects an algorithm at every size.
+pub fn calibration(data: &[u8]) {
+    if let Ok(c) = tca::coll::model::Calibration::from_json(&text(data)) {
+        for p in [1usize, 2, 3, 8] {
+            for b in [0usize, 8, 1 << 20] {
+                let _ = c.choose(tca::Collective::Allreduce, p, b);
+            }
+        }
+    }
+}
+
+/// Segment handles as peers send them: an accepted handle round-trips.
+pub fn handle(data: &[u8]) {
+    if let Ok(h) = tca::Handle::from_bytes(data) {
+        assert_eq!(tca::Handle::from_bytes(&h.to_bytes()).ok(), Some(h));
+    }
+}
+
+/// Host lists (`tca run --hosts`): no accepted host is empty.
+pub fn hosts(data: &[u8]) {
+    if let Ok(hosts) = tca::bootstrap::launcher::parse_hosts(&text(data)) {
+        assert!(hosts.iter().all(|(h, _)| !h.is_empty()), "{hosts:?}");
+    }
+}
