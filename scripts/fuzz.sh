@@ -4,7 +4,7 @@
 #   scripts/fuzz.sh [SECONDS] [TARGET...]
 #
 # Builds the harness in fuzz/ instrumented, then runs afl-fuzz on each target (default: all
-# of tca_tests::TARGETS) for SECONDS (default 10), seeded from fuzz/corpus/TARGET, and prints
+# of tca_tests::TARGETS, as `tca-fuzz --list` prints them) for SECONDS (default 10), seeded from fuzz/corpus/TARGET, and prints
 # per target: executions, corpus entries found, edges covered, crashes, hangs. A crash or
 # hang is copied to fuzz/findings/TARGET/ and the script exits 1; turn each into a
 # regression input (fuzz/regressions/TARGET/, run by `cargo test -p tca-tests --test fuzz`)
@@ -15,9 +15,6 @@ cd "$(dirname "$0")/.."
 secs=${1:-10}
 shift || true
 targets=("$@")
-if [ ${#targets[@]} -eq 0 ]; then
-  targets=(results sizes matrix specs calibration handle hosts)
-fi
 out=${FUZZ_OUT:-target/fuzz}
 
 if ! command -v cargo-afl >/dev/null 2>&1; then
@@ -32,6 +29,9 @@ if ! msg=$(cargo afl config --build 2>&1); then
   esac
 fi
 (cd fuzz && cargo afl build --release --quiet)
+if [ ${#targets[@]} -eq 0 ]; then
+  mapfile -t targets < <(fuzz/target/release/tca-fuzz --list)
+fi
 
 # A VM: no CPU frequency control, no core-dump handler to configure, cores shared.
 export AFL_SKIP_CPUFREQ=1 AFL_I_DONT_CARE_ABOUT_MISSING_CRASHES=1 AFL_NO_AFFINITY=1

@@ -5,6 +5,12 @@
 
 fn main() {
     let name = std::env::args().nth(1).unwrap_or_default();
+    if name == "--list" {
+        for (n, _) in tca_tests::TARGETS {
+            println!("{n}");
+        }
+        return;
+    }
     let Some(target) = tca_tests::target(&name) else {
         let names: Vec<&str> = tca_tests::TARGETS.iter().map(|(n, _)| *n).collect();
         eprintln!(

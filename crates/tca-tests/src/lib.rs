@@ -21,6 +21,7 @@ pub const TARGETS: &[Target] = &[
     ("calibration", calibration),
     ("handle", handle),
     ("hosts", hosts),
+    ("attach", attach),
 ];
 
 /// The target called `name`.
@@ -108,4 +109,10 @@ pub fn hosts(data: &[u8]) {
     if let Ok(hosts) = tca::bootstrap::launcher::parse_hosts(&text(data)) {
         assert!(hosts.iter().all(|(h, _)| !h.is_empty()), "{hosts:?}");
     }
+}
+
+/// A peer's segment as attach finds it (header page and file length against a handle): what
+/// does not match is refused, what is accepted matches and is writable to its last byte.
+pub fn attach(data: &[u8]) {
+    let _accepted = tca::transport::fuzz_attach(data);
 }

@@ -222,6 +222,41 @@ proptest! {
     }
 }
 
+proptest! {
+    /// A peer's segment file, mutated from a valid one (header bytes, the handle's fields,
+    /// the file's length): attach refuses what does not match and what it accepts is
+    /// consistent (`tca::transport::fuzz_attach`).
+    #[test]
+    fn attach_checks_every_header_field(
+        seed in prop::sample::select(vec!["valid", "freed", "short-file", "empty"]),
+        edits in prop::collection::vec((0usize..120, any::<u8>()), 0..4),
+    ) {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/attach");
+        let mut b = std::fs::read(dir.join(format!("{seed}.bin"))).unwrap();
+        for (i, v) in edits {
+            if let Some(x) = b.get_mut(i) {
+                *x = v;
+            }
+        }
+        tca_tests::attach(&b);
+    }
+}
+
+/// The attach target's seeds reach both outcomes: the valid header attaches, the freed one,
+/// the file shorter than its handle claims and a changed key do not.
+#[test]
+fn attach_seeds_reach_both_outcomes() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/attach");
+    let seed = |n: &str| std::fs::read(dir.join(format!("{n}.bin"))).unwrap();
+    assert!(tca::transport::fuzz_attach(&seed("valid")));
+    assert!(tca::transport::fuzz_attach(&seed("empty")));
+    assert!(!tca::transport::fuzz_attach(&seed("freed")));
+    assert!(!tca::transport::fuzz_attach(&seed("short-file")));
+    let mut forged = seed("valid");
+    forged[8] ^= 2; // the handle's key
+    assert!(!tca::transport::fuzz_attach(&forged));
+}
+
 /// What a stranger sends to the start-up rendezvous before the job's ranks come.
 #[derive(Debug, Clone)]
 enum Garbage {

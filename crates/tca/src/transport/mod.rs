@@ -65,6 +65,15 @@ pub(crate) use shm::Shm;
 /// transport carries the writes of remote peers into it.
 pub(crate) use shm::region::{Region, out_of_bounds};
 
+/// Attaching to a segment file built from `data` (the fuzz targets' entry: a peer's memory
+/// is untrusted input; see `shm::region::fuzz_attach` for the layout). Panics if attach
+/// accepts a segment that does not match its handle; returns whether it attached. Not part
+/// of the API.
+#[doc(hidden)]
+pub fn fuzz_attach(data: &[u8]) -> bool {
+    shm::region::fuzz_attach(data)
+}
+
 /// Opens descriptor `fd` of process `pid`: how a rank reaches the node board its launcher,
 /// its thread-mode parent or its node's first rank made.
 pub(crate) fn open_inherited(pid: u32, fd: u32) -> Result<std::os::fd::OwnedFd> {

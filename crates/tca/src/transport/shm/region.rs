@@ -201,6 +201,72 @@ impl Region {
     }
 }
 
+/// Attach against arbitrary segment files: a peer's memory is untrusted input, so the fuzz
+/// targets (`tca::transport::fuzz_attach`) feed `data` here: a handle's job, key, length and
+/// rank (8 + 8 + 4 + 4 bytes, the length below 16 MiB), the file's data length (4 bytes, below
+/// 16 MiB), then the first bytes of the file (its header page). The header's segment-id field
+/// is XORed with the file's real descriptor number (which the handle names), so 0 there means
+/// "matches" and the check stays reachable. Attaching must refuse whatever does not match the
+/// handle; a segment it accepts must match it field by field and take a write at its last
+/// byte. Returns whether it attached.
+pub(crate) fn fuzz_attach(data: &[u8]) -> bool {
+    let Some((fixed, contents)) = data.split_first_chunk::<28>() else {
+        return false;
+    };
+    let u64_at = |i: usize| u64::from_le_bytes(fixed[i..i + 8].try_into().expect("8 bytes"));
+    let u32_at = |i: usize| u32::from_le_bytes(fixed[i..i + 4].try_into().expect("4 bytes"));
+    let (job, key, rank) = (u64_at(0), u64_at(8), u32_at(20));
+    let len = usize::try_from(u32_at(16) & 0xff_ffff).expect("24 bits");
+    let file_len = usize::try_from(u32_at(24) & 0xff_ffff).expect("24 bits");
+    let size = page_round(file_len).expect("small") + HEADER_BYTES;
+    let Ok(fd) = memfd::create("tca-fuzz", size) else {
+        return false;
+    };
+    let segment = u32::try_from(std::os::fd::AsRawFd::as_raw_fd(&fd)).expect("a descriptor");
+    let mut page = contents[..contents.len().min(HEADER_BYTES)].to_vec();
+    if let Some(id) = page.get_mut(24..28) {
+        let v = u32::from_le_bytes(id.try_into().expect("4 bytes")) ^ segment;
+        id.copy_from_slice(&v.to_le_bytes());
+    }
+    {
+        let Ok(map) = Mapping::map(&fd, size) else {
+            return false;
+        };
+        map.write(0, &page).expect("the header page fits the file");
+    }
+    let h = Handle::new(job, key, len, rank, segment);
+    let pid = rustix::process::getpid()
+        .as_raw_nonzero()
+        .get()
+        .unsigned_abs();
+    match Region::attach(&h, pid) {
+        Ok(r) => {
+            let mut hd = Header::zeroed();
+            r.map
+                .read(0, bytemuck::bytes_of_mut(&mut hd))
+                .expect("header");
+            assert_eq!(
+                (
+                    hd.magic, hd.version, hd.owner, hd.job, hd.segment, hd.len, hd.key
+                ),
+                (MAGIC, VERSION, rank, job, segment, len as u64, key),
+                "attach accepted a header that does not match its handle"
+            );
+            assert!(r.is_live());
+            if len > 0 {
+                let at = r.range(len - 1, 1).expect("the last byte is in range");
+                r.map.write(at, &[0xab]).expect("the last byte is mapped");
+            }
+            assert!(r.range(len, 1).is_err());
+            true
+        }
+        Err(e) => {
+            assert_eq!(e.kind(), ErrorKind::InvalidHandle, "{e}");
+            false
+        }
+    }
+}
+
 #[inline]
 fn state_word(map: &Mapping) -> &AtomicU64 {
     map.atomic_u64(STATE)
