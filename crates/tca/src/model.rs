@@ -119,13 +119,13 @@ impl Sleepers for ModelCount {
 }
 
 /// Runs `model` under loom with at most `preemptions` preemptions per execution (or
-/// `LOOM_MAX_PREEMPTIONS`, for a longer campaign than every test run's); returns how many
-/// executions (interleavings and load outcomes) it explored.
+/// `LOOM_MAX_PREEMPTIONS` where that is more: a deeper campaign than every test run's);
+/// returns how many executions (interleavings and load outcomes) it explored.
 pub(crate) fn explore(preemptions: usize, model: impl Fn() + Sync + Send + 'static) -> usize {
     let preemptions = std::env::var("LOOM_MAX_PREEMPTIONS")
         .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(preemptions);
+        .and_then(|v| v.parse::<usize>().ok())
+        .map_or(preemptions, |v| v.max(preemptions));
     use std::sync::Arc;
     use std::sync::atomic::AtomicUsize;
     let runs = Arc::new(AtomicUsize::new(0));
