@@ -22,6 +22,7 @@ pub const TARGETS: &[Target] = &[
     ("handle", handle),
     ("hosts", hosts),
     ("attach", attach),
+    ("rendezvous", rendezvous),
 ];
 
 /// The target called `name`.
@@ -115,4 +116,10 @@ pub fn hosts(data: &[u8]) {
 /// does not match is refused, what is accepted matches and is writable to its last byte.
 pub fn attach(data: &[u8]) {
     let _accepted = tca::transport::fuzz_attach(data);
+}
+
+/// What a rank reads from the start-up rendezvous (a server on the network): frames of any
+/// kind and length; accepted records are one per rank.
+pub fn rendezvous(data: &[u8]) {
+    let _ended = tca::bootstrap::kv::fuzz_client(data);
 }

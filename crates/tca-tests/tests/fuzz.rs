@@ -242,6 +242,43 @@ proptest! {
     }
 }
 
+proptest! {
+    /// The rendezvous client against whatever a server sends: mutated real replies and
+    /// arbitrary bytes (`tca::bootstrap::kv::fuzz_client`).
+    #[test]
+    fn rendezvous_replies_never_panic(
+        seed in prop::sample::select(vec!["all", "beat-then-all", "refused", "abort"]),
+        edits in prop::collection::vec((0usize..64, any::<u8>()), 0..4),
+        junk in prop::collection::vec(any::<u8>(), 0..64),
+    ) {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/rendezvous");
+        let mut b = std::fs::read(dir.join(format!("{seed}.bin"))).unwrap();
+        for (i, v) in edits {
+            if let Some(x) = b.get_mut(i) {
+                *x = v;
+            }
+        }
+        tca_tests::rendezvous(&b);
+        tca_tests::rendezvous(&junk);
+    }
+}
+
+/// The rendezvous seeds end their round as a server meant: records, a refusal, an abort.
+#[test]
+fn rendezvous_seeds_end_their_rounds() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/rendezvous");
+    let seed = |n: &str| std::fs::read(dir.join(format!("{n}.bin"))).unwrap();
+    let client = tca::bootstrap::kv::fuzz_client;
+    assert_eq!(client(&seed("all")), Some(true));
+    assert_eq!(client(&seed("beat-then-all")), Some(true));
+    assert_eq!(client(&seed("refused")), Some(false));
+    assert_eq!(client(&seed("abort")), Some(false));
+    // A round of three records read by a rank of a job of two is malformed.
+    let mut wrong = seed("beat-then-all");
+    wrong[0] = 1;
+    assert_eq!(client(&wrong), Some(false));
+}
+
 /// The attach target's seeds reach both outcomes: the valid header attaches, the freed one,
 /// the file shorter than its handle claims and a changed key do not.
 #[test]

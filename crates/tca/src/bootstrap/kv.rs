@@ -544,6 +544,64 @@ pub fn resolve(addr: &str) -> Result<SocketAddr> {
         })
 }
 
+/// The largest reply a rank of a job of `size` reads from the rendezvous.
+fn reply_max(size: u32) -> usize {
+    (size as usize).saturating_mul(RECORD_MAX + 4) + 8
+}
+
+/// What a frame from the rendezvous means to a rank waiting for a round's records: `None`
+/// to keep waiting (a beat, a frame it does not know), else the records (one per rank) or
+/// the error (`owner` names the rendezvous).
+fn reply(ty: u8, p: &[u8], size: u32, owner: &str) -> Option<Result<Vec<Vec<u8>>>> {
+    match ty {
+        ALL => Some(decode_all(p, size).ok_or_else(|| {
+            Error::new(
+                ErrorKind::Bootstrap,
+                "malformed records from the rendezvous",
+            )
+        })),
+        REFUSED => Some(Err(Error::new(
+            ErrorKind::Bootstrap,
+            format!(
+                "the rendezvous of {owner} refused this rank: {}",
+                String::from_utf8_lossy(p)
+            ),
+        ))),
+        ABORT => {
+            let (r, why) = decode_abort(p);
+            Some(Err(abort_error(r, &why)))
+        }
+        _ => None,
+    }
+}
+
+/// The client's side of the rendezvous against arbitrary replies: the fuzz targets' entry
+/// (a server is a process on the network; what it sends is untrusted). `data`: the job's
+/// size (its first byte, 1 to 16), then the byte stream a server sends. Frames are read and
+/// taken as `allgather` takes them until one ends the round; records it accepts are one per
+/// rank, within the frame. Returns how the round ended: records (`Some(true)`), an error
+/// (`Some(false)`), or not at all. Not part of the API.
+#[doc(hidden)]
+pub fn fuzz_client(data: &[u8]) -> Option<bool> {
+    let (&first, mut stream) = data.split_first()?;
+    let size = u32::from(first % 16) + 1;
+    while let Ok(Some((ty, p))) = read_frame(&mut stream, reply_max(size)) {
+        match reply(ty, &p, size, "fuzz") {
+            Some(Ok(records)) => {
+                assert_eq!(records.len(), size as usize);
+                assert!(records.iter().map(Vec::len).sum::<usize>() <= p.len());
+                return Some(true);
+            }
+            Some(Err(e)) => {
+                assert!(!e.to_string().is_empty());
+                return Some(false);
+            }
+            None => {}
+        }
+    }
+    None
+}
+
 impl KvClient {
     /// Connects to the server at `addr` as `rank` of `size`, retrying until `deadline`.
     /// `owner` names the server's owner in errors.
@@ -619,31 +677,12 @@ impl KvClient {
                 ));
             }
             let _ = self.stream.set_read_timeout(Some(left.min(BEAT * 4)));
-            let max = (self.size as usize).saturating_mul(RECORD_MAX + 4) + 8;
-            match read_frame(&mut self.stream, max) {
-                Ok(Some((ALL, p))) => {
-                    return decode_all(&p, self.size).ok_or_else(|| {
-                        Error::new(
-                            ErrorKind::Bootstrap,
-                            "malformed records from the rendezvous",
-                        )
-                    });
+            match read_frame(&mut self.stream, reply_max(self.size)) {
+                Ok(Some((ty, p))) => {
+                    if let Some(r) = reply(ty, &p, self.size, &self.owner.1) {
+                        return r;
+                    }
                 }
-                Ok(Some((REFUSED, p))) => {
-                    return Err(Error::new(
-                        ErrorKind::Bootstrap,
-                        format!(
-                            "the rendezvous of {} refused this rank: {}",
-                            self.owner.1,
-                            String::from_utf8_lossy(&p)
-                        ),
-                    ));
-                }
-                Ok(Some((ABORT, p))) => {
-                    let (r, why) = decode_abort(&p);
-                    return Err(abort_error(r, &why));
-                }
-                Ok(Some(_)) => {}
                 Err(e)
                     if matches!(
                         e.kind(),
