@@ -19,7 +19,7 @@
 //!
 //! # Faults from inside
 //! The victim of a survivable fault inflicts it on itself between two rounds when the
-//! campaign sends it SIGUSR1 ([`inflict`]), having first written the `applied` file (after a
+//! campaign sends it SIGUSR1 (module `inflict`, one file per fault), having first written the `applied` file (after a
 //! lowered descriptor limit it could not). Its report then carries what it tried and what the
 //! library answered.
 //!
