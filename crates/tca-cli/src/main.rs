@@ -1,5 +1,6 @@
 //! `tca`: the command-line face of the library. Parsing and printing only; the work is in
-//! `tca` (launcher), `tca-bench` (benchmarks), `tca-model` (models) and `tca-cg` (the solver).
+//! `tca` (launcher), `tca-bench` (benchmarks), `tca-model` (models), `tca-cg` (the solver)
+//! and `tca-chaos` (the fault campaign).
 #![forbid(unsafe_code)]
 
 use std::ffi::OsString;
@@ -10,6 +11,7 @@ use clap::{Args, Parser, Subcommand};
 
 mod bench;
 mod cg;
+mod chaos;
 mod model;
 
 #[derive(Parser, Debug)]
@@ -34,6 +36,9 @@ enum Cmd {
     Model(model::Cmd),
     /// The distributed Conjugate Gradient solver on a Matrix Market matrix.
     Cg(cg::Args),
+    /// A fault campaign: jobs of random size and work, one injected fault each, and the
+    /// figures (hangs, faults answered, wrong results, leftovers, time to error and to exit).
+    Chaos(chaos::Args),
 }
 
 #[derive(Args, Debug)]
@@ -70,6 +75,7 @@ fn run(cli: Cli) -> Result<i32> {
     match cli.cmd {
         Cmd::Model(m) => model::run(m),
         Cmd::Cg(a) => cg::run(a),
+        Cmd::Chaos(a) => chaos::run(a),
         Cmd::Run(a) => {
             let mut it = a.command.into_iter();
             let program = it.next().context("no program given after --")?;

@@ -19,14 +19,9 @@ fn shm_lock() -> std::sync::MutexGuard<'static, ()> {
     SHM.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// `tca*` objects in /dev/shm (the fault campaign's check, `tca_chaos::shm`).
 fn tca_shm_entries() -> Vec<String> {
-    std::fs::read_dir("/dev/shm")
-        .map(|d| {
-            d.filter_map(|e| e.ok()?.file_name().into_string().ok())
-                .filter(|n| n.starts_with("tca-"))
-                .collect()
-        })
-        .unwrap_or_default()
+    tca_chaos::shm::tca_entries().into_iter().collect()
 }
 
 fn launch(n: u32, args: &[&str]) -> tca::Result<tca::bootstrap::launcher::Outcome> {
@@ -270,17 +265,9 @@ fn ready_pids(child: &mut Child, n: usize) -> Vec<u32> {
     pids
 }
 
+/// Whether `pid` runs (a zombie does not; the fault campaign's check, `tca_chaos::procs`).
 fn alive(pid: u32) -> bool {
-    // A zombie is dead for our purpose: it runs no code and holds no memory.
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|s| {
-            !s.rsplit(')')
-                .next()
-                .unwrap_or("")
-                .trim_start()
-                .starts_with('Z')
-        })
-        .unwrap_or(false)
+    tca_chaos::procs::alive(pid)
 }
 
 fn wait_gone(pids: &[u32]) {

@@ -1385,11 +1385,25 @@ impl Engine {
     /// peer is gone. Returns how many sends were left undelivered.
     pub(crate) fn drain(&self, w: &World) -> usize {
         let mut last = std::time::Instant::now();
+        let mut checked = last;
         let owed = |st: &State| st.queued + st.cts_wait.len() + st.chan_pending.len();
         let mut left = owed(&self.st.borrow());
+        // A communicator is often dropped because a call failed: a dead peer or an aborted
+        // job takes nothing more, and the error must reach the program before the launcher's
+        // SIGKILL does (`GRACE`), not after `DRAIN_PATIENCE`. Liveness is a poll of every
+        // peer's pidfd: looked at once now, then once per wait slice.
+        if left > 0 && w.check_alive().is_err() {
+            return left;
+        }
         while left > 0 && last.elapsed() < DRAIN_PATIENCE {
             if self.progress(w, &mut Hand::None, None).is_err() {
                 break;
+            }
+            if checked.elapsed() >= crate::transport::shm::wait::SLEEP_SLICE {
+                if w.check_alive().is_err() {
+                    break;
+                }
+                checked = std::time::Instant::now();
             }
             let now = owed(&self.st.borrow());
             if now < left {

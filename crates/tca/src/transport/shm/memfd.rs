@@ -60,7 +60,8 @@ pub fn file_len(fd: impl AsFd) -> Result<usize> {
 /// Opens descriptor `fd` of process `pid`, which must be a tca memfd, read-write.
 ///
 /// Fails with [`ErrorKind::InvalidHandle`] if the process is gone, the descriptor is closed,
-/// or it is not a tca memfd (a stale handle whose descriptor number was reused).
+/// or it is not a tca memfd (a stale handle whose descriptor number was reused); with
+/// [`ErrorKind::Transport`] if this process has no descriptor left to open it with.
 pub fn open_peer(pid: u32, fd: u32) -> Result<OwnedFd> {
     let path = format!("/proc/{pid}/fd/{fd}");
     let target = std::fs::read_link(&path).map_err(|e| {
@@ -85,10 +86,12 @@ pub fn open_peer(pid: u32, fd: u32) -> Result<OwnedFd> {
         rustix::fs::Mode::empty(),
     )
     .map_err(|e| {
-        Error::os(
-            ErrorKind::InvalidHandle,
-            format!("opening segment {fd} of process {pid}"),
-            e,
-        )
+        // Out of descriptors (RLIMIT_NOFILE, or the system's table) says nothing about the
+        // handle: it is this process's resource that ran out.
+        let kind = match e {
+            rustix::io::Errno::MFILE | rustix::io::Errno::NFILE => ErrorKind::Transport,
+            _ => ErrorKind::InvalidHandle,
+        };
+        Error::os(kind, format!("opening segment {fd} of process {pid}"), e)
     })
 }

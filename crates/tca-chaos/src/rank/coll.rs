@@ -1,0 +1,160 @@
+//! A collective step: one collective of random kind, length, root and algorithm (forced by
+//! name from the library's one table, or left to the selector), its result checked against
+//! the sequential reference every rank computes alone.
+//!
+//! Inputs are small integers (1 to 11) keyed by round, rank and index, so sums are exact in
+//! f64 at any rank count and a stale buffer from an earlier round does not pass. Lengths run
+//! from 0 through the eager sizes to 70,000 elements (560 KB), where the pipelined and
+//! bandwidth-optimal algorithms take over.
+
+use tca::coll::ALGORITHMS;
+use tca::{Collective, Comm, Op};
+
+use super::{Step, check};
+use crate::rng::Rng;
+
+fn v(round: u64, rank: usize, i: usize) -> f64 {
+    let k = (rank as u64 * 7 + i as u64 * 3 + (round % 11) * 5) % 11;
+    // 1..=11: exact in f64, and so are their sums over any number of ranks here.
+    (k + 1) as f64
+}
+
+fn input(round: u64, rank: usize, n: usize) -> Vec<f64> {
+    (0..n).map(|i| v(round, rank, i)).collect()
+}
+
+fn sum(round: u64, p: usize, n: usize) -> Vec<f64> {
+    (0..n)
+        .map(|i| (0..p).map(|r| v(round, r, i)).sum())
+        .collect()
+}
+
+/// Element `i` of rank `r`'s Alltoall send buffer: distinct across ranks, blocks and rounds.
+fn a2a(round: u64, r: usize, i: usize) -> f64 {
+    let x = (round % 1000) * 10_000_000 + r as u64 * 1_000_000 + i as u64;
+    // Below 2^34: exact.
+    x as f64
+}
+
+/// One collective step (collective over the communicator).
+pub(crate) fn step(c: &Comm, round: u64, r: &mut Rng) -> Step {
+    let p = c.size() as usize;
+    let which = *r.pick(&Collective::ALL).unwrap_or(&Collective::Allreduce);
+    let algs: Vec<&str> = ALGORITHMS
+        .iter()
+        .filter(|a| a.collective == which && (a.supports)(p))
+        .map(|a| a.name)
+        .collect();
+    let forced = if r.one_in(4) {
+        None
+    } else {
+        r.pick(&algs).copied()
+    };
+    let n = match r.below(8) {
+        0 => 0,
+        1 => 1,
+        2..=5 => r.range(2, 4096),
+        _ => r.range(4097, 70_000),
+    };
+    let n = usize::try_from(n).unwrap_or(0);
+    let root = u32::try_from(r.below(p as u64)).unwrap_or(0);
+    c.force(which, forced)?;
+    let ok = run(c, which, n, root, round);
+    // Restoring the selector can only fail as the call did (a dead peer): report the call's.
+    let restored = c.force(which, None);
+    let ok = ok?;
+    restored?;
+    check(ok, || {
+        format!(
+            "{} ({}) of {n} elements, root {root}, round {round}: result differs from the reference",
+            which.name(),
+            forced.unwrap_or("auto")
+        )
+    })
+}
+
+fn run(c: &Comm, which: Collective, n: usize, root: u32, round: u64) -> tca::Result<bool> {
+    let (p, me) = (c.size() as usize, c.rank() as usize);
+    let is_root = me == root as usize;
+    let all = |n| -> Vec<f64> { (0..p).flat_map(|q| input(round, q, n)).collect() };
+    Ok(match which {
+        Collective::Broadcast => {
+            let mut b = if is_root {
+                input(round, me, n)
+            } else {
+                vec![0.0; n]
+            };
+            c.broadcast(&mut b, root)?;
+            b == input(round, root as usize, n)
+        }
+        Collective::Scatter => {
+            let everything = all(n);
+            let mut got = vec![0.0; n];
+            c.scatter(if is_root { &everything } else { &[] }, &mut got, root)?;
+            got == input(round, me, n)
+        }
+        Collective::Gather => {
+            let mut got = vec![0.0; if is_root { p * n } else { 0 }];
+            c.gather(&input(round, me, n), &mut got, root)?;
+            !is_root || got == all(n)
+        }
+        Collective::Reduce => {
+            let mut got = vec![0.0; n];
+            c.reduce(&input(round, me, n), &mut got, &Op::Sum, root)?;
+            !is_root || got == sum(round, p, n)
+        }
+        Collective::Allgather => {
+            let mut got = vec![0.0; p * n];
+            c.allgather(&input(round, me, n), &mut got)?;
+            got == all(n)
+        }
+        Collective::Allreduce => {
+            let mut got = vec![0.0; n];
+            c.allreduce(&input(round, me, n), &mut got, &Op::Sum)?;
+            got == sum(round, p, n)
+        }
+        Collective::Barrier => {
+            c.barrier()?;
+            true
+        }
+        Collective::ReduceScatter => {
+            let mut got = vec![0.0; n];
+            c.reduce_scatter(&input(round, me, p * n), &mut got, &Op::Sum)?;
+            got == sum(round, p, p * n)[me * n..(me + 1) * n]
+        }
+        Collective::Alltoall => {
+            let send: Vec<f64> = (0..p * n).map(|i| a2a(round, me, i)).collect();
+            let mut got = vec![0.0; p * n];
+            c.alltoall(&send, &mut got)?;
+            (0..p).all(|j| (0..n).all(|i| got[j * n + i] == a2a(round, j, me * n + i)))
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_collective_verifies_on_thread_ranks() {
+        for p in [2u32, 3] {
+            tca::threads::run(p, |w| {
+                let c = Comm::world(w)?;
+                let mut r = Rng::new(5);
+                for round in 0..40 {
+                    if let Err(e) = step(&c, round, &mut r) {
+                        panic!("round {round}: {e:?}");
+                    }
+                }
+                Ok(())
+            })
+            .unwrap();
+        }
+    }
+
+    #[test]
+    fn alltoall_values_are_exact_and_distinct() {
+        assert_eq!(a2a(3, 2, 5), 32_000_005.0);
+        assert_ne!(a2a(3, 2, 5), a2a(4, 2, 5));
+    }
+}

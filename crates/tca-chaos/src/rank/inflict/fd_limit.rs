@@ -1,0 +1,56 @@
+//! `fd-limit`: the rank lowers its soft RLIMIT_NOFILE to its lowest free descriptor number
+//! (plus 0 to 3 spare), then goes on.
+//!
+//! Why: every segment is a memfd and every attach opens a peer's descriptor through
+//! `/proc`, so descriptors are what a rank runs out of first on a node shared with a program
+//! that leaks them or a low `ulimit -n`. The library raises the limit at start-up when it is
+//! too low for the job size; this fault lowers it later, under a running job. The limit
+//! bounds descriptor *numbers*, and a new descriptor takes the lowest free number, so a
+//! limit at the lowest free number (not above the highest open one) is what leaves no room:
+//! the descriptors open stay usable, and whatever the next call needs a new one for (a
+//! larger pooled buffer, a landing segment, a peer's new segment) must fail as an error that
+//! says so, and the rank's failure must reach the others as an error naming it; calls that
+//! need no new descriptor must keep working.
+
+use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+
+use super::super::{Answer, Step};
+
+/// The lowest descriptor number not open now, and how many are open.
+fn lowest_free() -> Option<(u64, usize)> {
+    let mut open: Vec<u64> = std::fs::read_dir("/proc/self/fd")
+        .ok()?
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u64>().ok())
+        .collect();
+    open.sort_unstable();
+    // The directory's own descriptor is listed but closed again by now.
+    let free = (0u64..).find(|n| open.binary_search(n).is_err())?;
+    Some((free, open.len()))
+}
+
+pub(super) fn inflict(spare: u64, answer: &mut Answer) -> Step {
+    let Some((free, open)) = lowest_free() else {
+        answer
+            .notes
+            .push("fd-limit: cannot list /proc/self/fd; limit left alone".into());
+        return Ok(());
+    };
+    let old = getrlimit(Resource::Nofile);
+    let new = free + spare;
+    match setrlimit(
+        Resource::Nofile,
+        Rlimit {
+            current: Some(new),
+            maximum: old.maximum,
+        },
+    ) {
+        Ok(()) => answer.notes.push(format!(
+            "RLIMIT_NOFILE {} -> {new} (lowest free descriptor {free}, {open} open)",
+            old.current.map_or("unlimited".into(), |c| c.to_string())
+        )),
+        Err(e) => answer.notes.push(format!(
+            "fd-limit: setrlimit({new}) failed: {e}; limit left alone"
+        )),
+    }
+    Ok(())
+}

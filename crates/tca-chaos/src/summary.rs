@@ -1,0 +1,267 @@
+//! A campaign's figures per fault kind, its goals, and the three ways to print them (one
+//! module, so the table, CSV and JSON cannot disagree on a column).
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use crate::fault::{FAULTS, Fault};
+use crate::supervise::JobRecord;
+
+/// Median and maximum of a set of durations, in milliseconds.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Spread {
+    /// How many.
+    pub n: usize,
+    /// Median (the lower middle of an even count).
+    pub median: Option<f64>,
+    /// Maximum.
+    pub max: Option<f64>,
+}
+
+impl Spread {
+    fn of(mut v: Vec<f64>) -> Self {
+        v.sort_by(f64::total_cmp);
+        Self {
+            n: v.len(),
+            median: v.get(v.len().saturating_sub(1) / 2).copied(),
+            max: v.last().copied(),
+        }
+    }
+
+    fn text(&self) -> String {
+        match (self.median, self.max) {
+            (Some(m), Some(x)) => format!("{m:.0} / {x:.0}"),
+            _ => "-".into(),
+        }
+    }
+}
+
+/// One fault kind's figures (or the total's).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Row {
+    /// The kind (or `total`).
+    pub kind: String,
+    /// Faults injected (jobs whose fault could not be injected are not counted here).
+    pub faults: u64,
+    /// Jobs still running `hang_after` after the fault (goal 0).
+    pub hangs: u64,
+    /// Jobs that never noticed a fatal fault and completed when the campaign stopped them.
+    pub ran_on: u64,
+    /// Jobs whose fault was answered as the library promises (goal: all).
+    pub handled: u64,
+    /// Jobs that ended in errors where every survivor named the culprit itself.
+    pub named_directly: u64,
+    /// Wrong results delivered without an error (goal 0).
+    pub wrong: u64,
+    /// `tca*` objects left in `/dev/shm` (goal 0).
+    pub shm_left: u64,
+    /// Processes left running (goal 0).
+    pub procs_left: u64,
+    /// Fault to the last survivor's named error, ms (jobs that ended in errors).
+    pub named_ms: Spread,
+    /// Fault (or, after a survivable fault, the stop) to the last process of the job gone, ms.
+    pub gone_ms: Spread,
+}
+
+impl Row {
+    fn of(kind: &str, jobs: &[&JobRecord]) -> Self {
+        let injected: Vec<&&JobRecord> = jobs.iter().filter(|j| j.not_injected.is_none()).collect();
+        let count =
+            |f: &dyn Fn(&JobRecord) -> bool| injected.iter().filter(|j| f(j)).count() as u64;
+        Self {
+            kind: kind.to_string(),
+            faults: injected.len() as u64,
+            hangs: count(&|j| j.hang),
+            ran_on: count(&|j| j.ran_on),
+            handled: count(&|j| j.verdict.handled && !j.hang),
+            named_directly: count(&|j| j.verdict.direct && j.verdict.named_ms.is_some()),
+            wrong: injected.iter().map(|j| j.verdict.wrong.len() as u64).sum(),
+            shm_left: jobs.iter().map(|j| j.shm_left.len() as u64).sum(),
+            procs_left: jobs.iter().map(|j| j.procs_left.len() as u64).sum(),
+            named_ms: Spread::of(injected.iter().filter_map(|j| j.verdict.named_ms).collect()),
+            gone_ms: Spread::of(injected.iter().filter_map(|j| j.gone_ms).collect()),
+        }
+    }
+}
+
+/// A campaign's results.
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    /// The seed (replays the campaign).
+    pub seed: u64,
+    /// Faults asked for.
+    pub faults: u64,
+    /// Ranks per job, MIN and MAX.
+    pub np: (u32, u32),
+    /// The kinds drawn from.
+    pub kinds: Vec<Fault>,
+    /// Seconds after a fault until a job is a hang.
+    pub hang_after_s: f64,
+    /// Wall time of the campaign, seconds.
+    pub wall_s: f64,
+    /// One row per kind that came up, in table order.
+    pub rows: Vec<Row>,
+    /// All kinds together.
+    pub total: Row,
+    /// Jobs whose fault could not be injected (start-up failed, or the job ended first).
+    pub not_injected: u64,
+    /// The jobs that missed a goal, described.
+    pub failures: Vec<String>,
+}
+
+impl Summary {
+    /// Figures from the campaign's jobs.
+    pub fn new(
+        seed: u64,
+        np: (u32, u32),
+        kinds: &[Fault],
+        hang_after_s: f64,
+        wall_s: f64,
+        jobs: &[JobRecord],
+    ) -> Self {
+        let rows = FAULTS
+            .iter()
+            .filter_map(|i| {
+                let mine: Vec<&JobRecord> =
+                    jobs.iter().filter(|j| j.plan.fault == i.fault).collect();
+                (!mine.is_empty()).then(|| Row::of(i.name, &mine))
+            })
+            .collect();
+        let all: Vec<&JobRecord> = jobs.iter().collect();
+        Self {
+            seed,
+            faults: jobs.len() as u64,
+            np,
+            kinds: kinds.to_vec(),
+            hang_after_s,
+            wall_s,
+            rows,
+            total: Row::of("total", &all),
+            not_injected: jobs.iter().filter(|j| j.not_injected.is_some()).count() as u64,
+            failures: jobs
+                .iter()
+                .filter(|j| !j.passed())
+                .map(JobRecord::describe)
+                .collect(),
+        }
+    }
+
+    /// The goals: every fault injected and handled; no hang, wrong result or leftover.
+    pub fn goals_met(&self) -> bool {
+        let t = &self.total;
+        self.not_injected == 0
+            && t.hangs == 0
+            && t.wrong == 0
+            && t.shm_left == 0
+            && t.procs_left == 0
+            && t.handled == t.faults
+    }
+
+    /// The table for people.
+    pub fn table(&self) -> String {
+        let mut s = String::new();
+        let kinds: Vec<&str> = self.kinds.iter().map(|k| k.name()).collect();
+        let _ = writeln!(
+            s,
+            "# tca chaos: {} faults, seed {}, {}..{} ranks, kinds {}, hang after {} s; {:.0} s",
+            self.faults,
+            self.seed,
+            self.np.0,
+            self.np.1,
+            kinds.join(","),
+            self.hang_after_s,
+            self.wall_s
+        );
+        let _ = writeln!(
+            s,
+            "{:<14} {:>6} {:>6} {:>6} {:>8} {:>8} {:>6} {:>9} {:>6} {:>18} {:>18}",
+            "kind",
+            "faults",
+            "hangs",
+            "ran on",
+            "handled",
+            "directly",
+            "wrong",
+            "/dev/shm",
+            "procs",
+            "named ms med/max",
+            "gone ms med/max"
+        );
+        for r in self.rows.iter().chain(std::iter::once(&self.total)) {
+            let _ = writeln!(
+                s,
+                "{:<14} {:>6} {:>6} {:>6} {:>8} {:>8} {:>6} {:>9} {:>6} {:>18} {:>18}",
+                r.kind,
+                r.faults,
+                r.hangs,
+                r.ran_on,
+                r.handled,
+                r.named_directly,
+                r.wrong,
+                r.shm_left,
+                r.procs_left,
+                r.named_ms.text(),
+                r.gone_ms.text()
+            );
+        }
+        if self.not_injected > 0 {
+            let _ = writeln!(
+                s,
+                "{} job(s) could not be injected (start-up failed or the job ended first)",
+                self.not_injected
+            );
+        }
+        let t = &self.total;
+        let mark = |ok: bool| if ok { "met" } else { "MISSED" };
+        let _ = writeln!(
+            s,
+            "goals: hangs 0 ({}), wrong results 0 ({}), /dev/shm 0 ({}), processes 0 ({}), \
+             every fault handled ({})",
+            mark(t.hangs == 0),
+            mark(t.wrong == 0),
+            mark(t.shm_left == 0),
+            mark(t.procs_left == 0),
+            mark(t.handled == t.faults && self.not_injected == 0)
+        );
+        s
+    }
+
+    /// CSV: a header and one line per row (the total last).
+    pub fn csv(&self) -> String {
+        let mut s = String::from(
+            "kind,faults,hangs,ran_on,handled,named_directly,wrong,shm_left,procs_left,\
+             named_ms_median,named_ms_max,gone_ms_median,gone_ms_max\n",
+        );
+        let num = |v: Option<f64>| v.map_or(String::new(), |x| format!("{x:.1}"));
+        for r in self.rows.iter().chain(std::iter::once(&self.total)) {
+            let _ = writeln!(
+                s,
+                "{},{},{},{},{},{},{},{},{},{},{},{},{}",
+                r.kind,
+                r.faults,
+                r.hangs,
+                r.ran_on,
+                r.handled,
+                r.named_directly,
+                r.wrong,
+                r.shm_left,
+                r.procs_left,
+                num(r.named_ms.median),
+                num(r.named_ms.max),
+                num(r.gone_ms.median),
+                num(r.gone_ms.max)
+            );
+        }
+        s
+    }
+
+    /// JSON: the whole summary, goals included.
+    pub fn json(&self) -> String {
+        let mut v = serde_json::to_value(self).unwrap_or_default();
+        if let Some(o) = v.as_object_mut() {
+            o.insert("goals_met".into(), self.goals_met().into());
+        }
+        serde_json::to_string_pretty(&v).unwrap_or_default()
+    }
+}

@@ -1,0 +1,288 @@
+//! Whether a job's ranks answered its fault as the library promises, from their reports.
+//!
+//! # Naming
+//! A surviving rank *names the culprit* (the faulty rank, or the launcher) if its error names
+//! it, or names a rank that itself ended with an error naming the culprit, and so on: a
+//! chain. The library's errors are chains by design: a rank that times out on a stopped peer
+//! names that peer, then exits with the error, and the launcher (or the shared board) tells
+//! everyone else that *this* rank failed; every step names its cause, and the chain leads to
+//! the culprit. `direct` records the stronger property, every survivor naming the culprit
+//! itself, which holds for dead processes (the pidfd and the board both name them) but not,
+//! by this design, for a stopped one.
+//!
+//! # Per kind
+//! - fatal (`kill-rank`, `stop-rank`, `kill-launcher`): every rank but the victim ends with an
+//!   error naming the culprit.
+//! - survivable (`alloc-huge`, `fd-limit`, `stale-handle`): the victim inflicted the fault
+//!   (`applied`) and its attempts were answered as they must be; then either every rank
+//!   completes with every result verified, or the victim ended with an error and every other
+//!   rank names it.
+//! - `none`: every rank completes.
+//!
+//! Independently of the kind, a *wrong result* is a rank that found a result wrong with no
+//! error to say so, or a write the library let through that it must refuse.
+
+use crate::fault::Fault;
+use crate::report::{Ending, Named, RankReport};
+
+/// What the reports say about one job.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Verdict {
+    /// The fault was answered as the library promises (see the module doc).
+    pub handled: bool,
+    /// Every survivor's error names the culprit itself (jobs that ended in errors only).
+    pub direct: bool,
+    /// Wrong results delivered without an error.
+    pub wrong: Vec<String>,
+    /// Milliseconds from the fault to the last survivor's named error (jobs that ended in
+    /// errors only).
+    pub named_ms: Option<f64>,
+    /// Why the job was not handled, for people.
+    pub problems: Vec<String>,
+}
+
+/// Judges the reports of a job with fault `fault` and `victim`, injected at `fault_us`
+/// (microseconds since the epoch); `applied` says whether the victim of a survivable fault
+/// inflicted it.
+pub fn judge(
+    fault: Fault,
+    victim: Option<u32>,
+    reports: &[Option<RankReport>],
+    fault_us: u64,
+    applied: bool,
+) -> Verdict {
+    let mut v = Verdict::default();
+    for (r, rep) in reports.iter().enumerate() {
+        let Some(rep) = rep else { continue };
+        if let Ending::Wrong { what } = &rep.ending {
+            v.wrong.push(format!("rank {r}: {what}"));
+        }
+        if !rep.fault.accepted.is_empty() {
+            v.wrong.push(format!(
+                "rank {r}: the library let through {}",
+                rep.fault.accepted.join(", ")
+            ));
+        }
+    }
+    let all_ok = reports.iter().all(|r| {
+        matches!(
+            r,
+            Some(RankReport {
+                ending: Ending::Ok,
+                ..
+            })
+        )
+    });
+    let info = fault.info();
+    if info.fatal {
+        let culprit = victim.map_or(Named::Launcher, Named::Rank);
+        named_by_all(&mut v, reports, victim, culprit, fault_us);
+    } else if fault == Fault::None {
+        v.handled = all_ok;
+        if !all_ok {
+            v.problems.push("the control job did not complete".into());
+        }
+    } else {
+        let vr = victim
+            .and_then(|r| reports.get(r as usize))
+            .and_then(Option::as_ref);
+        if !applied {
+            v.problems
+                .push("the victim never inflicted the fault (the job ended first)".into());
+        }
+        if let Some(rep) = vr {
+            if !rep.fault.unexpected.is_empty() {
+                v.problems.push(format!(
+                    "rank {}: refused with another error than expected: {}",
+                    rep.rank,
+                    rep.fault.unexpected.join(", ")
+                ));
+            }
+        }
+        let answered = applied && vr.is_some_and(|r| r.fault.unexpected.is_empty());
+        if all_ok {
+            v.handled = answered;
+        } else if let (Some(rep), Some(vic)) = (vr, victim) {
+            if matches!(rep.ending, Ending::Error { .. }) {
+                named_by_all(&mut v, reports, victim, Named::Rank(vic), fault_us);
+                v.handled &= answered;
+            } else {
+                v.problems.push(format!(
+                    "the job failed, but not through its victim (rank {vic}: {})",
+                    rep.line()
+                ));
+            }
+        } else {
+            v.problems
+                .push("the job failed and its victim left no report".into());
+        }
+    }
+    if !v.wrong.is_empty() {
+        v.handled = false;
+    }
+    v
+}
+
+/// Sets `handled`, `direct` and `named_ms` from whether every rank but `victim` ended with an
+/// error naming `culprit`.
+fn named_by_all(
+    v: &mut Verdict,
+    reports: &[Option<RankReport>],
+    victim: Option<u32>,
+    culprit: Named,
+    fault_us: u64,
+) {
+    v.handled = true;
+    v.direct = true;
+    let mut last = None::<u64>;
+    for (r, rep) in reports.iter().enumerate() {
+        let r = u32::try_from(r).unwrap_or(u32::MAX);
+        if Some(r) == victim {
+            continue;
+        }
+        let Some(rep) = rep else {
+            v.handled = false;
+            v.direct = false;
+            v.problems.push(format!("rank {r} left no report"));
+            continue;
+        };
+        match chain(reports, rep, culprit) {
+            Some(hops) => {
+                v.direct &= hops == 1;
+                last = last.max(Some(rep.at_unix_us));
+            }
+            None => {
+                v.handled = false;
+                v.direct = false;
+                v.problems
+                    .push(format!("does not name {culprit:?}: {}", rep.line()));
+            }
+        }
+    }
+    v.named_ms = last.map(|t| t.saturating_sub(fault_us) as f64 / 1000.0);
+}
+
+/// The number of hops from `rep`'s error to `culprit` along the ranks the errors name, or
+/// `None` if the chain does not get there.
+fn chain(reports: &[Option<RankReport>], rep: &RankReport, culprit: Named) -> Option<usize> {
+    let mut at = rep;
+    let mut seen = vec![false; reports.len()];
+    for hops in 1..=reports.len() {
+        let named = at.named()?;
+        if named == culprit {
+            return Some(hops);
+        }
+        let Named::Rank(next) = named else {
+            return None;
+        };
+        let i = next as usize;
+        if *seen.get(i)? {
+            return None;
+        }
+        seen[i] = true;
+        at = reports.get(i)?.as_ref()?;
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::FaultAnswer;
+
+    fn rep(rank: u32, ending: Ending, at: u64) -> Option<RankReport> {
+        Some(RankReport {
+            rank,
+            pid: 100 + rank,
+            ending,
+            rounds: 5,
+            at_unix_us: at,
+            sigterm: false,
+            fault: FaultAnswer::default(),
+        })
+    }
+
+    fn err(named: Named) -> Ending {
+        Ending::Error {
+            kind: "PeerDied".into(),
+            named,
+            message: "m".into(),
+        }
+    }
+
+    #[test]
+    fn a_killed_rank_named_by_all() {
+        let reports = vec![
+            rep(0, err(Named::Rank(2)), 1_020_000),
+            rep(1, err(Named::Rank(2)), 1_030_000),
+            None,
+        ];
+        let v = judge(Fault::KillRank, Some(2), &reports, 1_000_000, false);
+        assert!(v.handled && v.direct, "{v:?}");
+        assert_eq!(v.named_ms, Some(30.0));
+        assert!(v.wrong.is_empty());
+    }
+
+    #[test]
+    fn a_stopped_rank_named_through_a_chain() {
+        // Rank 1 timed out on the stopped rank 2; rank 0 learnt of rank 1's failure.
+        let reports = vec![
+            rep(0, err(Named::Rank(1)), 10),
+            rep(1, err(Named::Rank(2)), 5),
+            None,
+        ];
+        let v = judge(Fault::StopRank, Some(2), &reports, 0, false);
+        assert!(v.handled && !v.direct, "{v:?}");
+        // A chain that goes round in circles, or ends with nobody, names no one.
+        let reports = vec![
+            rep(0, err(Named::Rank(1)), 10),
+            rep(1, err(Named::Rank(0)), 5),
+            None,
+        ];
+        assert!(!judge(Fault::StopRank, Some(2), &reports, 0, false).handled);
+        let reports = vec![rep(0, err(Named::Nobody), 10), None];
+        assert!(!judge(Fault::KillRank, Some(1), &reports, 0, false).handled);
+    }
+
+    #[test]
+    fn the_launcher_named_by_all() {
+        let reports = vec![
+            rep(0, err(Named::Launcher), 10),
+            rep(1, err(Named::Rank(0)), 12),
+        ];
+        let v = judge(Fault::KillLauncher, None, &reports, 0, false);
+        assert!(v.handled && !v.direct, "{v:?}");
+        let reports = vec![rep(0, err(Named::Launcher), 10), None];
+        assert!(!judge(Fault::KillLauncher, None, &reports, 0, false).handled);
+    }
+
+    #[test]
+    fn survivable_faults() {
+        let ok = vec![rep(0, Ending::Ok, 0), rep(1, Ending::Ok, 0)];
+        assert!(judge(Fault::StaleHandle, Some(1), &ok, 0, true).handled);
+        assert!(!judge(Fault::StaleHandle, Some(1), &ok, 0, false).handled);
+        assert!(judge(Fault::None, None, &ok, 0, false).handled);
+        // The victim failed with a clear error, and the other rank names it.
+        let failed = vec![
+            rep(0, err(Named::Rank(1)), 9),
+            rep(1, err(Named::Nobody), 3),
+        ];
+        let v = judge(Fault::FdLimit, Some(1), &failed, 0, true);
+        assert!(v.handled && v.direct, "{v:?}");
+        // Another rank failing instead is not the fault's answer.
+        let failed = vec![rep(0, err(Named::Nobody), 9), rep(1, Ending::Ok, 3)];
+        assert!(!judge(Fault::FdLimit, Some(1), &failed, 0, true).handled);
+        // A write let through is a wrong result.
+        let mut leaked = ok.clone();
+        if let Some(r) = leaked[1].as_mut() {
+            r.fault.accepted.push("a forged handle".into());
+        }
+        let v = judge(Fault::StaleHandle, Some(1), &leaked, 0, true);
+        assert!(!v.handled && v.wrong.len() == 1, "{v:?}");
+        let wrong = vec![
+            rep(0, Ending::Wrong { what: "x".into() }, 0),
+            rep(1, Ending::Ok, 0),
+        ];
+        assert_eq!(judge(Fault::None, None, &wrong, 0, false).wrong.len(), 1);
+    }
+}
