@@ -90,6 +90,7 @@ fn main() -> ExitCode {
         }),
         "wait-forever" => wait_forever(&world),
         "sigstop" => stuck(&world, arg(&args, 1, 1) as u32),
+        "fd-limit" => fd_limit(&world),
         "publish" => publish(&world, &args[1]),
         "steal" => steal(&world, &args[1]),
         "coll" => coll(&world, arg(&args, 1, 200)),
@@ -409,6 +410,38 @@ fn stuck(w: &World, victim: u32) -> tca::Result<bool> {
 /// Rank 0 writes the handle of a segment of its own (and its pid) to FILE, then waits until
 /// FILE.done appears (a job that tried to use the handle is finished) and checks that nothing
 /// was written into the segment.
+/// Rank 0, out of descriptors (its soft RLIMIT_NOFILE lowered to its lowest free descriptor
+/// number), writes to rank 1's new segment, which attaching needs a descriptor for: the error
+/// must say this process ran out (`Transport`), not that the handle is bad. Prints the kind.
+fn fd_limit(w: &World) -> tca::Result<bool> {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let seg = w.alloc_symmetric(4096)?;
+    let mut ok = true;
+    if w.rank() == 0 {
+        // The lowest free descriptor number is the one the next open gets.
+        let free = {
+            let probe = std::fs::File::open("/dev/null").expect("/dev/null");
+            std::os::fd::AsRawFd::as_raw_fd(&probe) as u64
+        };
+        let old = getrlimit(Resource::Nofile);
+        let low = Rlimit {
+            current: Some(free),
+            maximum: old.maximum,
+        };
+        setrlimit(Resource::Nofile, low).expect("lowering RLIMIT_NOFILE");
+        let r = w.put(seg.handle(1)?, 0, &[7]);
+        setrlimit(Resource::Nofile, old).expect("restoring RLIMIT_NOFILE");
+        let kind = r.err().map(|e| {
+            println!("error: {e}");
+            e.kind()
+        });
+        println!("put out of descriptors: {kind:?}");
+        ok = kind == Some(ErrorKind::Transport);
+    }
+    w.barrier()?;
+    Ok(ok)
+}
+
 fn publish(w: &World, file: &str) -> tca::Result<bool> {
     let seg = w.alloc(4096)?;
     if w.rank() != 0 {

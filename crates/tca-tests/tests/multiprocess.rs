@@ -211,6 +211,14 @@ fn another_job_or_user_cannot_use_a_stolen_handle() {
     let _ = std::fs::remove_file(format!("{f}.done"));
 }
 
+/// Out of descriptors when attaching a peer's segment is this process's resource running out
+/// (`Transport`), not a bad handle (it was `InvalidHandle`; found by `tca chaos`, fd-limit).
+#[test]
+fn running_out_of_descriptors_is_not_a_bad_handle() {
+    let o = launch(2, &["fd-limit"]).unwrap();
+    assert_eq!(o.status(), 0, "{o:?}");
+}
+
 #[test]
 fn sigkill_of_one_rank_is_reported_and_cleaned_up() {
     let _g = shm_lock();

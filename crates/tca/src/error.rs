@@ -91,6 +91,23 @@ impl Error {
         Self::new(kind, format!("{doing}: {err}"))
     }
 
+    /// An OS error while reaching something of a peer (its segment, its process): running
+    /// out of descriptors (`EMFILE`, `ENFILE`) or memory (`ENOMEM`) is this process's own
+    /// resource, whatever the peer, and a [`ErrorKind::Transport`] error; anything else is
+    /// `otherwise` (the handle is stale, the peer is gone).
+    pub(crate) fn reaching(
+        otherwise: ErrorKind,
+        doing: impl fmt::Display,
+        err: rustix::io::Errno,
+    ) -> Self {
+        use rustix::io::Errno;
+        let kind = match err {
+            Errno::MFILE | Errno::NFILE | Errno::NOMEM => ErrorKind::Transport,
+            _ => otherwise,
+        };
+        Self::os(kind, doing, err)
+    }
+
     /// The category of the error.
     pub fn kind(&self) -> ErrorKind {
         self.kind

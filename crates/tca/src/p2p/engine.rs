@@ -60,6 +60,9 @@ const NAP: Duration = Duration::from_micros(200);
 const POLL_EVERY: u32 = 16;
 /// How long a communicator being dropped waits for its undelivered sends to move.
 pub(crate) const DRAIN_PATIENCE: Duration = Duration::from_secs(2);
+/// How often such a wait asks whether every peer is still alive (a poll of their pidfds): a
+/// dead peer takes nothing more, and the program's error must not wait `DRAIN_PATIENCE`.
+const LIVENESS_EVERY: Duration = Duration::from_millis(10);
 
 /// Bytes of the p2p segment of one rank in a communicator of `p` ranks.
 pub fn p2p_bytes(p: usize) -> usize {
@@ -951,11 +954,19 @@ impl Engine {
             {
                 return;
             }
+            // The sender has claimed the round: let its data land, unless it is gone.
             let start = std::time::Instant::now();
+            let mut checked = start;
             while start.elapsed() < DRAIN_PATIENCE {
                 match self.chan_recv_test(w, b, round) {
                     Ok(false) => std::thread::yield_now(),
                     _ => break,
+                }
+                if checked.elapsed() >= LIVENESS_EVERY {
+                    if w.check_alive().is_err() {
+                        break;
+                    }
+                    checked = std::time::Instant::now();
                 }
             }
         }
@@ -1399,7 +1410,7 @@ impl Engine {
             if self.progress(w, &mut Hand::None, None).is_err() {
                 break;
             }
-            if checked.elapsed() >= crate::transport::shm::wait::SLEEP_SLICE {
+            if checked.elapsed() >= LIVENESS_EVERY {
                 if w.check_alive().is_err() {
                     break;
                 }

@@ -231,12 +231,17 @@ impl Board {
                 .and_then(|t| parse_rendezvous(&t, job, size))
             {
                 // A leftover whose creator is gone fails here; keep waiting for the new one.
-                if let Ok(bfd) = memfd::open_peer(pid, fd) {
-                    if let Ok(b) = Self::open(&bfd, size) {
-                        if b.job == job {
-                            return Ok((bfd, b));
+                // Out of descriptors, though, waiting cannot help: say so now.
+                match memfd::open_peer(pid, fd) {
+                    Ok(bfd) => {
+                        if let Ok(b) = Self::open(&bfd, size) {
+                            if b.job == job {
+                                return Ok((bfd, b));
+                            }
                         }
                     }
+                    Err(e) if e.kind() == ErrorKind::Transport => return Err(e),
+                    Err(_) => {}
                 }
             }
             if std::time::Instant::now() >= deadline {

@@ -86,12 +86,11 @@ pub fn open_peer(pid: u32, fd: u32) -> Result<OwnedFd> {
         rustix::fs::Mode::empty(),
     )
     .map_err(|e| {
-        // Out of descriptors (RLIMIT_NOFILE, or the system's table) says nothing about the
-        // handle: it is this process's resource that ran out.
-        let kind = match e {
-            rustix::io::Errno::MFILE | rustix::io::Errno::NFILE => ErrorKind::Transport,
-            _ => ErrorKind::InvalidHandle,
-        };
-        Error::os(kind, format!("opening segment {fd} of process {pid}"), e)
+        // Out of descriptors says nothing about the handle: see `Error::reaching`.
+        Error::reaching(
+            ErrorKind::InvalidHandle,
+            format!("opening segment {fd} of process {pid}"),
+            e,
+        )
     })
 }

@@ -224,20 +224,28 @@ impl Shm {
             })?;
             let h = Handle::new(job, e.ctrl_key, CTRL_BYTES, r, e.ctrl_segment);
             let region = Region::attach(&h, e.pid).map_err(|err| {
+                if err.kind() == ErrorKind::Transport {
+                    // This process ran out of something (descriptors): not rank r's fault.
+                    return err;
+                }
                 Error::peer(
                     ErrorKind::PeerDied,
                     r,
                     format!("cannot attach rank {r} (pid {}): {err}", e.pid),
                 )
             })?;
-            let fd = if e.pid == my_pid { None } else { pidfd(e.pid) };
-            if e.pid != my_pid && fd.is_none() {
-                return Err(Error::peer(
-                    ErrorKind::PeerDied,
-                    r,
-                    format!("rank {r} (pid {}) died during start-up", e.pid),
-                ));
-            }
+            let fd = if e.pid == my_pid {
+                None
+            } else {
+                Some(pidfd_of(e.pid).map_err(|err| match err.kind() {
+                    ErrorKind::Transport => err,
+                    _ => Error::peer(
+                        ErrorKind::PeerDied,
+                        r,
+                        format!("rank {r} (pid {}) died during start-up", e.pid),
+                    ),
+                })?)
+            };
             ctrls[r as usize] = Some(h);
             peers[r as usize] = Some(Peer {
                 pid: e.pid,
@@ -889,8 +897,19 @@ fn cache_insert(cache: &mut Cache, r: &Arc<Region>) {
 }
 
 fn pidfd(pid: u32) -> Option<OwnedFd> {
-    let p = rustix::process::Pid::from_raw(i32::try_from(pid).ok()?)?;
-    rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok()
+    pidfd_of(pid).ok()
+}
+
+/// A pidfd of process `pid`; out of descriptors is a `Transport` error (`Error::reaching`),
+/// no such process `PeerDied`.
+fn pidfd_of(pid: u32) -> Result<OwnedFd> {
+    let gone = || Error::new(ErrorKind::PeerDied, format!("process {pid} is gone"));
+    let p = i32::try_from(pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+        .ok_or_else(gone)?;
+    rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty())
+        .map_err(|e| Error::reaching(ErrorKind::PeerDied, format!("watching process {pid}"), e))
 }
 
 /// Whether a pidfd says its process has exited (readable), without blocking.
