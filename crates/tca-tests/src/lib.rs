@@ -23,6 +23,7 @@ pub const TARGETS: &[Target] = &[
     ("hosts", hosts),
     ("attach", attach),
     ("rendezvous", rendezvous),
+    ("env", env),
 ];
 
 /// The target called `name`.
@@ -122,4 +123,19 @@ pub fn attach(data: &[u8]) {
 /// kind and length; accepted records are one per rank.
 pub fn rendezvous(data: &[u8]) {
     let _ended = tca::bootstrap::kv::fuzz_client(data);
+}
+
+/// The hand-written parsers of environment values: Slurm host lists (`SLURM_STEP_NODELIST`,
+/// whose first host runs the rendezvous) and `TCA_BIND`. A first host is one host: not
+/// empty, no list or range syntax left in it. (Numbers and durations in `TCA_*` variables go
+/// through `str::parse`.)
+pub fn env(data: &[u8]) {
+    let text = text(data);
+    if let Some(h) = tca::bootstrap::first_host(&text) {
+        assert!(
+            !h.is_empty() && !h.contains([',', '[', ']']),
+            "{text:?} gave {h:?}"
+        );
+    }
+    let _ = tca::bootstrap::bind::Bind::parse(&text);
 }

@@ -219,6 +219,7 @@ proptest! {
     #[test]
     fn host_lists_never_panic(list in "[a-z0-9.:,\\[\\]-]{0,40}") {
         tca_tests::hosts(list.as_bytes());
+        tca_tests::env(list.as_bytes());
     }
 }
 

@@ -119,21 +119,23 @@ fn derived_port(name: &str) -> u16 {
     20_000 + (hash(name) % 20_000) as u16
 }
 
-/// The first host of a Slurm host list such as `node[03-05,9],gpu1`.
+/// The first host of a Slurm host list such as `node[03-05,9],gpu1`; `None` for a list that
+/// is not one (unbalanced brackets, a range that does not start with digits).
 pub fn first_host(list: &str) -> Option<String> {
     let list = list.trim();
-    let end = list
-        .char_indices()
-        .scan(0i32, |depth, (i, c)| {
-            match c {
-                '[' => *depth += 1,
-                ']' => *depth -= 1,
-                _ => {}
+    let mut depth = 0u32;
+    let mut end = list.len();
+    for (i, c) in list.char_indices() {
+        match c {
+            '[' => depth += 1,
+            ']' => depth = depth.checked_sub(1)?,
+            ',' if depth == 0 => {
+                end = i;
+                break;
             }
-            Some((i, c, *depth))
-        })
-        .find(|&(_, c, d)| c == ',' && d == 0)
-        .map_or(list.len(), |(i, _, _)| i);
+            _ => {}
+        }
+    }
     let first = &list[..end];
     match first.find('[') {
         None => (!first.is_empty()).then(|| first.to_string()),
@@ -141,7 +143,7 @@ pub fn first_host(list: &str) -> Option<String> {
             let inner = first[b + 1..].strip_suffix(']')?;
             let range = inner.split(',').next()?;
             let lo = range.split('-').next()?;
-            lo.chars().all(|c| c.is_ascii_digit()).then_some(())?;
+            (!lo.is_empty() && lo.chars().all(|c| c.is_ascii_digit())).then_some(())?;
             Some(format!("{}{lo}", &first[..b]))
         }
     }
@@ -310,6 +312,10 @@ mod tests {
         assert_eq!(first_host("n[7]").as_deref(), Some("n7"));
         assert_eq!(first_host(""), None);
         assert_eq!(first_host("n[x-y]"), None);
+        // Not lists (found by fuzzing: `jj]z8],` came back whole, commas and all).
+        for bad in ["jj]z8],", "a]b", "node[", "n[-3]", "n[1]x"] {
+            assert_eq!(first_host(bad), None, "{bad}");
+        }
     }
 
     #[test]
