@@ -82,6 +82,10 @@ pub struct RankReport {
 /// What the victim of a survivable fault tried and what the library answered.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FaultAnswer {
+    /// Whether the fault was inflicted (a lowered descriptor limit that `setrlimit` refused
+    /// was not: such a job is not counted as injected).
+    #[serde(default)]
+    pub inflicted: bool,
     /// Each attempt and the answer, for people.
     pub notes: Vec<String>,
     /// Attempts the library let through that it must refuse (a write through a stale
