@@ -6,8 +6,8 @@
 //! is taken as naming it ([`Named::Launcher`]), the one place where a message is read. The
 //! message decides even when the error also names a rank: a wait's error that names no one is
 //! given the rank the wait was for (`Error::waiting_for` in the library), the launcher's
-//! death included, so `rank()` then names a live, innocent peer (see BENCHMARKS.md,
-//! "Reliability").
+//! death included, so `rank()` then names a live, innocent peer (`Error::waiting_for` in
+//! `crates/tca/src/error.rs`).
 
 use serde::{Deserialize, Serialize};
 

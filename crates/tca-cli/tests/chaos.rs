@@ -112,7 +112,10 @@ fn the_campaign_counts_a_planted_wrong_result_and_a_planted_hang() {
 }
 
 /// A killed launcher: every rank ends with an error naming it (directly, or through a rank
-/// that failed because of it); nothing hangs, runs on, is wrong or is left.
+/// that failed because of it); nothing hangs, runs on, is wrong or is left. A rank notices
+/// the launcher's death only in a wait that polls liveness, which a busy job may reach
+/// seconds later (7.5 s seen at seed 7), hence the long --hang-after: a limit, not a time
+/// asserted.
 #[test]
 fn a_killed_launcher_leaves_nothing_behind() {
     let o = tca(&[
@@ -126,7 +129,7 @@ fn a_killed_launcher_leaves_nothing_behind() {
         "--kinds",
         "kill-launcher",
         "--hang-after",
-        "3",
+        "20",
         "--format",
         "csv",
     ]);
