@@ -8,6 +8,8 @@
 //! reports) for whoever investigates.
 
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -15,7 +17,7 @@ use anyhow::{Context, Result, bail};
 use crate::fault::Fault;
 use crate::plan;
 use crate::summary::Summary;
-use crate::supervise::{self, JobRecord, Settings};
+use crate::supervise::{self, Interrupted, JobRecord, Settings};
 
 /// A campaign's settings.
 #[derive(Debug, Clone)]
@@ -44,6 +46,10 @@ pub struct Campaign {
 pub const STOP_TIMEOUT_S: f64 = 1.0;
 /// Default seconds after a fault until a job still running is a hang.
 pub const HANG_AFTER_S: f64 = 30.0;
+/// Most faults one campaign may ask for.
+pub const MAX_FAULTS: u64 = 1_000_000;
+/// Most seconds `--hang-after` may be.
+pub const MAX_HANG_AFTER_S: f64 = 3600.0;
 /// Default longest delay between ready and fault, ms.
 pub const MAX_DELAY_MS: u64 = 500;
 
@@ -73,6 +79,7 @@ impl Campaign {
                 command,
                 hang_after: Duration::from_secs_f64(HANG_AFTER_S),
                 stop_timeout: STOP_TIMEOUT_S,
+                interrupted: Arc::new(AtomicBool::new(false)),
             },
             workdir: None,
             keep: false,
@@ -84,6 +91,21 @@ impl Campaign {
         if self.faults == 0 {
             bail!("--faults must be at least 1");
         }
+        if self.faults > MAX_FAULTS {
+            bail!(
+                "--faults {}: at most {MAX_FAULTS} faults in one campaign",
+                self.faults
+            );
+        }
+        if let Some(i) = self.only {
+            if i >= self.faults {
+                bail!(
+                    "--replay {i}: the campaign has jobs 0 to {} (--faults {})",
+                    self.faults - 1,
+                    self.faults
+                );
+            }
+        }
         plan::parse_np(
             &format!("{}:{}", self.np.0, self.np.1),
             tca::env::max_ranks(),
@@ -92,8 +114,10 @@ impl Campaign {
         if self.kinds.is_empty() {
             bail!("no fault kind to draw from");
         }
-        if self.settings.hang_after.is_zero() {
-            bail!("--hang-after must be more than 0 seconds");
+        if self.settings.hang_after.is_zero()
+            || self.settings.hang_after.as_secs_f64() > MAX_HANG_AFTER_S
+        {
+            bail!("--hang-after: give a number of seconds above 0 and at most {MAX_HANG_AFTER_S}");
         }
         if self.settings.hang_after.as_secs_f64() <= self.settings.stop_timeout + 1.0
             && self.kinds.contains(&Fault::StopRank)
@@ -116,9 +140,18 @@ impl Campaign {
     }
 
     /// Runs the campaign; `on_job` sees each job's record as it ends (for progress).
+    ///
+    /// SIGINT (and SIGTERM) stop it: the current job is killed, the campaign's directory
+    /// removed, and the figures of the jobs that ended are returned, marked
+    /// [`Summary::interrupted`].
     pub fn run(&self, mut on_job: impl FnMut(&JobRecord)) -> Result<Summary> {
         self.check()?;
         crate::procs::become_subreaper().context("becoming the jobs' subreaper")?;
+        let flag = &self.settings.interrupted;
+        for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+            signal_hook::flag::register(sig, Arc::clone(flag))
+                .context("installing the SIGINT handler")?;
+        }
         let root = self
             .workdir
             .clone()
@@ -128,13 +161,26 @@ impl Campaign {
         let start = Instant::now();
         let mut jobs = Vec::with_capacity(usize::try_from(self.faults).unwrap_or(0));
         let mut stale: Option<String> = None;
+        let indices_start = self.only.unwrap_or(0);
         let indices = match self.only {
             Some(i) => i..i + 1,
             None => 0..self.faults,
         };
+        let mut interrupted = false;
         for i in indices {
+            if flag.load(Ordering::Relaxed) {
+                interrupted = true;
+                break;
+            }
             let p = plan::draw(self.seed, i, self.np, &self.kinds, self.max_delay_ms);
-            let (rec, probe) = supervise::run(&p, &self.settings, &root, stale.clone())?;
+            let (rec, probe) = match supervise::run(&p, &self.settings, &root, stale.clone()) {
+                Ok(r) => r,
+                Err(e) if e.is::<Interrupted>() => {
+                    interrupted = true;
+                    break;
+                }
+                Err(e) => return Err(e),
+            };
             if probe.is_some() {
                 stale = probe;
             }
@@ -144,15 +190,27 @@ impl Campaign {
             on_job(&rec);
             jobs.push(rec);
         }
+        if interrupted {
+            // The job cut short (its processes killed by now) is of no use to anyone.
+            let _ = std::fs::remove_dir_all(supervise::job_dir(
+                &root,
+                jobs.len() as u64 + indices_start,
+            ));
+        }
         // Empty unless a job kept its directory.
         let _ = std::fs::remove_dir(&root);
-        Ok(Summary::new(
+        let mut summary = Summary::new(
             self.seed,
             self.np,
             &self.kinds,
             self.settings.hang_after.as_secs_f64(),
             start.elapsed().as_secs_f64(),
             &jobs,
-        ))
+        );
+        summary.interrupted = interrupted;
+        if interrupted && self.only.is_none() {
+            summary.faults = self.faults;
+        }
+        Ok(summary)
     }
 }

@@ -12,6 +12,16 @@
 //!   answer with a clear error; the job then either completes with every result verified, or,
 //!   if the error ends the faulty rank, every other rank names it.
 //! - `none` is the control: no fault, the job must complete and verify.
+//!
+//! Each kind also says, strictly, which error kinds its victim and the other ranks may end
+//! with, whether the victim may fail at all (`fd-limit` only: a rank out of descriptors may
+//! be unable to go on; a huge allocation or a stale handle must leave it usable) and whether
+//! every survivor must name the culprit itself.
+//!
+//! Two hidden kinds, `selftest-wrong` and `selftest-hang`, are accepted by `--kinds` but
+//! neither drawn by `all` nor listed: they break a job on purpose (a flipped byte, a rank
+//! that sleeps forever), so that the tests can show the campaign counts a wrong result and
+//! a hang.
 
 use std::fmt;
 
@@ -35,6 +45,10 @@ pub enum Fault {
     FdLimit,
     /// A rank writes through stale and forged handles.
     StaleHandle,
+    /// Self-test of the wrong-result detector: a rank flips a byte it received (hidden).
+    SelftestWrong,
+    /// Self-test of the hang detector: a rank sleeps forever without calling tca (hidden).
+    SelftestHang,
 }
 
 /// What the table says about a kind.
@@ -53,6 +67,19 @@ pub struct Info {
     pub what: &'static str,
     /// What the library must answer.
     pub expect: &'static str,
+    /// Whether the victim may end with an error (a survivable kind whose consequence may
+    /// legitimately end the rank that inflicted it); otherwise the job must complete.
+    pub victim_may_fail: bool,
+    /// The error kinds (`ErrorKind` as Rust prints it) the victim's own error may have, when
+    /// it may fail; for the survivable kinds, the kind each refused attempt must have.
+    pub victim_kinds: &'static [&'static str],
+    /// The error kinds the other ranks' errors may have, when the job ends in errors.
+    pub survivor_kinds: &'static [&'static str],
+    /// Whether every survivor must name the culprit itself (not through a chain).
+    pub direct: bool,
+    /// Not drawn by `all`, not listed in `--help`: the campaign's self-tests, whose goals are
+    /// missed on purpose (they show that the detectors work).
+    pub hidden: bool,
 }
 
 /// Every fault kind, in report order.
@@ -63,7 +90,12 @@ pub const FAULTS: &[Info] = &[
         fatal: true,
         by_rank: false,
         what: "SIGKILL of a random rank",
-        expect: "every other rank ends with an error naming it",
+        expect: "every other rank ends with an error (PeerDied or Aborted) naming it itself",
+        victim_may_fail: false,
+        victim_kinds: &[],
+        survivor_kinds: &["PeerDied", "Aborted"],
+        direct: true,
+        hidden: false,
     },
     Info {
         fault: Fault::StopRank,
@@ -72,6 +104,11 @@ pub const FAULTS: &[Info] = &[
         by_rank: false,
         what: "SIGSTOP of a random rank, the job running with TCA_TIMEOUT",
         expect: "every other rank ends with an error naming it (the first through its timeout)",
+        victim_may_fail: false,
+        victim_kinds: &[],
+        survivor_kinds: &["Timeout", "PeerDied", "Aborted"],
+        direct: false,
+        hidden: false,
     },
     Info {
         fault: Fault::KillLauncher,
@@ -80,6 +117,11 @@ pub const FAULTS: &[Info] = &[
         by_rank: false,
         what: "SIGKILL of the launcher",
         expect: "every rank ends with an error saying the launcher died",
+        victim_may_fail: false,
+        victim_kinds: &[],
+        survivor_kinds: &["Aborted", "PeerDied"],
+        direct: false,
+        hidden: false,
     },
     Info {
         fault: Fault::AllocHuge,
@@ -87,7 +129,13 @@ pub const FAULTS: &[Info] = &[
         fatal: false,
         by_rank: true,
         what: "a rank asks for a segment of twice the machine's memory, and one of 1 PiB",
-        expect: "each allocation fails with a clear error or succeeds lazily; the job completes",
+        expect: "each allocation fails with a Transport error or succeeds lazily; the job \
+                 completes",
+        victim_may_fail: false,
+        victim_kinds: &["Transport"],
+        survivor_kinds: &[],
+        direct: false,
+        hidden: false,
     },
     Info {
         fault: Fault::FdLimit,
@@ -95,7 +143,13 @@ pub const FAULTS: &[Info] = &[
         fatal: false,
         by_rank: true,
         what: "a rank lowers RLIMIT_NOFILE to about what it has open, then goes on",
-        expect: "the job completes, or the rank fails with a clear error that the others name",
+        expect: "the job completes, or the rank fails with a Transport error that the others \
+                 name",
+        victim_may_fail: true,
+        victim_kinds: &["Transport"],
+        survivor_kinds: &["PeerDied", "Aborted"],
+        direct: false,
+        hidden: false,
     },
     Info {
         fault: Fault::StaleHandle,
@@ -105,6 +159,11 @@ pub const FAULTS: &[Info] = &[
         what: "a rank writes through an earlier job's handle, the same forged to this job, a \
                live peer's handle with a wrong key and its own freed segment's handle",
         expect: "every write is refused with InvalidHandle; the job completes",
+        victim_may_fail: false,
+        victim_kinds: &["InvalidHandle"],
+        survivor_kinds: &[],
+        direct: false,
+        hidden: false,
     },
     Info {
         fault: Fault::None,
@@ -113,6 +172,37 @@ pub const FAULTS: &[Info] = &[
         by_rank: false,
         what: "no fault (the control)",
         expect: "the job completes and every result verifies",
+        victim_may_fail: false,
+        victim_kinds: &[],
+        survivor_kinds: &[],
+        direct: false,
+        hidden: false,
+    },
+    Info {
+        fault: Fault::SelftestWrong,
+        name: "selftest-wrong",
+        fatal: false,
+        by_rank: true,
+        what: "self-test: a rank flips a byte of a result it received",
+        expect: "the campaign counts 1 wrong result (the goal is missed on purpose)",
+        victim_may_fail: false,
+        victim_kinds: &[],
+        survivor_kinds: &[],
+        direct: false,
+        hidden: true,
+    },
+    Info {
+        fault: Fault::SelftestHang,
+        name: "selftest-hang",
+        fatal: false,
+        by_rank: true,
+        what: "self-test: a rank sleeps forever without calling tca",
+        expect: "the campaign counts 1 hang (the goal is missed on purpose)",
+        victim_may_fail: false,
+        victim_kinds: &[],
+        survivor_kinds: &[],
+        direct: false,
+        hidden: true,
     },
 ];
 
@@ -122,7 +212,7 @@ impl Fault {
         FAULTS
             .iter()
             .find(|i| i.fault == self)
-            .unwrap_or(&FAULTS[FAULTS.len() - 1])
+            .unwrap_or(&FAULTS[0])
     }
 
     /// Its name.
@@ -130,9 +220,13 @@ impl Fault {
         self.info().name
     }
 
-    /// Every kind, in table order.
+    /// Every kind but the hidden self-tests, in table order.
     pub fn all() -> Vec<Fault> {
-        FAULTS.iter().map(|i| i.fault).collect()
+        FAULTS
+            .iter()
+            .filter(|i| !i.hidden)
+            .map(|i| i.fault)
+            .collect()
     }
 
     /// A kind by name.
@@ -145,7 +239,12 @@ impl Fault {
             .ok_or_else(|| {
                 format!(
                     "unknown fault kind `{t}` (known: {})",
-                    FAULTS.iter().map(|i| i.name).collect::<Vec<_>>().join(", ")
+                    FAULTS
+                        .iter()
+                        .filter(|i| !i.hidden)
+                        .map(|i| i.name)
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 )
             })
     }
@@ -181,6 +280,7 @@ impl fmt::Display for Fault {
 pub fn help() -> String {
     FAULTS
         .iter()
+        .filter(|i| !i.hidden)
         .map(|i| format!("  {:<14}{}: {}", i.name, i.what, i.expect))
         .collect::<Vec<_>>()
         .join("\n")
@@ -200,7 +300,10 @@ mod tests {
             Fault::parse_list("stop-rank, kill-rank,kill-rank").unwrap(),
             vec![Fault::KillRank, Fault::StopRank]
         );
-        assert_eq!(Fault::parse_list("all").unwrap().len(), FAULTS.len());
+        assert_eq!(Fault::parse_list("all").unwrap().len(), FAULTS.len() - 2);
+        assert!(!Fault::all().contains(&Fault::SelftestWrong));
+        assert!(!help().contains("selftest"));
+        assert_eq!(Fault::parse("selftest-hang"), Ok(Fault::SelftestHang));
         let e = Fault::parse_list("kill-rank,explode").unwrap_err();
         assert!(e.contains("unknown fault kind `explode`") && e.contains("kill-launcher"));
         assert!(Fault::parse_list(" , ").is_err());

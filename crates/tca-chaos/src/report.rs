@@ -6,8 +6,8 @@
 //! is taken as naming it ([`Named::Launcher`]), the one place where a message is read. The
 //! message decides even when the error also names a rank: a wait's error that names no one is
 //! given the rank the wait was for (`Error::waiting_for` in the library), the launcher's
-//! death included, so `rank()` then names a live, innocent peer (see BENCHMARKS.md,
-//! "Reliability").
+//! death included, so `rank()` then names a live, innocent peer (`Error::waiting_for` in
+//! `crates/tca/src/error.rs`).
 
 use serde::{Deserialize, Serialize};
 
@@ -82,6 +82,10 @@ pub struct RankReport {
 /// What the victim of a survivable fault tried and what the library answered.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FaultAnswer {
+    /// Whether the fault was inflicted (a lowered descriptor limit that `setrlimit` refused
+    /// was not: such a job is not counted as injected).
+    #[serde(default)]
+    pub inflicted: bool,
     /// Each attempt and the answer, for people.
     pub notes: Vec<String>,
     /// Attempts the library let through that it must refuse (a write through a stale

@@ -44,6 +44,9 @@ pub struct Row {
     pub kind: String,
     /// Faults injected (jobs whose fault could not be injected are not counted here).
     pub faults: u64,
+    /// Jobs whose fault could not be injected: start-up failed, a rank ended first (with an
+    /// error or a wrong result), or the victim could not inflict it (goal 0).
+    pub not_injected: u64,
     /// Jobs still running `hang_after` after the fault (goal 0).
     pub hangs: u64,
     /// Jobs that never noticed a fatal fault and completed when the campaign stopped them.
@@ -52,7 +55,7 @@ pub struct Row {
     pub handled: u64,
     /// Jobs that ended in errors where every survivor named the culprit itself.
     pub named_directly: u64,
-    /// Wrong results delivered without an error (goal 0).
+    /// Wrong results delivered without an error, in every job, injected or not (goal 0).
     pub wrong: u64,
     /// `tca*` objects left in `/dev/shm` (goal 0).
     pub shm_left: u64,
@@ -72,11 +75,12 @@ impl Row {
         Self {
             kind: kind.to_string(),
             faults: injected.len() as u64,
+            not_injected: (jobs.len() - injected.len()) as u64,
             hangs: count(&|j| j.hang),
             ran_on: count(&|j| j.ran_on),
             handled: count(&|j| j.verdict.handled && !j.hang),
             named_directly: count(&|j| j.verdict.direct && j.verdict.named_ms.is_some()),
-            wrong: injected.iter().map(|j| j.verdict.wrong.len() as u64).sum(),
+            wrong: jobs.iter().map(|j| j.verdict.wrong.len() as u64).sum(),
             shm_left: jobs.iter().map(|j| j.shm_left.len() as u64).sum(),
             procs_left: jobs.iter().map(|j| j.procs_left.len() as u64).sum(),
             named_ms: Spread::of(injected.iter().filter_map(|j| j.verdict.named_ms).collect()),
@@ -108,6 +112,8 @@ pub struct Summary {
     pub not_injected: u64,
     /// The jobs that missed a goal, described.
     pub failures: Vec<String>,
+    /// The campaign was interrupted (SIGINT): the figures are those of the jobs that ended.
+    pub interrupted: bool,
 }
 
 impl Summary {
@@ -144,13 +150,15 @@ impl Summary {
                 .filter(|j| !j.passed())
                 .map(JobRecord::describe)
                 .collect(),
+            interrupted: false,
         }
     }
 
     /// The goals: every fault injected and handled; no hang, wrong result or leftover.
     pub fn goals_met(&self) -> bool {
         let t = &self.total;
-        self.not_injected == 0
+        !self.interrupted
+            && self.not_injected == 0
             && t.hangs == 0
             && t.wrong == 0
             && t.shm_left == 0
@@ -175,9 +183,10 @@ impl Summary {
         );
         let _ = writeln!(
             s,
-            "{:<14} {:>6} {:>6} {:>6} {:>8} {:>8} {:>6} {:>9} {:>6} {:>18} {:>18}",
+            "{:<14} {:>6} {:>7} {:>6} {:>6} {:>8} {:>8} {:>6} {:>9} {:>6} {:>18} {:>18}",
             "kind",
             "faults",
+            "not inj",
             "hangs",
             "ran on",
             "handled",
@@ -191,9 +200,10 @@ impl Summary {
         for r in self.rows.iter().chain(std::iter::once(&self.total)) {
             let _ = writeln!(
                 s,
-                "{:<14} {:>6} {:>6} {:>6} {:>8} {:>8} {:>6} {:>9} {:>6} {:>18} {:>18}",
+                "{:<14} {:>6} {:>7} {:>6} {:>6} {:>8} {:>8} {:>6} {:>9} {:>6} {:>18} {:>18}",
                 r.kind,
                 r.faults,
+                r.not_injected,
                 r.hangs,
                 r.ran_on,
                 r.handled,
@@ -208,8 +218,17 @@ impl Summary {
         if self.not_injected > 0 {
             let _ = writeln!(
                 s,
-                "{} job(s) could not be injected (start-up failed or the job ended first)",
+                "{} job(s) could not be injected (start-up failed, a rank ended first, or the \
+                 victim could not inflict the fault): see the jobs listed on stderr",
                 self.not_injected
+            );
+        }
+        if self.interrupted {
+            let _ = writeln!(
+                s,
+                "INTERRUPTED after {} of {} jobs: partial figures",
+                self.total.faults + self.total.not_injected,
+                self.faults
             );
         }
         let t = &self.total;
@@ -230,16 +249,17 @@ impl Summary {
     /// CSV: a header and one line per row (the total last).
     pub fn csv(&self) -> String {
         let mut s = String::from(
-            "kind,faults,hangs,ran_on,handled,named_directly,wrong,shm_left,procs_left,\
+            "kind,faults,not_injected,hangs,ran_on,handled,named_directly,wrong,shm_left,procs_left,\
              named_ms_median,named_ms_max,gone_ms_median,gone_ms_max\n",
         );
         let num = |v: Option<f64>| v.map_or(String::new(), |x| format!("{x:.1}"));
         for r in self.rows.iter().chain(std::iter::once(&self.total)) {
             let _ = writeln!(
                 s,
-                "{},{},{},{},{},{},{},{},{},{},{},{},{}",
+                "{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
                 r.kind,
                 r.faults,
+                r.not_injected,
                 r.hangs,
                 r.ran_on,
                 r.handled,

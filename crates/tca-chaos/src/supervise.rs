@@ -26,6 +26,8 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
@@ -34,7 +36,7 @@ use rustix::process::Signal;
 use crate::fault::Fault;
 use crate::plan::JobPlan;
 use crate::procs::{self, Proc};
-use crate::report::RankReport;
+use crate::report::{Ending, RankReport};
 use crate::shm;
 use crate::spec::{JobDir, JobSpec, unix_ms, unix_us, write_atomic};
 use crate::verdict::{self, Verdict};
@@ -53,6 +55,31 @@ pub struct Settings {
     pub hang_after: Duration,
     /// `TCA_TIMEOUT` of `stop-rank` jobs, in seconds.
     pub stop_timeout: f64,
+    /// Set (by the campaign's SIGINT handler) to stop: the current job is killed and
+    /// [`run`] returns an [`Interrupted`] error.
+    pub interrupted: Arc<AtomicBool>,
+}
+
+/// The error [`run`] returns when [`Settings::interrupted`] was set during the job (its
+/// processes are killed by then).
+#[derive(Debug)]
+pub struct Interrupted;
+
+impl std::fmt::Display for Interrupted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("interrupted")
+    }
+}
+
+impl std::error::Error for Interrupted {}
+
+impl Settings {
+    fn check_interrupt(&self) -> Result<()> {
+        if self.interrupted.load(Ordering::Relaxed) {
+            return Err(Interrupted.into());
+        }
+        Ok(())
+    }
 }
 
 /// What happened in one job.
@@ -142,12 +169,24 @@ impl JobRecord {
     }
 }
 
-/// The processes of a running job.
+/// The processes of a running job. Dropped, it kills whatever of them still runs, so that
+/// no path out of [`run`] (an error, an interrupt) leaves a process behind.
 struct Job {
     launcher: Child,
     launcher_fd: Proc,
     ranks: Vec<Proc>,
+    /// How many ranks the job has (`ranks` holds those that reported ready).
+    size: usize,
     dir: JobDir,
+}
+
+impl Drop for Job {
+    fn drop(&mut self) {
+        if !self.running().is_empty() || self.ranks.len() < self.size {
+            let _ = self.kill_all();
+        }
+        self.reap();
+    }
 }
 
 impl Job {
@@ -162,8 +201,17 @@ impl Job {
     /// Kills everything still running (continuing stopped ranks first) and waits up to two
     /// seconds for it to go; returns the pids that did not.
     fn kill_all(&mut self) -> Vec<u32> {
-        // Ranks that never reported ready are only known as the launcher's children.
-        let extra: Vec<Proc> = procs::children_of(self.launcher_fd.pid)
+        // Ranks that never reported ready are only known as the launcher's children; if the
+        // launcher died, they were re-parented to the campaign (its subreaper).
+        let mut unknown = procs::children_of(self.launcher_fd.pid);
+        if self.launcher_fd.gone() {
+            unknown.extend(
+                procs::children_of(std::process::id())
+                    .into_iter()
+                    .filter(|&c| c != self.launcher_fd.pid),
+            );
+        }
+        let extra: Vec<Proc> = unknown
             .into_iter()
             .filter(|c| self.ranks.iter().all(|r| r.pid != *c))
             .filter_map(|c| Proc::open(c).ok())
@@ -203,7 +251,7 @@ pub fn run(
     root: &Path,
     stale: Option<String>,
 ) -> Result<(JobRecord, Option<String>)> {
-    let dir = JobDir(root.join(format!("job-{:05}", plan.index)));
+    let dir = JobDir(job_dir(root, plan.index));
     std::fs::create_dir_all(&dir.0).with_context(|| format!("creating {}", dir.0.display()))?;
     let spec = JobSpec {
         index: plan.index,
@@ -246,6 +294,7 @@ pub fn run(
         launcher,
         launcher_fd,
         ranks: Vec::new(),
+        size: plan.ranks as usize,
         dir: dir.clone(),
     };
     let mut rec = JobRecord {
@@ -262,9 +311,10 @@ pub fn run(
         dir: dir.0.clone(),
     };
 
-    let ready = match wait_ready(&mut job, plan.ranks, settings.hang_after) {
+    let ready = match wait_ready(&mut job, plan.ranks, settings) {
         Ok(r) => r,
         Err(why) => {
+            settings.check_interrupt()?;
             rec.not_injected = Some(why);
             rec.procs_left = job.kill_all();
             return Ok((finish(job, rec, &shm_before, 0, false), None));
@@ -274,6 +324,7 @@ pub fn run(
     // The delay, watching for a job that ends early.
     let until = Instant::now() + Duration::from_millis(plan.delay_ms);
     while Instant::now() < until {
+        settings.check_interrupt()?;
         if job.all().any(Proc::gone) {
             rec.not_injected = Some("a process of the job exited before the fault".into());
             rec.procs_left = job.kill_all();
@@ -294,7 +345,14 @@ pub fn run(
         (Fault::KillRank, Some(v)) => v.signal(Signal::KILL),
         (Fault::StopRank, Some(v)) => v.signal(Signal::STOP),
         (Fault::KillLauncher, _) => job.launcher_fd.signal(Signal::KILL),
-        (Fault::AllocHuge | Fault::FdLimit | Fault::StaleHandle, Some(v)) => {
+        (
+            Fault::AllocHuge
+            | Fault::FdLimit
+            | Fault::StaleHandle
+            | Fault::SelftestWrong
+            | Fault::SelftestHang,
+            Some(v),
+        ) => {
             v.signal(Signal::USR1);
         }
         _ => {}
@@ -305,6 +363,7 @@ pub fn run(
         write_stop(&dir)?;
         stop_written = true;
     }
+    // hang_after is bounded (at most an hour) by the campaign's check.
     let mut deadline = t0 + settings.hang_after;
     let mut applied = false;
     let mut stopped_late = false;
@@ -312,6 +371,7 @@ pub fn run(
     // What "gone" counts from: the fault, or for the survivable kinds the stop.
     let mut ends_from = t0;
     loop {
+        settings.check_interrupt()?;
         if by_rank && !applied && dir.applied().exists() {
             applied = true;
             stop_at = Some(Instant::now() + Duration::from_millis(plan.after_ms));
@@ -356,10 +416,10 @@ pub fn run(
     let mut rec = finish(job, rec, &shm_before, t0_us, applied);
     if stopped_late && !rec.hang {
         rec.gone_ms = None;
-        rec.ran_on = rec.reports.iter().all(|r| {
-            r.as_ref()
-                .is_some_and(|r| matches!(r.ending, crate::report::Ending::Ok))
-        });
+        rec.ran_on = rec
+            .reports
+            .iter()
+            .all(|r| r.as_ref().is_some_and(|r| matches!(r.ending, Ending::Ok)));
         rec.verdict.handled = false;
         rec.verdict.problems.insert(
             0,
@@ -387,12 +447,22 @@ pub fn run(
     Ok((rec, probe))
 }
 
+/// The directory of job `index` of a campaign whose jobs go under `root`.
+pub fn job_dir(root: &Path, index: u64) -> PathBuf {
+    root.join(format!("job-{index:05}"))
+}
+
 fn write_stop(dir: &JobDir) -> Result<()> {
     write_atomic(&dir.stop(), "stop\n").with_context(|| format!("writing {}", dir.stop().display()))
 }
 
 /// Waits until every rank has written its ready file; returns each rank's (pid, probe handle).
-fn wait_ready(job: &mut Job, ranks: u32, limit: Duration) -> Result<Vec<(u32, String)>, String> {
+fn wait_ready(
+    job: &mut Job,
+    ranks: u32,
+    settings: &Settings,
+) -> Result<Vec<(u32, String)>, String> {
+    let limit = settings.hang_after;
     let until = Instant::now() + limit;
     let mut got: Vec<Option<(u32, String)>> = vec![None; ranks as usize];
     loop {
@@ -408,12 +478,13 @@ fn wait_ready(job: &mut Job, ranks: u32, limit: Duration) -> Result<Vec<(u32, St
                 let Some(pid) = pid else {
                     return Err(format!("rank {r}'s ready file is malformed: {text:?}"));
                 };
-                // The rank must still be the launcher's child: otherwise the pid may be
-                // someone else's by now.
+                // Hold the process first, then check that it is still the launcher's child:
+                // the other way round, the pid could be someone else's between the check and
+                // the open.
+                let proc = Proc::open(pid).map_err(|e| format!("watching rank {r}: {e}"))?;
                 if procs::parent_of(pid) != Some(job.launcher_fd.pid) {
                     return Err(format!("rank {r} (pid {pid}) exited before the fault"));
                 }
-                let proc = Proc::open(pid).map_err(|e| format!("watching rank {r}: {e}"))?;
                 job.ranks.push(proc);
                 *slot = Some((pid, hex));
             }
@@ -424,6 +495,9 @@ fn wait_ready(job: &mut Job, ranks: u32, limit: Duration) -> Result<Vec<(u32, St
             job.ranks
                 .sort_by_key(|p| pids.iter().position(|&q| q == p.pid));
             return Ok(got.into_iter().flatten().collect());
+        }
+        if settings.interrupted.load(Ordering::Relaxed) {
+            return Err("interrupted".into());
         }
         if job.launcher_fd.gone() {
             return Err("the job ended before every rank was ready".into());
@@ -440,20 +514,46 @@ fn wait_ready(job: &mut Job, ranks: u32, limit: Duration) -> Result<Vec<(u32, St
 
 /// Reaps the job, reads the reports and the leftovers, and judges.
 fn finish(
-    mut job: Job,
+    job: Job,
     mut rec: JobRecord,
     shm_before: &BTreeSet<String>,
     t0_us: u64,
     applied: bool,
 ) -> JobRecord {
+    let mut job = job;
     rec.launcher_status = job.reap();
     let p = &rec.plan;
     rec.reports = (0..p.ranks)
         .map(|r| RankReport::read(&job.dir.result(r)))
         .collect();
     rec.shm_left = shm::tca_entries().difference(shm_before).cloned().collect();
+    // A survivable fault that the victim says it could not inflict (a refused setrlimit)
+    // was not injected.
+    let victim_report = p
+        .victim
+        .and_then(|v| rec.reports.get(v as usize))
+        .and_then(Option::as_ref);
+    if rec.not_injected.is_none() && p.fault.info().by_rank && applied {
+        if let Some(rep) = victim_report.filter(|r| !r.fault.inflicted) {
+            rec.not_injected = Some(format!(
+                "the victim could not inflict the fault: {}",
+                rep.fault.notes.join("; ")
+            ));
+        }
+    }
     if rec.not_injected.is_none() {
         rec.verdict = verdict::judge(p.fault, p.victim, &rec.reports, t0_us, applied);
+    } else {
+        // Not injected, but judged all the same for what matters whatever the fault: a
+        // wrong result, and a rank that ended early with an error (a failure to show).
+        rec.verdict.wrong = verdict::wrong_of(&rec.reports);
+        for rep in rec.reports.iter().flatten() {
+            if matches!(rep.ending, Ending::Error { .. }) {
+                rec.verdict
+                    .problems
+                    .push(format!("ended early: {}", rep.line()));
+            }
+        }
     }
     rec
 }

@@ -12,17 +12,20 @@
 //!
 //! # Per kind
 //! - fatal (`kill-rank`, `stop-rank`, `kill-launcher`): every rank but the victim ends with an
-//!   error naming the culprit.
+//!   error of one of the kind's `survivor_kinds` naming the culprit; for `kill-rank`, naming
+//!   it itself (`direct` in [`crate::fault::FAULTS`]).
 //! - survivable (`alloc-huge`, `fd-limit`, `stale-handle`): the victim inflicted the fault
-//!   (`applied`) and its attempts were answered as they must be; then either every rank
-//!   completes with every result verified, or the victim ended with an error and every other
-//!   rank names it.
+//!   (`applied`) and its attempts were answered with the kind's `victim_kinds`; then every
+//!   rank completes with every result verified, or, for the one kind whose victim may fail
+//!   (`fd-limit`), the victim ended with an error of its `victim_kinds` and every other rank
+//!   names it.
 //! - `none`: every rank completes.
 //!
-//! Independently of the kind, a *wrong result* is a rank that found a result wrong with no
-//! error to say so, or a write the library let through that it must refuse.
+//! Independently of the kind, and whether or not the fault was injected, a *wrong result* is
+//! a rank that found a result wrong with no error to say so, or a write the library let
+//! through that it must refuse ([`wrong_of`]).
 
-use crate::fault::Fault;
+use crate::fault::{Fault, Info};
 use crate::report::{Ending, Named, RankReport};
 
 /// What the reports say about one job.
@@ -41,6 +44,25 @@ pub struct Verdict {
     pub problems: Vec<String>,
 }
 
+/// The wrong results in a job's reports, whatever its fault and however it ended: a rank
+/// that found a result wrong with no error to say so, or a write the library let through.
+pub fn wrong_of(reports: &[Option<RankReport>]) -> Vec<String> {
+    let mut wrong = Vec::new();
+    for (r, rep) in reports.iter().enumerate() {
+        let Some(rep) = rep else { continue };
+        if let Ending::Wrong { what } = &rep.ending {
+            wrong.push(format!("rank {r}: {what}"));
+        }
+        if !rep.fault.accepted.is_empty() {
+            wrong.push(format!(
+                "rank {r}: the library let through {}",
+                rep.fault.accepted.join(", ")
+            ));
+        }
+    }
+    wrong
+}
+
 /// Judges the reports of a job with fault `fault` and `victim`, injected at `fault_us`
 /// (microseconds since the epoch); `applied` says whether the victim of a survivable fault
 /// inflicted it.
@@ -51,19 +73,10 @@ pub fn judge(
     fault_us: u64,
     applied: bool,
 ) -> Verdict {
-    let mut v = Verdict::default();
-    for (r, rep) in reports.iter().enumerate() {
-        let Some(rep) = rep else { continue };
-        if let Ending::Wrong { what } = &rep.ending {
-            v.wrong.push(format!("rank {r}: {what}"));
-        }
-        if !rep.fault.accepted.is_empty() {
-            v.wrong.push(format!(
-                "rank {r}: the library let through {}",
-                rep.fault.accepted.join(", ")
-            ));
-        }
-    }
+    let mut v = Verdict {
+        wrong: wrong_of(reports),
+        ..Verdict::default()
+    };
     let all_ok = reports.iter().all(|r| {
         matches!(
             r,
@@ -74,9 +87,12 @@ pub fn judge(
         )
     });
     let info = fault.info();
-    if info.fatal {
+    if info.hidden {
+        v.problems
+            .push(format!("{fault}: a self-test, its goal missed on purpose"));
+    } else if info.fatal {
         let culprit = victim.map_or(Named::Launcher, Named::Rank);
-        named_by_all(&mut v, reports, victim, culprit, fault_us);
+        named_by_all(&mut v, reports, victim, culprit, fault_us, info);
     } else if fault == Fault::None {
         v.handled = all_ok;
         if !all_ok {
@@ -93,8 +109,9 @@ pub fn judge(
         if let Some(rep) = vr {
             if !rep.fault.unexpected.is_empty() {
                 v.problems.push(format!(
-                    "rank {}: refused with another error than expected: {}",
+                    "rank {}: refused with another error than {}: {}",
                     rep.rank,
+                    info.victim_kinds.join(" or "),
                     rep.fault.unexpected.join(", ")
                 ));
             }
@@ -103,14 +120,26 @@ pub fn judge(
         if all_ok {
             v.handled = answered;
         } else if let (Some(rep), Some(vic)) = (vr, victim) {
-            if matches!(rep.ending, Ending::Error { .. }) {
-                named_by_all(&mut v, reports, victim, Named::Rank(vic), fault_us);
-                v.handled &= answered;
-            } else {
-                v.problems.push(format!(
+            match &rep.ending {
+                Ending::Error { kind, .. }
+                    if info.victim_may_fail && info.victim_kinds.contains(&kind.as_str()) =>
+                {
+                    named_by_all(&mut v, reports, victim, Named::Rank(vic), fault_us, info);
+                    v.handled &= answered;
+                }
+                Ending::Error { .. } if info.victim_may_fail => v.problems.push(format!(
+                    "the victim failed with another error than {}: {}",
+                    info.victim_kinds.join(" or "),
+                    rep.line()
+                )),
+                Ending::Error { .. } => v.problems.push(format!(
+                    "{fault} must let the job complete, but its victim failed: {}",
+                    rep.line()
+                )),
+                _ => v.problems.push(format!(
                     "the job failed, but not through its victim (rank {vic}: {})",
                     rep.line()
-                ));
+                )),
             }
         } else {
             v.problems
@@ -124,13 +153,15 @@ pub fn judge(
 }
 
 /// Sets `handled`, `direct` and `named_ms` from whether every rank but `victim` ended with an
-/// error naming `culprit`.
+/// error of one of the kind's `survivor_kinds` naming `culprit` (itself, where the kind says
+/// `direct`).
 fn named_by_all(
     v: &mut Verdict,
     reports: &[Option<RankReport>],
     victim: Option<u32>,
     culprit: Named,
     fault_us: u64,
+    info: &Info,
 ) {
     v.handled = true;
     v.direct = true;
@@ -146,9 +177,26 @@ fn named_by_all(
             v.problems.push(format!("rank {r} left no report"));
             continue;
         };
+        if let Ending::Error { kind, .. } = &rep.ending {
+            if !info.survivor_kinds.contains(&kind.as_str()) {
+                v.handled = false;
+                v.problems.push(format!(
+                    "ended with another error than {}: {}",
+                    info.survivor_kinds.join(" or "),
+                    rep.line()
+                ));
+            }
+        }
         match chain(reports, rep, culprit) {
             Some(hops) => {
                 v.direct &= hops == 1;
+                if info.direct && hops > 1 {
+                    v.handled = false;
+                    v.problems.push(format!(
+                        "names {culprit:?} only through another rank: {}",
+                        rep.line()
+                    ));
+                }
                 last = last.max(Some(rep.at_unix_us));
             }
             None => {
@@ -242,6 +290,20 @@ mod tests {
         assert!(!judge(Fault::StopRank, Some(2), &reports, 0, false).handled);
         let reports = vec![rep(0, err(Named::Nobody), 10), None];
         assert!(!judge(Fault::KillRank, Some(1), &reports, 0, false).handled);
+        // A killed rank must be named directly, and with PeerDied or Aborted.
+        let reports = vec![
+            rep(0, err(Named::Rank(1)), 10),
+            rep(1, err(Named::Rank(2)), 5),
+            None,
+        ];
+        assert!(!judge(Fault::KillRank, Some(2), &reports, 0, false).handled);
+        let timeout = Ending::Error {
+            kind: "Timeout".into(),
+            named: Named::Rank(1),
+            message: "m".into(),
+        };
+        let reports = vec![rep(0, timeout, 10), None];
+        assert!(!judge(Fault::KillRank, Some(1), &reports, 0, false).handled);
     }
 
     #[test]
@@ -262,13 +324,23 @@ mod tests {
         assert!(judge(Fault::StaleHandle, Some(1), &ok, 0, true).handled);
         assert!(!judge(Fault::StaleHandle, Some(1), &ok, 0, false).handled);
         assert!(judge(Fault::None, None, &ok, 0, false).handled);
-        // The victim failed with a clear error, and the other rank names it.
-        let failed = vec![
+        // The victim failed with a Transport error, and the other rank names it.
+        let transport = Ending::Error {
+            kind: "Transport".into(),
+            named: Named::Nobody,
+            message: "out of descriptors".into(),
+        };
+        let failed = vec![rep(0, err(Named::Rank(1)), 9), rep(1, transport.clone(), 3)];
+        let v = judge(Fault::FdLimit, Some(1), &failed, 0, true);
+        assert!(v.handled && v.direct, "{v:?}");
+        // With another kind, or for a kind whose victim must not fail, it is not handled.
+        let other = vec![
             rep(0, err(Named::Rank(1)), 9),
             rep(1, err(Named::Nobody), 3),
         ];
-        let v = judge(Fault::FdLimit, Some(1), &failed, 0, true);
-        assert!(v.handled && v.direct, "{v:?}");
+        assert!(!judge(Fault::FdLimit, Some(1), &other, 0, true).handled);
+        assert!(!judge(Fault::AllocHuge, Some(1), &failed, 0, true).handled);
+        assert!(!judge(Fault::StaleHandle, Some(1), &failed, 0, true).handled);
         // Another rank failing instead is not the fault's answer.
         let failed = vec![rep(0, err(Named::Nobody), 9), rep(1, Ending::Ok, 3)];
         assert!(!judge(Fault::FdLimit, Some(1), &failed, 0, true).handled);
@@ -284,5 +356,8 @@ mod tests {
             rep(1, Ending::Ok, 0),
         ];
         assert_eq!(judge(Fault::None, None, &wrong, 0, false).wrong.len(), 1);
+        assert_eq!(wrong_of(&wrong).len(), 1);
+        // The self-tests are never handled.
+        assert!(!judge(Fault::SelftestHang, Some(1), &ok, 0, true).handled);
     }
 }

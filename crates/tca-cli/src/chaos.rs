@@ -9,6 +9,8 @@ use tca_chaos::{Campaign, Fault, campaign};
 
 /// Exit status of a campaign that missed a goal.
 const MISSED: i32 = 2;
+/// Exit status of a campaign stopped by SIGINT or SIGTERM (after its partial figures).
+const INTERRUPTED: i32 = 130;
 
 fn after_help() -> String {
     format!(
@@ -17,16 +19,18 @@ fn after_help() -> String {
          two-sided messages, active messages or a CG solve) until the fault. A fatal fault\n\
          must end the job with an error naming the culprit on every other rank; after a\n\
          survivable one (and none) the job must complete with every result verified.\n\n\
-         Columns: faults injected; hangs (still running --hang-after s after the fault, and\n\
+         Columns: faults injected; not injected (start-up failed, a rank ended first, or\n\
+         the victim could not inflict the fault: a goal missed); hangs (still running --hang-after s after the fault, and\n\
          5 s after being told to stop); ran on (never noticed a fatal fault, completed when\n\
          told to stop); handled (answered as promised); directly (every survivor's error\n\
          names the culprit itself, not through a rank that failed because of it); wrong\n\
-         results without an error; tca* objects left in /dev/shm; processes left; ms from the\n\
+         results without an error, in every job, injected or not; tca* objects left in /dev/shm; processes left; ms from the\n\
          fault to the last named error, and to the last process of the job gone (from the\n\
          stop, after a survivable fault), median / max.\n\n\
          Exit status: 0 when every goal is met (0 hangs, 0 wrong, 0 left, every fault\n\
          handled); 2 when one is missed (the jobs are listed on stderr and their directories\n\
-         kept); 1 on an error.\n\n\
+         kept); 130 when interrupted (SIGINT or SIGTERM: the current job is killed, the\n\
+         figures of the jobs that ended printed); 1 on an error.\n\n\
          EXAMPLES\n  tca chaos --faults 20 --seed 1\n  \
          tca chaos --faults 1000 --seed 7 --format csv\n  \
          tca chaos --kinds kill-rank,stop-rank --np 8 --faults 50",
@@ -102,10 +106,14 @@ pub(crate) fn run(a: Args) -> Result<i32> {
     if let Some(spec) = &a.job {
         return Ok(i32::from(tca_chaos::job::main(spec)));
     }
-    if !(a.hang_after.is_finite() && a.hang_after > 0.0) {
+    if !(a.hang_after.is_finite()
+        && a.hang_after > 0.0
+        && a.hang_after <= campaign::MAX_HANG_AFTER_S)
+    {
         bail!(
-            "--hang-after {}: give a number of seconds above 0",
-            a.hang_after
+            "--hang-after {}: give a number of seconds above 0 and at most {}",
+            a.hang_after,
+            campaign::MAX_HANG_AFTER_S
         );
     }
     let exe = std::env::current_exe()?.to_string_lossy().into_owned();
@@ -138,5 +146,11 @@ pub(crate) fn run(a: Args) -> Result<i32> {
     for f in &summary.failures {
         eprintln!("{f}");
     }
-    Ok(if summary.goals_met() { 0 } else { MISSED })
+    Ok(if summary.interrupted {
+        INTERRUPTED
+    } else if summary.goals_met() {
+        0
+    } else {
+        MISSED
+    })
 }

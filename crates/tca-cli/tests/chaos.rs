@@ -45,8 +45,8 @@ fn a_campaign_of_every_kind_leaves_nothing_and_names_killed_ranks() {
     let err = text(&o.stderr);
     let v: Value = serde_json::from_slice(&o.stdout)
         .unwrap_or_else(|e| panic!("{e}: {}\n{err}", text(&o.stdout)));
-    // 0 when every goal is met, 2 when one is missed (listed on stderr).
-    assert!(matches!(o.status.code(), Some(0 | 2)), "{err}");
+    // Every goal met.
+    assert_eq!(o.status.code(), Some(0), "{err}");
     assert!(err.contains("seed 5"), "the seed is printed: {err}");
     assert_eq!(v["seed"], 5);
     let total = &v["total"];
@@ -58,24 +58,64 @@ fn a_campaign_of_every_kind_leaves_nothing_and_names_killed_ranks() {
     for kind in kinds.split(',') {
         assert!(n(row(&v, kind), "faults") >= 1, "{kind} came up");
     }
-    // A killed rank is named by every other rank's error, itself (the pidfd and the board
-    // both name it); so is each survivable fault answered, and the control completes.
-    let killed = row(&v, "kill-rank");
-    assert_eq!(n(killed, "handled"), n(killed, "faults"), "{err}");
-    assert_eq!(n(killed, "named_directly"), n(killed, "faults"), "{err}");
-    for kind in ["alloc-huge", "stale-handle", "none"] {
+    // Every kind's goal, as its entry in the fault table says: a killed rank named by every
+    // other rank's error itself (the pidfd and the board both name it); a stopped rank named
+    // through TCA_TIMEOUT (directly, or through a rank that timed out on it); each
+    // survivable fault answered with its error kind, the job completing (or, for fd-limit,
+    // the victim failing with Transport and named by the others); the control completing.
+    for kind in kinds.split(',') {
         let r = row(&v, kind);
         assert_eq!(n(r, "handled"), n(r, "faults"), "{kind}: {err}");
     }
-    // A stopped rank ends the job through TCA_TIMEOUT (no hang above); the errors' names
-    // are not asserted: ranks that time out waiting for a rank that itself waits name that
-    // rank (BENCHMARKS.md, "Reliability"). Likewise a rank out of descriptors may be named
-    // after a rank its failure took down.
+    let killed = row(&v, "kill-rank");
+    assert_eq!(n(killed, "named_directly"), n(killed, "faults"), "{err}");
 }
 
-/// A killed launcher: every rank either ends with an error saying so or, never having
-/// noticed, completes when the campaign stops it (BENCHMARKS.md, "Reliability"); nothing
-/// hangs, nothing is wrong, nothing is left.
+/// The detectors work: a rank that flips a byte it received is 1 wrong result, and a rank
+/// that sleeps forever without calling tca is 1 hang; both campaigns miss their goals.
+#[test]
+fn the_campaign_counts_a_planted_wrong_result_and_a_planted_hang() {
+    for (kind, field, hang_after) in [
+        ("selftest-wrong", "wrong", "10"),
+        ("selftest-hang", "hangs", "2"),
+    ] {
+        let o = tca(&[
+            "chaos",
+            "--faults",
+            "1",
+            "--seed",
+            "1",
+            "--np",
+            "2:3",
+            "--max-delay",
+            "100",
+            "--kinds",
+            kind,
+            "--hang-after",
+            hang_after,
+            "--format",
+            "json",
+        ]);
+        let err = text(&o.stderr);
+        let v: Value = serde_json::from_slice(&o.stdout)
+            .unwrap_or_else(|e| panic!("{kind}: {e}: {}\n{err}", text(&o.stdout)));
+        assert_eq!(o.status.code(), Some(2), "{kind}: {err}");
+        let total = &v["total"];
+        assert_eq!(n(total, "faults"), 1, "{kind}: {err}");
+        assert_eq!(n(total, field), 1, "{kind}: {err}");
+        assert_eq!(n(total, "handled"), 0, "{kind}: {err}");
+        for goal in ["shm_left", "procs_left"] {
+            assert_eq!(n(total, goal), 0, "{kind} {goal}: {err}");
+        }
+        assert_eq!(v["goals_met"], false, "{kind}");
+    }
+}
+
+/// A killed launcher: every rank ends with an error naming it (directly, or through a rank
+/// that failed because of it); nothing hangs, runs on, is wrong or is left. A rank notices
+/// the launcher's death only in a wait that polls liveness, which a busy job may reach
+/// seconds later (7.5 s seen at seed 7), hence the long --hang-after: a limit, not a time
+/// asserted.
 #[test]
 fn a_killed_launcher_leaves_nothing_behind() {
     let o = tca(&[
@@ -89,12 +129,12 @@ fn a_killed_launcher_leaves_nothing_behind() {
         "--kinds",
         "kill-launcher",
         "--hang-after",
-        "3",
+        "20",
         "--format",
         "csv",
     ]);
     let err = text(&o.stderr);
-    assert!(matches!(o.status.code(), Some(0 | 2)), "{err}");
+    assert_eq!(o.status.code(), Some(0), "{err}");
     let out = text(&o.stdout);
     let mut lines = out.lines();
     let header: Vec<&str> = lines.next().unwrap_or("").split(',').collect();
@@ -111,10 +151,17 @@ fn a_killed_launcher_leaves_nothing_behind() {
         total[i].parse().unwrap_or_else(|_| panic!("{name}: {out}"))
     };
     assert_eq!(get("faults"), 2, "{out}\n{err}");
-    for goal in ["hangs", "wrong", "shm_left", "procs_left"] {
+    for goal in [
+        "not_injected",
+        "hangs",
+        "ran_on",
+        "wrong",
+        "shm_left",
+        "procs_left",
+    ] {
         assert_eq!(get(goal), 0, "{goal}: {out}\n{err}");
     }
-    assert_eq!(get("handled") + get("ran_on"), 2, "{out}\n{err}");
+    assert_eq!(get("handled"), 2, "{out}\n{err}");
 }
 
 #[test]
@@ -133,6 +180,17 @@ fn bad_arguments_are_clear_errors() {
         (&["--faults", "0"], "--faults must be at least 1"),
         (&["--hang-after", "0"], "above 0"),
         (&["--hang-after", "nan"], "above 0"),
+        (&["--hang-after", "1e20"], "at most 3600"),
+        (&["--hang-after", "inf"], "at most 3600"),
+        (
+            &["--faults", "18446744073709551615"],
+            "at most 1000000 faults",
+        ),
+        (&["--faults", "5", "--replay", "5"], "--replay 5"),
+        (
+            &["--faults", "5", "--replay", "18446744073709551615"],
+            "--replay 18446744073709551615",
+        ),
         (
             &["--hang-after", "1.5", "--kinds", "stop-rank"],
             "too short for stop-rank",
@@ -165,4 +223,5 @@ fn bad_arguments_are_clear_errors() {
     ] {
         assert!(help.contains(kind), "{kind} missing from --help");
     }
+    assert!(!help.contains("selftest"), "the self-tests are not listed");
 }

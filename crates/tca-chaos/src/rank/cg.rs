@@ -19,6 +19,11 @@ impl From<CgError> for Fail {
     fn from(e: CgError) -> Self {
         match e {
             CgError::Comm(e) => Fail::Tca(e),
+            // The problem is generated, symmetric positive definite and finite: a breakdown
+            // or a non-finite value can only come from data the library corrupted.
+            e @ (CgError::Breakdown(_) | CgError::NotFinite(_)) => {
+                Fail::Wrong(format!("CG on a generated SPD problem: {e}"))
+            }
             other => Fail::Other(format!("CG: {other}")),
         }
     }

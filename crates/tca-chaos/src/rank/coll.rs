@@ -2,8 +2,9 @@
 //! name from the library's one table, or left to the selector), its result checked against
 //! the sequential reference every rank computes alone.
 //!
-//! Inputs are small integers (1 to 11) keyed by round, rank and index, so sums are exact in
-//! f64 at any rank count and a stale buffer from an earlier round does not pass. Lengths run
+//! Inputs are small integers (1 to 1,024) hashed from round, rank and index, so sums are
+//! exact in f64 at any rank count, and a stale buffer from an earlier round, or data shifted
+//! by any number of elements, does not pass. Lengths run
 //! from 0 through the eager sizes to 70,000 elements (560 KB), where the pipelined and
 //! bandwidth-optimal algorithms take over.
 
@@ -11,11 +12,13 @@ use tca::coll::ALGORITHMS;
 use tca::{Collective, Comm, Op};
 
 use super::{Step, check};
-use crate::rng::Rng;
+use crate::rng::{Rng, mix};
 
 fn v(round: u64, rank: usize, i: usize) -> f64 {
-    let k = (rank as u64 * 7 + i as u64 * 3 + (round % 11) * 5) % 11;
-    // 1..=11: exact in f64, and so are their sums over any number of ranks here.
+    // A hash of (round, rank, index): no period in the round or the index, so data of
+    // another round, rank or position does not pass (but for a 1 in 1,024 coincidence per
+    // element). 1..=1024: exact in f64, and so are their sums over up to 2^43 ranks.
+    let k = mix(&[round, rank as u64, i as u64, 0xc011]) % 1024;
     (k + 1) as f64
 }
 
@@ -29,10 +32,11 @@ fn sum(round: u64, p: usize, n: usize) -> Vec<f64> {
         .collect()
 }
 
-/// Element `i` of rank `r`'s Alltoall send buffer: distinct across ranks, blocks and rounds.
+/// Element `i` of rank `r`'s Alltoall send buffer: a hash of (round, rank, index), so
+/// distinct across ranks, blocks and rounds but for 1 in 2^40.
 fn a2a(round: u64, r: usize, i: usize) -> f64 {
-    let x = (round % 1000) * 10_000_000 + r as u64 * 1_000_000 + i as u64;
-    // Below 2^34: exact.
+    let x = mix(&[round, r as u64, i as u64, 0xa2a]) % (1 << 40);
+    // Below 2^53: exact.
     x as f64
 }
 
@@ -153,8 +157,16 @@ mod tests {
     }
 
     #[test]
-    fn alltoall_values_are_exact_and_distinct() {
-        assert_eq!(a2a(3, 2, 5), 32_000_005.0);
+    fn values_are_exact_and_have_no_period() {
         assert_ne!(a2a(3, 2, 5), a2a(4, 2, 5));
+        assert!(a2a(3, 2, 5) < (1u64 << 40) as f64);
+        // Stale by 11 rounds or shifted by 11 elements (the old period) does not verify.
+        let now = input(20, 1, 100);
+        assert_ne!(now, input(9, 1, 100));
+        assert_ne!(now[11..], input(20, 1, 111)[..89]);
+        assert!(
+            now.iter()
+                .all(|&x| (1.0..=1024.0).contains(&x) && x.fract() == 0.0)
+        );
     }
 }

@@ -39,6 +39,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use tca::{Comm, Op};
 
+use crate::fault::Fault;
 use crate::plan::Workload;
 use crate::report::{Ending, FaultAnswer, Named, RankReport};
 use crate::rng::Rng;
@@ -133,8 +134,16 @@ pub fn main(spec: &JobSpec) -> u8 {
             return EXIT_ERROR;
         }
     };
-    let result = run(spec, &signals, &mut report.rounds, &mut answer);
-    report.at_unix_us = unix_us();
+    let mut failed_at = None;
+    let result = run(
+        spec,
+        &signals,
+        &mut report.rounds,
+        &mut answer,
+        &mut failed_at,
+    );
+    // When the error first came back, not after the world's teardown.
+    report.at_unix_us = failed_at.unwrap_or_else(unix_us);
     report.sigterm = signals.term.load(Ordering::Relaxed);
     report.ending = match result {
         Ok(()) => Ending::Ok,
@@ -166,8 +175,15 @@ pub fn main(spec: &JobSpec) -> u8 {
     status
 }
 
-/// The job as this rank runs it: join, set up, announce, rounds, check, leave.
-fn run(spec: &JobSpec, sig: &Signals, rounds: &mut u64, answer: &mut Answer) -> Step {
+/// The job as this rank runs it: join, set up, announce, rounds, check, leave. `failed_at` is
+/// set (microseconds since the epoch) when a round fails, before anything is dropped.
+fn run(
+    spec: &JobSpec,
+    sig: &Signals,
+    rounds: &mut u64,
+    answer: &mut Answer,
+    failed_at: &mut Option<u64>,
+) -> Step {
     let world = tca::init()?;
     let mut comm = Comm::world(&world)?;
     let me = world.rank();
@@ -191,41 +207,20 @@ fn run(spec: &JobSpec, sig: &Signals, rounds: &mut u64, answer: &mut Answer) -> 
     write_atomic(&dir.ready(me), &ready)
         .map_err(|e| Fail::Other(format!("writing {}: {e}", dir.ready(me).display())))?;
 
-    let mut rng = Rng::new(spec.seed);
-    let p = u64::from(world.size());
-    let stop = dir.stop();
-    loop {
-        if unix_ms() > spec.deadline_unix_ms {
-            return Err(Fail::Other(
-                "the job's deadline passed with no stop from the campaign".into(),
-            ));
-        }
-        let stop_now = me == 0 && stop.exists();
-        let mut ctl = [u64::from(stop_now), 1];
-        comm.allreduce_in_place(&mut ctl, &Op::Sum)?;
-        check(ctl[0] <= 1 && ctl[1] == p, || {
-            format!("control Allreduce gave {ctl:?} in round {rounds}, expected [0 or 1, {p}]")
-        })?;
-        if ctl[0] == 1 {
-            break;
-        }
-        if spec.victim == Some(me) && sig.usr1.swap(false, Ordering::Relaxed) {
-            let _ = write_atomic(&dir.applied(), &format!("{}\n", unix_us()));
-            inflict::inflict(spec, &world, &probe, answer)?;
-        }
-        let round = *rounds;
-        let w = *rng.pick(&spec.mix).unwrap_or(&Workload::Coll);
-        match w {
-            Workload::Coll => coll::step(&comm, round, &mut rng)?,
-            Workload::P2p => p2p::step(&comm, round, &mut rng)?,
-            Workload::Am => match &am {
-                Some(am) => am.step(&comm, round, &mut rng)?,
-                None => coll::step(&comm, round, &mut rng)?,
-            },
-            Workload::Cg => cg::step(&mut comm, round, &mut rng)?,
-        }
-        *rounds += 1;
+    let looped = rounds_until_stop(
+        spec,
+        sig,
+        &world,
+        &mut comm,
+        am.as_ref(),
+        &probe,
+        rounds,
+        answer,
+    );
+    if looped.is_err() {
+        *failed_at = Some(unix_us());
     }
+    looped?;
     // Nobody wrote into the probe segment (a forged handle would have).
     let mut back = vec![0u8; PROBE_BYTES];
     probe.local().read(0, &mut back)?;
@@ -238,6 +233,64 @@ fn run(spec: &JobSpec, sig: &Signals, rounds: &mut u64, answer: &mut Answer) -> 
     drop(am);
     drop(comm);
     world.finalize()?;
+    Ok(())
+}
+
+/// The rounds, until the campaign's stop (see the module doc).
+#[allow(clippy::too_many_arguments)]
+fn rounds_until_stop(
+    spec: &JobSpec,
+    sig: &Signals,
+    world: &tca::World,
+    comm: &mut Comm,
+    am: Option<&am::Am>,
+    probe: &tca::SymmetricSegment,
+    rounds: &mut u64,
+    answer: &mut Answer,
+) -> Step {
+    let me = world.rank();
+    let dir = spec.dir();
+    let mut flip = false;
+    let mut rng = Rng::new(spec.seed);
+    let p = u64::from(world.size());
+    let stop = dir.stop();
+    loop {
+        if unix_ms() > spec.deadline_unix_ms {
+            return Err(Fail::Other(
+                "the job's deadline passed with no stop from the campaign".into(),
+            ));
+        }
+        let stop_now = me == 0 && stop.exists();
+        let mut ctl = [u64::from(stop_now), 1];
+        comm.allreduce_in_place(&mut ctl, &Op::Sum)?;
+        if flip {
+            // selftest-wrong: a bit of a received byte flipped, as a corruption would.
+            ctl[1] ^= 1;
+        }
+        check(ctl[0] <= 1 && ctl[1] == p, || {
+            format!("control Allreduce gave {ctl:?} in round {rounds}, expected [0 or 1, {p}]")
+        })?;
+        if ctl[0] == 1 {
+            break;
+        }
+        if spec.victim == Some(me) && sig.usr1.swap(false, Ordering::Relaxed) {
+            let _ = write_atomic(&dir.applied(), &format!("{}\n", unix_us()));
+            inflict::inflict(spec, world, probe, answer)?;
+            flip = spec.fault == Fault::SelftestWrong;
+        }
+        let round = *rounds;
+        let w = *rng.pick(&spec.mix).unwrap_or(&Workload::Coll);
+        match w {
+            Workload::Coll => coll::step(comm, round, &mut rng)?,
+            Workload::P2p => p2p::step(comm, round, &mut rng)?,
+            Workload::Am => match am {
+                Some(am) => am.step(comm, round, &mut rng)?,
+                None => coll::step(comm, round, &mut rng)?,
+            },
+            Workload::Cg => cg::step(comm, round, &mut rng)?,
+        }
+        *rounds += 1;
+    }
     Ok(())
 }
 

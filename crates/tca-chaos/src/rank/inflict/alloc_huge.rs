@@ -14,7 +14,7 @@
 //! usable. (Touching all of a segment larger than memory would end in the OOM killer or
 //! SIGBUS, as with any lazily committed memory; that is not tried here.)
 
-use tca::World;
+use tca::{ErrorKind, World};
 
 use super::super::{Answer, Step, check};
 
@@ -40,6 +40,7 @@ fn gib(n: usize) -> String {
 }
 
 pub(super) fn inflict(world: &World, answer: &mut Answer) -> Step {
+    answer.inflicted = true;
     let sizes = [memory_bytes().saturating_mul(2), 1usize << 50];
     for len in sizes {
         match world.alloc(len) {
@@ -59,9 +60,16 @@ pub(super) fn inflict(world: &World, answer: &mut Answer) -> Step {
                     gib(len)
                 ));
             }
-            Err(e) => answer
-                .notes
-                .push(format!("alloc {}: {:?} error: {e}", gib(len), e.kind())),
+            Err(e) => {
+                answer
+                    .notes
+                    .push(format!("alloc {}: {:?} error: {e}", gib(len), e.kind()));
+                // The library's allocation error is Transport (the mapping failed); any other
+                // kind is not the answer.
+                if e.kind() != ErrorKind::Transport {
+                    answer.unexpected.push(format!("alloc {}", gib(len)));
+                }
+            }
         }
     }
     Ok(())

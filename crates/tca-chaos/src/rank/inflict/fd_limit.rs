@@ -28,6 +28,8 @@ fn lowest_free() -> Option<(u64, usize)> {
     Some((free, open.len()))
 }
 
+/// Lowers the limit; `answer.inflicted` says whether it was lowered (if not, the job is not
+/// counted as injected).
 pub(super) fn inflict(spare: u64, answer: &mut Answer) -> Step {
     let Some((free, open)) = lowest_free() else {
         answer
@@ -44,10 +46,13 @@ pub(super) fn inflict(spare: u64, answer: &mut Answer) -> Step {
             maximum: old.maximum,
         },
     ) {
-        Ok(()) => answer.notes.push(format!(
-            "RLIMIT_NOFILE {} -> {new} (lowest free descriptor {free}, {open} open)",
-            old.current.map_or("unlimited".into(), |c| c.to_string())
-        )),
+        Ok(()) => {
+            answer.inflicted = true;
+            answer.notes.push(format!(
+                "RLIMIT_NOFILE {} -> {new} (lowest free descriptor {free}, {open} open)",
+                old.current.map_or("unlimited".into(), |c| c.to_string())
+            ));
+        }
         Err(e) => answer.notes.push(format!(
             "fd-limit: setrlimit({new}) failed: {e}; limit left alone"
         )),

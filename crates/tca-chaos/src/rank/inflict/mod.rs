@@ -30,6 +30,19 @@ pub(crate) fn inflict(
         Fault::StaleHandle => {
             stale_handle::inflict(world, probe, spec.stale_handle.as_deref(), answer)
         }
+        Fault::SelftestHang => {
+            // Alive, and never calls tca again: the others wait for it forever (no
+            // TCA_TIMEOUT in these jobs), which the campaign must count as a hang.
+            answer.inflicted = true;
+            loop {
+                std::thread::sleep(std::time::Duration::from_secs(3600));
+            }
+        }
+        // The flip is done by the round loop, on the next control Allreduce's result.
+        Fault::SelftestWrong => {
+            answer.inflicted = true;
+            Ok(())
+        }
         Fault::None | Fault::KillRank | Fault::StopRank | Fault::KillLauncher => Ok(()),
     }
 }

@@ -50,6 +50,7 @@ pub(super) fn inflict(
     let freed = own.handle();
     drop(own);
     tries.push(("its own freed segment's handle", freed));
+    answer.inflicted = true;
     for (what, h) in tries {
         match world.put(&h, 0, &[0x5a; 64]) {
             Err(e) if e.kind() == ErrorKind::InvalidHandle => {
