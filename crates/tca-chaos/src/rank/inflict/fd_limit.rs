@@ -16,16 +16,20 @@ use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
 
 use super::super::{Answer, Step};
 
-/// The lowest descriptor number not open now, and how many are open.
+/// The lowest descriptor number not open now (the number the next open gets: the kernel
+/// hands out the lowest free one), and how many are open.
 fn lowest_free() -> Option<(u64, usize)> {
-    let mut open: Vec<u64> = std::fs::read_dir("/proc/self/fd")
+    // Listing /proc/self/fd shows the listing's own descriptor too, which is closed again
+    // afterwards: ask the kernel instead, by opening something.
+    let free = {
+        let probe = std::fs::File::open("/dev/null").ok()?;
+        u64::try_from(std::os::fd::AsRawFd::as_raw_fd(&probe)).ok()?
+    };
+    let open = std::fs::read_dir("/proc/self/fd")
         .ok()?
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u64>().ok())
-        .collect();
-    open.sort_unstable();
-    // The directory's own descriptor is listed but closed again by now.
-    let free = (0u64..).find(|n| open.binary_search(n).is_err())?;
-    Some((free, open.len()))
+        .count()
+        .saturating_sub(1);
+    Some((free, open))
 }
 
 /// Lowers the limit; `answer.inflicted` says whether it was lowered (if not, the job is not
