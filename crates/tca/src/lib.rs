@@ -54,8 +54,6 @@ pub mod coll;
 pub mod env;
 mod error;
 pub mod fabric;
-#[cfg(test)]
-mod model;
 pub mod p2p;
 mod rand;
 pub mod threads;

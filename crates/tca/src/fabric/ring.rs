@@ -722,21 +722,18 @@ fn waited_for(io: &impl Memory, e: Error, q: usize, what: &str) -> Error {
     e.waiting_for(rank, format_args!("{what} from rank {rank}"))
 }
 
-/// Model checks of the ring protocol (see `crate::model`): two ranks run the real
+/// Model checks of the ring protocol (see `transport::model`): two ranks run the real
 /// [`Protocol`] over loom's memory — each 8-byte word of a ring area a signal word where the
-/// layout has one (with the real wait of `transport::shm::wait`), else a data word whose
+/// layout has one (with the transport's own wait and signal), else a data word whose
 /// every read and write loom checks against the others — so a slot overwritten before its
 /// reader is done with it, or read before its writer is, fails the model, whatever the
 /// bytes happen to be.
 #[cfg(test)]
 mod model {
     use super::*;
-    use crate::fabric::SignalOp;
-    use crate::model::{ModelCount, ModelWord, explore};
-    use crate::transport::shm::wait::{SpinPolicy, Word, raise, wait_ge};
+    use crate::transport::model::{self, ModelCount, ModelWord, explore};
     use loom::cell::UnsafeCell;
     use loom::sync::Arc;
-    use std::sync::atomic::Ordering;
 
     /// Two slots of 64 bytes, credits every second packet (the most a shape allows): laps
     /// come round quickly.
@@ -862,7 +859,7 @@ mod model {
 
     impl Area for Mem {
         fn value(&self, off: usize) -> Result<u64> {
-            let v = self.areas[self.me].signal(off).load(Ordering::Acquire);
+            let v = self.areas[self.me].signal(off).value();
             Ok(if self.fault == Fault::CreditAhead && off < P * CREDIT {
                 v + 1
             } else {
@@ -900,26 +897,13 @@ mod model {
 
         fn set(&self, q: usize, off: usize, v: u64) -> Result<()> {
             let a = &self.areas[q];
-            raise(a.signal(off), &a.sleepers, SignalOp::Set(v));
+            model::set(a.signal(off), &a.sleepers, v);
             Ok(())
         }
 
         fn wait(&self, off: usize, v: u64, _hook: Hook<'_>) -> Result<u64> {
             let a = &self.areas[self.me];
-            let policy = SpinPolicy {
-                spins: 1,
-                yields: 0,
-            };
-            wait_ge(
-                a.signal(off),
-                &a.sleepers,
-                v,
-                policy,
-                None,
-                None,
-                None,
-                || Ok(()),
-            )
+            Ok(model::wait(a.signal(off), &a.sleepers, v))
         }
 
         fn rank(&self, q: usize) -> u32 {

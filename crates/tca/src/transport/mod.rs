@@ -38,6 +38,8 @@
 //! - **Cleanup**: nothing a transport creates outlives the job, however it ends (on shared
 //!   memory: memfds, with no name in any filesystem).
 
+#[cfg(test)]
+pub(crate) mod model;
 #[cfg(feature = "ofi")]
 pub(crate) mod ofi;
 pub(crate) mod shm;

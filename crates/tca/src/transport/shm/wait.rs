@@ -66,7 +66,7 @@ pub const SLEEP_SLICE: Duration = Duration::from_millis(10);
 /// A signal word as the protocol above uses it: loads, the writer's read-modify-writes, and
 /// a sleep on its low half that refuses to start once that half has changed. Shared memory's
 /// words (an `AtomicU64` in a mapping, the kernel's futex) implement it; the model checks
-/// (`mod model` below, loom's atomics and a model futex) implement it too, so they run this
+/// (`transport::model`, loom's atomics and a model futex) implement it too, so they run this
 /// module's waits and wakes, not a copy of them.
 pub(crate) trait Word {
     fn load(&self, order: Ordering) -> u64;
@@ -525,20 +525,14 @@ mod tests {
         assert_eq!(e.unwrap_err().rank(), Some(3));
     }
 
-    /// Model checks of the protocol above (see `crate::model`): the real `wait_ge`, `raise`
+    /// Model checks of the protocol above (see `transport::model`): the real `wait_ge`, `raise`
     /// and `notify` on loom's atomics and a futex that never times out, so a lost wake-up is
     /// a deadlock. Each model is checked over every interleaving within its preemption bound.
     mod model {
         use super::*;
         use crate::fabric::SignalOp;
-        use crate::model::{ModelCount, ModelWord, explore};
+        use crate::transport::model::{ModelCount, ModelWord, POLICY, explore, wait};
         use loom::sync::Arc;
-
-        /// Spins once and yields once before sleeping: the model covers all three phases.
-        const POLICY: SpinPolicy = SpinPolicy {
-            spins: 1,
-            yields: 1,
-        };
 
         /// A word and a count that are never dropped: a model that deadlocks ends in a panic,
         /// and loom's objects must not be dropped while it unwinds (loom aborts then).
@@ -547,10 +541,6 @@ mod tests {
                 Box::leak(Box::new(ModelWord::new(0))),
                 Box::leak(Box::new(ModelCount::default())),
             )
-        }
-
-        fn wait(word: &ModelWord, count: &ModelCount, target: u64) -> u64 {
-            wait_ge(word, count, target, POLICY, None, None, None, || Ok(())).expect("wait")
         }
 
         /// One waiter, one writer: the waiter never sleeps through the write (no lost

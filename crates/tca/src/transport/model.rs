@@ -1,6 +1,8 @@
-//! Model checking (tests only): loom's stand-ins for the memory tca's lock-free protocols
-//! touch, so that the protocols' own code (the wait loop of `transport::shm::wait`, the
-//! rings of `fabric::ring`) runs under [loom](https://docs.rs/loom), which runs a model many
+//! Model checking (tests only): the transport's memory under loom — signal words, sleeper
+//! counts, and the transport's own wait and signal on them — so that the lock-free protocols'
+//! own code (the transport's wait/sleep/wake protocol, and the protocols above the boundary,
+//! such as the rings of `fabric::ring`, through [`wait`] and [`set`]) runs under
+//! [loom](https://docs.rs/loom), which runs a model many
 //! times, each time with another interleaving of its threads (within a bound on preemptions)
 //! and another value each load may return under the C11 memory model. A model fails on a
 //! deadlock (every thread blocked: a sleeper that nobody will wake), on a data race on a
@@ -28,7 +30,8 @@ use loom::sync::atomic::{AtomicU32, AtomicU64, fence};
 use loom::sync::{Condvar, Mutex};
 use rustix::io::Errno;
 
-use crate::transport::shm::wait::{Sleepers, Word};
+use super::shm::wait::{Sleepers, SpinPolicy, Word, raise, wait_ge};
+use crate::fabric::SignalOp;
 
 /// A signal word with a model futex.
 #[derive(Debug)]
@@ -46,6 +49,30 @@ impl ModelWord {
             sleeping: Condvar::new(),
         }
     }
+
+    /// The word's value (Acquire), as a waiter's fast path reads it.
+    pub(crate) fn value(&self) -> u64 {
+        self.load(std::sync::atomic::Ordering::Acquire)
+    }
+}
+
+/// The policy of the model waits: one spin before sleeping. (A yield changes no memory and
+/// is a no-op here, see `relax`: in the model a yield turn is one more spin turn, which only
+/// multiplies the interleavings explored.)
+pub(crate) const POLICY: SpinPolicy = SpinPolicy {
+    spins: 1,
+    yields: 0,
+};
+
+/// The transport's wait until `word` (owned by the rank whose sleeper count is `count`) is
+/// at least `target`; returns the value seen.
+pub(crate) fn wait(word: &ModelWord, count: &ModelCount, target: u64) -> u64 {
+    wait_ge(word, count, target, POLICY, None, None, None, || Ok(())).expect("a model wait")
+}
+
+/// The transport's signal: `word` set to `v`, its owner's sleepers woken.
+pub(crate) fn set(word: &ModelWord, count: &ModelCount, v: u64) {
+    raise(word, count, SignalOp::Set(v));
 }
 
 impl Word for ModelWord {
