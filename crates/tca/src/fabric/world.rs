@@ -897,26 +897,21 @@ impl World {
         poll: &dyn Fn() -> Result<bool>,
     ) -> Result<u64> {
         let word = self.own_word(seg, off)?;
+        // With a network, its progress comes first on every turn, and naps are short enough
+        // for it.
         #[cfg(feature = "ofi")]
-        if let Some(net) = &self.net {
-            let both = || {
-                net.progress(&self.shm)?;
-                poll()
-            };
-            let progress = crate::transport::Progress {
-                poll: &both,
-                nap: nap.min(crate::transport::ofi::NAP),
-                block: None,
-            };
-            return self.shm.wait_word(
-                word,
-                value,
-                None,
-                Some(patience),
-                Some(&progress),
-                |verdict| verdict.and_then(|()| self.check_monitor()),
-            );
-        }
+        let both;
+        #[cfg(feature = "ofi")]
+        let (poll, nap): (&dyn Fn() -> Result<bool>, Duration) = match &self.net {
+            Some(net) => {
+                both = move || {
+                    net.progress(&self.shm)?;
+                    poll()
+                };
+                (&both, nap.min(crate::transport::ofi::NAP))
+            }
+            None => (poll, nap),
+        };
         let progress = crate::transport::Progress {
             poll,
             nap,
