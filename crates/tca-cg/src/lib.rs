@@ -22,7 +22,7 @@
 //! - [`solver`]: the iteration of Fig. 13, written once, generic over [`tca_mpi::Backend`];
 //!   its module doc has the algorithm, the memory plan, the stopping rules and the timing
 //!   cost.
-//! - [`partition`]: the row [`Partition`] and the collectives the solver does with it.
+//! - [`partition`]: the row [`Partition`] of the paper (equal blocks, the remainder on the last rank).
 //! - `mpi` (feature `mpi`): the MPI half (MPI's start-up around the same run).
 //! - [`problem`]: the input (matrix file or generator, right-hand side) and how it reaches
 //!   the ranks: rank 0 reads, checks and scatters; why is in its module doc.

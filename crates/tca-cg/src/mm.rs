@@ -126,7 +126,7 @@ fn banner(text: &str, what: &str) -> Result<(String, String, String)> {
 
 /// Parses Matrix Market text (`what` names it in messages).
 pub fn parse_matrix(text: &str, what: &str) -> Result<MatrixFile> {
-    let (_format, field, symmetry) = banner(text, what)?;
+    let (format, field, symmetry) = banner(text, what)?;
     let symmetry = match symmetry.as_str() {
         "general" => Symmetry::General,
         "symmetric" => Symmetry::Symmetric,
@@ -151,17 +151,17 @@ pub fn parse_matrix(text: &str, what: &str) -> Result<MatrixFile> {
     };
     let (field, triplets, rows, cols, stored) = match field.as_str() {
         "real" => {
-            let coo = load::<f64>(text, what)?;
+            let coo = load::<f64>(text, what, &format)?;
             let t = triplets(&coo, |v| *v);
             (Field::Real, t, coo.nrows(), coo.ncols(), coo.nnz())
         }
         "integer" => {
-            let coo = load::<i64>(text, what)?;
+            let coo = load::<i64>(text, what, &format)?;
             let t = triplets(&coo, |v| *v as f64);
             (Field::Integer, t, coo.nrows(), coo.ncols(), coo.nnz())
         }
         "pattern" => {
-            let coo = load::<()>(text, what)?;
+            let coo = load::<()>(text, what, &format)?;
             let t = triplets(&coo, |_| 0.0);
             (Field::Pattern, t, coo.nrows(), coo.ncols(), coo.nnz())
         }
@@ -259,15 +259,16 @@ fn check_index_lengths(text: &str, what: &str, format: &str) -> Result<()> {
     Ok(())
 }
 
-/// Calls the reader, turning its errors, and any panic inside it, into [`CgError::Read`].
+/// Calls the reader on text whose banner says `format` (whether entry lines hold indices),
+/// turning its errors, and any panic inside it, into [`CgError::Read`].
 /// (It panics on a few malformed inputs; [`check_index_lengths`] keeps the known ones out,
 /// and a panic on bad input must not take the job down in any case.)
 fn load<T: nalgebra_sparse::io::MatrixMarketScalar>(
     text: &str,
     what: &str,
+    format: &str,
 ) -> Result<CooMatrix<T>> {
-    let (format, _, _) = banner(text, what)?;
-    check_index_lengths(text, what, &format)?;
+    check_index_lengths(text, what, format)?;
     match std::panic::catch_unwind(|| load_coo_from_matrix_market_str::<T>(text)) {
         Ok(Ok(m)) => Ok(m),
         Ok(Err(e)) => Err(reader_error(&e, what)),
@@ -327,14 +328,14 @@ fn laplacian_plus_identity(csr: &mut Csr, what: &str) -> Result<()> {
 pub fn read_vector(path: &Path, n: usize) -> Result<Vec<f64>> {
     let what = path.display().to_string();
     let text = read_text(path)?;
-    let (_, field, _) = banner(&text, &what)?;
+    let (format, field, _) = banner(&text, &what)?;
     let (rows, cols, t) = match field.as_str() {
         "real" => {
-            let coo = load::<f64>(&text, &what)?;
+            let coo = load::<f64>(&text, &what, &format)?;
             (coo.nrows(), coo.ncols(), triplets(&coo, |v| *v))
         }
         "integer" => {
-            let coo = load::<i64>(&text, &what)?;
+            let coo = load::<i64>(&text, &what, &format)?;
             (coo.nrows(), coo.ncols(), triplets(&coo, |v| *v as f64))
         }
         f => {

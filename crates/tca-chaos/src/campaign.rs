@@ -141,16 +141,23 @@ impl Campaign {
 
     /// Runs the campaign; `on_job` sees each job's record as it ends (for progress).
     ///
+    /// SIGINT and SIGTERM handlers are installed for the run only (removed when it returns,
+    /// however it returns).
+    ///
     /// SIGINT (and SIGTERM) stop it: the current job is killed, the campaign's directory
     /// removed, and the figures of the jobs that ended are returned, marked
     /// [`Summary::interrupted`].
     pub fn run(&self, mut on_job: impl FnMut(&JobRecord)) -> Result<Summary> {
         self.check()?;
-        crate::procs::become_subreaper().context("becoming the jobs' subreaper")?;
+        tca::process::become_subreaper().context("becoming the jobs' subreaper")?;
         let flag = &self.settings.interrupted;
+        flag.store(false, Ordering::Relaxed);
+        let mut handlers = Handlers(Vec::new());
         for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-            signal_hook::flag::register(sig, Arc::clone(flag))
-                .context("installing the SIGINT handler")?;
+            handlers.0.push(
+                signal_hook::flag::register(sig, Arc::clone(flag))
+                    .context("installing the SIGINT handler")?,
+            );
         }
         let root = self
             .workdir
@@ -161,12 +168,13 @@ impl Campaign {
         let start = Instant::now();
         let mut jobs = Vec::with_capacity(usize::try_from(self.faults).unwrap_or(0));
         let mut stale: Option<String> = None;
-        let indices_start = self.only.unwrap_or(0);
         let indices = match self.only {
             Some(i) => i..i + 1,
             None => 0..self.faults,
         };
         let mut interrupted = false;
+        // The job a signal cut short (its processes killed by then).
+        let mut cut = None;
         for i in indices {
             if flag.load(Ordering::Relaxed) {
                 interrupted = true;
@@ -177,6 +185,7 @@ impl Campaign {
                 Ok(r) => r,
                 Err(e) if e.is::<Interrupted>() => {
                     interrupted = true;
+                    cut = Some(i);
                     break;
                 }
                 Err(e) => return Err(e),
@@ -190,12 +199,9 @@ impl Campaign {
             on_job(&rec);
             jobs.push(rec);
         }
-        if interrupted {
-            // The job cut short (its processes killed by now) is of no use to anyone.
-            let _ = std::fs::remove_dir_all(supervise::job_dir(
-                &root,
-                jobs.len() as u64 + indices_start,
-            ));
+        if let Some(i) = cut {
+            // The job cut short is of no use to anyone.
+            let _ = std::fs::remove_dir_all(supervise::job_dir(&root, i));
         }
         // Empty unless a job kept its directory.
         let _ = std::fs::remove_dir(&root);
@@ -212,5 +218,16 @@ impl Campaign {
             summary.faults = self.faults;
         }
         Ok(summary)
+    }
+}
+
+/// Signal handlers installed for one run, removed when it ends.
+struct Handlers(Vec<signal_hook::SigId>);
+
+impl Drop for Handlers {
+    fn drop(&mut self) {
+        for id in self.0.drain(..) {
+            signal_hook::low_level::unregister(id);
+        }
     }
 }

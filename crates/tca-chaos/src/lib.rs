@@ -33,7 +33,8 @@
 //! - [`fault`]: the kinds, one table. [`plan`]: what each job is, from the seed.
 //!   [`rng`]: the seeded generator every process shares.
 //! - [`campaign`]: the loop. [`supervise`]: one job from outside (start, inject, watch,
-//!   judge). [`procs`]: processes by pidfd. [`shm`]: `/dev/shm`.
+//!   judge), with tca's own pidfd helpers (`tca::process`) and `/dev/shm` listing
+//!   (`tca::transport::shm_entries`).
 //! - [`job`]: which process of a job this is. [`launcher`](mod@launcher): tca's launcher in
 //!   a process of its own. [`rank`]: the rank program, its workloads and the faults a rank
 //!   inflicts on itself.
@@ -59,11 +60,9 @@ pub mod fault;
 pub mod job;
 pub mod launcher;
 pub mod plan;
-pub mod procs;
 pub mod rank;
 pub mod report;
 pub mod rng;
-pub mod shm;
 pub mod spec;
 pub mod summary;
 pub mod supervise;

@@ -26,10 +26,8 @@ pub enum Named {
 impl Named {
     /// Whom a library error names.
     pub fn of(e: &tca::Error) -> Named {
-        let launcher = e.message().contains("the launcher (pid")
-            || e.message().contains("the launcher was interrupted");
         match e.rank() {
-            _ if e.kind() == tca::ErrorKind::Aborted && launcher => Named::Launcher,
+            _ if e.by_launcher() => Named::Launcher,
             Some(r) => Named::Rank(r),
             None => Named::Nobody,
         }

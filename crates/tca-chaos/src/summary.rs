@@ -67,7 +67,36 @@ pub struct Row {
     pub gone_ms: Spread,
 }
 
+/// The counted columns, in the order every format prints them: the table's header, the
+/// CSV's, and the table's width.
+const COUNTED: [(&str, &str, usize); 9] = [
+    ("faults", "faults", 6),
+    ("not inj", "not_injected", 7),
+    ("hangs", "hangs", 6),
+    ("ran on", "ran_on", 6),
+    ("handled", "handled", 8),
+    ("directly", "named_directly", 8),
+    ("wrong", "wrong", 6),
+    ("/dev/shm", "shm_left", 9),
+    ("procs", "procs_left", 6),
+];
+
 impl Row {
+    /// The counted columns' values, in [`COUNTED`]'s order.
+    fn counts(&self) -> [u64; 9] {
+        [
+            self.faults,
+            self.not_injected,
+            self.hangs,
+            self.ran_on,
+            self.handled,
+            self.named_directly,
+            self.wrong,
+            self.shm_left,
+            self.procs_left,
+        ]
+    }
+
     fn of(kind: &str, jobs: &[&JobRecord]) -> Self {
         let injected: Vec<&&JobRecord> = jobs.iter().filter(|j| j.not_injected.is_none()).collect();
         let count =
@@ -181,39 +210,17 @@ impl Summary {
             self.hang_after_s,
             self.wall_s
         );
-        let _ = writeln!(
-            s,
-            "{:<14} {:>6} {:>7} {:>6} {:>6} {:>8} {:>8} {:>6} {:>9} {:>6} {:>18} {:>18}",
-            "kind",
-            "faults",
-            "not inj",
-            "hangs",
-            "ran on",
-            "handled",
-            "directly",
-            "wrong",
-            "/dev/shm",
-            "procs",
-            "named ms med/max",
-            "gone ms med/max"
-        );
+        let _ = write!(s, "{:<14}", "kind");
+        for (head, _, w) in COUNTED {
+            let _ = write!(s, " {head:>w$}");
+        }
+        let _ = writeln!(s, " {:>18} {:>18}", "named ms med/max", "gone ms med/max");
         for r in self.rows.iter().chain(std::iter::once(&self.total)) {
-            let _ = writeln!(
-                s,
-                "{:<14} {:>6} {:>7} {:>6} {:>6} {:>8} {:>8} {:>6} {:>9} {:>6} {:>18} {:>18}",
-                r.kind,
-                r.faults,
-                r.not_injected,
-                r.hangs,
-                r.ran_on,
-                r.handled,
-                r.named_directly,
-                r.wrong,
-                r.shm_left,
-                r.procs_left,
-                r.named_ms.text(),
-                r.gone_ms.text()
-            );
+            let _ = write!(s, "{:<14}", r.kind);
+            for (v, (_, _, w)) in r.counts().into_iter().zip(COUNTED) {
+                let _ = write!(s, " {v:>w$}");
+            }
+            let _ = writeln!(s, " {:>18} {:>18}", r.named_ms.text(), r.gone_ms.text());
         }
         if self.not_injected > 0 {
             let _ = writeln!(
@@ -248,25 +255,19 @@ impl Summary {
 
     /// CSV: a header and one line per row (the total last).
     pub fn csv(&self) -> String {
-        let mut s = String::from(
-            "kind,faults,not_injected,hangs,ran_on,handled,named_directly,wrong,shm_left,procs_left,\
-             named_ms_median,named_ms_max,gone_ms_median,gone_ms_max\n",
+        let heads: Vec<&str> = COUNTED.iter().map(|&(_, h, _)| h).collect();
+        let mut s = format!(
+            "kind,{},named_ms_median,named_ms_max,gone_ms_median,gone_ms_max\n",
+            heads.join(",")
         );
         let num = |v: Option<f64>| v.map_or(String::new(), |x| format!("{x:.1}"));
         for r in self.rows.iter().chain(std::iter::once(&self.total)) {
+            let counts: Vec<String> = r.counts().iter().map(u64::to_string).collect();
             let _ = writeln!(
                 s,
-                "{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+                "{},{},{},{},{},{}",
                 r.kind,
-                r.faults,
-                r.not_injected,
-                r.hangs,
-                r.ran_on,
-                r.handled,
-                r.named_directly,
-                r.wrong,
-                r.shm_left,
-                r.procs_left,
+                counts.join(","),
                 num(r.named_ms.median),
                 num(r.named_ms.max),
                 num(r.gone_ms.median),

@@ -35,11 +35,10 @@ use rustix::process::Signal;
 
 use crate::fault::Fault;
 use crate::plan::JobPlan;
-use crate::procs::{self, Proc};
 use crate::report::{Ending, RankReport};
-use crate::shm;
 use crate::spec::{JobDir, JobSpec, unix_ms, unix_us, write_atomic};
 use crate::verdict::{self, Verdict};
+use tca::process::{self, Proc};
 
 /// How long a job that was still running at `hang_after` gets to end once the campaign has
 /// written its stop file before it is a hang.
@@ -106,8 +105,6 @@ pub struct JobRecord {
     pub not_injected: Option<String>,
     /// Each rank's report.
     pub reports: Vec<Option<RankReport>>,
-    /// The launcher's exit status (`None` if killed by a signal).
-    pub launcher_status: Option<i32>,
     /// The job's directory.
     pub dir: PathBuf,
 }
@@ -203,17 +200,17 @@ impl Job {
     fn kill_all(&mut self) -> Vec<u32> {
         // Ranks that never reported ready are only known as the launcher's children; if the
         // launcher died, they were re-parented to the campaign (its subreaper).
-        let mut unknown = procs::children_of(self.launcher_fd.pid);
+        let mut unknown = process::children_of(self.launcher_fd.pid());
         if self.launcher_fd.gone() {
             unknown.extend(
-                procs::children_of(std::process::id())
+                process::children_of(std::process::id())
                     .into_iter()
-                    .filter(|&c| c != self.launcher_fd.pid),
+                    .filter(|&c| c != self.launcher_fd.pid()),
             );
         }
         let extra: Vec<Proc> = unknown
             .into_iter()
-            .filter(|c| self.ranks.iter().all(|r| r.pid != *c))
+            .filter(|c| self.ranks.iter().all(|r| r.pid() != *c))
             .filter_map(|c| Proc::open(c).ok())
             .collect();
         self.ranks.extend(extra);
@@ -224,22 +221,19 @@ impl Job {
         self.launcher_fd.signal(Signal::KILL);
         let until = Instant::now() + Duration::from_secs(2);
         while Instant::now() < until && !self.running().is_empty() {
-            procs::wait_any(&self.running(), Duration::from_millis(20));
+            process::wait_any(self.running(), Duration::from_millis(20));
         }
-        self.running().iter().map(|p| p.pid).collect()
+        self.running().iter().map(|p| p.pid()).collect()
     }
 
     /// Reaps the launcher and any orphaned rank (re-parented to the campaign).
-    fn reap(&mut self) -> Option<i32> {
-        let status = if self.launcher_fd.gone() {
-            self.launcher.wait().ok().and_then(|s| s.code())
-        } else {
-            None
-        };
+    fn reap(&mut self) {
+        if self.launcher_fd.gone() {
+            let _ = self.launcher.wait();
+        }
         for r in &self.ranks {
             r.reap();
         }
-        status
     }
 }
 
@@ -270,7 +264,7 @@ pub fn run(
     let text = serde_json::to_string_pretty(&spec)?;
     std::fs::write(dir.spec(), text)
         .with_context(|| format!("writing {}", dir.spec().display()))?;
-    let shm_before = shm::tca_entries();
+    let shm_before = tca::transport::shm_entries();
 
     let (program, args) = settings
         .command
@@ -307,7 +301,6 @@ pub fn run(
         ran_on: false,
         not_injected: None,
         reports: Vec::new(),
-        launcher_status: None,
         dir: dir.0.clone(),
     };
 
@@ -331,33 +324,22 @@ pub fn run(
             return Ok((finish(job, rec, &shm_before, 0, false), probe));
         }
         let left = until.saturating_duration_since(Instant::now());
-        procs::wait_any(
-            &job.all().collect::<Vec<_>>(),
-            left.min(Duration::from_millis(50)),
-        );
+        process::wait_any(job.all(), left.min(Duration::from_millis(50)));
     }
 
     // The fault.
     let t0 = Instant::now();
     let t0_us = unix_us();
     let victim = plan.victim.and_then(|v| job.ranks.get(v as usize));
+    let by_rank = plan.fault.info().by_rank;
     match (plan.fault, victim) {
         (Fault::KillRank, Some(v)) => v.signal(Signal::KILL),
         (Fault::StopRank, Some(v)) => v.signal(Signal::STOP),
         (Fault::KillLauncher, _) => job.launcher_fd.signal(Signal::KILL),
-        (
-            Fault::AllocHuge
-            | Fault::FdLimit
-            | Fault::StaleHandle
-            | Fault::SelftestWrong
-            | Fault::SelftestHang,
-            Some(v),
-        ) => {
-            v.signal(Signal::USR1);
-        }
+        // The kinds a rank inflicts on itself: told to by SIGUSR1.
+        (_, Some(v)) if by_rank => v.signal(Signal::USR1),
         _ => {}
     }
-    let by_rank = plan.fault.info().by_rank;
     let mut stop_written = false;
     if plan.fault == Fault::None {
         write_stop(&dir)?;
@@ -404,8 +386,8 @@ pub fn run(
             Some(t) if !stop_written => t.saturating_duration_since(Instant::now()),
             _ => Duration::from_millis(50),
         };
-        procs::wait_any(
-            &running,
+        process::wait_any(
+            running.iter().copied(),
             wait.min(deadline.saturating_duration_since(Instant::now())),
         );
     }
@@ -482,7 +464,7 @@ fn wait_ready(
                 // the other way round, the pid could be someone else's between the check and
                 // the open.
                 let proc = Proc::open(pid).map_err(|e| format!("watching rank {r}: {e}"))?;
-                if procs::parent_of(pid) != Some(job.launcher_fd.pid) {
+                if process::parent_of(pid) != Some(job.launcher_fd.pid()) {
                     return Err(format!("rank {r} (pid {pid}) exited before the fault"));
                 }
                 job.ranks.push(proc);
@@ -493,7 +475,7 @@ fn wait_ready(
             // Ranks were pushed in the order they became ready: put them in rank order.
             let pids: Vec<u32> = got.iter().flatten().map(|(p, _)| *p).collect();
             job.ranks
-                .sort_by_key(|p| pids.iter().position(|&q| q == p.pid));
+                .sort_by_key(|p| pids.iter().position(|&q| q == p.pid()));
             return Ok(got.into_iter().flatten().collect());
         }
         if settings.interrupted.load(Ordering::Relaxed) {
@@ -514,19 +496,21 @@ fn wait_ready(
 
 /// Reaps the job, reads the reports and the leftovers, and judges.
 fn finish(
-    job: Job,
+    mut job: Job,
     mut rec: JobRecord,
     shm_before: &BTreeSet<String>,
     t0_us: u64,
     applied: bool,
 ) -> JobRecord {
-    let mut job = job;
-    rec.launcher_status = job.reap();
+    job.reap();
     let p = &rec.plan;
     rec.reports = (0..p.ranks)
         .map(|r| RankReport::read(&job.dir.result(r)))
         .collect();
-    rec.shm_left = shm::tca_entries().difference(shm_before).cloned().collect();
+    rec.shm_left = tca::transport::shm_entries()
+        .difference(shm_before)
+        .cloned()
+        .collect();
     // A survivable fault that the victim says it could not inflict (a refused setrlimit)
     // was not injected.
     let victim_report = p

@@ -407,9 +407,6 @@ fn stuck(w: &World, victim: u32) -> tca::Result<bool> {
     Ok(false)
 }
 
-/// Rank 0 writes the handle of a segment of its own (and its pid) to FILE, then waits until
-/// FILE.done appears (a job that tried to use the handle is finished) and checks that nothing
-/// was written into the segment.
 /// Rank 0, out of descriptors (its soft RLIMIT_NOFILE lowered to its lowest free descriptor
 /// number), writes to rank 1's new segment, which attaching needs a descriptor for: the error
 /// must say this process ran out (`Transport`), not that the handle is bad. Prints the kind.
@@ -442,6 +439,9 @@ fn fd_limit(w: &World) -> tca::Result<bool> {
     Ok(ok)
 }
 
+/// Rank 0 writes the handle of a segment of its own (and its pid) to FILE, then waits until
+/// FILE.done appears (a job that tried to use the handle is finished) and checks that nothing
+/// was written into the segment.
 fn publish(w: &World, file: &str) -> tca::Result<bool> {
     let seg = w.alloc(4096)?;
     if w.rank() != 0 {

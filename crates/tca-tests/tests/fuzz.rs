@@ -223,6 +223,31 @@ proptest! {
     }
 }
 
+/// The AFL++ harness's directory (`fuzz/`: corpus, regressions).
+fn fuzz_dir() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz")
+}
+
+/// Seed `name` of `target`'s corpus (`fuzz/corpus/TARGET/NAME.bin`).
+fn corpus(target: &str, name: &str) -> Vec<u8> {
+    let path = fuzz_dir()
+        .join("corpus")
+        .join(target)
+        .join(format!("{name}.bin"));
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// `seed` with the bytes at the given positions replaced (positions past its end ignored).
+fn edited(seed: &[u8], edits: &[(usize, u8)]) -> Vec<u8> {
+    let mut b = seed.to_vec();
+    for &(i, v) in edits {
+        if let Some(x) = b.get_mut(i) {
+            *x = v;
+        }
+    }
+    b
+}
+
 proptest! {
     /// A peer's segment file, mutated from a valid one (header bytes, the handle's fields,
     /// the file's length): attach refuses what does not match and what it accepts is
@@ -232,13 +257,7 @@ proptest! {
         seed in prop::sample::select(vec!["valid", "freed", "short-file", "empty"]),
         edits in prop::collection::vec((0usize..120, any::<u8>()), 0..4),
     ) {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/attach");
-        let mut b = std::fs::read(dir.join(format!("{seed}.bin"))).unwrap();
-        for (i, v) in edits {
-            if let Some(x) = b.get_mut(i) {
-                *x = v;
-            }
-        }
+        let b = edited(&corpus("attach", seed), &edits);
         tca_tests::attach(&b);
     }
 }
@@ -252,13 +271,7 @@ proptest! {
         edits in prop::collection::vec((0usize..64, any::<u8>()), 0..4),
         junk in prop::collection::vec(any::<u8>(), 0..64),
     ) {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/rendezvous");
-        let mut b = std::fs::read(dir.join(format!("{seed}.bin"))).unwrap();
-        for (i, v) in edits {
-            if let Some(x) = b.get_mut(i) {
-                *x = v;
-            }
-        }
+        let b = edited(&corpus("rendezvous", seed), &edits);
         tca_tests::rendezvous(&b);
         tca_tests::rendezvous(&junk);
     }
@@ -267,8 +280,7 @@ proptest! {
 /// The rendezvous seeds end their round as a server meant: records, a refusal, an abort.
 #[test]
 fn rendezvous_seeds_end_their_rounds() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/rendezvous");
-    let seed = |n: &str| std::fs::read(dir.join(format!("{n}.bin"))).unwrap();
+    let seed = |n: &str| corpus("rendezvous", n);
     let client = tca::bootstrap::kv::fuzz_client;
     assert_eq!(client(&seed("all")), Some(true));
     assert_eq!(client(&seed("beat-then-all")), Some(true));
@@ -284,8 +296,7 @@ fn rendezvous_seeds_end_their_rounds() {
 /// the file shorter than its handle claims and a changed key do not.
 #[test]
 fn attach_seeds_reach_both_outcomes() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/attach");
-    let seed = |n: &str| std::fs::read(dir.join(format!("{n}.bin"))).unwrap();
+    let seed = |n: &str| corpus("attach", n);
     assert!(tca::transport::fuzz_attach(&seed("valid")));
     assert!(tca::transport::fuzz_attach(&seed("empty")));
     assert!(!tca::transport::fuzz_attach(&seed("freed")));
@@ -404,7 +415,7 @@ fn every_target_takes_its_corpus_and_regressions() {
         PANICKED.with(|p| p.set(true));
         previous(info);
     }));
-    let fuzz = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz");
+    let fuzz = fuzz_dir();
     for &(name, target) in tca_tests::TARGETS {
         let mut seeds = 0;
         for dir in ["corpus", "regressions"] {

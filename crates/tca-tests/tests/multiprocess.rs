@@ -19,9 +19,9 @@ fn shm_lock() -> std::sync::MutexGuard<'static, ()> {
     SHM.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// `tca*` objects in /dev/shm (the fault campaign's check, `tca_chaos::shm`).
+/// tca's objects in /dev/shm (`tca::transport::shm_entries`).
 fn tca_shm_entries() -> Vec<String> {
-    tca_chaos::shm::tca_entries().into_iter().collect()
+    tca::transport::shm_entries().into_iter().collect()
 }
 
 fn launch(n: u32, args: &[&str]) -> tca::Result<tca::bootstrap::launcher::Outcome> {
@@ -273,9 +273,9 @@ fn ready_pids(child: &mut Child, n: usize) -> Vec<u32> {
     pids
 }
 
-/// Whether `pid` runs (a zombie does not; the fault campaign's check, `tca_chaos::procs`).
+/// Whether `pid` runs (a zombie does not).
 fn alive(pid: u32) -> bool {
-    tca_chaos::procs::alive(pid)
+    tca::process::alive(pid)
 }
 
 fn wait_gone(pids: &[u32]) {

@@ -41,6 +41,8 @@ pub enum ErrorKind {
 pub struct Error {
     kind: ErrorKind,
     rank: Option<u32>,
+    /// The launcher is the one to blame (it died, was interrupted, or is gone).
+    launcher: bool,
     message: String,
 }
 
@@ -52,7 +54,17 @@ impl Error {
         Self {
             kind,
             rank: None,
+            launcher: false,
             message: message.into(),
+        }
+    }
+
+    /// An error whose cause is the launcher (it died, is gone, or was interrupted): it names
+    /// no rank, and a wait it ends does not give it one ([`Error::by_launcher`]).
+    pub(crate) fn launcher(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Self {
+            launcher: true,
+            ..Self::new(kind, message)
         }
     }
 
@@ -65,17 +77,21 @@ impl Error {
     /// An error about a specific peer rank (dead, aborted).
     pub(crate) fn peer(kind: ErrorKind, rank: u32, message: impl Into<String>) -> Self {
         Self {
-            kind,
             rank: Some(rank),
-            message: message.into(),
+            ..Self::new(kind, message)
         }
     }
 
     /// A wait's error that names no rank yet gets the one the wait was for: `world_rank`, and
     /// `what` the rank was to send (the one place the message engines name a waited-on peer).
+    /// An error of the launcher's keeps naming no rank: the message says what was awaited.
     pub(crate) fn waiting_for(self, world_rank: u32, what: impl fmt::Display) -> Self {
         if self.rank.is_some() {
             return self;
+        }
+        if self.launcher {
+            let message = format!("{self} (waiting for {what})");
+            return Self::launcher(self.kind, message);
         }
         let message = format!("{self} (waiting for {what})");
         Self::peer(self.kind, world_rank, message)
@@ -108,6 +124,23 @@ impl Error {
         Self::os(kind, doing, err)
     }
 
+    /// This error if it is this process's own resource running out ([`ErrorKind::Transport`]
+    /// from [`Error::reaching`]), else what `blame` makes of it (naming the peer it was
+    /// about): running out of descriptors must not be blamed on a peer.
+    pub(crate) fn unless_own(self, blame: impl FnOnce(Self) -> Self) -> Self {
+        if self.kind == ErrorKind::Transport {
+            self
+        } else {
+            blame(self)
+        }
+    }
+
+    /// Whether the launcher is to blame (it died, is gone, or was interrupted); such an
+    /// error names no rank.
+    pub fn by_launcher(&self) -> bool {
+        self.launcher
+    }
+
     /// The category of the error.
     pub fn kind(&self) -> ErrorKind {
         self.kind
@@ -131,3 +164,40 @@ impl fmt::Display for Error {
 }
 
 impl std::error::Error for Error {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A wait that ends in the launcher's error names the launcher, not the rank it was
+    /// waiting for (a fault campaign found survivors "naming" an innocent awaited rank).
+    #[test]
+    fn a_launcher_error_names_no_rank_through_a_wait() {
+        let e = Error::launcher(ErrorKind::Aborted, "the launcher (pid 7) died")
+            .waiting_for(3, "a packet from rank 3");
+        assert!(e.by_launcher());
+        assert_eq!(e.rank(), None);
+        assert!(
+            e.to_string().contains("waiting for a packet from rank 3"),
+            "{e}"
+        );
+        let p = Error::new(ErrorKind::PeerDied, "gone").waiting_for(3, "a packet");
+        assert!(!p.by_launcher());
+        assert_eq!(p.rank(), Some(3));
+    }
+
+    /// Running out of descriptors stays this process's error; anything else is blamed.
+    #[test]
+    fn own_resources_are_not_blamed_on_a_peer() {
+        let own = Error::reaching(
+            ErrorKind::InvalidHandle,
+            "opening",
+            rustix::io::Errno::MFILE,
+        );
+        assert_eq!(own.kind(), ErrorKind::Transport);
+        let blame = |_| Error::peer(ErrorKind::PeerDied, 2, "rank 2 died");
+        assert_eq!(own.clone().unless_own(blame).kind(), ErrorKind::Transport);
+        let other = Error::reaching(ErrorKind::PeerDied, "watching", rustix::io::Errno::SRCH);
+        assert_eq!(other.unless_own(blame).rank(), Some(2));
+    }
+}

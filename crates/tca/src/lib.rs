@@ -55,6 +55,7 @@ pub mod env;
 mod error;
 pub mod fabric;
 pub mod p2p;
+pub mod process;
 mod rand;
 pub mod threads;
 pub mod transport;

@@ -134,19 +134,11 @@ mod tests {
 
     #[test]
     fn steps_verify_on_thread_ranks() {
-        for p in [2u32, 3] {
-            tca::threads::run(p, |w| {
-                let c = Comm::world(w)?;
-                let am = Am::new(&c).expect("endpoint");
-                let mut r = Rng::new(11);
-                for round in 0..20 {
-                    if let Err(e) = am.step(&c, round, &mut r) {
-                        panic!("round {round}: {e:?}");
-                    }
-                }
-                Ok(())
-            })
-            .unwrap();
-        }
+        super::super::on_thread_ranks(
+            11,
+            20,
+            |c| Am::new(c).expect("endpoint"),
+            |am, c, round, r| am.step(c, round, r),
+        );
     }
 }

@@ -141,19 +141,7 @@ mod tests {
 
     #[test]
     fn every_collective_verifies_on_thread_ranks() {
-        for p in [2u32, 3] {
-            tca::threads::run(p, |w| {
-                let c = Comm::world(w)?;
-                let mut r = Rng::new(5);
-                for round in 0..40 {
-                    if let Err(e) = step(&c, round, &mut r) {
-                        panic!("round {round}: {e:?}");
-                    }
-                }
-                Ok(())
-            })
-            .unwrap();
-        }
+        super::super::on_thread_ranks(5, 40, |_| (), |(), c, round, r| step(c, round, r));
     }
 
     #[test]

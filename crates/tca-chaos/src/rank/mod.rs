@@ -296,3 +296,28 @@ fn rounds_until_stop(
 
 /// Size of the probe segment.
 const PROBE_BYTES: usize = 4096;
+
+/// Runs `rounds` rounds of a workload on thread ranks of 2 and 3 (the workloads' tests):
+/// `setup` once per rank, then `step` per round, which must verify.
+#[cfg(test)]
+pub(crate) fn on_thread_ranks<S>(
+    seed: u64,
+    rounds: u64,
+    setup: impl Fn(&Comm) -> S + Sync,
+    step: impl Fn(&S, &mut Comm, u64, &mut Rng) -> Step + Sync,
+) {
+    for p in [2u32, 3] {
+        tca::threads::run(p, |w| {
+            let mut c = Comm::world(w)?;
+            let s = setup(&c);
+            let mut r = Rng::new(seed);
+            for round in 0..rounds {
+                if let Err(e) = step(&s, &mut c, round, &mut r) {
+                    panic!("{p} ranks, round {round}: {e:?}");
+                }
+            }
+            Ok(())
+        })
+        .unwrap();
+    }
+}

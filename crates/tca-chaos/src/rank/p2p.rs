@@ -134,18 +134,6 @@ mod tests {
 
     #[test]
     fn every_pattern_verifies_on_thread_ranks() {
-        for p in [2u32, 3] {
-            tca::threads::run(p, |w| {
-                let c = Comm::world(w)?;
-                let mut r = Rng::new(9);
-                for round in 0..30 {
-                    if let Err(e) = step(&c, round, &mut r) {
-                        panic!("round {round}: {e:?}");
-                    }
-                }
-                Ok(())
-            })
-            .unwrap();
-        }
+        super::super::on_thread_ranks(9, 30, |_| (), |(), c, round, r| step(c, round, r));
     }
 }

@@ -580,7 +580,8 @@ fn reply(ty: u8, p: &[u8], size: u32, owner: &str) -> Option<Result<Vec<Vec<u8>>
 /// size (its first byte, 1 to 16), then the byte stream a server sends. Frames are read and
 /// taken as `allgather` takes them until one ends the round; records it accepts are one per
 /// rank, within the frame. Returns how the round ended: records (`Some(true)`), an error
-/// (`Some(false)`), or not at all. Not part of the API.
+/// (`Some(false)`), or not at all. Not part of the API (feature `fuzzing`).
+#[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub fn fuzz_client(data: &[u8]) -> Option<bool> {
     let (&first, mut stream) = data.split_first()?;
@@ -705,7 +706,7 @@ impl KvClient {
                     self.owner.1
                 ),
             ),
-            None => Error::new(ErrorKind::Aborted, format!("lost {}: {what}", self.owner.1)),
+            None => Error::launcher(ErrorKind::Aborted, format!("lost {}: {what}", self.owner.1)),
         }
     }
 

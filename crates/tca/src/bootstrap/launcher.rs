@@ -38,7 +38,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use rustix::process::{Pid, PidfdFlags, Signal, pidfd_open, pidfd_send_signal};
+use rustix::process::{Pid, Signal};
+
+use crate::process::{self, Proc};
 
 use super::bind::{self, Bind};
 use crate::cast::rank_u32;
@@ -233,7 +235,7 @@ pub fn signal_name(s: i32) -> &'static str {
 
 struct Rank {
     child: Child,
-    pidfd: OwnedFd,
+    proc: Proc,
     exit: Option<RankExit>,
 }
 
@@ -485,23 +487,22 @@ impl Launch {
                 }
             }
             let pid = Pid::from_child(&child);
-            let pidfd = match pidfd_open(pid, PidfdFlags::empty()) {
-                Ok(fd) => fd,
+            let proc = match Proc::open(child.id()) {
+                Ok(p) => p,
                 Err(e) => {
                     let _ = rustix::process::kill_process_group(pid, Signal::KILL);
                     let _ = child.kill();
                     let _ = child.wait();
                     abandon(&mut ranks);
-                    return Err(Error::os(
+                    return Err(Error::new(
                         ErrorKind::Launch,
-                        format!("pidfd_open for rank {r}"),
-                        e,
+                        format!("cannot watch rank {r}: {e}"),
                     ));
                 }
             };
             ranks.push(Rank {
                 child,
-                pidfd,
+                proc,
                 exit: None,
             });
         }
@@ -684,18 +685,12 @@ fn signal_all(ranks: &[Rank], sig: Signal) {
         // reused: signal the whole group, then the rank itself through its pidfd in case it
         // left the group.
         let _ = rustix::process::kill_process_group(Pid::from_child(&r.child), sig);
-        let _ = pidfd_send_signal(&r.pidfd, sig);
+        r.proc.signal(sig);
     }
 }
 
 fn wait_any(ranks: &[Rank], running: &[usize], timeout: Duration) {
-    use rustix::event::{PollFd, PollFlags, poll};
-    let mut fds: Vec<PollFd<'_>> = running
-        .iter()
-        .map(|&i| PollFd::new(&ranks[i].pidfd, PollFlags::IN))
-        .collect();
-    let ts = crate::cast::timespec(timeout);
-    let _ = poll(&mut fds, Some(&ts));
+    process::wait_any(running.iter().map(|&i| &ranks[i].proc), timeout);
 }
 
 /// Copies a rank's output to ours line by line, each line prefixed with `[rank] `.

@@ -206,14 +206,15 @@ struct Fabric<'a> {
 }
 
 impl Area for Fabric<'_> {
+    // The fabric's ring area is its segment's.
     #[inline]
     fn value(&self, off: usize) -> Result<u64> {
-        self.seg.signal_value(off)
+        Area::value(self.seg, off)
     }
 
     #[inline]
     fn read(&self, off: usize, dst: &mut [u8]) -> Result<()> {
-        self.seg.read(off, dst)
+        Area::read(self.seg, off, dst)
     }
 
     #[inline]
@@ -874,9 +875,17 @@ mod model {
 
         #[allow(unsafe_code)]
         unsafe fn look<R>(&self, off: usize, len: usize, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
+            let area = &self.areas[self.me];
             let mut b = vec![0; len];
-            self.areas[self.me].read(off, &mut b);
-            Ok(f(&b))
+            area.read(off, &mut b);
+            let r = f(&b);
+            // A view is held until `f` returns: read the bytes again then, so that a write
+            // while it was held (the window `take_with`'s SAFETY argument closes) is an access
+            // loom checks against, and a changed byte a failed assertion.
+            let mut again = vec![0; len];
+            area.read(off, &mut again);
+            assert_eq!(b, again, "bytes under a view changed while it was held");
+            Ok(r)
         }
     }
 

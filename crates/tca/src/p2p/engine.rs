@@ -955,20 +955,10 @@ impl Engine {
                 return;
             }
             // The sender has claimed the round: let its data land, unless it is gone.
-            let start = std::time::Instant::now();
-            let mut checked = start;
-            while start.elapsed() < DRAIN_PATIENCE {
-                match self.chan_recv_test(w, b, round) {
-                    Ok(false) => std::thread::yield_now(),
-                    _ => break,
-                }
-                if checked.elapsed() >= LIVENESS_EVERY {
-                    if w.check_alive().is_err() {
-                        break;
-                    }
-                    checked = std::time::Instant::now();
-                }
-            }
+            while_moving(w, || match self.chan_recv_test(w, b, round) {
+                Ok(false) => Turn::Waiting,
+                _ => Turn::Done,
+            });
         }
         let _ = w.signal(h, at, SignalOp::Set(REVOKED));
     }
@@ -1395,33 +1385,22 @@ impl Engine {
     /// [`DRAIN_PATIENCE`] with nothing moving (a receive that was never posted), or when a
     /// peer is gone. Returns how many sends were left undelivered.
     pub(crate) fn drain(&self, w: &World) -> usize {
-        let mut last = std::time::Instant::now();
-        let mut checked = last;
         let owed = |st: &State| st.queued + st.cts_wait.len() + st.chan_pending.len();
         let mut left = owed(&self.st.borrow());
-        // A communicator is often dropped because a call failed: a dead peer or an aborted
-        // job takes nothing more, and the error must reach the program before the launcher's
-        // SIGKILL does (`GRACE`), not after `DRAIN_PATIENCE`. Liveness is a poll of every
-        // peer's pidfd: looked at once now, then once per wait slice.
-        if left > 0 && w.check_alive().is_err() {
-            return left;
-        }
-        while left > 0 && last.elapsed() < DRAIN_PATIENCE {
-            if self.progress(w, &mut Hand::None, None).is_err() {
-                break;
-            }
-            if checked.elapsed() >= LIVENESS_EVERY {
-                if w.check_alive().is_err() {
-                    break;
+        if left > 0 {
+            while_moving(w, || {
+                if self.progress(w, &mut Hand::None, None).is_err() {
+                    return Turn::Done;
                 }
-                checked = std::time::Instant::now();
-            }
-            let now = owed(&self.st.borrow());
-            if now < left {
-                last = std::time::Instant::now();
-            }
-            left = now;
-            std::thread::yield_now();
+                let now = owed(&self.st.borrow());
+                let moved = now < left;
+                left = now;
+                match (now, moved) {
+                    (0, _) => Turn::Done,
+                    (_, true) => Turn::Moved,
+                    _ => Turn::Waiting,
+                }
+            });
         }
         left
     }
@@ -1734,4 +1713,41 @@ fn meta(tag: i32, kind: u8, slot: u8, ty: u8) -> [u8; 8] {
     m[5] = slot;
     m[6] = ty;
     m
+}
+
+/// One turn of a wait at the communicator's end ([`while_moving`]).
+enum Turn {
+    /// Nothing left to wait for.
+    Done,
+    /// Something moved: the patience starts again.
+    Moved,
+    /// Nothing moved this turn.
+    Waiting,
+}
+
+/// Runs `turn` (yielding the core between turns) until it is done, nothing has moved for
+/// [`DRAIN_PATIENCE`], or a peer is dead or the job aborted. A communicator is often dropped
+/// because a call failed: a dead peer takes nothing more, and the error must reach the
+/// program before the launcher's SIGKILL does (its grace is shorter than the patience), so
+/// liveness (a poll of every peer's pidfd) is looked at first and every [`LIVENESS_EVERY`].
+fn while_moving(w: &World, mut turn: impl FnMut() -> Turn) {
+    let mut moved = std::time::Instant::now();
+    let mut checked = moved;
+    if w.check_alive().is_err() {
+        return;
+    }
+    while moved.elapsed() < DRAIN_PATIENCE {
+        match turn() {
+            Turn::Done => return,
+            Turn::Moved => moved = std::time::Instant::now(),
+            Turn::Waiting => {}
+        }
+        if checked.elapsed() >= LIVENESS_EVERY {
+            if w.check_alive().is_err() {
+                return;
+            }
+            checked = std::time::Instant::now();
+        }
+        std::thread::yield_now();
+    }
 }

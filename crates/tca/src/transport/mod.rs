@@ -70,10 +70,26 @@ pub(crate) use shm::region::{Region, out_of_bounds};
 /// Attaching to a segment file built from `data` (the fuzz targets' entry: a peer's memory
 /// is untrusted input; see `shm::region::fuzz_attach` for the layout). Panics if attach
 /// accepts a segment that does not match its handle; returns whether it attached. Not part
-/// of the API.
+/// of the API (feature `fuzzing`).
+#[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub fn fuzz_attach(data: &[u8]) -> bool {
     shm::region::fuzz_attach(data)
+}
+
+/// tca's entries in `/dev/shm` now (the names that start as every shared-memory object tca
+/// names does). Segments and launcher boards are memfds, which have no name there and cannot
+/// outlive their last user; only jobs started without the launcher make a named board there,
+/// and unlink it. So an entry that a job leaves behind is a leak: what tests and the fault
+/// campaign compare before and after.
+pub fn shm_entries() -> std::collections::BTreeSet<String> {
+    std::fs::read_dir("/dev/shm")
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .filter(|n| n.starts_with(shm::memfd::NAME_PREFIX))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// Opens descriptor `fd` of process `pid`: how a rank reaches the node board its launcher,

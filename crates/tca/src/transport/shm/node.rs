@@ -31,13 +31,14 @@ use crate::env;
 use crate::error::{Error, ErrorKind, Result};
 use crate::fabric::control::{CTRL_BYTES, SLEEPERS};
 use crate::fabric::{AtomicOp, Handle, SignalOp, Strided};
+use crate::process::Proc;
 use crate::transport::Transport;
 
 #[derive(Debug)]
 struct Peer {
     pid: u32,
     ctrl: Arc<Region>,
-    pidfd: Option<OwnedFd>,
+    pidfd: Option<Proc>,
 }
 
 type Cache = Vec<Vec<Option<Arc<Region>>>>;
@@ -63,7 +64,7 @@ pub(crate) struct Shm {
     policy: SpinPolicy,
     /// `TCA_TIMEOUT` (see [`Shm::timeout`]).
     timeout: Cell<Option<Duration>>,
-    launcher: Option<(u32, OwnedFd)>,
+    launcher: Option<Proc>,
     left: Cell<bool>,
     /// Whether this rank has marked itself asleep on the board during the current wait.
     asleep: Cell<bool>,
@@ -120,15 +121,14 @@ impl Shm {
         let timeout = env::timeout()?;
         let policy = SpinPolicy::adaptive(size, crate::bootstrap::job_cpus(), spin);
         let launcher = match board.launcher_pid() {
-            Some(pid) => Some((
-                pid,
-                pidfd(pid).ok_or_else(|| {
-                    Error::new(
+            Some(pid) => Some(Proc::open(pid).map_err(|e| {
+                e.unless_own(|_| {
+                    Error::launcher(
                         ErrorKind::Aborted,
                         format!("the launcher (pid {pid}) is gone"),
                     )
-                })?,
-            )),
+                })
+            })?),
             None => None,
         };
         board.publish(
@@ -152,11 +152,11 @@ impl Shm {
                     format!("rank {r} failed during start-up"),
                 ));
             }
-            if let Some((pid, fd)) = &launcher {
-                if readable(fd) {
-                    return Err(Error::new(
+            if let Some(l) = &launcher {
+                if l.gone() {
+                    return Err(Error::launcher(
                         ErrorKind::Aborted,
-                        format!("the launcher (pid {pid}) died during start-up"),
+                        format!("the launcher (pid {}) died during start-up", l.pid()),
                     ));
                 }
             }
@@ -224,26 +224,25 @@ impl Shm {
             })?;
             let h = Handle::new(job, e.ctrl_key, CTRL_BYTES, r, e.ctrl_segment);
             let region = Region::attach(&h, e.pid).map_err(|err| {
-                if err.kind() == ErrorKind::Transport {
-                    // This process ran out of something (descriptors): not rank r's fault.
-                    return err;
-                }
-                Error::peer(
-                    ErrorKind::PeerDied,
-                    r,
-                    format!("cannot attach rank {r} (pid {}): {err}", e.pid),
-                )
+                err.unless_own(|err| {
+                    Error::peer(
+                        ErrorKind::PeerDied,
+                        r,
+                        format!("cannot attach rank {r} (pid {}): {err}", e.pid),
+                    )
+                })
             })?;
             let fd = if e.pid == my_pid {
                 None
             } else {
-                Some(pidfd_of(e.pid).map_err(|err| match err.kind() {
-                    ErrorKind::Transport => err,
-                    _ => Error::peer(
-                        ErrorKind::PeerDied,
-                        r,
-                        format!("rank {r} (pid {}) died during start-up", e.pid),
-                    ),
+                Some(Proc::open(e.pid).map_err(|err| {
+                    err.unless_own(|_| {
+                        Error::peer(
+                            ErrorKind::PeerDied,
+                            r,
+                            format!("rank {r} (pid {}) died during start-up", e.pid),
+                        )
+                    })
                 })?)
             };
             ctrls[r as usize] = Some(h);
@@ -689,7 +688,7 @@ impl Shm {
                 RankState::Done => continue,
                 _ => {}
             }
-            if p.pidfd.as_ref().is_some_and(readable) {
+            if p.pidfd.as_ref().is_some_and(Proc::gone) {
                 if self.board.state(r) == RankState::Done {
                     continue;
                 }
@@ -702,11 +701,11 @@ impl Shm {
             }
             live += 1;
         }
-        if let Some((pid, fd)) = &self.launcher {
-            if readable(fd) {
-                return Err(Error::new(
+        if let Some(l) = &self.launcher {
+            if l.gone() {
+                return Err(Error::launcher(
                     ErrorKind::Aborted,
-                    format!("the launcher (pid {pid}) died"),
+                    format!("the launcher (pid {}) died", l.pid()),
                 ));
             }
         }
@@ -861,7 +860,7 @@ fn abort_error(rank: u32, why: AbortReason) -> Error {
             rank,
             format!("job aborted by the launcher: rank {rank} failed"),
         ),
-        AbortReason::Interrupted => Error::new(
+        AbortReason::Interrupted => Error::launcher(
             ErrorKind::Aborted,
             "job aborted: the launcher was interrupted",
         ),
@@ -894,33 +893,6 @@ fn cache_insert(cache: &mut Cache, r: &Arc<Region>) {
         v.resize(i + 1, None);
     }
     v[i] = Some(r.clone());
-}
-
-fn pidfd(pid: u32) -> Option<OwnedFd> {
-    pidfd_of(pid).ok()
-}
-
-/// A pidfd of process `pid`; out of descriptors is a `Transport` error (`Error::reaching`),
-/// no such process `PeerDied`.
-fn pidfd_of(pid: u32) -> Result<OwnedFd> {
-    let gone = || Error::new(ErrorKind::PeerDied, format!("process {pid} is gone"));
-    let p = i32::try_from(pid)
-        .ok()
-        .and_then(rustix::process::Pid::from_raw)
-        .ok_or_else(gone)?;
-    rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty())
-        .map_err(|e| Error::reaching(ErrorKind::PeerDied, format!("watching process {pid}"), e))
-}
-
-/// Whether a pidfd says its process has exited (readable), without blocking.
-fn readable(fd: &OwnedFd) -> bool {
-    use rustix::event::{PollFd, PollFlags, poll};
-    let mut fds = [PollFd::new(fd, PollFlags::IN)];
-    let zero = rustix::time::Timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    matches!(poll(&mut fds, Some(&zero)), Ok(n) if n > 0)
 }
 
 fn raise_fd_limit(size: u32) {

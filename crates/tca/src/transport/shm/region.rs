@@ -209,6 +209,7 @@ impl Region {
 /// "matches" and the check stays reachable. Attaching must refuse whatever does not match the
 /// handle; a segment it accepts must match it field by field and take a write at its last
 /// byte. Returns whether it attached.
+#[cfg(feature = "fuzzing")]
 pub(crate) fn fuzz_attach(data: &[u8]) -> bool {
     let Some((fixed, contents)) = data.split_first_chunk::<28>() else {
         return false;

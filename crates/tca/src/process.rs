@@ -1,14 +1,12 @@
-//! Watching and ending the processes of a job from outside, by pidfd.
+//! Processes held by pidfd: watching and ending ranks and launchers, by whoever supervises
+//! them (the launcher its ranks, the shared-memory transport its peers, a fault campaign the
+//! jobs it starts).
 //!
-//! Why pidfds: the campaign signals and watches processes that are not its children (the
-//! ranks are the launcher's), that die at random moments and whose pids the system may give
-//! to someone else once they are reaped. A pidfd names one process for as long as it is
-//! held: a signal through it can never reach a stranger, and it becomes readable the moment
-//! the process exits (zombie or reaped), which `poll` waits on without spinning.
-//!
-//! When the launcher is killed its ranks are orphaned; the campaign makes itself their
-//! *subreaper* ([`become_subreaper`]) so that they are re-parented to it rather than to
-//! init, and reaps them itself ([`Proc::reap`]), leaving no zombie behind.
+//! Why pidfds: a supervisor signals and watches processes that die at random moments and
+//! whose pids the system may give to someone else once they are reaped (and that are not
+//! always its children). A pidfd names one process for as long as it is held: a signal
+//! through it never reaches a stranger, and it becomes readable the moment the process
+//! exits (zombie or reaped), which `poll` waits on without spinning.
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::time::Duration;
@@ -16,26 +14,36 @@ use std::time::Duration;
 use rustix::event::{PollFd, PollFlags, poll};
 use rustix::process::{Pid, PidfdFlags, Signal, WaitIdOptions, pidfd_open, pidfd_send_signal};
 
+use crate::error::{Error, ErrorKind, Result};
+
 /// A process, held by pidfd.
 #[derive(Debug)]
 pub struct Proc {
-    /// Its pid (for messages).
-    pub pid: u32,
+    pid: u32,
     fd: OwnedFd,
 }
 
 impl Proc {
-    /// Holds process `pid`, which must be running.
-    pub fn open(pid: u32) -> std::io::Result<Self> {
+    /// Holds process `pid`. A process that is gone is a [`ErrorKind::PeerDied`] error; out of
+    /// descriptors a [`ErrorKind::Transport`] one (this process's resource, not the other's).
+    pub fn open(pid: u32) -> Result<Self> {
+        let gone = || Error::new(ErrorKind::PeerDied, format!("process {pid} is gone"));
         let p = i32::try_from(pid)
             .ok()
             .and_then(Pid::from_raw)
-            .ok_or_else(|| std::io::Error::other(format!("{pid} is not a pid")))?;
-        let fd = pidfd_open(p, PidfdFlags::empty())?;
+            .ok_or_else(gone)?;
+        let fd = pidfd_open(p, PidfdFlags::empty()).map_err(|e| {
+            Error::reaching(ErrorKind::PeerDied, format!("watching process {pid}"), e)
+        })?;
         Ok(Self { pid, fd })
     }
 
-    /// Whether it has exited.
+    /// Its pid (for messages; the pidfd is what names it).
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Whether it has exited, without blocking.
     pub fn gone(&self) -> bool {
         let mut fds = [PollFd::new(&self.fd, PollFlags::IN)];
         let zero = rustix::time::Timespec {
@@ -50,8 +58,7 @@ impl Proc {
         let _ = pidfd_send_signal(&self.fd, sig);
     }
 
-    /// Reaps it if it has exited and is this process's child (an orphan re-parented here);
-    /// nothing otherwise.
+    /// Reaps it if it has exited and is this process's child; nothing otherwise.
     pub fn reap(&self) {
         let _ = rustix::process::waitid(
             rustix::process::WaitId::PidFd(self.fd.as_fd()),
@@ -60,20 +67,17 @@ impl Proc {
     }
 }
 
-/// Waits until one of `procs` that is still running exits, or `timeout` passes.
-pub fn wait_any(procs: &[&Proc], timeout: Duration) {
+/// Waits until one of `procs` exits or `timeout` passes (sleeps `timeout` when there are
+/// none).
+pub fn wait_any<'a>(procs: impl IntoIterator<Item = &'a Proc>, timeout: Duration) {
     let mut fds: Vec<PollFd<'_>> = procs
-        .iter()
+        .into_iter()
         .map(|p| PollFd::new(&p.fd, PollFlags::IN))
         .collect();
-    let ts = rustix::time::Timespec {
-        tv_sec: i64::try_from(timeout.as_secs()).unwrap_or(i64::MAX),
-        tv_nsec: i64::from(timeout.subsec_nanos()),
-    };
     if fds.is_empty() {
         std::thread::sleep(timeout);
     } else {
-        let _ = poll(&mut fds, Some(&ts));
+        let _ = poll(&mut fds, Some(&crate::cast::timespec(timeout)));
     }
 }
 
@@ -112,8 +116,9 @@ pub fn alive(pid: u32) -> bool {
         .unwrap_or(false)
 }
 
-/// Makes this process the subreaper of its descendants (see the module doc).
-pub fn become_subreaper() -> std::io::Result<()> {
-    rustix::process::set_child_subreaper(Some(rustix::process::getpid()))?;
-    Ok(())
+/// Makes this process the subreaper of its descendants: orphans (the ranks of a launcher
+/// that was killed) are re-parented to it rather than to init, and it reaps them.
+pub fn become_subreaper() -> Result<()> {
+    rustix::process::set_child_subreaper(Some(rustix::process::getpid()))
+        .map_err(|e| Error::os(ErrorKind::Launch, "becoming a subreaper", e))
 }
