@@ -144,10 +144,10 @@ pub const FAULTS: &[Info] = &[
         by_rank: true,
         what: "a rank lowers RLIMIT_NOFILE to about what it has open, then goes on",
         expect: "the job completes, or the rank fails with a Transport error that the others \
-                 name",
+                 name (as failed, or as the owner of segments it freed as it failed)",
         victim_may_fail: true,
         victim_kinds: &["Transport"],
-        survivor_kinds: &["PeerDied", "Aborted"],
+        survivor_kinds: &["PeerDied", "Aborted", "InvalidHandle"],
         direct: false,
         hidden: false,
     },

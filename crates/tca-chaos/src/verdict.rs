@@ -333,6 +333,14 @@ mod tests {
         let failed = vec![rep(0, err(Named::Rank(1)), 9), rep(1, transport.clone(), 3)];
         let v = judge(Fault::FdLimit, Some(1), &failed, 0, true);
         assert!(v.handled && v.direct, "{v:?}");
+        // Or names it as the owner of a segment it freed as it failed.
+        let freed = Ending::Error {
+            kind: "InvalidHandle".into(),
+            named: Named::Rank(1),
+            message: "handle to segment 3 of rank 1 refused: the segment has been freed".into(),
+        };
+        let named = vec![rep(0, freed, 9), rep(1, transport.clone(), 3)];
+        assert!(judge(Fault::FdLimit, Some(1), &named, 0, true).handled);
         // With another kind, or for a kind whose victim must not fail, it is not handled.
         let other = vec![
             rep(0, err(Named::Rank(1)), 9),

@@ -89,6 +89,7 @@ fn main() -> ExitCode {
             let _ = rustix_kill_self();
         }),
         "wait-forever" => wait_forever(&world),
+        "busy-forever" => busy_forever(&world),
         "sigstop" => stuck(&world, arg(&args, 1, 1) as u32),
         "fd-limit" => fd_limit(&world),
         "publish" => publish(&world, &args[1]),
@@ -497,6 +498,20 @@ fn steal(w: &World, file: &str) -> tca::Result<bool> {
         let _ = std::fs::write(format!("{file}.done"), "");
     }
     Ok(ok)
+}
+
+/// Allreduces of 8 bytes for ever: waits that end before they would sleep, so only the
+/// busy look of a wait (every sleep slice) can notice the launcher's death.
+fn busy_forever(w: &World) -> tca::Result<bool> {
+    let c = tca::Comm::world(w)?;
+    c.barrier()?;
+    println!("ready {} pid {}", w.rank(), std::process::id());
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    let mut out = [0u64];
+    loop {
+        c.allreduce(&[1u64], &mut out, &tca::Op::Sum)?;
+    }
 }
 
 fn wait_forever(w: &World) -> tca::Result<bool> {

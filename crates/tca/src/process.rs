@@ -53,6 +53,17 @@ impl Proc {
         matches!(poll(&mut fds, Some(&zero)), Ok(n) if n > 0)
     }
 
+    /// Whether it is stopped (`SIGSTOP`, `SIGTSTP`, a debugger): alive, but running none of
+    /// its code. Read from `/proc/<pid>/stat`; `false` if it has exited or cannot be read.
+    pub fn stopped(&self) -> bool {
+        if self.gone() {
+            return false;
+        }
+        // `T`: stopped by a signal; `t`: by a tracer.
+        stat_fields(self.pid)
+            .is_some_and(|f| matches!(f.first().map(String::as_str), Some("T" | "t")))
+    }
+
     /// Sends `sig` (nothing if it has exited).
     pub fn signal(&self, sig: Signal) {
         let _ = pidfd_send_signal(&self.fd, sig);
@@ -83,14 +94,15 @@ pub fn wait_any<'a>(procs: impl IntoIterator<Item = &'a Proc>, timeout: Duration
 
 /// The parent pid of process `pid`, from `/proc/PID/stat`.
 pub fn parent_of(pid: u32) -> Option<u32> {
+    stat_fields(pid)?.get(1)?.parse().ok()
+}
+
+/// The fields of `/proc/<pid>/stat` after the command name (state, parent, ...): "pid (comm)
+/// state ppid ...", where comm may hold spaces and parentheses; it ends at the last ')'.
+fn stat_fields(pid: u32) -> Option<Vec<String>> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // "pid (comm) state ppid ...": comm may hold spaces and parentheses; it ends at the last ')'.
-    stat.rsplit_once(')')?
-        .1
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
+    let (_, rest) = stat.rsplit_once(')')?;
+    Some(rest.split_whitespace().map(str::to_owned).collect())
 }
 
 /// Processes whose parent is `pid`.
@@ -106,14 +118,7 @@ pub fn children_of(pid: u32) -> Vec<u32> {
 
 /// Whether process `pid` is running (a zombie is not: it runs no code and holds no memory).
 pub fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|s| {
-            !s.rsplit_once(')')
-                .map_or("", |(_, rest)| rest)
-                .trim_start()
-                .starts_with('Z')
-        })
-        .unwrap_or(false)
+    stat_fields(pid).is_some_and(|f| f.first().is_some_and(|state| state != "Z"))
 }
 
 /// Makes this process the subreaper of its descendants: orphans (the ranks of a launcher

@@ -476,7 +476,12 @@ fn stale_handle_is_refused() {
         drop(first);
         w.barrier()?;
         let e = w.put(&old, 0, &[1]).unwrap_err();
-        assert_eq!(e.kind(), ErrorKind::InvalidHandle, "{e}");
+        // Refused, naming the owner, who freed it.
+        assert_eq!(
+            (e.kind(), e.rank()),
+            (ErrorKind::InvalidHandle, Some(1 - w.rank())),
+            "{e}"
+        );
         // A new segment may reuse the id; the old handle is still refused, the new one works.
         let second = w.alloc_symmetric(64)?;
         let new = *second.handle(1 - w.rank())?;
@@ -486,6 +491,34 @@ fn stale_handle_is_refused() {
         );
         w.put(&new, 0, &[1])?;
         w.barrier()
+    });
+}
+
+/// A handle to the segment of a rank that has left the job is refused naming that rank: its
+/// owner's departure, not the handle, is the news (it named nobody; found by `tca chaos`,
+/// fd-limit).
+#[test]
+fn a_segment_of_a_rank_that_left_names_the_rank() {
+    on(2, |w| {
+        let seg = w.alloc_symmetric(64)?;
+        let first = *seg.handle(0)?;
+        w.put(&first, 0, &[1])?; // attached and working
+        w.barrier()?;
+        if w.rank() == 0 {
+            return Ok(()); // leaves: frees its segment, then leaves the job
+        }
+        // Rank 0 has left once no rank is left to answer a wait.
+        while w.check_alive().is_ok() {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let e = w.put(&first, 0, &[1]).unwrap_err();
+        assert_eq!(
+            (e.kind(), e.rank()),
+            (ErrorKind::InvalidHandle, Some(0)),
+            "{e}"
+        );
+        assert!(e.to_string().contains("rank 0 has left the job"), "{e}");
+        Ok(())
     });
 }
 

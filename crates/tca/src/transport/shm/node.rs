@@ -47,6 +47,11 @@ type Cache = Vec<Vec<Option<Arc<Region>>>>;
 /// gives up as a deadlock.
 const DEADLOCK_SLICES: u32 = 100;
 
+/// Waits between two looks at the clock by a rank whose waits never sleep (see
+/// [`Shm::wait_word`]): a power of two, so the count is a mask; a clock read per 1,024 waits
+/// costs nothing measurable on the 8-byte path.
+const BUSY_CLOCK_EVERY: u32 = 1024;
+
 /// The shared-memory transport of one rank.
 #[derive(Debug)]
 pub(crate) struct Shm {
@@ -72,6 +77,10 @@ pub(crate) struct Shm {
     /// other ranks' finished-sleep counts at the last slice (any change is progress).
     stuck: Cell<u32>,
     others_wakes: Cell<u64>,
+    /// Waits so far (wrapping), and when a wait last asked about the job's health: a job busy
+    /// enough that its waits never sleep still looks every [`wait::SLEEP_SLICE`].
+    waits: Cell<u32>,
+    last_look: Cell<Instant>,
 }
 
 impl Shm {
@@ -273,6 +282,8 @@ impl Shm {
                 asleep: Cell::new(false),
                 stuck: Cell::new(0),
                 others_wakes: Cell::new(0),
+                waits: Cell::new(0),
+                last_look: Cell::new(Instant::now()),
             },
             ctrls,
         ))
@@ -392,15 +403,34 @@ impl Shm {
         }
         let region = match Region::attach(h, self.peer(h.rank()).pid) {
             Ok(r) => r,
-            Err(e) => {
-                // A segment that is gone because its owner died or the job was aborted is
-                // reported as that, naming the rank, rather than as a bad handle.
-                self.check_peers(false)?;
-                return Err(e);
-            }
+            Err(e) => return Err(self.explain_refusal(h, e)),
         };
         cache_insert(&mut self.cache.borrow_mut(), &Arc::new(region));
         Ok(())
+    }
+
+    /// What a refused attach of `h` means. A segment that is gone because its owner died,
+    /// failed or the job was aborted is reported as that (the board's and the pidfd's
+    /// verdict, naming the rank); one whose owner has left the job as that, naming the
+    /// owner. A segment gone while its owner is still in the job names the owner too (it
+    /// freed it: a stale handle, or it is on its way out). Other refusals (key, length, job)
+    /// name nobody: the handle is at fault.
+    #[cold]
+    fn explain_refusal(&self, h: &Handle, e: Error) -> Error {
+        if let Err(verdict) = self.check_peers(false) {
+            return verdict;
+        }
+        let r = h.rank();
+        // A rank that left has no segment left, whatever the refusal says (its descriptor
+        // numbers may already name others' files).
+        if r != self.rank && self.board.state(r) == RankState::Done {
+            return Error::peer(
+                ErrorKind::InvalidHandle,
+                r,
+                format!("rank {r} has left the job: {}", e.message()),
+            );
+        }
+        e
     }
 
     fn target<'a>(&self, cache: &'a Cache, h: &Handle) -> Result<&'a Region> {
@@ -606,8 +636,68 @@ impl Shm {
         if self.asleep.replace(false) {
             self.board.set_asleep(self.rank, false);
             self.stuck.set(0);
+            self.last_look.set(Instant::now());
         }
-        r
+        let n = self.waits.get().wrapping_add(1);
+        self.waits.set(n);
+        match r {
+            Ok(v) if n % BUSY_CLOCK_EVERY == 0 => self.look_while_busy(&mut judge).map(|()| v),
+            Err(e) if deadline.is_none() && e.kind() == ErrorKind::Timeout => {
+                Err(self.blame_timeout(e))
+            }
+            r => r,
+        }
+    }
+
+    /// Whom a wait that ran out of `TCA_TIMEOUT` should name. The rank it waited for may
+    /// itself be waiting (every rank's timeout fires at about the same time), so it asks the
+    /// node: a peer whose process is stopped (`SIGSTOP`, a debugger) is the one; else, when
+    /// exactly one peer still in the job is not asleep in a wait while this rank timed out,
+    /// that busy (or spinning) peer is. Otherwise the error stays unnamed and the message
+    /// engines name the rank they waited for.
+    #[cold]
+    fn blame_timeout(&self, e: Error) -> Error {
+        let present = |r: u32| r != self.rank && self.board.state(r) == RankState::Ready;
+        let mut busy = Vec::new();
+        for (r, p) in self.peers.iter().enumerate() {
+            let r = rank_u32(r);
+            let Some(p) = p.as_ref().filter(|_| present(r)) else {
+                continue;
+            };
+            if p.pidfd.as_ref().is_some_and(Proc::stopped) {
+                return Error::peer(
+                    ErrorKind::Timeout,
+                    r,
+                    format!("{e}: rank {r} (pid {}) is stopped", p.pid),
+                );
+            }
+            if !self.board.sleep_state(r).0 {
+                busy.push(r);
+            }
+        }
+        match busy[..] {
+            [r] if self.whole_job => Error::peer(
+                ErrorKind::Timeout,
+                r,
+                format!("{e}: rank {r} is the only other rank not waiting (busy or stuck)"),
+            ),
+            _ => e,
+        }
+    }
+
+    /// The health check of a rank whose waits end without sleeping (so the check after each
+    /// sleep slice never runs): at most once a sleep slice, the abort word, failed or dead
+    /// peers and the launcher, as a sleeping wait would see them. Without it a busy job whose
+    /// launcher was killed runs on unsupervised, and one whose peer died learns it only at
+    /// its next wait on that peer.
+    #[cold]
+    fn look_while_busy(&self, judge: &mut impl FnMut(Result<()>) -> Result<()>) -> Result<()> {
+        let now = Instant::now();
+        if now.duration_since(self.last_look.get()) < wait::SLEEP_SLICE {
+            return Ok(());
+        }
+        self.last_look.set(now);
+        judge(self.check_peers(false))
     }
 
     /// Called by a wait each time a sleep slice ends without its signal: marks this rank

@@ -93,8 +93,18 @@ impl Region {
     }
 
     /// Attaches a peer's segment named by `h`, owned by process `pid`, checking everything.
+    ///
+    /// A segment that is no longer there (its descriptor is closed, or its header says
+    /// freed) is refused with an error naming its owner, `h.rank()`, who freed it or left
+    /// (see `Shm::explain_refusal`); every other refusal names no rank.
     pub(crate) fn attach(h: &Handle, pid: u32) -> Result<Self> {
-        let fd = memfd::open_peer(pid, h.segment())?;
+        let fd = memfd::open_peer(pid, h.segment()).map_err(|e| {
+            if e.kind() == ErrorKind::InvalidHandle {
+                Error::peer(ErrorKind::InvalidHandle, h.rank(), e.message())
+            } else {
+                e
+            }
+        })?;
         let file = memfd::file_len(&fd)?;
         let need = page_round(h.len()).and_then(|l| l.checked_add(HEADER_BYTES));
         if need.is_none_or(|n| n > file) {
@@ -144,7 +154,8 @@ impl Region {
             ));
         }
         if state_word(&map).load(Ordering::Acquire) != LIVE {
-            return Err(stale(h, "the segment has been freed".into()));
+            let gone = stale(h, "the segment has been freed".into());
+            return Err(Error::peer(gone.kind(), h.rank(), gone.message()));
         }
         Ok(Self {
             map,
