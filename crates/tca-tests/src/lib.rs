@@ -22,6 +22,7 @@ pub const TARGETS: &[Target] = &[
     ("handle", handle),
     ("hosts", hosts),
     ("attach", attach),
+    ("board", board),
     ("rendezvous", rendezvous),
     ("env", env),
 ];
@@ -119,6 +120,12 @@ pub fn hosts(data: &[u8]) {
 /// does not match is refused, what is accepted matches and is writable to its last byte.
 pub fn attach(data: &[u8]) {
     let _accepted = tca::transport::fuzz_attach(data);
+}
+
+/// A node's start-up board as a rank opens it (a shared page any rank of the job may have
+/// scribbled on), and the `tca-board` line of ranks started without the launcher.
+pub fn board(data: &[u8]) {
+    let _accepted = tca::transport::fuzz_board(data);
 }
 
 /// What a rank reads from the start-up rendezvous (a server on the network): frames of any

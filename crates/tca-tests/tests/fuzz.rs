@@ -263,6 +263,41 @@ proptest! {
 }
 
 proptest! {
+    /// A node's start-up board, mutated from real ones (header, abort word, entries, the
+    /// job's size and the file's length): opening refuses it or reads every field of every
+    /// rank without a panic (`tca::transport::fuzz_board`).
+    #[test]
+    fn boards_open_or_are_refused(
+        seed in prop::sample::select(vec!["ready-2", "aborted-8", "wrong-size", "line"]),
+        edits in prop::collection::vec((0usize..1500, any::<u8>()), 0..6),
+    ) {
+        let b = edited(&corpus("board", seed), &edits);
+        tca_tests::board(&b);
+    }
+}
+
+/// The board seeds reach both outcomes: real boards open; one whose header counts other
+/// ranks than the rank was told, or a file too short for the job, is refused.
+#[test]
+fn board_seeds_reach_both_outcomes() {
+    let seed = |n: &str| corpus("board", n);
+    assert!(tca::transport::fuzz_board(&seed("ready-2")));
+    assert!(tca::transport::fuzz_board(&seed("aborted-8")));
+    assert!(!tca::transport::fuzz_board(&seed("wrong-size")));
+    assert!(!tca::transport::fuzz_board(&seed("line")));
+    let mut version = seed("ready-2");
+    version[2 + 8] = 2; // the layout version
+    assert!(!tca::transport::fuzz_board(&version));
+    // 64 ranks need three pages; one page is too short.
+    let mut big = seed("ready-2");
+    big[0] = 63;
+    big[2 + 12] = 64; // the header's size
+    assert!(!tca::transport::fuzz_board(&big));
+    big[1] = 2;
+    assert!(tca::transport::fuzz_board(&big));
+}
+
+proptest! {
     /// The rendezvous client against whatever a server sends: mutated real replies and
     /// arbitrary bytes (`tca::bootstrap::kv::fuzz_client`).
     #[test]

@@ -84,14 +84,15 @@ impl Error {
 
     /// A wait's error that names no rank yet gets the one the wait was for: `world_rank`, and
     /// `what` the rank was to send (the one place the message engines name a waited-on peer).
-    /// An error of the launcher's keeps naming no rank: the message says what was awaited.
+    /// An error of the launcher's, or of this process's own resources
+    /// ([`ErrorKind::Transport`]), keeps naming no rank: the message says what was awaited.
     pub(crate) fn waiting_for(self, world_rank: u32, what: impl fmt::Display) -> Self {
         if self.rank.is_some() {
             return self;
         }
-        if self.launcher {
+        if self.launcher || self.kind == ErrorKind::Transport {
             let message = format!("{self} (waiting for {what})");
-            return Self::launcher(self.kind, message);
+            return Self { message, ..self };
         }
         let message = format!("{self} (waiting for {what})");
         Self::peer(self.kind, world_rank, message)
@@ -180,6 +181,13 @@ mod tests {
         assert!(
             e.to_string().contains("waiting for a packet from rank 3"),
             "{e}"
+        );
+        let own = Error::new(ErrorKind::Transport, "memfd_create: Too many open files")
+            .waiting_for(3, "a packet from rank 3");
+        assert_eq!(own.rank(), None, "{own}");
+        assert!(
+            own.message()
+                .ends_with("(waiting for a packet from rank 3)")
         );
         let p = Error::new(ErrorKind::PeerDied, "gone").waiting_for(3, "a packet");
         assert!(!p.by_launcher());

@@ -778,8 +778,10 @@ impl World {
     }
 
     /// How long a blocking wait without a deadline of its own may sleep before it gives up
-    /// with [`ErrorKind::Timeout`] (naming the rank it waited for where the layer knows it:
-    /// collectives, two-sided messages, active messages). Set from `TCA_TIMEOUT` at start-up;
+    /// with [`ErrorKind::Timeout`] naming the culprit: a peer of this node whose process is
+    /// stopped, else (every rank on this node) the only other rank not waiting, else the rank
+    /// it waited for where the layer knows it (collectives, two-sided messages, active
+    /// messages). Set from `TCA_TIMEOUT` at start-up;
     /// `None` (the default): no limit, a dead peer is detected without one.
     pub fn timeout(&self) -> Option<Duration> {
         self.shm.timeout()

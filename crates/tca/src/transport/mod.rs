@@ -77,6 +77,15 @@ pub fn fuzz_attach(data: &[u8]) -> bool {
     shm::region::fuzz_attach(data)
 }
 
+/// Opening a node's start-up board built from `data` (the fuzz targets' entry: see
+/// `shm::board::fuzz_board` for the layout); returns whether it was accepted. Not part of the
+/// API (feature `fuzzing`).
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub fn fuzz_board(data: &[u8]) -> bool {
+    shm::board::fuzz_board(data)
+}
+
 /// tca's entries in `/dev/shm` now (the names that start as every shared-memory object tca
 /// names does). Segments and launcher boards are memfds, which have no name there and cannot
 /// outlive their last user; only jobs started without the launcher make a named board there,

@@ -372,6 +372,48 @@ impl Board {
     }
 }
 
+/// The start-up board against arbitrary contents: the fuzz targets
+/// (`tca::transport::fuzz_board`) feed `data` here. Its first byte gives the job's size (1 to
+/// 64 ranks: what this rank was told), the second the file's length (1 to 4 pages); the rest
+/// is the board's contents, and also the `tca-board` line by which ranks started without the
+/// launcher find the board. Whatever the board holds, opening it refuses it or gives a board
+/// whose every rank's entry, state and sleep record, abort word, job and launcher read
+/// without a panic. Returns whether it was accepted. A board holds no pointer or length that
+/// a rank follows: what a peer publishes there (pid, control segment id and key) is checked
+/// again by attach, the `attach` target's subject.
+#[cfg(feature = "fuzzing")]
+pub(crate) fn fuzz_board(data: &[u8]) -> bool {
+    let Some((&[n, pages], contents)) = data.split_first_chunk::<2>() else {
+        return false;
+    };
+    let size = u32::from(n % 64) + 1;
+    let page = page_round(1).expect("a page");
+    let len = (usize::from(pages % 4) + 1) * page;
+    let _ = parse_rendezvous(&String::from_utf8_lossy(contents), 0x7ca, size);
+    let Ok(fd) = memfd::create("fuzz-board", len) else {
+        return false;
+    };
+    {
+        let Ok(map) = Mapping::map(&fd, len) else {
+            return false;
+        };
+        map.write(0, &contents[..contents.len().min(len)])
+            .expect("the contents fit the file");
+    }
+    let Ok(b) = Board::open(&fd, size) else {
+        return false;
+    };
+    assert!(
+        len >= Board::bytes_for(size),
+        "a board of {len} bytes accepted for {size} ranks"
+    );
+    for r in 0..size {
+        let _ = (b.entry(r), b.state(r), b.sleep_state(r));
+    }
+    let _ = (b.aborted(), b.job(), b.launcher_pid());
+    true
+}
+
 /// Parses `tca-board <pid> <fd> <job hex> <size>`; `None` unless it is for `job` and `size`.
 fn parse_rendezvous(text: &str, job: u64, size: u32) -> Option<(u32, u32)> {
     let mut it = text.split_whitespace();

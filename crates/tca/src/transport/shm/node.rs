@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use super::HEADER_BYTES;
 use super::board::{AbortReason, Board, Entry, RankState};
-use super::region::{Region, out_of_bounds};
+use super::region::{Region, freed, out_of_bounds};
 use super::wait::{self, SpinPolicy};
 use crate::bootstrap::{BoardSource, JobEnv};
 use crate::cast::rank_u32;
@@ -388,10 +388,15 @@ impl Shm {
             ));
         }
         let slot = h.segment() as usize;
-        let stale = self.cache.borrow()[h.rank() as usize]
+        let cached = self.cache.borrow()[h.rank() as usize]
             .get(slot)
-            .is_some_and(|e| e.is_some());
-        if stale {
+            .and_then(|e| e.as_ref().map(|r| (r.handle == *h, r.is_live())));
+        if cached == Some((true, false)) {
+            // This very segment, attached before, and its owner has freed it since: no need to
+            // look again (its descriptor number may already name another file).
+            return Err(self.explain_refusal(h, freed(h)));
+        }
+        if cached.is_some() {
             // A freed segment, or a handle whose id was reused: forget the old mapping.
             let mut cache = self.cache.borrow_mut();
             if cache[h.rank() as usize][slot]
@@ -412,18 +417,26 @@ impl Shm {
     /// What a refused attach of `h` means. A segment that is gone because its owner died,
     /// failed or the job was aborted is reported as that (the board's and the pidfd's
     /// verdict, naming the rank); one whose owner has left the job as that, naming the
-    /// owner. A segment gone while its owner is still in the job names the owner too (it
-    /// freed it: a stale handle, or it is on its way out). Other refusals (key, length, job)
-    /// name nobody: the handle is at fault.
+    /// owner; one a peer still in the job has freed (a stale handle, or the peer is on its
+    /// way out) names that peer. Other refusals (key, length, job, a descriptor that is not
+    /// a segment) name nobody: the handle is at fault. This process's own resources running
+    /// out (`Transport`) are reported as they are.
     #[cold]
     fn explain_refusal(&self, h: &Handle, e: Error) -> Error {
+        if e.kind() != ErrorKind::InvalidHandle {
+            return e;
+        }
         if let Err(verdict) = self.check_peers(false) {
             return verdict;
         }
         let r = h.rank();
+        if r == self.rank {
+            // Its own segment: a refusal names no rank.
+            return Error::new(e.kind(), e.message());
+        }
         // A rank that left has no segment left, whatever the refusal says (its descriptor
         // numbers may already name others' files).
-        if r != self.rank && self.board.state(r) == RankState::Done {
+        if self.board.state(r) == RankState::Done {
             return Error::peer(
                 ErrorKind::InvalidHandle,
                 r,
@@ -633,7 +646,10 @@ impl Shm {
             progress,
             || judge(self.check_while_asleep()),
         );
-        if self.asleep.replace(false) {
+        // A wait that ran out of its timeout stays marked asleep: the rank is about to fail,
+        // and a peer timing out now must not take it for the one rank not waiting.
+        let timed_out = r.as_ref().is_err_and(|e| e.kind() == ErrorKind::Timeout);
+        if !timed_out && self.asleep.replace(false) {
             self.board.set_asleep(self.rank, false);
             self.stuck.set(0);
             self.last_look.set(Instant::now());
@@ -657,11 +673,12 @@ impl Shm {
     /// engines name the rank they waited for.
     #[cold]
     fn blame_timeout(&self, e: Error) -> Error {
-        let present = |r: u32| r != self.rank && self.board.state(r) == RankState::Ready;
+        if e.rank().is_some() || e.by_launcher() {
+            return e;
+        }
         let mut busy = Vec::new();
-        for (r, p) in self.peers.iter().enumerate() {
-            let r = rank_u32(r);
-            let Some(p) = p.as_ref().filter(|_| present(r)) else {
+        for r in self.others_present() {
+            let Some(p) = &self.peers[r as usize] else {
                 continue;
             };
             if p.pidfd.as_ref().is_some_and(Proc::stopped) {
@@ -686,10 +703,11 @@ impl Shm {
     }
 
     /// The health check of a rank whose waits end without sleeping (so the check after each
-    /// sleep slice never runs): at most once a sleep slice, the abort word, failed or dead
-    /// peers and the launcher, as a sleeping wait would see them. Without it a busy job whose
-    /// launcher was killed runs on unsupervised, and one whose peer died learns it only at
-    /// its next wait on that peer.
+    /// sleep slice never runs): at most once a sleep slice, the abort word, failed peers and
+    /// the launcher — what the board and one pidfd tell, no syscall per peer (a dead peer
+    /// makes some wait sleep, and sleeping waits look at every pidfd). Its verdict is not the
+    /// judge's to soften: the wait itself succeeded. Without it a busy job whose launcher was
+    /// killed runs on unsupervised.
     #[cold]
     fn look_while_busy(&self, judge: &mut impl FnMut(Result<()>) -> Result<()>) -> Result<()> {
         let now = Instant::now();
@@ -697,7 +715,9 @@ impl Shm {
             return Ok(());
         }
         self.last_look.set(now);
-        judge(self.check_peers(false))
+        self.check_board()?;
+        self.check_launcher()?;
+        judge(Ok(()))
     }
 
     /// Called by a wait each time a sleep slice ends without its signal: marks this rank
@@ -713,10 +733,7 @@ impl Shm {
         }
         let mut wakes = 0u64;
         let mut all_asleep = true;
-        for r in (0..self.size).filter(|&r| r != self.rank) {
-            if self.board.state(r) != RankState::Ready {
-                continue;
-            }
+        for r in self.others_present() {
             let (asleep, w) = self.board.sleep_state(r);
             all_asleep &= asleep;
             wakes = wakes.wrapping_add(w);
@@ -728,9 +745,7 @@ impl Shm {
         let n = self.stuck.get() + 1;
         self.stuck.set(n);
         if n >= DEADLOCK_SLICES {
-            let sleeping: Vec<u32> = (0..self.size)
-                .filter(|&r| r != self.rank && self.board.state(r) == RankState::Ready)
-                .collect();
+            let sleeping: Vec<u32> = self.others_present().collect();
             let left: Vec<u32> = (0..self.size)
                 .filter(|&r| self.board.state(r) == RankState::Done)
                 .collect();
@@ -753,9 +768,7 @@ impl Shm {
     /// Fails if the job was aborted or a peer died; with `waiting`, also if no other rank is
     /// left in the job (nobody could send what a wait expects).
     pub(crate) fn check_peers(&self, waiting: bool) -> Result<()> {
-        if let Some((r, why)) = self.board.aborted() {
-            return Err(abort_error(r, why));
-        }
+        self.check_board()?;
         let mut live = 0;
         for (r, p) in self.peers.iter().enumerate() {
             let r = rank_u32(r);
@@ -763,20 +776,8 @@ impl Shm {
                 live += 1; // on another node: its liveness is the job monitor's to tell
                 continue;
             };
-            if r == self.rank {
+            if r == self.rank || self.board.state(r) == RankState::Done {
                 continue;
-            }
-            match self.board.state(r) {
-                RankState::Failed => {
-                    self.board.abort(r, AbortReason::PeerDied);
-                    return Err(Error::peer(
-                        ErrorKind::PeerDied,
-                        r,
-                        format!("rank {r} failed (it panicked or returned an error)"),
-                    ));
-                }
-                RankState::Done => continue,
-                _ => {}
             }
             if p.pidfd.as_ref().is_some_and(Proc::gone) {
                 if self.board.state(r) == RankState::Done {
@@ -791,14 +792,7 @@ impl Shm {
             }
             live += 1;
         }
-        if let Some(l) = &self.launcher {
-            if l.gone() {
-                return Err(Error::launcher(
-                    ErrorKind::Aborted,
-                    format!("the launcher (pid {}) died", l.pid()),
-                ));
-            }
-        }
+        self.check_launcher()?;
         if waiting && live == 0 {
             return Err(Error::new(
                 ErrorKind::Aborted,
@@ -810,6 +804,42 @@ impl Shm {
             ));
         }
         Ok(())
+    }
+
+    /// What the board alone tells, without a syscall: the job's abort, or a peer of this node
+    /// that failed.
+    fn check_board(&self) -> Result<()> {
+        if let Some((r, why)) = self.board.aborted() {
+            return Err(abort_error(r, why));
+        }
+        let failed = (0..self.size).find(|&r| {
+            r != self.rank && self.reaches(r) && self.board.state(r) == RankState::Failed
+        });
+        if let Some(r) = failed {
+            self.board.abort(r, AbortReason::PeerDied);
+            return Err(Error::peer(
+                ErrorKind::PeerDied,
+                r,
+                format!("rank {r} failed (it panicked or returned an error)"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Fails if the launcher that started this rank has died.
+    fn check_launcher(&self) -> Result<()> {
+        match &self.launcher {
+            Some(l) if l.gone() => Err(Error::launcher(
+                ErrorKind::Aborted,
+                format!("the launcher (pid {}) died", l.pid()),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// The other ranks of the job still in it (published and not left), by the board.
+    fn others_present(&self) -> impl Iterator<Item = u32> + '_ {
+        (0..self.size).filter(|&r| r != self.rank && self.board.state(r) == RankState::Ready)
     }
 
     /// Whether `rank`, on this node, has left the job (cleanly or not).

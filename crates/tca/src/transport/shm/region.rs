@@ -93,18 +93,10 @@ impl Region {
     }
 
     /// Attaches a peer's segment named by `h`, owned by process `pid`, checking everything.
-    ///
-    /// A segment that is no longer there (its descriptor is closed, or its header says
-    /// freed) is refused with an error naming its owner, `h.rank()`, who freed it or left
-    /// (see `Shm::explain_refusal`); every other refusal names no rank.
+    /// A segment its owner has freed is refused naming the owner ([`freed`]); every other
+    /// refusal names nobody (the handle is at fault, or cannot be told from one that is).
     pub(crate) fn attach(h: &Handle, pid: u32) -> Result<Self> {
-        let fd = memfd::open_peer(pid, h.segment()).map_err(|e| {
-            if e.kind() == ErrorKind::InvalidHandle {
-                Error::peer(ErrorKind::InvalidHandle, h.rank(), e.message())
-            } else {
-                e
-            }
-        })?;
+        let fd = memfd::open_peer(pid, h.segment())?;
         let file = memfd::file_len(&fd)?;
         let need = page_round(h.len()).and_then(|l| l.checked_add(HEADER_BYTES));
         if need.is_none_or(|n| n > file) {
@@ -154,8 +146,7 @@ impl Region {
             ));
         }
         if state_word(&map).load(Ordering::Acquire) != LIVE {
-            let gone = stale(h, "the segment has been freed".into());
-            return Err(Error::peer(gone.kind(), h.rank(), gone.message()));
+            return Err(freed(h));
         }
         Ok(Self {
             map,
@@ -294,6 +285,12 @@ fn stale(h: &Handle, why: String) -> Error {
             h.rank()
         ),
     )
+}
+
+/// The refusal of a handle whose segment its owner has freed: names the owner.
+pub(crate) fn freed(h: &Handle) -> Error {
+    let e = stale(h, "the segment has been freed".into());
+    Error::peer(e.kind(), h.rank(), e.message())
 }
 
 pub(crate) fn out_of_bounds(h: &Handle, off: usize, n: usize) -> Error {
