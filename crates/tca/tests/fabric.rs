@@ -508,7 +508,7 @@ fn a_segment_of_a_rank_that_left_names_the_rank() {
             return Ok(()); // leaves: frees its segment, then leaves the job
         }
         // Rank 0 has left once no rank is left to answer a wait; its segment is refused from
-        // then on (a CI run once saw one more put go through just after: tried until refused).
+        // then on (over a network, once the connection has noticed: tried until refused).
         while w.check_alive().is_ok() {
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
@@ -520,13 +520,13 @@ fn a_segment_of_a_rank_that_left_names_the_rank() {
             }
             std::thread::sleep(std::time::Duration::from_millis(1));
         };
-        assert_eq!(
-            (e.kind(), e.rank()),
-            (ErrorKind::InvalidHandle, Some(0)),
-            "{e}"
-        );
-        let m = e.to_string();
-        assert!(m.contains("has left the job") || m.contains("freed"), "{e}");
+        // Over a network (CI runs this suite over libfabric too) the put is accepted and the
+        // refusal is the connection's, PeerDied: it names rank 0 as well.
+        assert_eq!(e.rank(), Some(0), "{e}");
+        if w.network_provider().is_none() {
+            assert_eq!(e.kind(), ErrorKind::InvalidHandle, "{e}");
+            assert!(e.to_string().contains("rank 0 has left the job"), "{e}");
+        }
         Ok(())
     });
 }
