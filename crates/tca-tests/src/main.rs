@@ -449,7 +449,7 @@ fn publish(w: &World, file: &str) -> tca::Result<bool> {
         return Ok(true);
     }
     let h = seg.handle();
-    let hex: String = h.to_bytes().iter().map(|b| format!("{b:02x}")).collect();
+    let hex = hex::encode(h.to_bytes());
     let tmp = format!("{file}.part");
     if std::fs::write(
         &tmp,
@@ -479,10 +479,7 @@ fn publish(w: &World, file: &str) -> tca::Result<bool> {
 fn steal(w: &World, file: &str) -> tca::Result<bool> {
     let text = std::fs::read_to_string(file).unwrap_or_default();
     let hex = text.split_whitespace().next().unwrap_or("");
-    let bytes: Vec<u8> = (0..hex.len() / 2)
-        .filter_map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).ok())
-        .collect();
-    let stolen = tca::Handle::from_bytes(&bytes)?;
+    let stolen = tca::Handle::from_bytes(&hex::decode(hex).unwrap_or_default())?;
     let mut ok = true;
     for h in [stolen, stolen.forged(None, None, None, Some(w.job_id()))] {
         match w.put(&h, 0, &[0x55; 64]) {
@@ -501,7 +498,8 @@ fn steal(w: &World, file: &str) -> tca::Result<bool> {
 }
 
 /// Allreduces of 8 bytes for ever: waits that end before they would sleep, so only the
-/// busy look of a wait (every sleep slice) can notice the launcher's death.
+/// busy look of a wait (every 1,024 waits, once 10 ms have passed) can notice the
+/// launcher's death.
 fn busy_forever(w: &World) -> tca::Result<bool> {
     let c = tca::Comm::world(w)?;
     c.barrier()?;

@@ -90,7 +90,7 @@ impl Error {
         if self.rank.is_some() {
             return self;
         }
-        if self.launcher || self.kind == ErrorKind::Transport {
+        if self.launcher || self.is_own() {
             let message = format!("{self} (waiting for {what})");
             return Self { message, ..self };
         }
@@ -129,11 +129,13 @@ impl Error {
     /// from [`Error::reaching`]), else what `blame` makes of it (naming the peer it was
     /// about): running out of descriptors must not be blamed on a peer.
     pub(crate) fn unless_own(self, blame: impl FnOnce(Self) -> Self) -> Self {
-        if self.kind == ErrorKind::Transport {
-            self
-        } else {
-            blame(self)
-        }
+        if self.is_own() { self } else { blame(self) }
+    }
+
+    /// Whether this process's own resources failed ([`ErrorKind::Transport`], see
+    /// [`Error::reaching`]): never a peer's fault.
+    fn is_own(&self) -> bool {
+        self.kind == ErrorKind::Transport
     }
 
     /// Whether the launcher is to blame (it died, is gone, or was interrupted); such an

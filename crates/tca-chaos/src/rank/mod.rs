@@ -195,13 +195,7 @@ fn run(
     // A segment nobody may write: the target of the forged handles of `stale-handle`, and
     // what a later job's stale handle is taken from.
     let probe = world.alloc_symmetric(PROBE_BYTES)?;
-    let hex: String = probe
-        .local()
-        .handle()
-        .to_bytes()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
+    let hex = hex::encode(probe.local().handle().to_bytes());
     let dir = spec.dir();
     let ready = format!("{} {:016x} {hex}\n", std::process::id(), world.job_id());
     write_atomic(&dir.ready(me), &ready)

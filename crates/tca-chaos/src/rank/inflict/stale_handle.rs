@@ -18,12 +18,6 @@ use tca::{ErrorKind, Handle, SymmetricSegment, World};
 
 use super::super::{Answer, Fail, Step};
 
-fn unhex(s: &str) -> Vec<u8> {
-    (0..s.len() / 2)
-        .filter_map(|i| u8::from_str_radix(s.get(2 * i..2 * i + 2)?, 16).ok())
-        .collect()
-}
-
 pub(super) fn inflict(
     world: &World,
     probe: &SymmetricSegment,
@@ -32,7 +26,7 @@ pub(super) fn inflict(
 ) -> Step {
     let mut tries: Vec<(&str, Handle)> = Vec::new();
     if let Some(hex) = earlier {
-        let h = Handle::from_bytes(&unhex(hex))
+        let h = Handle::from_bytes(&hex::decode(hex).unwrap_or_default())
             .map_err(|e| Fail::Other(format!("the earlier job's handle `{hex}`: {e}")))?;
         tries.push(("an earlier job's handle", h));
         tries.push((

@@ -77,8 +77,9 @@ pub(crate) struct Shm {
     /// other ranks' finished-sleep counts at the last slice (any change is progress).
     stuck: Cell<u32>,
     others_wakes: Cell<u64>,
-    /// Waits so far (wrapping), and when a wait last asked about the job's health: a job busy
-    /// enough that its waits never sleep still looks every [`wait::SLEEP_SLICE`].
+    /// Waits so far (wrapping), and when a wait last asked about the job's health: a rank
+    /// whose waits never sleep still looks, every [`BUSY_CLOCK_EVERY`] waits once a
+    /// [`wait::SLEEP_SLICE`] has passed (see [`Shm::look_while_busy`]).
     waits: Cell<u32>,
     last_look: Cell<Instant>,
 }
