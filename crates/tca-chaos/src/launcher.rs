@@ -27,7 +27,7 @@ pub(crate) fn main(spec: &JobSpec, spec_path: &Path) -> u8 {
     args.push("--job".into());
     args.push(spec_path.into());
     let launch = Launch {
-        ranks: spec.ranks,
+        ranks: spec.plan.ranks,
         program: program.into(),
         args,
         ..Default::default()

@@ -43,7 +43,7 @@ impl fmt::Display for Workload {
 }
 
 /// One job of a campaign.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct JobPlan {
     /// Its number in the campaign (0-based).
     pub index: u64,

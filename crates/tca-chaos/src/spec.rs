@@ -20,24 +20,14 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
-use crate::fault::Fault;
-use crate::plan::Workload;
+use crate::plan::JobPlan;
 
-/// One job, as its processes see it.
+/// One job, as its processes see it: its plan, and what the campaign adds to start it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct JobSpec {
-    /// Its number in the campaign.
-    pub index: u64,
-    /// Ranks.
-    pub ranks: u32,
-    /// The workloads the rounds draw from.
-    pub mix: Vec<Workload>,
-    /// The fault.
-    pub fault: Fault,
-    /// The rank that inflicts a survivable fault on itself.
-    pub victim: Option<u32>,
-    /// The workload's seed.
-    pub seed: u64,
+    /// What the campaign drew for this job.
+    #[serde(flatten)]
+    pub plan: JobPlan,
     /// A segment handle (hex) of an earlier job that has ended, for `stale-handle`.
     pub stale_handle: Option<String>,
     /// The job's directory.

@@ -248,12 +248,7 @@ pub fn run(
     let dir = JobDir(job_dir(root, plan.index));
     std::fs::create_dir_all(&dir.0).with_context(|| format!("creating {}", dir.0.display()))?;
     let spec = JobSpec {
-        index: plan.index,
-        ranks: plan.ranks,
-        mix: plan.mix.clone(),
-        fault: plan.fault,
-        victim: plan.victim,
-        seed: plan.seed,
+        plan: plan.clone(),
         stale_handle: stale,
         dir: dir.0.clone(),
         command: settings.command.clone(),

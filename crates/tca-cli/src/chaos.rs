@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{Result, bail};
+use anyhow::{Result, anyhow};
 use tca_chaos::{Campaign, Fault, campaign};
 
 /// Exit status of a campaign that missed a goal.
@@ -106,23 +106,22 @@ pub(crate) fn run(a: Args) -> Result<i32> {
     if let Some(spec) = &a.job {
         return Ok(i32::from(tca_chaos::job::main(spec)));
     }
-    if !(a.hang_after.is_finite()
-        && a.hang_after > 0.0
-        && a.hang_after <= campaign::MAX_HANG_AFTER_S)
-    {
-        bail!(
+    // Not a duration at all (negative, NaN, too large to hold): said here; the range of a
+    // duration is the campaign's to check.
+    let hang_after = Duration::try_from_secs_f64(a.hang_after).map_err(|_| {
+        anyhow!(
             "--hang-after {}: give a number of seconds above 0 and at most {}",
             a.hang_after,
             campaign::MAX_HANG_AFTER_S
-        );
-    }
+        )
+    })?;
     let exe = std::env::current_exe()?.to_string_lossy().into_owned();
     let seed = a.seed.unwrap_or_else(campaign::clock_seed);
     let mut c = Campaign::new(a.faults, seed, vec![exe, "chaos".into()]);
     c.np = a.np;
     c.kinds = a.kinds.0;
     c.max_delay_ms = a.max_delay;
-    c.settings.hang_after = Duration::from_secs_f64(a.hang_after);
+    c.settings.hang_after = hang_after;
     c.workdir = a.workdir;
     c.keep = a.keep;
     c.only = a.replay;

@@ -187,7 +187,7 @@ fn run(
     let world = tca::init()?;
     let mut comm = Comm::world(&world)?;
     let me = world.rank();
-    let am = if spec.mix.contains(&Workload::Am) {
+    let am = if spec.plan.mix.contains(&Workload::Am) {
         Some(am::Am::new(&comm)?)
     } else {
         None
@@ -245,7 +245,7 @@ fn rounds_until_stop(
     let me = world.rank();
     let dir = spec.dir();
     let mut flip = false;
-    let mut rng = Rng::new(spec.seed);
+    let mut rng = Rng::new(spec.plan.seed);
     let p = u64::from(world.size());
     let stop = dir.stop();
     loop {
@@ -267,13 +267,13 @@ fn rounds_until_stop(
         if ctl[0] == 1 {
             break;
         }
-        if spec.victim == Some(me) && sig.usr1.swap(false, Ordering::Relaxed) {
+        if spec.plan.victim == Some(me) && sig.usr1.swap(false, Ordering::Relaxed) {
             let _ = write_atomic(&dir.applied(), &format!("{}\n", unix_us()));
             inflict::inflict(spec, world, probe, answer)?;
-            flip = spec.fault == Fault::SelftestWrong;
+            flip = spec.plan.fault == Fault::SelftestWrong;
         }
         let round = *rounds;
-        let w = *rng.pick(&spec.mix).unwrap_or(&Workload::Coll);
+        let w = *rng.pick(&spec.plan.mix).unwrap_or(&Workload::Coll);
         match w {
             Workload::Coll => coll::step(comm, round, &mut rng)?,
             Workload::P2p => p2p::step(comm, round, &mut rng)?,

@@ -21,10 +21,10 @@ pub(crate) fn inflict(
     probe: &SymmetricSegment,
     answer: &mut Answer,
 ) -> Step {
-    match spec.fault {
+    match spec.plan.fault {
         Fault::AllocHuge => alloc_huge::inflict(world, answer),
         Fault::FdLimit => {
-            let mut r = Rng::new(mix(&[spec.seed, 6]));
+            let mut r = Rng::new(mix(&[spec.plan.seed, 6]));
             fd_limit::inflict(r.below(4), answer)
         }
         Fault::StaleHandle => {
