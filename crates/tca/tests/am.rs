@@ -261,6 +261,32 @@ fn put_get_in_every_form() {
     .unwrap();
 }
 
+#[test]
+fn answers_to_a_rank_that_left_go_nowhere() {
+    // Rank 1 asks rank 0 for bytes (one get answered in reply packets, one put straight into
+    // a landing segment), drops both handles and leaves the job. Rank 0 serves them after
+    // that: its answers have nowhere to go, which is no error of rank 0's.
+    threads::run(2, |w| {
+        let c = Comm::world(w)?;
+        let ep = Endpoint::new(&c, Table::new(), 1 << 20)?;
+        if c.rank() == 1 {
+            let (mut small, mut large) = (vec![0u8; 100], vec![0u8; 100_000]);
+            drop(ep.get_nb(0, 0, &mut small)?);
+            drop(ep.get_nb(0, 0, &mut large)?);
+            return Ok(());
+        }
+        // Rank 1 leaves while this rank sleeps; then its two requests are served (by the
+        // first poll: any of the communicator's progress runs this layer's handlers).
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        for _ in 0..100 {
+            ep.poll()?;
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        Ok(())
+    })
+    .unwrap();
+}
+
 /// Naive strided reference: element by element.
 fn strided_ref(s: &Strided<'_>, mut f: impl FnMut(usize, usize)) {
     let d = s.count.len();

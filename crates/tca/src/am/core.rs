@@ -276,19 +276,34 @@ impl Core {
         })?;
         let argb: &[u8] = bytemuck::cast_slice(args);
         let first = data.len().min(self.room(args.len()));
-        self.push(
-            w,
-            eng,
-            net,
-            to,
-            &[argb, &data[..first]],
-            total,
-            meta(kind, args.len(), handler),
-        )?;
-        for part in data[first..].chunks(self.req.capacity()) {
-            self.push(w, eng, net, to, &[part], 0, meta(CONT, 0, 0))?;
+        let r = self
+            .push(
+                w,
+                eng,
+                net,
+                to,
+                &[argb, &data[..first]],
+                total,
+                meta(kind, args.len(), handler),
+            )
+            .and_then(|()| {
+                for part in data[first..].chunks(self.req.capacity()) {
+                    self.push(w, eng, net, to, &[part], 0, meta(CONT, 0, 0))?;
+                }
+                Ok(())
+            });
+        match r {
+            // An answer to a requester that has left the job: nobody waits for it (a rank
+            // leaves only with the handles of its operations dropped), so it goes nowhere, as
+            // the bytes of a dropped get do. Its rings and landings went with it.
+            Err(e) if net == Net::Reply && self.left(&e, to) => Ok(()),
+            r => r,
         }
-        Ok(())
+    }
+
+    /// Whether `e` is the refusal of a segment of `q` because `q` has left the job.
+    fn left(&self, e: &Error, q: usize) -> bool {
+        e.kind() == ErrorKind::InvalidHandle && e.rank() == Some(self.world[q])
     }
 
     #[allow(clippy::too_many_arguments)] // one packet's full description
