@@ -260,9 +260,7 @@ proptest! {
         let b = edited(&corpus("attach", seed), &edits);
         tca_tests::attach(&b);
     }
-}
 
-proptest! {
     /// A node's start-up board, mutated from real ones (header, abort word, entries, the
     /// job's size and the file's length): opening refuses it or reads every field of every
     /// rank without a panic (`tca::transport::fuzz_board`).

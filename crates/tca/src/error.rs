@@ -90,11 +90,10 @@ impl Error {
         if self.rank.is_some() {
             return self;
         }
+        let message = format!("{self} (waiting for {what})");
         if self.launcher || self.is_own() {
-            let message = format!("{self} (waiting for {what})");
             return Self { message, ..self };
         }
-        let message = format!("{self} (waiting for {what})");
         Self::peer(self.kind, world_rank, message)
     }
 
