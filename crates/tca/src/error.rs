@@ -37,8 +37,15 @@ pub enum ErrorKind {
 }
 
 /// The error type of every fallible tca call.
+///
+/// One pointer wide (its parts are boxed): a `Result<()>` is returned in a register, so the
+/// hot paths that pass results up through several calls (a collective's steps) pay nothing
+/// for the error they almost never carry.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Error(Box<Parts>);
+
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Error {
+struct Parts {
     kind: ErrorKind,
     rank: Option<u32>,
     /// The launcher is the one to blame (it died, was interrupted, or is gone).
@@ -46,26 +53,36 @@ pub struct Error {
     message: String,
 }
 
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Error")
+            .field("kind", &self.0.kind)
+            .field("rank", &self.0.rank)
+            .field("launcher", &self.0.launcher)
+            .field("message", &self.0.message)
+            .finish()
+    }
+}
+
 /// `Result` with tca's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
     pub(crate) fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
-        Self {
+        Self(Box::new(Parts {
             kind,
             rank: None,
             launcher: false,
             message: message.into(),
-        }
+        }))
     }
 
     /// An error whose cause is the launcher (it died, is gone, or was interrupted): it names
     /// no rank, and a wait it ends does not give it one ([`Error::by_launcher`]).
     pub(crate) fn launcher(kind: ErrorKind, message: impl Into<String>) -> Self {
-        Self {
-            launcher: true,
-            ..Self::new(kind, message)
-        }
+        let mut e = Self::new(kind, message);
+        e.0.launcher = true;
+        e
     }
 
     /// The error an active-message handler returns to say it failed (see `tca::am`): kept
@@ -76,10 +93,9 @@ impl Error {
 
     /// An error about a specific peer rank (dead, aborted).
     pub(crate) fn peer(kind: ErrorKind, rank: u32, message: impl Into<String>) -> Self {
-        Self {
-            rank: Some(rank),
-            ..Self::new(kind, message)
-        }
+        let mut e = Self::new(kind, message);
+        e.0.rank = Some(rank);
+        e
     }
 
     /// A wait's error that names no rank yet gets the one the wait was for: `world_rank`, and
@@ -87,14 +103,15 @@ impl Error {
     /// An error of the launcher's, or of this process's own resources
     /// ([`ErrorKind::Transport`]), keeps naming no rank: the message says what was awaited.
     pub(crate) fn waiting_for(self, world_rank: u32, what: impl fmt::Display) -> Self {
-        if self.rank.is_some() {
+        if self.0.rank.is_some() {
             return self;
         }
-        let message = format!("{self} (waiting for {what})");
-        if self.launcher || self.is_own() {
-            return Self { message, ..self };
+        let mut e = self;
+        e.0.message = format!("{e} (waiting for {what})");
+        if !e.0.launcher && !e.is_own() {
+            e.0.rank = Some(world_rank);
         }
-        Self::peer(self.kind, world_rank, message)
+        e
     }
 
     /// Translates an OS error, naming what tca was doing.
@@ -134,34 +151,34 @@ impl Error {
     /// Whether this process's own resources failed ([`ErrorKind::Transport`], see
     /// [`Error::reaching`]): never a peer's fault.
     fn is_own(&self) -> bool {
-        self.kind == ErrorKind::Transport
+        self.0.kind == ErrorKind::Transport
     }
 
     /// Whether the launcher is to blame (it died, is gone, or was interrupted); such an
     /// error names no rank.
     pub fn by_launcher(&self) -> bool {
-        self.launcher
+        self.0.launcher
     }
 
     /// The category of the error.
     pub fn kind(&self) -> ErrorKind {
-        self.kind
+        self.0.kind
     }
 
     /// The peer rank the error is about, for [`ErrorKind::PeerDied`] and [`ErrorKind::Aborted`].
     pub fn rank(&self) -> Option<u32> {
-        self.rank
+        self.0.rank
     }
 
     /// The human-readable message, without the kind.
     pub fn message(&self) -> &str {
-        &self.message
+        &self.0.message
     }
 }
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.message)
+        f.write_str(&self.0.message)
     }
 }
 

@@ -55,16 +55,18 @@ impl Channels {
         a..((i + 1) * self.ch).min(msg_len)
     }
 
-    /// Sends chunk `i` of `msg` to comm rank `to`.
-    #[inline]
+    /// Sends chunk `i` of `msg` to comm rank `to`: waiting for room if `wait` is given (and
+    /// then `true`), or only if the ring has room now (`false`, nothing sent, if not: a step
+    /// of a non-blocking collective).
+    #[inline(always)]
     pub(crate) fn send_chunk(
         &self,
         w: &World,
         to: usize,
         msg: &[u8],
         i: usize,
-        hook: Hook<'_>,
-    ) -> Result<()> {
+        wait: Option<Hook<'_>>,
+    ) -> Result<bool> {
         let msg_len = u32::try_from(msg.len()).map_err(|_| {
             Error::new(
                 ErrorKind::InvalidArgument,
@@ -72,12 +74,13 @@ impl Channels {
             )
         })?;
         self.ring
-            .send(w, to, &msg[self.part(msg.len(), i)], msg_len, [0; 8], hook)
+            .send(w, to, &msg[self.part(msg.len(), i)], msg_len, [0; 8], wait)
     }
 
     /// Receives chunk `i` of a message of `dst.len()` bytes from comm rank `from` into the
-    /// matching part of `dst` (copied or reduced).
-    #[inline]
+    /// matching part of `dst` (copied or reduced): waiting for it if `wait` is given (and then
+    /// `true`), or only if it has arrived (`false`, nothing taken, if not).
+    #[inline(always)]
     pub(crate) fn recv_chunk(
         &self,
         w: &World,
@@ -85,9 +88,15 @@ impl Channels {
         dst: &mut [u8],
         i: usize,
         sink: &Sink<'_>,
-        hook: Hook<'_>,
-    ) -> Result<()> {
-        let h = self.ring.wait(w, from, hook)?;
+        wait: Option<Hook<'_>>,
+    ) -> Result<bool> {
+        let h = match wait {
+            Some(hook) => self.ring.wait(w, from, hook)?,
+            None => match self.ring.peek(from)? {
+                Some(h) => h,
+                None => return Ok(false),
+            },
+        };
         let range = self.part(dst.len(), i);
         if h.aux as usize != dst.len() || h.len != range.len() {
             return Err(Error::peer(
@@ -102,19 +111,21 @@ impl Channels {
             ));
         }
         match sink {
-            Sink::Copy => self.ring.take(w, from, &h, &mut dst[range]),
+            Sink::Copy => self.ring.take(w, from, &h, &mut dst[range])?,
             // Combine straight out of the slot: one pass over the data instead of a copy into
             // a temporary and a second pass.
             Sink::Reduce(red) => self
                 .ring
-                .take_with(w, from, &h, |inc| red.apply(&mut dst[range], inc))?,
+                .take_with(w, from, &h, |inc| red.apply(&mut dst[range], inc))??,
         }
+        Ok(true)
     }
 
-    /// Sends a whole message.
+    /// Sends a whole message, waiting for room (the blocking calls' path: one call, no
+    /// poll per chunk).
     pub(crate) fn send(&self, w: &World, to: usize, msg: &[u8], hook: Hook<'_>) -> Result<()> {
         for i in 0..self.chunks(msg.len()) {
-            self.send_chunk(w, to, msg, i, hook)?;
+            self.send_chunk(w, to, msg, i, Some(hook))?;
         }
         Ok(())
     }
@@ -129,7 +140,7 @@ impl Channels {
         hook: Hook<'_>,
     ) -> Result<()> {
         for i in 0..self.chunks(dst.len()) {
-            self.recv_chunk(w, from, dst, i, sink, hook)?;
+            self.recv_chunk(w, from, dst, i, sink, Some(hook))?;
         }
         Ok(())
     }
@@ -150,12 +161,18 @@ impl Channels {
         let (ns, nr) = (self.chunks(msg.len()), self.chunks(dst.len()));
         for i in 0..ns.max(nr) {
             if i < ns {
-                self.send_chunk(w, to, msg, i, hook)?;
+                self.send_chunk(w, to, msg, i, Some(hook))?;
             }
             if i < nr {
-                self.recv_chunk(w, from, dst, i, sink, hook)?;
+                self.recv_chunk(w, from, dst, i, sink, Some(hook))?;
             }
         }
         Ok(())
+    }
+
+    /// Writes back the credits this rank owes its senders (a non-blocking collective that
+    /// must wait does, so that its peers never wait on a rank that computes).
+    pub(crate) fn pay(&self, w: &World) -> Result<()> {
+        self.ring.pay(w)
     }
 }

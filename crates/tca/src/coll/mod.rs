@@ -18,6 +18,30 @@
 //! it is created; its temporary buffers grow to the largest message seen and are reused. A
 //! repeated call does no allocation, system call or handle exchange.
 
+/// The function of the algorithm chosen for a call of `$coll` on `$bytes` bytes: its blocking
+/// form (after finishing the non-blocking ones started before it), or with `start`, its
+/// non-blocking one ([`nb`]).
+macro_rules! kernel {
+    ($comm:expr, $coll:ident, $bytes:expr) => {
+        kernel!(@form $comm.settle().and_then(|()| $comm.pick(Collective::$coll, $bytes))?,
+            $coll, (f, _), f)
+    };
+    (start $comm:expr, $coll:ident, $bytes:expr) => {
+        kernel!(@form $comm.pick(Collective::$coll, $bytes)?, $coll, (_, f), f)
+    };
+    (@form $alg:expr, $coll:ident, ($($pat:tt)*), $f:ident) => {
+        match $alg.kernel {
+            Kernel::$coll($($pat)*) => $f,
+            _ => {
+                return Err(Error::new(
+                    ErrorKind::Transport,
+                    concat!("algorithm table entry is not a ", stringify!($coll), " algorithm"),
+                ));
+            }
+        }
+    };
+}
+
 mod allgather;
 mod allreduce;
 mod alltoall;
@@ -26,17 +50,20 @@ mod bcast;
 mod channel;
 mod gather;
 pub mod model;
+pub mod nb;
 mod op;
 mod reduce;
 mod reduce_scatter;
 pub mod registry;
 mod scatter;
+mod step;
 
 use std::cell::{Cell, OnceCell, RefCell, RefMut};
 
 pub use channel::{chunk_bytes, scratch_bytes};
 pub use op::{BitOp, Element, Op, Reducer};
 pub use registry::{ALGORITHMS, Algorithm, Collective};
+use step::{Block, Steps, run_blocking};
 
 use crate::cast::rank_u32;
 use crate::error::{Error, ErrorKind, Result};
@@ -60,25 +87,6 @@ impl Drop for Comm<'_> {
             }
         }
     }
-}
-
-/// The function of the algorithm chosen for a call of `$coll` on `$bytes` bytes.
-macro_rules! kernel {
-    ($comm:expr, $coll:ident, $bytes:expr) => {
-        match $comm.pick(Collective::$coll, $bytes)?.kernel {
-            Kernel::$coll(f) => f,
-            _ => {
-                return Err(Error::new(
-                    ErrorKind::Transport,
-                    concat!(
-                        "algorithm table entry is not a ",
-                        stringify!($coll),
-                        " algorithm"
-                    ),
-                ))
-            }
-        }
-    };
 }
 
 /// A group of ranks that run collectives together: the world, or a part of it made by
@@ -107,6 +115,11 @@ pub struct Comm<'w> {
     tmp: [RefCell<Vec<u64>>; 3],
     sizes: RefCell<(Vec<usize>, Vec<usize>)>,
     broken: Cell<bool>,
+    /// Whether the algorithm being polled runs non-blocking (its steps try and yield) rather
+    /// than blocking (its steps wait): set by a [`nb::Scope`] around its polls.
+    nb: Cell<bool>,
+    /// The scope of non-blocking collectives open on this communicator, if any.
+    scope: Cell<Option<nb::OpenScope>>,
     /// Two-sided messages ([`crate::p2p`]): set up with the communicator.
     p2p: OnceCell<crate::p2p::Engine>,
 }
@@ -157,6 +170,8 @@ impl<'w> Comm<'w> {
             tmp: Default::default(),
             sizes: RefCell::new((Vec::new(), Vec::new())),
             broken: Cell::new(false),
+            nb: Cell::new(false),
+            scope: Cell::new(None),
             p2p: OnceCell::new(),
         };
         // Every member uses rank 0's choices, even if the ranks read different model files
@@ -165,7 +180,11 @@ impl<'w> Comm<'w> {
         // broadcast, with an algorithm fixed here, not chosen by the table it carries.
         if comm.p() > 1 {
             let mut table = comm.table.clone();
-            bcast::flat::run(&comm, table.bytes_mut(), 0)?;
+            run_blocking(bcast::flat::run(
+                Steps::<Block>::new(&comm),
+                table.bytes_mut(),
+                0,
+            ))?;
             table.check()?;
             comm.table = table;
         }
@@ -370,18 +389,25 @@ impl<'w> Comm<'w> {
             .recv(self.world, from, acc, &Sink::Reduce(red), self.hook())
     }
 
-    pub(crate) fn send_chunk(&self, to: usize, msg: &[u8], i: usize) -> Result<()> {
-        self.ch.send_chunk(self.world, to, msg, i, self.hook())
+    /// Sends chunk `i` of `msg` to `to`: waiting for room (`wait`), or only if there is room
+    /// now (`false` if not). The blocking and the non-blocking collectives' chunk steps both
+    /// come here: one compiled path.
+    pub(crate) fn send_chunk(&self, to: usize, msg: &[u8], i: usize, wait: bool) -> Result<bool> {
+        self.ch
+            .send_chunk(self.world, to, msg, i, wait.then(|| self.hook()))
     }
 
+    /// Receives chunk `i` of a `dst.len()`-byte message from `from`, copied or combined with
+    /// `red`: waiting for it (`wait`), or only if it has arrived (`false` if not).
     pub(crate) fn recv_chunk(
         &self,
         from: usize,
         dst: &mut [u8],
         i: usize,
         red: Option<&Reducer<'_>>,
-    ) -> Result<()> {
-        let h = self.hook();
+        wait: bool,
+    ) -> Result<bool> {
+        let h = wait.then(|| self.hook());
         match red {
             Some(r) => self
                 .ch
@@ -420,8 +446,8 @@ impl<'w> Comm<'w> {
         red: Option<&Reducer<'_>>,
     ) -> Result<()> {
         for i in 0..self.chunks(buf.len()) {
-            self.send_chunk(to, buf, i)?;
-            self.recv_chunk(from, buf, i, red)?;
+            self.send_chunk(to, buf, i, true)?;
+            self.recv_chunk(from, buf, i, red, true)?;
         }
         Ok(())
     }
@@ -581,6 +607,19 @@ impl<'w> Comm<'w> {
         counts: &[usize],
         displs: &[usize],
     ) -> Result<()> {
+        self.check_v(recv.len(), counts, displs)?;
+        let sz = std::mem::size_of::<T>();
+        let mut sizes = self.sizes.borrow_mut();
+        let (c, d) = &mut *sizes;
+        c.clear();
+        d.clear();
+        c.extend(counts.iter().map(|x| x * sz));
+        d.extend(displs.iter().map(|x| x * sz));
+        self.allgather_bytes(bytemuck::cast_slice_mut(recv), c, d)
+    }
+
+    /// Checks allgatherv's counts and displacements against a buffer of `len` elements.
+    fn check_v(&self, len: usize, counts: &[usize], displs: &[usize]) -> Result<()> {
         let p = self.p();
         if counts.len() != p || displs.len() != p {
             return self.fail(Error::new(
@@ -593,17 +632,12 @@ impl<'w> Comm<'w> {
             ));
         }
         for r in 0..p {
-            if counts[r]
-                .checked_add(displs[r])
-                .is_none_or(|e| e > recv.len())
-            {
+            if counts[r].checked_add(displs[r]).is_none_or(|e| e > len) {
                 return self.fail(Error::new(
                     ErrorKind::OutOfBounds,
                     format!(
                         "allgatherv block of rank {r} ({} at {}) overruns the {}-element buffer",
-                        counts[r],
-                        displs[r],
-                        recv.len()
+                        counts[r], displs[r], len
                     ),
                 ));
             }
@@ -623,14 +657,23 @@ impl<'w> Comm<'w> {
                 }
             }
         }
-        let sz = std::mem::size_of::<T>();
-        let mut sizes = self.sizes.borrow_mut();
-        let (c, d) = &mut *sizes;
-        c.clear();
-        d.clear();
-        c.extend(counts.iter().map(|x| x * sz));
-        d.extend(displs.iter().map(|x| x * sz));
-        self.allgather_bytes(bytemuck::cast_slice_mut(recv), c, d)
+        Ok(())
+    }
+
+    /// Checks alltoall's buffer lengths (in elements).
+    fn check_alltoall(&self, send: usize, recv: usize) -> Result<()> {
+        if send != recv || send % self.p() != 0 {
+            return self.fail(Error::new(
+                ErrorKind::InvalidArgument,
+                format!(
+                    "alltoall needs send and receive buffers of the same length, a multiple of {} (got {} and {})",
+                    self.p(),
+                    send,
+                    recv
+                ),
+            ));
+        }
+        Ok(())
     }
 
     fn allgather_bytes(&self, recv: &mut [u8], counts: &[usize], displs: &[usize]) -> Result<()> {
@@ -708,17 +751,7 @@ impl<'w> Comm<'w> {
     /// Block j of rank i's `send` lands as block i of rank j's `recv` (blocks of
     /// `send.len() / size()` elements).
     pub fn alltoall<T: Element>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
-        if send.len() != recv.len() || send.len() % self.p() != 0 {
-            return self.fail(Error::new(
-                ErrorKind::InvalidArgument,
-                format!(
-                    "alltoall needs send and receive buffers of the same length, a multiple of {} (got {} and {})",
-                    self.p(),
-                    send.len(),
-                    recv.len()
-                ),
-            ));
-        }
+        self.check_alltoall(send.len(), recv.len())?;
         let (s, r): (&[u8], &mut [u8]) =
             (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
         if s.is_empty() {

@@ -14,6 +14,10 @@ use super::{Comm, Reducer};
 use super::{
     allgather, allreduce, alltoall, barrier, bcast, gather, reduce, reduce_scatter, scatter,
 };
+use std::pin::Pin;
+
+use super::step::{Block, Start, Steps, run_blocking};
+
 use crate::error::{Error, ErrorKind, Result};
 
 /// The collectives.
@@ -86,6 +90,10 @@ impl Collective {
 
 pub use super::model::{CostModel, Work};
 
+/// A started run of an algorithm that has not finished: what a non-blocking collective
+/// holds and its scope drives ([`super::nb`]).
+pub(crate) type Run<'a> = Pin<Box<dyn Future<Output = Result<()>> + 'a>>;
+
 pub(crate) type BcastFn = fn(&Comm<'_>, &mut [u8], usize) -> Result<()>;
 pub(crate) type ScatterFn = fn(&Comm<'_>, &[u8], &mut [u8], usize) -> Result<()>;
 pub(crate) type GatherFn = fn(&Comm<'_>, &[u8], &mut [u8], usize) -> Result<()>;
@@ -96,18 +104,32 @@ pub(crate) type BarrierFn = fn(&Comm<'_>) -> Result<()>;
 pub(crate) type ReduceScatterFn = fn(&Comm<'_>, &mut [u8], &mut [u8], &Reducer<'_>) -> Result<()>;
 pub(crate) type AlltoallFn = fn(&Comm<'_>, &[u8], &mut [u8]) -> Result<()>;
 
-/// The function of an algorithm, by collective.
+pub(crate) type BcastStart = for<'a> fn(&'a Comm<'a>, &'a mut [u8], usize) -> Run<'a>;
+pub(crate) type ScatterStart = for<'a> fn(&'a Comm<'a>, &'a [u8], &'a mut [u8], usize) -> Run<'a>;
+pub(crate) type GatherStart = ScatterStart;
+pub(crate) type ReduceStart =
+    for<'a> fn(&'a Comm<'a>, &'a mut [u8], &'a Reducer<'a>, usize) -> Run<'a>;
+pub(crate) type AllgatherStart =
+    for<'a> fn(&'a Comm<'a>, &'a mut [u8], &'a [usize], &'a [usize]) -> Run<'a>;
+pub(crate) type AllreduceStart = for<'a> fn(&'a Comm<'a>, &'a mut [u8], &'a Reducer<'a>) -> Run<'a>;
+pub(crate) type BarrierStart = for<'a> fn(&'a Comm<'a>) -> Run<'a>;
+pub(crate) type ReduceScatterStart =
+    for<'a> fn(&'a Comm<'a>, &'a mut [u8], &'a mut [u8], &'a Reducer<'a>) -> Run<'a>;
+pub(crate) type AlltoallStart = for<'a> fn(&'a Comm<'a>, &'a [u8], &'a mut [u8]) -> Run<'a>;
+
+/// The function of an algorithm, by collective: one `async` description, run to its end on
+/// the caller's thread (the blocking call) or started and boxed (the non-blocking one).
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Kernel {
-    Broadcast(BcastFn),
-    Scatter(ScatterFn),
-    Gather(GatherFn),
-    Reduce(ReduceFn),
-    Allgather(AllgatherFn),
-    Allreduce(AllreduceFn),
-    Barrier(BarrierFn),
-    ReduceScatter(ReduceScatterFn),
-    Alltoall(AlltoallFn),
+    Broadcast(BcastFn, BcastStart),
+    Scatter(ScatterFn, ScatterStart),
+    Gather(GatherFn, GatherStart),
+    Reduce(ReduceFn, ReduceStart),
+    Allgather(AllgatherFn, AllgatherStart),
+    Allreduce(AllreduceFn, AllreduceStart),
+    Barrier(BarrierFn, BarrierStart),
+    ReduceScatter(ReduceScatterFn, ReduceScatterStart),
+    Alltoall(AlltoallFn, AlltoallStart),
 }
 
 /// One registered algorithm.
@@ -139,6 +161,17 @@ fn pow2(p: usize) -> bool {
     p.is_power_of_two()
 }
 
+/// Both forms of an algorithm's `run`: blocking (polled to its end on the stack, no
+/// allocation) and started (boxed, for a non-blocking collective).
+macro_rules! forms {
+    ($coll:ident, $m:ident $(, $a:ident)*) => {
+        Kernel::$coll(
+            |c $(, $a)*| run_blocking($m::run(Steps::<Block>::new(c) $(, $a)*)),
+            |c $(, $a)*| Box::pin($m::run(Steps::<Start>::new(c) $(, $a)*)),
+        )
+    };
+}
+
 macro_rules! alg {
     ($name:literal, $coll:ident, $module:path, $supports:expr, $note:literal) => {{
         use $module as alg;
@@ -148,13 +181,22 @@ macro_rules! alg {
         Algorithm {
             name: $name,
             collective: Collective::$coll,
-            kernel: Kernel::$coll(alg::run),
+            kernel: alg!(@kernel $coll),
             supports: $supports,
             note: $note,
             cost,
             work: alg::work,
         }
     }};
+    (@kernel Broadcast) => { forms!(Broadcast, alg, b, root) };
+    (@kernel Scatter) => { forms!(Scatter, alg, s, r, root) };
+    (@kernel Gather) => { forms!(Gather, alg, s, r, root) };
+    (@kernel Reduce) => { forms!(Reduce, alg, b, red, root) };
+    (@kernel Allgather) => { forms!(Allgather, alg, b, counts, displs) };
+    (@kernel Allreduce) => { forms!(Allreduce, alg, b, red) };
+    (@kernel Barrier) => { forms!(Barrier, alg) };
+    (@kernel ReduceScatter) => { forms!(ReduceScatter, alg, b, r, red) };
+    (@kernel Alltoall) => { forms!(Alltoall, alg, s, r) };
 }
 
 /// Every algorithm tca has.

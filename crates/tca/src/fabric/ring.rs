@@ -231,7 +231,7 @@ impl Memory for Fabric<'_> {
         self.w.put(&self.handles[q], off, src)
     }
 
-    #[inline]
+    #[inline(always)]
     fn put_set(&self, q: usize, off: usize, src: &[u8], sig: usize, v: u64) -> Result<()> {
         let h = &self.handles[q];
         self.w.put_signal(h, off, src, h, sig, SignalOp::Set(v))
@@ -347,9 +347,11 @@ impl Ring {
         self.proto.credit_word(to)
     }
 
-    /// Sends one packet (`data.len() <= capacity()`) to member `to`, waiting for credit if its
-    /// slots are full (running `hook` meanwhile, if given).
-    #[inline]
+    /// Sends one packet (`data.len() <= capacity()`) to member `to`. If its slots are full:
+    /// with `wait` given, waits for credit (running the hook meanwhile, if any) and returns
+    /// `true`; with `None`, returns `false` (nothing sent). One function for both, so that the
+    /// blocking collectives and the non-blocking ones' steps share one compiled path.
+    #[inline(always)]
     pub(crate) fn send(
         &self,
         w: &World,
@@ -357,9 +359,9 @@ impl Ring {
         data: &[u8],
         aux: u32,
         meta: [u8; 8],
-        hook: Hook<'_>,
-    ) -> Result<()> {
-        self.proto.send(&self.mem(w), to, data, aux, meta, hook)
+        wait: Option<Hook<'_>>,
+    ) -> Result<bool> {
+        self.proto.send(&self.mem(w), to, data, aux, meta, wait)
     }
 
     /// The header of the next packet from `from` if it has arrived, without consuming it.
@@ -384,7 +386,7 @@ impl Ring {
 
     /// Waits for the next packet from `from` (running `hook` meanwhile, if given) and returns
     /// its header, without consuming it.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn wait(&self, w: &World, from: usize, hook: Hook<'_>) -> Result<Head> {
         self.proto.wait(&self.mem(w), from, hook)
     }
@@ -471,7 +473,7 @@ impl Protocol {
 
     /// Whether packet `seq` to `to` fits the slots `to` has handed back, re-reading the
     /// credit word when the cached credit says no.
-    #[inline]
+    #[inline(always)]
     fn has_credit(&self, io: &impl Area, c: &mut Counters, to: usize, seq: u64) -> Result<bool> {
         if seq <= c.credit[to] + self.slots as u64 {
             return Ok(true);
@@ -480,7 +482,7 @@ impl Protocol {
         Ok(seq <= c.credit[to] + self.slots as u64)
     }
 
-    #[inline]
+    #[inline(always)]
     fn try_send_parts(
         &self,
         io: &impl Memory,
@@ -506,7 +508,7 @@ impl Protocol {
         (to * CREDIT, seq.saturating_sub(self.slots as u64))
     }
 
-    #[inline]
+    #[inline(always)]
     fn send(
         &self,
         io: &impl Memory,
@@ -514,21 +516,24 @@ impl Protocol {
         data: &[u8],
         aux: u32,
         meta: [u8; 8],
-        hook: Hook<'_>,
-    ) -> Result<()> {
+        wait: Option<Hook<'_>>,
+    ) -> Result<bool> {
         while !self.try_send_parts(io, to, &[data], aux, meta)? {
+            let Some(hook) = wait else {
+                return Ok(false);
+            };
             let (off, v) = self.credit_word(to);
             let seen = self
                 .wait_word(io, off, v, hook)
                 .map_err(|e| waited_for(io, e, to, "a free slot"))?;
             self.c.borrow_mut().credit[to] = seen;
         }
-        Ok(())
+        Ok(true)
     }
 
     /// Writes packet `seq` (credit checked by the caller) into `to`'s slot: payload (the
     /// `parts` back to back), header, then the sequence word.
-    #[inline]
+    #[inline(always)]
     #[allow(clippy::too_many_arguments)] // one packet's full description
     fn put_packet(
         &self,
@@ -613,7 +618,7 @@ impl Protocol {
         Ok(Some(h))
     }
 
-    #[inline]
+    #[inline(always)]
     fn wait(&self, io: &impl Memory, from: usize, hook: Hook<'_>) -> Result<Head> {
         let seq = self.c.borrow().recvd[from] + 1;
         let off = self.slot_off(from, seq);
@@ -622,7 +627,7 @@ impl Protocol {
         self.head_at(io, off)
     }
 
-    #[inline]
+    #[inline(always)]
     fn wait_word(&self, io: &impl Memory, off: usize, v: u64, hook: Hook<'_>) -> Result<u64> {
         let seen = io.value(off)?;
         if seen >= v {
@@ -954,8 +959,8 @@ mod model {
     }
 
     fn send(ring: &Protocol, mem: &Mem, to: usize, i: u8) {
-        ring.send(mem, to, &packet(i), u32::from(i), [i; 8], None)
-            .expect("send");
+        let sent = ring.send(mem, to, &packet(i), u32::from(i), [i; 8], Some(None));
+        assert!(sent.expect("send"), "a waiting send returns when sent");
     }
 
     fn ranks(shape: Shape, fault: Fault) -> (Mem, Mem) {

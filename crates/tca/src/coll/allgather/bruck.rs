@@ -5,12 +5,13 @@
 //! Cost: ceil(log2 p) α + (p - 1) n β. Reuse: channel flow control.
 
 use crate::coll::registry::{CostModel, Work, log2c};
-use crate::coll::{Comm, split2};
+use crate::coll::split2;
+use crate::coll::step::{Mode, Steps};
 use crate::error::Result;
 
 /// The exchange itself, over any block layout.
-pub(crate) fn exchange(
-    c: &Comm<'_>,
+pub(crate) async fn exchange<M: Mode>(
+    c: Steps<'_, M>,
     buf: &mut [u8],
     range: impl Fn(usize) -> std::ops::Range<usize>,
 ) -> Result<()> {
@@ -21,15 +22,20 @@ pub(crate) fn exchange(
         let from = (me + d) % p;
         for j in 0..d.min(p - d) {
             let (msg, dst) = split2(buf, range((me + j) % p), range((me + d + j) % p));
-            c.ch_sendrecv(to, msg, from, dst, None)?;
+            c.ch_sendrecv(to, msg, from, dst, None).await?;
         }
         d <<= 1;
     }
     Ok(())
 }
 
-pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], counts: &[usize], displs: &[usize]) -> Result<()> {
-    exchange(c, buf, |b| displs[b]..displs[b] + counts[b])
+pub(crate) async fn run<M: Mode>(
+    c: Steps<'_, M>,
+    buf: &mut [u8],
+    counts: &[usize],
+    displs: &[usize],
+) -> Result<()> {
+    exchange(c, buf, |b| displs[b]..displs[b] + counts[b]).await
 }
 
 /// This rank's block into place, then ceil(log2 p) rounds that send and receive p - 1 blocks of n

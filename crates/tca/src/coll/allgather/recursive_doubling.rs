@@ -4,10 +4,16 @@
 //! the paper could not use a prebuilt chain for it.
 //! Cost: log2 p α + (p - 1) n β. Reuse: channel flow control.
 
-use crate::coll::{Comm, split2};
+use crate::coll::split2;
+use crate::coll::step::{Mode, Steps};
 use crate::error::Result;
 
-pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], counts: &[usize], displs: &[usize]) -> Result<()> {
+pub(crate) async fn run<M: Mode>(
+    c: Steps<'_, M>,
+    buf: &mut [u8],
+    counts: &[usize],
+    displs: &[usize],
+) -> Result<()> {
     let (p, me) = (c.p(), c.me());
     let range = |b: usize| displs[b]..displs[b] + counts[b];
     let mut mask = 1;
@@ -16,7 +22,7 @@ pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], counts: &[usize], displs: &[usiz
         let (mine, theirs) = (me & !(mask - 1), partner & !(mask - 1));
         for j in 0..mask {
             let (msg, dst) = split2(buf, range(mine + j), range(theirs + j));
-            c.ch_sendrecv(partner, msg, partner, dst, None)?;
+            c.ch_sendrecv(partner, msg, partner, dst, None).await?;
         }
         mask <<= 1;
     }

@@ -4,13 +4,14 @@
 //! Cost: (p - 1)(α + n β) for blocks of n bytes. Reuse: channel flow control.
 
 use crate::coll::registry::{CostModel, Work};
-use crate::coll::{Comm, split2};
+use crate::coll::split2;
+use crate::coll::step::{Mode, Steps};
 use crate::error::Result;
 
 /// The ring itself, over any block layout: this rank starts by passing block `me + shift`
 /// (the one it holds complete) and ends with every block.
-pub(crate) fn exchange(
-    c: &Comm<'_>,
+pub(crate) async fn exchange<M: Mode>(
+    c: Steps<'_, M>,
     buf: &mut [u8],
     shift: usize,
     range: impl Fn(usize) -> std::ops::Range<usize>,
@@ -23,13 +24,18 @@ pub(crate) fn exchange(
             range((me + shift + p - s) % p),
             range((me + shift + 2 * p - s - 1) % p),
         );
-        c.ch_sendrecv(right, msg, left, dst, None)?;
+        c.ch_sendrecv(right, msg, left, dst, None).await?;
     }
     Ok(())
 }
 
-pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], counts: &[usize], displs: &[usize]) -> Result<()> {
-    exchange(c, buf, 0, |b| displs[b]..displs[b] + counts[b])
+pub(crate) async fn run<M: Mode>(
+    c: Steps<'_, M>,
+    buf: &mut [u8],
+    counts: &[usize],
+    displs: &[usize],
+) -> Result<()> {
+    exchange(c, buf, 0, |b| displs[b]..displs[b] + counts[b]).await
 }
 
 /// This rank's block into place, then p - 1 rounds that send and receive p - 1 blocks of n

@@ -7,17 +7,20 @@
 //! staged in the communicator's reusable temporary.
 
 use super::flat::combine_in_order;
+use crate::coll::Reducer;
 use crate::coll::allgather::bruck;
 use crate::coll::registry::{CostModel, Work, log2c};
-use crate::coll::{Comm, Reducer};
+use crate::coll::step::{Mode, Steps};
 use crate::error::Result;
 
-pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], red: &Reducer<'_>) -> Result<()> {
+// The scratch buffer is this run's alone while it runs: see `step`, "Scratch".
+#[allow(clippy::await_holding_refcell_ref)]
+pub(crate) async fn run<M: Mode>(c: Steps<'_, M>, buf: &mut [u8], red: &Reducer<'_>) -> Result<()> {
     let (p, me) = (c.p(), c.me());
     let n = buf.len();
     let mut all = c.tmp(1, p * n);
     all[me * n..(me + 1) * n].copy_from_slice(buf);
-    bruck::exchange(c, &mut all, |b| b * n..(b + 1) * n)?;
+    bruck::exchange(c, &mut all, |b| b * n..(b + 1) * n).await?;
     combine_in_order(&all, buf, p, red)
 }
 

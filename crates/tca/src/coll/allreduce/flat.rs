@@ -4,22 +4,26 @@
 //! bit-identical everywhere. Cost: α + (p - 1) n (β + γ). Reuse: channel flow control; the p
 //! contributions are staged in the communicator's reusable temporary.
 
+use crate::coll::Reducer;
 use crate::coll::registry::{CostModel, Work};
-use crate::coll::{Comm, Reducer};
+use crate::coll::step::{Mode, Steps};
 use crate::error::Result;
 
-pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], red: &Reducer<'_>) -> Result<()> {
+// The scratch buffer is this run's alone while it runs: see `step`, "Scratch".
+#[allow(clippy::await_holding_refcell_ref)]
+pub(crate) async fn run<M: Mode>(c: Steps<'_, M>, buf: &mut [u8], red: &Reducer<'_>) -> Result<()> {
     let (p, me) = (c.p(), c.me());
     let n = buf.len();
     let mut all = c.tmp(1, p * n);
     all[me * n..(me + 1) * n].copy_from_slice(buf);
     for i in 0..c.chunks(n) {
         for k in 1..p {
-            c.send_chunk((me + k) % p, buf, i)?;
+            c.send_chunk((me + k) % p, buf, i).await?;
         }
         for k in 1..p {
             let q = (me + p - k) % p;
-            c.recv_chunk(q, &mut all[q * n..(q + 1) * n], i, None)?;
+            c.recv_chunk(q, &mut all[q * n..(q + 1) * n], i, None)
+                .await?;
         }
     }
     combine_in_order(&all, buf, p, red)

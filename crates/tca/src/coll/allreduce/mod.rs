@@ -5,22 +5,28 @@ pub(crate) mod rabenseifner;
 pub(crate) mod recursive_doubling;
 pub(crate) mod ring;
 
-use crate::coll::{Comm, Reducer};
+use crate::coll::Reducer;
+use crate::coll::step::{Mode, Steps};
 use crate::error::Result;
 
 /// Folds a non-power-of-two group onto the largest power of two p' <= p (the usual fix-up):
 /// of the first 2 (p - p') ranks, each even one hands its buffer to the odd one above it and
 /// sits out. Returns this rank's number among the p' that go on, or `None` if it sits out.
-pub(crate) fn fold(c: &Comm<'_>, buf: &mut [u8], red: &Reducer<'_>) -> Result<Option<usize>> {
+#[inline]
+pub(crate) async fn fold<M: Mode>(
+    c: Steps<'_, M>,
+    buf: &mut [u8],
+    red: &Reducer<'_>,
+) -> Result<Option<usize>> {
     let (p, me) = (c.p(), c.me());
     let pp = 1 << (usize::BITS - 1 - p.leading_zeros());
     let rem = p - pp;
     if me < 2 * rem {
         if me % 2 == 0 {
-            c.ch_send(me + 1, buf)?;
+            c.ch_send(me + 1, buf).await?;
             return Ok(None);
         }
-        c.recv_reduce(me - 1, buf, red)?;
+        c.recv_reduce(me - 1, buf, red).await?;
         return Ok(Some(me / 2));
     }
     Ok(Some(me - rem))
@@ -35,15 +41,16 @@ pub(crate) fn unfolded(p: usize, v: usize) -> usize {
 
 /// Undoes [`fold`]: each odd rank of the first 2 (p - p') hands the result to the even rank
 /// below it.
-pub(crate) fn unfold(c: &Comm<'_>, buf: &mut [u8]) -> Result<()> {
+#[inline]
+pub(crate) async fn unfold<M: Mode>(c: Steps<'_, M>, buf: &mut [u8]) -> Result<()> {
     let (p, me) = (c.p(), c.me());
     let pp = 1 << (usize::BITS - 1 - p.leading_zeros());
     let rem = p - pp;
     if me < 2 * rem {
         if me % 2 == 0 {
-            c.ch_recv(me + 1, buf)?;
+            c.ch_recv(me + 1, buf).await?;
         } else {
-            c.ch_send(me - 1, buf)?;
+            c.ch_send(me - 1, buf).await?;
         }
     }
     Ok(())

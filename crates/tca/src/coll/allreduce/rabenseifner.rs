@@ -8,13 +8,14 @@
 
 use super::{fold, unfold, unfolded};
 use crate::coll::registry::{CostModel, Work};
-use crate::coll::{Comm, Reducer, block, split2};
+use crate::coll::step::{Mode, Steps};
+use crate::coll::{Reducer, block, split2};
 use crate::error::Result;
 
-pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], red: &Reducer<'_>) -> Result<()> {
+pub(crate) async fn run<M: Mode>(c: Steps<'_, M>, buf: &mut [u8], red: &Reducer<'_>) -> Result<()> {
     let p = c.p();
     let n = buf.len();
-    if let Some(v) = fold(c, buf, red)? {
+    if let Some(v) = fold(c, buf, red).await? {
         let pp = 1 << (usize::BITS - 1 - p.leading_zeros());
         let bytes = |lo: usize, hi: usize| {
             block(n, red.elem, pp, lo).start..block(n, red.elem, pp, hi - 1).end
@@ -33,7 +34,7 @@ pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], red: &Reducer<'_>) -> Result<()>
                 ((mid, hi), (lo, mid))
             };
             let (msg, dst) = split2(buf, bytes(give.0, give.1), bytes(keep.0, keep.1));
-            c.ch_sendrecv(partner, msg, partner, dst, Some(red))?;
+            c.ch_sendrecv(partner, msg, partner, dst, Some(red)).await?;
             steps[ns] = (partner, keep, give);
             ns += 1;
             (lo, hi) = keep;
@@ -42,10 +43,10 @@ pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], red: &Reducer<'_>) -> Result<()>
         // Doubling: undo the halving steps in reverse, swapping the halves.
         for &(partner, keep, give) in steps[..ns].iter().rev() {
             let (msg, dst) = split2(buf, bytes(keep.0, keep.1), bytes(give.0, give.1));
-            c.ch_sendrecv(partner, msg, partner, dst, None)?;
+            c.ch_sendrecv(partner, msg, partner, dst, None).await?;
         }
     }
-    unfold(c, buf)
+    unfold(c, buf).await
 }
 
 /// Halving: in round j a combining exchange of n / 2^j; doubling: the same sizes back; plus

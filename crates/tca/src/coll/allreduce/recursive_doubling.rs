@@ -6,22 +6,24 @@
 //! in place (chunk i is sent before the partner's chunk i is combined into it).
 
 use super::{fold, unfold, unfolded};
+use crate::coll::Reducer;
 use crate::coll::registry::{CostModel, Work, log2f};
-use crate::coll::{Comm, Reducer};
+use crate::coll::step::{Mode, Steps};
 use crate::error::Result;
 
-pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], red: &Reducer<'_>) -> Result<()> {
+pub(crate) async fn run<M: Mode>(c: Steps<'_, M>, buf: &mut [u8], red: &Reducer<'_>) -> Result<()> {
     let p = c.p();
-    if let Some(v) = fold(c, buf, red)? {
+    if let Some(v) = fold(c, buf, red).await? {
         let pp = 1 << (usize::BITS - 1 - p.leading_zeros());
         let mut mask = 1;
         while mask < pp {
             let partner = unfolded(p, v ^ mask);
-            c.sendrecv_in_place(partner, partner, buf, Some(red))?;
+            c.sendrecv_in_place(partner, partner, buf, Some(red))
+                .await?;
             mask <<= 1;
         }
     }
-    unfold(c, buf)
+    unfold(c, buf).await
 }
 
 /// log2 p' combining exchange rounds of the whole buffer, plus the fold (a combining receive)

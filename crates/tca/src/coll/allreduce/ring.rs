@@ -6,14 +6,15 @@
 use crate::coll::allgather::ring;
 use crate::coll::reduce::reduce_scatter_gather::ring_reduce_scatter;
 use crate::coll::registry::{CostModel, Work};
-use crate::coll::{Comm, Reducer, block};
+use crate::coll::step::{Mode, Steps};
+use crate::coll::{Reducer, block};
 use crate::error::Result;
 
-pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], red: &Reducer<'_>) -> Result<()> {
-    ring_reduce_scatter(c, buf, red, 0)?;
+pub(crate) async fn run<M: Mode>(c: Steps<'_, M>, buf: &mut [u8], red: &Reducer<'_>) -> Result<()> {
+    ring_reduce_scatter(c, buf, red, 0).await?;
     // Rank r now holds block r + 1 complete: a ring allgather starting from it.
     let n = buf.len();
-    ring::exchange(c, buf, 1, |b| block(n, red.elem, c.p(), b))
+    ring::exchange(c, buf, 1, |b| block(n, red.elem, c.p(), b)).await
 }
 
 /// p - 1 combining exchange rounds of n/p (reduce-scatter), then p - 1 exchange rounds of n/p

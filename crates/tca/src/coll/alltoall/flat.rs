@@ -2,22 +2,23 @@
 //! chunk i to every rank, then takes chunk i from every rank. One step deep.
 //! Cost: α + (p - 1) n β. Reuse: channel flow control.
 
-use crate::coll::Comm;
 use crate::coll::registry::{CostModel, Work};
+use crate::coll::step::{Mode, Steps};
 use crate::error::Result;
 
-pub(crate) fn run(c: &Comm<'_>, send: &[u8], recv: &mut [u8]) -> Result<()> {
+pub(crate) async fn run<M: Mode>(c: Steps<'_, M>, send: &[u8], recv: &mut [u8]) -> Result<()> {
     let (p, me) = (c.p(), c.me());
     let b = send.len() / p;
     recv[me * b..(me + 1) * b].copy_from_slice(&send[me * b..(me + 1) * b]);
     for i in 0..c.chunks(b) {
         for k in 1..p {
             let q = (me + k) % p;
-            c.send_chunk(q, &send[q * b..(q + 1) * b], i)?;
+            c.send_chunk(q, &send[q * b..(q + 1) * b], i).await?;
         }
         for k in 1..p {
             let q = (me + p - k) % p;
-            c.recv_chunk(q, &mut recv[q * b..(q + 1) * b], i, None)?;
+            c.recv_chunk(q, &mut recv[q * b..(q + 1) * b], i, None)
+                .await?;
         }
     }
     Ok(())

@@ -2,11 +2,11 @@
 //! r + k and receives the block from r - k, so each step is a permutation and no rank is
 //! flooded. Cost: (p - 1)(α + n β). Reuse: channel flow control.
 
-use crate::coll::Comm;
 use crate::coll::registry::{CostModel, Work};
+use crate::coll::step::{Mode, Steps};
 use crate::error::Result;
 
-pub(crate) fn run(c: &Comm<'_>, send: &[u8], recv: &mut [u8]) -> Result<()> {
+pub(crate) async fn run<M: Mode>(c: Steps<'_, M>, send: &[u8], recv: &mut [u8]) -> Result<()> {
     let (p, me) = (c.p(), c.me());
     let b = send.len() / p;
     recv[me * b..(me + 1) * b].copy_from_slice(&send[me * b..(me + 1) * b]);
@@ -18,7 +18,8 @@ pub(crate) fn run(c: &Comm<'_>, send: &[u8], recv: &mut [u8]) -> Result<()> {
             from,
             &mut recv[from * b..(from + 1) * b],
             None,
-        )?;
+        )
+        .await?;
     }
     Ok(())
 }

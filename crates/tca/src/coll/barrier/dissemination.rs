@@ -3,15 +3,16 @@
 //! everyone. Each signal is an empty message: one cache line with its sequence word.
 //! Cost: ceil(log2 p) α. Reuse: channel sequence numbers (nothing to reset).
 
-use crate::coll::Comm;
 use crate::coll::registry::{CostModel, Work, log2c};
+use crate::coll::step::{Mode, Steps};
 use crate::error::Result;
 
-pub(crate) fn run(c: &Comm<'_>) -> Result<()> {
+pub(crate) async fn run<M: Mode>(c: Steps<'_, M>) -> Result<()> {
     let (p, me) = (c.p(), c.me());
     let mut d = 1;
     while d < p {
-        c.ch_sendrecv((me + d) % p, &[], (me + p - d) % p, &mut [], None)?;
+        c.ch_sendrecv((me + d) % p, &[], (me + p - d) % p, &mut [], None)
+            .await?;
         d <<= 1;
     }
     Ok(())

@@ -5,17 +5,17 @@
 //! every smaller j with v + 2^j < p. ceil(log2 p) rounds, any p, any root.
 //! Cost: ceil(log2 p) (α + n β). Reuse: channel flow control (see `channel`).
 
-use crate::coll::Comm;
 use crate::coll::registry::{CostModel, Work, log2c};
+use crate::coll::step::{Mode, Steps};
 use crate::error::Result;
 
-pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], root: usize) -> Result<()> {
+pub(crate) async fn run<M: Mode>(c: Steps<'_, M>, buf: &mut [u8], root: usize) -> Result<()> {
     let (p, me) = (c.p(), c.me());
     let v = (me + p - root) % p;
     let mut mask = 1;
     while mask < p {
         if v & mask != 0 {
-            c.ch_recv((v - mask + root) % p, buf)?;
+            c.ch_recv((v - mask + root) % p, buf).await?;
             break;
         }
         mask <<= 1;
@@ -23,7 +23,7 @@ pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], root: usize) -> Result<()> {
     mask >>= 1;
     while mask > 0 {
         if v + mask < p {
-            c.ch_send((v + mask + root) % p, buf)?;
+            c.ch_send((v + mask + root) % p, buf).await?;
         }
         mask >>= 1;
     }

@@ -3,18 +3,18 @@
 //! copies are cheap for small messages and the depth is one step.
 //! Cost: α + (p - 1) n β. Reuse: channel flow control.
 
-use crate::coll::Comm;
 use crate::coll::registry::{CostModel, Work};
+use crate::coll::step::{Mode, Steps};
 use crate::error::Result;
 
-pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], root: usize) -> Result<()> {
+pub(crate) async fn run<M: Mode>(c: Steps<'_, M>, buf: &mut [u8], root: usize) -> Result<()> {
     let (p, me) = (c.p(), c.me());
     if me != root {
-        return c.ch_recv(root, buf);
+        return c.ch_recv(root, buf).await;
     }
     for i in 0..c.chunks(buf.len()) {
         for k in 1..p {
-            c.send_chunk((root + k) % p, buf, i)?;
+            c.send_chunk((root + k) % p, buf, i).await?;
         }
     }
     Ok(())

@@ -4,21 +4,21 @@
 //! Cost: (p - 2 + c)(α + s β) for c chunks of s bytes: about n β + (p - 2) s β for large n.
 //! Reuse: channel flow control (at most K chunks in flight per link).
 
-use crate::coll::Comm;
 use crate::coll::registry::{CostModel, Work};
+use crate::coll::step::{Mode, Steps};
 use crate::error::Result;
 
-pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], root: usize) -> Result<()> {
+pub(crate) async fn run<M: Mode>(c: Steps<'_, M>, buf: &mut [u8], root: usize) -> Result<()> {
     let (p, me) = (c.p(), c.me());
     let v = (me + p - root) % p;
     let prev = (me + p - 1) % p;
     let next = (me + 1) % p;
     for i in 0..c.chunks(buf.len()) {
         if v > 0 {
-            c.recv_chunk(prev, buf, i, None)?;
+            c.recv_chunk(prev, buf, i, None).await?;
         }
         if v + 1 < p {
-            c.send_chunk(next, buf, i)?;
+            c.send_chunk(next, buf, i).await?;
         }
     }
     Ok(())

@@ -4,22 +4,23 @@
 //! Cost: (p - 1) α + n β (scatter) + (p - 1)(α + n/p β) (ring). Reuse: channel flow control.
 
 use crate::coll::allgather::ring;
+use crate::coll::block;
 use crate::coll::registry::{CostModel, Work};
-use crate::coll::{Comm, block};
+use crate::coll::step::{Mode, Steps};
 use crate::error::Result;
 
-pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], root: usize) -> Result<()> {
+pub(crate) async fn run<M: Mode>(c: Steps<'_, M>, buf: &mut [u8], root: usize) -> Result<()> {
     let (p, me) = (c.p(), c.me());
     let n = buf.len();
     if me == root {
         for k in 1..p {
             let q = (root + k) % p;
-            c.ch_send(q, &buf[block(n, 1, p, q)])?;
+            c.ch_send(q, &buf[block(n, 1, p, q)]).await?;
         }
     } else {
-        c.ch_recv(root, &mut buf[block(n, 1, p, me)])?;
+        c.ch_recv(root, &mut buf[block(n, 1, p, me)]).await?;
     }
-    ring::exchange(c, buf, 0, |b| block(n, 1, p, b))
+    ring::exchange(c, buf, 0, |b| block(n, 1, p, b)).await
 }
 
 /// The scatter (the busier of the root's p - 1 sends of n/p and a receiver), then p - 1 ring

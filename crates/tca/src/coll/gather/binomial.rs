@@ -5,10 +5,18 @@
 //! communicator's reusable temporary.
 
 use crate::coll::registry::{CostModel, Work};
-use crate::coll::{Comm, subtree};
+use crate::coll::step::{Mode, Steps};
+use crate::coll::subtree;
 use crate::error::Result;
 
-pub(crate) fn run(c: &Comm<'_>, send: &[u8], recv: &mut [u8], root: usize) -> Result<()> {
+// The scratch buffer is this run's alone while it runs: see `step`, "Scratch".
+#[allow(clippy::await_holding_refcell_ref)]
+pub(crate) async fn run<M: Mode>(
+    c: Steps<'_, M>,
+    send: &[u8],
+    recv: &mut [u8],
+    root: usize,
+) -> Result<()> {
     let (p, me) = (c.p(), c.me());
     let b = send.len();
     let v = (me + p - root) % p;
@@ -19,12 +27,13 @@ pub(crate) fn run(c: &Comm<'_>, send: &[u8], recv: &mut [u8], root: usize) -> Re
     while m < low {
         if v + m < p {
             let cnt = m.min(p - v - m);
-            c.ch_recv((v + m + root) % p, &mut t[m * b..(m + cnt) * b])?;
+            c.ch_recv((v + m + root) % p, &mut t[m * b..(m + cnt) * b])
+                .await?;
         }
         m <<= 1;
     }
     if v != 0 {
-        return c.ch_send((v - low + root) % p, &t[..size * b]);
+        return c.ch_send((v - low + root) % p, &t[..size * b]).await;
     }
     for k in 0..p {
         let q = (root + k) % p;

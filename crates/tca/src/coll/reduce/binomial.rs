@@ -3,20 +3,26 @@
 //! theirs. ceil(log2 p) rounds; the root ends with the result.
 //! Cost: ceil(log2 p)(α + n β + n γ). Reuse: channel flow control.
 
+use crate::coll::Reducer;
 use crate::coll::registry::{CostModel, Work, log2c};
-use crate::coll::{Comm, Reducer};
+use crate::coll::step::{Mode, Steps};
 use crate::error::Result;
 
-pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], red: &Reducer<'_>, root: usize) -> Result<()> {
+pub(crate) async fn run<M: Mode>(
+    c: Steps<'_, M>,
+    buf: &mut [u8],
+    red: &Reducer<'_>,
+    root: usize,
+) -> Result<()> {
     let (p, me) = (c.p(), c.me());
     let v = (me + p - root) % p;
     let mut m = 1;
     while m < p {
         if v & m != 0 {
-            return c.ch_send((v - m + root) % p, buf);
+            return c.ch_send((v - m + root) % p, buf).await;
         }
         if v + m < p {
-            c.recv_reduce((v + m + root) % p, buf, red)?;
+            c.recv_reduce((v + m + root) % p, buf, red).await?;
         }
         m <<= 1;
     }

@@ -2,21 +2,27 @@
 //! step; each rank combines the p - 1 blocks it receives into its own.
 //! Cost: α + (p - 1) n (β + γ) for blocks of n bytes. Reuse: channel flow control.
 
+use crate::coll::Reducer;
 use crate::coll::registry::{CostModel, Work};
-use crate::coll::{Comm, Reducer};
+use crate::coll::step::{Mode, Steps};
 use crate::error::Result;
 
-pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], recv: &mut [u8], red: &Reducer<'_>) -> Result<()> {
+pub(crate) async fn run<M: Mode>(
+    c: Steps<'_, M>,
+    buf: &mut [u8],
+    recv: &mut [u8],
+    red: &Reducer<'_>,
+) -> Result<()> {
     let (p, me) = (c.p(), c.me());
     let b = recv.len();
     recv.copy_from_slice(&buf[me * b..(me + 1) * b]);
     for i in 0..c.chunks(b) {
         for k in 1..p {
             let q = (me + k) % p;
-            c.send_chunk(q, &buf[q * b..(q + 1) * b], i)?;
+            c.send_chunk(q, &buf[q * b..(q + 1) * b], i).await?;
         }
         for k in 1..p {
-            c.recv_chunk((me + p - k) % p, recv, i, Some(red))?;
+            c.recv_chunk((me + p - k) % p, recv, i, Some(red)).await?;
         }
     }
     Ok(())

@@ -3,16 +3,22 @@
 //! rank r ends with block r. Cost: (p - 1)(α + n β + n γ) for blocks of n bytes.
 //! Reuse: channel flow control.
 
+use crate::coll::Reducer;
 use crate::coll::reduce::reduce_scatter_gather::ring_reduce_scatter;
 use crate::coll::registry::{CostModel, Work};
-use crate::coll::{Comm, Reducer};
+use crate::coll::step::{Mode, Steps};
 use crate::error::Result;
 
-pub(crate) fn run(c: &Comm<'_>, buf: &mut [u8], recv: &mut [u8], red: &Reducer<'_>) -> Result<()> {
+pub(crate) async fn run<M: Mode>(
+    c: Steps<'_, M>,
+    buf: &mut [u8],
+    recv: &mut [u8],
+    red: &Reducer<'_>,
+) -> Result<()> {
     let (p, me) = (c.p(), c.me());
     let b = recv.len();
     // Equal blocks: the element-wise split of `block` gives exactly b bytes each.
-    ring_reduce_scatter(c, buf, red, p - 1)?;
+    ring_reduce_scatter(c, buf, red, p - 1).await?;
     recv.copy_from_slice(&buf[me * b..(me + 1) * b]);
     Ok(())
 }

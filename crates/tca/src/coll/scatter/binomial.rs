@@ -5,10 +5,18 @@
 //! buffer is the communicator's reusable temporary.
 
 use crate::coll::registry::{CostModel, Work};
-use crate::coll::{Comm, subtree};
+use crate::coll::step::{Mode, Steps};
+use crate::coll::subtree;
 use crate::error::Result;
 
-pub(crate) fn run(c: &Comm<'_>, send: &[u8], recv: &mut [u8], root: usize) -> Result<()> {
+// The scratch buffer is this run's alone while it runs: see `step`, "Scratch".
+#[allow(clippy::await_holding_refcell_ref)]
+pub(crate) async fn run<M: Mode>(
+    c: Steps<'_, M>,
+    send: &[u8],
+    recv: &mut [u8],
+    root: usize,
+) -> Result<()> {
     let (p, me) = (c.p(), c.me());
     let b = recv.len();
     let v = (me + p - root) % p;
@@ -21,13 +29,14 @@ pub(crate) fn run(c: &Comm<'_>, send: &[u8], recv: &mut [u8], root: usize) -> Re
             t[k * b..(k + 1) * b].copy_from_slice(&send[q * b..(q + 1) * b]);
         }
     } else {
-        c.ch_recv((v - low + root) % p, &mut t[..size * b])?;
+        c.ch_recv((v - low + root) % p, &mut t[..size * b]).await?;
     }
     let mut m = low >> 1;
     while m > 0 {
         if v + m < p {
             let cnt = m.min(p - v - m);
-            c.ch_send((v + m + root) % p, &t[m * b..(m + cnt) * b])?;
+            c.ch_send((v + m + root) % p, &t[m * b..(m + cnt) * b])
+                .await?;
         }
         m >>= 1;
     }

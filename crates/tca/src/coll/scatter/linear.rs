@@ -3,20 +3,25 @@
 //! to back, chunk by chunk across ranks, and each rank copies its piece out of its slots.
 //! Cost: α + (p - 1) n β (n = one rank's piece). Reuse: channel flow control.
 
-use crate::coll::Comm;
 use crate::coll::registry::{CostModel, Work};
+use crate::coll::step::{Mode, Steps};
 use crate::error::Result;
 
-pub(crate) fn run(c: &Comm<'_>, send: &[u8], recv: &mut [u8], root: usize) -> Result<()> {
+pub(crate) async fn run<M: Mode>(
+    c: Steps<'_, M>,
+    send: &[u8],
+    recv: &mut [u8],
+    root: usize,
+) -> Result<()> {
     let (p, me) = (c.p(), c.me());
     let b = recv.len();
     if me != root {
-        return c.ch_recv(root, recv);
+        return c.ch_recv(root, recv).await;
     }
     for i in 0..c.chunks(b) {
         for k in 1..p {
             let q = (root + k) % p;
-            c.send_chunk(q, &send[q * b..(q + 1) * b], i)?;
+            c.send_chunk(q, &send[q * b..(q + 1) * b], i).await?;
         }
     }
     recv.copy_from_slice(&send[me * b..(me + 1) * b]);

@@ -1,0 +1,312 @@
+//! Non-blocking collectives (`Comm::scope`): every collective x algorithm against the blocking
+//! call's result at 1 to 9 ranks; many outstanding at once, waited in random orders; 10,000
+//! mixed blocking and non-blocking calls with random delays; dropped requests; bad input.
+//! Thread ranks.
+
+use std::time::Duration;
+
+use tca::coll::nb::Request;
+use tca::coll::{ALGORITHMS, Algorithm};
+use tca::{Collective, Comm, ErrorKind, Op, threads};
+
+fn val(rank: usize, i: usize) -> f64 {
+    ((rank * 7 + i * 3) % 11 + 1) as f64
+}
+
+fn input(rank: usize, n: usize) -> Vec<f64> {
+    (0..n).map(|i| val(rank, i)).collect()
+}
+
+/// xorshift: a rank's own random sequence.
+fn rng(seed: u64) -> impl FnMut() -> u64 {
+    let mut x = seed | 1;
+    move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    }
+}
+
+/// A random number below `n` out of `x`.
+fn pick(x: u64, n: usize) -> usize {
+    usize::try_from(x % n as u64).expect("below n")
+}
+
+fn r32(x: usize) -> u32 {
+    u32::try_from(x).expect("a rank")
+}
+
+/// Finishes `r` by testing it until it is done: the non-blocking steps, not the blocking
+/// ones a `wait` would switch to.
+fn finish(mut r: Request<'_>) -> tca::Result<()> {
+    while !r.test()? {
+        std::thread::yield_now();
+    }
+    Ok(())
+}
+
+/// Runs `alg`'s collective on `n` elements per block, blocking and then non-blocking, and
+/// checks that both give this rank the same bytes.
+fn same_as_blocking(c: &Comm<'_>, alg: &Algorithm, n: usize, root: u32) -> tca::Result<()> {
+    let (p, me) = (c.size() as usize, c.rank() as usize);
+    let tag = format!(
+        "{} {} p={p} n={n} root={root} rank={me}",
+        alg.collective.name(),
+        alg.name
+    );
+    c.force(alg.collective, Some(alg.name))?;
+    let mine = input(me, n);
+    let all: Vec<f64> = (0..p * n).map(|i| val(me, i)).collect();
+    let is_root = me == root as usize;
+    // (blocking, non-blocking) results of this rank.
+    let (b, nb): (Vec<f64>, Vec<f64>) = match alg.collective {
+        Collective::Broadcast => {
+            let fresh = || if is_root { mine.clone() } else { vec![0.0; n] };
+            let (mut x, mut y) = (fresh(), fresh());
+            c.broadcast(&mut x, root)?;
+            c.scope(|s| finish(s.ibroadcast(&mut y, root)?))?;
+            (x, y)
+        }
+        Collective::Scatter => {
+            let send = if is_root { all.clone() } else { Vec::new() };
+            let (mut x, mut y) = (vec![0.0; n], vec![0.0; n]);
+            c.scatter(&send, &mut x, root)?;
+            c.scope(|s| finish(s.iscatter(&send, &mut y, root)?))?;
+            (x, y)
+        }
+        Collective::Gather => {
+            let m = if is_root { p * n } else { 0 };
+            let (mut x, mut y) = (vec![0.0; m], vec![0.0; m]);
+            c.gather(&mine, &mut x, root)?;
+            c.scope(|s| finish(s.igather(&mine, &mut y, root)?))?;
+            (x, y)
+        }
+        Collective::Reduce => {
+            let (mut x, mut y) = (vec![0.0; n], vec![0.0; n]);
+            c.reduce(&mine, &mut x, &Op::Sum, root)?;
+            c.scope(|s| finish(s.ireduce(&mine, &mut y, &Op::Sum, root)?))?;
+            (x, y)
+        }
+        Collective::Allgather => {
+            let (mut x, mut y) = (vec![0.0; p * n], vec![0.0; p * n]);
+            c.allgather(&mine, &mut x)?;
+            c.scope(|s| finish(s.iallgather(&mine, &mut y)?))?;
+            (x, y)
+        }
+        Collective::Allreduce => {
+            let (mut x, mut y) = (vec![0.0; n], vec![0.0; n]);
+            c.allreduce(&mine, &mut x, &Op::Sum)?;
+            c.scope(|s| finish(s.iallreduce(&mine, &mut y, &Op::Sum)?))?;
+            (x, y)
+        }
+        Collective::Barrier => {
+            c.barrier()?;
+            c.scope(|s| finish(s.ibarrier()?))?;
+            (Vec::new(), Vec::new())
+        }
+        Collective::ReduceScatter => {
+            let (mut x, mut y) = (vec![0.0; n], vec![0.0; n]);
+            c.reduce_scatter(&all, &mut x, &Op::Sum)?;
+            c.scope(|s| finish(s.ireduce_scatter(&all, &mut y, &Op::Sum)?))?;
+            (x, y)
+        }
+        Collective::Alltoall => {
+            let (mut x, mut y) = (vec![0.0; p * n], vec![0.0; p * n]);
+            c.alltoall(&all, &mut x)?;
+            c.scope(|s| finish(s.ialltoall(&all, &mut y)?))?;
+            (x, y)
+        }
+    };
+    assert_eq!(
+        bytemuck::cast_slice::<f64, u8>(&b),
+        bytemuck::cast_slice::<f64, u8>(&nb),
+        "{tag}"
+    );
+    Ok(())
+}
+
+fn every_algorithm_at(p: u32) {
+    threads::run(p, |w| {
+        let c = Comm::world(w)?;
+        for alg in ALGORITHMS.iter().filter(|a| (a.supports)(p as usize)) {
+            for n in [0, 1, 7, 4096] {
+                for root in [0, p - 1, p / 2] {
+                    same_as_blocking(&c, alg, n, root)?;
+                }
+            }
+            if p == 3 || p == 8 {
+                same_as_blocking(&c, alg, 1 << 16, p - 1)?;
+            }
+        }
+        Ok(())
+    })
+    .unwrap_or_else(|e| panic!("{p} ranks: {e}"));
+}
+
+#[test]
+fn every_algorithm_1_to_4_ranks() {
+    for p in 1..=4 {
+        every_algorithm_at(p);
+    }
+}
+
+#[test]
+fn every_algorithm_5_to_9_ranks() {
+    for p in 5..=9 {
+        every_algorithm_at(p);
+    }
+}
+
+/// Twenty collectives of three kinds outstanding at once, each rank waiting for them in its
+/// own random order (testing some first), every result checked.
+#[test]
+fn many_outstanding_waited_in_random_orders() {
+    threads::run(5, |w| {
+        let c = Comm::world(w)?;
+        let (p, me) = (c.size() as usize, c.rank() as usize);
+        let mut next = rng(0x5eed ^ (me as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        let mine = [c.rank(); 3];
+        for round in 0..20 {
+            let n = |k: usize| [1, 8, 300, 5000][(k + round) % 4];
+            let mut sums: Vec<Vec<f64>> = (0..20).map(|k| input(me, n(k))).collect();
+            let root = |k: usize| k % p;
+            let mut bcasts: Vec<Vec<u64>> = (0..20)
+                .map(|k| vec![if me == root(k) { k as u64 } else { 0 }; n(k)])
+                .collect();
+            let mut gath = vec![vec![0u32; 3 * p]; 20];
+            c.scope(|s| {
+                let mut reqs = Vec::new();
+                let bufs = sums.iter_mut().zip(bcasts.iter_mut()).zip(gath.iter_mut());
+                for (k, ((sum, bc), g)) in bufs.enumerate() {
+                    let r = match k % 3 {
+                        0 => s.iallreduce_in_place(sum, &Op::Sum)?,
+                        1 => s.ibroadcast(bc, r32(root(k)))?,
+                        _ => s.iallgather(&mine, g)?,
+                    };
+                    reqs.push(Some(r));
+                }
+                for _ in 0..10 {
+                    let k = (next() % 20) as usize;
+                    if let Some(r) = reqs[k].as_mut() {
+                        r.test()?;
+                    }
+                }
+                let mut order: Vec<usize> = (0..20).collect();
+                for i in (1..20).rev() {
+                    order.swap(i, pick(next(), i + 1));
+                }
+                for k in order {
+                    reqs[k].take().unwrap().wait()?;
+                }
+                Ok(())
+            })?;
+            let gathered: Vec<u32> = (0..c.size()).flat_map(|r| [r; 3]).collect();
+            for k in 0..20 {
+                let tag = format!("round {round} collective {k}");
+                match k % 3 {
+                    0 => {
+                        let want: Vec<f64> =
+                            (0..n(k)).map(|i| (0..p).map(|r| val(r, i)).sum()).collect();
+                        assert_eq!(sums[k], want, "{tag}");
+                    }
+                    1 => assert!(bcasts[k].iter().all(|&v| v == k as u64), "{tag}"),
+                    _ => assert_eq!(gath[k], gathered, "{tag}"),
+                }
+            }
+        }
+        Ok(())
+    })
+    .unwrap();
+}
+
+/// 10,000 collectives, blocking and non-blocking mixed (some requests dropped, finished by
+/// their scope), ranks at different speeds; every result checked.
+#[test]
+fn mixed_blocking_and_nonblocking_with_random_delays() {
+    threads::run(4, |w| {
+        let c = Comm::world(w)?;
+        let me = c.rank() as usize;
+        // The same sequence of kinds on every rank; delays of each rank's own.
+        let mut shared = rng(0xc0ffee);
+        let mut own = rng(0xdead_beef ^ ((me as u64 + 1) * 0x9e37_79b9));
+        let mut k = 0u64;
+        while k < 10_000 {
+            let batch = 1 + pick(shared(), 6);
+            let mut xs = vec![[0f64; 1]; batch];
+            let mut bs = vec![vec![0u64; 200]; batch];
+            let kinds: Vec<u64> = (0..batch).map(|_| shared() % 4).collect();
+            c.scope(|s| {
+                let mut reqs = Vec::new();
+                for (j, (x, b)) in xs.iter_mut().zip(bs.iter_mut()).enumerate() {
+                    let r = own();
+                    if r % 97 == 0 {
+                        std::thread::sleep(Duration::from_micros(r % 200));
+                    } else if r % 7 == 0 {
+                        std::thread::yield_now();
+                    }
+                    let i = k + j as u64;
+                    x[0] = i as f64 + me as f64;
+                    b.fill(if me == (i % 4) as usize { i } else { 0 });
+                    match kinds[j] {
+                        0 => reqs.push(s.iallreduce_in_place(x, &Op::Sum)?),
+                        1 => reqs.push(s.ibroadcast(b, (i % 4) as u32)?),
+                        2 => {
+                            // A blocking one between the started ones: it finishes them first.
+                            c.allreduce_in_place(x, &Op::Sum)?;
+                            c.broadcast(b, (i % 4) as u32)?;
+                        }
+                        _ => drop(s.ibarrier()?), // dropped: the scope finishes it
+                    }
+                }
+                for r in reqs.drain(..) {
+                    match own() % 3 {
+                        0 => drop(r), // left to the scope
+                        1 => finish(r)?,
+                        _ => r.wait()?,
+                    }
+                }
+                Ok(())
+            })?;
+            for j in 0..batch {
+                let i = k + j as u64;
+                let tag = format!("call {i} kind {}", kinds[j]);
+                if kinds[j] != 1 && kinds[j] != 3 {
+                    assert_eq!(xs[j][0], 4.0 * i as f64 + 6.0, "{tag}");
+                }
+                if kinds[j] == 1 || kinds[j] == 2 {
+                    assert!(bs[j].iter().all(|&v| v == i), "{tag}");
+                }
+            }
+            k += batch as u64;
+        }
+        Ok(())
+    })
+    .unwrap();
+}
+
+#[test]
+fn bad_input_is_a_clear_error() {
+    threads::run(2, |w| {
+        let c = Comm::world(w)?;
+        // Scopes do not nest on one communicator.
+        let e = c.scope(|_| c.scope(|_| Ok(()))).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+        assert!(e.to_string().contains("already open"), "{e}");
+        // A root out of range: an error before anything starts; the communicator stays usable.
+        let mut b = [0u8; 4];
+        let e = c.scope(|s| s.ibroadcast(&mut b, 9).map(drop)).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidRank);
+        // A request tested after it finished stays finished.
+        let mut x = [1.0f64];
+        c.scope(|s| {
+            let mut r = s.iallreduce_in_place(&mut x, &Op::Sum)?;
+            while !r.test()? {}
+            assert!(r.test()?);
+            r.wait()
+        })?;
+        assert_eq!(x, [2.0]);
+        Ok(())
+    })
+    .unwrap();
+}
