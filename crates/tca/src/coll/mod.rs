@@ -333,6 +333,17 @@ impl<'w> Comm<'w> {
         Err(e)
     }
 
+    /// [`Comm::check_root`], and on the root, that its `what` (scatter's send, gather's
+    /// receive buffer) holds `want` elements: the check of the rooted block collectives,
+    /// blocking and non-blocking.
+    fn check_rooted(&self, root: u32, what: &str, want: usize, got: usize) -> Result<usize> {
+        let root = self.check_root(root)?;
+        if self.me == root && got != want {
+            self.fail(len_error(what, want, got))?;
+        }
+        Ok(root)
+    }
+
     fn check_root(&self, root: u32) -> Result<usize> {
         if root as usize >= self.ranks.len() {
             return Err(Error::new(
@@ -478,14 +489,12 @@ impl<'w> Comm<'w> {
     /// Root's `send` (`size() * recv.len()` elements) is cut in blocks; rank r receives block
     /// r in `recv`. `send` is read on the root only.
     pub fn scatter<T: Element>(&self, send: &[T], recv: &mut [T], root: u32) -> Result<()> {
-        let root = self.check_root(root)?;
-        if self.me == root && send.len() != recv.len() * self.p() {
-            return self.fail(len_error(
-                "scatter send buffer",
-                recv.len() * self.p(),
-                send.len(),
-            ));
-        }
+        let root = self.check_rooted(
+            root,
+            "scatter send buffer",
+            recv.len() * self.p(),
+            send.len(),
+        )?;
         let (s, r): (&[u8], &mut [u8]) =
             (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
         if r.is_empty() {
@@ -502,14 +511,12 @@ impl<'w> Comm<'w> {
     /// Every rank's `send` lands as block r of root's `recv` (`size() * send.len()`
     /// elements). `recv` is written on the root only.
     pub fn gather<T: Element>(&self, send: &[T], recv: &mut [T], root: u32) -> Result<()> {
-        let root = self.check_root(root)?;
-        if self.me == root && recv.len() != send.len() * self.p() {
-            return self.fail(len_error(
-                "gather receive buffer",
-                send.len() * self.p(),
-                recv.len(),
-            ));
-        }
+        let root = self.check_rooted(
+            root,
+            "gather receive buffer",
+            send.len() * self.p(),
+            recv.len(),
+        )?;
         let (s, r): (&[u8], &mut [u8]) =
             (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
         if s.is_empty() {

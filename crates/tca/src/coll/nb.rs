@@ -415,14 +415,7 @@ impl<'s, 'c: 's> Scope<'s, 'c> {
         root: u32,
     ) -> Result<Request<'_>> {
         let c = self.comm;
-        let root = c.check_root(root)?;
-        if c.me == root && send.len() != recv.len() * c.p() {
-            c.fail(len_error(
-                "scatter send buffer",
-                recv.len() * c.p(),
-                send.len(),
-            ))?;
-        }
+        let root = c.check_rooted(root, "scatter send buffer", recv.len() * c.p(), send.len())?;
         let (s, r): (&[u8], &mut [u8]) =
             (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
         if r.is_empty() || c.p() == 1 {
@@ -441,14 +434,12 @@ impl<'s, 'c: 's> Scope<'s, 'c> {
         root: u32,
     ) -> Result<Request<'_>> {
         let c = self.comm;
-        let root = c.check_root(root)?;
-        if c.me == root && recv.len() != send.len() * c.p() {
-            c.fail(len_error(
-                "gather receive buffer",
-                send.len() * c.p(),
-                recv.len(),
-            ))?;
-        }
+        let root = c.check_rooted(
+            root,
+            "gather receive buffer",
+            send.len() * c.p(),
+            recv.len(),
+        )?;
         let (s, r): (&[u8], &mut [u8]) =
             (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
         if s.is_empty() || c.p() == 1 {
