@@ -223,6 +223,7 @@ fn rank(sizes: &[usize], rounds: u32) -> Result<()> {
                 soak: 0,
                 two_sided: false,
                 lattices: Vec::new(),
+                test_calls: 0,
             };
             if let Some(h) = suite::tca::run(&world, &opts)? {
                 halves.push(h);

@@ -12,7 +12,8 @@ pub(crate) struct Args {
     /// Benchmarks, names in any case (default: IMB-MPI1's suite): PingPong PingPing
     /// Sendrecv Exchange Reduce_scatter Allreduce Reduce Allgather Gather Scatter Alltoall Bcast Barrier;
     /// OSU's osu_latency osu_bw osu_bibw osu_mbw_mr; Halo (QUDA's halo exchange, see
-    /// --lattice); or `floor` alone (the machine's cache-line round trip, memcpy and
+    /// --lattice); IMB-NBC's Ibcast Iallgather Igather Iscatter Ialltoall Ireduce
+    /// Ireduce_scatter Iallreduce Ibarrier (overlap with computation); or `floor` alone (the machine's cache-line round trip, memcpy and
     /// cross-core bandwidth).
     #[arg(value_name = "BENCHMARK")]
     benchmarks: Vec<String>,
@@ -77,6 +78,10 @@ pub(crate) struct Args {
         default_value = "8x8x8x8,16x16x16x16,24x24x24x24,32x32x32x32"
     )]
     lattice: String,
+    /// IMB-NBC benchmarks (Ibcast, Iallreduce, ...): tests of the request between slices of
+    /// the computation (OSU's -t; 0: IMB-NBC's computation, which calls no library).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    test_calls: u32,
 }
 
 const BENCH_HELP: &str = concat!(
@@ -87,6 +92,8 @@ const BENCH_HELP: &str = concat!(
   tca bench osu_latency osu_bw osu_bibw --compare mpi      OSU's tests, beside MPI's
   tca bench osu_mbw_mr --np 4                              OSU message rate, 2 pairs
   tca bench Halo --lattice 16x16x16x32,32x32x32x32 --compare mpi   QUDA's halo exchange
+  tca bench Iallreduce Ibcast --sizes 64K,1M,4M --compare mpi  IMB-NBC: overlap with computation
+  tca bench Iallreduce --sizes 1M --test-calls 16          the same, testing 16 times while computing
   tca bench Allreduce --np 4 --algo ring --sizes 1K:1M --format csv --out ar.csv
   tca bench PingPong --plot pingpong.png --fit 64K:4M
   tca bench Allreduce Allgather Bcast --sizes 8:4M --model   predictions beside measurements
@@ -174,6 +181,7 @@ pub(crate) fn run(a: Args) -> Result<i32> {
             soak: a.soak,
             two_sided: a.two_sided,
             lattices,
+            test_calls: a.test_calls,
         },
         format: a.format,
         out: a.out,

@@ -86,6 +86,75 @@ fn every_benchmark_at_2_and_3_ranks() {
     }
 }
 
+/// IMB-NBC's benchmarks, named (not in the default run): every one at 3 ranks, with tests
+/// during the computation; IMB-NBC's columns read back, the sizes of the blocking forms, the
+/// overlap a percentage, and the CSV carries the same figures.
+#[test]
+fn imb_nbc_benchmarks() {
+    const NBC: [&str; 9] = [
+        "Ibcast",
+        "Iallgather",
+        "Igather",
+        "Iscatter",
+        "Ialltoall",
+        "Ireduce",
+        "Ireduce_scatter",
+        "Iallreduce",
+        "Ibarrier",
+    ];
+    let mut args = vec!["bench"];
+    args.extend(NBC);
+    args.extend([
+        "--np",
+        "3",
+        "--sizes",
+        "0,8,4K",
+        "--iters",
+        "5",
+        "--test-calls",
+        "2",
+    ]);
+    let out = ok(&args);
+    let secs = tca_model::imb::parse(&out).expect("IMB-NBC text parses");
+    let names: Vec<&str> = secs.iter().map(|s| s.benchmark.as_str()).collect();
+    assert_eq!(names, NBC, "{out}");
+    for s in &secs {
+        assert_eq!(s.processes, 3);
+        let sizes: Vec<u64> = s.lines.iter().map(|l| l.bytes).collect();
+        let want: Vec<u64> = match s.benchmark.as_str() {
+            "Ibarrier" => vec![0],
+            // whole f32 blocks per rank
+            "Ireduce_scatter" => vec![0, 4092],
+            _ => vec![0, 8, 4096],
+        };
+        assert_eq!(sizes, want, "{}", s.benchmark);
+        for l in &s.lines {
+            let o = l.overlap.expect("IMB-NBC columns");
+            assert!((0.0..=100.0).contains(&o.percent), "{l:?}");
+            assert!(o.t_pure_us > 0.0 && l.t_max > 0.0, "{l:?}");
+            assert_eq!(l.repetitions, 5);
+        }
+    }
+    assert!(
+        out.contains("t_ovrl[usec]") && out.contains("# algorithms"),
+        "{out}"
+    );
+    let csv = ok(&[
+        "bench",
+        "Iallreduce",
+        "--sizes",
+        "1K",
+        "--iters",
+        "5",
+        "--format",
+        "csv",
+    ]);
+    let rows = tca_model::record::parse_any(&csv).unwrap();
+    assert_eq!(rows.len(), 1, "{csv}");
+    let o = rows[0].overlap.expect("the overlap columns");
+    assert!(o.t_cpu_us > 0.0 && o.t_pure_us > 0.0, "{csv}");
+}
+
 /// OSU's tests and the halo exchange, named (they are not in the default run): their sections,
 /// sizes and pairs; osu_mbw_mr on two pairs; Halo one row per lattice with its grid.
 /// GASNet's testam-style benchmarks over tca's active messages: every kind, get and put, at
@@ -374,6 +443,7 @@ fn compare_mpi_osu_and_halo() {
         "osu_mbw_mr",
         "Halo",
         "AM_Short",
+        "Iallreduce",
         "--sizes",
         "8,64K",
         "--iters",
@@ -385,12 +455,21 @@ fn compare_mpi_osu_and_halo() {
     ]);
     let secs = tca_model::imb::parse(&out).unwrap();
     // AM_Short is tca's only (MPI has no active messages): no MPI section, no comparison.
-    assert_eq!(secs.len(), 7, "tca and MPI sections: {out}");
+    assert_eq!(secs.len(), 9, "tca and MPI sections: {out}");
     let rows = out
         .lines()
         .filter(|l| l.starts_with("# osu_") || l.starts_with("# Halo"))
         .count();
     assert_eq!(rows, 5, "one comparison line per benchmark and size: {out}");
+    // MPI_Iallreduce's section has IMB-NBC's figures; both are compared on their own lines.
+    let mpi = secs.iter().rfind(|s| s.benchmark == "Iallreduce").unwrap();
+    assert!(mpi.lines.iter().all(|l| l.overlap.is_some()), "{out}");
+    assert!(out.contains("non-blocking: t_pure"), "{out}");
+    let rows = out
+        .lines()
+        .filter(|l| l.starts_with("# Iallreduce"))
+        .count();
+    assert_eq!(rows, 2, "one overlap comparison line per size: {out}");
 }
 
 /// Without the `mpi` feature, --compare mpi says how to get it; with it, a small comparison

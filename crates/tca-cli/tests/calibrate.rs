@@ -102,6 +102,7 @@ fn synthetic_rows(m: &CostModel, cores: u32) -> Vec<Row> {
                     t_max_us: t,
                     t_avg_us: t,
                     mbytes_per_sec: None,
+                    overlap: None,
                 });
             }
         }

@@ -693,6 +693,7 @@ mod tests {
             t_max_us: t,
             t_avg_us: t,
             mbytes_per_sec: None,
+            overlap: None,
         }
     }
 

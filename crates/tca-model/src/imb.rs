@@ -7,11 +7,12 @@
 //! `Mbytes/sec` (10^6 bytes per second); the collectives report `t_min[usec] t_max[usec]
 //! t_avg[usec]` over the ranks; Barrier has no `#bytes` column. Times are printed with three
 //! decimals (IMB prints two, which hides everything below 10 ns; parsers split on whitespace
-//! and do not care).
+//! and do not care). The non-blocking benchmarks' sections are IMB-NBC's: `t_ovrl[usec]
+//! t_pure[usec] t_CPU[usec] overlap[%]` (Ibarrier without `#bytes`).
 
 use std::fmt::Write as _;
 
-use crate::record::Row;
+use crate::record::{Overlap, Row};
 
 /// Which columns a benchmark's section has.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,6 +23,10 @@ pub enum Columns {
     Collective,
     /// `#repetitions t_min[usec] t_max[usec] t_avg[usec]` (Barrier).
     NoBytes,
+    /// `#bytes #repetitions t_ovrl[usec] t_pure[usec] t_CPU[usec] overlap[%]` (IMB-NBC).
+    Overlap,
+    /// `#repetitions t_ovrl[usec] t_pure[usec] t_CPU[usec] overlap[%]` (Ibarrier).
+    OverlapNoBytes,
 }
 
 impl Columns {
@@ -32,6 +37,9 @@ impl Columns {
             | "osu_bibw" | "osu_mbw_mr" | "Halo" | "AM_Short" | "AM_Medium" | "AM_Long" | "Get"
             | "Put" | "VIS_Halo" | "VIS_Halo_MtoM" => Columns::PointToPoint,
             "Barrier" => Columns::NoBytes,
+            "Ibcast" | "Iallgather" | "Igather" | "Iscatter" | "Ialltoall" | "Ireduce"
+            | "Ireduce_scatter" | "Iallreduce" => Columns::Overlap,
+            "Ibarrier" => Columns::OverlapNoBytes,
             _ => Columns::Collective,
         }
     }
@@ -43,6 +51,12 @@ impl Columns {
                 "       #bytes #repetitions  t_min[usec]  t_max[usec]  t_avg[usec]"
             }
             Columns::NoBytes => " #repetitions  t_min[usec]  t_max[usec]  t_avg[usec]",
+            Columns::Overlap => {
+                "       #bytes #repetitions t_ovrl[usec] t_pure[usec]  t_CPU[usec]   overlap[%]"
+            }
+            Columns::OverlapNoBytes => {
+                " #repetitions t_ovrl[usec] t_pure[usec]  t_CPU[usec]   overlap[%]"
+            }
         }
     }
 }
@@ -62,6 +76,8 @@ pub struct Line {
     pub t_avg: f64,
     /// Mbytes/sec (PingPong, PingPing).
     pub mbytes_per_sec: Option<f64>,
+    /// IMB-NBC's figures (the non-blocking benchmarks, whose times are t_ovrl).
+    pub overlap: Option<Overlap>,
 }
 
 /// One `# Benchmarking` section.
@@ -93,6 +109,7 @@ impl Section {
                 t_max_us: l.t_max,
                 t_avg_us: l.t_avg,
                 mbytes_per_sec: l.mbytes_per_sec,
+                overlap: l.overlap,
             })
             .collect()
     }
@@ -142,6 +159,22 @@ pub fn write(preamble: &[String], sections: &[Section]) -> String {
                     "{:>13} {:>12.3} {:>12.3} {:>12.3}",
                     l.repetitions, l.t_min, l.t_max, l.t_avg
                 ),
+                Columns::Overlap | Columns::OverlapNoBytes => {
+                    let o = l.overlap.unwrap_or(Overlap {
+                        t_pure_us: 0.0,
+                        t_cpu_us: 0.0,
+                        percent: 0.0,
+                    });
+                    if cols == Columns::Overlap {
+                        let _ = write!(s, "{:>13} ", l.bytes);
+                    }
+                    // IMB-NBC's t_ovrl is that of the rank with the largest.
+                    writeln!(
+                        s,
+                        "{:>12} {:>12.3} {:>12.3} {:>12.3} {:>12.2}",
+                        l.repetitions, l.t_max, o.t_pure_us, o.t_cpu_us, o.percent
+                    )
+                }
             };
         }
     }
@@ -191,7 +224,13 @@ pub fn parse(text: &str) -> Result<Vec<Section>, ParseError> {
             continue;
         }
         if line.starts_with("#bytes") || line.starts_with("#repetitions") {
-            let c = if line.contains("t_min") {
+            let c = if line.contains("t_ovrl") {
+                if line.starts_with("#bytes") {
+                    Columns::Overlap
+                } else {
+                    Columns::OverlapNoBytes
+                }
+            } else if line.contains("t_min") {
                 if line.starts_with("#bytes") {
                     Columns::Collective
                 } else {
@@ -214,6 +253,8 @@ pub fn parse(text: &str) -> Result<Vec<Section>, ParseError> {
             Columns::PointToPoint => 4,
             Columns::Collective => 5,
             Columns::NoBytes => 4,
+            Columns::Overlap => 6,
+            Columns::OverlapNoBytes => 5,
         };
         if nums.len() < want {
             // IMB ends a section with free text in some versions; stop reading numbers.
@@ -245,6 +286,7 @@ pub fn parse(text: &str) -> Result<Vec<Section>, ParseError> {
                     t_max: t,
                     t_avg: t,
                     mbytes_per_sec: Some(real(3)?),
+                    overlap: None,
                 }
             }
             Columns::Collective => Line {
@@ -254,6 +296,7 @@ pub fn parse(text: &str) -> Result<Vec<Section>, ParseError> {
                 t_max: real(3)?,
                 t_avg: real(4)?,
                 mbytes_per_sec: None,
+                overlap: None,
             },
             Columns::NoBytes => Line {
                 bytes: 0,
@@ -262,7 +305,25 @@ pub fn parse(text: &str) -> Result<Vec<Section>, ParseError> {
                 t_max: real(2)?,
                 t_avg: real(3)?,
                 mbytes_per_sec: None,
+                overlap: None,
             },
+            Columns::Overlap | Columns::OverlapNoBytes => {
+                let k = usize::from(c == Columns::Overlap);
+                let t = real(k + 1)?;
+                Line {
+                    bytes: if k == 1 { int(0)? } else { 0 },
+                    repetitions: int(k)?,
+                    t_min: t,
+                    t_max: t,
+                    t_avg: t,
+                    mbytes_per_sec: None,
+                    overlap: Some(Overlap {
+                        t_pure_us: real(k + 2)?,
+                        t_cpu_us: real(k + 3)?,
+                        percent: real(k + 4)?,
+                    }),
+                }
+            }
         };
         sec.lines.push(l);
     }
@@ -338,6 +399,38 @@ mod tests {
         assert_eq!(s[0].rows("IMB")[0].ranks, 4);
     }
 
+    /// IMB-NBC's layout (IMB 2021, abridged): the overlap columns, Ibarrier without bytes.
+    const REAL_NBC: &str = "\
+#----------------------------------------------------------------
+# Benchmarking Iallreduce
+# #processes = 2
+#----------------------------------------------------------------
+       #bytes #repetitions t_ovrl[usec] t_pure[usec]  t_CPU[usec]   overlap[%]
+            0         1000         1.17         0.21         1.02        18.63
+        65536          320        62.90        33.51        33.16        11.47
+
+#----------------------------------------------------------------
+# Benchmarking Ibarrier
+# #processes = 2
+#----------------------------------------------------------------
+ #repetitions t_ovrl[usec] t_pure[usec]  t_CPU[usec]   overlap[%]
+         1000         3.11         1.40         1.66         0.00
+";
+
+    #[test]
+    fn reads_imb_nbc_output() {
+        let s = parse(REAL_NBC).unwrap();
+        assert_eq!(s.len(), 2);
+        let l = &s[0].lines[1];
+        assert_eq!((l.bytes, l.repetitions, l.t_avg), (65536, 320, 62.90));
+        let o = l.overlap.unwrap();
+        assert_eq!((o.t_pure_us, o.t_cpu_us, o.percent), (33.51, 33.16, 11.47));
+        let b = &s[1].lines[0];
+        assert_eq!((b.bytes, b.repetitions, b.t_max), (0, 1000, 3.11));
+        assert_eq!(b.overlap.unwrap().percent, 0.0);
+        assert_eq!(s[0].rows("IMB")[1].overlap, Some(o));
+    }
+
     #[test]
     fn bad_numbers_name_the_line() {
         let t = "# Benchmarking Allreduce\n# #processes = 2\n #bytes #repetitions t_min[usec] t_max[usec] t_avg[usec]\n 8 x 1 2 3\n";
@@ -368,6 +461,7 @@ mod tests {
                         t_max: x,
                         t_avg: x,
                         mbytes_per_sec: Some(if x > 0.0 { b as f64 / x } else { 0.0 }),
+                        overlap: None,
                     },
                     Columns::Collective => Line {
                         bytes: b,
@@ -376,6 +470,7 @@ mod tests {
                         t_max: hi,
                         t_avg: (lo + hi) / 2.0,
                         mbytes_per_sec: None,
+                        overlap: None,
                     },
                     Columns::NoBytes => Line {
                         bytes: 0,
@@ -384,6 +479,16 @@ mod tests {
                         t_max: hi,
                         t_avg: (lo + hi) / 2.0,
                         mbytes_per_sec: None,
+                        overlap: None,
+                    },
+                    Columns::Overlap | Columns::OverlapNoBytes => Line {
+                        bytes: if cols == Columns::Overlap { b } else { 0 },
+                        repetitions: r,
+                        t_min: x,
+                        t_max: x,
+                        t_avg: x,
+                        mbytes_per_sec: None,
+                        overlap: Some(Overlap::new(x, y, z)),
                     },
                 }
             })
@@ -397,6 +502,8 @@ mod tests {
             pp in proptest::collection::vec(line(Columns::PointToPoint), 0..6),
             co in proptest::collection::vec(line(Columns::Collective), 0..6),
             ba in proptest::collection::vec(line(Columns::NoBytes), 0..2),
+            ov in proptest::collection::vec(line(Columns::Overlap), 0..4),
+            ob in proptest::collection::vec(line(Columns::OverlapNoBytes), 0..2),
             procs in 1u32..64,
             waiting in 0u32..4,
         ) {
@@ -404,10 +511,12 @@ mod tests {
                 Section { benchmark: "PingPong".into(), processes: 2, waiting, lines: pp },
                 Section { benchmark: "Allreduce".into(), processes: procs, waiting: 0, lines: co },
                 Section { benchmark: "Barrier".into(), processes: procs, waiting: 0, lines: ba },
+                Section { benchmark: "Iallreduce".into(), processes: procs, waiting: 0, lines: ov },
+                Section { benchmark: "Ibarrier".into(), processes: procs, waiting: 0, lines: ob },
             ];
             let text = write(&["tca bench, test".into()], &secs);
             let back = parse(&text).unwrap();
-            prop_assert_eq!(back.len(), 3);
+            prop_assert_eq!(back.len(), 5);
             for (a, b) in secs.iter().zip(&back) {
                 prop_assert_eq!(&a.benchmark, &b.benchmark);
                 prop_assert_eq!((a.processes, a.waiting), (b.processes, b.waiting));
@@ -419,6 +528,12 @@ mod tests {
                     prop_assert_eq!(round3(x.t_avg), y.t_avg);
                     if let (Some(m), Some(n)) = (x.mbytes_per_sec, y.mbytes_per_sec) {
                         prop_assert!((m - n).abs() <= 0.005 + 1e-9);
+                    }
+                    prop_assert_eq!(x.overlap.is_some(), y.overlap.is_some());
+                    if let (Some(m), Some(n)) = (x.overlap, y.overlap) {
+                        prop_assert_eq!(round3(m.t_pure_us), n.t_pure_us);
+                        prop_assert_eq!(round3(m.t_cpu_us), n.t_cpu_us);
+                        prop_assert!((m.percent - n.percent).abs() <= 0.005 + 1e-9);
                     }
                 }
             }

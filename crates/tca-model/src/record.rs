@@ -34,6 +34,53 @@ pub struct Row {
     pub t_avg_us: f64,
     /// IMB's Mbytes/sec (10^6 bytes per second) for PingPong and PingPing.
     pub mbytes_per_sec: Option<f64>,
+    /// IMB-NBC's overlap figures, for the non-blocking benchmarks (whose t_min, t_max and
+    /// t_avg are over the ranks' t_ovrl).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overlap: Option<Overlap>,
+}
+
+/// What IMB-NBC reports of a non-blocking collective beside its time with computation
+/// (t_ovrl): the rank with the largest t_ovrl's pure communication time and computation time,
+/// and how much of the two overlapped.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Overlap {
+    /// The collective alone (start, then wait), us per call.
+    pub t_pure_us: f64,
+    /// The computation between start and wait, us per call.
+    pub t_cpu_us: f64,
+    /// IMB-NBC's overlap, percent: `100 max(0, min(1, (t_pure + t_CPU - t_ovrl) /
+    /// min(t_pure, t_CPU)))`: 100 when t_ovrl = max(t_pure, t_CPU), 0 when it is their sum.
+    pub percent: f64,
+}
+
+impl Overlap {
+    /// The figures from the three times (us), IMB-NBC's formula for the percentage.
+    pub fn new(t_ovrl_us: f64, t_pure_us: f64, t_cpu_us: f64) -> Overlap {
+        let hidden = (t_pure_us + t_cpu_us - t_ovrl_us) / t_pure_us.min(t_cpu_us);
+        let percent = if hidden.is_finite() {
+            100.0 * hidden.clamp(0.0, 1.0)
+        } else {
+            0.0
+        };
+        Overlap {
+            t_pure_us,
+            t_cpu_us,
+            percent,
+        }
+    }
+
+    /// OSU's overlap (osu_iallreduce and friends), percent: the share of the pure
+    /// communication time that did not add to the computation, `max(0, 100 (1 - (t_ovrl -
+    /// t_CPU) / t_pure))`.
+    pub fn osu_percent(&self, t_ovrl_us: f64) -> f64 {
+        let p = 100.0 * (1.0 - (t_ovrl_us - self.t_cpu_us) / self.t_pure_us);
+        if p.is_finite() {
+            p.clamp(0.0, 100.0)
+        } else {
+            0.0
+        }
+    }
 }
 
 impl Row {
@@ -88,7 +135,7 @@ pub enum ReadError {
 }
 
 /// The CSV header line, with the provenance columns after the measurement columns.
-pub const CSV_COLUMNS: [&str; 13] = [
+pub const CSV_COLUMNS: [&str; 16] = [
     "implementation",
     "benchmark",
     "algorithm",
@@ -102,6 +149,9 @@ pub const CSV_COLUMNS: [&str; 13] = [
     "machine",
     "date",
     "transport",
+    "t_pure_us",
+    "t_cpu_us",
+    "overlap_percent",
 ];
 
 #[derive(Serialize, Deserialize)]
@@ -119,6 +169,12 @@ struct CsvRow {
     machine: String,
     date: String,
     transport: String,
+    #[serde(default)]
+    t_pure_us: Option<f64>,
+    #[serde(default)]
+    t_cpu_us: Option<f64>,
+    #[serde(default)]
+    overlap_percent: Option<f64>,
 }
 
 impl Run {
@@ -141,6 +197,9 @@ impl Run {
                 machine: self.machine.clone(),
                 date: self.date.clone(),
                 transport: self.transport.clone(),
+                t_pure_us: r.overlap.map(|o| o.t_pure_us),
+                t_cpu_us: r.overlap.map(|o| o.t_cpu_us),
+                overlap_percent: r.overlap.map(|o| o.percent),
             })
             .expect("writing CSV to memory cannot fail");
         }
@@ -174,6 +233,14 @@ pub fn parse_csv(text: &str) -> Result<Vec<Row>, String> {
             t_max_us: r.t_max_us,
             t_avg_us: r.t_avg_us,
             mbytes_per_sec: r.mbytes_per_sec,
+            overlap: match (r.t_pure_us, r.t_cpu_us, r.overlap_percent) {
+                (Some(t_pure_us), Some(t_cpu_us), Some(percent)) => Some(Overlap {
+                    t_pure_us,
+                    t_cpu_us,
+                    percent,
+                }),
+                _ => None,
+            },
         });
     }
     Ok(rows)
@@ -229,6 +296,7 @@ mod tests {
                     t_max_us: 0.061,
                     t_avg_us: 0.061,
                     mbytes_per_sec: Some(131.147_540_983_606_56),
+                    overlap: None,
                 },
                 Row {
                     implementation: "Open MPI 4.1.4".into(),
@@ -241,6 +309,20 @@ mod tests {
                     t_max_us: 310.5,
                     t_avg_us: 305.125,
                     mbytes_per_sec: None,
+                    overlap: None,
+                },
+                Row {
+                    implementation: "tca".into(),
+                    benchmark: "Iallreduce".into(),
+                    algorithm: "ring".into(),
+                    ranks: 2,
+                    bytes: 65536,
+                    repetitions: 100,
+                    t_min_us: 50.5,
+                    t_max_us: 52.25,
+                    t_avg_us: 51.375,
+                    mbytes_per_sec: None,
+                    overlap: Some(Overlap::new(52.25, 40.0, 39.5)),
                 },
             ],
         }
@@ -263,6 +345,36 @@ mod tests {
         assert!(parse_any("implementation,benchmark\nx").is_err());
         let e = read_file(Path::new("/nonexistent/x.csv")).unwrap_err();
         assert!(e.to_string().contains("/nonexistent/x.csv"));
+    }
+
+    #[test]
+    fn old_csv_without_overlap_columns_reads() {
+        let old = "implementation,benchmark,algorithm,ranks,bytes,repetitions,t_min_us,t_max_us,\
+                   t_avg_us,mbytes_per_sec,machine,date,transport\n\
+                   tca,Allreduce,ring,2,8,10,1.0,2.0,1.5,,m,d,shm\n";
+        let rows = parse_any(old).unwrap();
+        assert_eq!((rows.len(), rows[0].overlap), (1, None));
+    }
+
+    #[test]
+    fn overlap_is_imb_nbcs_formula() {
+        // No overlap: t_ovrl is the sum; perfect: the larger of the two; beyond either end,
+        // clamped.
+        assert_eq!(Overlap::new(20.0, 10.0, 10.0).percent, 0.0);
+        assert_eq!(Overlap::new(10.0, 10.0, 10.0).percent, 100.0);
+        assert_eq!(Overlap::new(15.0, 10.0, 10.0).percent, 50.0);
+        assert_eq!(Overlap::new(25.0, 10.0, 10.0).percent, 0.0);
+        assert_eq!(Overlap::new(5.0, 10.0, 10.0).percent, 100.0);
+        // min(t_pure, t_CPU) is the denominator: 4 us of 10 us pure hidden behind 4 us of work.
+        assert_eq!(Overlap::new(10.0, 10.0, 4.0).percent, 100.0);
+        assert!((Overlap::new(12.0, 10.0, 4.0).percent - 50.0).abs() < 1e-9);
+        // OSU: the share of the pure time that did not add to the computation.
+        assert!((Overlap::new(12.0, 10.0, 4.0).osu_percent(12.0) - 20.0).abs() < 1e-9);
+        assert_eq!(
+            Overlap::new(0.0, 0.0, 0.0).percent,
+            0.0,
+            "no times, no claim"
+        );
     }
 
     #[test]

@@ -27,6 +27,7 @@ fn seed_run() -> Run {
         t_max_us: t * 1.1,
         t_avg_us: t * 1.05,
         mbytes_per_sec: Some(bytes as f64 / t),
+        overlap: None,
     };
     Run {
         machine: "AMD EPYC (2 cpus), Linux 6.18".into(),

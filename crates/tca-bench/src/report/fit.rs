@@ -42,7 +42,8 @@ pub(crate) fn fits(rows: &[Row], fit: Option<(u64, u64)>) -> (Vec<FitLine>, Vec<
     let mut done = Vec::new();
     let mut skipped = Vec::new();
     let mut groups: Vec<(String, String)> = Vec::new();
-    for r in rows.iter().filter(|r| r.bytes > 0) {
+    // The non-blocking benchmarks' times include the computation they overlap: no fit.
+    for r in rows.iter().filter(|r| r.bytes > 0 && r.overlap.is_none()) {
         let g = (r.implementation.clone(), r.benchmark.clone());
         if !groups.contains(&g) {
             groups.push(g);

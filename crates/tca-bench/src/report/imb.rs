@@ -44,6 +44,7 @@ pub fn render(out: &Output) -> String {
                         t_max: r.t_max_us,
                         t_avg: r.t_avg_us,
                         mbytes_per_sec: r.mbytes_per_sec,
+                        overlap: r.overlap,
                     })
                     .collect();
                 (!lines.is_empty()).then(|| {
@@ -146,7 +147,7 @@ fn comparison(out: &Output, a: &str, b: &str) -> String {
         "benchmark", "#bytes", a, b, "ratio"
     );
     let mut wins = (0, 0);
-    for bench in BENCHMARKS {
+    for bench in BENCHMARKS.iter().filter(|b| !b.nonblocking()) {
         for x in out
             .run
             .rows
@@ -172,11 +173,64 @@ fn comparison(out: &Output, a: &str, b: &str) -> String {
             );
         }
     }
+    if wins.0 + wins.1 == 0 {
+        // Only non-blocking benchmarks ran: their own table.
+        return overlap_comparison(out, a, b);
+    }
     s += &format!(
         "# {a} faster in {} of {} comparisons\n",
         wins.0,
         wins.0 + wins.1
     );
+    s + &overlap_comparison(out, a, b)
+}
+
+/// The non-blocking benchmarks side by side: each implementation's pure time, time with
+/// computation and overlap (IMB-NBC's, and OSU's in brackets).
+fn overlap_comparison(out: &Output, a: &str, b: &str) -> String {
+    let pairs: Vec<(&Row, &Row)> = BENCHMARKS
+        .iter()
+        .filter(|x| x.nonblocking())
+        .flat_map(|bench| {
+            let rows = &out.run.rows;
+            rows.iter()
+                .filter(move |r| r.implementation == a && r.benchmark == bench.name)
+                .filter_map(move |x| {
+                    let y = rows.iter().find(|r| {
+                        r.implementation == b && r.benchmark == bench.name && r.bytes == x.bytes
+                    })?;
+                    Some((x, y))
+                })
+        })
+        .collect();
+    if pairs.is_empty() {
+        return String::new();
+    }
+    let mut s = format!(
+        "#----------------------------------------------------------------\n# {a} vs {b}, non-blocking: t_pure and t_ovrl[usec] (the slowest rank's), overlap % (IMB-NBC; OSU's in brackets)\n"
+    );
+    s += &format!(
+        "# {:<15} {:>10} {:>11} {:>11} {:>14} {:>11} {:>11} {:>14}\n",
+        "benchmark", "#bytes", "pure", "ovrl", a, "pure", "ovrl", b
+    );
+    let cell = |r: &Row| {
+        let o = r
+            .overlap
+            .unwrap_or(tca_model::record::Overlap::new(0.0, 0.0, 0.0));
+        (
+            o.t_pure_us,
+            r.t_max_us,
+            format!("{:.0}% ({:.0}%)", o.percent, o.osu_percent(r.t_max_us)),
+        )
+    };
+    for (x, y) in pairs {
+        let (xp, xo, xc) = cell(x);
+        let (yp, yo, yc) = cell(y);
+        s += &format!(
+            "# {:<15} {:>10} {:>11.2} {:>11.2} {:>14} {:>11.2} {:>11.2} {:>14}\n",
+            x.benchmark, x.bytes, xp, xo, xc, yp, yo, yc
+        );
+    }
     s
 }
 

@@ -33,11 +33,16 @@
 //! second; OSU's message rate is that over the size); and `Halo`, QUDA's halo exchange
 //! ([`halo`]) over persistent requests, one row per `--lattice`, `t[usec]` per exchange and
 //! `Mbytes/sec` counting what a rank sends and receives.
+//!
+//! And IMB-NBC's benchmarks, run when named (`Ibcast`, `Iallreduce`, ...): each collective
+//! above, non-blocking, measured alone and overlapped with computation, reported in IMB-NBC's
+//! columns `t_ovrl t_pure t_CPU overlap[%]` ([`overlap`]); `#bytes` as for the blocking one.
 
 pub mod driver;
 pub mod halo;
 #[cfg(feature = "mpi")]
 pub mod mpi;
+pub mod overlap;
 pub mod tca;
 
 use anyhow::{Result, bail};
@@ -104,6 +109,24 @@ pub enum Kind {
     VisHaloMtoM,
 }
 
+impl Kind {
+    /// Whether it is one of the collectives (which have non-blocking forms).
+    pub fn collective(self) -> bool {
+        matches!(
+            self,
+            Kind::Bcast
+                | Kind::Scatter
+                | Kind::Gather
+                | Kind::Reduce
+                | Kind::Allgather
+                | Kind::Allreduce
+                | Kind::ReduceScatter
+                | Kind::Alltoall
+                | Kind::Barrier
+        )
+    }
+}
+
 /// Edge lengths of the VIS_Halo benchmark's N x N x N arrays (the seed's range).
 pub const VIS_HALO_N: [usize; 4] = [16, 32, 64, 128];
 
@@ -127,6 +150,9 @@ pub enum Family {
     /// GASNet's test programs over tca's active messages (seed 001): run when named; tca
     /// only.
     Gasnet,
+    /// IMB-NBC: the non-blocking collectives' overlap with computation (see [`overlap`]);
+    /// run when named.
+    Nbc,
 }
 
 /// One benchmark of the suite.
@@ -321,6 +347,69 @@ pub static BENCHMARKS: &[Benchmark] = &[
         family: Family::Gasnet,
         about: "blocking put into rank 1's segment",
     },
+    Benchmark {
+        name: "Ibcast",
+        kind: Kind::Bcast,
+        collective: Some(::tca::Collective::Broadcast),
+        family: Family::Nbc,
+        about: "IMB-NBC: Bcast's message from rank 0, started, computed over, waited for",
+    },
+    Benchmark {
+        name: "Iallgather",
+        kind: Kind::Allgather,
+        collective: Some(::tca::Collective::Allgather),
+        family: Family::Nbc,
+        about: "IMB-NBC: Allgather, started, computed over, waited for",
+    },
+    Benchmark {
+        name: "Igather",
+        kind: Kind::Gather,
+        collective: Some(::tca::Collective::Gather),
+        family: Family::Nbc,
+        about: "IMB-NBC: Gather to rank 0, started, computed over, waited for",
+    },
+    Benchmark {
+        name: "Iscatter",
+        kind: Kind::Scatter,
+        collective: Some(::tca::Collective::Scatter),
+        family: Family::Nbc,
+        about: "IMB-NBC: Scatter from rank 0, started, computed over, waited for",
+    },
+    Benchmark {
+        name: "Ialltoall",
+        kind: Kind::Alltoall,
+        collective: Some(::tca::Collective::Alltoall),
+        family: Family::Nbc,
+        about: "IMB-NBC: Alltoall, started, computed over, waited for",
+    },
+    Benchmark {
+        name: "Ireduce",
+        kind: Kind::Reduce,
+        collective: Some(::tca::Collective::Reduce),
+        family: Family::Nbc,
+        about: "IMB-NBC: Reduce (f32 sum) to rank 0, started, computed over, waited for",
+    },
+    Benchmark {
+        name: "Ireduce_scatter",
+        kind: Kind::ReduceScatter,
+        collective: Some(::tca::Collective::ReduceScatter),
+        family: Family::Nbc,
+        about: "IMB-NBC: Reduce_scatter (f32 sum), started, computed over, waited for",
+    },
+    Benchmark {
+        name: "Iallreduce",
+        kind: Kind::Allreduce,
+        collective: Some(::tca::Collective::Allreduce),
+        family: Family::Nbc,
+        about: "IMB-NBC: Allreduce (f32 sum), started, computed over, waited for",
+    },
+    Benchmark {
+        name: "Ibarrier",
+        kind: Kind::Barrier,
+        collective: Some(::tca::Collective::Barrier),
+        family: Family::Nbc,
+        about: "IMB-NBC: Barrier, started, computed over, waited for",
+    },
 ];
 
 impl Benchmark {
@@ -369,6 +458,12 @@ impl Benchmark {
             Kind::OsuMbwMr => p / 2 * 2,
             _ => p,
         }
+    }
+
+    /// Whether it is one of IMB-NBC's: the collective of its kind started, overlapped with
+    /// computation, waited for (see [`overlap`]).
+    pub fn nonblocking(&self) -> bool {
+        self.family == Family::Nbc
     }
 
     /// Whether only tca runs it (MPI has no active messages; `--compare mpi` skips it).
@@ -463,6 +558,9 @@ pub fn model_input(row: &Row) -> Option<(&'static ::tca::coll::Algorithm, usize,
         return None;
     }
     let bench = BENCHMARKS.iter().find(|b| b.name == row.benchmark)?;
+    if bench.nonblocking() {
+        return None; // its time includes the computation
+    }
     let alg = ::tca::coll::registry::find(bench.collective?, &row.algorithm).ok()?;
     let p = row.ranks as usize;
     let bytes = usize::try_from(row.bytes).ok()?;
@@ -504,6 +602,10 @@ pub struct Options {
     /// Global lattices (X, Y, Z, T) of the Halo benchmark.
     #[serde(default)]
     pub lattices: Vec<[usize; 4]>,
+    /// Tests of the request during the non-blocking benchmarks' computation (OSU's `-t`; 0:
+    /// IMB-NBC's computation without library calls).
+    #[serde(default)]
+    pub test_calls: u32,
 }
 
 fn one() -> u32 {

@@ -17,6 +17,7 @@ use tca_mpi::mpi::traits::*;
 
 use super::driver::{self, Backend};
 use super::halo::{Buffers, Halo};
+use super::overlap::Cpu;
 use super::{Benchmark, Kind, OSU_WINDOW, Options};
 
 /// MPI's side of the suite.
@@ -29,6 +30,8 @@ pub struct MpiBackend {
     bwin: Vec<u8>,
     halo: Option<Buffers>,
     cur: (Kind, usize),
+    /// Whether the benchmark prepared last is non-blocking (IMB-NBC).
+    nonblocking: bool,
 }
 
 impl std::fmt::Debug for MpiBackend {
@@ -61,6 +64,7 @@ impl MpiBackend {
             ],
             halo: None,
             cur: (Kind::Barrier, 0),
+            nonblocking: false,
         }
     }
 
@@ -122,6 +126,69 @@ impl MpiBackend {
     }
 
     /// One halo exchange: every ghost's `MPI_Irecv`, every face's `MPI_Isend`, `MPI_Waitall`.
+    /// `n` calls of the prepared collective through the MPI's immediate form (`MPI_Ibcast`,
+    /// `MPI_Iallreduce`, ...; `MPI_Ireduce_scatter_block` for Ireduce_scatter), each followed
+    /// by `work` (see [`Cpu::run`], with `MPI_Test` as the test) and `MPI_Wait`. Returns the
+    /// microseconds spent computing.
+    fn nonblocking(&mut self, n: u64, work: Option<(&Cpu, f64, u32)>) -> Result<f64> {
+        let (kind, bytes) = self.cur;
+        if !kind.collective() {
+            anyhow::bail!("{kind:?} has no non-blocking form");
+        }
+        let w = self.lib.world();
+        let p = w.size() as usize;
+        let me = w.rank();
+        let root = w.process_at_rank(0);
+        let e = bytes / 4;
+        let (bs, br, fs, fr) = (
+            &mut self.bsend,
+            &mut self.brecv,
+            &self.fsend,
+            &mut self.frecv,
+        );
+        let sum = SystemOperation::sum;
+        let mut spent = 0.0;
+        for _ in 0..n {
+            spent += mpi::request::scope(|sc| match kind {
+                Kind::Bcast => overlap(root.immediate_broadcast_into(sc, &mut bs[..bytes]), work),
+                Kind::Scatter if me == 0 => overlap(
+                    root.immediate_scatter_into_root(sc, &bs[..bytes * p], &mut br[..bytes]),
+                    work,
+                ),
+                Kind::Scatter => overlap(root.immediate_scatter_into(sc, &mut br[..bytes]), work),
+                Kind::Gather if me == 0 => overlap(
+                    root.immediate_gather_into_root(sc, &bs[..bytes], &mut br[..bytes * p]),
+                    work,
+                ),
+                Kind::Gather => overlap(root.immediate_gather_into(sc, &bs[..bytes]), work),
+                Kind::Reduce if me == 0 => overlap(
+                    root.immediate_reduce_into_root(sc, &fs[..e], &mut fr[..e], sum()),
+                    work,
+                ),
+                Kind::Reduce => overlap(root.immediate_reduce_into(sc, &fs[..e], sum()), work),
+                Kind::Allgather => overlap(
+                    w.immediate_all_gather_into(sc, &bs[..bytes], &mut br[..bytes * p]),
+                    work,
+                ),
+                Kind::Allreduce => overlap(
+                    w.immediate_all_reduce_into(sc, &fs[..e], &mut fr[..e], sum()),
+                    work,
+                ),
+                Kind::ReduceScatter => overlap(
+                    w.immediate_reduce_scatter_block_into(sc, &fs[..e], &mut fr[..e / p], sum()),
+                    work,
+                ),
+                Kind::Alltoall => overlap(
+                    w.immediate_all_to_all_into(sc, &bs[..bytes * p], &mut br[..bytes * p]),
+                    work,
+                ),
+                Kind::Barrier => overlap(w.immediate_barrier(), work),
+                _ => unreachable!("checked above"),
+            });
+        }
+        Ok(spent)
+    }
+
     fn halo(&mut self) {
         let w = self.lib.world();
         let Some(Buffers {
@@ -154,17 +221,22 @@ impl Backend for MpiBackend {
 
     fn prepare(&mut self, bench: &Benchmark, bytes: usize) -> Result<()> {
         self.cur = (bench.kind, bytes);
+        self.nonblocking = bench.nonblocking();
         Ok(())
     }
 
     fn prepare_halo(&mut self, halo: &Halo) -> Result<()> {
         self.cur = (Kind::Halo, halo.bytes_per_exchange());
+        self.nonblocking = false;
         self.halo = Some(Buffers::new(halo, self.lib.world().rank() as u32));
         Ok(())
     }
 
     fn calls(&mut self, n: u64) -> Result<()> {
         let (kind, bytes) = self.cur;
+        if self.nonblocking {
+            return self.nonblocking(n, None).map(drop);
+        }
         match kind {
             Kind::OsuLatency | Kind::OsuBw | Kind::OsuBibw | Kind::OsuMbwMr => {
                 (0..n).for_each(|_| self.osu(kind));
@@ -283,6 +355,10 @@ impl Backend for MpiBackend {
         Ok(())
     }
 
+    fn overlapped(&mut self, n: u64, cpu: &Cpu, us: f64, tests: u32) -> Result<f64> {
+        self.nonblocking(n, Some((cpu, us, tests)))
+    }
+
     fn algorithm(&self, _: &Benchmark, _: usize) -> String {
         "-".into()
     }
@@ -290,6 +366,32 @@ impl Backend for MpiBackend {
     fn runs(&self, bench: &Benchmark) -> bool {
         !bench.tca_only()
     }
+}
+
+/// Runs `work` over a started request (testing it with `MPI_Test` between the computation's
+/// slices), then waits for it; the microseconds spent computing.
+fn overlap<'a, D: ?Sized, S: mpi::request::Scope<'a>>(
+    req: mpi::request::Request<'a, D, S>,
+    work: Option<(&Cpu, f64, u32)>,
+) -> f64 {
+    let mut req = Some(req);
+    let spent = match work {
+        Some((cpu, us, tests)) => {
+            let r: Result<f64, std::convert::Infallible> = cpu.run(us, tests, || {
+                if let Some(r) = req.take() {
+                    // Done: the request is spent; not yet: keep it for the next test.
+                    req = r.test().err();
+                }
+                Ok(())
+            });
+            r.unwrap_or_else(|e| match e {})
+        }
+        None => 0.0,
+    };
+    if let Some(r) = req {
+        r.wait();
+    }
+    spent
 }
 
 /// The MPI half: initialise MPI, run the suite, rank 0 writes the result for the parent.

@@ -18,6 +18,7 @@ use tca::{Comm, Handle, Op, Segment, SignalOp, SymmetricSegment, World};
 
 use super::driver::{self, Backend};
 use super::halo::{Buffers, Halo};
+use super::overlap::Cpu;
 use super::{Benchmark, Half, Kind, OSU_WINDOW, Options};
 use crate::floor::CacheLine;
 use crate::machine::MemStat;
@@ -43,6 +44,8 @@ pub struct TcaBackend<'w> {
     /// same in registered segments (faces back to back, in the order of `Buffers::faces`).
     halo: Option<(Buffers, Segment, Segment)>,
     cur: (Kind, usize),
+    /// Whether the benchmark prepared last is non-blocking (IMB-NBC).
+    nonblocking: bool,
     forced: Vec<(usize, String)>,
     two_sided: bool,
     /// The GASNet benchmarks' counters, if any of them runs (the endpoint itself is the
@@ -160,6 +163,7 @@ impl<'w> TcaBackend<'w> {
             ],
             halo: None,
             cur: (Kind::Barrier, 0),
+            nonblocking: false,
             forced: opts.algos.clone(),
             two_sided: opts.two_sided,
             am: None,
@@ -180,6 +184,51 @@ impl<'w> TcaBackend<'w> {
             self.am = Some(AmBench::new(&self.comm, max, cube)?);
         }
         Ok(self)
+    }
+
+    /// `n` calls of the prepared collective, non-blocking: each started in a scope of its own
+    /// (`Comm::scope`), then `work` run (computation of `us` microseconds with `tests` tests
+    /// of the request, see [`Cpu::run`]; none if `None`), then waited for. Returns the
+    /// microseconds spent computing.
+    fn nonblocking(&mut self, n: u64, work: Option<(&Cpu, f64, u32)>) -> Result<f64> {
+        let (kind, bytes) = self.cur;
+        let p = self.comm.size() as usize;
+        let e = bytes / 4;
+        let c = &self.comm;
+        let sum = Op::<f32>::Sum;
+        if !kind.collective() {
+            anyhow::bail!("{kind:?} has no non-blocking form");
+        }
+        let (bs, br, fs, fr) = (
+            &mut self.bsend,
+            &mut self.brecv,
+            &self.fsend,
+            &mut self.frecv,
+        );
+        let mut spent = 0.0;
+        for _ in 0..n {
+            spent += c.scope(|s| {
+                let mut r = match kind {
+                    Kind::Bcast => s.ibroadcast(&mut bs[..bytes], 0)?,
+                    Kind::Scatter => s.iscatter(&bs[..bytes * p], &mut br[..bytes], 0)?,
+                    Kind::Gather => s.igather(&bs[..bytes], &mut br[..bytes * p], 0)?,
+                    Kind::Reduce => s.ireduce(&fs[..e], &mut fr[..e], &sum, 0)?,
+                    Kind::Allgather => s.iallgather(&bs[..bytes], &mut br[..bytes * p])?,
+                    Kind::Allreduce => s.iallreduce(&fs[..e], &mut fr[..e], &sum)?,
+                    Kind::ReduceScatter => s.ireduce_scatter(&fs[..e], &mut fr[..e / p], &sum)?,
+                    Kind::Alltoall => s.ialltoall(&bs[..bytes * p], &mut br[..bytes * p])?,
+                    Kind::Barrier => s.ibarrier()?,
+                    _ => unreachable!("checked above"),
+                };
+                let t = match work {
+                    Some((cpu, us, tests)) => cpu.run(us, tests, || r.test().map(drop))?,
+                    None => 0.0,
+                };
+                r.wait()?;
+                Ok(t)
+            })?;
+        }
+        Ok(spent)
     }
 
     /// `n` VIS_Halo exchanges: each rank puts the three low faces of its cube (x = 0:
@@ -610,6 +659,7 @@ impl<'w> Backend for TcaBackend<'w> {
 
     fn prepare(&mut self, bench: &Benchmark, bytes: usize) -> Result<()> {
         self.cur = (bench.kind, bytes);
+        self.nonblocking = bench.nonblocking();
         if let Some(coll) = bench.collective {
             let i = super::index_of(bench);
             let name = self
@@ -624,6 +674,7 @@ impl<'w> Backend for TcaBackend<'w> {
 
     fn prepare_halo(&mut self, halo: &Halo) -> Result<()> {
         self.cur = (Kind::Halo, halo.bytes_per_exchange());
+        self.nonblocking = false;
         // Channels are closed and reopened by every batch; the receiver's close must reach
         // the sender before it opens more (its slots are reused once both ends closed).
         self.halo = None;
@@ -647,6 +698,9 @@ impl<'w> Backend for TcaBackend<'w> {
         let e = bytes / 4;
         let c = &self.comm;
         let sum = Op::<f32>::Sum;
+        if self.nonblocking {
+            return self.nonblocking(n, None).map(drop);
+        }
         match kind {
             Kind::Sendrecv | Kind::Exchange => return self.two_sided(kind, n),
             Kind::PingPong | Kind::PingPing if self.two_sided => return self.two_sided(kind, n),
@@ -699,6 +753,10 @@ impl<'w> Backend for TcaBackend<'w> {
             }
         }
         Ok(())
+    }
+
+    fn overlapped(&mut self, n: u64, cpu: &Cpu, us: f64, tests: u32) -> Result<f64> {
+        self.nonblocking(n, Some((cpu, us, tests)))
     }
 
     fn algorithm(&self, bench: &Benchmark, bytes: usize) -> String {
