@@ -5,8 +5,8 @@
 
 use std::time::Duration;
 
-use tca::coll::nb::Request;
 use tca::coll::{ALGORITHMS, Algorithm};
+use tca::p2p::{self, Request};
 use tca::{Collective, Comm, ErrorKind, Op, threads};
 
 fn val(rank: usize, i: usize) -> f64 {
@@ -40,7 +40,7 @@ fn r32(x: usize) -> u32 {
 /// Finishes `r` by testing it until it is done: the non-blocking steps, not the blocking
 /// ones a `wait` would switch to.
 fn finish(mut r: Request<'_>) -> tca::Result<()> {
-    while !r.test()? {
+    while r.test()?.is_none() {
         std::thread::yield_now();
     }
     Ok(())
@@ -188,7 +188,7 @@ fn many_outstanding_waited_in_random_orders() {
                 }
                 for _ in 0..10 {
                     let k = (next() % 20) as usize;
-                    if let Some(r) = reqs[k].as_mut() {
+                    if let Some(r) = reqs[k].as_mut().filter(|r| r.is_active()) {
                         r.test()?;
                     }
                 }
@@ -197,7 +197,11 @@ fn many_outstanding_waited_in_random_orders() {
                     order.swap(i, pick(next(), i + 1));
                 }
                 for k in order {
-                    reqs[k].take().unwrap().wait()?;
+                    // Those a test completed are spent: nothing to wait for.
+                    let mut r = reqs[k].take().unwrap();
+                    if r.is_active() {
+                        r.wait()?;
+                    }
                 }
                 Ok(())
             })?;
@@ -259,11 +263,11 @@ fn mixed_blocking_and_nonblocking_with_random_delays() {
                         _ => drop(s.ibarrier()?), // dropped: the scope finishes it
                     }
                 }
-                for r in reqs.drain(..) {
+                for mut r in reqs.drain(..) {
                     match own() % 3 {
                         0 => drop(r), // left to the scope
                         1 => finish(r)?,
-                        _ => r.wait()?,
+                        _ => drop(r.wait()?),
                     }
                 }
                 Ok(())
@@ -285,6 +289,65 @@ fn mixed_blocking_and_nonblocking_with_random_delays() {
     .unwrap();
 }
 
+/// Collectives' requests and sends' and receives' are one type: waited for together with
+/// `wait_all`, one at a time with `wait_any` (the collectives in the order they started), or
+/// tested with `test_all`; every result checked.
+#[test]
+fn collectives_and_messages_wait_together() {
+    threads::run(3, |w| {
+        let c = Comm::world(w)?;
+        let (p, me) = (c.size(), c.rank());
+        let (right, left) = ((me + 1) % p, (me + p - 1) % p);
+        let sum: f64 = (0..p).map(|r| f64::from(r) + 1.0).sum();
+        for round in 0..50u32 {
+            let mut x = vec![f64::from(me) + 1.0; 1000];
+            let mut b = [if me == round % p { round } else { 0 }; 4];
+            let out = [me * 100 + round; 300];
+            let mut inn = [0u32; 300];
+            let mut y = [f64::from(me); 2];
+            let mut z = [f64::from(me); 3];
+            c.scope(|s| {
+                let mut reqs = vec![
+                    s.iallreduce_in_place(&mut x, &Op::Sum)?,
+                    c.irecv(&mut inn, left, 7)?,
+                    s.ibroadcast(&mut b, round % p)?,
+                    c.isend(&out, right, 7)?,
+                ];
+                match round % 3 {
+                    0 => p2p::wait_all(&mut reqs)?,
+                    1 => {
+                        let mut seen = Vec::new();
+                        while reqs.iter().any(Request::is_active) {
+                            let (i, st) = p2p::wait_any(&mut reqs)?;
+                            if i == 1 {
+                                assert_eq!((st.source, st.tag, st.bytes), (left, 7, 1200));
+                            }
+                            seen.push(i);
+                        }
+                        seen.sort_unstable();
+                        assert_eq!(seen, [0, 1, 2, 3]);
+                    }
+                    _ => while !p2p::test_all(&mut reqs)? {},
+                }
+                // Only collectives left: wait_any hands them back oldest first.
+                let mut two = [
+                    s.iallreduce_in_place(&mut y, &Op::Max)?,
+                    s.iallreduce_in_place(&mut z, &Op::Min)?,
+                ];
+                assert_eq!(p2p::wait_any(&mut two)?.0, 0);
+                assert_eq!(p2p::wait_any(&mut two)?.0, 1);
+                Ok(())
+            })?;
+            assert_eq!((y, z), ([f64::from(p - 1); 2], [0.0; 3]));
+            assert!(x.iter().all(|&v| v == sum), "round {round}");
+            assert_eq!(b, [round; 4], "round {round}");
+            assert_eq!(inn, [left * 100 + round; 300], "round {round}");
+        }
+        Ok(())
+    })
+    .unwrap();
+}
+
 #[test]
 fn bad_input_is_a_clear_error() {
     threads::run(2, |w| {
@@ -297,13 +360,17 @@ fn bad_input_is_a_clear_error() {
         let mut b = [0u8; 4];
         let e = c.scope(|s| s.ibroadcast(&mut b, 9).map(drop)).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::InvalidRank);
-        // A request tested after it finished stays finished.
+        // A request tested to completion is spent, as every request: a later wait says so.
         let mut x = [1.0f64];
         c.scope(|s| {
             let mut r = s.iallreduce_in_place(&mut x, &Op::Sum)?;
-            while !r.test()? {}
-            assert!(r.test()?);
-            r.wait()
+            assert!(r.is_active() && r.is_collective());
+            while r.test()?.is_none() {}
+            assert!(!r.is_active());
+            let e = r.wait().unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+            assert!(e.to_string().contains("already completed"), "{e}");
+            Ok(())
         })?;
         assert_eq!(x, [2.0]);
         Ok(())

@@ -8,7 +8,10 @@
 //! (`s.iallreduce(..)`) borrow their buffers for the scope's lifetime, so the borrow checker —
 //! not the documentation — keeps a buffer alive and untouched while its collective may still
 //! write or read it, and the scope finishes every request before it returns (a dropped or
-//! forgotten request is completed there, never left writing into freed memory).
+//! forgotten request is completed there, never left writing into freed memory). The request
+//! is the two-sided layer's [`Request`] (`MPI_Request` for both, as in MPI): a collective's
+//! and a send's or receive's can be waited for together ([`crate::p2p::wait_all`],
+//! [`crate::p2p::wait_any`], [`crate::p2p::test_all`]).
 //!
 //! # Order and progress
 //! A communicator's chunks to a peer travel in one ordered channel, and every member starts
@@ -27,9 +30,9 @@
 //! # fn f(c: &tca::Comm) -> tca::Result<()> {
 //! let mut x = vec![1.0f64; 8];
 //! c.scope(|s| {
-//!     let r = s.iallreduce_in_place(&mut x, &tca::Op::Sum)?;
+//!     let mut r = s.iallreduce_in_place(&mut x, &tca::Op::Sum)?;
 //!     x[0] = 2.0; // error: `x` is borrowed by the started allreduce
-//!     r.wait()
+//!     r.wait().map(drop)
 //! })
 //! # }
 //! ```
@@ -48,6 +51,7 @@ use std::task::{Context, Poll, Waker};
 use super::registry::{Kernel, Run};
 use super::{Collective, Comm, Element, Op, Reducer, len_error, op};
 use crate::error::{Error, ErrorKind, Result};
+use crate::p2p::Request;
 
 /// The started collectives of a scope, oldest first.
 struct Ops<'s> {
@@ -75,8 +79,9 @@ struct Slot<'s> {
     done: Option<Result<()>>,
 }
 
-/// What a request needs of its scope's started collectives (their lifetime erased).
-trait Drive {
+/// What a request needs of its scope's started collectives (their lifetime erased): the
+/// collective form of [`crate::p2p::Request`].
+pub(crate) trait Drive {
     fn drive(&self, comm: &Comm<'_>, upto: usize, block: bool) -> Result<()>;
     fn take(&self, i: usize) -> Option<Result<()>>;
     fn finished(&self, i: usize) -> bool;
@@ -183,67 +188,6 @@ pub struct Scope<'s, 'c: 's> {
     _scope: PhantomData<&'s mut &'s ()>,
 }
 
-/// A started non-blocking collective of a [`Scope`]. Dropping it does not cancel it: the
-/// scope finishes it (and reports its error) when it ends.
-#[must_use = "a request does nothing until tested or waited for (or its scope ends)"]
-pub struct Request<'r> {
-    ops: &'r dyn Drive,
-    comm: &'r Comm<'r>,
-    i: usize,
-    /// Whether its outcome was handed out (by `test`).
-    taken: bool,
-}
-
-impl std::fmt::Debug for Request<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Request")
-            .field("index", &self.i)
-            .field("finished", &self.ops.finished(self.i))
-            .finish()
-    }
-}
-
-impl Request<'_> {
-    /// Makes progress without waiting and says whether this collective has finished: its
-    /// error, if it failed (then, and after `Ok(true)`, the request is spent: `wait` returns
-    /// `Ok(())` at once).
-    pub fn test(&mut self) -> Result<bool> {
-        if self.taken {
-            return Ok(true);
-        }
-        self.ops.drive(self.comm, self.i, false)?;
-        match self.ops.take(self.i) {
-            Some(r) => {
-                self.taken = true;
-                r.map(|()| true)
-            }
-            None => Ok(false),
-        }
-    }
-
-    /// Waits until this collective (and every one started before it) has finished.
-    pub fn wait(mut self) -> Result<()> {
-        if self.taken {
-            return Ok(());
-        }
-        self.ops.drive(self.comm, self.i, true)?;
-        self.taken = true;
-        self.ops.take(self.i).unwrap_or(Ok(()))
-    }
-
-    /// Waits for every request, in the order given; the first error, once all have finished.
-    pub fn wait_all(reqs: impl IntoIterator<Item = Self>) -> Result<()> {
-        let mut first = Ok(());
-        for r in reqs {
-            let e = r.wait();
-            if first.is_ok() {
-                first = e;
-            }
-        }
-        first
-    }
-}
-
 impl<'w> Comm<'w> {
     /// Runs `f` with a scope in which non-blocking collectives can be started
     /// (`s.iallreduce(..)`, …); every one started is finished before this returns. Returns
@@ -254,9 +198,9 @@ impl<'w> Comm<'w> {
     /// # fn f(c: &tca::Comm) -> tca::Result<()> {
     /// let mut x = vec![1.0f64; 1 << 16];
     /// c.scope(|s| {
-    ///     let r = s.iallreduce_in_place(&mut x, &tca::Op::Sum)?;
+    ///     let mut r = s.iallreduce_in_place(&mut x, &tca::Op::Sum)?;
     ///     // ... compute, calling r.test() now and then ...
-    ///     r.wait()
+    ///     r.wait().map(drop)
     /// })?;
     /// # Ok(()) }
     /// ```
@@ -387,12 +331,7 @@ impl<'s, 'c: 's> Scope<'s, 'c> {
         if finished && self.ops.head.get() == i {
             self.ops.head.set(i + 1);
         }
-        Request {
-            ops: &self.ops,
-            comm: self.comm,
-            i,
-            taken: false,
-        }
+        Request::collective(self.comm, &self.ops, i)
     }
 
     /// Non-blocking [`Comm::broadcast`].

@@ -4,6 +4,7 @@ use super::engine::{Bound, Dest, Hand, Id};
 use super::{Source, Status, Tag};
 use crate::Comm;
 use crate::cast::rank_u32;
+use crate::coll::nb::Drive;
 use crate::error::{Error, ErrorKind, Result};
 use crate::fabric::Segment;
 
@@ -23,8 +24,11 @@ impl Buf<'_> {
     }
 }
 
-/// A started non-blocking operation (`MPI_Request`). Complete it with [`Request::wait`] or
-/// [`Request::test`]; dropping it unfinished is safe (see the module doc).
+/// A started non-blocking operation (`MPI_Request`): a send or receive, or a non-blocking
+/// collective started in a scope (`Comm::scope`, `s.iallreduce(..)`) — one type, so
+/// [`wait_all`], [`wait_any`] and [`test_all`] take both kinds at once. Complete it with
+/// [`Request::wait`] or [`Request::test`]; dropping it unfinished is safe (see the module doc;
+/// a collective's scope finishes it).
 pub struct Request<'a> {
     comm: &'a Comm<'a>,
     /// The engine's request; `None` once finished (or for a send that completed at once).
@@ -33,14 +37,21 @@ pub struct Request<'a> {
     /// The result of a request that completed when it started, not yet waited for.
     early: Option<Status>,
     status: Option<Status>,
+    /// A started collective: its scope's started collectives and its place among them;
+    /// `None` once completed (and for point-to-point requests).
+    coll: Option<(&'a dyn Drive, usize)>,
 }
 
 impl std::fmt::Debug for Request<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Request")
-            .field("active", &self.is_active())
-            .field("status", &self.status)
-            .finish_non_exhaustive()
+        let mut d = f.debug_struct("Request");
+        d.field("active", &self.is_active())
+            .field("status", &self.status);
+        if let Some((ops, i)) = self.coll {
+            d.field("collective", &i)
+                .field("finished", &ops.finished(i));
+        }
+        d.finish_non_exhaustive()
     }
 }
 
@@ -59,6 +70,7 @@ impl<'a> Request<'a> {
             id,
             buf: Buf::None,
             status: None,
+            coll: None,
         }
     }
 
@@ -69,6 +81,19 @@ impl<'a> Request<'a> {
             buf: Buf::Recv(buf),
             early: None,
             status: None,
+            coll: None,
+        }
+    }
+
+    /// The request of collective `i` of a scope's started collectives `ops`.
+    pub(crate) fn collective(comm: &'a Comm<'a>, ops: &'a dyn Drive, i: usize) -> Self {
+        Self {
+            comm,
+            id: None,
+            buf: Buf::None,
+            early: None,
+            status: None,
+            coll: Some((ops, i)),
         }
     }
 
@@ -85,21 +110,33 @@ impl<'a> Request<'a> {
             buf: Buf::RecvSeg(seg, off, len),
             early: None,
             status: None,
+            coll: None,
         }
     }
 
     /// Whether the request has not been completed by a wait or test yet.
     pub fn is_active(&self) -> bool {
-        self.id.is_some() || self.early.is_some()
+        self.id.is_some() || self.early.is_some() || self.coll.is_some()
     }
 
-    /// The status of the completed request (`None` while active).
+    /// Whether it is a non-blocking collective's.
+    pub fn is_collective(&self) -> bool {
+        self.coll.is_some()
+    }
+
+    /// The status of the completed request (`None` while active). A collective's status is
+    /// empty (source 0, tag 0, 0 bytes: MPI leaves it undefined).
     pub fn status(&self) -> Option<Status> {
         self.status
     }
 
-    /// Waits for completion (`MPI_Wait`).
+    /// Waits for completion (`MPI_Wait`). A collective's wait first finishes the collectives
+    /// its scope started before it (they progress in the order they were started).
     pub fn wait(&mut self) -> Result<Status> {
+        if let Some((ops, i)) = self.coll {
+            ops.drive(self.comm, i, true)?;
+            return self.settle_coll(ops.take(i).unwrap_or(Ok(())));
+        }
         if let Some(s) = self.early.take() {
             self.status = Some(s);
             return Ok(s);
@@ -110,8 +147,17 @@ impl<'a> Request<'a> {
         self.settle(id, r)
     }
 
-    /// Completes the request if it can without waiting (`MPI_Test`).
+    /// Completes the request if it can without waiting (`MPI_Test`): makes progress, and
+    /// returns the status once completed (then the request is spent: a later wait or test is
+    /// an error, as for every request).
     pub fn test(&mut self) -> Result<Option<Status>> {
+        if let Some((ops, i)) = self.coll {
+            ops.drive(self.comm, i, false)?;
+            return match ops.take(i) {
+                Some(r) => self.settle_coll(r).map(Some),
+                None => Ok(None),
+            };
+        }
         if let Some(s) = self.early.take() {
             self.status = Some(s);
             return Ok(Some(s));
@@ -123,6 +169,16 @@ impl<'a> Request<'a> {
             Ok(Some(s)) => self.settle(id, Ok(s)).map(Some),
             Err(e) => self.settle(id, Err(e)).map(Some),
         }
+    }
+
+    /// A collective's outcome, taken from its scope: the request is spent.
+    fn settle_coll(&mut self, r: Result<()>) -> Result<Status> {
+        self.coll = None;
+        r.map(|()| {
+            let s = Status::send();
+            self.status = Some(s);
+            s
+        })
     }
 
     fn settle(&mut self, id: Id, r: Result<Status>) -> Result<Status> {
@@ -186,12 +242,25 @@ pub fn test_all(reqs: &mut [Request<'_>]) -> Result<bool> {
 
 /// Waits until one active request completes and returns its index and status
 /// (`MPI_Waitany`). Fails if no request is active.
+///
+/// Collectives complete in the order they were started, so when only collectives are active
+/// the one that completes first is the oldest, and this waits for it. With point-to-point
+/// requests active too, it sleeps on those between passes for at most a short nap (0.2 ms),
+/// after which its next pass moves the collectives on.
 pub fn wait_any(reqs: &mut [Request<'_>]) -> Result<(usize, Status)> {
     if !reqs.iter().any(Request::is_active) {
         return Err(Error::new(
             ErrorKind::InvalidArgument,
             "wait_any: no active request",
         ));
+    }
+    if !reqs.iter().any(|r| r.id.is_some() || r.early.is_some()) {
+        let oldest = (0..reqs.len())
+            .filter_map(|k| Some((reqs[k].coll?.1, k)))
+            .min()
+            .map(|(_, k)| k)
+            .expect("an active request, and all active ones are collectives");
+        return Ok((oldest, reqs[oldest].wait()?));
     }
     let n = reqs.len();
     let mut turn = 0usize;
