@@ -324,27 +324,30 @@ mod tests {
         }
     }
 
+    /// `bench` at 8 bytes, one call per run, `repeat` runs, no warm-up.
+    fn one_size(bench: &str, repeat: u32) -> Options {
+        Options {
+            benchmarks: vec![BENCHMARKS.iter().position(|b| b.name == bench).unwrap()],
+            sizes: vec![8],
+            iters: Iters::Fixed(1),
+            warmup: Some(0),
+            repeat,
+            algos: Vec::new(),
+            soak: 0,
+            two_sided: false,
+            lattices: Vec::new(),
+            test_calls: 0,
+        }
+    }
+
     /// A non-blocking benchmark whose communication does not overlap at all (the scripted
     /// batch, then the computation): a row with IMB-NBC's figures, the computation sized to
     /// the pure time, and little overlap.
     #[test]
     fn overlap_rows_carry_imb_nbcs_figures() {
         let opts = Options {
-            benchmarks: vec![
-                BENCHMARKS
-                    .iter()
-                    .position(|b| b.name == "Iallreduce")
-                    .unwrap(),
-            ],
-            sizes: vec![8],
-            iters: Iters::Fixed(1),
-            warmup: Some(0),
-            repeat: 1,
-            algos: Vec::new(),
-            soak: 0,
-            two_sided: false,
-            lattices: Vec::new(),
             test_calls: 3,
+            ..one_size("Iallreduce", 1)
         };
         tca::threads::run(1, |world| {
             let ms = Duration::from_millis;
@@ -369,23 +372,7 @@ mod tests {
     #[test]
     fn repeated_runs_report_the_fastest() {
         let ms = Duration::from_millis;
-        let opts = |repeat| Options {
-            benchmarks: vec![
-                BENCHMARKS
-                    .iter()
-                    .position(|b| b.name == "Allreduce")
-                    .unwrap(),
-            ],
-            sizes: vec![8],
-            iters: Iters::Fixed(1),
-            warmup: Some(0),
-            repeat,
-            algos: Vec::new(),
-            soak: 0,
-            two_sided: false,
-            lattices: Vec::new(),
-            test_calls: 0,
-        };
+        let opts = |repeat| one_size("Allreduce", repeat);
         tca::threads::run(1, |world| {
             // The middle run is 40x faster than the others: it is the one reported.
             let mut b = Scripted {
