@@ -651,11 +651,19 @@ fn multi_chunk_reductions_never_read_a_reused_slot() {
 /// waited for, and so does a two-sided receive.
 #[test]
 fn a_stuck_peer_is_a_timeout_that_names_it() {
+    // Set by rank 0 once it has its three errors: until then rank 1 stays (a rank that left
+    // would be another error), however slow a loaded machine makes the waits.
+    let done = std::sync::atomic::AtomicBool::new(false);
     let all = threads::run_each(2, |w| {
         let c = Comm::world(w)?;
         if w.rank() == 1 {
-            // Alive but stuck: calls nothing for a while, then leaves.
-            std::thread::sleep(Duration::from_millis(2000));
+            // Alive but stuck: calls nothing until rank 0 is done (or a minute), then leaves.
+            let t0 = std::time::Instant::now();
+            while !done.load(std::sync::atomic::Ordering::Acquire)
+                && t0.elapsed() < Duration::from_secs(60)
+            {
+                std::thread::sleep(Duration::from_millis(10));
+            }
             return Ok(None);
         }
         assert_eq!(w.timeout(), None);
@@ -667,6 +675,7 @@ fn a_stuck_peer_is_a_timeout_that_names_it() {
         let mut buf = [0u8; 8];
         let p2p = c.recv(&mut buf, 1, 7).unwrap_err();
         let world = w.barrier().unwrap_err();
+        done.store(true, std::sync::atomic::Ordering::Release);
         Ok(Some([coll, p2p, world]))
     });
     let errs = all[0].as_ref().unwrap().as_ref().expect("rank 0's errors");

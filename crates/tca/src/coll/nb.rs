@@ -98,6 +98,12 @@ impl Drive for Ops<'_> {
                  (a reduction op)",
             ));
         }
+        if !block && self.head.get() < self.slots.borrow().len() {
+            // A network transport moves data only while polled, and trying steps do not wait
+            // (waiting ones poll it in their wait): what peers sent since the last test gets
+            // in here. Over shared memory this checks nothing but the job monitor.
+            comm.world.progress()?;
+        }
         let mut cx = Context::from_waker(Waker::noop());
         while self.head.get() <= upto {
             let i = self.head.get();

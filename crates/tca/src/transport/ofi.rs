@@ -584,7 +584,7 @@ impl Ofi {
                 }
                 Err(e) if e.is_again() => {
                     self.poll_cq(shm)
-                        .and_then(|()| self.stalled(shm, &mut turns))
+                        .and_then(|()| self.stalled_on(shm, &mut turns, to))
                         .map_err(give_back)?;
                 }
                 Err(e) => return Err(give_back(ofi_err(e, self.ep.provider(), Some(to)))),
@@ -631,7 +631,7 @@ impl Ofi {
                     Ok(()) => break,
                     Err(e) if e.is_again() => self
                         .poll_cq(shm)
-                        .and_then(|()| self.stalled(shm, &mut turns))
+                        .and_then(|()| self.stalled_on(shm, &mut turns, to))
                         .err(),
                     Err(e) => Some(ofi_err(e, self.ep.provider(), Some(to))),
                 };
@@ -654,7 +654,7 @@ impl Ofi {
         {
             if let Err(e) = self
                 .poll_cq(shm)
-                .and_then(|()| self.stalled(shm, &mut turns))
+                .and_then(|()| self.stalled_on(shm, &mut turns, to))
             {
                 self.settle(&outstanding);
                 return Err(e);
@@ -715,6 +715,31 @@ impl Ofi {
         Ok(())
     }
 
+    /// [`Ofi::stalled`] for a wait on traffic to `to`, which also ends when `to` has left
+    /// the job: a provider may hold sends to a closed endpoint forever.
+    fn stalled_on(&self, shm: &Shm, turns: &mut u32, to: u32) -> Result<()> {
+        self.stalled(shm, turns)?;
+        if *turns % 256 == 0 {
+            self.check_left(shm, to)?;
+        }
+        Ok(())
+    }
+
+    /// The error for traffic to a rank that left the job cleanly (by this node's board or the
+    /// job monitor): its segments went with it, as a put into a freed segment finds (which
+    /// the collectives' credits and active-message answers expect and ignore).
+    fn check_left(&self, shm: &Shm, to: u32) -> Result<()> {
+        let gone = shm.has_left(to) || self.watch.borrow().as_ref().is_some_and(|w| w.has_left(to));
+        if gone {
+            return Err(Error::peer(
+                ErrorKind::InvalidHandle,
+                to,
+                format!("rank {to} has left the job: its segments are gone"),
+            ));
+        }
+        Ok(())
+    }
+
     fn next_req(&self) -> u64 {
         let r = self.next_req.get();
         self.next_req.set(r + 1);
@@ -756,18 +781,7 @@ impl Ofi {
                 if let Some(w) = self.watch.borrow().as_ref() {
                     w.check()?;
                 }
-                let gone = shm.has_left(to)
-                    || self.watch.borrow().as_ref().is_some_and(|w| w.has_left(to));
-                if gone {
-                    // It left cleanly: its segments are gone with it (as a put into a freed
-                    // segment, which the collectives' credits expect and ignore).
-                    return Err(Error::peer(
-                        ErrorKind::InvalidHandle,
-                        to,
-                        format!("rank {to} has left the job: it cannot answer"),
-                    ));
-                }
-                Ok(())
+                self.check_left(shm, to)
             },
         )?;
         match self.replies.borrow_mut().remove(&req) {
