@@ -399,15 +399,16 @@ mod tests {
         assert_eq!(s[0].rows("IMB")[0].ranks, 4);
     }
 
-    /// IMB-NBC's layout (IMB 2021, abridged): the overlap columns, Ibarrier without bytes.
+    /// IMB-NBC's layout (columns and widths as IMB 2021 prints them; the numbers are made
+    /// up, consistent with IMB-NBC's formula): the overlap columns, Ibarrier without bytes.
     const REAL_NBC: &str = "\
 #----------------------------------------------------------------
 # Benchmarking Iallreduce
 # #processes = 2
 #----------------------------------------------------------------
        #bytes #repetitions t_ovrl[usec] t_pure[usec]  t_CPU[usec]   overlap[%]
-            0         1000         1.17         0.21         1.02        18.63
-        65536          320        62.90        33.51        33.16        11.47
+            0         1000         1.17         0.61         0.58         3.28
+        65536          320        62.90        33.51        33.16        11.25
 
 #----------------------------------------------------------------
 # Benchmarking Ibarrier
@@ -424,7 +425,8 @@ mod tests {
         let l = &s[0].lines[1];
         assert_eq!((l.bytes, l.repetitions, l.t_avg), (65536, 320, 62.90));
         let o = l.overlap.unwrap();
-        assert_eq!((o.t_pure_us, o.t_cpu_us, o.percent), (33.51, 33.16, 11.47));
+        assert_eq!((o.t_pure_us, o.t_cpu_us, o.percent), (33.51, 33.16, 11.25));
+        assert!((Overlap::new(62.90, 33.51, 33.16).percent - o.percent).abs() < 0.01);
         let b = &s[1].lines[0];
         assert_eq!((b.bytes, b.repetitions, b.t_max), (0, 1000, 3.11));
         assert_eq!(b.overlap.unwrap().percent, 0.0);

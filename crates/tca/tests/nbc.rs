@@ -348,6 +348,57 @@ fn collectives_and_messages_wait_together() {
     .unwrap();
 }
 
+/// A send's or receive's wait moves started collectives on: a peer that finishes its part of
+/// a collective before it sends is not left waiting for a rank that sleeps in a receive (a
+/// valid MPI program; it would deadlock if the receive's wait only watched messages). The
+/// collective is large (many chunks, so many steps) and each rank's order is the other's
+/// reverse, through `wait_any`, `wait_all`, a blocking receive and a request's wait.
+#[test]
+fn waits_for_messages_move_collectives_on() {
+    threads::run(2, |w| {
+        let c = Comm::world(w)?;
+        let me = c.rank();
+        let other = 1 - me;
+        let n = 1 << 17; // 1 MiB of f64
+        for form in 0..4 {
+            let mut x = vec![f64::from(me) + 1.0; n];
+            let mut got = [0u32; 4];
+            c.scope(|s| {
+                let mut sum = s.iallreduce_in_place(&mut x, &Op::Sum)?;
+                if me == 1 {
+                    // The collective first, then the message rank 0 is waiting for.
+                    sum.wait()?;
+                    return c.send(&[form; 4], other, 5);
+                }
+                match form {
+                    0 => {
+                        let mut reqs = [sum, c.irecv(&mut got, other, 5)?];
+                        while reqs.iter().any(Request::is_active) {
+                            p2p::wait_any(&mut reqs)?;
+                        }
+                    }
+                    1 => p2p::wait_all(&mut [c.irecv(&mut got, other, 5)?, sum])?,
+                    2 => {
+                        c.recv(&mut got, other, 5)?;
+                        sum.wait()?;
+                    }
+                    _ => {
+                        c.irecv(&mut got, other, 5)?.wait()?;
+                        sum.wait()?;
+                    }
+                }
+                Ok(())
+            })?;
+            assert!(x.iter().all(|&v| v == 3.0), "form {form}");
+            if me == 0 {
+                assert_eq!(got, [form; 4], "form {form}");
+            }
+        }
+        Ok(())
+    })
+    .unwrap();
+}
+
 #[test]
 fn bad_input_is_a_clear_error() {
     threads::run(2, |w| {

@@ -125,7 +125,6 @@ impl MpiBackend {
         }
     }
 
-    /// One halo exchange: every ghost's `MPI_Irecv`, every face's `MPI_Isend`, `MPI_Waitall`.
     /// `n` calls of the prepared collective through the MPI's immediate form (`MPI_Ibcast`,
     /// `MPI_Iallreduce`, ...; `MPI_Ireduce_scatter_block` for Ireduce_scatter), each followed
     /// by `work` (see [`Cpu::run`], with `MPI_Test` as the test) and `MPI_Wait`. Returns the
@@ -189,6 +188,7 @@ impl MpiBackend {
         Ok(spent)
     }
 
+    /// One halo exchange: every ghost's `MPI_Irecv`, every face's `MPI_Isend`, `MPI_Waitall`.
     fn halo(&mut self) {
         let w = self.lib.world();
         let Some(Buffers {

@@ -10,9 +10,9 @@
 //!
 //! The row's t_min, t_max and t_avg are over the ranks' t_ovrl; its t_pure, t_CPU and overlap
 //! are those of the rank with the largest t_ovrl (IMB-NBC's rule), the overlap being
-//! `100 max(0, min(1, (t_pure + t_CPU - t_ovrl) / min(t_pure, t_CPU)))`
-//! ([`tca_model::record::Overlap`]): 100% when the collective hid entirely behind the
-//! computation (t_ovrl = max of the two), 0% when the two took turns (t_ovrl = their sum).
+//! `100 max(0, min(1, (t_pure + t_CPU - t_ovrl) / max(t_pure, t_CPU)))` as IMB-NBC's code
+//! computes it ([`tca_model::record::Overlap`]): 100% when the collective hid entirely behind
+//! a computation as long as itself, 0% when the two took turns (t_ovrl = their sum).
 //!
 //! The computation ([`Cpu`]) is a dependent chain of floating-point multiply-adds in
 //! registers: it touches no memory the collective uses and calls no library, so what

@@ -249,8 +249,26 @@ impl<'w> Comm<'w> {
     pub(crate) fn settle(&self) -> Result<()> {
         match self.scope.get() {
             None => Ok(()),
-            Some(open) => open.settle(self),
+            Some(open) => open.with(|ops| ops.drive(self, usize::MAX, true)),
         }
+    }
+
+    /// Moves the collectives started in an open scope on without waiting: what the
+    /// two-sided layer's waits run on their passes, since a peer may need this rank's part of
+    /// a collective before it sends what the wait is for.
+    #[inline]
+    pub(crate) fn progress_scope(&self) -> Result<()> {
+        match self.scope.get() {
+            None => Ok(()),
+            Some(open) => open.with(|ops| ops.drive(self, usize::MAX, false)),
+        }
+    }
+
+    /// Whether an open scope has started collectives that have not finished.
+    pub(crate) fn scope_pending(&self) -> bool {
+        self.scope
+            .get()
+            .is_some_and(|open| open.with(|ops| ops.head.get() < ops.slots.borrow().len()))
     }
 }
 
@@ -260,15 +278,16 @@ impl<'w> Comm<'w> {
 pub(crate) struct OpenScope(NonNull<()>);
 
 impl OpenScope {
+    /// Runs `f` on the open scope's started collectives.
     #[allow(unsafe_code)] // the one dereference of the open scope's pointer
-    fn settle(self, comm: &Comm<'_>) -> Result<()> {
+    fn with<R>(self, f: impl FnOnce(&Ops<'_>) -> R) -> R {
         // SAFETY: the pointer is to the `Ops` of the scope open on this communicator; `Open`
         // sets it when the scope's `Ops` exists and clears it (on return and on unwind)
         // before they are dropped, and a communicator is used from one thread (`Comm` is not
-        // `Sync`). `Ops::drive` uses nothing of the lifetime `'s` but the runs it polls,
+        // `Sync`), so they outlive this call. `f` cannot keep the reference (its lifetime is
+        // this call's), and `Ops` uses nothing of the lifetime `'s` but the runs it polls,
         // which live as long as the `Ops`.
-        let ops = unsafe { self.0.cast::<Ops<'_>>().as_ref() };
-        ops.drive(comm, usize::MAX, true)
+        f(unsafe { self.0.cast::<Ops<'_>>().as_ref() })
     }
 }
 

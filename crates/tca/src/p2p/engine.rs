@@ -1593,11 +1593,25 @@ impl Engine {
     /// most likely raises, with this engine's progress as its hook (every peer is polled on
     /// each spin and at least every [`NAP`] while asleep; dead peers end the wait).
     pub(crate) fn wait(&self, w: &World, id: Id, hand: &mut Hand<'_>) -> Result<Status> {
+        self.wait_with(w, id, hand, || Ok(()))
+    }
+
+    /// [`Engine::wait`], running `also` on every pass of progress (the communicator's
+    /// started non-blocking collectives, which this engine's progress does not move; a
+    /// no-op, inlined away, for plain waits).
+    pub(crate) fn wait_with(
+        &self,
+        w: &World,
+        id: Id,
+        hand: &mut Hand<'_>,
+        also: impl Fn() -> Result<()>,
+    ) -> Result<Status> {
         let hand = RefCell::new(hand);
         let mut turn = 0usize;
         let patience = Patience::default();
         loop {
             self.progress(w, &mut hand.borrow_mut(), Some(id.idx))?;
+            also()?;
             if self.is_done(id) {
                 return self.finish(id, &mut hand.borrow_mut());
             }
@@ -1605,6 +1619,7 @@ impl Engine {
             turn += 1;
             self.sleep_on(w, hint, &patience, || {
                 self.progress(w, &mut hand.borrow_mut(), Some(id.idx))?;
+                also()?;
                 Ok(self.is_done(id))
             })
             .map_err(|e| self.name_peer(e, id))?;

@@ -221,7 +221,7 @@ impl<'w> Comm<'w> {
         let Some(id) = eng.send(w, to, tag, ty, data, true)? else {
             return Ok(());
         };
-        let r = eng.wait(w, id, &mut Hand::Send(data));
+        let r = eng.wait_with(w, id, &mut Hand::Send(data), || self.progress_scope());
         if r.is_err() {
             eng.drop_req(id);
         }
@@ -232,7 +232,9 @@ impl<'w> Comm<'w> {
         let (src, tag) = self.selector(src, tag)?;
         let eng = self.engine();
         let w = self.world_ref();
+        // The fast path watches one ring only: not while started collectives need moving on.
         if let Source::Rank(q) = src
+            && !self.scope_pending()
             && let Some(st) = eng.recv_fast(w, q as usize, tag, ty, buf)?
         {
             return Ok(st);
@@ -243,7 +245,7 @@ impl<'w> Comm<'w> {
             _ => 0,
         };
         let id = eng.recv(w, src, tag, cap, ty, Dest::Plain, &mut hand)?;
-        let r = eng.wait(w, id, &mut hand);
+        let r = eng.wait_with(w, id, &mut hand, || self.progress_scope());
         if r.is_err() {
             eng.drop_req(id);
         }

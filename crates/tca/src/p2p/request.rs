@@ -142,8 +142,10 @@ impl<'a> Request<'a> {
             return Ok(s);
         }
         let id = self.id.ok_or_else(finished)?;
-        let eng = self.comm.engine();
-        let r = eng.wait(self.comm.world_ref(), id, &mut self.buf.hand());
+        let (comm, eng) = (self.comm, self.comm.engine());
+        let r = eng.wait_with(comm.world_ref(), id, &mut self.buf.hand(), || {
+            comm.progress_scope()
+        });
         self.settle(id, r)
     }
 
@@ -210,9 +212,12 @@ impl Drop for Request<'_> {
 
 /// Waits for every active request (`MPI_Waitall`); each one's status is then in
 /// [`Request::status`]. Every request is waited for even if one fails; the first error is
-/// returned.
+/// returned. Collectives' requests are waited for first: their waits move sends and
+/// receives on, while a send's or receive's wait moves collectives only between naps.
 pub fn wait_all(reqs: &mut [Request<'_>]) -> Result<()> {
-    wait_every(reqs, Request::is_active, Request::wait)
+    let first = wait_every(reqs, |r| r.is_collective(), Request::wait);
+    let rest = wait_every(reqs, Request::is_active, Request::wait);
+    first.and(rest)
 }
 
 /// Waits for every active request of either kind; the first error after all were waited for.
@@ -243,10 +248,11 @@ pub fn test_all(reqs: &mut [Request<'_>]) -> Result<bool> {
 /// Waits until one active request completes and returns its index and status
 /// (`MPI_Waitany`). Fails if no request is active.
 ///
-/// Collectives complete in the order they were started, so when only collectives are active
-/// the one that completes first is the oldest, and this waits for it. With point-to-point
-/// requests active too, it sleeps on those between passes for at most a short nap (0.2 ms),
-/// after which its next pass moves the collectives on.
+/// The collectives of one scope complete in the order they were started, so when only
+/// collectives are active and none has completed yet, this waits for the oldest of the first
+/// one's scope (one that will complete, which is all `MPI_Waitany` promises). With sends or
+/// receives active, it sleeps on those between passes and moves the collectives on after
+/// every nap (0.2 ms at most).
 pub fn wait_any(reqs: &mut [Request<'_>]) -> Result<(usize, Status)> {
     if !reqs.iter().any(Request::is_active) {
         return Err(Error::new(
@@ -255,11 +261,24 @@ pub fn wait_any(reqs: &mut [Request<'_>]) -> Result<(usize, Status)> {
         ));
     }
     if !reqs.iter().any(|r| r.id.is_some() || r.early.is_some()) {
+        for (i, r) in reqs.iter_mut().enumerate() {
+            if r.is_active()
+                && let Some(s) = r.test()?
+            {
+                return Ok((i, s));
+            }
+        }
+        let Some((ops, _)) = reqs.iter().find_map(|r| r.coll) else {
+            unreachable!("an active request, and every active one is a collective");
+        };
         let oldest = (0..reqs.len())
-            .filter_map(|k| Some((reqs[k].coll?.1, k)))
+            .filter_map(|k| {
+                let (o, i) = reqs[k].coll?;
+                std::ptr::addr_eq(o, ops).then_some((i, k))
+            })
             .min()
             .map(|(_, k)| k)
-            .expect("an active request, and all active ones are collectives");
+            .expect("the first collective's own scope");
         return Ok((oldest, reqs[oldest].wait()?));
     }
     let n = reqs.len();
@@ -282,12 +301,26 @@ pub fn wait_any(reqs: &mut [Request<'_>]) -> Result<(usize, Status)> {
             continue;
         };
         let (comm, id) = (first.comm, first.id.expect("found above"));
+        // The collectives move on in the sleep's passes (this engine's progress does not
+        // move them); an error of that progress ends the sleep and is returned.
+        let failed = std::cell::Cell::new(None);
         let done = || {
-            reqs.iter()
-                .any(|r| r.id.is_some_and(|id| r.comm.engine().is_done(id)))
+            for r in reqs.iter().filter(|r| r.is_active()) {
+                if let Err(e) = r.comm.progress_scope() {
+                    failed.set(Some(e));
+                    return true;
+                }
+            }
+            reqs.iter().any(|r| {
+                r.id.is_some_and(|id| r.comm.engine().is_done(id))
+                    || r.coll.is_some_and(|(ops, i)| ops.finished(i))
+            })
         };
         comm.engine()
             .wait_some(comm.world_ref(), id, &patience, done)?;
+        if let Some(e) = failed.take() {
+            return Err(e);
+        }
     }
 }
 

@@ -631,7 +631,7 @@ impl Ofi {
                     Ok(()) => break,
                     Err(e) if e.is_again() => self
                         .poll_cq(shm)
-                        .and_then(|()| self.stalled_on(shm, &mut turns, to))
+                        .and_then(|()| self.stalled(shm, &mut turns))
                         .err(),
                     Err(e) => Some(ofi_err(e, self.ep.provider(), Some(to))),
                 };
@@ -654,7 +654,7 @@ impl Ofi {
         {
             if let Err(e) = self
                 .poll_cq(shm)
-                .and_then(|()| self.stalled_on(shm, &mut turns, to))
+                .and_then(|()| self.stalled(shm, &mut turns))
             {
                 self.settle(&outstanding);
                 return Err(e);
@@ -715,8 +715,9 @@ impl Ofi {
         Ok(())
     }
 
-    /// [`Ofi::stalled`] for a wait on traffic to `to`, which also ends when `to` has left
-    /// the job: a provider may hold sends to a closed endpoint forever.
+    /// [`Ofi::stalled`] for a send to `to` that the provider keeps refusing, which also ends
+    /// when `to` has left the job: a provider may refuse sends to a closed endpoint for ever.
+    /// (Not for RMA writes: once posted, their sources must outlive the provider's use.)
     fn stalled_on(&self, shm: &Shm, turns: &mut u32, to: u32) -> Result<()> {
         self.stalled(shm, turns)?;
         if *turns % 256 == 0 {
