@@ -20,8 +20,11 @@
 //! oldest unfinished one until it must wait, and the next ones only once it is done. Waiting
 //! for a later request first finishes the earlier ones (the caller may wait in any order). A
 //! blocking collective called on the communicator inside a scope first finishes the started
-//! ones. Progress happens in these calls: a rank that computes without calling tca leaves its
-//! collectives where they are (its peers' steps wait for it).
+//! ones. The two-sided layer's waits (a receive, a send, a request's `wait`, `wait_any`,
+//! `wait_all`) move the started collectives on while they wait for their message, since a
+//! peer may finish its part of a collective before it sends. Progress happens in these
+//! calls: a rank that computes without calling tca leaves its collectives where they are
+//! (its peers' steps wait for it).
 //!
 //! The borrow checker enforces the rule that a buffer is left alone while its collective
 //! runs:

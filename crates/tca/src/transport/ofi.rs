@@ -785,7 +785,13 @@ impl Ofi {
                 self.check_left(shm, to)
             },
         )?;
-        match self.replies.borrow_mut().remove(&req) {
+        let reply = self.replies.borrow_mut().remove(&req);
+        if matches!(reply, Some(Reply::Refused(_))) {
+            // A refusal by a rank that failed, or after the job was aborted, is a consequence
+            // of that: report the cause (the segment asked for may be gone with the rank).
+            shm.check_peers(false)?;
+        }
+        match reply {
             Some(Reply::Value(h)) => Ok(h),
             Some(Reply::Refused(why)) => Err(Error::peer(
                 if why.contains("bounds") {
