@@ -144,10 +144,11 @@ pub const FAULTS: &[Info] = &[
         by_rank: true,
         what: "a rank lowers RLIMIT_NOFILE to about what it has open, then goes on",
         expect: "the job completes, or the rank fails with a Transport error that the others \
-                 name (as failed, or as the owner of segments it freed as it failed)",
+                 name (as failed, as the owner of segments it freed as it failed, or as the \
+                 rank that refused their request for want of a descriptor, with its reason)",
         victim_may_fail: true,
         victim_kinds: &["Transport"],
-        survivor_kinds: &["PeerDied", "Aborted", "InvalidHandle"],
+        survivor_kinds: &["PeerDied", "Aborted", "InvalidHandle", "Transport"],
         direct: false,
         hidden: false,
     },

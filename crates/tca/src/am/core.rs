@@ -32,7 +32,8 @@ const GET_DONE: u8 = 11;
 /// Get into a landing segment of the requester: args [op, offset, length], payload the
 /// landing's handle; the target puts straight there and answers GET_DONE.
 pub(super) const GET_LAND: u8 = 15;
-/// A get or packed put the target refused: [op, offset, length, segment length].
+/// A get or packed put the target refused: args [op, offset, length, segment length, put?,
+/// bytes owed, the reason's kind ([`kind_code`])], payload the reason's text.
 const REFUSED: u8 = 12;
 /// Packed pieces of a put: args [op], payload records (offset u64, length u64, bytes).
 pub(super) const PUT_PACKED: u8 = 13;
@@ -163,9 +164,33 @@ fn args_needed(kind: u8) -> usize {
         GET_LAND => 3,
         GET_SEG => 4,
         PUT_PACKED | PUT_ACK => 1,
-        REFUSED => 6,
+        REFUSED => 7,
         _ => 0,
     }
+}
+
+/// The error kinds a refusal can carry, by their code on the wire (an index here).
+const REFUSAL_KINDS: [ErrorKind; 6] = [
+    ErrorKind::OutOfBounds,
+    ErrorKind::InvalidHandle,
+    ErrorKind::Transport,
+    ErrorKind::PeerDied,
+    ErrorKind::Aborted,
+    ErrorKind::InvalidArgument,
+];
+
+/// `k`'s code in a refusal (a kind not in [`REFUSAL_KINDS`] travels as `Transport`).
+fn kind_code(k: ErrorKind) -> u64 {
+    let i = REFUSAL_KINDS.iter().position(|&x| x == k).unwrap_or(2);
+    i as u64
+}
+
+/// The kind of a refusal's code (an unknown code, from a corrupt packet, is `Transport`).
+fn code_kind(c: u64) -> ErrorKind {
+    usize::try_from(c)
+        .ok()
+        .and_then(|i| REFUSAL_KINDS.get(i).copied())
+        .unwrap_or(ErrorKind::Transport)
 }
 
 pub(super) fn op_id(idx: u32, epoch: u32) -> u64 {
@@ -507,13 +532,25 @@ impl Core {
                 // The landing must be the requester's own segment; anything else (or a
                 // landing that cannot be attached) is refused, not written.
                 let h = Handle::from_bytes(data)
-                    .ok()
-                    .filter(|h| h.rank() == self.world[q] && w.attach(h).is_ok());
+                    .and_then(|h| {
+                        if h.rank() == self.world[q] {
+                            Ok(h)
+                        } else {
+                            Err(Error::new(
+                                ErrorKind::InvalidHandle,
+                                "the landing named is not the requester's own segment",
+                            ))
+                        }
+                    })
+                    .and_then(|h| w.attach(&h).map(|_| h));
                 match h {
-                    Some(h) => {
+                    Ok(h) => {
                         self.serve_get_seg(w, eng, q, &[args[0], args[1], args[2], 0], Some(&h))
                     }
-                    None => self.refuse(w, eng, q, [args[0], args[1], args[2]], false, args[2]),
+                    Err(e) => {
+                        let what = [args[0], args[1], args[2]];
+                        self.refuse(w, eng, q, what, false, args[2], &e)
+                    }
                 }
             }
             PUT_PACKED => self.serve_put_packed(w, eng, q, args, data),
@@ -540,15 +577,13 @@ impl Core {
                 Ok(())
             }
             REFUSED => {
-                let (off, len, cap) = (args[1], args[2], args[3]);
+                // The target's own reason: its kind and its words.
+                let (off, len) = (args[1], args[2]);
+                let why = String::from_utf8_lossy(data);
                 let e = self.peer_err(
-                    ErrorKind::OutOfBounds,
+                    code_kind(args[6]),
                     q,
-                    format!(
-                        "communicator rank {q} refused {len} bytes at offset {off}: outside its \
-                         active-message segment of {cap} bytes, or a destination it could not \
-                         write"
-                    ),
+                    format!("communicator rank {q} refused {len} bytes at offset {off}: {why}"),
                 );
                 self.on_op(args[0], |op| {
                     op.err.get_or_insert(e);
@@ -654,8 +689,10 @@ impl Core {
             .is_some_and(|e| e <= self.seg.len() as u64)
     }
 
-    /// Answers a get or packed put that falls outside this rank's segment (`what`: operation,
-    /// offset, length); `owed`: the bytes the requester still counts on for it.
+    /// Answers a get or packed put that this rank cannot serve (`what`: operation, offset,
+    /// length) with the reason `why` (its kind and message travel; the requester's error
+    /// carries both); `owed`: the bytes the requester still counts on for it.
+    #[allow(clippy::too_many_arguments)] // one refusal's full description
     fn refuse(
         &self,
         w: &World,
@@ -664,12 +701,47 @@ impl Core {
         [op, off, len]: [u64; 3],
         put: bool,
         owed: u64,
+        why: &Error,
     ) -> Result<()> {
-        let args = [op, off, len, self.seg.len() as u64, u64::from(put), owed];
+        let args = [
+            op,
+            off,
+            len,
+            self.seg.len() as u64,
+            u64::from(put),
+            owed,
+            kind_code(why.kind()),
+        ];
+        // The reason's words, cut (at a character) to what one packet carries.
+        let text = why.message();
+        let mut end = text.len().min(self.room(args.len()));
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
         self.depth.set(self.depth.get() + 1);
-        let r = self.send(w, eng, Net::Reply, q, REFUSED, 0, &args, &[]);
+        let r = self.send(
+            w,
+            eng,
+            Net::Reply,
+            q,
+            REFUSED,
+            0,
+            &args,
+            &text.as_bytes()[..end],
+        );
         self.depth.set(self.depth.get() - 1);
         r
+    }
+
+    /// Why `len` bytes at `off` cannot be served: outside this rank's segment.
+    fn outside(&self, off: u64, len: u64) -> Error {
+        Error::new(
+            ErrorKind::OutOfBounds,
+            format!(
+                "{len} bytes at offset {off} lie outside its active-message segment of {} bytes",
+                self.seg.len()
+            ),
+        )
     }
 
     /// A get into the requester's memory: the pieces' bytes, in order, in reply packets.
@@ -688,7 +760,8 @@ impl Core {
             let (off, len) = (word(list, 2 * i), word(list, 2 * i + 1));
             if !self.fits(off, len) {
                 let all = (0..n).map(|k| word(list, 2 * k + 1)).sum();
-                return self.refuse(w, eng, q, [op, off, len], false, all);
+                let why = self.outside(off, len);
+                return self.refuse(w, eng, q, [op, off, len], false, all, &why);
             }
             total += len;
         }
@@ -746,16 +819,18 @@ impl Core {
             .try_into()
             .map_err(|_| self.peer_err(ErrorKind::Transport, q, "short get request".to_string()))?;
         if !self.fits(off, len) {
-            return self.refuse(w, eng, q, [op, off, len], false, len);
+            let why = self.outside(off, len);
+            return self.refuse(w, eng, q, [op, off, len], false, len, &why);
         }
         if len > 0 {
             let to = into.unwrap_or(&self.segs[q]);
             // `off` and `len` lie in the segment (checked above); the chain checks `dst`.
             let (o, d, n) = (usize_sat(off), usize_sat(dst), usize_sat(len));
             let put = w.chain().put(&self.seg, o, to, d, n).build();
-            if put.and_then(|chain| w.start(&chain)).is_err() {
-                // The destination is outside the requester's segment or landing: refused.
-                return self.refuse(w, eng, q, [op, dst, len], false, len);
+            if let Err(e) = put.and_then(|chain| w.start(&chain)) {
+                // The destination is outside the requester's segment or landing, or the put
+                // failed: refused, with the put's own reason.
+                return self.refuse(w, eng, q, [op, dst, len], false, len, &e);
             }
         }
         self.depth.set(self.depth.get() + 1);
@@ -779,7 +854,15 @@ impl Core {
             let (off, len) = (word(&recs[at..], 0), word(&recs[at..], 1));
             let n = usize_sat(len);
             if !self.fits(off, len) || recs.len() - at - 16 < n {
-                return self.refuse(w, eng, q, [op, off, len], true, 0);
+                let why = if self.fits(off, len) {
+                    Error::new(
+                        ErrorKind::Transport,
+                        format!("a packed piece of {len} bytes runs past the end of its packet"),
+                    )
+                } else {
+                    self.outside(off, len)
+                };
+                return self.refuse(w, eng, q, [op, off, len], true, 0, &why);
             }
             at += 16 + n;
         }
@@ -1088,5 +1171,23 @@ impl Core {
         tail[..8].copy_from_slice(&(off as u64).to_le_bytes());
         tail[8..].copy_from_slice(&(payload.len() as u64).to_le_bytes());
         self.send(w, eng, net, to, LONG, idx.0, args, &tail)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusal_kinds_travel_and_unknown_codes_are_transport() {
+        for k in REFUSAL_KINDS {
+            assert_eq!(code_kind(kind_code(k)), k);
+        }
+        assert_eq!(
+            code_kind(kind_code(ErrorKind::Timeout)),
+            ErrorKind::Transport
+        );
+        assert_eq!(code_kind(99), ErrorKind::Transport);
+        assert_eq!(code_kind(u64::MAX), ErrorKind::Transport);
     }
 }
