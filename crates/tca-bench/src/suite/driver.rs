@@ -179,19 +179,33 @@ fn measure<B: Backend>(
         }
     }
     let name = b.lib().name();
-    Ok(best.map(|(avg, ts)| Row {
-        implementation: name,
+    Ok(best.map(|(_, ts)| row(b, name, bench, (bytes, p, reps), &ts, None)))
+}
+
+/// Rank 0's row of `bench` at `bytes` on `ranks` ranks: `ts` is each taking part rank's time
+/// per call (us), of which the row gives the fastest, the slowest and the mean.
+fn row<B: Backend>(
+    b: &B,
+    implementation: String,
+    bench: &Benchmark,
+    (bytes, ranks, repetitions): (usize, u32, u64),
+    ts: &[f64],
+    overlap: Option<Overlap>,
+) -> Row {
+    let avg = ts.iter().sum::<f64>() / ts.len() as f64;
+    Row {
+        implementation,
         benchmark: bench.name.to_string(),
         algorithm: b.algorithm(bench, bytes),
-        ranks: p,
+        ranks,
         bytes: bytes as u64,
-        repetitions: reps,
+        repetitions,
         t_min_us: ts.iter().copied().fold(f64::INFINITY, f64::min),
         t_max_us: ts.iter().copied().fold(0.0, f64::max),
         t_avg_us: avg,
-        mbytes_per_sec: bench.mbytes_per_sec(bytes, avg, p),
-        overlap: None,
-    }))
+        mbytes_per_sec: bench.mbytes_per_sec(bytes, avg, ranks),
+        overlap,
+    }
 }
 
 /// IMB-NBC's measurement of the prepared non-blocking benchmark at `bytes` on every rank
@@ -236,24 +250,13 @@ fn measure_overlap<B: Backend>(
     let name = b.lib().name();
     Ok(best.map(|(_, all)| {
         let ovrl: Vec<f64> = all.chunks(3).map(|t| t[0]).collect();
+        // IMB-NBC's figures are the slowest rank's (by t_ovrl).
         let worst = all
             .chunks(3)
             .max_by(|x, y| x[0].total_cmp(&y[0]))
             .expect("at least one rank");
-        let avg = ovrl.iter().sum::<f64>() / ovrl.len() as f64;
-        Row {
-            implementation: name,
-            benchmark: bench.name.to_string(),
-            algorithm: b.algorithm(bench, bytes),
-            ranks: p,
-            bytes: bytes as u64,
-            repetitions: reps,
-            t_min_us: ovrl.iter().copied().fold(f64::INFINITY, f64::min),
-            t_max_us: worst[0],
-            t_avg_us: avg,
-            mbytes_per_sec: None,
-            overlap: Some(Overlap::new(worst[0], worst[1], worst[2])),
-        }
+        let overlap = Overlap::new(worst[0], worst[1], worst[2]);
+        row(b, name, bench, (bytes, p, reps), &ovrl, Some(overlap))
     }))
 }
 
