@@ -25,6 +25,7 @@ pub const TARGETS: &[Target] = &[
     ("board", board),
     ("rendezvous", rendezvous),
     ("env", env),
+    ("launch", launch),
 ];
 
 /// The target called `name`.
@@ -147,4 +148,12 @@ pub fn env(data: &[u8]) {
         );
     }
     let _ = tca::bootstrap::bind::Bind::parse(&text);
+}
+
+/// Start-up's whole detection of the job from its environment (`tca run`'s `TCA_*`, Slurm,
+/// Open MPI's `mpirun`, PMI; lines `NAME=VALUE`): which source wins, its numbers, the
+/// rendezvous address and board name it derives, and the checks every job passes (see
+/// `tca::bootstrap::fuzz_detect` for what is asserted of an accepted job).
+pub fn launch(data: &[u8]) {
+    let _accepted = tca::bootstrap::fuzz_detect(data);
 }

@@ -224,6 +224,98 @@ proptest! {
     }
 }
 
+/// The seeds of the `launch` target (`fuzz/corpus/launch/*.txt`: the environments of `tca
+/// run`, Slurm on one and two nodes, `mpirun`, a PMI launcher).
+fn launch_seeds() -> Vec<String> {
+    let dir = fuzz_dir().join("corpus").join("launch");
+    let mut seeds: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| std::fs::read_to_string(e.expect("a corpus entry").path()).expect("a text seed"))
+        .collect();
+    seeds.sort();
+    assert!(seeds.len() >= 6, "launch seeds in {}", dir.display());
+    seeds
+}
+
+/// Names start-up reads, and value shapes that reach its branches.
+const LAUNCH_NAMES: &[&str] = &[
+    "TCA_RANK",
+    "TCA_SIZE",
+    "TCA_JOB_ID",
+    "TCA_BOARD_FD",
+    "TCA_LAUNCHER_PID",
+    "TCA_KV",
+    "TCA_BOOT_TIMEOUT",
+    "TCA_MAX_RANKS",
+    "SLURM_PROCID",
+    "SLURM_NTASKS",
+    "SLURM_JOB_ID",
+    "SLURM_STEP_ID",
+    "SLURM_STEP_NUM_NODES",
+    "SLURM_NNODES",
+    "SLURM_STEP_NODELIST",
+    "SLURM_JOB_NODELIST",
+    "OMPI_COMM_WORLD_RANK",
+    "OMPI_COMM_WORLD_SIZE",
+    "OMPI_COMM_WORLD_LOCAL_SIZE",
+    "PMIX_NAMESPACE",
+    "OMPI_MCA_ess_base_jobid",
+    "PMI_RANK",
+    "PMI_SIZE",
+    "PMI_KVSNAME",
+    "MPI_LOCALNRANKS",
+];
+
+fn launch_value() -> impl Strategy<Value = String> {
+    prop_oneof![
+        (0u64..10).prop_map(|n| n.to_string()),
+        any::<u32>().prop_map(|n| n.to_string()),
+        Just(String::new()),
+        Just(" 3 ".to_string()),
+        Just("-1".to_string()),
+        Just("4294967296".to_string()),
+        "[0-9a-f]{1,17}",
+        "[a-z0-9\\[\\],:-]{0,16}",
+        "\\PC{0,12}",
+    ]
+}
+
+proptest! {
+    /// Start-up's detection as a whole (`tca::bootstrap::fuzz_detect`): environments mutated
+    /// from real launchers' and made of the variables it reads with odd values; whatever it
+    /// accepts is a job this rank can join, the same twice.
+    #[test]
+    fn launch_environments_are_a_job_or_an_error(
+        seed in 0..6usize,
+        edits in prop::collection::vec(edit(), 0..8),
+        extra in prop::collection::vec((prop::sample::select(LAUNCH_NAMES), launch_value()), 0..6),
+    ) {
+        let seeds = launch_seeds();
+        let mut text = mutate(&seeds[seed % seeds.len()], &edits);
+        for (name, value) in &extra {
+            text.push_str(&format!("\n{name}={value}"));
+        }
+        tca_tests::launch(text.as_bytes());
+        let bare: String = extra.iter().map(|(n, v)| format!("{n}={v}\n")).collect();
+        tca_tests::launch(bare.as_bytes());
+    }
+}
+
+#[test]
+fn launch_seeds_are_jobs_and_break_into_errors() {
+    for seed in launch_seeds() {
+        assert!(tca::bootstrap::fuzz_detect(seed.as_bytes()), "{seed}");
+    }
+    for bad in [
+        "SLURM_PROCID=8\nSLURM_NTASKS=8\n",
+        "PMI_RANK=0\nPMI_SIZE=0\n",
+        "TCA_BOARD_FD=5\nTCA_RANK=0\nTCA_SIZE=2\n",
+        "OMPI_COMM_WORLD_RANK=0\nOMPI_COMM_WORLD_SIZE=4\nOMPI_COMM_WORLD_LOCAL_SIZE=1\n",
+    ] {
+        assert!(!tca::bootstrap::fuzz_detect(bad.as_bytes()), "{bad}");
+    }
+}
+
 /// The AFL++ harness's directory (`fuzz/`: corpus, regressions).
 fn fuzz_dir() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz")

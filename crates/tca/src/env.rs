@@ -124,17 +124,51 @@ pub const KNOWN_PREFIXES: &[&str] = &["TCA_COLL_"];
 /// per peer, so the cost grows as N^2 over the node.
 pub const DEFAULT_MAX_RANKS: u32 = 1024;
 
+/// Where environment values come from: the process's environment ([`Process`]), or a map of
+/// names to values (start-up's detection fuzzed as a whole, tests).
+pub(crate) trait Vars {
+    /// The value of `name`: `None` if unset, `Some(Err(()))` if it is not valid UTF-8.
+    fn get(&self, name: &str) -> Option<std::result::Result<String, ()>>;
+}
+
+/// The process's environment.
+pub(crate) struct Process;
+
+impl Vars for Process {
+    fn get(&self, name: &str) -> Option<std::result::Result<String, ()>> {
+        match std::env::var(name) {
+            Ok(v) => Some(Ok(v)),
+            Err(std::env::VarError::NotPresent) => None,
+            Err(std::env::VarError::NotUnicode(_)) => Some(Err(())),
+        }
+    }
+}
+
+impl Vars for std::collections::BTreeMap<String, std::result::Result<String, ()>> {
+    fn get(&self, name: &str) -> Option<std::result::Result<String, ()>> {
+        std::collections::BTreeMap::get(self, name).cloned()
+    }
+}
+
 /// Reads an environment variable as a parsed value, with a clear error for garbage.
 pub(crate) fn parse<T: std::str::FromStr>(name: &str) -> crate::Result<Option<T>> {
-    match std::env::var(name) {
-        Ok(v) => v.trim().parse().map(Some).map_err(|_| {
+    parse_in(&Process, name)
+}
+
+/// [`parse`] from `vars`.
+pub(crate) fn parse_in<T: std::str::FromStr>(
+    vars: &dyn Vars,
+    name: &str,
+) -> crate::Result<Option<T>> {
+    match vars.get(name) {
+        Some(Ok(v)) => v.trim().parse().map(Some).map_err(|_| {
             crate::Error::new(
                 crate::ErrorKind::Bootstrap,
                 format!("environment variable {name}={v:?} is not a valid value"),
             )
         }),
-        Err(std::env::VarError::NotPresent) => Ok(None),
-        Err(std::env::VarError::NotUnicode(_)) => Err(crate::Error::new(
+        None => Ok(None),
+        Some(Err(())) => Err(crate::Error::new(
             crate::ErrorKind::Bootstrap,
             format!("environment variable {name} is not valid UTF-8"),
         )),
@@ -160,7 +194,12 @@ pub(crate) fn timeout() -> crate::Result<Option<std::time::Duration>> {
 
 /// The per-node rank limit in force.
 pub fn max_ranks() -> u32 {
-    parse::<u32>(MAX_RANKS)
+    max_ranks_in(&Process)
+}
+
+/// [`max_ranks`] from `vars`.
+pub(crate) fn max_ranks_in(vars: &dyn Vars) -> u32 {
+    parse_in::<u32>(vars, MAX_RANKS)
         .ok()
         .flatten()
         .unwrap_or(DEFAULT_MAX_RANKS)

@@ -20,7 +20,7 @@ pub mod launcher;
 
 use std::time::{Duration, Instant};
 
-use crate::env;
+use crate::env::{self, Vars};
 use crate::error::{Error, ErrorKind, Result};
 
 /// Where ranks on different nodes meet (see [`kv`]).
@@ -67,12 +67,47 @@ pub struct JobEnv {
     pub kv: Option<Rendezvous>,
 }
 
-fn var(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.is_empty())
+impl JobEnv {
+    /// Checks what every start-up source must agree to: at least one rank, at most `max`
+    /// ranks (the per-node limit, `TCA_MAX_RANKS`), this rank among them.
+    pub(crate) fn check(&self, max: u32) -> Result<()> {
+        let (rank, size) = (self.rank, self.size);
+        if size == 0 {
+            return Err(Error::new(
+                ErrorKind::Bootstrap,
+                "a job needs at least one rank",
+            ));
+        }
+        if size > max {
+            return Err(Error::new(
+                ErrorKind::Bootstrap,
+                format!(
+                    "{size} ranks exceed the per-node limit of {max} (set {} to change it)",
+                    env::MAX_RANKS
+                ),
+            ));
+        }
+        if rank >= size {
+            return Err(Error::new(
+                ErrorKind::InvalidRank,
+                format!("rank {rank} is not in a {size}-rank job"),
+            ));
+        }
+        Ok(())
+    }
 }
 
-fn num(name: &str) -> Result<Option<u32>> {
-    env::parse::<u32>(name)
+/// A value that is set, valid UTF-8 and not blank, without surrounding white space (a
+/// `TCA_KV` of form feeds is no address: found by fuzzing, `fuzz/regressions/launch`).
+fn var(vars: &dyn Vars, name: &str) -> Option<String> {
+    vars.get(name)
+        .and_then(|v| v.ok())
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty())
+}
+
+fn num(vars: &dyn Vars, name: &str) -> Result<Option<u32>> {
+    env::parse_in::<u32>(vars, name)
 }
 
 /// FNV-1a, to turn a resource manager's job name into a 64-bit job id.
@@ -82,8 +117,8 @@ fn hash(s: &str) -> u64 {
     })
 }
 
-fn boot_deadline() -> Result<Instant> {
-    let secs = env::parse::<u64>(env::BOOT_TIMEOUT)?.unwrap_or(60);
+fn boot_deadline(vars: &dyn Vars) -> Result<Instant> {
+    let secs = env::parse_in::<u64>(vars, env::BOOT_TIMEOUT)?.unwrap_or(60);
     // A huge timeout means "wait as long as it takes" (a year), not an overflow.
     let now = Instant::now();
     Ok(now
@@ -93,8 +128,8 @@ fn boot_deadline() -> Result<Instant> {
 
 /// The rendezvous of a job that `source` spread over nodes: `TCA_KV` if set, else `default`
 /// (a host the launcher names and a port derived from the job), else an error saying what to set.
-fn spread(source: &str, rank: u32, default: Option<String>) -> Result<Rendezvous> {
-    let addr = var(env::KV).or(default).ok_or_else(|| {
+fn spread(vars: &dyn Vars, source: &str, rank: u32, default: Option<String>) -> Result<Rendezvous> {
+    let addr = var(vars, env::KV).or(default).ok_or_else(|| {
         Error::new(
             ErrorKind::Bootstrap,
             format!(
@@ -165,12 +200,30 @@ pub fn job_cpus() -> u32 {
 
 /// Reads the environment (see the module doc).
 pub fn detect() -> Result<JobEnv> {
-    let boot = boot_deadline()?;
+    detect_in(&env::Process, &crate::transport::open_inherited)
+}
+
+/// [`detect`] from `vars`, opening the launcher's board with `open(launcher pid, fd)`. The
+/// job it describes is checked ([`JobEnv::check`]).
+pub(crate) fn detect_in(
+    vars: &dyn Vars,
+    open: &dyn Fn(u32, u32) -> Result<std::os::fd::OwnedFd>,
+) -> Result<JobEnv> {
+    let job = detect_unchecked(vars, open)?;
+    job.check(env::max_ranks_in(vars))?;
+    Ok(job)
+}
+
+fn detect_unchecked(
+    vars: &dyn Vars,
+    open: &dyn Fn(u32, u32) -> Result<std::os::fd::OwnedFd>,
+) -> Result<JobEnv> {
+    let boot = boot_deadline(vars)?;
     if let (Some(addr), Some(rank), Some(size), Some(job)) = (
-        var(env::KV),
-        num(env::RANK)?,
-        num(env::SIZE)?,
-        var(env::JOB_ID),
+        var(vars, env::KV),
+        num(vars, env::RANK)?,
+        num(vars, env::SIZE)?,
+        var(vars, env::JOB_ID),
     ) {
         // `tca run --hosts`: ranks on several nodes meet at the launcher's rendezvous.
         let job = u64::from_str_radix(&job, 16)
@@ -189,23 +242,23 @@ pub fn detect() -> Result<JobEnv> {
             }),
         });
     }
-    if let Some(fd) = num(env::BOARD_FD)? {
-        let (Some(rank), Some(size)) = (num(env::RANK)?, num(env::SIZE)?) else {
+    if let Some(fd) = num(vars, env::BOARD_FD)? {
+        let (Some(rank), Some(size)) = (num(vars, env::RANK)?, num(vars, env::SIZE)?) else {
             return Err(Error::new(
                 ErrorKind::Bootstrap,
                 "TCA_BOARD_FD is set but TCA_RANK or TCA_SIZE is missing",
             ));
         };
-        let job = var(env::JOB_ID)
+        let job = var(vars, env::JOB_ID)
             .and_then(|j| u64::from_str_radix(&j, 16).ok())
             .ok_or_else(|| Error::new(ErrorKind::Bootstrap, "TCA_JOB_ID is missing or not hex"))?;
-        let launcher = num(env::LAUNCHER_PID)?.ok_or_else(|| {
+        let launcher = num(vars, env::LAUNCHER_PID)?.ok_or_else(|| {
             Error::new(
                 ErrorKind::Bootstrap,
                 "TCA_BOARD_FD is set but TCA_LAUNCHER_PID is missing",
             )
         })?;
-        let fd = crate::transport::open_inherited(launcher, fd).map_err(|e| {
+        let fd = open(launcher, fd).map_err(|e| {
             Error::new(
                 ErrorKind::Bootstrap,
                 format!("cannot open the job board of launcher {launcher}: {e}"),
@@ -221,30 +274,38 @@ pub fn detect() -> Result<JobEnv> {
             kv: None,
         });
     }
-    if let (Some(rank), Some(size)) = (num("SLURM_PROCID")?, num("SLURM_NTASKS")?) {
-        let nodes = num("SLURM_STEP_NUM_NODES")?
-            .or(num("SLURM_NNODES")?)
+    if let (Some(rank), Some(size)) = (num(vars, "SLURM_PROCID")?, num(vars, "SLURM_NTASKS")?) {
+        let nodes = num(vars, "SLURM_STEP_NUM_NODES")?
+            .or(num(vars, "SLURM_NNODES")?)
             .unwrap_or(1);
         let name = format!(
             "slurm-{}.{}",
-            var("SLURM_JOB_ID").unwrap_or_default(),
-            var("SLURM_STEP_ID").unwrap_or_default()
+            var(vars, "SLURM_JOB_ID").unwrap_or_default(),
+            var(vars, "SLURM_STEP_ID").unwrap_or_default()
         );
         let mut job = named(rank, size, &name, "Slurm", boot);
-        if nodes > 1 || var(env::KV).is_some() {
-            let host = var("SLURM_STEP_NODELIST")
-                .or_else(|| var("SLURM_JOB_NODELIST"))
+        if nodes > 1 || var(vars, env::KV).is_some() {
+            let host = var(vars, "SLURM_STEP_NODELIST")
+                .or_else(|| var(vars, "SLURM_JOB_NODELIST"))
                 .and_then(|l| first_host(&l));
             let port = derived_port(&name);
-            job.kv = Some(spread("Slurm", rank, host.map(|h| format!("{h}:{port}")))?);
+            job.kv = Some(spread(
+                vars,
+                "Slurm",
+                rank,
+                host.map(|h| format!("{h}:{port}")),
+            )?);
             job.board = BoardSource::Node;
         }
         return Ok(job);
     }
-    if let (Some(rank), Some(size)) = (num("OMPI_COMM_WORLD_RANK")?, num("OMPI_COMM_WORLD_SIZE")?) {
-        let spans = num("OMPI_COMM_WORLD_LOCAL_SIZE")?.is_some_and(|l| l != size);
-        let name = var("PMIX_NAMESPACE")
-            .or_else(|| var("OMPI_MCA_ess_base_jobid"))
+    if let (Some(rank), Some(size)) = (
+        num(vars, "OMPI_COMM_WORLD_RANK")?,
+        num(vars, "OMPI_COMM_WORLD_SIZE")?,
+    ) {
+        let spans = num(vars, "OMPI_COMM_WORLD_LOCAL_SIZE")?.is_some_and(|l| l != size);
+        let name = var(vars, "PMIX_NAMESPACE")
+            .or_else(|| var(vars, "OMPI_MCA_ess_base_jobid"))
             .unwrap_or_else(|| {
                 format!(
                     "ppid{}",
@@ -252,23 +313,23 @@ pub fn detect() -> Result<JobEnv> {
                 )
             });
         let mut job = named(rank, size, &format!("ompi-{name}"), "Open MPI", boot);
-        if spans || var(env::KV).is_some() {
-            job.kv = Some(spread("Open MPI's mpirun", rank, None)?);
+        if spans || var(vars, env::KV).is_some() {
+            job.kv = Some(spread(vars, "Open MPI's mpirun", rank, None)?);
             job.board = BoardSource::Node;
         }
         return Ok(job);
     }
-    if let (Some(rank), Some(size)) = (num("PMI_RANK")?, num("PMI_SIZE")?) {
-        let spans = num("MPI_LOCALNRANKS")?.is_some_and(|l| l != size);
-        let name = var("PMI_KVSNAME").unwrap_or_else(|| {
+    if let (Some(rank), Some(size)) = (num(vars, "PMI_RANK")?, num(vars, "PMI_SIZE")?) {
+        let spans = num(vars, "MPI_LOCALNRANKS")?.is_some_and(|l| l != size);
+        let name = var(vars, "PMI_KVSNAME").unwrap_or_else(|| {
             format!(
                 "ppid{}",
                 rustix::process::getppid().map_or(0, |p| p.as_raw_nonzero().get())
             )
         });
         let mut job = named(rank, size, &format!("pmi-{name}"), "PMI", boot);
-        if spans || var(env::KV).is_some() {
-            job.kv = Some(spread("the PMI launcher", rank, None)?);
+        if spans || var(vars, env::KV).is_some() {
+            job.kv = Some(spread(vars, "the PMI launcher", rank, None)?);
             job.board = BoardSource::Node;
         }
         return Ok(job);
@@ -298,6 +359,70 @@ fn named(rank: u32, size: u32, name: &str, source: &'static str, boot: Instant) 
     }
 }
 
+/// Start-up's detection of the job from an environment built from `data` (the fuzz targets'
+/// entry: lines `NAME=VALUE`, a value that is not UTF-8 stays so), as a whole: every source's
+/// variables, their precedence, the rendezvous address and the checks of [`JobEnv::check`];
+/// the launcher's board descriptor is `/dev/null`. Panics if what it accepts is not a job
+/// this rank can join (a rank outside the job, an empty rendezvous address, a board name
+/// that is not one name in `/dev/shm`) or if detecting twice disagrees; returns whether it
+/// was accepted. Not part of the API (feature `fuzzing`).
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub fn fuzz_detect(data: &[u8]) -> bool {
+    let vars: std::collections::BTreeMap<String, std::result::Result<String, ()>> = data
+        .split(|&b| b == b'\n')
+        .filter_map(|line| {
+            let eq = line.iter().position(|&b| b == b'=')?;
+            let name = String::from_utf8_lossy(&line[..eq]).into_owned();
+            let value = String::from_utf8(line[eq + 1..].to_vec()).map_err(drop);
+            Some((name, value))
+        })
+        .collect();
+    let open = |_launcher: u32, _fd: u32| -> Result<std::os::fd::OwnedFd> {
+        std::fs::File::open("/dev/null")
+            .map(Into::into)
+            .map_err(|e| Error::new(ErrorKind::Bootstrap, e.to_string()))
+    };
+    let Ok(job) = detect_in(&vars, &open) else {
+        return false;
+    };
+    assert!(
+        job.size >= 1 && job.rank < job.size && job.size <= env::max_ranks_in(&vars),
+        "rank {} of {} accepted from {vars:?}",
+        job.rank,
+        job.size
+    );
+    if let BoardSource::Named(name) = &job.board {
+        assert!(
+            name.starts_with("tca-board-") && !name.contains(['/', '\0']),
+            "board {name:?} from {vars:?}"
+        );
+    }
+    if let Some(rv) = &job.kv {
+        assert!(!rv.addr.trim().is_empty(), "empty rendezvous from {vars:?}");
+        assert!(
+            !rv.serve || (job.rank == 0 && rv.owner == Some(0)),
+            "rank {} serves the rendezvous from {vars:?}",
+            job.rank
+        );
+    }
+    let again = detect_in(&vars, &open).expect("detected once, detected again");
+    assert_eq!(
+        (
+            again.rank,
+            again.size,
+            again.source,
+            again.kv.map(|k| k.addr)
+        ),
+        (job.rank, job.size, job.source, job.kv.map(|k| k.addr)),
+        "two detections from {vars:?}"
+    );
+    if job.source != "singleton" {
+        assert_eq!(again.job, job.job, "the job id from {vars:?}");
+    }
+    true
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -316,6 +441,123 @@ mod tests {
         for bad in ["jj]z8],", "a]b", "node[", "n[-3]", "n[1]x"] {
             assert_eq!(first_host(bad), None, "{bad}");
         }
+    }
+
+    type Vars = std::collections::BTreeMap<String, std::result::Result<String, ()>>;
+
+    fn vars(pairs: &[(&str, &str)]) -> Vars {
+        pairs
+            .iter()
+            .map(|&(k, v)| (k.to_string(), Ok(v.to_string())))
+            .collect()
+    }
+
+    fn detect(v: &Vars) -> crate::Result<super::JobEnv> {
+        super::detect_in(v, &|_, _| {
+            Err(crate::Error::new(
+                crate::ErrorKind::Bootstrap,
+                "no launcher here",
+            ))
+        })
+    }
+
+    #[test]
+    fn the_environment_is_detected_as_a_whole() {
+        use crate::ErrorKind::{Bootstrap, InvalidRank};
+        let kind = |v: &Vars| detect(v).err().map(|e| e.kind());
+        // Nothing: a singleton.
+        let one = detect(&vars(&[])).unwrap();
+        assert_eq!((one.rank, one.size, one.source), (0, 1, "singleton"));
+        // Slurm on one node: a named board, no rendezvous; the same job id on every rank.
+        let s0 = detect(&vars(&[
+            ("SLURM_PROCID", "0"),
+            ("SLURM_NTASKS", "4"),
+            ("SLURM_JOB_ID", "77"),
+        ]))
+        .unwrap();
+        let s3 = detect(&vars(&[
+            ("SLURM_PROCID", "3"),
+            ("SLURM_NTASKS", "4"),
+            ("SLURM_JOB_ID", "77"),
+        ]))
+        .unwrap();
+        assert_eq!((s3.rank, s3.size, s3.source), (3, 4, "Slurm"));
+        assert_eq!(s0.job, s3.job);
+        assert!(s0.kv.is_none() && matches!(s0.board, super::BoardSource::Named(_)));
+        // Slurm over two nodes: the step's first node runs the rendezvous, on rank 0.
+        let spread = |r: &str| {
+            detect(&vars(&[
+                ("SLURM_PROCID", r),
+                ("SLURM_NTASKS", "4"),
+                ("SLURM_JOB_ID", "77"),
+                ("SLURM_STEP_NUM_NODES", "2"),
+                ("SLURM_STEP_NODELIST", "node[03-04]"),
+            ]))
+            .unwrap()
+        };
+        let (a, b) = (spread("0"), spread("2"));
+        let (ka, kb) = (a.kv.unwrap(), b.kv.unwrap());
+        assert!(ka.addr.starts_with("node03:") && ka.addr == kb.addr);
+        assert!(ka.serve && !kb.serve);
+        // A rank outside the job, an empty job, garbage: errors, whichever source says so.
+        for (r, n) in [("4", "4"), ("0", "0")] {
+            let want = if n == "0" { Bootstrap } else { InvalidRank };
+            for (rk, sk) in [
+                ("SLURM_PROCID", "SLURM_NTASKS"),
+                ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+                ("PMI_RANK", "PMI_SIZE"),
+            ] {
+                assert_eq!(
+                    kind(&vars(&[(rk, r), (sk, n)])),
+                    Some(want),
+                    "{rk}={r} {sk}={n}"
+                );
+            }
+        }
+        assert_eq!(
+            kind(&vars(&[("PMI_RANK", "x"), ("PMI_SIZE", "2")])),
+            Some(Bootstrap)
+        );
+        let mut bad = vars(&[("SLURM_NTASKS", "2")]);
+        bad.insert("SLURM_PROCID".into(), Err(()));
+        assert_eq!(kind(&bad), Some(Bootstrap));
+        // More ranks than the per-node limit, unless the limit is raised.
+        assert_eq!(
+            kind(&vars(&[("PMI_RANK", "0"), ("PMI_SIZE", "2000")])),
+            Some(Bootstrap)
+        );
+        assert!(
+            detect(&vars(&[
+                ("PMI_RANK", "0"),
+                ("PMI_SIZE", "2000"),
+                ("TCA_MAX_RANKS", "4096")
+            ]))
+            .is_ok()
+        );
+        // mpirun over several hosts without TCA_KV: an error that says what to set.
+        let e = detect(&vars(&[
+            ("OMPI_COMM_WORLD_RANK", "1"),
+            ("OMPI_COMM_WORLD_SIZE", "4"),
+            ("OMPI_COMM_WORLD_LOCAL_SIZE", "2"),
+        ]))
+        .unwrap_err();
+        assert!(e.to_string().contains("TCA_KV"), "{e}");
+        // The launcher's variables come first; its board is opened, and a failure says whose.
+        let e = detect(&vars(&[
+            ("TCA_BOARD_FD", "5"),
+            ("TCA_RANK", "0"),
+            ("TCA_SIZE", "2"),
+            ("TCA_JOB_ID", "ab"),
+            ("TCA_LAUNCHER_PID", "42"),
+            ("SLURM_PROCID", "0"),
+            ("SLURM_NTASKS", "2"),
+        ]))
+        .unwrap_err();
+        assert!(e.to_string().contains("launcher 42"), "{e}");
+        assert_eq!(
+            kind(&vars(&[("TCA_BOARD_FD", "5"), ("TCA_RANK", "0")])),
+            Some(Bootstrap)
+        );
     }
 
     #[test]

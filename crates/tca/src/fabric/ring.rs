@@ -737,7 +737,7 @@ fn waited_for(io: &impl Memory, e: Error, q: usize, what: &str) -> Error {
 #[cfg(test)]
 mod model {
     use super::*;
-    use crate::transport::model::{self, ModelCount, ModelWord, explore};
+    use crate::transport::model::{self, ModelCount, ModelWord, explore, failure};
     use loom::cell::UnsafeCell;
     use loom::sync::Arc;
 
@@ -1021,16 +1021,6 @@ mod model {
             other.join().unwrap();
         });
         assert!(runs > 1);
-    }
-
-    /// What a model that must fail failed with.
-    fn failure(model: impl Fn() + Sync + Send + 'static) -> String {
-        let e = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| explore(2, model)))
-            .expect_err("the model must fail");
-        e.downcast_ref::<String>()
-            .cloned()
-            .or_else(|| e.downcast_ref::<&str>().map(|s| (*s).to_string()))
-            .unwrap_or_default()
     }
 
     /// The models can fail: a transport that signals before the data is in place lets the

@@ -147,28 +147,7 @@ impl World {
     /// Joins the job described by `env`: meet the other ranks, attach every peer.
     pub(crate) fn join(mut env: JobEnv) -> Result<Self> {
         let (rank, size, job, source) = (env.rank, env.size, env.job, env.source);
-        let max = env::max_ranks();
-        if size == 0 {
-            return Err(Error::new(
-                ErrorKind::Bootstrap,
-                "a job needs at least one rank",
-            ));
-        }
-        if size > max {
-            return Err(Error::new(
-                ErrorKind::Bootstrap,
-                format!(
-                    "{size} ranks exceed the per-node limit of {max} (set {} to change it)",
-                    env::MAX_RANKS
-                ),
-            ));
-        }
-        if rank >= size {
-            return Err(Error::new(
-                ErrorKind::InvalidRank,
-                format!("rank {rank} is not in a {size}-rank job"),
-            ));
-        }
+        env.check(crate::env::max_ranks())?;
         let mode = Mode::from_env()?;
         let Some(rv) = env.kv.take() else {
             // Every rank on this node: meet on the node's board.

@@ -30,14 +30,14 @@
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use super::ready::{self, Claim, REVOKED};
 use super::{Source, Status, Tag};
 use crate::cast::{rank_u32, usize_sat};
 use crate::error::{Error, ErrorKind, Result};
 use crate::fabric::ring::{Head, Ring, Shape};
-use crate::fabric::{AtomicOp, Chain, Handle, Segment, SignalOp, World};
+use crate::fabric::{Chain, Handle, Segment, SignalOp, World};
 use crate::transport::{Patience, Region};
 
 /// Rendezvous transfers in flight per ordered pair of ranks.
@@ -49,8 +49,6 @@ const EAGER: u8 = 1;
 const RTS: u8 = 2;
 /// A persistent channel's first round: binds a `send_init_from` to a `recv_init_into`.
 const BIND: u8 = 3;
-/// A channel's ready word once its receiver closed it.
-const REVOKED: u64 = u64::MAX;
 /// Raised into a done word instead of the generation alone when the sender gave the transfer
 /// up (its blocking send failed before the receiver's address came).
 const ABANDONED: u64 = 1 << 63;
@@ -796,25 +794,16 @@ impl Engine {
             let (to, c) = st.chan_pending[i];
             let at = self.chan_addr_off(to, c);
             let ch = st.chans[to][c].as_mut().expect("a pending channel is open");
-            let want = 2 * ch.round;
-            let v = self.ring.seg().signal_value(at + 56)?;
-            if v == REVOKED {
+            // The claim (see `ready`): nobody sleeps on the word but this rank, so a local
+            // swap needs no wake-up.
+            let claim = ready::claim(self.ring.seg().region.word(at + 56)?, ch.round)?;
+            if claim == Claim::Revoked {
                 ch.err = Some(self.peer_err(
                     ErrorKind::InvalidArgument,
                     to,
                     format!("communicator rank {to} closed the persistent receive of this channel"),
                 ));
-            } else if v < want
-                // The claim: only this rank and the receiver's closing CAS write the word, and
-                // nobody sleeps on it but this rank, so a local CAS needs no wake-up.
-                || self
-                    .ring
-                    .seg()
-                    .region
-                    .word(at + 56)?
-                    .compare_exchange(want, want + 1, Ordering::AcqRel, Ordering::Acquire)
-                    .is_err()
-            {
+            } else if claim == Claim::NotYet {
                 i += 1;
                 continue;
             } else {
@@ -944,13 +933,9 @@ impl Engine {
         let h = self.ring.handle(b.q);
         let at = self.chan_addr_off(self.me, b.chan) + 56;
         if let Some(round) = active {
-            let cas = AtomicOp::CompareExchange {
-                current: 2 * round,
-                new: REVOKED,
-            };
             if w.remote_word(h, at)
-                .and_then(|word| w.atomic(&word, cas))
-                .is_ok_and(|old| old == 2 * round)
+                .and_then(|word| ready::revoke(&(w, &word), round))
+                .unwrap_or(false)
             {
                 return;
             }

@@ -86,6 +86,7 @@
 //! are reused.
 
 mod engine;
+mod ready;
 mod request;
 
 pub(crate) use engine::Engine;

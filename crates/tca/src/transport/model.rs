@@ -54,6 +54,16 @@ impl ModelWord {
     pub(crate) fn value(&self) -> u64 {
         self.load(std::sync::atomic::Ordering::Acquire)
     }
+
+    /// Compare-and-swap (AcqRel; Acquire on failure), with no wake-up: the word it models (a
+    /// bound channel's ready word) has no sleeper but the rank that swaps it. Returns the
+    /// value the word held.
+    pub(crate) fn cas(&self, current: u64, new: u64) -> u64 {
+        use std::sync::atomic::Ordering::{AcqRel, Acquire};
+        self.v
+            .compare_exchange(current, new, AcqRel, Acquire)
+            .unwrap_or_else(|old| old)
+    }
 }
 
 /// The policy of the model waits: one spin before sleeping. (A yield changes no memory and
@@ -166,4 +176,15 @@ pub(crate) fn explore(preemptions: usize, model: impl Fn() + Sync + Send + 'stat
     let n = runs.load(Ordering::Relaxed);
     eprintln!("loom: {n} executions explored (preemption bound {preemptions})");
     n
+}
+
+/// What a model that must fail failed with (the tests that show a model can catch a broken
+/// protocol).
+pub(crate) fn failure(model: impl Fn() + Sync + Send + 'static) -> String {
+    let e = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| explore(2, model)))
+        .expect_err("the model must fail");
+    e.downcast_ref::<String>()
+        .cloned()
+        .or_else(|| e.downcast_ref::<&str>().map(|s| (*s).to_string()))
+        .unwrap_or_default()
 }
