@@ -144,6 +144,7 @@ impl Vars for Process {
     }
 }
 
+#[cfg(any(test, feature = "fuzzing"))]
 impl Vars for std::collections::BTreeMap<String, std::result::Result<String, ()>> {
     fn get(&self, name: &str) -> Option<std::result::Result<String, ()>> {
         std::collections::BTreeMap::get(self, name).cloned()

@@ -241,8 +241,9 @@ struct Rank {
 
 /// Whether this process was started by `tca run` (it is a rank of a launched job).
 pub fn under_launcher() -> bool {
-    std::env::var_os(env::BOARD_FD).is_some()
-        || (std::env::var_os(env::KV).is_some() && std::env::var_os(env::RANK).is_some())
+    // As start-up reads them: a blank `TCA_KV` or `TCA_RANK` is unset.
+    let set = |name| super::var(&env::Process, name).is_some();
+    std::env::var_os(env::BOARD_FD).is_some() || (set(env::KV) && set(env::RANK))
 }
 
 impl Launch {
