@@ -38,8 +38,11 @@
 //! keep a job going when something else takes a core and the scheduler puts both ranks on the
 //! other one: a waiter that only spins holds that core for its whole spin budget while the
 //! rank it waits for cannot run, and a yield hands it over at once. When local ranks
-//! outnumber cores, spinning only burns the time slice the partner needs, so the waiter spins
-//! [`SPIN_OVERSUBSCRIBED`] iterations, then yields the core a few times, then sleeps.
+//! outnumber cores, spinning only burns the time slice the partner needs, so the waiter does
+//! not spin ([`SPIN_OVERSUBSCRIBED`] is 0): it yields the core [`YIELDS_OVERSUBSCRIBED`]
+//! times, then sleeps. (Measured, BENCHMARKS.md "8 ranks on 2 cores": at 8 ranks on 2 cores
+//! 64 spins made the 8-byte collectives 1.4-1.9x slower than none, and 4-16 spins were
+//! within noise of none.)
 //! `TCA_SPIN` overrides the spin count.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -57,7 +60,7 @@ pub const SPIN_DEDICATED: u32 = 1024;
 /// `sched_yield` calls before sleeping when every local rank has a core.
 pub const YIELDS_DEDICATED: u32 = 256;
 /// Spin iterations before yielding when local ranks outnumber cores.
-pub const SPIN_OVERSUBSCRIBED: u32 = 64;
+pub const SPIN_OVERSUBSCRIBED: u32 = 0;
 /// `sched_yield` calls before sleeping when oversubscribed.
 pub const YIELDS_OVERSUBSCRIBED: u32 = 16;
 /// How long one futex sleep lasts before liveness is checked again.
