@@ -28,7 +28,8 @@ pub(crate) struct Args {
     /// about 50 ms per size).
     #[arg(long, default_value = "auto")]
     iters: String,
-    /// Untimed calls before each size (default: a tenth of the timed calls).
+    /// Untimed calls before each size (default: a tenth of the timed calls; with `--iters auto`
+    /// at least 20 ms of calls).
     #[arg(long)]
     warmup: Option<u64>,
     /// Time each size this many times and report the fastest run (by its mean): steadier

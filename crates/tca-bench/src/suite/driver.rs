@@ -1,8 +1,9 @@
 //! The timing loop, written once for every implementation.
 //!
 //! Per benchmark and size, as IMB-MPI1 does it: agree on the repetition count (fixed, or
-//! [`Iters::Auto`]: rank 0 times a doubling trial until it lasts [`TRIAL_S`], then picks the
-//! count that fills [`AUTO_TARGET_S`]), run the warm-up calls, synchronise with a barrier,
+//! [`Iters::Auto`]: after one untimed call, rank 0 times a doubling trial until it lasts
+//! [`TRIAL_S`], then picks the count that fills [`AUTO_TARGET_S`]), run the warm-up calls
+//! (under [`Iters::Auto`] at least [`AUTO_WARM_S`] of them), synchronise with a barrier,
 //! time the calls on every rank, and gather each rank's time per call at rank 0, which
 //! reports the minimum, maximum and mean over the ranks taking part. With
 //! [`Options::repeat`] = k > 1 the barrier, timed calls and gather run k times and the run
@@ -26,6 +27,10 @@ use super::{Benchmark, Half, Iters, Options};
 
 /// Seconds of timed calls per size under [`Iters::Auto`].
 pub const AUTO_TARGET_S: f64 = 0.05;
+/// Seconds of warm-up calls at least, per size, under [`Iters::Auto`]: large messages on a
+/// virtual machine run 3-6x slower for their first tens of calls (BENCHMARKS.md, "Stable
+/// figures"), longer than a tenth of the timed calls lasts.
+pub const AUTO_WARM_S: f64 = 0.02;
 /// The trial that sizes [`Iters::Auto`] doubles until it lasts this long.
 pub const TRIAL_S: f64 = 0.002;
 /// Bounds on the automatic repetition count.
@@ -148,11 +153,7 @@ fn measure<B: Backend>(
 ) -> Result<Option<Row>> {
     let (me, p) = rank_size(b);
     let active = me < bench.active(p);
-    let reps = match opts.iters {
-        Iters::Fixed(n) => n,
-        Iters::Auto => auto_reps(b, active)?,
-    };
-    let warm = opts.warmup.unwrap_or((reps / 10).max(1));
+    let (reps, warm) = reps_and_warmup(b, active, opts)?;
     if active {
         b.calls(warm)?;
     }
@@ -219,11 +220,8 @@ fn measure_overlap<B: Backend>(
     cpu: &Cpu,
 ) -> Result<Option<Row>> {
     let (me, p) = rank_size(b);
-    let reps = match opts.iters {
-        Iters::Fixed(n) => n,
-        Iters::Auto => auto_reps(b, true)?,
-    };
-    b.calls(opts.warmup.unwrap_or((reps / 10).max(1)))?;
+    let (reps, warm) = reps_and_warmup(b, true, opts)?;
+    b.calls(warm)?;
     // Rank 0: every rank's (t_ovrl, t_pure, t_CPU) of the run with the lowest largest t_ovrl.
     let mut best: Option<(f64, Vec<f64>)> = None;
     let mut all = vec![0.0; if me == 0 { 3 * p as usize } else { 0 }];
@@ -260,10 +258,28 @@ fn measure_overlap<B: Backend>(
     }))
 }
 
-/// [`Iters::Auto`]: rank 0 times 1, 2, 4, ... calls until a trial lasts [`TRIAL_S`] (every
-/// rank runs the same trials, told by rank 0 when to stop), then every rank gets the count
-/// that fills [`AUTO_TARGET_S`].
-fn auto_reps<B: Backend>(b: &mut B, active: bool) -> Result<u64> {
+/// The timed calls per run and the warm-up calls before them: `--iters` (or
+/// [`auto_reps`]) and `--warmup`, whose default is a tenth of the timed calls (at least one)
+/// and, under [`Iters::Auto`], at least [`AUTO_WARM_S`] of calls.
+fn reps_and_warmup<B: Backend>(b: &mut B, active: bool, opts: &Options) -> Result<(u64, u64)> {
+    let (reps, warm_auto) = match opts.iters {
+        Iters::Fixed(n) => (n, 0),
+        Iters::Auto => auto_reps(b, active)?,
+    };
+    Ok((
+        reps,
+        opts.warmup.unwrap_or((reps / 10).max(1).max(warm_auto)),
+    ))
+}
+
+/// [`Iters::Auto`]: one untimed call (a cold first call, whose buffers are touched for the
+/// first time, must not size the run), then rank 0 times 1, 2, 4, ... calls until a trial
+/// lasts [`TRIAL_S`] (every rank joins each trial, and agrees on whether to go on), and picks
+/// the count that fills [`AUTO_TARGET_S`] and the warm-up calls that fill [`AUTO_WARM_S`].
+fn auto_reps<B: Backend>(b: &mut B, active: bool) -> Result<(u64, u64)> {
+    if active {
+        b.calls(1)?;
+    }
     let mut n = 1u64;
     loop {
         b.lib().barrier()?;
@@ -274,9 +290,13 @@ fn auto_reps<B: Backend>(b: &mut B, active: bool) -> Result<u64> {
         let dt = t0.elapsed().as_secs_f64();
         let go_on = b.lib().agree(u64::from(dt < TRIAL_S && n < AUTO_MAX))?;
         if go_on == 0 {
-            let per_call = dt / n as f64;
-            let want = (AUTO_TARGET_S / per_call.max(1e-9)) as u64;
-            return Ok(b.lib().agree(want.clamp(AUTO_MIN, AUTO_MAX))?);
+            let per_call = (dt / n as f64).max(1e-9);
+            let reps = (AUTO_TARGET_S / per_call) as u64;
+            let warm = (AUTO_WARM_S / per_call) as u64;
+            return Ok((
+                b.lib().agree(reps.clamp(AUTO_MIN, AUTO_MAX))?,
+                b.lib().agree(warm.min(AUTO_MAX))?,
+            ));
         }
         n *= 2;
     }
@@ -367,6 +387,72 @@ mod tests {
             assert!(o.t_cpu_us >= 0.5 * o.t_pure_us, "{r:?}");
             // Taking turns is no overlap (up to the sleeps' oversleeping, far below 50 ms).
             assert!(o.percent < 50.0, "{r:?}");
+            Ok(())
+        })
+        .unwrap();
+    }
+
+    /// A benchmark whose first call is slow (its buffers touched for the first time) and
+    /// whose later calls take `each`.
+    struct ColdStart<'w> {
+        comm: tca::Comm<'w>,
+        first: Duration,
+        each: Duration,
+        calls: u64,
+    }
+
+    impl<'w> Backend for ColdStart<'w> {
+        type Lib = tca::Comm<'w>;
+        fn lib(&mut self) -> &mut tca::Comm<'w> {
+            &mut self.comm
+        }
+        fn prepare(&mut self, _: &Benchmark, _: usize) -> Result<()> {
+            Ok(())
+        }
+        fn prepare_halo(&mut self, _: &Halo) -> Result<()> {
+            Ok(())
+        }
+        fn calls(&mut self, n: u64) -> Result<()> {
+            for _ in 0..n {
+                let cold = self.calls == 0;
+                self.calls += 1;
+                std::thread::sleep(if cold { self.first } else { self.each });
+            }
+            Ok(())
+        }
+        fn overlapped(&mut self, n: u64, _: &Cpu, _: f64, _: u32) -> Result<f64> {
+            self.calls(n)?;
+            Ok(0.0)
+        }
+        fn algorithm(&self, _: &Benchmark, _: usize) -> String {
+            "-".into()
+        }
+    }
+
+    /// Under `--iters auto` a cold first call does not size the run: calls of 2 ms give 25
+    /// timed calls (50 ms) and 10 warm-up calls (20 ms), not the 10 (the minimum) that a first
+    /// call of 200 ms would give. (Sleeps only overshoot: a slow moment gives fewer calls, and
+    /// the check allows 2x.)
+    #[test]
+    fn auto_iterations_are_sized_by_warm_calls() {
+        let opts = Options {
+            iters: Iters::Auto,
+            warmup: None,
+            ..one_size("Allreduce", 1)
+        };
+        tca::threads::run(1, |world| {
+            let mut b = ColdStart {
+                comm: tca::Comm::world(world)?,
+                first: Duration::from_millis(200),
+                each: Duration::from_millis(2),
+                calls: 0,
+            };
+            let half = run(&mut b, &opts, |_, _| {}).unwrap().unwrap();
+            let reps = half.rows[0].repetitions;
+            assert!(reps > 12 && reps <= 25, "{reps} timed calls");
+            // The untimed call, the trial (one call), the warm-up (at least half of 10) and
+            // the timed calls.
+            assert!(b.calls >= 1 + 1 + 5 + reps, "{} calls in all", b.calls);
             Ok(())
         })
         .unwrap();

@@ -586,7 +586,8 @@ pub struct Options {
     pub sizes: Vec<usize>,
     /// Timed calls per size.
     pub iters: Iters,
-    /// Untimed calls before the timed ones (None: a tenth of the timed calls, at least 1).
+    /// Untimed calls before the timed ones (None: a tenth of the timed calls, at least 1, and
+    /// under [`Iters::Auto`] at least [`driver::AUTO_WARM_S`] of calls).
     pub warmup: Option<u64>,
     /// Times each size's timed calls are run; the run with the lowest mean is reported (1:
     /// IMB's single run). On a shared machine, a burst of other load slows whole runs.
