@@ -193,7 +193,7 @@ fn models_are_chosen_by_rank_count_and_collective() {
 }
 
 /// Over a grid of rank counts and sizes, `choose` returns an algorithm whose predicted time no
-/// supported algorithm beats, and the communicator's table agrees with it.
+/// supported algorithm that Auto considers beats, and the communicator's table agrees with it.
 fn check_argmin(c: &Calibration) {
     for p in [2usize, 3, 4, 5, 8, 16, 64] {
         let table = Table::new(c, p);
@@ -202,8 +202,9 @@ fn check_argmin(c: &Calibration) {
             for coll in Collective::ALL {
                 let chosen = c.choose(coll, p, bytes);
                 assert!((chosen.supports)(p), "{} on {p}", chosen.name);
+                assert!(chosen.auto, "{} is only run when forced", chosen.name);
                 let t = c.predict(chosen, p, bytes);
-                for a in coll.algorithms().filter(|a| (a.supports)(p)) {
+                for a in coll.algorithms().filter(|a| a.auto && (a.supports)(p)) {
                     assert!(
                         t <= c.predict(a, p, bytes) * (1.0 + 1e-9),
                         "{} {bytes} B on {p}: chose {} ({t}) over {} ({})",
@@ -366,7 +367,8 @@ fn each_algorithm_wins_where_its_model_says_it_should() {
                 .iter()
                 .any(|&p| (0..24).any(|k| std::ptr::eq(c.choose(a.collective, p, 1 << k), a)))
         });
-        let expected = !dominated.contains(&(a.collective, a.name));
+        // Algorithms that run only when forced (`Algorithm::auto` false) never win.
+        let expected = a.auto && !dominated.contains(&(a.collective, a.name));
         assert_eq!(wins, expected, "{} {}", a.collective.name(), a.name);
     }
 }

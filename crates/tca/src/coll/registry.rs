@@ -151,6 +151,11 @@ pub struct Algorithm {
     /// What it does for `p` ranks and `bytes` bytes on the rank that limits it (the model is
     /// needed only to tell which rank that is where it depends on the parameters).
     pub work: fn(&CostModel, usize, usize) -> Work,
+    /// Whether Auto considers it. False for algorithms written for a topology that the cost
+    /// models do not describe (seed 002's multi-directional broadcasts are for a torus whose
+    /// nodes drive several links at once; on shared memory they only tie with the chain):
+    /// they run when forced (`TCA_COLL_<OP>`, [`Comm::force`](super::Comm::force)).
+    pub auto: bool,
 }
 
 fn any(_: usize) -> bool {
@@ -173,6 +178,13 @@ macro_rules! forms {
 }
 
 macro_rules! alg {
+    // Run only when forced: Auto never considers it.
+    (forced $name:literal, $coll:ident, $module:path, $supports:expr, $note:literal) => {
+        Algorithm {
+            auto: false,
+            ..alg!($name, $coll, $module, $supports, $note)
+        }
+    };
     ($name:literal, $coll:ident, $module:path, $supports:expr, $note:literal) => {{
         use $module as alg;
         fn cost(m: &CostModel, p: usize, n: usize) -> f64 {
@@ -186,6 +198,7 @@ macro_rules! alg {
             note: $note,
             cost,
             work: alg::work,
+            auto: true,
         }
     }};
     (@kernel Broadcast) => { forms!(Broadcast, alg, b, root) };
@@ -204,6 +217,8 @@ pub static ALGORITHMS: &[Algorithm] = &[
     alg!("binomial", Broadcast, bcast::binomial, any, ""),
     alg!("flat", Broadcast, bcast::flat, any, ""),
     alg!("pipeline", Broadcast, bcast::pipeline, any, ""),
+    alg!(forced "pipeline_2d", Broadcast, bcast::directions::two, any, ""),
+    alg!(forced "pipeline_3d", Broadcast, bcast::directions::three, any, ""),
     alg!(
         "scatter_allgather",
         Broadcast,

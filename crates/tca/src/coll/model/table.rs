@@ -16,7 +16,7 @@ impl Calibration {
     }
 
     /// The supported algorithm of `collective` with the lowest predicted time on `p` ranks
-    /// and `bytes` bytes. Times within a relative 1e-9 (which rounding can tell apart) are
+    /// and `bytes` bytes, of those Auto considers ([`Algorithm::auto`]). Times within a relative 1e-9 (which rounding can tell apart) are
     /// equal; among equals, the one whose busiest rank has the least to do (with more ranks
     /// than cores several one-way broadcasts predict the same total over the cores, and the
     /// shorter critical path is what sets them apart), then the first in table order.
@@ -25,7 +25,10 @@ impl Calibration {
         let own_cores = CostModel { cores: 0.0, ..m };
         let below = |a: f64, b: f64| a < b * (1.0 - 1e-9);
         let mut best: Option<(&'static Algorithm, f64, f64)> = None;
-        for a in collective.algorithms().filter(|a| (a.supports)(p)) {
+        for a in collective
+            .algorithms()
+            .filter(|a| a.auto && (a.supports)(p))
+        {
             let t = (a.cost)(&m, p, bytes);
             let busiest = (a.cost)(&own_cores, p, bytes);
             if best.is_none_or(|(_, bt, bb)| below(t, bt) || (!below(bt, t) && below(busiest, bb)))
