@@ -265,6 +265,7 @@ pub static ALGORITHMS: &[Algorithm] = &[
     alg!("rabenseifner", Allreduce, allreduce::rabenseifner, any, ""),
     alg!("ring", Allreduce, allreduce::ring, any, ""),
     alg!("flat", Allreduce, allreduce::flat, any, ""),
+    alg!(forced "pipeline_3d", Allreduce, allreduce::pipeline_3d, any, ""),
     alg!("dissemination", Barrier, barrier::dissemination, any, ""),
     alg!("flat", ReduceScatter, reduce_scatter::flat, any, ""),
     alg!("ring", ReduceScatter, reduce_scatter::ring, any, ""),

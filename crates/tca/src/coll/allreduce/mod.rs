@@ -1,6 +1,7 @@
 //! Allreduce algorithms. Every one gives bit-identical results on all ranks.
 pub(crate) mod dissemination;
 pub(crate) mod flat;
+pub(crate) mod pipeline_3d;
 pub(crate) mod rabenseifner;
 pub(crate) mod recursive_doubling;
 pub(crate) mod ring;

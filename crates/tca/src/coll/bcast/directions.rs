@@ -21,38 +21,10 @@
 //! Cost: the busiest rank's sends and receives (each chunk pipelined as the chain's).
 //! Reuse: channel flow control.
 
+use crate::coll::grid;
 use crate::coll::registry::{CostModel, Work};
 use crate::coll::step::{Mode, Steps};
 use crate::error::Result;
-
-/// The most balanced grid of `D` dimensions with `p` cells (as `MPI_Dims_create`: sizes in
-/// non-increasing order, as close to one another as the factors of p allow).
-pub(crate) fn grid<const D: usize>(p: usize) -> [usize; D] {
-    let mut dims = [1usize; D];
-    // Largest prime factors first, each to the dimension that is smallest so far (no
-    // allocation: a usize has at most 64 prime factors).
-    let mut factors = [0usize; usize::BITS as usize];
-    let mut count = 0;
-    let (mut n, mut f) = (p.max(1), 2);
-    while f * f <= n {
-        while n % f == 0 {
-            factors[count] = f;
-            count += 1;
-            n /= f;
-        }
-        f += 1;
-    }
-    if n > 1 {
-        factors[count] = n;
-        count += 1;
-    }
-    for &f in factors[..count].iter().rev() {
-        let i = (0..D).min_by_key(|&i| dims[i]).expect("D > 0");
-        dims[i] *= f;
-    }
-    dims.sort_unstable_by(|a, b| b.cmp(a));
-    dims
-}
 
 /// One rank's place in the trees of the parts.
 struct Place<const D: usize> {

@@ -1,0 +1,129 @@
+//! Seed 002's 3-D allreduce (the K computer's, eqs. 20-27): the ranks on a 3-D grid (the most
+//! balanced factorisation of p, [`grid`]), a reduce phase, then a broadcast phase, both
+//! pipelined chunk by chunk. Reduce: along dimension 0 every line of ranks combines toward
+//! its rank at coordinate 0 (a chain: the far end sends, each rank combines what it receives
+//! into its own and passes it on), then along dimension 1 on the plane at coordinate 0 of
+//! dimension 0, then along dimension 2 to the origin, which then holds the result. Broadcast:
+//! the same trees backwards, from the origin along dimension 2, then 1, then 0. Each rank
+//! sends and receives about 2n bytes in all (seed 002: data moved 2M), in 2(n0 + n1 + n2 - 3)
+//! steps plus one per chunk along the critical path; the result is computed once, so every
+//! rank gets the same bits.
+//!
+//! Every rank takes the chunks in one order (chunk i: the reduce along dimension 0, 1, 2,
+//! then the broadcast along 2, 1, 0), so a rank waits only for steps earlier in that order,
+//! or for credits its neighbours return as they take earlier chunks: no deadlock.
+//! Cost: the busiest rank's sends, receives and combines, as a chain's.
+//! Reuse: channel flow control.
+
+use crate::coll::Reducer;
+use crate::coll::grid;
+use crate::coll::registry::{CostModel, Work};
+use crate::coll::step::{Mode, Steps};
+use crate::error::Result;
+
+const D: usize = 3;
+
+/// A rank's neighbours in the phases: for each dimension, whether it takes part in that
+/// dimension's chain (its coordinates in the earlier dimensions are 0), the rank one step
+/// further from the origin (it sends to this one in the reduce, receives from it in the
+/// broadcast) and the one a step closer.
+#[derive(Debug, Clone, Copy)]
+struct Chain {
+    joins: bool,
+    further: Option<usize>,
+    closer: Option<usize>,
+}
+
+fn chains(p: usize, me: usize) -> [Chain; D] {
+    let dims = grid::<D>(p);
+    let mut at = [0; D];
+    let mut r = me;
+    for (a, &n) in at.iter_mut().zip(&dims) {
+        *a = r % n;
+        r /= n;
+    }
+    let stride = |d: usize| dims[..d].iter().product::<usize>();
+    std::array::from_fn(|d| Chain {
+        joins: at[..d].iter().all(|&a| a == 0),
+        further: (at[d] + 1 < dims[d]).then(|| me + stride(d)),
+        closer: (at[d] > 0).then(|| me - stride(d)),
+    })
+}
+
+pub(crate) async fn run<M: Mode>(c: Steps<'_, M>, buf: &mut [u8], red: &Reducer<'_>) -> Result<()> {
+    let ch = chains(c.p(), c.me());
+    for i in 0..c.chunks(buf.len()) {
+        for link in ch.iter().filter(|l| l.joins) {
+            if let Some(q) = link.further {
+                c.recv_chunk(q, buf, i, Some(red)).await?;
+            }
+            if let Some(q) = link.closer {
+                c.send_chunk(q, buf, i).await?;
+            }
+        }
+        for link in ch.iter().rev().filter(|l| l.joins) {
+            if let Some(q) = link.closer {
+                c.recv_chunk(q, buf, i, None).await?;
+            }
+            if let Some(q) = link.further {
+                c.send_chunk(q, buf, i).await?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Per rank, for each dimension whose chain it joins: the reduce's receive and combine from
+/// the rank further out and its send closer in, the broadcast's receive and send back; the
+/// busiest rank (the origin combines and sends in every dimension) and the total for the
+/// pace of oversubscribed runs; the front end's copy.
+pub(crate) fn work(m: &CostModel, p: usize, n: usize) -> Work {
+    let nf = n as f64;
+    let mut busiest = m.sched(p).work();
+    let mut total = m.sched(p);
+    for me in 0..p.max(1) {
+        let mut s = m.sched(p).local(nf);
+        for link in chains(p, me).iter().filter(|l| l.joins) {
+            if link.further.is_some() {
+                s = s.recv_reduce(1.0, nf).send(1.0, nf);
+            }
+            if link.closer.is_some() {
+                s = s.send(1.0, nf).recv(1.0, nf);
+            }
+        }
+        busiest = m.slowest(busiest, s.work());
+        total = total.then(s.work());
+    }
+    m.paced(p, busiest, total.work())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The chains of each phase reach the origin from every rank exactly once: following
+    /// `closer` through the dimensions a rank joins ends at rank 0, and every rank that joins
+    /// a dimension's chain is its `closer`'s `further`.
+    #[test]
+    #[allow(clippy::needless_range_loop)] // the walk moves `at` along each dimension in turn
+    fn every_rank_reduces_into_the_origin() {
+        for p in 1..=64 {
+            let all: Vec<_> = (0..p).map(|me| chains(p, me)).collect();
+            for me in 0..p {
+                let mut at = me;
+                for d in 0..D {
+                    let link = all[at][d];
+                    assert!(
+                        link.joins,
+                        "p {p}: {at} is not in the chain of dimension {d}"
+                    );
+                    while let Some(q) = all[at][d].closer {
+                        assert_eq!(all[q][d].further, Some(at), "p {p} dimension {d}");
+                        at = q;
+                    }
+                }
+                assert_eq!(at, 0, "p {p}: rank {me} does not reach the origin");
+            }
+        }
+    }
+}
