@@ -3,3 +3,4 @@
 pub(crate) mod bruck;
 pub(crate) mod recursive_doubling;
 pub(crate) mod ring;
+pub(crate) mod ring_3d;
