@@ -780,6 +780,18 @@ fn len_error(what: &str, want: usize, got: usize) -> Error {
     )
 }
 
+/// The coordinates of rank `v` on the grid `dims` (dimension 0 varies fastest: ranks
+/// `v` and `v + 1` are neighbours along it).
+pub(crate) fn coords<const D: usize>(dims: &[usize; D], v: usize) -> [usize; D] {
+    let mut at = [0; D];
+    let mut r = v;
+    for (a, &n) in at.iter_mut().zip(dims) {
+        *a = r % n;
+        r /= n;
+    }
+    at
+}
+
 /// The most balanced grid of `D` dimensions with `p` cells, for the algorithms of seed 002
 /// that lay the ranks out on a torus-like grid (as `MPI_Dims_create`: sizes in
 /// non-increasing order, as close to one another as the factors of p allow).

@@ -16,7 +16,7 @@
 
 use crate::coll::registry::{CostModel, Work};
 use crate::coll::step::{Mode, Steps};
-use crate::coll::{grid, split2};
+use crate::coll::{coords, grid, split2};
 use crate::error::Result;
 
 const D: usize = 3;
@@ -43,12 +43,7 @@ pub(crate) async fn run<M: Mode>(
 ) -> Result<()> {
     let (p, me) = (c.p(), c.me());
     let dims = grid::<D>(p);
-    let mut at = [0; D];
-    let mut r = me;
-    for (a, &n) in at.iter_mut().zip(&dims) {
-        *a = r % n;
-        r /= n;
-    }
+    let at = coords(&dims, me);
     let range = |b: usize| displs[b]..displs[b] + counts[b];
     let mut stride = 1;
     for d in 0..D {
@@ -97,15 +92,7 @@ mod tests {
     fn the_stages_gather_every_block() {
         for p in 1..=64usize {
             let dims = grid::<D>(p);
-            let coords = |me: usize| {
-                let mut at = [0; D];
-                let mut r = me;
-                for (a, &n) in at.iter_mut().zip(&dims) {
-                    *a = r % n;
-                    r /= n;
-                }
-                at
-            };
+            let coords = |me: usize| coords(&dims, me);
             let mut has: Vec<Vec<bool>> =
                 (0..p).map(|me| (0..p).map(|b| b == me).collect()).collect();
             let mut stride = 1;

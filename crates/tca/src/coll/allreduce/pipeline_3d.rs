@@ -16,9 +16,9 @@
 //! Reuse: channel flow control.
 
 use crate::coll::Reducer;
-use crate::coll::grid;
 use crate::coll::registry::{CostModel, Work};
 use crate::coll::step::{Mode, Steps};
+use crate::coll::{coords, grid};
 use crate::error::Result;
 
 const D: usize = 3;
@@ -36,12 +36,7 @@ struct Chain {
 
 fn chains(p: usize, me: usize) -> [Chain; D] {
     let dims = grid::<D>(p);
-    let mut at = [0; D];
-    let mut r = me;
-    for (a, &n) in at.iter_mut().zip(&dims) {
-        *a = r % n;
-        r /= n;
-    }
+    let at = coords(&dims, me);
     let stride = |d: usize| dims[..d].iter().product::<usize>();
     std::array::from_fn(|d| Chain {
         joins: at[..d].iter().all(|&a| a == 0),

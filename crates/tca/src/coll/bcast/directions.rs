@@ -21,9 +21,9 @@
 //! Cost: the busiest rank's sends and receives (each chunk pipelined as the chain's).
 //! Reuse: channel flow control.
 
-use crate::coll::grid;
 use crate::coll::registry::{CostModel, Work};
 use crate::coll::step::{Mode, Steps};
+use crate::coll::{coords, grid};
 use crate::error::Result;
 
 /// One rank's place in the trees of the parts.
@@ -40,13 +40,10 @@ impl<const D: usize> Place<D> {
 
     /// Relative rank `v` on the grid `dims`.
     fn on(dims: [usize; D], v: usize) -> Self {
-        let mut at = [0; D];
-        let mut r = v;
-        for (a, &n) in at.iter_mut().zip(&dims) {
-            *a = r % n;
-            r /= n;
+        Self {
+            dims,
+            at: coords(&dims, v),
         }
-        Self { dims, at }
     }
 
     /// The relative rank at `at`.
