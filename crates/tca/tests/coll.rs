@@ -608,7 +608,7 @@ proptest! {
 /// each call is checked.
 #[test]
 fn multi_chunk_reductions_never_read_a_reused_slot() {
-    const N: usize = 40_000; // 320 KB of f64: 5 chunks of 64 KiB at 3 ranks, over 4 slots
+    const N: usize = 160_000; // 1.25 MB of f64: 20 chunks of 64 KiB at 3 ranks, over 8 slots
     threads::run(3, |w| {
         let c = Comm::world(w)?;
         let me = c.rank() as u64;

@@ -342,7 +342,8 @@ fn each_algorithm_wins_where_its_model_says_it_should() {
     assert_eq!(name(&uniform(bin), Collective::Reduce, 4, 8), "flat");
 
     // Every registered algorithm is chosen somewhere among these models, rank counts and
-    // sizes, except three: the ring allgather, the ring reduce_scatter and the pairwise
+    // sizes, except those Auto never considers (`Algorithm::auto`: seed 002's torus
+    // algorithms) and three: the ring allgather, the ring reduce_scatter and the pairwise
     // alltoall send exactly the messages of Bruck's allgather (or the flat one-round
     // variants) in more rounds, so no parameters make them predict less (at 2 ranks they are
     // the same schedule, and the tie goes to the first in the table). The models leave out

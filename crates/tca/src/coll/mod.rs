@@ -792,9 +792,10 @@ pub(crate) fn coords<const D: usize>(dims: &[usize; D], v: usize) -> [usize; D] 
     at
 }
 
-/// The most balanced grid of `D` dimensions with `p` cells, for the algorithms of seed 002
-/// that lay the ranks out on a torus-like grid (as `MPI_Dims_create`: sizes in
-/// non-increasing order, as close to one another as the factors of p allow).
+/// A balanced grid of `D` dimensions with `p` cells, for the algorithms of seed 002 that lay
+/// the ranks out on a torus-like grid: sizes in non-increasing order, built by giving each
+/// prime factor of p, largest first, to the smallest dimension so far (close to
+/// `MPI_Dims_create`, not always as balanced: 72 in two gives 12 x 6 where it gives 9 x 8).
 pub(crate) fn grid<const D: usize>(p: usize) -> [usize; D] {
     let mut dims = [1usize; D];
     // Largest prime factors first, each to the dimension that is smallest so far (no

@@ -151,10 +151,11 @@ pub struct Algorithm {
     /// What it does for `p` ranks and `bytes` bytes on the rank that limits it (the model is
     /// needed only to tell which rank that is where it depends on the parameters).
     pub work: fn(&CostModel, usize, usize) -> Work,
-    /// Whether Auto considers it. False for algorithms written for a topology that the cost
-    /// models do not describe (seed 002's multi-directional broadcasts are for a torus whose
-    /// nodes drive several links at once; on shared memory they only tie with the chain):
-    /// they run when forced (`TCA_COLL_<OP>`, [`Comm::force`](super::Comm::force)).
+    /// Whether Auto considers it (and `tca model calibrate` measures it). False for algorithms
+    /// written for a topology that the cost models do not describe: seed 002's broadcasts
+    /// over 2 and 3 directions, 3-D allreduce and multi-ring allgather, for a torus whose
+    /// nodes drive several links at once (on shared memory they tie with or lose to the
+    /// others). They run when forced (`TCA_COLL_<OP>`, [`Comm::force`](super::Comm::force)).
     pub auto: bool,
 }
 

@@ -37,12 +37,11 @@
 //! sender can only be stuck on a receiver that waits (or has left, and needs nothing more).
 //!
 //! # Memory
-//! Per rank and group of P ranks: `P*128 + P*K*(64 + CH)` bytes, with K = 32 / P rounded down to
-//! a power of two within 4..=16 slots ([`collective_slots`]: 16 at P = 2, 8 at P = 3 and 4,
-//! 4 from P = 5 on) and CH = clamp(8 MiB / (P*4), 4 KiB, 64 KiB) rounded to 64 bytes:
-//! 1.25-2 MiB from P = 2 to 8, about 9 MiB up to P = 512 and P x 16.4 KiB beyond. It does not depend on message
-//! size: larger messages stream through the slots (or, for two-sided messages, go by
-//! rendezvous).
+//! Per rank and group of P ranks: `P*128 + P*K*(64 + CH)` bytes, with K = 32 / P rounded down to a
+//! power of two within 4..=16 slots ([`collective_slots`]: 16 at P = 2, 8 at P = 3 and 4, 4 from
+//! P = 5 on) and CH = clamp(8 MiB / (P*4), 4 KiB, 64 KiB) rounded to 64 bytes: 1.25-2 MiB from P = 2
+//! to 8, about 9 MiB up to P = 512 and P x 16.4 KiB beyond. It does not depend on message size:
+//! larger messages stream through the slots (or, for two-sided messages, go by rendezvous).
 
 use std::cell::RefCell;
 
@@ -51,7 +50,7 @@ use crate::fabric::line::{LINE, SIGNAL};
 use crate::fabric::{Handle, Segment, SignalOp, World};
 use crate::transport::Patience;
 
-/// Slots per ordered pair of ranks: the fewest the collectives' rings have (from 8 ranks
+/// Slots per ordered pair of ranks: the fewest the collectives' rings have (from 5 ranks
 /// on; see [`collective_slots`]), and half the two-sided rings'.
 pub const SLOTS: usize = 4;
 /// The most slots per ordered pair a collectives' ring has (at 2 ranks).
@@ -79,7 +78,8 @@ impl Shape {
         }
     }
 
-    /// Two-sided messages' rings: twice the slots of half the size (the same memory), and
+    /// Two-sided messages' rings: twice [`SLOTS`] slots of half the size (the memory of the
+    /// collectives' rings from 5 ranks on), and
     /// credits every fourth packet: a stream of small messages (a ping-pong, a window of
     /// sends) pays a credit line once per four messages instead of two.
     pub(crate) fn messages(p: usize) -> Self {
@@ -101,17 +101,16 @@ const META: usize = 40;
 const LEN: usize = 48;
 const CREDIT: usize = 128;
 
-/// Slots per ordered pair of the collectives' rings in a group of `p` ranks: as many as keep
-/// the ring area near 2 MiB with full 64 KiB chunks, a power of two — 16 at 2 ranks, 8 at 3
-/// and 4, [`SLOTS`] from 5 on. More slots let a sender run further ahead of its receiver: at 2 ranks 1 MiB
-/// broadcasts, reduces and allreduces take 0.3-0.7x the time of 4 slots, and back-to-back
-/// rooted collectives of oversubscribed ranks less; at 8 ranks on 2 cores 16 slots made large
-/// messages up to 2x slower (8 ranks' 16 slots of 64 KiB are 64 MiB of rings, far past the
-/// caches), so the ring area is held where 4 slots at 8 ranks had it (BENCHMARKS.md, "Ring
-/// slots by rank count").
+/// Slots per ordered pair of the collectives' rings in a group of `p` ranks: as many as keep the
+/// ring area near 2 MiB with full 64 KiB chunks, a power of two — 16 at 2 ranks, 8 at 3 and 4,
+/// [`SLOTS`] from 5 on. More slots let a sender run further ahead of its receiver: at 2 ranks 1 MiB
+/// broadcasts, reduces and allreduces take 0.3-0.7x the time of 4 slots, and back-to-back rooted
+/// collectives of oversubscribed ranks less; at 8 ranks on 2 cores 16 slots made large messages up
+/// to 2x slower (8 ranks' 16 slots of 64 KiB are 64 MiB of rings, far past the caches), so the ring
+/// area is held where 4 slots at 8 ranks had it (BENCHMARKS.md, "Ring slots by rank count").
 pub fn collective_slots(p: usize) -> usize {
-    // A power of two, as the ring's sequence arithmetic needs.
-    let k = ((2usize << 20) / (p.max(1) * (64 << 10))).clamp(SLOTS, MAX_SLOTS);
+    // 2 MiB / (p x 64 KiB), a power of two, as the ring's sequence arithmetic needs.
+    let k = (32 / p.max(1)).clamp(SLOTS, MAX_SLOTS);
     1 << k.ilog2()
 }
 

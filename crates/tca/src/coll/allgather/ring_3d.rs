@@ -1,5 +1,5 @@
 //! Seed 002's multi-ring allgather (the K computer's Allgather 3-D, eqs. 29-34): the ranks on
-//! a 3-D grid (the most balanced factorisation of p, [`grid`]), three ring stages, one per
+//! a 3-D grid (a balanced factorisation of p, [`grid`]), three ring stages, one per
 //! dimension. In stage d every line of ranks along dimension d runs a ring allgather whose
 //! "blocks" are groups: group g of a line holds the blocks of every rank that shares this
 //! rank's coordinates in the later dimensions and has coordinate g in dimension d (the
@@ -11,7 +11,8 @@
 //!
 //! Blocks may have any sizes and places (allgatherv): a group travels as its blocks, one
 //! exchange each, in rank order.
-//! Cost: (n0 + n1 + n2 - 3) rounds; p - 1 blocks sent and received.
+//! Cost: (n0 + n1 + n2 - 3) ring steps, each exchanging a group (one exchange per block):
+//! p - 1 blocks sent and received.
 //! Reuse: channel flow control.
 
 use crate::coll::registry::{CostModel, Work};

@@ -9,9 +9,12 @@
 //! steps plus one per chunk along the critical path; the result is computed once, so every
 //! rank gets the same bits.
 //!
-//! Every rank takes the chunks in one order (chunk i: the reduce along dimension 0, 1, 2,
-//! then the broadcast along 2, 1, 0), so a rank waits only for steps earlier in that order,
-//! or for credits its neighbours return as they take earlier chunks: no deadlock.
+//! Every rank takes the steps in one order (at step t: the reduce of chunk t along dimension
+//! 0, 1, 2, then the broadcast of chunk t - L along 2, 1, 0, where L = 2 (n0 + n1 + n2) is
+//! about the round trip from the far corner to the origin and back, so the far ranks keep
+//! sending while results come back), and each directed ring carries one phase only (reduce
+//! toward the origin, broadcast away from it): a rank waits only for steps earlier in that
+//! order, or for credits its neighbours return as they take earlier chunks. No deadlock.
 //! Cost: the busiest rank's sends, receives and combines, as a chain's.
 //! Reuse: channel flow control.
 
@@ -46,22 +49,31 @@ fn chains(p: usize, me: usize) -> [Chain; D] {
 }
 
 pub(crate) async fn run<M: Mode>(c: Steps<'_, M>, buf: &mut [u8], red: &Reducer<'_>) -> Result<()> {
-    let ch = chains(c.p(), c.me());
-    for i in 0..c.chunks(buf.len()) {
-        for link in ch.iter().filter(|l| l.joins) {
-            if let Some(q) = link.further {
-                c.recv_chunk(q, buf, i, Some(red)).await?;
-            }
-            if let Some(q) = link.closer {
-                c.send_chunk(q, buf, i).await?;
+    let p = c.p();
+    let ch = chains(p, c.me());
+    let chunks = c.chunks(buf.len());
+    // The broadcast of a chunk follows its reduce by `lag` chunks, the round trip from the
+    // far corner to the origin and back: the far ranks keep sending while results come back.
+    let lag = 2 * grid::<D>(p).iter().sum::<usize>();
+    for t in 0..chunks + lag {
+        if t < chunks {
+            for link in ch.iter().filter(|l| l.joins) {
+                if let Some(q) = link.further {
+                    c.recv_chunk(q, buf, t, Some(red)).await?;
+                }
+                if let Some(q) = link.closer {
+                    c.send_chunk(q, buf, t).await?;
+                }
             }
         }
-        for link in ch.iter().rev().filter(|l| l.joins) {
-            if let Some(q) = link.closer {
-                c.recv_chunk(q, buf, i, None).await?;
-            }
-            if let Some(q) = link.further {
-                c.send_chunk(q, buf, i).await?;
+        if let Some(i) = t.checked_sub(lag) {
+            for link in ch.iter().rev().filter(|l| l.joins) {
+                if let Some(q) = link.closer {
+                    c.recv_chunk(q, buf, i, None).await?;
+                }
+                if let Some(q) = link.further {
+                    c.send_chunk(q, buf, i).await?;
+                }
             }
         }
     }

@@ -1,14 +1,15 @@
-//! Seed 002's multi-directional pipelined broadcast (the K computer's Bcast over 2 and 3
-//! directions of the Tofu torus; its 1-direction form is [`super::pipeline`]). The ranks are
-//! laid out on a D-dimensional grid (D = 2 or 3, the most balanced factorisation of p, the
-//! root at the origin) and the message is cut into D parts. Part k travels its own spanning
-//! tree: along its first dimension from the root, then from every rank reached along its
-//! second, then its third — the dimensions taken in a rotated order (k, k+1, ...) and, for
-//! odd k, the other way round each dimension — so on a torus the node sends and receives in
-//! D directions at once (B' = D B in seed 002's estimates, eq. 12 and 16). In two
-//! directions the parts share no directed link (a test checks it); in three, parts 0 and 2
-//! both go forwards and share some. Every part is pipelined chunk by chunk, as the 1-D chain is:
-//! a rank forwards chunk i of a part to its children as soon as it has it.
+//! Seed 002's multi-directional pipelined broadcast (the K computer's Bcast over 2 and 3 directions
+//! of the Tofu torus; its 1-direction form is [`super::pipeline`]). The ranks are laid out on a
+//! D-dimensional grid (D = 2 or 3, a balanced factorisation of p, [`grid`]; the root at the origin)
+//! and the message is cut into D parts. Part k travels its own spanning tree: along its first
+//! dimension from the root, then from every rank reached along its second, then its third — the
+//! dimensions taken in a rotated order (k, k+1, ...) and, for odd k, the other way round each
+//! dimension — so on a torus the node sends and receives in D directions at once (B' = D B in seed
+//! 002's estimates, eq. 12 and 16). In two directions the parts share no directed link when every
+//! dimension is longer than 2 (a test checks it; along a dimension of 2 one step forwards and one
+//! backwards reach the same rank); in three, parts 0 and 2 both go forwards and share some. Every
+//! part is pipelined chunk by chunk, as the 1-D chain is: a rank forwards chunk i of a part to its
+//! children as soon as it has it.
 //!
 //! The parts are interleaved in one order on every rank (chunk i of part 0, of part 1, ...),
 //! which is what keeps the exchanges deadlock-free: a rank waits only for chunks earlier in

@@ -15,11 +15,12 @@ impl Calibration {
         (alg.cost)(&self.model(alg.collective, p), p, bytes)
     }
 
-    /// The supported algorithm of `collective` with the lowest predicted time on `p` ranks
-    /// and `bytes` bytes, of those Auto considers ([`Algorithm::auto`]). Times within a relative 1e-9 (which rounding can tell apart) are
-    /// equal; among equals, the one whose busiest rank has the least to do (with more ranks
-    /// than cores several one-way broadcasts predict the same total over the cores, and the
-    /// shorter critical path is what sets them apart), then the first in table order.
+    /// The supported algorithm of `collective` with the lowest predicted time on `p` ranks and
+    /// `bytes` bytes, of those Auto considers ([`Algorithm::auto`]). Times within a relative 1e-9
+    /// (which rounding can tell apart) are equal; among equals, the one whose busiest rank has the
+    /// least to do (with more ranks than cores several one-way broadcasts predict the same total
+    /// over the cores, and the shorter critical path is what sets them apart), then the first in
+    /// table order.
     pub fn choose(&self, collective: Collective, p: usize, bytes: usize) -> &'static Algorithm {
         let m = self.model(collective, p);
         let own_cores = CostModel { cores: 0.0, ..m };
