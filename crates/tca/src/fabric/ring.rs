@@ -752,6 +752,36 @@ fn waited_for(io: &impl Memory, e: Error, q: usize, what: &str) -> Error {
 /// reader is done with it, or read before its writer is, fails the model, whatever the
 /// bytes happen to be.
 #[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The collectives' slots are a power of two from 4 to 16 at every rank count, hold the
+    /// ring area near 2 MiB up to 8 ranks, and leave larger groups as they were.
+    #[test]
+    fn slots_by_rank_count() {
+        let counts = (0..=1024).chain([usize::MAX / 2, usize::MAX]);
+        for p in counts {
+            let k = collective_slots(p);
+            assert!(
+                k.is_power_of_two() && (SLOTS..=MAX_SLOTS).contains(&k),
+                "{p}: {k}"
+            );
+        }
+        let want = [(1, 16), (2, 16), (3, 8), (4, 8), (5, 4), (8, 4), (64, 4)];
+        for (p, k) in want {
+            assert_eq!(collective_slots(p), k, "{p} ranks");
+        }
+        for p in 2..=8 {
+            let area = Shape::collectives(p).bytes(p);
+            assert!(
+                (1 << 20..=(2 << 20) + (64 << 10)).contains(&area),
+                "{p}: {area}"
+            );
+        }
+    }
+}
+
+#[cfg(test)]
 mod model {
     use super::*;
     use crate::transport::model::{self, ModelCount, ModelWord, explore, failure};
