@@ -308,11 +308,31 @@ mod tests {
     use crate::suite::BENCHMARKS;
     use std::time::Duration;
 
-    /// One rank (a real one-rank tca communicator) whose timed batches take the scripted
-    /// times, in order.
+    /// How long the scripted benchmark's calls take.
+    enum Script {
+        /// Each batch of calls (any number) takes the next of these, in order.
+        Batches(Vec<Duration>),
+        /// Each call takes `each`, but the very first takes `first` (its buffers touched for
+        /// the first time).
+        ColdStart { first: Duration, each: Duration },
+    }
+
+    /// One rank (a real one-rank tca communicator) whose calls take the scripted times.
     struct Scripted<'w> {
         comm: tca::Comm<'w>,
-        batches: Vec<Duration>,
+        script: Script,
+        /// Calls made so far.
+        made: u64,
+    }
+
+    impl<'w> Scripted<'w> {
+        fn new(comm: tca::Comm<'w>, script: Script) -> Self {
+            Self {
+                comm,
+                script,
+                made: 0,
+            }
+        }
     }
 
     impl<'w> Backend for Scripted<'w> {
@@ -327,13 +347,21 @@ mod tests {
             Ok(())
         }
         fn calls(&mut self, n: u64) -> Result<()> {
-            if n > 0 {
-                std::thread::sleep(self.batches.remove(0));
+            match &mut self.script {
+                Script::Batches(batches) if n > 0 => std::thread::sleep(batches.remove(0)),
+                Script::Batches(_) => {}
+                Script::ColdStart { first, each } => {
+                    for k in 0..n {
+                        let cold = self.made + k == 0;
+                        std::thread::sleep(if cold { *first } else { *each });
+                    }
+                }
             }
+            self.made += n;
             Ok(())
         }
         fn overlapped(&mut self, n: u64, cpu: &Cpu, us: f64, tests: u32) -> Result<f64> {
-            // The scripted batch is the communication; the computation runs after it (no
+            // The scripted calls are the communication; the computation runs after them (no
             // overlap at all), with `tests` no-op tests.
             self.calls(n)?;
             let mut t = 0.0;
@@ -375,10 +403,10 @@ mod tests {
         tca::threads::run(1, |world| {
             let ms = Duration::from_millis;
             // Pure batch 100 ms; the overlapped one 100 ms of communication, then computing.
-            let mut b = Scripted {
-                comm: tca::Comm::world(world)?,
-                batches: vec![ms(100), ms(100)],
-            };
+            let mut b = Scripted::new(
+                tca::Comm::world(world)?,
+                Script::Batches(vec![ms(100), ms(100)]),
+            );
             let half = run(&mut b, &opts, |_, _| {}).unwrap().unwrap();
             let r = &half.rows[0];
             let o = r.overlap.expect("IMB-NBC figures");
@@ -390,43 +418,6 @@ mod tests {
             Ok(())
         })
         .unwrap();
-    }
-
-    /// A benchmark whose first call is slow (its buffers touched for the first time) and
-    /// whose later calls take `each`.
-    struct ColdStart<'w> {
-        comm: tca::Comm<'w>,
-        first: Duration,
-        each: Duration,
-        calls: u64,
-    }
-
-    impl<'w> Backend for ColdStart<'w> {
-        type Lib = tca::Comm<'w>;
-        fn lib(&mut self) -> &mut tca::Comm<'w> {
-            &mut self.comm
-        }
-        fn prepare(&mut self, _: &Benchmark, _: usize) -> Result<()> {
-            Ok(())
-        }
-        fn prepare_halo(&mut self, _: &Halo) -> Result<()> {
-            Ok(())
-        }
-        fn calls(&mut self, n: u64) -> Result<()> {
-            for _ in 0..n {
-                let cold = self.calls == 0;
-                self.calls += 1;
-                std::thread::sleep(if cold { self.first } else { self.each });
-            }
-            Ok(())
-        }
-        fn overlapped(&mut self, n: u64, _: &Cpu, _: f64, _: u32) -> Result<f64> {
-            self.calls(n)?;
-            Ok(0.0)
-        }
-        fn algorithm(&self, _: &Benchmark, _: usize) -> String {
-            "-".into()
-        }
     }
 
     /// Under `--iters auto` a cold first call does not size the run: calls of 2 ms give 25
@@ -441,18 +432,17 @@ mod tests {
             ..one_size("Allreduce", 1)
         };
         tca::threads::run(1, |world| {
-            let mut b = ColdStart {
-                comm: tca::Comm::world(world)?,
+            let cold = Script::ColdStart {
                 first: Duration::from_millis(200),
                 each: Duration::from_millis(2),
-                calls: 0,
             };
+            let mut b = Scripted::new(tca::Comm::world(world)?, cold);
             let half = run(&mut b, &opts, |_, _| {}).unwrap().unwrap();
             let reps = half.rows[0].repetitions;
             assert!(reps > AUTO_MIN && reps <= 25, "{reps} timed calls");
             // The untimed call, the trial (one call), the warm-up (at least half of 10) and
             // the timed calls.
-            assert!(b.calls >= 1 + 1 + 5 + reps, "{} calls in all", b.calls);
+            assert!(b.made >= 1 + 1 + 5 + reps, "{} calls in all", b.made);
             Ok(())
         })
         .unwrap();
@@ -464,21 +454,21 @@ mod tests {
         let opts = |repeat| one_size("Allreduce", repeat);
         tca::threads::run(1, |world| {
             // The middle run is 40x faster than the others: it is the one reported.
-            let mut b = Scripted {
-                comm: tca::Comm::world(world)?,
-                batches: vec![ms(80), ms(2), ms(80)],
-            };
+            let mut b = Scripted::new(
+                tca::Comm::world(world)?,
+                Script::Batches(vec![ms(80), ms(2), ms(80)]),
+            );
             let half = run(&mut b, &opts(3), |_, _| {}).unwrap().unwrap();
-            assert!(b.batches.is_empty(), "three timed runs");
+            assert!(
+                matches!(&b.script, Script::Batches(left) if left.is_empty()),
+                "three timed runs"
+            );
             let r = &half.rows[0];
             assert_eq!((r.bytes, r.repetitions), (8, 1));
             assert!(r.t_avg_us < 40_000.0, "{r:?}");
             assert_eq!(half.implementation, "tca");
             // One run (IMB's way): the one there is.
-            let mut b = Scripted {
-                comm: tca::Comm::world(world)?,
-                batches: vec![ms(80)],
-            };
+            let mut b = Scripted::new(tca::Comm::world(world)?, Script::Batches(vec![ms(80)]));
             let half = run(&mut b, &opts(1), |_, _| {}).unwrap().unwrap();
             assert!(half.rows[0].t_avg_us >= 80_000.0, "{:?}", half.rows[0]);
             Ok(())

@@ -181,8 +181,9 @@ const REFUSAL_KINDS: [ErrorKind; 6] = [
 
 /// `k`'s code in a refusal (a kind not in [`REFUSAL_KINDS`] travels as `Transport`).
 fn kind_code(k: ErrorKind) -> u64 {
-    let i = REFUSAL_KINDS.iter().position(|&x| x == k).unwrap_or(2);
-    i as u64
+    let at = |k| REFUSAL_KINDS.iter().position(|&x| x == k);
+    let i = at(k).or_else(|| at(ErrorKind::Transport));
+    i.expect("Transport is a refusal kind") as u64
 }
 
 /// The kind of a refusal's code (an unknown code, from a corrupt packet, is `Transport`).

@@ -198,23 +198,14 @@ pub fn job_cpus() -> u32 {
         })
 }
 
-/// Reads the environment (see the module doc).
+/// Reads the environment (see the module doc). Joining the job checks what it describes
+/// ([`JobEnv::check`], as for every other start-up source).
 pub fn detect() -> Result<JobEnv> {
     detect_in(&env::Process, &crate::transport::open_inherited)
 }
 
-/// [`detect`] from `vars`, opening the launcher's board with `open(launcher pid, fd)`. The
-/// job it describes is checked ([`JobEnv::check`]).
+/// [`detect`] from `vars`, opening the launcher's board with `open(launcher pid, fd)`.
 pub(crate) fn detect_in(
-    vars: &dyn Vars,
-    open: &dyn Fn(u32, u32) -> Result<std::os::fd::OwnedFd>,
-) -> Result<JobEnv> {
-    let job = detect_unchecked(vars, open)?;
-    job.check(env::max_ranks_in(vars))?;
-    Ok(job)
-}
-
-fn detect_unchecked(
     vars: &dyn Vars,
     open: &dyn Fn(u32, u32) -> Result<std::os::fd::OwnedFd>,
 ) -> Result<JobEnv> {
@@ -383,7 +374,8 @@ pub fn fuzz_detect(data: &[u8]) -> bool {
             .map(Into::into)
             .map_err(|e| Error::new(ErrorKind::Bootstrap, e.to_string()))
     };
-    let Ok(job) = detect_in(&vars, &open) else {
+    let checked = |job: JobEnv| job.check(env::max_ranks_in(&vars)).map(|()| job);
+    let Ok(job) = detect_in(&vars, &open).and_then(checked) else {
         return false;
     };
     assert!(
@@ -406,7 +398,9 @@ pub fn fuzz_detect(data: &[u8]) -> bool {
             job.rank
         );
     }
-    let again = detect_in(&vars, &open).expect("detected once, detected again");
+    let again = detect_in(&vars, &open)
+        .and_then(checked)
+        .expect("detected once, detected again");
     assert_eq!(
         (
             again.rank,
@@ -452,13 +446,16 @@ mod tests {
             .collect()
     }
 
+    /// Detection and the check that joining applies.
     fn detect(v: &Vars) -> crate::Result<super::JobEnv> {
-        super::detect_in(v, &|_, _| {
+        let job = super::detect_in(v, &|_, _| {
             Err(crate::Error::new(
                 crate::ErrorKind::Bootstrap,
                 "no launcher here",
             ))
-        })
+        })?;
+        job.check(crate::env::max_ranks_in(v))?;
+        Ok(job)
     }
 
     #[test]

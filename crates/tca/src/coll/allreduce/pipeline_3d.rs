@@ -37,8 +37,8 @@ struct Chain {
     closer: Option<usize>,
 }
 
-fn chains(p: usize, me: usize) -> [Chain; D] {
-    let dims = grid::<D>(p);
+/// Rank `me`'s links on the grid `dims`.
+fn chains(dims: [usize; D], me: usize) -> [Chain; D] {
     let at = coords(&dims, me);
     let stride = |d: usize| dims[..d].iter().product::<usize>();
     std::array::from_fn(|d| Chain {
@@ -50,11 +50,12 @@ fn chains(p: usize, me: usize) -> [Chain; D] {
 
 pub(crate) async fn run<M: Mode>(c: Steps<'_, M>, buf: &mut [u8], red: &Reducer<'_>) -> Result<()> {
     let p = c.p();
-    let ch = chains(p, c.me());
+    let dims = grid::<D>(p);
+    let ch = chains(dims, c.me());
     let chunks = c.chunks(buf.len());
     // The broadcast of a chunk follows its reduce by `lag` chunks, the round trip from the
     // far corner to the origin and back: the far ranks keep sending while results come back.
-    let lag = 2 * grid::<D>(p).iter().sum::<usize>();
+    let lag = 2 * dims.iter().sum::<usize>();
     for t in 0..chunks + lag {
         if t < chunks {
             for link in ch.iter().filter(|l| l.joins) {
@@ -86,11 +87,12 @@ pub(crate) async fn run<M: Mode>(c: Steps<'_, M>, buf: &mut [u8], red: &Reducer<
 /// pace of oversubscribed runs; the front end's copy.
 pub(crate) fn work(m: &CostModel, p: usize, n: usize) -> Work {
     let nf = n as f64;
+    let dims = grid::<D>(p);
     let mut busiest = m.sched(p).work();
     let mut total = m.sched(p);
     for me in 0..p.max(1) {
         let mut s = m.sched(p).local(nf);
-        for link in chains(p, me).iter().filter(|l| l.joins) {
+        for link in chains(dims, me).iter().filter(|l| l.joins) {
             if link.further.is_some() {
                 s = s.recv_reduce(1.0, nf).send(1.0, nf);
             }
@@ -115,7 +117,8 @@ mod tests {
     #[allow(clippy::needless_range_loop)] // the walk moves `at` along each dimension in turn
     fn every_rank_reduces_into_the_origin() {
         for p in 1..=64 {
-            let all: Vec<_> = (0..p).map(|me| chains(p, me)).collect();
+            let dims = grid::<D>(p);
+            let all: Vec<_> = (0..p).map(|me| chains(dims, me)).collect();
             for me in 0..p {
                 let mut at = me;
                 for d in 0..D {
