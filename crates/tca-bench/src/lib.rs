@@ -92,6 +92,63 @@ pub struct Request {
     pub mpirun: Option<PathBuf>,
     /// Print the cost models' prediction beside each measured tca collective row.
     pub model: bool,
+    /// Run on this simulated network instead of this machine (`--network`).
+    pub network: Option<tca::sim::Options>,
+}
+
+/// Timed calls per size on a simulated network under `--iters auto`: virtual times do not
+/// vary from call to call as a host's do, so a few calls after one warm-up give the figure.
+pub const SIM_REPS: u64 = 5;
+
+/// Runs the suite `opts` on `np` simulated ranks (threads of this process, in virtual time on
+/// the network `sim`); returns rank 0's half, with notes on the model and the simulator's own
+/// cost.
+pub fn simulate(np: u32, opts: &suite::Options, sim: &tca::sim::Options) -> Result<suite::Half> {
+    let mut opts = opts.clone();
+    if opts.iters == suite::Iters::Auto {
+        opts.iters = suite::Iters::Fixed(SIM_REPS);
+        opts.warmup = Some(opts.warmup.unwrap_or(1));
+    }
+    let run = tca::sim::run(sim, np, |w| {
+        suite::tca::run(w, &opts).map_err(|e| match e.downcast::<tca::Error>() {
+            Ok(t) => t,
+            Err(e) => tca::Error::program(format!("{e:#}")),
+        })
+    })
+    .context("simulated run")?;
+    let (events, host_s) = (run.stats.events, run.host_s);
+    let mut half = run
+        .results
+        .into_iter()
+        .next()
+        .flatten()
+        .context("rank 0 returned no results")?;
+    let net = &sim.network;
+    half.notes.insert(
+        0,
+        format!(
+            "SIMULATED: {} ({}; {}), {} ranks, virtual time; {} payload; computation {}",
+            net.name,
+            net.shape(),
+            net.summary,
+            np,
+            if sim.payload {
+                "with"
+            } else {
+                "timing only, no"
+            },
+            match sim.compute {
+                tca::sim::Compute::Model => "charged from the model".to_string(),
+                tca::sim::Compute::Measured { scale } =>
+                    format!("measured on this host x {scale} (not deterministic)"),
+            }
+        ),
+    );
+    half.notes.push(format!(
+        "simulator: {events} events in {host_s:.2} s of host time ({:.0} events/s)",
+        events as f64 / host_s.max(1e-9)
+    ));
+    Ok(half)
 }
 
 /// Runs the suite as whichever process this is (parent, tca rank, MPI rank); returns the exit
@@ -110,6 +167,25 @@ pub fn bench(req: &Request) -> Result<i32> {
         }
         out
     };
+    if let Some(sim) = &req.network {
+        if tca_mpi::role() != Role::Parent {
+            bail!("--network runs the ranks as threads of `tca bench` itself: start it directly");
+        }
+        let half = simulate(req.np, &req.suite, sim)?;
+        let line = format!(
+            "simulated network {} ({}) on {}",
+            sim.network.name,
+            sim.network.shape(),
+            machine_line()
+        );
+        let mut out = report::Output::new(line, &[half], req.fit);
+        if req.model {
+            let active = tca::coll::model::active();
+            out.predict(&active.calibration, active.describe());
+        }
+        emit(req, &out)?;
+        return Ok(0);
+    }
     match measure(req.np, &req.suite, mpi.as_ref())? {
         Measured::Parent(halves) => emit(req, &output(&halves))?,
         Measured::Rank(Some(half)) => {

@@ -20,6 +20,25 @@ pub(crate) struct Args {
     /// Ranks (launched by tca bench itself).
     #[arg(long, default_value_t = 2)]
     np: u32,
+    /// Run on a simulated network instead of this machine, in virtual time: a model name
+    /// (peach2-2x8, peach2-2x8-gpu, tofu-384, tofu-64x6, tofu-8x6x8, fat-tree) or a TOML
+    /// file (see crates/tca/networks/). The ranks are threads of this process, one per node
+    /// of the model; every figure is the model's, the same on every run.
+    #[arg(long, value_name = "NAME|FILE")]
+    network: Option<String>,
+    /// With --network: time messages without moving their payload (messages above 64 KiB
+    /// move only their first and last 256 bytes), for hundreds of ranks and large sizes.
+    #[arg(long, requires = "network")]
+    timing_only: bool,
+    /// With --network: how computation costs virtual time: `model` (reductions at the
+    /// model's rate; deterministic) or `measured:SCALE` (host time between calls x SCALE).
+    #[arg(
+        long,
+        requires = "network",
+        value_name = "model|measured:SCALE",
+        default_value = "model"
+    )]
+    compute: String,
     /// Message sizes: MIN:MAX (0 and the powers of two, IMB's default 0:4M) or a comma list;
     /// K, M, G (KiB, KB, ...) are powers of 1024.
     #[arg(long, default_value = "0:4M")]
@@ -99,6 +118,8 @@ const BENCH_HELP: &str = concat!(
   tca bench PingPong --plot pingpong.png --fit 64K:4M
   tca bench Allreduce Allgather Bcast --sizes 8:4M --model   predictions beside measurements
   tca bench floor
+  tca bench Allreduce --np 16 --network peach2-2x8 --sizes 8   on a simulated PEACH2 torus
+  tca bench Bcast --np 384 --network tofu-8x6x8 --algo pipeline_3d --timing-only
 
 ",
     tca_model::size_grammar!()
@@ -108,6 +129,33 @@ pub(crate) fn run(a: Args) -> Result<i32> {
     if a.np == 0 {
         bail!("--np must be at least 1");
     }
+    let network = a
+        .network
+        .as_deref()
+        .map(|n| -> Result<tca::sim::Options> {
+            let mut o = tca::sim::Options::new(tca::sim::Network::load(n)?);
+            o.payload = !a.timing_only;
+            o.compute = tca::sim::Compute::parse(&a.compute).with_context(|| {
+                format!(
+                    "--compute {}: expected `model` or `measured:SCALE`",
+                    a.compute
+                )
+            })?;
+            if a.np > o.network.nodes() {
+                bail!(
+                    "--np {}: the network {} ({}) has {} nodes, one rank each",
+                    a.np,
+                    o.network.name,
+                    o.network.shape(),
+                    o.network.nodes()
+                );
+            }
+            Ok(o)
+        })
+        .transpose()?;
+    if network.is_some() && a.compare.is_some() {
+        bail!("--network and --compare mpi: MPI runs on this machine only; run them apart");
+    }
     let iters = match a.iters.as_str() {
         "auto" => Iters::Auto,
         n => match n.parse::<u64>() {
@@ -116,6 +164,9 @@ pub(crate) fn run(a: Args) -> Result<i32> {
         },
     };
     if a.benchmarks.iter().any(|b| b.eq_ignore_ascii_case("floor")) {
+        if network.is_some() {
+            bail!("`floor` measures this machine; it has no simulated form");
+        }
         if a.benchmarks.len() > 1 {
             bail!("`floor` runs on its own: `tca bench floor`");
         }
@@ -191,6 +242,7 @@ pub(crate) fn run(a: Args) -> Result<i32> {
         compare_mpi: a.compare.is_some(),
         mpirun: a.mpirun,
         model: a.model,
+        network,
     };
     tca_bench::bench(&req)
 }

@@ -37,8 +37,12 @@ pub trait Backend {
     fn size(&self) -> usize;
     /// The library's name for tables and reports ("tca", "Open MPI 4.1.4").
     fn name(&self) -> String;
-    /// What carries its bytes, for reports (tca: the `World`'s transport).
+    /// What carries its bytes, for reports (tca: the `World`'s transport; on a simulated
+    /// network `sim:` and the model's name).
     fn transport(&self) -> String;
+    /// Seconds on this rank's clock, what the tools time with: tca's [`tca::World::wtime`]
+    /// (virtual time on a simulated network), `MPI_Wtime`.
+    fn wtime(&self) -> f64;
     /// Blocks until every rank has arrived.
     fn barrier(&mut self) -> CommResult<()>;
     /// Rank 0's `buf` to every rank.
@@ -91,7 +95,14 @@ impl Backend for tca::Comm<'_> {
         "tca".into()
     }
     fn transport(&self) -> String {
-        self.world_ref().transport().into()
+        let w = self.world_ref();
+        match w.simulated() {
+            Some(net) => format!("sim:{net}"),
+            None => w.transport().into(),
+        }
+    }
+    fn wtime(&self) -> f64 {
+        self.world_ref().wtime()
     }
     fn barrier(&mut self) -> CommResult<()> {
         Ok(tca::Comm::barrier(self)?)
@@ -232,6 +243,9 @@ mod with_mpi {
         }
         fn transport(&self) -> String {
             "MPI (its own transports)".into()
+        }
+        fn wtime(&self) -> f64 {
+            mpi::time()
         }
         fn barrier(&mut self) -> CommResult<()> {
             self.world.barrier();

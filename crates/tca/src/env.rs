@@ -12,7 +12,9 @@
 //! | `TCA_TIMEOUT` | user | seconds (a decimal number) a blocking call may sleep, counted from its first sleep, before it gives up with `ErrorKind::Timeout` naming the culprit: a peer on this node whose process is stopped, else (a job on one node) the only other rank not waiting, else the rank it waited for where the layer knows it (collectives, two-sided, active messages): a peer that is alive but stuck (stopped, spinning in user code) then ends the job with an error instead of a hang; unset or 0: no limit (a dead peer is detected without it) |
 //! | `TCA_BOOT_TIMEOUT` | user | seconds to wait for all ranks at start-up without the launcher (default 60) |
 //! | `TCA_MAX_RANKS` | user | raises or lowers the per-node rank limit (default 1024) |
-//! | `TCA_TRANSPORT` | user | `auto` (default: shared memory between ranks of one node, libfabric between nodes), `shm` (one node only), `ofi` (libfabric between every pair of ranks, also on one node) |
+//! | `TCA_TRANSPORT` | user | `auto` (default: shared memory between ranks of one node, libfabric between nodes), `shm` (one node only), `ofi` (libfabric between every pair of ranks, also on one node), `sim` (thread mode only, `tca::threads::run`: the ranks run on a simulated network in virtual time, see `tca::sim`) |
+//! | `TCA_SIM_NETWORK` | user | the network model of `TCA_TRANSPORT=sim`: a built-in name (`peach2-2x8`, `tofu-8x6x8`, ...) or a TOML file (default `peach2-2x8`) |
+//! | `TCA_SIM_COMPUTE` | user | how computation costs virtual time under `TCA_TRANSPORT=sim`: `model` (default: reductions at the model's rate) or `measured:SCALE` (host time between calls times SCALE) |
 //! | `TCA_OFI_PROVIDER` | user | the libfabric provider (`tcp`, `verbs`, `efa`, `cxi`, ...; default: the first RDM provider libfabric offers) |
 //! | `TCA_OFI_DOMAIN` | user | the libfabric domain (the tcp provider's: a network interface such as `eth0`; default: the first the provider offers that is not loopback) |
 //! | `TCA_KV` | launcher, user | `host:port` of the start-up rendezvous of a job that spans nodes (`tca run --hosts` sets it; under Slurm it defaults to the step's first node) |
@@ -58,8 +60,12 @@ pub const BOOT_TIMEOUT: &str = "TCA_BOOT_TIMEOUT";
 /// Per-node rank limit.
 pub const MAX_RANKS: &str = "TCA_MAX_RANKS";
 
-/// Which transports to use: `auto`, `shm` or `ofi`.
+/// Which transports to use: `auto`, `shm`, `ofi` or (thread mode) `sim`.
 pub const TRANSPORT: &str = "TCA_TRANSPORT";
+/// The network model of `TCA_TRANSPORT=sim`.
+pub const SIM_NETWORK: &str = "TCA_SIM_NETWORK";
+/// How computation costs virtual time under `TCA_TRANSPORT=sim`.
+pub const SIM_COMPUTE: &str = "TCA_SIM_COMPUTE";
 /// The libfabric provider.
 pub const OFI_PROVIDER: &str = "TCA_OFI_PROVIDER";
 /// The libfabric domain (for tcp: a network interface).
@@ -101,6 +107,8 @@ pub const KNOWN: &[&str] = &[
     BOOT_TIMEOUT,
     MAX_RANKS,
     TRANSPORT,
+    SIM_NETWORK,
+    SIM_COMPUTE,
     OFI_PROVIDER,
     OFI_DOMAIN,
     KV,

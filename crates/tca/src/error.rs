@@ -34,6 +34,9 @@ pub enum ErrorKind {
     Launch,
     /// An active-message handler of the program returned an error ([`Error::handler`]).
     Handler,
+    /// The program's own code failed inside a rank that tca runs ([`Error::program`]):
+    /// thread mode, a simulated network.
+    Program,
 }
 
 /// The error type of every fallible tca call.
@@ -89,6 +92,13 @@ impl Error {
     /// and returned by its rank's next call of the endpoint.
     pub fn handler(message: impl Into<String>) -> Self {
         Self::new(ErrorKind::Handler, message)
+    }
+
+    /// An error of the program's own code in a rank that tca runs (a rank closure of
+    /// [`crate::threads::run`] or [`crate::sim::run`] that fails for its own reasons): the
+    /// rank is marked failed and the others' waits name it.
+    pub fn program(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Program, message)
     }
 
     /// An error about a specific peer rank (dead, aborted).

@@ -57,6 +57,7 @@ pub mod fabric;
 pub mod p2p;
 pub mod process;
 mod rand;
+pub mod sim;
 pub mod threads;
 pub mod transport;
 

@@ -16,6 +16,29 @@ where
     T: Send,
     F: Fn(&World) -> Result<T> + Sync,
 {
+    if std::env::var(crate::env::TRANSPORT).is_ok_and(|t| t.trim() == "sim") {
+        // The same ranks on a simulated network (the suites run unchanged on it).
+        return match crate::sim::Options::from_env() {
+            Ok(opts) => match crate::sim::run_each(&opts, n, f) {
+                Ok((all, ..)) => all,
+                Err(e) => vec![Err(e)],
+            },
+            Err(e) => vec![Err(e)],
+        };
+    }
+    run_ranks(n, |_, joined| joined, f)
+}
+
+/// [`run_each`] with `setup` between a rank's joining and `f`: it gets the rank and what
+/// joining gave, and returns the world `f` runs on (the simulated transport makes its rank
+/// part of the simulation there, or, when joining failed, tells the simulation that the rank
+/// will not come).
+pub(crate) fn run_ranks<T, S, F>(n: u32, setup: S, f: F) -> Vec<Result<T>>
+where
+    T: Send,
+    S: Fn(u32, Result<World>) -> Result<World> + Sync,
+    F: Fn(&World) -> Result<T> + Sync,
+{
     let max = crate::env::max_ranks();
     if n == 0 || n > max {
         let e = Error::new(
@@ -33,25 +56,26 @@ where
     let Ok(raw) = u32::try_from(std::os::fd::AsRawFd::as_raw_fd(&fd)) else {
         return vec![Err(Error::new(ErrorKind::Transport, "negative descriptor"))];
     };
-    let f = &f;
+    let (f, setup) = (&f, &setup);
     std::thread::scope(|s| {
         let handles: Vec<_> = (0..n)
             .map(|rank| {
                 std::thread::Builder::new()
                     .name(format!("tca-rank-{rank}"))
                     .spawn_scoped(s, move || -> Result<T> {
-                        let board_fd = open_inherited(std::process::id(), raw)?;
-                        let env = JobEnv {
-                            rank,
-                            size: n,
-                            job,
-                            board: BoardSource::Fd(board_fd),
-                            source: "threads",
-                            boot_deadline: std::time::Instant::now()
-                                + std::time::Duration::from_secs(60),
-                            kv: None,
-                        };
-                        let world = World::join(env)?;
+                        let joined = open_inherited(std::process::id(), raw).and_then(|fd| {
+                            World::join(JobEnv {
+                                rank,
+                                size: n,
+                                job,
+                                board: BoardSource::Fd(fd),
+                                source: "threads",
+                                boot_deadline: std::time::Instant::now()
+                                    + std::time::Duration::from_secs(60),
+                                kv: None,
+                            })
+                        });
+                        let world = setup(rank, joined)?;
                         let r = f(&world);
                         if r.is_err() {
                             world.mark_failed();
@@ -93,7 +117,12 @@ where
     T: Send,
     F: Fn(&World) -> Result<T> + Sync,
 {
-    let all = run_each(n, f);
+    root_error(run_each(n, f))
+}
+
+/// Every rank's result, or the error that caused the failure: a rank's own error is preferred
+/// over the "peer died" errors it caused elsewhere.
+pub(crate) fn root_error<T>(all: Vec<Result<T>>) -> Result<Vec<T>> {
     if all.iter().all(|r| r.is_ok()) {
         return all.into_iter().collect();
     }

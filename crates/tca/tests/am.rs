@@ -705,6 +705,11 @@ fn a_handler_error_reaches_the_next_call_of_its_rank() {
 /// naming rank 1, while rank 2 is still sending (rank 2 stops only when rank 0 has left).
 #[test]
 fn a_timeout_is_not_renewed_by_other_peers_traffic() {
+    if std::env::var("TCA_TRANSPORT").is_ok_and(|t| t.trim() == "sim") {
+        // Host-time timeouts of a rank stuck in user code: not a simulated network's notion
+        // (a rank that computes holds virtual time; see coll.rs, the stuck peer).
+        return;
+    }
     let all = threads::run_each(3, |w| {
         let c = Comm::world(w)?;
         let mut t = Table::new();

@@ -15,8 +15,6 @@
 //! The non-blocking benchmarks (IMB-NBC) time two things per run, the collective alone and
 //! overlapped with computation ([`super::overlap`]); their calls are counted as above.
 
-use std::time::Instant;
-
 use anyhow::Result;
 use tca_model::record::{Overlap, Row};
 use tca_mpi::Backend as _;
@@ -163,11 +161,11 @@ fn measure<B: Backend>(
     let mut all = vec![0.0; if me == 0 { p as usize } else { 0 }];
     for _ in 0..opts.repeat.max(1) {
         b.lib().barrier()?;
-        let t0 = Instant::now();
+        let t0 = b.lib().wtime();
         if active {
             b.calls(reps)?;
         }
-        let t = t0.elapsed().as_secs_f64() * 1e6 / reps as f64 / bench.per_call_divisor();
+        let t = (b.lib().wtime() - t0) * 1e6 / reps as f64 / bench.per_call_divisor();
         b.lib()
             .gather_f64(&[if active { t } else { f64::NAN }], &mut all)?;
         b.lib().barrier()?;
@@ -225,16 +223,16 @@ fn measure_overlap<B: Backend>(
     // Rank 0: every rank's (t_ovrl, t_pure, t_CPU) of the run with the lowest largest t_ovrl.
     let mut best: Option<(f64, Vec<f64>)> = None;
     let mut all = vec![0.0; if me == 0 { 3 * p as usize } else { 0 }];
-    let per_call = |t0: Instant| t0.elapsed().as_secs_f64() * 1e6 / reps as f64;
+    let per_call = |b: &mut B, t0: f64| (b.lib().wtime() - t0) * 1e6 / reps as f64;
     for _ in 0..opts.repeat.max(1) {
         b.lib().barrier()?;
-        let t0 = Instant::now();
+        let t0 = b.lib().wtime();
         b.calls(reps)?;
-        let pure = per_call(t0);
+        let pure = per_call(b, t0);
         b.lib().barrier()?;
-        let t0 = Instant::now();
+        let t0 = b.lib().wtime();
         let computing = b.overlapped(reps, cpu, pure, opts.test_calls)?;
-        let ovrl = per_call(t0);
+        let ovrl = per_call(b, t0);
         b.lib()
             .gather_f64(&[ovrl, pure, computing / reps as f64], &mut all)?;
         b.lib().barrier()?;
@@ -283,11 +281,11 @@ fn auto_reps<B: Backend>(b: &mut B, active: bool) -> Result<(u64, u64)> {
     let mut n = 1u64;
     loop {
         b.lib().barrier()?;
-        let t0 = Instant::now();
+        let t0 = b.lib().wtime();
         if active {
             b.calls(n)?;
         }
-        let dt = t0.elapsed().as_secs_f64();
+        let dt = b.lib().wtime() - t0;
         let go_on = b.lib().agree(u64::from(dt < TRIAL_S && n < AUTO_MAX))?;
         if go_on == 0 {
             let per_call = (dt / n as f64).max(1e-9);

@@ -843,7 +843,10 @@ pub fn run(world: &World, opts: &Options) -> Result<Option<Half>> {
         notes.push(n);
     }
     let max = opts.sizes.iter().copied().max().unwrap_or(0);
-    if opts.benches().any(|bench| bench.kind == Kind::PingPong)
+    // Host-time figures (registered buffers, memcpy) mean nothing beside virtual times.
+    let host = world.simulated().is_none();
+    if host
+        && opts.benches().any(|bench| bench.kind == Kind::PingPong)
         && let Some(n) = b.registered_note(max)?
     {
         notes.push(n);
@@ -855,7 +858,7 @@ pub fn run(world: &World, opts: &Options) -> Result<Option<Half>> {
     }
     if world.rank() == 0 {
         let max = opts.sizes.iter().copied().max().unwrap_or(0);
-        if max > 0 {
+        if max > 0 && host {
             notes.push(format!(
                 "memcpy at {max} bytes (one thread, this run): {:.2} GB/s",
                 crate::floor::memcpy_bandwidth(max)

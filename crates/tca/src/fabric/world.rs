@@ -89,6 +89,8 @@ enum Mode {
     Shm,
     /// The network between every pair of ranks.
     Ofi,
+    /// A simulated network (thread mode: `threads::run` hands the ranks to `crate::sim`).
+    Sim,
 }
 
 impl Mode {
@@ -97,9 +99,13 @@ impl Mode {
             None | Some("" | "auto") => Ok(Self::Auto),
             Some("shm") => Ok(Self::Shm),
             Some("ofi") => Ok(Self::Ofi),
+            Some("sim") => Ok(Self::Sim),
             Some(other) => Err(Error::new(
                 ErrorKind::Bootstrap,
-                format!("{}={other:?}: expected auto, shm or ofi", env::TRANSPORT),
+                format!(
+                    "{}={other:?}: expected auto, shm, ofi or sim",
+                    env::TRANSPORT
+                ),
             )),
         }
     }
@@ -122,12 +128,15 @@ pub struct World {
     source: &'static str,
     shm: Shm,
     /// Which transport reaches each rank: `true` for the network.
-    #[cfg_attr(not(feature = "ofi"), allow(dead_code))]
     remote: Vec<bool>,
     /// Ranks sharing this rank's node (memory).
     node: Vec<u32>,
     #[cfg(feature = "ofi")]
     net: Option<crate::transport::ofi::Ofi>,
+    /// The simulated network, when this rank runs on one ([`crate::sim`]).
+    sim: Option<crate::transport::sim::Sim>,
+    /// Whether some rank is reached through a network (real or simulated): `remote` decides.
+    networked: bool,
     /// The rendezvous connection of a job spanning nodes: the job monitor.
     kv: Option<crate::bootstrap::kv::KvClient>,
     /// The monitor's verdict, watched from the moment the network is being set up.
@@ -149,6 +158,17 @@ impl World {
         let (rank, size, job, source) = (env.rank, env.size, env.job, env.source);
         env.check(crate::env::max_ranks())?;
         let mode = Mode::from_env()?;
+        if mode == Mode::Sim && source != "threads" {
+            return Err(Error::new(
+                ErrorKind::Bootstrap,
+                format!(
+                    "{}=sim simulates ranks as threads of one process (tca::threads::run, \
+                     tca::sim, `tca bench --network`); a job of processes ({source}) cannot \
+                     join it",
+                    env::TRANSPORT
+                ),
+            ));
+        }
         let Some(rv) = env.kv.take() else {
             // Every rank on this node: meet on the node's board.
             let all: Vec<u32> = (0..size).collect();
@@ -184,6 +204,8 @@ impl World {
             node,
             #[cfg(feature = "ofi")]
             net: None,
+            sim: None,
+            networked: false,
             kv: None,
             watch: None,
             _kv_server: server,
@@ -368,6 +390,7 @@ impl World {
             "shm+ofi"
         };
         self.net = Some(net);
+        self.networked = true;
         // Nobody writes into a peer before that peer's endpoint is ready.
         self.barrier()
     }
@@ -455,9 +478,47 @@ impl World {
         })
     }
 
+    /// Makes this rank one of a simulated job (every other rank is reached through the
+    /// simulated network) and waits until every rank has joined it.
+    pub(crate) fn start_sim(
+        &mut self,
+        engine: std::sync::Arc<crate::transport::sim::engine::Engine>,
+        compute: crate::transport::sim::Compute,
+    ) -> Result<()> {
+        for r in 0..self.size {
+            self.remote[r as usize] = r != self.rank;
+        }
+        self.networked = true;
+        self.name = "sim";
+        self.sim = Some(crate::transport::sim::Sim::enter(
+            engine, self.rank, compute,
+        )?);
+        Ok(())
+    }
+
+    /// The network model this rank is simulated on (`None`: a real transport).
+    pub fn simulated(&self) -> Option<&str> {
+        self.sim.as_ref().map(|s| s.network())
+    }
+
+    /// Seconds on this rank's clock: virtual time on a simulated network, else host time
+    /// since an arbitrary start. What benchmarks time with, so that they measure the
+    /// simulated network when they run on one.
+    pub fn wtime(&self) -> f64 {
+        match &self.sim {
+            Some(s) => s.now(),
+            None => epoch().elapsed().as_secs_f64(),
+        }
+    }
+
     /// The transport that reaches `rank` (checked to be in the world).
     #[inline]
     fn via(&self, rank: u32) -> Via<'_> {
+        if let Some(s) = &self.sim {
+            if rank != self.rank {
+                return Via::Sim(s, &self.shm);
+            }
+        }
         #[cfg(feature = "ofi")]
         if self.remote[rank as usize] {
             if let Some(n) = &self.net {
@@ -540,12 +601,7 @@ impl World {
     /// Whether operations on `rank` go through the network transport.
     #[inline]
     pub(crate) fn is_remote(&self, rank: u32) -> bool {
-        #[cfg(feature = "ofi")]
-        if self.net.is_some() {
-            return self.remote.get(rank as usize).copied().unwrap_or(false);
-        }
-        let _ = rank;
-        false
+        self.networked && self.remote.get(rank as usize).copied().unwrap_or(false)
     }
 
     /// Allocates a segment of `len` bytes on every rank (collective: every rank calls it with
@@ -712,6 +768,9 @@ impl World {
     /// network transport reports that one of them could not be delivered.
     pub fn quiet(&self) -> Result<()> {
         Transport::quiet(&self.shm)?;
+        if let Some(s) = &self.sim {
+            s.quiet()?;
+        }
         #[cfg(feature = "ofi")]
         if let Some(n) = &self.net {
             n.quiet(&self.shm)?;
@@ -728,6 +787,9 @@ impl World {
     /// waiting; waits do this by themselves. Call it in long computations between tca calls
     /// to let peers' traffic into this rank through.
     pub fn progress(&self) -> Result<()> {
+        if let Some(s) = &self.sim {
+            s.progress()?;
+        }
         #[cfg(feature = "ofi")]
         if let Some(n) = &self.net {
             n.progress(&self.shm)?;
@@ -781,6 +843,9 @@ impl World {
         timeout: Duration,
     ) -> Result<u64> {
         let word = self.own_word(seg, off)?;
+        if let Some(s) = &self.sim {
+            return s.wait(word, value, Some(timeout), None);
+        }
         self.wait_word(word, value, Instant::now().checked_add(timeout))
     }
 
@@ -811,6 +876,10 @@ impl World {
         value: u64,
         deadline: Option<Instant>,
     ) -> Result<u64> {
+        if let Some(s) = &self.sim {
+            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            return s.wait(word, value, left, None);
+        }
         #[cfg(feature = "ofi")]
         if let Some(net) = &self.net {
             return self.wait_with_network(net, word, value, deadline);
@@ -878,6 +947,9 @@ impl World {
         poll: &dyn Fn() -> Result<bool>,
     ) -> Result<u64> {
         let word = self.own_word(seg, off)?;
+        if let Some(s) = &self.sim {
+            return s.wait(word, value, None, Some(poll));
+        }
         // With a network, its progress comes first on every turn, and naps are short enough
         // for it.
         #[cfg(feature = "ofi")]
@@ -910,6 +982,10 @@ impl World {
 
     /// Fails if the job was aborted, a peer died, or no peer is left that could signal.
     pub fn check_alive(&self) -> Result<()> {
+        if let Some(s) = &self.sim {
+            // A look at the peers: virtual time passes, and the others run meanwhile.
+            s.progress()?;
+        }
         self.shm.check_peers(true)?;
         self.check_monitor()
     }
@@ -935,6 +1011,9 @@ impl World {
 
     pub(crate) fn mark_failed(&self) {
         self.shm.mark_failed();
+        if let Some(s) = &self.sim {
+            s.mark_failed();
+        }
         if let Some(kv) = &self.kv {
             kv.report(
                 self.rank,
@@ -973,6 +1052,12 @@ impl Drop for World {
 
 /// The node this process runs on: `TCA_NODE`, else the host name and the network namespace
 /// (two namespaces of one host are two nodes to tca: what crosses between them is a network).
+/// The start of [`World::wtime`]'s host clock: the first time any rank of this process asks.
+fn epoch() -> Instant {
+    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
 fn node_name() -> String {
     if let Ok(n) = std::env::var(env::NODE) {
         if !n.is_empty() {

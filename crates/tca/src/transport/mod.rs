@@ -4,9 +4,11 @@
 //! against nothing else of a transport: which transport reaches a rank is decided once, at
 //! start-up, and every put, signal and atomic is handed to it. Everything a transport owns —
 //! start-up records, memory registration, the attach cache, liveness of peers, how a waiter
-//! sleeps — stays inside its module and is private to the crate. Today there is one
-//! transport, shared memory ([`shm`], `"shm"`): every rank of a job on one node. Networks
-//! (libfabric), a simulated TCA torus and GPU memory plug in behind the same trait.
+//! sleeps — stays inside its module and is private to the crate. The transports: shared memory
+//! ([`shm`], `"shm"`) between the ranks of one node, libfabric (`ofi`, `"ofi"`, feature
+//! `ofi`) between nodes, and a simulated network ([`sim`], `"sim"`: ranks as threads on a
+//! modelled PEACH2, Tofu or fat-tree network, in virtual time). GPU memory plugs in behind
+//! the same trait.
 //!
 //! # The contract every transport keeps
 //!
@@ -43,6 +45,7 @@ pub(crate) mod model;
 #[cfg(feature = "ofi")]
 pub(crate) mod ofi;
 pub(crate) mod shm;
+pub(crate) mod sim;
 
 use crate::error::Result;
 use crate::fabric::{AtomicOp, Handle, SignalOp, Strided};
@@ -153,6 +156,8 @@ pub(crate) enum Via<'a> {
     /// libfabric (with this node's shared memory, where incoming requests are applied).
     #[cfg(feature = "ofi")]
     Net(&'a ofi::Ofi, &'a shm::Shm),
+    /// The simulated network (with the shared-memory regions it delivers into).
+    Sim(&'a sim::Sim, &'a shm::Shm),
 }
 
 impl Transport for Via<'_> {
@@ -161,6 +166,7 @@ impl Transport for Via<'_> {
             Via::Shm(t) => t.attach(h),
             #[cfg(feature = "ofi")]
             Via::Net(n, s) => n.attach(s, h),
+            Via::Sim(t, s) => t.attach(s, h),
         }
     }
 
@@ -170,6 +176,7 @@ impl Transport for Via<'_> {
             Via::Shm(t) => t.put(dst, off, src),
             #[cfg(feature = "ofi")]
             Via::Net(n, s) => n.put(s, dst, off, src),
+            Via::Sim(t, s) => t.put(s, dst, off, src),
         }
     }
 
@@ -187,6 +194,7 @@ impl Transport for Via<'_> {
             Via::Shm(t) => t.put_signal(dst, off, src, sig, sig_off, op),
             #[cfg(feature = "ofi")]
             Via::Net(n, s) => n.put_signal(s, dst, off, src, sig, sig_off, op),
+            Via::Sim(t, s) => t.put_signal(s, dst, off, src, sig, sig_off, op),
         }
     }
 
@@ -195,6 +203,7 @@ impl Transport for Via<'_> {
             Via::Shm(t) => t.signal(sig, off, op),
             #[cfg(feature = "ofi")]
             Via::Net(n, s) => n.signal(s, sig, off, op),
+            Via::Sim(t, s) => t.signal(s, sig, off, op),
         }
     }
 
@@ -210,6 +219,7 @@ impl Transport for Via<'_> {
             Via::Shm(t) => t.put_strided(dst, off, src, st, dst_span),
             #[cfg(feature = "ofi")]
             Via::Net(n, s) => n.put_strided(s, dst, off, src, st, dst_span),
+            Via::Sim(t, s) => t.put_strided(s, dst, off, src, st, dst_span),
         }
     }
 
@@ -218,6 +228,7 @@ impl Transport for Via<'_> {
             Via::Shm(t) => t.atomic(h, off, op),
             #[cfg(feature = "ofi")]
             Via::Net(n, s) => n.atomic(s, h, off, op),
+            Via::Sim(t, s) => t.atomic(s, h, off, op),
         }
     }
 
@@ -226,6 +237,7 @@ impl Transport for Via<'_> {
             Via::Shm(t) => t.quiet(),
             #[cfg(feature = "ofi")]
             Via::Net(n, s) => n.quiet(s),
+            Via::Sim(t, _) => t.quiet(),
         }
     }
 
@@ -236,6 +248,8 @@ impl Transport for Via<'_> {
             // a wait for completion where the provider lacks them): nothing to do.
             #[cfg(feature = "ofi")]
             Via::Net(..) => std::sync::atomic::fence(std::sync::atomic::Ordering::Release),
+            // Messages between a pair land in the order they were sent (see `sim::engine`).
+            Via::Sim(..) => {}
         }
     }
 }

@@ -94,6 +94,11 @@ impl Mapping {
         self.base.as_ptr()
     }
 
+    /// Length of the mapping in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
     /// Address of the mapping's first byte, for diagnostics and identity comparisons only.
     pub fn addr(&self) -> usize {
         self.base.as_ptr() as usize

@@ -601,19 +601,10 @@ impl Shm {
     }
 
     pub(crate) fn apply_atomic(&self, word: &AtomicU64, owner: u32, op: AtomicOp) -> u64 {
-        let old = match op {
-            AtomicOp::Load => return word.load(Ordering::SeqCst),
-            AtomicOp::Store(v) | AtomicOp::Swap(v) => word.swap(v, Ordering::SeqCst),
-            AtomicOp::FetchAdd(v) => word.fetch_add(v, Ordering::SeqCst),
-            AtomicOp::CompareExchange { current, new } => {
-                match word.compare_exchange(current, new, Ordering::SeqCst, Ordering::SeqCst) {
-                    Ok(v) => v,
-                    // Nothing changed: nobody to wake.
-                    Err(v) => return v,
-                }
-            }
-        };
-        wait::notify(word, self.sleepers_of(owner));
+        let (old, changed) = wait::apply_atomic(word, op);
+        if changed {
+            wait::notify(word, self.sleepers_of(owner));
+        }
         old
     }
 

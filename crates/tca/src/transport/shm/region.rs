@@ -13,8 +13,10 @@
 //! writing into memory no one reads. Every segment is such a region, whatever transport carries
 //! the writes of remote peers: a network transport registers the same memory with its NIC.
 
+use std::collections::BTreeMap;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 
 use bytemuck::{Pod, Zeroable};
 
@@ -27,6 +29,20 @@ const VERSION: u32 = 1;
 const STATE: usize = 64;
 const LIVE: u64 = 1;
 const FREED: u64 = 2;
+
+/// The segments created by this process, by (job, owner, segment id): a rank attaching a
+/// segment of a rank that is a thread of the same process shares its mapping instead of
+/// mapping the file again (thread mode and the simulator run hundreds of ranks in one
+/// process, and every rank attaches every peer's control segment: N^2 mappings would pass
+/// the kernel's limit of 65,530 per process at about 256 ranks). The entry goes when the
+/// owner's region does; attaching still checks the header against the handle as for any
+/// peer.
+static IN_PROCESS: Mutex<BTreeMap<(u64, u32, u32), Weak<Mapping>>> = Mutex::new(BTreeMap::new());
+
+fn in_process() -> std::sync::MutexGuard<'static, BTreeMap<(u64, u32, u32), Weak<Mapping>>> {
+    // Every update of the map completes before anything can panic: a poisoned lock is fine.
+    IN_PROCESS.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 /// Segments freed in this process so far: a transport that keeps per-segment state (network
 /// registrations) looks at it with one load to learn that it has something to clean up.
@@ -49,7 +65,9 @@ struct Header {
 /// segments) the descriptor that keeps the segment id reserved.
 #[derive(Debug)]
 pub(crate) struct Region {
-    pub(crate) map: Mapping,
+    /// Shared by every rank of this process that has the segment attached (thread mode):
+    /// one mapping per segment in the process, not one per rank and peer.
+    pub(crate) map: Arc<Mapping>,
     pub(crate) handle: Handle,
     _fd: Option<OwnedFd>,
 }
@@ -85,6 +103,8 @@ impl Region {
         map.write(0, bytemuck::bytes_of(&h))?;
         state_word(&map).store(LIVE, Ordering::Release);
         let handle = Handle::new(job, key, len, rank, segment);
+        let map = Arc::new(map);
+        in_process().insert((job, rank, segment), Arc::downgrade(&map));
         Ok(Self {
             map,
             handle,
@@ -96,20 +116,25 @@ impl Region {
     /// A segment its owner has freed is refused naming the owner ([`freed`]); every other
     /// refusal names nobody (the handle is at fault, or cannot be told from one that is).
     pub(crate) fn attach(h: &Handle, pid: u32) -> Result<Self> {
-        let fd = memfd::open_peer(pid, h.segment())?;
-        let file = memfd::file_len(&fd)?;
-        let need = page_round(h.len()).and_then(|l| l.checked_add(HEADER_BYTES));
-        if need.is_none_or(|n| n > file) {
-            return Err(stale(
-                h,
-                format!(
-                    "it claims {} bytes but the segment holds {}",
-                    h.len(),
-                    file.saturating_sub(HEADER_BYTES)
-                ),
-            ));
-        }
-        let map = Mapping::map(&fd, file)?;
+        let shared = (pid == std::process::id())
+            .then(|| {
+                in_process()
+                    .get(&(h.job(), h.rank(), h.segment()))?
+                    .upgrade()
+            })
+            .flatten();
+        let map = match shared {
+            Some(m) => {
+                need_fits(h, m.len())?;
+                m
+            }
+            None => {
+                let fd = memfd::open_peer(pid, h.segment())?;
+                let file = memfd::file_len(&fd)?;
+                need_fits(h, file)?;
+                Arc::new(Mapping::map(&fd, file)?)
+            }
+        };
         let mut hd = Header::zeroed();
         // Cannot fail: the file, mapped whole, holds at least the header page (checked above).
         map.read(0, bytemuck::bytes_of_mut(&mut hd))?;
@@ -200,6 +225,37 @@ impl Region {
                 format!("signal offset {off} is not a multiple of 8"),
             )
         })
+    }
+}
+
+/// Refuses `h` if it claims more bytes than a segment file of `file` bytes holds.
+fn need_fits(h: &Handle, file: usize) -> Result<()> {
+    let need = page_round(h.len()).and_then(|l| l.checked_add(HEADER_BYTES));
+    if need.is_none_or(|n| n > file) {
+        return Err(stale(
+            h,
+            format!(
+                "it claims {} bytes but the segment holds {}",
+                h.len(),
+                file.saturating_sub(HEADER_BYTES)
+            ),
+        ));
+    }
+    Ok(())
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        if self._fd.is_some() {
+            // The owner's region: its id may name another segment from now on.
+            let mut m = in_process();
+            let k = (self.handle.job(), self.handle.rank(), self.handle.segment());
+            if m.get(&k)
+                .is_some_and(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(&self.map)))
+            {
+                m.remove(&k);
+            }
+        }
     }
 }
 

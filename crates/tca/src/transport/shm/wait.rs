@@ -373,6 +373,24 @@ pub(crate) fn raise<W: Word + ?Sized, S: Sleepers + ?Sized>(
     notify(word, sleepers);
 }
 
+/// Applies `op` to `word`; returns the value it held and whether it changed (who changes a
+/// word wakes its sleepers; the caller knows where they sleep).
+pub(crate) fn apply_atomic(word: &AtomicU64, op: crate::fabric::AtomicOp) -> (u64, bool) {
+    use crate::fabric::AtomicOp;
+    match op {
+        AtomicOp::Load => (word.load(Ordering::SeqCst), false),
+        AtomicOp::Store(v) | AtomicOp::Swap(v) => (word.swap(v, Ordering::SeqCst), true),
+        AtomicOp::FetchAdd(v) => (word.fetch_add(v, Ordering::SeqCst), true),
+        AtomicOp::CompareExchange { current, new } => {
+            match word.compare_exchange(current, new, Ordering::SeqCst, Ordering::SeqCst) {
+                Ok(v) => (v, true),
+                // Nothing changed: nobody to wake.
+                Err(v) => (v, false),
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

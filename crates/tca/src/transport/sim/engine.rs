@@ -1,0 +1,597 @@
+//! The discrete-event core of the simulated transport: virtual clocks, one baton, one queue.
+//!
+//! Every rank is a thread of one process, but **only the rank holding the baton runs**; the
+//! others are parked on their own condition variable. The baton always goes to whatever is
+//! earliest in virtual time: the next event (a message arriving, an atomic applied, a
+//! timer) or the ready rank whose clock is lowest (events first on a tie, then lower rank,
+//! then the order things were queued). So the whole run is one sequence fixed by virtual
+//! times, ranks and queue order alone — never by host timing, load or thread scheduling —
+//! and the same job prints the same virtual times on every run and every machine
+//! (floating-point work is only the model's pricing, done in the same order each time).
+//!
+//! A rank gives the baton back at every operation of the transport (after its clock has
+//! advanced by the operation's cost) and whenever it waits: a wait whose word is not yet
+//! high enough *blocks* the rank until something is delivered into its memory, then looks
+//! again. Causality holds because a rank runs only while nothing earlier is pending: every
+//! message that could arrive before its clock has been applied to its memory.
+//!
+//! Deadlock (every rank blocked, nothing in flight) and the failure of a rank turn into
+//! errors in the waits of the others, as on the real transports.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::sync::atomic::AtomicU32;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+use super::network::{Network, Ps, Resource, hold};
+use crate::error::{Error, ErrorKind, Result};
+use crate::fabric::{AtomicOp, SignalOp};
+use crate::transport::Region;
+
+/// Where a message's staged bytes go in the target's mapping (offsets checked when sent).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Pieces {
+    /// `len` bytes at `at`.
+    Contiguous { at: usize, len: usize },
+    /// `count` blocks of `block` bytes, `stride` apart from `at`.
+    Strided {
+        at: usize,
+        count: usize,
+        block: usize,
+        stride: usize,
+    },
+}
+
+/// What a delivered message does: write its staged bytes into a region, then maybe apply a
+/// signal.
+#[derive(Debug)]
+pub(crate) struct Write {
+    /// The rank whose memory it changes.
+    pub(crate) to: u32,
+    pub(crate) data: Option<(Arc<Region>, Pieces)>,
+    /// The bytes to write, in piece order (empty when no payload is moved).
+    pub(crate) bytes: Vec<u8>,
+    pub(crate) signal: Option<(Arc<Region>, usize, SignalOp)>,
+}
+
+impl Write {
+    fn land(&self) {
+        let Some((region, pieces)) = &self.data else {
+            return;
+        };
+        if self.bytes.is_empty() {
+            return;
+        }
+        // The pieces were checked against the region when the message was sent, so the
+        // copies cannot fail (see `Region::range`).
+        match *pieces {
+            Pieces::Contiguous { at, len } => {
+                let _ = region.map.write(at, &self.bytes[..len]);
+            }
+            Pieces::Strided {
+                at,
+                count,
+                block,
+                stride,
+            } => {
+                for (i, b) in self.bytes.chunks(block).take(count).enumerate() {
+                    let _ = region.map.write(at + i * stride, b);
+                }
+            }
+        }
+    }
+}
+
+#[derive(Debug)]
+enum Event {
+    /// A message lands in `to`'s memory.
+    Deliver(Write),
+    /// An atomic reaches its word; the old value travels back to `from` over `back`.
+    Atomic {
+        from: u32,
+        to: u32,
+        word: (Arc<Region>, usize),
+        op: AtomicOp,
+        back: Ps,
+    },
+    /// A timed wait of `rank` ends (if it is still the wait `token`).
+    Timer { rank: u32, token: u64 },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Status {
+    /// Not yet in the simulation (still joining).
+    Outside,
+    /// Holding the baton.
+    Running,
+    /// Waiting for the baton at its clock.
+    Ready,
+    /// Waiting for a delivery (or a timer).
+    Blocked,
+    /// Waiting for the reply of an atomic.
+    Atomic,
+    /// Left the job.
+    Done,
+}
+
+#[derive(Debug)]
+struct RankState {
+    clock: Ps,
+    status: Status,
+    /// When its last message arrives (what `quiet` waits for).
+    last_arrival: Ps,
+    /// The value an atomic returned.
+    atomic: Option<u64>,
+    /// The token of its current timed wait; a timer with another token is stale.
+    token: u64,
+    /// Why its wait must fail (deadlock, a failed peer).
+    error: Option<Error>,
+}
+
+/// Counters of one simulation.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Events applied (deliveries, atomics, timers).
+    pub events: u64,
+    /// Messages sent.
+    pub messages: u64,
+    /// Payload bytes sent.
+    pub bytes: u64,
+    /// Times the baton moved to another rank.
+    pub switches: u64,
+}
+
+#[derive(Debug)]
+struct State {
+    ranks: Vec<RankState>,
+    /// (time, sequence): the sequence makes ties deterministic (queue order).
+    events: BinaryHeap<Reverse<(Ps, u64, usize)>>,
+    slab: Vec<Option<Event>>,
+    free: Vec<usize>,
+    ready: BinaryHeap<Reverse<(Ps, u32, u64)>>,
+    seq: u64,
+    running: Option<u32>,
+    entered: u32,
+    /// Virtual time of the last event applied or rank scheduled.
+    now: Ps,
+    /// When each resource (node port, link) is next free.
+    free_at: Vec<Ps>,
+    /// The latest arrival from rank a to rank b (`a * size + b`): messages between a pair
+    /// land in the order they were sent, whatever their modes' latencies.
+    pair_last: Vec<Ps>,
+    /// The first rank that failed, and why.
+    failed: Option<(u32, String)>,
+    stats: Stats,
+    /// Staging buffers to reuse.
+    buffers: Vec<Vec<u8>>,
+}
+
+/// One simulated job: the network model, the clocks and the queue.
+#[derive(Debug)]
+pub(crate) struct Engine {
+    pub(crate) net: Network,
+    /// Rank `r` runs on node `nodes[r]`.
+    nodes: Vec<u32>,
+    /// Move payload bytes (false: timing only, see `Sim::stage`).
+    pub(crate) payload: bool,
+    state: Mutex<State>,
+    cvs: Vec<Condvar>,
+}
+
+/// Nobody sleeps on a futex in a simulation: wake-ups go through the engine.
+static NOBODY: AtomicU32 = AtomicU32::new(0);
+
+impl Engine {
+    pub(crate) fn new(net: Network, nodes: Vec<u32>, payload: bool) -> Self {
+        let n = nodes.len();
+        let resources = net.resources();
+        Self {
+            net,
+            nodes,
+            payload,
+            state: Mutex::new(State {
+                ranks: (0..n)
+                    .map(|_| RankState {
+                        clock: 0,
+                        status: Status::Outside,
+                        last_arrival: 0,
+                        atomic: None,
+                        token: 0,
+                        error: None,
+                    })
+                    .collect(),
+                events: BinaryHeap::new(),
+                slab: Vec::new(),
+                free: Vec::new(),
+                ready: BinaryHeap::new(),
+                seq: 0,
+                running: None,
+                entered: 0,
+                now: 0,
+                free_at: vec![0; resources],
+                pair_last: vec![0; n * n],
+                failed: None,
+                stats: Stats::default(),
+                buffers: Vec::new(),
+            }),
+            cvs: (0..n).map(|_| Condvar::new()).collect(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A rank thread that panicked while holding the lock leaves consistent state (every
+        // update below completes before anything can panic), so a poisoned lock is usable.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn size(&self) -> u32 {
+        crate::cast::rank_u32(self.nodes.len())
+    }
+
+    /// Enters `rank` into the simulation at time 0 and waits for its first turn (once every
+    /// rank has entered).
+    pub(crate) fn enter(&self, rank: u32) -> Result<()> {
+        let mut st = self.lock();
+        st.entered += 1;
+        let seq = st.next_seq();
+        let r = &mut st.ranks[rank as usize];
+        r.status = Status::Ready;
+        st.ready.push(Reverse((0, rank, seq)));
+        if st.entered == self.size() {
+            // The last to enter starts the run.
+            return self.switch(st, rank).map(drop);
+        }
+        self.park(st, rank).map(drop)
+    }
+
+    /// This rank's virtual clock.
+    pub(crate) fn clock(&self, rank: u32) -> Ps {
+        self.lock().ranks[rank as usize].clock
+    }
+
+    /// Advances `rank`'s clock by `dt` and lets anything earlier run first.
+    pub(crate) fn advance(&self, rank: u32, dt: Ps) -> Result<()> {
+        let mut st = self.lock();
+        st.ranks[rank as usize].clock += dt;
+        st.requeue(rank);
+        self.switch(st, rank).map(drop)
+    }
+
+    /// Sends one message of `n` bytes from `from` to `to` (priced by the model, contending
+    /// for ports and links), to be applied as `w` when it arrives.
+    pub(crate) fn send(&self, from: u32, to: u32, n: usize, w: Write) -> Result<()> {
+        let mut st = self.lock();
+        let arrival = self.price(&mut st, from, to, n);
+        let r = &mut st.ranks[from as usize];
+        r.last_arrival = r.last_arrival.max(arrival);
+        st.stats.bytes += n as u64;
+        st.push(arrival, Event::Deliver(w));
+        st.requeue(from);
+        self.switch(st, from).map(drop)
+    }
+
+    /// An atomic `op` on `word` (in `to`'s memory): one request there and one reply back,
+    /// both priced as 8-byte messages. Returns the value the word held.
+    pub(crate) fn atomic(
+        &self,
+        from: u32,
+        to: u32,
+        word: (Arc<Region>, usize),
+        op: AtomicOp,
+    ) -> Result<u64> {
+        let mut st = self.lock();
+        let arrival = self.price(&mut st, from, to, 8);
+        // The reply's route is priced when the request lands: its latency and stream time
+        // (the reply is small; it is not queued behind other traffic).
+        let mut links = Vec::new();
+        let hops = self.net.links(
+            self.nodes[to as usize],
+            self.nodes[from as usize],
+            &mut links,
+        );
+        let route = self.net.route(8, hops);
+        let back = route.latency + hold(8, route.gbs);
+        st.push(
+            arrival,
+            Event::Atomic {
+                from,
+                to,
+                word,
+                op,
+                back,
+            },
+        );
+        st.ranks[from as usize].status = Status::Atomic;
+        st = self.switch(st, from)?;
+        if let Some(e) = st.ranks[from as usize].error.take() {
+            return Err(e);
+        }
+        st.ranks[from as usize]
+            .atomic
+            .take()
+            .ok_or_else(|| Error::new(ErrorKind::Transport, "a simulated atomic returned no value"))
+    }
+
+    /// Prices a message and reserves its resources; returns its arrival time and advances
+    /// the sender's clock by its issue cost.
+    fn price(&self, st: &mut State, from: u32, to: u32, n: usize) -> Ps {
+        let (a, b) = (self.nodes[from as usize], self.nodes[to as usize]);
+        let mut links = Vec::with_capacity(16);
+        let hops = self.net.links(a, b, &mut links);
+        let route = self.net.route(n, hops);
+        let r = &mut st.ranks[from as usize];
+        r.clock += route.issue;
+        let ready = r.clock;
+        let inject = self.earliest(st, self.net.ports(a, true));
+        let eject = self.earliest(st, self.net.ports(b, false));
+        let start = links
+            .iter()
+            .chain([&inject, &eject])
+            .map(|&l| st.free_at[l as usize])
+            .fold(ready, Ps::max);
+        let busy = hold(n, route.gbs);
+        for &l in links.iter().chain([&inject, &eject]) {
+            st.free_at[l as usize] = start + busy;
+        }
+        st.stats.messages += 1;
+        let pair = &mut st.pair_last[from as usize * self.nodes.len() + to as usize];
+        *pair = (*pair).max(start + route.latency + busy);
+        *pair
+    }
+
+    /// The port of a node's set that is free first (the lowest on a tie).
+    fn earliest(&self, st: &State, ports: std::ops::Range<Resource>) -> Resource {
+        ports
+            .min_by_key(|&p| (st.free_at[p as usize], p))
+            .unwrap_or(0)
+    }
+
+    /// `rank`'s clock reaches the arrival of everything it has sent.
+    pub(crate) fn quiet(&self, rank: u32) -> Result<()> {
+        let mut st = self.lock();
+        let r = &mut st.ranks[rank as usize];
+        r.clock = r.clock.max(r.last_arrival);
+        st.requeue(rank);
+        self.switch(st, rank).map(drop)
+    }
+
+    /// Blocks `rank` until a delivery into its memory (or `timeout` of virtual time, after
+    /// which it returns `Ok(false)`). Fails if the job deadlocked or a peer failed.
+    pub(crate) fn block(&self, rank: u32, timeout: Option<Ps>) -> Result<bool> {
+        let mut st = self.lock();
+        if let Some((r, why)) = &st.failed {
+            return Err(Error::peer(ErrorKind::PeerDied, *r, why.clone()));
+        }
+        let me = rank as usize;
+        st.ranks[me].token += 1;
+        let token = st.ranks[me].token;
+        if let Some(dt) = timeout {
+            let at = st.ranks[me].clock + dt;
+            st.push(at, Event::Timer { rank, token });
+        }
+        st.ranks[me].status = Status::Blocked;
+        st = self.switch(st, rank)?;
+        if let Some(e) = st.ranks[me].error.take() {
+            return Err(e);
+        }
+        // A timer that fired bumped the token: that is how a timed-out wait tells.
+        Ok(st.ranks[me].token == token)
+    }
+
+    /// Reduction work of `bytes` charged to `rank`'s clock.
+    pub(crate) fn compute(&self, rank: u32, dt: Ps) {
+        self.lock().ranks[rank as usize].clock += dt;
+    }
+
+    /// `rank` leaves the simulation (`failed`: with an error, which the waits of the others
+    /// report naming it).
+    pub(crate) fn leave(&self, rank: u32, failed: bool) {
+        let mut st = self.lock();
+        let me = rank as usize;
+        if st.ranks[me].status == Status::Outside {
+            st.entered += 1;
+        }
+        let was_running = st.running == Some(rank);
+        st.ranks[me].status = Status::Done;
+        if failed && st.failed.is_none() {
+            st.failed = Some((rank, format!("rank {rank} failed (simulated job)")));
+            let err = Error::peer(
+                ErrorKind::PeerDied,
+                rank,
+                format!("rank {rank} failed (simulated job)"),
+            );
+            st.fail_blocked(&err);
+        }
+        if was_running {
+            st.running = None;
+            drop(self.switch(st, rank));
+        } else if st.entered == self.size() && st.running.is_none() {
+            // Every other rank is parked waiting for its first turn.
+            drop(self.switch(st, rank));
+        }
+    }
+
+    /// The run's counters and the latest virtual time.
+    pub(crate) fn stats(&self) -> (Stats, Ps) {
+        let st = self.lock();
+        (st.stats, st.now)
+    }
+
+    /// A staging buffer of `n` bytes (reused).
+    pub(crate) fn buffer(&self, n: usize) -> Vec<u8> {
+        let mut b = self.lock().buffers.pop().unwrap_or_default();
+        b.clear();
+        b.reserve(n);
+        b
+    }
+
+    /// Hands the baton on: applies every event due before the earliest ready rank, then runs
+    /// that rank. Returns when `me` holds the baton again (or at once if `me` has left).
+    fn switch<'a>(
+        &'a self,
+        mut st: MutexGuard<'a, State>,
+        me: u32,
+    ) -> Result<MutexGuard<'a, State>> {
+        loop {
+            let next_event = st.events.peek().map(|Reverse((t, ..))| *t);
+            let next_rank = st.ready.peek().map(|Reverse((t, r, _))| (*t, *r));
+            match (next_event, next_rank) {
+                (Some(_), None) => self.apply(&mut st),
+                (Some(te), Some((tr, _))) if te <= tr => self.apply(&mut st),
+                (_, Some((t, r))) => {
+                    st.ready.pop();
+                    st.now = st.now.max(t);
+                    st.ranks[r as usize].status = Status::Running;
+                    st.running = Some(r);
+                    if r == me {
+                        return Ok(st);
+                    }
+                    st.stats.switches += 1;
+                    self.cvs[r as usize].notify_one();
+                    return self.park(st, me);
+                }
+                (None, None) => {
+                    // Nothing in flight, nobody ready: every rank still here waits forever.
+                    let waiting: Vec<u32> = (0..self.size())
+                        .filter(|&r| st.ranks[r as usize].status == Status::Blocked)
+                        .collect();
+                    if waiting.is_empty() {
+                        st.running = None;
+                        return Ok(st);
+                    }
+                    let err = Error::new(
+                        ErrorKind::Aborted,
+                        format!(
+                            "simulated deadlock at {:.3} us of virtual time: ranks {waiting:?} \
+                             wait for words no rank will write",
+                            st.now as f64 / 1e6
+                        ),
+                    );
+                    st.fail_blocked(&err);
+                }
+            }
+        }
+    }
+
+    /// Parks `me` until it holds the baton (or has left).
+    fn park<'a>(&'a self, mut st: MutexGuard<'a, State>, me: u32) -> Result<MutexGuard<'a, State>> {
+        while st.running != Some(me) && st.ranks[me as usize].status != Status::Done {
+            st = self.cvs[me as usize]
+                .wait(st)
+                .unwrap_or_else(|p| p.into_inner());
+        }
+        Ok(st)
+    }
+
+    /// Applies the earliest event.
+    fn apply(&self, st: &mut State) {
+        let Some(Reverse((t, _, i))) = st.events.pop() else {
+            return;
+        };
+        let Some(ev) = st.slab[i].take() else {
+            return;
+        };
+        st.free.push(i);
+        st.now = st.now.max(t);
+        st.stats.events += 1;
+        match ev {
+            Event::Deliver(mut w) => {
+                w.land();
+                if let Some((region, off, op)) = &w.signal {
+                    if let Ok(word) = region.word(*off) {
+                        crate::transport::shm::wait::raise(word, &NOBODY, *op);
+                    }
+                }
+                let bytes = std::mem::take(&mut w.bytes);
+                if bytes.capacity() > 0 && st.buffers.len() < 64 {
+                    st.buffers.push(bytes);
+                }
+                st.wake(w.to, t);
+            }
+            Event::Atomic {
+                from,
+                to,
+                word,
+                op,
+                back,
+            } => {
+                let old = word
+                    .0
+                    .word(word.1)
+                    .map(|w| crate::transport::shm::wait::apply_atomic(w, op).0)
+                    .unwrap_or(0);
+                let r = &mut st.ranks[from as usize];
+                r.atomic = Some(old);
+                r.clock = r.clock.max(t + back);
+                if r.status == Status::Atomic {
+                    r.status = Status::Ready;
+                    let c = r.clock;
+                    let seq = st.next_seq();
+                    st.ready.push(Reverse((c, from, seq)));
+                }
+                st.wake(to, t);
+            }
+            Event::Timer { rank, token } => {
+                let r = &mut st.ranks[rank as usize];
+                if r.token == token && r.status == Status::Blocked {
+                    r.token += 1;
+                    st.wake(rank, t);
+                }
+            }
+        }
+    }
+}
+
+impl State {
+    fn next_seq(&mut self) -> u64 {
+        self.seq += 1;
+        self.seq
+    }
+
+    fn push(&mut self, at: Ps, ev: Event) {
+        let i = match self.free.pop() {
+            Some(i) => {
+                self.slab[i] = Some(ev);
+                i
+            }
+            None => {
+                self.slab.push(Some(ev));
+                self.slab.len() - 1
+            }
+        };
+        let seq = self.next_seq();
+        self.events.push(Reverse((at, seq, i)));
+    }
+
+    /// The running `rank` goes back into the ready queue at its clock.
+    fn requeue(&mut self, rank: u32) {
+        let seq = self.next_seq();
+        let r = &mut self.ranks[rank as usize];
+        r.status = Status::Ready;
+        let c = r.clock;
+        self.ready.push(Reverse((c, rank, seq)));
+    }
+
+    /// Something arrived in `rank`'s memory at `t`: a blocked rank becomes ready.
+    fn wake(&mut self, rank: u32, t: Ps) {
+        let seq = self.next_seq();
+        let r = &mut self.ranks[rank as usize];
+        if r.status == Status::Blocked {
+            r.status = Status::Ready;
+            r.clock = r.clock.max(t);
+            let c = r.clock;
+            self.ready.push(Reverse((c, rank, seq)));
+        }
+    }
+
+    /// Every blocked rank wakes with `err`.
+    fn fail_blocked(&mut self, err: &Error) {
+        for rank in 0..self.ranks.len() {
+            if self.ranks[rank].status == Status::Blocked {
+                self.ranks[rank].error = Some(err.clone());
+                let t = self.now;
+                self.wake(crate::cast::rank_u32(rank), t);
+            }
+        }
+    }
+}

@@ -1,0 +1,368 @@
+//! The simulated transport: ranks as threads of one process on a modelled network, in virtual
+//! time (`"sim"`; the user's entry is [`crate::sim`]).
+//!
+//! It keeps the transport contract ([`crate::transport`]) with one difference in *when*: a
+//! put is checked (handle, key, bounds) and its bytes staged at the call, like any put, but
+//! it lands in the target's memory only when the network model says it arrives, in virtual
+//! time ([`engine`] decides the order of everything; [`network`] prices each message). The
+//! segments are the shared-memory transport's regions, so the same checks apply and a test
+//! can read what arrived. Waits block in the engine instead of spinning: a rank runs only
+//! when it is the earliest thing in virtual time.
+//!
+//! Computation between tca calls costs virtual time in one of two ways ([`Compute`]):
+//! reductions charged from the model's rate (deterministic, the default), or host time
+//! measured between calls and scaled (includes everything the program computes, but is as
+//! noisy as the host).
+
+pub(crate) mod engine;
+pub(crate) mod network;
+
+use std::cell::Cell;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use self::engine::{Engine, Pieces, Write};
+use self::network::{Ps, ps};
+use super::shm::Shm;
+use crate::error::{Error, ErrorKind, Result};
+use crate::fabric::{AtomicOp, Handle, SignalOp, Strided};
+
+pub use self::engine::Stats;
+pub use self::network::Network;
+
+/// How computation between tca calls costs virtual time.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Compute {
+    /// Reductions inside collectives cost their bytes at the model's `compute.reduce_gbs`;
+    /// other local work is free. Deterministic.
+    Model,
+    /// The host time between two tca calls, times `scale` (e.g. how much slower the modelled
+    /// node computes than this one). Includes all the program's work, but varies from run to
+    /// run as the host's load does.
+    Measured {
+        /// Virtual seconds per host second.
+        scale: f64,
+    },
+}
+
+impl Compute {
+    /// `model`, `measured` (scale 1) or `measured:SCALE` (a positive number).
+    pub fn parse(s: &str) -> Option<Self> {
+        match s.trim() {
+            "model" => Some(Self::Model),
+            "measured" => Some(Self::Measured { scale: 1.0 }),
+            m => {
+                let scale: f64 = m.strip_prefix("measured:")?.trim().parse().ok()?;
+                (scale.is_finite() && scale > 0.0).then_some(Self::Measured { scale })
+            }
+        }
+    }
+}
+
+thread_local! {
+    /// Bytes reduced by this thread since its rank last charged them (simulated ranks only).
+    static REDUCED: Cell<u64> = const { Cell::new(0) };
+    /// Whether this thread is a simulated rank.
+    static SIMULATED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Counts `bytes` of reduction work for the simulated rank on this thread (nothing elsewhere).
+#[inline]
+pub(crate) fn charge_reduce(bytes: usize) {
+    if SIMULATED.with(Cell::get) {
+        REDUCED.with(|r| r.set(r.get() + bytes as u64));
+    }
+}
+
+/// In timing-only mode, messages of at most this many bytes still move whole: control data
+/// (algorithm tables, handle exchanges, packet headers) is small, payload is what is large.
+const TIMING_WHOLE: usize = 64 << 10;
+
+/// In timing-only mode, the first and last bytes of a larger message that are still moved:
+/// headers at the front, trailers and same-line signals at the back (the message layers put
+/// their control there), so protocols work while payload bytes stay untouched.
+const EDGE: usize = 256;
+
+/// Polls a waiter makes before it blocks, each time it wakes: as many as a spinning waiter
+/// makes before it would sleep, so layers that look at some of their work on every poll and
+/// at all of it every few polls (active messages: every 16th) see all of it. Polls inside a
+/// wait cost no virtual time (the wait's own cost is the model's latency); a progress call
+/// outside a wait costs `software.poll_ns`.
+const POLLS_PER_WAKE: u32 = 16;
+
+/// One rank's handle on the simulation.
+#[derive(Debug)]
+pub(crate) struct Sim {
+    engine: Arc<Engine>,
+    rank: u32,
+    compute: Compute,
+    /// Host time when this rank last left a tca call (for [`Compute::Measured`]).
+    last: Cell<Instant>,
+    failed: Cell<bool>,
+    /// Waits this rank is inside (their polls may wait again).
+    waiting: Cell<u32>,
+}
+
+impl Sim {
+    /// Enters `rank` into the simulation `engine` (waits until every rank has).
+    pub(crate) fn enter(engine: Arc<Engine>, rank: u32, compute: Compute) -> Result<Self> {
+        SIMULATED.with(|s| s.set(true));
+        REDUCED.with(|r| r.set(0));
+        let me = Self {
+            engine,
+            rank,
+            compute,
+            last: Cell::new(Instant::now()),
+            failed: Cell::new(false),
+            waiting: Cell::new(0),
+        };
+        me.engine.enter(rank)?;
+        me.last.set(Instant::now());
+        Ok(me)
+    }
+
+    /// The model's name.
+    pub(crate) fn network(&self) -> &str {
+        &self.engine.net.name
+    }
+
+    /// Charges the computation since the last call to the clock.
+    fn charge(&self) {
+        let mut dt: Ps = 0;
+        let reduced = REDUCED.with(|r| r.replace(0));
+        if reduced > 0 {
+            dt += self.engine.net.reduce_time(reduced);
+        }
+        if let Compute::Measured { scale } = self.compute {
+            dt += ps(self.last.get().elapsed().as_secs_f64() * 1e9 * scale);
+        }
+        if dt > 0 {
+            self.engine.compute(self.rank, dt);
+        }
+    }
+
+    /// Runs one operation: computation charged first, host clock restarted after.
+    fn op<T>(&self, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        self.charge();
+        let r = f();
+        self.last.set(Instant::now());
+        r
+    }
+
+    /// This rank's virtual time in seconds.
+    pub(crate) fn now(&self) -> f64 {
+        self.charge();
+        self.last.set(Instant::now());
+        self.engine.clock(self.rank) as f64 / 1e12
+    }
+
+    /// A progress call: one look at memory, then everything earlier runs.
+    pub(crate) fn progress(&self) -> Result<()> {
+        let cost = if self.waiting.get() > 0 {
+            0
+        } else {
+            ps(self.engine.net.software.poll_ns)
+        };
+        self.op(|| self.engine.advance(self.rank, cost))
+    }
+
+    /// Waits until `word` (this rank's memory) is at least `value`, or `poll` says the
+    /// caller's condition holds; `timeout` is virtual time.
+    pub(crate) fn wait(
+        &self,
+        word: &AtomicU64,
+        value: u64,
+        timeout: Option<Duration>,
+        poll: Option<&dyn Fn() -> Result<bool>>,
+    ) -> Result<u64> {
+        let mut left = timeout.map(|t| ps(t.as_secs_f64() * 1e9));
+        self.waiting.set(self.waiting.get() + 1);
+        let r = self.op(|| {
+            // Everything due before this rank's clock lands before it looks.
+            self.engine.advance(self.rank, 0)?;
+            loop {
+                let v = word.load(Ordering::Acquire);
+                if v >= value {
+                    return Ok(v);
+                }
+                if let Some(p) = poll {
+                    for _ in 0..POLLS_PER_WAKE {
+                        if p()? {
+                            return Ok(word.load(Ordering::Acquire));
+                        }
+                        if word.load(Ordering::Acquire) >= value {
+                            break;
+                        }
+                    }
+                    let v = word.load(Ordering::Acquire);
+                    if v >= value {
+                        return Ok(v);
+                    }
+                }
+                let before = self.engine.clock(self.rank);
+                if !self.engine.block(self.rank, left)? {
+                    return Err(Error::new(
+                        ErrorKind::Timeout,
+                        format!(
+                            "wait for a signal timed out after {:?} of virtual time",
+                            timeout.unwrap_or_default()
+                        ),
+                    ));
+                }
+                if let Some(l) = &mut left {
+                    *l = l.saturating_sub(self.engine.clock(self.rank) - before);
+                }
+            }
+        });
+        self.waiting.set(self.waiting.get() - 1);
+        r
+    }
+
+    /// Marks this rank failed: the others' waits fail naming it when it leaves.
+    pub(crate) fn mark_failed(&self) {
+        self.failed.set(true);
+    }
+
+    /// Stages `src` for a message (all of it, or in timing-only mode its edges, laid out as
+    /// the pieces that will receive them).
+    fn stage(&self, at: usize, src: &[u8]) -> (Vec<u8>, Pieces) {
+        let len = src.len();
+        let whole = self.engine.payload || len <= TIMING_WHOLE;
+        let mut b = self.engine.buffer(if whole { len } else { 2 * EDGE });
+        if whole {
+            b.extend_from_slice(src);
+            (b, Pieces::Contiguous { at, len })
+        } else {
+            b.extend_from_slice(&src[..EDGE]);
+            b.extend_from_slice(&src[len - EDGE..]);
+            let pieces = Pieces::Strided {
+                at,
+                count: 2,
+                block: EDGE,
+                stride: len - EDGE,
+            };
+            (b, pieces)
+        }
+    }
+
+    fn send(&self, to: u32, n: usize, w: Write) -> Result<()> {
+        self.op(|| self.engine.send(self.rank, to, n, w))
+    }
+}
+
+impl Drop for Sim {
+    fn drop(&mut self) {
+        SIMULATED.with(|s| s.set(false));
+        self.engine
+            .leave(self.rank, self.failed.get() || std::thread::panicking());
+    }
+}
+
+/// The simulated transport's operations; `shm` holds the regions (this process's mappings of
+/// every rank's segments, attached and checked as on one node).
+impl Sim {
+    pub(crate) fn attach(&self, shm: &Shm, h: &Handle) -> Result<()> {
+        shm.ensure(h)
+    }
+
+    pub(crate) fn put(&self, shm: &Shm, dst: &Handle, off: usize, src: &[u8]) -> Result<()> {
+        let region = shm.resolve(dst)?;
+        let at = region.range(off, src.len())?;
+        let (bytes, pieces) = self.stage(at, src);
+        let w = Write {
+            to: dst.rank(),
+            data: Some((region, pieces)),
+            bytes,
+            signal: None,
+        };
+        self.send(dst.rank(), src.len(), w)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn put_signal(
+        &self,
+        shm: &Shm,
+        dst: &Handle,
+        off: usize,
+        src: &[u8],
+        sig: &Handle,
+        sig_off: usize,
+        op: SignalOp,
+    ) -> Result<()> {
+        if sig.rank() != dst.rank() {
+            // Two targets: the data, then the signal (later on every route it shares).
+            self.put(shm, dst, off, src)?;
+            return self.signal(shm, sig, sig_off, op);
+        }
+        let region = shm.resolve(dst)?;
+        let at = region.range(off, src.len())?;
+        let s = shm.resolve(sig)?;
+        s.word(sig_off)?;
+        let (bytes, pieces) = self.stage(at, src);
+        let w = Write {
+            to: dst.rank(),
+            data: Some((region, pieces)),
+            bytes,
+            signal: Some((s, sig_off, op)),
+        };
+        self.send(dst.rank(), src.len() + 8, w)
+    }
+
+    pub(crate) fn signal(&self, shm: &Shm, sig: &Handle, off: usize, op: SignalOp) -> Result<()> {
+        let s = shm.resolve(sig)?;
+        s.word(off)?;
+        let w = Write {
+            to: sig.rank(),
+            data: None,
+            bytes: Vec::new(),
+            signal: Some((s, off, op)),
+        };
+        self.send(sig.rank(), 8, w)
+    }
+
+    pub(crate) fn put_strided(
+        &self,
+        shm: &Shm,
+        dst: &Handle,
+        off: usize,
+        src: &[u8],
+        st: Strided,
+        dst_span: usize,
+    ) -> Result<()> {
+        let region = shm.resolve(dst)?;
+        let at = region.range(off, dst_span)?;
+        let n = st.count * st.block;
+        let whole = self.engine.payload || n <= TIMING_WHOLE;
+        let mut bytes = self.engine.buffer(if whole { n } else { 0 });
+        if whole {
+            for i in 0..st.count {
+                let from = i * st.src_stride;
+                bytes.extend_from_slice(&src[from..from + st.block]);
+            }
+        }
+        let pieces = Pieces::Strided {
+            at,
+            count: st.count,
+            block: st.block,
+            stride: st.dst_stride,
+        };
+        let w = Write {
+            to: dst.rank(),
+            data: Some((region, pieces)),
+            bytes,
+            signal: None,
+        };
+        self.send(dst.rank(), n, w)
+    }
+
+    pub(crate) fn atomic(&self, shm: &Shm, h: &Handle, off: usize, op: AtomicOp) -> Result<u64> {
+        let region = shm.resolve(h)?;
+        region.word(off)?;
+        self.op(|| self.engine.atomic(self.rank, h.rank(), (region, off), op))
+    }
+
+    pub(crate) fn quiet(&self) -> Result<()> {
+        self.op(|| self.engine.quiet(self.rank))
+    }
+}

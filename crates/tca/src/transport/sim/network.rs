@@ -1,0 +1,535 @@
+//! The network models of the simulated transport: what a put costs, read from a data file.
+//!
+//! A model is a TOML file (the named ones ship in `crates/tca/networks/`, each parameter with
+//! its source in a comment): a topology (an N-dimensional torus with fixed dimension-order
+//! minimal routing, or a two-level fat tree with deterministic up-link choice), link and port
+//! bandwidths, latencies, the sender's software cost per operation, the write modes (PIO for
+//! small CPU stores, DMA for the rest) and the compute rates that price reductions.
+//!
+//! # How one message is priced
+//!
+//! A message of `n` bytes from node `a` to node `b`, issued when the sender's clock reads `t`:
+//!
+//! 1. The sender's CPU is busy for `software.put_ns` plus the mode's issue cost (PIO: the
+//!    stores, `n / pio.gbs`; DMA: `dma.descriptor_ns`); the message is ready at `t + o`.
+//! 2. Its route is a list of resources: one injection port of `a` (the one free first, of
+//!    `ports_per_node`), every link of the route, one ejection port of `b`. It streams over
+//!    all of them at the slowest one's bandwidth `B` (link, port, mode, endpoint read rate).
+//! 3. It starts when it is ready and every resource is free: `s = max(ready, free_at(r))`, and
+//!    holds each resource for `n / B`: two messages that share a link take twice the time of
+//!    one (the link serialises them in the order they were issued).
+//! 4. It arrives at `s + latency + (hops - 1) hop_ns + n / B`: `latency` is the mode's one-way
+//!    latency over one hop, measured by the seeds' 8-byte ping-pongs.
+//!
+//! The model is deliberately at the level of the seeds' own reasoning (Hockney per link plus
+//! contention): no packets, no credits inside the network, no adaptive routing.
+
+use serde::Deserialize;
+
+use crate::error::{Error, ErrorKind, Result};
+
+/// Virtual time in picoseconds.
+pub(crate) type Ps = u64;
+
+/// Nanoseconds (a model parameter) in picoseconds.
+pub(crate) fn ps(ns: f64) -> Ps {
+    // Parameters are checked to be finite and non-negative, and times stay far below 2^64 ps
+    // (213 days).
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let p = (ns * 1000.0).round() as u64;
+    p
+}
+
+/// The models that ship with tca, by name: (name, TOML text).
+pub const BUILT_IN: &[(&str, &str)] = &[
+    (
+        "peach2-2x8",
+        include_str!("../../../networks/peach2-2x8.toml"),
+    ),
+    (
+        "peach2-2x8-gpu",
+        include_str!("../../../networks/peach2-2x8-gpu.toml"),
+    ),
+    ("tofu-384", include_str!("../../../networks/tofu-384.toml")),
+    (
+        "tofu-64x6",
+        include_str!("../../../networks/tofu-64x6.toml"),
+    ),
+    (
+        "tofu-8x6x8",
+        include_str!("../../../networks/tofu-8x6x8.toml"),
+    ),
+    ("fat-tree", include_str!("../../../networks/fat-tree.toml")),
+];
+
+/// A network model: topology, bandwidths, latencies, software and compute costs.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Network {
+    /// The model's name (printed with every simulated result).
+    pub name: String,
+    /// One line on what it models.
+    pub summary: String,
+    /// How nodes are connected.
+    pub topology: Topology,
+    /// Links and node ports.
+    pub link: Link,
+    /// What the sending CPU spends per operation.
+    pub software: Software,
+    /// Programmed I/O: CPU stores into remote memory, for small messages (absent: none).
+    #[serde(default)]
+    pub pio: Option<Pio>,
+    /// The DMA engine: every message PIO does not carry.
+    pub dma: Dma,
+    /// Rates that price the computation inside collectives.
+    pub compute: ComputeRates,
+}
+
+/// How nodes are connected.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum Topology {
+    /// A torus: `dims[0]` varies fastest along node numbers; routes go dimension by
+    /// dimension, the shorter way round (the `+` way on a tie).
+    Torus {
+        /// Nodes along each dimension.
+        dims: Vec<u32>,
+    },
+    /// A two-level fat tree: `nodes_per_leaf` nodes on each leaf switch, every leaf linked
+    /// to every one of `spines` spine switches; a route between leaves goes up to spine
+    /// `destination % spines` (d-mod-k, deterministic).
+    FatTree {
+        /// Nodes.
+        nodes: u32,
+        /// Nodes per leaf switch.
+        nodes_per_leaf: u32,
+        /// Spine switches.
+        spines: u32,
+    },
+}
+
+/// Links and node ports.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Link {
+    /// Bandwidth of a link, per direction (GB/s = bytes per ns).
+    pub gbs: f64,
+    /// Latency of every hop after the first (ns).
+    pub hop_ns: f64,
+    /// Messages a node injects (and receives) at the same time: its network interfaces.
+    pub ports_per_node: u32,
+    /// Bandwidth of one node port (GB/s).
+    pub port_gbs: f64,
+}
+
+/// The sender's software cost.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Software {
+    /// CPU time per put, signal or atomic (ns).
+    pub put_ns: f64,
+    /// CPU time of one look at memory that finds nothing new (a `test` or progress call, ns).
+    pub poll_ns: f64,
+}
+
+/// Programmed I/O.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Pio {
+    /// The largest message sent by PIO (bytes).
+    pub max_bytes: u64,
+    /// One-way latency over one hop (ns).
+    pub latency_ns: f64,
+    /// Store bandwidth (GB/s).
+    pub gbs: f64,
+}
+
+/// The DMA engine.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Dma {
+    /// One-way latency over one hop (ns).
+    pub latency_ns: f64,
+    /// CPU time to write and start a descriptor (ns).
+    pub descriptor_ns: f64,
+    /// What the engine reads from the sender's memory (GB/s): host or GPU memory.
+    pub read_gbs: f64,
+}
+
+/// Rates of the computation inside collectives.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ComputeRates {
+    /// Reduction throughput (GB/s of the incoming operand).
+    pub reduce_gbs: f64,
+}
+
+/// A resource a message holds: a node port or a link.
+pub(crate) type Resource = u32;
+
+/// How one message travels (see the module's pricing rules).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Route {
+    /// Sender CPU time before the message is ready.
+    pub(crate) issue: Ps,
+    /// Latency from start to the first byte's arrival.
+    pub(crate) latency: Ps,
+    /// Bytes per ns it streams at.
+    pub(crate) gbs: f64,
+}
+
+impl Network {
+    /// A model by name (one of [`BUILT_IN`]) or a path to a TOML file.
+    pub fn load(name_or_path: &str) -> Result<Self> {
+        if let Some((_, text)) = BUILT_IN.iter().find(|(n, _)| *n == name_or_path) {
+            return Self::parse(text, name_or_path);
+        }
+        let path = std::path::Path::new(name_or_path);
+        if !path.exists() {
+            let names: Vec<&str> = BUILT_IN.iter().map(|(n, _)| *n).collect();
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                format!(
+                    "no network model {name_or_path:?}: name one of {} or give a TOML file",
+                    names.join(", ")
+                ),
+            ));
+        }
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            Error::os(
+                ErrorKind::InvalidArgument,
+                format!("reading the network model {}", path.display()),
+                e,
+            )
+        })?;
+        Self::parse(&text, &path.display().to_string())
+    }
+
+    /// A model from TOML text (`what` names it in errors); checks every parameter.
+    pub fn parse(text: &str, what: &str) -> Result<Self> {
+        let n: Self = toml::from_str(text).map_err(|e| {
+            Error::new(
+                ErrorKind::InvalidArgument,
+                format!("network model {what}: {e}"),
+            )
+        })?;
+        n.check().map_err(|m| {
+            Error::new(
+                ErrorKind::InvalidArgument,
+                format!("network model {what}: {m}"),
+            )
+        })?;
+        Ok(n)
+    }
+
+    fn check(&self) -> std::result::Result<(), String> {
+        let rate = |v: f64, what: &str| {
+            if v.is_finite() && v > 0.0 {
+                Ok(())
+            } else {
+                Err(format!("{what} must be a positive number, not {v}"))
+            }
+        };
+        let time = |v: f64, what: &str| {
+            if v.is_finite() && (0.0..1e12).contains(&v) {
+                Ok(())
+            } else {
+                Err(format!("{what} must be a time in ns (0 or more), not {v}"))
+            }
+        };
+        rate(self.link.gbs, "link.gbs")?;
+        rate(self.link.port_gbs, "link.port_gbs")?;
+        time(self.link.hop_ns, "link.hop_ns")?;
+        time(self.software.put_ns, "software.put_ns")?;
+        time(self.software.poll_ns, "software.poll_ns")?;
+        time(self.dma.latency_ns, "dma.latency_ns")?;
+        time(self.dma.descriptor_ns, "dma.descriptor_ns")?;
+        rate(self.dma.read_gbs, "dma.read_gbs")?;
+        rate(self.compute.reduce_gbs, "compute.reduce_gbs")?;
+        if let Some(p) = &self.pio {
+            rate(p.gbs, "pio.gbs")?;
+            time(p.latency_ns, "pio.latency_ns")?;
+        }
+        if !(1..=64).contains(&self.link.ports_per_node) {
+            return Err(format!(
+                "link.ports_per_node must be 1..=64, not {}",
+                self.link.ports_per_node
+            ));
+        }
+        match &self.topology {
+            Topology::Torus { dims } => {
+                if dims.is_empty() || dims.len() > 8 || dims.contains(&0) {
+                    return Err(format!(
+                        "a torus needs 1 to 8 dimensions of at least one node, not {dims:?}"
+                    ));
+                }
+                if dims
+                    .iter()
+                    .try_fold(1u32, |a, &d| a.checked_mul(d))
+                    .is_none()
+                {
+                    return Err(format!("a torus of {dims:?} has too many nodes"));
+                }
+            }
+            Topology::FatTree {
+                nodes,
+                nodes_per_leaf,
+                spines,
+            } => {
+                if *nodes == 0 || *nodes_per_leaf == 0 || *spines == 0 {
+                    return Err("a fat tree needs nodes, nodes_per_leaf and spines above 0".into());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Nodes of the topology (the largest job it runs: one rank per node).
+    pub fn nodes(&self) -> u32 {
+        match &self.topology {
+            Topology::Torus { dims } => dims.iter().product(),
+            Topology::FatTree { nodes, .. } => *nodes,
+        }
+    }
+
+    /// The topology in words (`torus 8x2`, `fat tree of 64 nodes, 16 per leaf, 4 spines`).
+    pub fn shape(&self) -> String {
+        match &self.topology {
+            Topology::Torus { dims } => format!(
+                "torus {}",
+                dims.iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join("x")
+            ),
+            Topology::FatTree {
+                nodes,
+                nodes_per_leaf,
+                spines,
+            } => format!("fat tree of {nodes} nodes, {nodes_per_leaf} per leaf, {spines} spines"),
+        }
+    }
+
+    /// Resources of the whole network: every node's ports (injection then ejection), then
+    /// the links.
+    pub(crate) fn resources(&self) -> usize {
+        let nodes = self.nodes() as usize;
+        let ports = nodes * 2 * self.link.ports_per_node as usize;
+        ports
+            + match &self.topology {
+                Topology::Torus { dims } => nodes * 2 * dims.len(),
+                Topology::FatTree {
+                    nodes_per_leaf,
+                    spines,
+                    ..
+                } => {
+                    let leaves = nodes.div_ceil(*nodes_per_leaf as usize);
+                    2 * nodes + 2 * leaves * *spines as usize
+                }
+            }
+    }
+
+    /// The injection (`out`) or ejection ports of `node`.
+    pub(crate) fn ports(&self, node: u32, out: bool) -> std::ops::Range<Resource> {
+        let k = self.link.ports_per_node;
+        let first = (node * 2 + u32::from(!out)) * k;
+        first..first + k
+    }
+
+    /// The links from node `a` to node `b` in order (empty for `a == b`), appended to
+    /// `links`; returns the switch or router hops after the first.
+    pub(crate) fn links(&self, a: u32, b: u32, links: &mut Vec<Resource>) -> u32 {
+        let base = self.nodes() * 2 * self.link.ports_per_node;
+        match &self.topology {
+            Topology::Torus { dims } => {
+                let nd = u32::try_from(dims.len()).unwrap_or(u32::MAX);
+                let mut cur = a;
+                let mut hops = 0u32;
+                let mut stride = 1u32;
+                for (d, &k) in (0u32..).zip(dims.iter()) {
+                    let ca = (cur / stride) % k;
+                    let cb = (b / stride) % k;
+                    let delta = (cb + k - ca) % k;
+                    let (dir, steps) = if delta <= k / 2 {
+                        (0, delta)
+                    } else {
+                        (1, k - delta)
+                    };
+                    for _ in 0..steps {
+                        links.push(base + (cur * nd + d) * 2 + dir);
+                        let c = (cur / stride) % k;
+                        let next = if dir == 0 {
+                            (c + 1) % k
+                        } else {
+                            (c + k - 1) % k
+                        };
+                        cur = cur - c * stride + next * stride;
+                        hops += 1;
+                    }
+                    stride *= k;
+                }
+                hops.saturating_sub(1)
+            }
+            Topology::FatTree {
+                nodes,
+                nodes_per_leaf,
+                spines,
+            } => {
+                if a == b {
+                    return 0;
+                }
+                let leaves = nodes.div_ceil(*nodes_per_leaf);
+                let (la, lb) = (a / nodes_per_leaf, b / nodes_per_leaf);
+                // Node up-links, then node down-links, then leaf-to-spine, then
+                // spine-to-leaf.
+                links.push(base + a);
+                if la != lb {
+                    let s = b % spines;
+                    links.push(base + 2 * nodes + la * spines + s);
+                    links.push(base + 2 * nodes + leaves * spines + s * leaves + lb);
+                }
+                links.push(base + nodes + b);
+                // Switches crossed: the leaf, or leaf, spine, leaf.
+                if la == lb { 0 } else { 2 }
+            }
+        }
+    }
+
+    /// How a message of `n` bytes travels over `hops` extra hops: whether it goes by PIO,
+    /// what the sender spends, its latency and rate.
+    pub(crate) fn route(&self, n: usize, hops: u32) -> Route {
+        let bytes = n as f64;
+        let hop = self.link.hop_ns * f64::from(hops);
+        let link = self.link.gbs.min(self.link.port_gbs);
+        match &self.pio {
+            Some(p) if n as u64 <= p.max_bytes => Route {
+                issue: ps(self.software.put_ns + bytes / p.gbs),
+                latency: ps(p.latency_ns + hop),
+                gbs: link.min(p.gbs),
+            },
+            _ => Route {
+                issue: ps(self.software.put_ns + self.dma.descriptor_ns),
+                latency: ps(self.dma.latency_ns + hop),
+                gbs: link.min(self.dma.read_gbs),
+            },
+        }
+    }
+
+    /// Time to reduce `bytes` of incoming operand.
+    pub(crate) fn reduce_time(&self, bytes: u64) -> Ps {
+        ps(bytes as f64 / self.compute.reduce_gbs)
+    }
+}
+
+/// Picoseconds that `n` bytes hold a resource at `gbs` bytes per ns.
+pub(crate) fn hold(n: usize, gbs: f64) -> Ps {
+    ps(n as f64 / gbs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_built_in_model_loads() {
+        for (name, _) in BUILT_IN {
+            let n = Network::load(name).unwrap();
+            assert_eq!(&n.name, name);
+            assert!(n.nodes() >= 16, "{name}");
+        }
+        assert_eq!(Network::load("tofu-8x6x8").unwrap().nodes(), 384);
+        assert_eq!(Network::load("tofu-64x6").unwrap().nodes(), 384);
+        assert_eq!(Network::load("tofu-384").unwrap().nodes(), 384);
+        let e = Network::load("no-such-net").unwrap_err();
+        assert!(e.message().contains("peach2-2x8"), "{e}");
+    }
+
+    #[test]
+    fn bad_models_are_refused_with_the_field() {
+        let good = BUILT_IN[0].1;
+        let bad = good.replace("gbs = 4.0", "gbs = -4.0");
+        assert_ne!(bad, good, "the test edits a real line");
+        let e = Network::parse(&bad, "x").unwrap_err();
+        assert!(e.message().contains("link.gbs"), "{e}");
+        let e = Network::parse("name = 1", "x").unwrap_err();
+        assert!(e.message().contains("network model x"), "{e}");
+    }
+
+    fn torus(dims: &[u32]) -> Network {
+        let mut n = Network::load("peach2-2x8").unwrap();
+        n.topology = Topology::Torus {
+            dims: dims.to_vec(),
+        };
+        n
+    }
+
+    #[test]
+    fn torus_routes_are_minimal_and_dimension_ordered() {
+        let n = torus(&[8, 2]);
+        let mut l = Vec::new();
+        // Neighbours: one link, no extra hop.
+        assert_eq!(n.links(0, 1, &mut l), 0);
+        assert_eq!(l.len(), 1);
+        // The short way round: 0 -> 7 is one hop backwards.
+        l.clear();
+        assert_eq!(n.links(0, 7, &mut l), 0);
+        assert_eq!(l.len(), 1);
+        // 4 away in x, then 1 in y.
+        l.clear();
+        assert_eq!(n.links(0, 12, &mut l), 4);
+        assert_eq!(l.len(), 5);
+        // Distinct links along a route; the reverse route shares none of them.
+        let mut back = Vec::new();
+        n.links(12, 0, &mut back);
+        assert!(l.iter().all(|x| !back.contains(x)));
+        let mut s = l.clone();
+        s.sort_unstable();
+        s.dedup();
+        assert_eq!(s.len(), l.len());
+        // Every link index is inside the resource table.
+        let max = u32::try_from(n.resources()).unwrap();
+        for a in 0..16 {
+            for b in 0..16 {
+                let mut r = Vec::new();
+                n.links(a, b, &mut r);
+                let dist = |x: u32, y: u32, k: u32| {
+                    let d = (y + k - x) % k;
+                    d.min(k - d)
+                };
+                let want = dist(a % 8, b % 8, 8) + dist(a / 8, b / 8, 2);
+                assert_eq!(u32::try_from(r.len()).unwrap(), want, "{a} -> {b}");
+                assert!(r.iter().all(|&x| x < max));
+            }
+        }
+    }
+
+    #[test]
+    fn fat_tree_routes_go_up_only_between_leaves() {
+        let n = Network::load("fat-tree").unwrap();
+        let Topology::FatTree { nodes_per_leaf, .. } = n.topology else {
+            panic!("fat-tree is a fat tree");
+        };
+        let mut l = Vec::new();
+        assert_eq!(n.links(0, 1, &mut l), 0);
+        assert_eq!(l.len(), 2);
+        l.clear();
+        assert_eq!(n.links(0, nodes_per_leaf, &mut l), 2);
+        assert_eq!(l.len(), 4);
+        let max = u32::try_from(n.resources()).unwrap();
+        assert!(l.iter().all(|&x| x < max));
+    }
+
+    #[test]
+    fn small_messages_go_by_pio_and_large_by_dma() {
+        let n = Network::load("peach2-2x8").unwrap();
+        let p = n.pio.clone().unwrap();
+        let small = n.route(8, 0);
+        let big = n.route(usize::try_from(p.max_bytes).unwrap() + 1, 0);
+        assert_eq!(small.latency, ps(p.latency_ns));
+        assert_eq!(big.latency, ps(n.dma.latency_ns));
+        assert_eq!(
+            n.route(8, 3).latency,
+            ps(p.latency_ns + 3.0 * n.link.hop_ns)
+        );
+    }
+}

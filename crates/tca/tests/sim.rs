@@ -1,0 +1,356 @@
+//! The simulated transport: determinism, the network model's analytic costs (one put on an
+//! idle link, puts sharing a link, a ring of puts around the torus), errors, and a 384-rank
+//! timing-only broadcast. The collective, two-sided, active-message and fabric suites run
+//! unchanged on it with `TCA_TRANSPORT=sim` (see `.ci/run`).
+
+#![allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // times of at most seconds, in ps
+
+use tca::sim::{self, Network, Options};
+use tca::{Collective, Comm, ErrorKind, Op, SignalOp, World};
+
+fn peach2() -> Options {
+    Options::new(Network::load("peach2-2x8").unwrap())
+}
+
+/// Picoseconds as the model rounds them.
+fn ps(ns: f64) -> u64 {
+    (ns * 1000.0).round() as u64
+}
+
+fn secs_to_ps(s: f64) -> u64 {
+    (s * 1e12).round() as u64
+}
+
+/// A DMA put of `n` bytes: (sender's issue time, first-hop latency, time on the wire).
+fn dma(net: &Network, n: usize) -> (u64, u64, u64) {
+    let gbs = net.link.gbs.min(net.link.port_gbs).min(net.dma.read_gbs);
+    (
+        ps(net.software.put_ns + net.dma.descriptor_ns),
+        ps(net.dma.latency_ns),
+        ps(n as f64 / gbs),
+    )
+}
+
+/// Every rank's (time it sent, time it saw its word) for a put of `n` bytes plus a signal,
+/// from every rank `r` to `dest(r)` (if any), started together after a barrier and a quiet.
+fn timed_puts(
+    opts: &Options,
+    p: u32,
+    n: usize,
+    dest: impl Fn(u32) -> Option<u32> + Sync,
+) -> Vec<(u64, Option<u64>)> {
+    sim::run(opts, p, |w: &World| {
+        let seg = w.alloc_symmetric(n + 64)?;
+        let from = (0..p).find(|&s| dest(s) == Some(w.rank()));
+        w.barrier()?;
+        w.quiet()?;
+        let t0 = w.wtime();
+        if let Some(d) = dest(w.rank()) {
+            let h = *seg.handle(d)?;
+            w.put_signal(&h, 64, &vec![7u8; n], &h, 0, SignalOp::Set(1))?;
+        }
+        let seen = match from {
+            Some(_) => {
+                w.wait_until(seg.local(), 0, 1)?;
+                Some(secs_to_ps(w.wtime()))
+            }
+            None => None,
+        };
+        w.barrier()?;
+        Ok((secs_to_ps(t0), seen))
+    })
+    .unwrap()
+    .results
+}
+
+#[test]
+fn one_put_on_an_idle_link_costs_latency_plus_size_over_bandwidth() {
+    let opts = peach2();
+    let net = &opts.network;
+    for n in [4096usize, 65536, 1 << 20] {
+        let t = timed_puts(&opts, 2, n, |r| (r == 0).then_some(1));
+        let (issue, lat, wire) = dma(net, n + 8);
+        let (sent, _) = t[0];
+        let seen = t[1].1.unwrap();
+        assert_eq!(seen - sent, issue + lat + wire, "{n} bytes");
+    }
+    // 8 bytes go by PIO: its latency, the stores at the PIO rate.
+    let t = timed_puts(&opts, 2, 8, |r| (r == 0).then_some(1));
+    let pio = net.pio.as_ref().unwrap();
+    let want = ps(net.software.put_ns + 16.0 / pio.gbs)
+        + ps(pio.latency_ns)
+        + ps(16.0 / net.link.gbs.min(pio.gbs));
+    assert_eq!(t[1].1.unwrap() - t[0].0, want);
+}
+
+#[test]
+fn two_puts_sharing_a_link_take_twice_the_serialisation() {
+    // Rank 0 puts to rank 1, then through rank 1 to rank 2: both need rank 0's one port
+    // and the link 0 -> 1, so the second starts when the first has crossed.
+    let opts = peach2();
+    let net = &opts.network;
+    let n = 1 << 20;
+    let t = sim::run(&opts, 3, |w: &World| {
+        let seg = w.alloc_symmetric(n + 64)?;
+        w.barrier()?;
+        w.quiet()?;
+        let t0 = w.wtime();
+        if w.rank() == 0 {
+            let data = vec![1u8; n];
+            for d in [1, 2] {
+                let h = *seg.handle(d)?;
+                w.put_signal(&h, 64, &data, &h, 0, SignalOp::Set(1))?;
+            }
+            Ok((secs_to_ps(t0), 0))
+        } else {
+            w.wait_until(seg.local(), 0, 1)?;
+            Ok((0, secs_to_ps(w.wtime())))
+        }
+    })
+    .unwrap()
+    .results;
+    let (issue, lat, wire) = dma(net, n + 8);
+    let sent = t[0].0;
+    assert_eq!(t[1].1 - sent, issue + lat + wire);
+    assert_eq!(
+        t[2].1 - sent,
+        issue + wire + lat + ps(net.link.hop_ns) + wire,
+        "the second put waits for the shared link, then crosses one more hop"
+    );
+}
+
+#[test]
+fn a_ring_of_puts_around_the_torus_shares_no_link() {
+    // Ranks 0..7 form the torus's first ring of 8: each puts to its right-hand neighbour,
+    // one hop on its own link, so every put costs what a put on an idle link costs.
+    let opts = peach2();
+    let n = 1 << 16;
+    let (issue, lat, wire) = dma(&opts.network, n + 8);
+    let t = timed_puts(&opts, 8, n, |r| Some((r + 1) % 8));
+    for r in 0..8usize {
+        let from = (r + 7) % 8;
+        assert_eq!(
+            t[r].1.unwrap() - t[from].0,
+            issue + lat + wire,
+            "rank {from} -> {r}"
+        );
+    }
+    // Four hops to the right instead: the routes overlap on every link, so the puts
+    // queue behind each other and arrive later than latency + hops + size/bandwidth.
+    let t = timed_puts(&opts, 8, n, |r| Some((r + 4) % 8));
+    let alone = issue + lat + 3 * ps(opts.network.link.hop_ns) + wire;
+    let worst = (0..8usize)
+        .map(|r| t[r].1.unwrap() - t[(r + 4) % 8].0)
+        .max()
+        .unwrap();
+    // Four messages share each link: the last waits for three (less the skew of the
+    // ranks' start times after the barrier).
+    assert!(worst >= alone + 2 * wire, "{worst} vs {alone} alone");
+}
+
+/// A mixed job: collectives, two-sided messages and active messages on 8 ranks; returns
+/// every rank's virtual times.
+fn mixed_job(opts: &Options) -> (Vec<Vec<u64>>, sim::Stats) {
+    let run = sim::run(opts, 8, |w: &World| {
+        let c = Comm::world(w)?;
+        let mut times = Vec::new();
+        let mut x = vec![f64::from(w.rank()); 1000];
+        c.allreduce_in_place(&mut x, &Op::Sum)?;
+        assert_eq!(x[999], 28.0);
+        times.push(secs_to_ps(w.wtime()));
+        let mut b = vec![0u32; 50_000];
+        if w.rank() == 3 {
+            b.iter_mut().enumerate().for_each(|(i, v)| *v = i as u32);
+        }
+        c.broadcast(&mut b, 3)?;
+        assert_eq!(b[49_999], 49_999);
+        times.push(secs_to_ps(w.wtime()));
+        let right = (w.rank() + 1) % 8;
+        let left = (w.rank() + 7) % 8;
+        let mut got = [0u8; 100];
+        c.sendrecv(&[w.rank() as u8; 100], right, 1, &mut got, left, 1)?;
+        assert_eq!(got[99], left as u8);
+        times.push(secs_to_ps(w.wtime()));
+        let mut all = vec![0u64; 8 * 300];
+        c.allgather(&[u64::from(w.rank()); 300], &mut all)?;
+        times.push(secs_to_ps(w.wtime()));
+        c.barrier()?;
+        times.push(secs_to_ps(w.wtime()));
+        Ok(times)
+    })
+    .unwrap();
+    (run.results, run.stats)
+}
+
+#[test]
+fn the_same_job_gives_the_same_virtual_times() {
+    let opts = peach2();
+    let (a, sa) = mixed_job(&opts);
+    // Load the host meanwhile: virtual times must not notice.
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let (b, sb) = std::thread::scope(|s| {
+        s.spawn(|| {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                std::hint::black_box((0..10_000u64).sum::<u64>());
+            }
+        });
+        let r = mixed_job(&opts);
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        r
+    });
+    assert_eq!(a, b);
+    assert_eq!(sa, sb);
+    assert!(sa.messages > 100, "{sa:?}");
+    // Every phase took virtual time, in order.
+    for t in &a {
+        assert!(t.windows(2).all(|w| w[0] < w[1]), "{t:?}");
+    }
+}
+
+#[test]
+fn timing_only_mode_times_the_same_without_moving_payload() {
+    let mut opts = peach2();
+    let n = 1 << 20;
+    let job = |opts: &Options| {
+        sim::run(opts, 2, |w: &World| {
+            let seg = w.alloc_symmetric(n + 64)?;
+            w.barrier()?;
+            let t0 = w.wtime();
+            if w.rank() == 0 {
+                let h = *seg.handle(1)?;
+                w.put_signal(&h, 64, &vec![5u8; n], &h, 0, SignalOp::Set(1))?;
+                w.quiet()?;
+            } else {
+                w.wait_until(seg.local(), 0, 1)?;
+            }
+            let t = secs_to_ps(w.wtime() - t0);
+            let mut edges = [0u8; 3];
+            for (e, off) in edges.iter_mut().zip([64, 64 + n / 2, 64 + n - 1]) {
+                let mut b = [0u8];
+                seg.local().read(off, &mut b)?;
+                *e = b[0];
+            }
+            w.barrier()?;
+            Ok((t, edges))
+        })
+        .unwrap()
+        .results
+    };
+    let full = job(&opts);
+    assert_eq!(full[1].1, [5, 5, 5]);
+    opts.payload = false;
+    let timing = job(&opts);
+    assert_eq!(full[0].0, timing[0].0);
+    assert_eq!(full[1].0, timing[1].0);
+    // The first and last bytes moved (headers, trailers), the middle did not.
+    assert_eq!(timing[1].1, [5, 0, 5]);
+    // A collective's control data is small and moves whole: it still works.
+    sim::run(&opts, 4, |w: &World| {
+        let c = Comm::world(w)?;
+        let mut x = [1.0f64];
+        c.allreduce_in_place(&mut x, &Op::Sum)?;
+        assert_eq!(x[0], 4.0);
+        Ok(())
+    })
+    .unwrap();
+}
+
+#[test]
+fn a_384_rank_timing_only_broadcast_completes() {
+    let mut opts = Options::new(Network::load("tofu-8x6x8").unwrap());
+    opts.payload = false;
+    let n = 1 << 20;
+    let run = sim::run(&opts, 384, |w: &World| {
+        let c = Comm::world(w)?;
+        c.force(Collective::Broadcast, Some("pipeline_3d"))?;
+        let mut b = vec![0u8; n];
+        let t0 = w.wtime();
+        c.broadcast(&mut b, 0)?;
+        Ok(w.wtime() - t0)
+    })
+    .unwrap();
+    let slowest = run.results.iter().copied().fold(0.0, f64::max);
+    // At least the time to stream 1 MiB through one 5 GB/s link, at most 100x it.
+    let stream = n as f64 / 5e9;
+    assert!(slowest > stream && slowest < 100.0 * stream, "{slowest}");
+    eprintln!(
+        "384 ranks, 1 MiB pipelined 3-D broadcast: {:.1} us virtual, {:.2} s host, {} events",
+        slowest * 1e6,
+        run.host_s,
+        run.stats.events
+    );
+}
+
+#[test]
+fn a_wait_no_rank_will_satisfy_is_a_deadlock_error() {
+    let e = sim::run(&peach2(), 3, |w: &World| {
+        let seg = w.alloc_symmetric(64)?;
+        if w.rank() == 1 {
+            w.wait_until(seg.local(), 0, 1)?;
+        }
+        Ok(())
+    })
+    .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Aborted, "{e}");
+    assert!(e.to_string().contains("simulated deadlock"), "{e}");
+    assert!(e.to_string().contains("[1]"), "{e}");
+}
+
+#[test]
+fn a_failing_rank_is_named_in_the_others_errors() {
+    let all = sim::run_each(&peach2(), 4, |w: &World| {
+        let c = Comm::world(w)?;
+        if w.rank() == 2 {
+            // An error of its own: no such algorithm.
+            c.force(Collective::Broadcast, Some("gives-up"))?;
+        }
+        c.barrier()
+    })
+    .unwrap()
+    .0;
+    assert!(all[2].as_ref().unwrap_err().message().contains("gives-up"));
+    for r in [0, 1, 3] {
+        let e = all[r].as_ref().unwrap_err();
+        assert_eq!(e.rank(), Some(2), "rank {r}: {e}");
+    }
+}
+
+#[test]
+fn bad_jobs_are_refused_before_they_start() {
+    let e = sim::run(&peach2(), 17, |_| Ok(())).unwrap_err();
+    assert!(e.to_string().contains("16 nodes"), "{e}");
+    let mut o = peach2();
+    o.mapping = Some(vec![0, 0]);
+    let e = sim::run(&o, 2, |_| Ok(())).unwrap_err();
+    assert!(e.to_string().contains("rank 1 on node 0"), "{e}");
+    let e = Network::load("/no/such/model.toml").unwrap_err();
+    assert!(e.to_string().contains("no network model"), "{e}");
+}
+
+#[test]
+fn reductions_cost_their_bytes_at_the_models_rate() {
+    // The same 2-rank allreduce on two models that differ only in the reduction rate: the
+    // slower one takes longer by at least the reduction of one rank's whole vector.
+    let n = 1 << 16;
+    let time = |gbs: f64| {
+        let mut o = peach2();
+        o.network.compute.reduce_gbs = gbs;
+        sim::run(&o, 2, |w: &World| {
+            let c = Comm::world(w)?;
+            c.force(Collective::Allreduce, Some("recursive_doubling"))?;
+            let mut x = vec![1.0f64; n];
+            let t0 = w.wtime();
+            c.allreduce_in_place(&mut x, &Op::Sum)?;
+            assert_eq!(x[n - 1], 2.0);
+            Ok(w.wtime() - t0)
+        })
+        .unwrap()
+        .results[0]
+    };
+    let (fast, slow) = (time(1000.0), time(1.0));
+    let bytes = (8 * n) as f64;
+    assert!(
+        slow - fast >= 0.99 * (bytes / 1e9 - bytes / 1e12),
+        "{fast} {slow}"
+    );
+}
