@@ -792,6 +792,25 @@ pub(crate) fn coords<const D: usize>(dims: &[usize; D], v: usize) -> [usize; D] 
     at
 }
 
+impl Comm<'_> {
+    /// The grid of `D` dimensions the topology-aware algorithms lay this communicator's ranks
+    /// out on: the network's torus when the communicator is the whole world in order and the
+    /// world fills a torus of `D` dimensions ([`World::torus`]: seed 002 ran each algorithm
+    /// on a node shape of its own dimensions), else [`grid`].
+    pub(crate) fn grid<const D: usize>(&self) -> [usize; D] {
+        let p = self.size() as usize;
+        let w = self.world_ref();
+        if let Some(t) = w.torus() {
+            let whole = w.size() as usize == p
+                && (0..self.size()).all(|r| self.world_rank(r) == Some(r));
+            if whole && t.len() == D && t.iter().product::<usize>() == p {
+                return std::array::from_fn(|d| t[d]);
+            }
+        }
+        grid::<D>(p)
+    }
+}
+
 /// A balanced grid of `D` dimensions with `p` cells, for the algorithms of seed 002 that lay
 /// the ranks out on a torus-like grid: sizes in non-increasing order, built by giving each
 /// prime factor of p, largest first, to the smallest dimension so far (close to

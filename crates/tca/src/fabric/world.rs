@@ -501,6 +501,14 @@ impl World {
         self.sim.as_ref().map(|s| s.network())
     }
 
+    /// The torus this job's ranks fill, rank r on node r (x fastest), where the transport
+    /// knows it: a simulated torus the job covers whole. The topology-aware algorithms (seed
+    /// 002's pipelines over 2 and 3 directions, the 3-D ring allgather) lay their grid out on
+    /// it; elsewhere they choose a balanced grid.
+    pub fn torus(&self) -> Option<Vec<usize>> {
+        self.sim.as_ref().and_then(|s| s.torus())
+    }
+
     /// Seconds on this rank's clock: virtual time on a simulated network, else host time
     /// since an arbitrary start. What benchmarks time with, so that they measure the
     /// simulated network when they run on one.

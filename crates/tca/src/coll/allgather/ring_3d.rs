@@ -42,8 +42,8 @@ pub(crate) async fn run<M: Mode>(
     counts: &[usize],
     displs: &[usize],
 ) -> Result<()> {
-    let (p, me) = (c.p(), c.me());
-    let dims = grid::<D>(p);
+    let me = c.me();
+    let dims = c.grid::<D>();
     let at = coords(&dims, me);
     let range = |b: usize| displs[b]..displs[b] + counts[b];
     let mut stride = 1;

@@ -49,8 +49,7 @@ fn chains(dims: [usize; D], me: usize) -> [Chain; D] {
 }
 
 pub(crate) async fn run<M: Mode>(c: Steps<'_, M>, buf: &mut [u8], red: &Reducer<'_>) -> Result<()> {
-    let p = c.p();
-    let dims = grid::<D>(p);
+    let dims = c.grid::<D>();
     let ch = chains(dims, c.me());
     let chunks = c.chunks(buf.len());
     // The broadcast of a chunk follows its reduce by `lag` chunks, the round trip from the

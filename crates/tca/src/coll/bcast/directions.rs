@@ -35,6 +35,7 @@ struct Place<const D: usize> {
 }
 
 impl<const D: usize> Place<D> {
+    #[cfg(test)]
     fn new(p: usize, v: usize) -> Self {
         Self::on(grid::<D>(p), v)
     }
@@ -130,7 +131,7 @@ async fn run_d<M: Mode, const D: usize>(
 ) -> Result<()> {
     let (p, me) = (c.p(), c.me());
     let to_rank = |v: usize| (v + root) % p;
-    let place = Place::<D>::new(p, (me + p - root) % p);
+    let place = Place::<D>::on(c.grid::<D>(), (me + p - root) % p);
     let trees: [_; D] = std::array::from_fn(|k| place.tree(k));
     let n = buf.len();
     let chunks: [usize; D] = std::array::from_fn(|k| c.chunks(part::<D>(n, k).len()));

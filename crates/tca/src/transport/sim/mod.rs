@@ -127,6 +127,11 @@ impl Sim {
         &self.engine.net.name
     }
 
+    /// The torus the job fills, rank r on node r, if it does: its dimensions.
+    pub(crate) fn torus(&self) -> Option<Vec<usize>> {
+        self.engine.torus()
+    }
+
     /// Charges the computation since the last call to the clock.
     fn charge(&self) {
         let mut dt: Ps = 0;
