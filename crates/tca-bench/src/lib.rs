@@ -15,6 +15,7 @@ pub mod machine;
 pub mod plot;
 pub mod progress;
 pub mod report;
+pub mod reproduce;
 pub mod suite;
 
 use std::path::PathBuf;

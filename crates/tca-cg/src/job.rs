@@ -96,6 +96,27 @@ pub fn tca_rank(opts: &Options, np: u32) -> Result<Option<Report>> {
     out
 }
 
+/// The whole job on `np` simulated ranks (threads of this process on the network of `sim`,
+/// in virtual time): rank 0's report. Local computation (SpMV, dot products, AXPYs) costs
+/// virtual time only under `Compute::Measured`; with the model's rates only the reductions
+/// inside the collectives do.
+pub fn simulate(opts: &Options, np: u32, sim: &tca::sim::Options) -> Result<Report> {
+    if np == 0 {
+        bail!("--np must be at least 1");
+    }
+    let mut opts = opts.clone();
+    opts.progress = false;
+    let run = tca::sim::run(sim, np, |w| {
+        let mut comm = tca::Comm::world(w)?;
+        run_rank(&mut comm, &opts).map_err(|e| tca::Error::program(e.to_string()))
+    })?;
+    run.results
+        .into_iter()
+        .next()
+        .flatten()
+        .ok_or_else(|| anyhow::anyhow!("rank 0 of the simulated job returned no report"))
+}
+
 /// A rank of the MPI half (needs the `mpi` feature).
 pub fn mpi_rank(opts: &Options) -> Result<Option<Report>> {
     #[cfg(feature = "mpi")]

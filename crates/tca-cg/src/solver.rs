@@ -241,30 +241,31 @@ const AXPY: usize = 2;
 const ALLGATHER: usize = 3;
 const ALLREDUCE: usize = 4;
 
-/// The phase clock; with `ON = false` every method is empty and compiles away.
+/// The phase clock (the backend's: virtual time on a simulated network); with `ON = false`
+/// every method is empty and compiles away.
 struct Clock<const ON: bool> {
-    last: Instant,
+    last: f64,
     acc: [f64; 5],
 }
 
 impl<const ON: bool> Clock<ON> {
     fn new() -> Self {
         Self {
-            last: Instant::now(),
+            last: 0.0,
             acc: [0.0; 5],
         }
     }
     #[inline(always)]
-    fn start(&mut self) {
+    fn start<C: Backend>(&mut self, c: &C) {
         if ON {
-            self.last = Instant::now();
+            self.last = c.wtime();
         }
     }
     #[inline(always)]
-    fn lap(&mut self, phase: usize) {
+    fn lap<C: Backend>(&mut self, c: &C, phase: usize) {
         if ON {
-            let now = Instant::now();
-            self.acc[phase] += (now - self.last).as_secs_f64();
+            let now = c.wtime();
+            self.acc[phase] += now - self.last;
             self.last = now;
         }
     }
@@ -306,22 +307,22 @@ fn run<C: Backend, const TIMED: bool>(
     let mut clk = Clock::<TIMED>::new();
 
     c.barrier()?;
-    let t0 = Instant::now();
-    clk.start();
+    let t0 = c.wtime();
+    clk.start(c);
     // Lines 1-4.
     p[lo..hi].copy_from_slice(&x);
     c.allgatherv_f64(&mut p, &part.counts, &part.displs)?;
-    clk.lap(ALLGATHER);
+    clk.lap(c, ALLGATHER);
     a.spmv(&p, &mut q);
-    clk.lap(SPMV);
+    clk.lap(c, SPMV);
     for ((ri, &bi), &qi) in r.iter_mut().zip(b).zip(&q) {
         *ri = bi - qi;
     }
-    clk.lap(AXPY);
+    clk.lap(c, AXPY);
     let d = dot(&r, &r);
-    clk.lap(DOT);
+    clk.lap(c, DOT);
     let norm0 = c.allreduce_sum_f64(d)?.sqrt();
-    clk.lap(ALLREDUCE);
+    clk.lap(c, ALLREDUCE);
     if !norm0.is_finite() {
         return Err(CgError::Breakdown(format!(
             "the solve diverged at the start: ||b - A x0|| overflows to {norm0}"
@@ -343,7 +344,7 @@ fn run<C: Backend, const TIMED: bool>(
             };
         }
         k += 1;
-        clk.start();
+        clk.start(c);
         // Lines 6-7 (with Jacobi: z := D⁻¹ r, ρ_t := r·z).
         let zs: &[f64] = match dinv {
             Some(d) => {
@@ -355,9 +356,9 @@ fn run<C: Backend, const TIMED: bool>(
             None => &r,
         };
         let rho_t = dot(&r, zs);
-        clk.lap(DOT);
+        clk.lap(c, DOT);
         let rho = c.allreduce_sum_f64(rho_t)?;
-        clk.lap(ALLREDUCE);
+        clk.lap(c, ALLREDUCE);
         // Lines 8-13.
         let pl = &mut p[lo..hi];
         if k == 1 {
@@ -365,17 +366,17 @@ fn run<C: Backend, const TIMED: bool>(
         } else {
             xpay(pl, rho / rho_prev, zs);
         }
-        clk.lap(AXPY);
+        clk.lap(c, AXPY);
         // Lines 14-15.
         c.allgatherv_f64(&mut p, &part.counts, &part.displs)?;
-        clk.lap(ALLGATHER);
+        clk.lap(c, ALLGATHER);
         a.spmv(&p, &mut q);
-        clk.lap(SPMV);
+        clk.lap(c, SPMV);
         // Lines 16-17.
         let alpha_t = dot(&p[lo..hi], &q);
-        clk.lap(DOT);
+        clk.lap(c, DOT);
         let pap = c.allreduce_sum_f64(alpha_t)?;
-        clk.lap(ALLREDUCE);
+        clk.lap(c, ALLREDUCE);
         if !(pap > 0.0 && pap.is_finite()) {
             return Err(breakdown(pap, k));
         }
@@ -383,12 +384,12 @@ fn run<C: Backend, const TIMED: bool>(
         // Lines 18-19.
         axpy(&mut x, alpha, &p[lo..hi]);
         axpy(&mut r, -alpha, &q);
-        clk.lap(AXPY);
+        clk.lap(c, AXPY);
         // Lines 20-21.
         let d = dot(&r, &r);
-        clk.lap(DOT);
+        clk.lap(c, DOT);
         let norm = c.allreduce_sum_f64(d)?.sqrt();
-        clk.lap(ALLREDUCE);
+        clk.lap(c, ALLREDUCE);
         rel = norm / norm0;
         if !rel.is_finite() || rel > DIVERGED {
             return Err(CgError::Breakdown(format!(
@@ -409,7 +410,7 @@ fn run<C: Backend, const TIMED: bool>(
             }
         }
     };
-    let total_s = t0.elapsed().as_secs_f64();
+    let total_s = c.wtime() - t0;
     Ok(Solution {
         x,
         stats: SolveStats {

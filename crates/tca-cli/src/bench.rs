@@ -132,26 +132,7 @@ pub(crate) fn run(a: Args) -> Result<i32> {
     let network = a
         .network
         .as_deref()
-        .map(|n| -> Result<tca::sim::Options> {
-            let mut o = tca::sim::Options::new(tca::sim::Network::load(n)?);
-            o.payload = !a.timing_only;
-            o.compute = tca::sim::Compute::parse(&a.compute).with_context(|| {
-                format!(
-                    "--compute {}: expected `model` or `measured:SCALE`",
-                    a.compute
-                )
-            })?;
-            if a.np > o.network.nodes() {
-                bail!(
-                    "--np {}: the network {} ({}) has {} nodes, one rank each",
-                    a.np,
-                    o.network.name,
-                    o.network.shape(),
-                    o.network.nodes()
-                );
-            }
-            Ok(o)
-        })
+        .map(|n| crate::sim::options(n, a.np, a.timing_only, &a.compute))
         .transpose()?;
     if network.is_some() && a.compare.is_some() {
         bail!("--network and --compare mpi: MPI runs on this machine only; run them apart");

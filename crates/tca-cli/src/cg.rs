@@ -51,7 +51,8 @@ EXAMPLES
   tca cg --matrix nasa2910.mtx --np 2 --iters 1000 --breakdown --compare mpi
   tca cg --matrix poisson3d:31 --np 4 --tol 1e-8 --rhs manufactured
   tca cg --matrix bcsstk14.mtx --np 2 --tol 1e-8 --rhs a-ones --precond jacobi
-  tca cg --matrix banded:72000:399 --np 2 --iters 100 --format json";
+  tca cg --matrix banded:72000:399 --np 2 --iters 100 --format json
+  tca cg --matrix nasa2910.mtx --np 16 --iters 100 --breakdown --network peach2-2x8";
 
 /// The distributed CG solver of seed 000 (Fig. 13) on a Matrix Market or synthetic matrix.
 #[derive(clap::Args, Debug)]
@@ -93,6 +94,20 @@ pub(crate) struct Args {
     /// No progress bar (it shows only on a terminal, for solves longer than half a second).
     #[arg(long)]
     no_progress: bool,
+    /// Solve on a simulated network instead of this machine, in virtual time: a model name
+    /// (`tca sim networks`) or a TOML file. Ranks are threads of this process.
+    #[arg(long, value_name = "NAME|FILE", conflicts_with = "compare")]
+    network: Option<String>,
+    /// With --network: how computation costs virtual time: `model` (only the reductions in
+    /// the collectives, at the model's rate: the times are communication) or
+    /// `measured:SCALE` (host time of SpMV, DOT, AXPY x SCALE; varies with the host's load).
+    #[arg(
+        long,
+        requires = "network",
+        value_name = "model|measured:SCALE",
+        default_value = "model"
+    )]
+    compute: String,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -173,6 +188,26 @@ fn status(out: &Output) -> i32 {
 
 pub(crate) fn run(a: Args) -> Result<i32> {
     let opts = options(&a)?;
+    if let Some(net) = &a.network {
+        let sim = crate::sim::options(net, a.np, false, &a.compute)?;
+        preflight(&opts)?;
+        let report = tca_cg::job::simulate(&opts, a.np, &sim)?;
+        if a.format == Format::Text {
+            println!(
+                "# SIMULATED on {} ({}): virtual time; computation {}",
+                sim.network.name,
+                sim.network.shape(),
+                if a.compute == "model" {
+                    "not charged except the collectives' reductions"
+                } else {
+                    "measured on this host and scaled"
+                }
+            );
+        }
+        let out = Output::new(report, None);
+        print(&out, a.format);
+        return Ok(status(&out));
+    }
     let own = |r: Option<tca_cg::Report>| -> i32 {
         match r {
             Some(r) => {

@@ -13,6 +13,7 @@ mod bench;
 mod cg;
 mod chaos;
 mod model;
+mod sim;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -39,6 +40,10 @@ enum Cmd {
     /// A fault campaign: jobs of random size and work, one injected fault each, and the
     /// figures (hangs, faults answered, wrong results, leftovers, time to error and to exit).
     Chaos(chaos::Args),
+    /// Simulated networks: the models, and the seeds' figures reproduced on them (runs on a
+    /// model: `tca bench --network NAME`).
+    #[command(subcommand)]
+    Sim(sim::Cmd),
 }
 
 #[derive(Args, Debug)]
@@ -76,6 +81,7 @@ fn run(cli: Cli) -> Result<i32> {
         Cmd::Model(m) => model::run(m),
         Cmd::Cg(a) => cg::run(a),
         Cmd::Chaos(a) => chaos::run(a),
+        Cmd::Sim(c) => sim::run(c),
         Cmd::Run(a) => {
             let mut it = a.command.into_iter();
             let program = it.next().context("no program given after --")?;

@@ -801,8 +801,8 @@ impl Comm<'_> {
         let p = self.size() as usize;
         let w = self.world_ref();
         if let Some(t) = w.torus() {
-            let whole = w.size() as usize == p
-                && (0..self.size()).all(|r| self.world_rank(r) == Some(r));
+            let whole =
+                w.size() as usize == p && (0..self.size()).all(|r| self.world_rank(r) == Some(r));
             if whole && t.len() == D && t.iter().product::<usize>() == p {
                 return std::array::from_fn(|d| t[d]);
             }

@@ -1,14 +1,14 @@
 //! Dissemination allreduce (seed 000, after Bruck and Hensgen): ceil(log2 p) rounds; in round
-//! k rank r sends to r + 2^k... here in its all-rank-counts form: the rounds disseminate the
-//! contributions themselves (a Bruck allgather, so any p works, not only powers of two as in
-//! the paper), then every rank combines the p contributions in rank order. Latency-optimal
-//! for small messages, and the results are bit-identical on every rank.
+//! k rank r sends to r - 2^k and receives from r + 2^k, one message each way... here in its
+//! all-rank-counts form: the rounds disseminate the contributions themselves (a Bruck
+//! allgather in rotated order, so any p works, not only powers of two as in the paper), then
+//! every rank combines the p contributions in rank order. Latency-optimal for small
+//! messages, and the results are bit-identical on every rank.
 //! Cost: ceil(log2 p) α + (p - 1) n (β + γ). Reuse: channel flow control; contributions are
 //! staged in the communicator's reusable temporary.
 
 use super::flat::combine_in_order;
 use crate::coll::Reducer;
-use crate::coll::allgather::bruck;
 use crate::coll::registry::{CostModel, Work, log2c};
 use crate::coll::step::{Mode, Steps};
 use crate::error::Result;
@@ -18,21 +18,37 @@ use crate::error::Result;
 pub(crate) async fn run<M: Mode>(c: Steps<'_, M>, buf: &mut [u8], red: &Reducer<'_>) -> Result<()> {
     let (p, me) = (c.p(), c.me());
     let n = buf.len();
+    // Rotated: position i holds the contribution of rank (me + i) % p, so that each round
+    // sends one contiguous run (positions 0..) and receives one (positions d..): one message
+    // per round, as in the paper, whatever p.
     let mut all = c.tmp(1, p * n);
-    all[me * n..(me + 1) * n].copy_from_slice(buf);
-    bruck::exchange(c, &mut all, |b| b * n..(b + 1) * n).await?;
+    all[..n].copy_from_slice(buf);
+    let mut d = 1;
+    while d < p {
+        let cnt = d.min(p - d);
+        let (to, from) = ((me + p - d) % p, (me + d) % p);
+        let (have, rest) = all[..p * n].split_at_mut(d * n);
+        c.ch_sendrecv(to, &have[..cnt * n], from, &mut rest[..cnt * n], None)
+            .await?;
+        d <<= 1;
+    }
+    // Back to rank order, then the combination in rank order (the same bits everywhere).
+    all[..p * n].rotate_right(me * n);
     combine_in_order(&all, buf, p, red)
 }
 
-/// A Bruck allgather of the contributions (ceil(log2 p) rounds, p - 1 sends and receives of n
-/// in all), then the combination in order; three local copies of n with the front end's.
+/// ceil(log2 p) rounds, each one message each way, p - 1 contributions of n in all; the
+/// combination in order; local copies of n (the front end's, the first contribution's) and
+/// the rotation of p n.
 pub(crate) fn work(m: &CostModel, p: usize, n: usize) -> Work {
     let (q, n) = (p.saturating_sub(1) as f64, n as f64);
+    let r = log2c(p);
+    let per = if r > 0.0 { q * n / r } else { 0.0 };
     m.sched(p)
-        .local(3.0 * n)
-        .rounds(log2c(p))
-        .send(q, n)
-        .recv(q, n)
+        .local(2.0 * n + p as f64 * n)
+        .rounds(r)
+        .send(r, per)
+        .recv(r, per)
         .reduce(q * n)
         .symmetric()
 }

@@ -185,7 +185,6 @@ pub(crate) struct Engine {
 
 const NOBODY_RUNS: u32 = u32::MAX;
 
-
 /// Nobody sleeps on a futex in a simulation: wake-ups go through the engine.
 static NOBODY: AtomicU32 = AtomicU32::new(0);
 

@@ -1,0 +1,475 @@
+//! `tca sim reproduce`: the seeds' network figures, run again on the simulated networks.
+//!
+//! The paper values live in one data file, `data/seed-figures.toml`, each with the table or
+//! figure it comes from. Every reproduction is the suite itself ([`crate::simulate`]): IMB's
+//! PingPong, Allreduce, Bcast and Allgather with tca's algorithms, on a network model built
+//! from hardware parameters and the seeds' ping-pong figures only — the collective figures
+//! are predicted, not fitted. Seed 002's Table 1 is reproduced as the paper made it: IMB on
+//! 384 nodes, a Hockney fit of the throughput (seed 002's volume convention), beside the
+//! paper's fit and its formula estimate (`tca model estimate`).
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use serde::Deserialize;
+use tca_model::fit::{Selection, fit_selection};
+use tca_model::record::Row;
+
+use crate::report::FitLine;
+use crate::suite::{self, Benchmark, Iters};
+
+/// The paper values (see the module doc).
+pub const FIGURES: &str = include_str!("../data/seed-figures.toml");
+
+/// The data file's contents.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Figures {
+    /// Single figures (a latency, a bandwidth, a table cell).
+    pub point: Vec<Point>,
+    /// Seed 002's Table 1 columns (measured rows).
+    pub table1: Vec<Table1>,
+    /// Figures the simulation does not reproduce, and why.
+    pub missing: Vec<Missing>,
+}
+
+/// What a point compares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Measure {
+    /// IMB's t_avg, us.
+    TUs,
+    /// IMB's MB/s.
+    MbS,
+}
+
+/// One figure of a paper.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Point {
+    /// Short name.
+    pub id: String,
+    /// Where in which seed.
+    pub source: String,
+    /// Network model.
+    pub network: String,
+    /// IMB benchmark.
+    pub benchmark: String,
+    /// tca algorithm to force (collectives).
+    pub algorithm: Option<String>,
+    /// Ranks.
+    pub ranks: u32,
+    /// Message size.
+    pub bytes: usize,
+    /// Which figure of the row.
+    pub measure: Measure,
+    /// The paper's value.
+    pub paper: f64,
+}
+
+/// One column of seed 002's Table 1.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Table1 {
+    /// Column heading.
+    pub column: String,
+    /// The same column's preset in `tca model estimate`.
+    pub preset: String,
+    /// Network model.
+    pub network: String,
+    /// IMB benchmark.
+    pub benchmark: String,
+    /// tca algorithm to force.
+    pub algorithm: Option<String>,
+    /// Ranks.
+    pub ranks: u32,
+    /// Sizes to simulate.
+    pub sizes: Vec<usize>,
+    /// The paper's fitted B, MB/s.
+    pub b_mb_s: f64,
+    /// The paper's fitted M_1/2, bytes.
+    pub m_half_bytes: f64,
+    /// The paper's fitted t_L, us.
+    pub t_l_us: f64,
+    /// Why the column is not simulated, if it is not.
+    pub skipped: Option<String>,
+}
+
+/// A figure not reproduced.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Missing {
+    /// Short name.
+    pub id: String,
+    /// Where in which seed.
+    pub source: String,
+    /// Why.
+    pub reason: String,
+}
+
+/// Parses the data file.
+pub fn figures() -> Result<Figures> {
+    toml::from_str(FIGURES).context("data/seed-figures.toml")
+}
+
+/// One line of the report: a paper figure and its simulated value.
+#[derive(Debug, Clone)]
+pub struct Line {
+    /// What it is.
+    pub figure: String,
+    /// The paper's value.
+    pub paper: f64,
+    /// The simulation's value.
+    pub simulated: f64,
+}
+
+impl Line {
+    /// Simulated relative to the paper, in percent.
+    pub fn error_pct(&self) -> f64 {
+        (self.simulated / self.paper - 1.0) * 100.0
+    }
+}
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Also simulate Table 1 (384 ranks: minutes of host time).
+    pub table1: bool,
+    /// Where to draw Table 1's curves (PNG), if anywhere.
+    pub plot: Option<PathBuf>,
+}
+
+/// Everything `tca sim reproduce` prints.
+#[derive(Debug, Default)]
+pub struct Report {
+    /// The single figures.
+    pub points: Vec<Line>,
+    /// Table 1: per column, (quantity, paper fit, paper estimate, simulated).
+    pub table1: Vec<(String, [(f64, f64, f64); 3])>,
+    /// The node-mapping comparison: (bytes per rank, naive us, chosen us).
+    pub mapping: Vec<(usize, f64, f64)>,
+    /// Lines on what is missing or was skipped.
+    pub notes: Vec<String>,
+    /// Host seconds spent.
+    pub host_s: f64,
+}
+
+/// Runs one benchmark on a simulated network; rank 0's rows.
+fn simulate(
+    network: &str,
+    ranks: u32,
+    benchmark: &str,
+    algorithm: Option<&str>,
+    sizes: &[usize],
+    timing_only: bool,
+    mapping: Option<Vec<u32>>,
+) -> Result<Vec<Row>> {
+    let bench = Benchmark::find(benchmark)?;
+    let index = suite::index_of(bench);
+    let algos = match algorithm {
+        Some(a) => suite::parse_algos(&[format!("{}={a}", bench.name)], &[index])?,
+        None => Vec::new(),
+    };
+    let big = ranks > 64;
+    let opts = suite::Options {
+        benchmarks: vec![index],
+        sizes: sizes.to_vec(),
+        // Virtual times are the same call after call: a few calls at small scale, one at
+        // 384 ranks (the first call's costs are the same as any other's in virtual time).
+        iters: Iters::Fixed(if big { 1 } else { crate::SIM_REPS }),
+        warmup: Some(u64::from(!big)),
+        repeat: 1,
+        algos,
+        soak: 0,
+        two_sided: false,
+        lattices: Vec::new(),
+        test_calls: 0,
+    };
+    let mut sim = tca::sim::Options::new(tca::sim::Network::load(network)?);
+    sim.payload = !timing_only;
+    sim.mapping = mapping;
+    let half = crate::simulate(ranks, &opts, &sim)
+        .with_context(|| format!("{benchmark} on {ranks} ranks of {network}"))?;
+    Ok(half.rows)
+}
+
+/// Runs every reproduction; `say` gets a line as each starts.
+pub fn run(opts: &Options, mut say: impl FnMut(&str)) -> Result<Report> {
+    let t0 = std::time::Instant::now();
+    let f = figures()?;
+    let mut rep = Report::default();
+    for p in &f.point {
+        say(&p.source);
+        let rows = simulate(
+            &p.network,
+            p.ranks,
+            &p.benchmark,
+            p.algorithm.as_deref(),
+            &[p.bytes],
+            false,
+            None,
+        )?;
+        let row = rows
+            .iter()
+            .find(|r| r.bytes as usize == p.bytes)
+            .with_context(|| format!("{}: no row at {} bytes", p.id, p.bytes))?;
+        let simulated = match p.measure {
+            Measure::TUs => row.t_avg_us,
+            Measure::MbS => row
+                .mbytes_per_sec
+                .with_context(|| format!("{}: no MB/s", p.id))?,
+        };
+        rep.points.push(Line {
+            figure: p.source.clone(),
+            paper: p.paper,
+            simulated,
+        });
+    }
+    say("seed 000: node mapping of recursive-doubling allgather, 16 ranks");
+    rep.mapping = mapping_effect()?;
+    for m in &f.missing {
+        rep.notes
+            .push(format!("not reproduced: {}: {}", m.source, m.reason));
+    }
+    if opts.table1 {
+        let mut plot_rows = Vec::new();
+        let mut plot_fits = Vec::new();
+        for c in &f.table1 {
+            if let Some(why) = &c.skipped {
+                rep.notes
+                    .push(format!("Table 1 {} not simulated: {why}", c.column));
+                continue;
+            }
+            say(&format!("seed 002 Table 1, {} on {}", c.column, c.network));
+            let rows = simulate(
+                &c.network,
+                c.ranks,
+                &c.benchmark,
+                c.algorithm.as_deref(),
+                &c.sizes,
+                true,
+                None,
+            )?;
+            let preset = tca_model::estimate::preset(&c.preset)?;
+            let sel = Selection {
+                range: preset.fit_range,
+                seed002_volume: true,
+                ..Selection::new(&c.benchmark)
+            };
+            let fit = fit_selection(&rows, &sel)
+                .with_context(|| format!("fitting Table 1 {}", c.column))?;
+            let e = preset.paper_estimate;
+            rep.table1.push((
+                c.column.clone(),
+                [
+                    (c.b_mb_s, e.b_mb_s, fit.b_mb_s),
+                    (c.m_half_bytes, e.m_half_bytes, fit.m_half_bytes),
+                    (c.t_l_us, e.t_l_us, fit.t_l_us),
+                ],
+            ));
+            let volume = tca_model::fit::seed002_volume(&c.benchmark, c.ranks);
+            let (lo, hi) = bounds(&rows);
+            plot_fits.push(FitLine {
+                implementation: "simulated".into(),
+                benchmark: c.column.clone(),
+                b_mb_s: c.b_mb_s / volume,
+                m_half_bytes: c.m_half_bytes,
+                t_l_us: c.t_l_us,
+                r2: 1.0,
+                rms_rel_err: 0.0,
+                points: 0,
+                min_bytes: lo,
+                max_bytes: hi,
+                range: "the paper's fit",
+            });
+            plot_rows.extend(rows.into_iter().map(|mut r| {
+                r.implementation = "simulated".into();
+                r.benchmark = c.column.clone();
+                r
+            }));
+        }
+        if let Some(p) = &opts.plot {
+            crate::plot::draw(
+                p,
+                "seed 002 Table 1 on simulated Tofu: points simulated, dashed the paper's fit",
+                &plot_rows,
+                &plot_fits,
+            )?;
+        }
+    }
+    rep.host_s = t0.elapsed().as_secs_f64();
+    Ok(rep)
+}
+
+fn bounds(rows: &[Row]) -> (u64, u64) {
+    let lo = rows.iter().map(|r| r.bytes).filter(|&b| b > 0).min();
+    let hi = rows.iter().map(|r| r.bytes).max();
+    (lo.unwrap_or(1), hi.unwrap_or(1))
+}
+
+/// Seed 000's node mapping for recursive-doubling allgather on the 2x8 torus: naive (rank r
+/// on node r: step 2, partner r ^ 4, crosses 4 hops when the blocks are already 4 deep) and
+/// chosen so that long routes fall in the early, small steps (the three low rank bits
+/// reversed along x: the partners of steps 2 and 3 are one hop away, those of steps 0 and 1
+/// four and two). Per-rank message sizes from 1 KiB to 256 KiB.
+fn mapping_effect() -> Result<Vec<(usize, f64, f64)>> {
+    let sizes: Vec<usize> = (10..=18).map(|k| 1usize << k).collect();
+    let chosen: Vec<u32> = (0..16u32)
+        .map(|r| {
+            let low = r & 7;
+            let rev = ((low & 1) << 2) | (low & 2) | ((low >> 2) & 1);
+            (r & 8) | rev
+        })
+        .collect();
+    let run = |m: Option<Vec<u32>>| {
+        simulate(
+            "peach2-2x8",
+            16,
+            "Allgather",
+            Some("recursive_doubling"),
+            &sizes,
+            false,
+            m,
+        )
+    };
+    let naive = run(None)?;
+    let picked = run(Some(chosen))?;
+    Ok(sizes
+        .iter()
+        .filter_map(|&b| {
+            let t = |rows: &[Row]| {
+                rows.iter()
+                    .find(|r| r.bytes as usize == b)
+                    .map(|r| r.t_avg_us)
+            };
+            Some((b, t(&naive)?, t(&picked)?))
+        })
+        .collect())
+}
+
+impl Report {
+    /// The table a user reads.
+    pub fn render(&self) -> String {
+        let mut s = String::new();
+        s += "# tca sim reproduce: the seeds' network figures on simulated networks (virtual time,\n";
+        s += "# deterministic; parameters from hardware and ping-pong figures only)\n";
+        s += &format!(
+            "{:<76} {:>10} {:>10} {:>8}\n",
+            "figure", "paper", "simulated", "error"
+        );
+        for l in &self.points {
+            s += &format!(
+                "{:<76} {:>10} {:>10} {:>+7.1}%\n",
+                l.figure,
+                sig(l.paper),
+                sig(l.simulated),
+                l.error_pct()
+            );
+        }
+        if !self.mapping.is_empty() {
+            s += "\n# seed 000: recursive-doubling allgather on 16 ranks of the 2x8 torus, naive\n";
+            s += "# mapping vs long routes in the early steps (t_avg, us; the paper: chosen is faster)\n";
+            s += &format!(
+                "{:>12} {:>12} {:>12} {:>10}\n",
+                "bytes/rank", "naive", "chosen", "faster"
+            );
+            for (b, n, c) in &self.mapping {
+                let faster = if c < n {
+                    "chosen"
+                } else if n < c {
+                    "naive"
+                } else {
+                    "same"
+                };
+                s += &format!("{b:>12} {n:>12.2} {c:>12.2} {faster:>10}\n");
+            }
+        }
+        if !self.table1.is_empty() {
+            s += "\n# seed 002 Table 1 (384 nodes of Tofu): Hockney fit of simulated IMB vs the\n";
+            s += "# paper's fit (measured on K) and its estimate (formulas); error vs the fit\n";
+            s += &format!(
+                "{:<24} {:<10} {:>11} {:>11} {:>11} {:>8}\n",
+                "column", "quantity", "paper fit", "estimate", "simulated", "error"
+            );
+            for (col, cells) in &self.table1 {
+                for (q, (fit, est, sim)) in ["B MB/s", "M_1/2 B", "t_L us"].iter().zip(cells) {
+                    s += &format!(
+                        "{:<24} {:<10} {:>11} {:>11} {:>11} {:>+7.1}%\n",
+                        col,
+                        q,
+                        sig(*fit),
+                        sig(*est),
+                        sig(*sim),
+                        (sim / fit - 1.0) * 100.0
+                    );
+                }
+            }
+        }
+        for n in &self.notes {
+            s += &format!("# {n}\n");
+        }
+        s += &format!("# host time: {:.1} s\n", self.host_s);
+        s
+    }
+}
+
+/// Four significant digits, plain or in exponent form.
+fn sig(v: f64) -> String {
+    if v != 0.0 && (v.abs() >= 1e5 || v.abs() < 1e-2) {
+        format!("{v:.3e}")
+    } else {
+        let digits = 4 - (v.abs().max(1e-9).log10().floor() as i32 + 1);
+        format!("{v:.*}", usize::try_from(digits.max(0)).unwrap_or(0))
+    }
+}
+
+/// Checks a plot path before the long run.
+pub fn check_plot(p: &Path) -> Result<()> {
+    if p.extension().and_then(|e| e.to_str()) != Some("png") {
+        bail!("--plot {}: the file name must end in .png", p.display());
+    }
+    crate::plot::check_path(p)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The data file parses, names real networks, benchmarks and algorithms, and its Table 1
+    /// rows are the same numbers as `tca model estimate`'s presets hold.
+    #[test]
+    fn the_paper_values_are_complete_and_agree_with_the_presets() {
+        let f = figures().unwrap();
+        assert!(f.point.len() >= 8);
+        for p in &f.point {
+            tca::sim::Network::load(&p.network).unwrap();
+            let b = Benchmark::find(&p.benchmark).unwrap();
+            if let Some(a) = &p.algorithm {
+                tca::coll::registry::find(b.collective.unwrap(), a).unwrap();
+            }
+            assert!(p.paper > 0.0, "{}", p.id);
+        }
+        assert_eq!(f.table1.len(), 7);
+        for c in &f.table1 {
+            let n = tca::sim::Network::load(&c.network).unwrap();
+            assert!(c.ranks <= n.nodes(), "{}", c.column);
+            let preset = tca_model::estimate::preset(&c.preset).unwrap();
+            assert_eq!(preset.paper_fit.b_mb_s, c.b_mb_s, "{}", c.column);
+            assert_eq!(
+                preset.paper_fit.m_half_bytes, c.m_half_bytes,
+                "{}",
+                c.column
+            );
+            assert_eq!(preset.paper_fit.t_l_us, c.t_l_us, "{}", c.column);
+            assert!(c.skipped.is_some() || !c.sizes.is_empty(), "{}", c.column);
+        }
+    }
+
+    #[test]
+    fn significant_digits() {
+        assert_eq!(sig(1.0), "1.000");
+        assert_eq!(sig(2795.0), "2795");
+        assert_eq!(sig(4.894e4), "48940");
+        assert_eq!(sig(1.01e7), "1.010e7");
+    }
+}
