@@ -18,6 +18,9 @@ use tca_model::record::Row;
 use crate::report::FitLine;
 use crate::suite::{self, Benchmark, Iters};
 
+/// Seed 002's pipeline segment m_B (16 KiB): the collectives' chunk in the Table 1 runs.
+pub const SEED002_SEGMENT: usize = 16 << 10;
+
 /// The paper values (see the module doc).
 pub const FIGURES: &str = include_str!("../data/seed-figures.toml");
 
@@ -163,6 +166,7 @@ fn simulate(
     sizes: &[usize],
     timing_only: bool,
     mapping: Option<Vec<u32>>,
+    chunk: Option<usize>,
 ) -> Result<Vec<Row>> {
     let bench = Benchmark::find(benchmark)?;
     let index = suite::index_of(bench);
@@ -188,6 +192,7 @@ fn simulate(
     let mut sim = tca::sim::Options::new(tca::sim::Network::load(network)?);
     sim.payload = !timing_only;
     sim.mapping = mapping;
+    sim.chunk = chunk;
     let half = crate::simulate(ranks, &opts, &sim)
         .with_context(|| format!("{benchmark} on {ranks} ranks of {network}"))?;
     Ok(half.rows)
@@ -207,6 +212,7 @@ pub fn run(opts: &Options, mut say: impl FnMut(&str)) -> Result<Report> {
             p.algorithm.as_deref(),
             &[p.bytes],
             false,
+            None,
             None,
         )?;
         let row = rows
@@ -249,6 +255,7 @@ pub fn run(opts: &Options, mut say: impl FnMut(&str)) -> Result<Report> {
                 &c.sizes,
                 true,
                 None,
+                Some(SEED002_SEGMENT),
             )?;
             let preset = tca_model::estimate::preset(&c.preset)?;
             let sel = Selection {
@@ -330,6 +337,7 @@ fn mapping_effect() -> Result<Vec<(usize, f64, f64)>> {
             &sizes,
             false,
             m,
+            None,
         )
     };
     let naive = run(None)?;

@@ -39,6 +39,10 @@ pub(crate) struct Args {
         default_value = "model"
     )]
     compute: String,
+    /// With --network: the collectives' chunk (pipeline segment) size, e.g. 16K (seed 002's
+    /// MPI on K) [default: tca's, 64 KiB down to 4 KiB by rank count].
+    #[arg(long, requires = "network", value_name = "BYTES")]
+    chunk: Option<String>,
     /// Message sizes: MIN:MAX (0 and the powers of two, IMB's default 0:4M) or a comma list;
     /// K, M, G (KiB, KB, ...) are powers of 1024.
     #[arg(long, default_value = "0:4M")]
@@ -132,7 +136,7 @@ pub(crate) fn run(a: Args) -> Result<i32> {
     let network = a
         .network
         .as_deref()
-        .map(|n| crate::sim::options(n, a.np, a.timing_only, &a.compute))
+        .map(|n| crate::sim::options(n, a.np, a.timing_only, &a.compute, a.chunk.as_deref()))
         .transpose()?;
     if network.is_some() && a.compare.is_some() {
         bail!("--network and --compare mpi: MPI runs on this machine only; run them apart");

@@ -189,7 +189,7 @@ fn status(out: &Output) -> i32 {
 pub(crate) fn run(a: Args) -> Result<i32> {
     let opts = options(&a)?;
     if let Some(net) = &a.network {
-        let sim = crate::sim::options(net, a.np, false, &a.compute)?;
+        let sim = crate::sim::options(net, a.np, false, &a.compute, None)?;
         preflight(&opts)?;
         let report = tca_cg::job::simulate(&opts, a.np, &sim)?;
         if a.format == Format::Text {

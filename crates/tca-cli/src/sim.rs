@@ -34,9 +34,14 @@ pub(crate) fn options(
     np: u32,
     timing_only: bool,
     compute: &str,
+    chunk: Option<&str>,
 ) -> Result<tca::sim::Options> {
     let mut o = tca::sim::Options::new(tca::sim::Network::load(network)?);
     o.payload = !timing_only;
+    if let Some(c) = chunk {
+        let b = tca_model::size::parse_bytes(c).with_context(|| format!("--chunk {c}"))?;
+        o.chunk = Some(usize::try_from(b).context("--chunk")?);
+    }
     o.compute = tca::sim::Compute::parse(compute)
         .with_context(|| format!("--compute {compute}: expected `model` or `measured:SCALE`"))?;
     if np > o.network.nodes() {

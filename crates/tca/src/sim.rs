@@ -49,6 +49,10 @@ pub struct Options {
     pub compute: Compute,
     /// Which node each rank runs on (`None`: rank r on node r).
     pub mapping: Option<Vec<u32>>,
+    /// The collectives' chunk (pipeline segment) size in bytes, a multiple of 64 from 1 KiB
+    /// to 1 MiB (`None`: tca's default for the rank count, 64 KiB down to 4 KiB). Seed 002's
+    /// MPI on K pipelines 16 KiB segments.
+    pub chunk: Option<usize>,
 }
 
 impl Options {
@@ -59,6 +63,7 @@ impl Options {
             payload: true,
             compute: Compute::Model,
             mapping: None,
+            chunk: None,
         }
     }
 
@@ -121,7 +126,20 @@ where
     F: Fn(&World) -> Result<T> + Sync,
 {
     let nodes = place(opts, n)?;
-    let engine = Arc::new(Engine::new(opts.network.clone(), nodes, opts.payload));
+    if let Some(c) = opts.chunk {
+        if c % 64 != 0 || !(1024..=1 << 20).contains(&c) {
+            return Err(crate::error::Error::new(
+                crate::error::ErrorKind::InvalidArgument,
+                format!("a chunk of {c} bytes: chunks are multiples of 64 from 1 KiB to 1 MiB"),
+            ));
+        }
+    }
+    let engine = Arc::new(Engine::new(
+        opts.network.clone(),
+        nodes,
+        opts.payload,
+        opts.chunk,
+    ));
     let compute = opts.compute;
     let t0 = std::time::Instant::now();
     let all = crate::threads::run_ranks(

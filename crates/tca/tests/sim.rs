@@ -199,7 +199,7 @@ fn the_same_job_gives_the_same_virtual_times() {
         r
     });
     assert_eq!(a, b);
-    assert_eq!(sa, sb);
+    assert_eq!(sa, sb, "counters of two runs");
     assert!(sa.messages > 100, "{sa:?}");
     // Every phase took virtual time, in order.
     for t in &a {

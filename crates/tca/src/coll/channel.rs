@@ -37,10 +37,17 @@ pub(crate) struct Channels {
 }
 
 impl Channels {
-    /// Wraps an allocated scratch segment (`scratch_bytes(p)` long) and every member's handle.
-    pub(crate) fn new(seg: Segment, handles: Vec<Handle>, me: usize) -> Self {
+    /// The scratch segment's length for `p` members with chunks of `chunk` bytes (`None`:
+    /// [`chunk_bytes`]).
+    pub(crate) fn bytes(p: usize, chunk: Option<usize>) -> usize {
+        Shape::collectives_with(p, chunk).bytes(p)
+    }
+
+    /// Wraps an allocated scratch segment ([`Channels::bytes`] long) and every member's
+    /// handle.
+    pub(crate) fn new(seg: Segment, handles: Vec<Handle>, me: usize, chunk: Option<usize>) -> Self {
         let p = handles.len();
-        let ring = Ring::new(seg, handles, me, Shape::collectives(p));
+        let ring = Ring::new(seg, handles, me, Shape::collectives_with(p, chunk));
         let ch = ring.capacity();
         Self { ring, ch }
     }

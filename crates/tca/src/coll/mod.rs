@@ -128,7 +128,7 @@ impl<'w> Comm<'w> {
     /// The communicator of every rank of the world. Collective over the world.
     pub fn world(world: &'w World) -> Result<Self> {
         let p = world.size() as usize;
-        let seg = world.alloc(scratch_bytes(p))?;
+        let seg = world.alloc(Channels::bytes(p, world.collective_chunk()))?;
         let handles = world.all_handles(&seg)?;
         Self::assemble(
             world,
@@ -164,7 +164,7 @@ impl<'w> Comm<'w> {
             world,
             ranks,
             me,
-            ch: Channels::new(seg, handles, me),
+            ch: Channels::new(seg, handles, me, world.collective_chunk()),
             forced: RefCell::new(forced),
             table,
             tmp: Default::default(),
@@ -249,7 +249,10 @@ impl<'w> Comm<'w> {
         group.sort();
         // Members allocate their scratch; handles travel through this communicator.
         let seg = match color {
-            Some(_) => Some(self.world.alloc(scratch_bytes(group.len()))?),
+            Some(_) => Some(
+                self.world
+                    .alloc(Channels::bytes(group.len(), self.world.collective_chunk()))?,
+            ),
             None => None,
         };
         let mut hb = [0u8; Handle::BYTES];

@@ -71,10 +71,16 @@ pub(crate) struct Shape {
 impl Shape {
     /// The collectives' rings: [`collective_slots`] slots of [`chunk_bytes`].
     pub(crate) fn collectives(p: usize) -> Self {
+        Self::collectives_with(p, None)
+    }
+
+    /// The collectives' rings with chunks of `chunk` bytes where the job sets them (a
+    /// simulated network: seed 002's segment size), else [`chunk_bytes`].
+    pub(crate) fn collectives_with(p: usize, chunk: Option<usize>) -> Self {
         Self {
             slots: collective_slots(p),
             ack_every: ACK_EVERY,
-            chunk: chunk_bytes(p),
+            chunk: chunk.unwrap_or_else(|| chunk_bytes(p)),
         }
     }
 

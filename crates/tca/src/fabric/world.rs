@@ -509,6 +509,12 @@ impl World {
         self.sim.as_ref().and_then(|s| s.torus())
     }
 
+    /// The collectives' chunk size this job sets (a simulated network's [`crate::sim::Options`]
+    /// `chunk`), if any; otherwise it follows the rank count ([`crate::coll::chunk_bytes`]).
+    pub(crate) fn collective_chunk(&self) -> Option<usize> {
+        self.sim.as_ref().and_then(|s| s.chunk())
+    }
+
     /// Seconds on this rank's clock: virtual time on a simulated network, else host time
     /// since an arbitrary start. What benchmarks time with, so that they measure the
     /// simulated network when they run on one.

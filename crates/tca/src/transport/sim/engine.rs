@@ -140,7 +140,7 @@ pub struct Stats {
     pub messages: u64,
     /// Payload bytes sent.
     pub bytes: u64,
-    /// Times the baton moved to another rank.
+    /// Times the baton moved from a running rank to another.
     pub switches: u64,
 }
 
@@ -177,6 +177,8 @@ pub(crate) struct Engine {
     nodes: Vec<u32>,
     /// Move payload bytes (false: timing only, see `Sim::stage`).
     pub(crate) payload: bool,
+    /// The collectives' chunk size, if the job sets it.
+    pub(crate) chunk: Option<usize>,
     state: Mutex<State>,
     /// The rank holding the baton (`NOBODY_RUNS`: none), also kept in `State::running`: a
     /// parked rank watches this word, not the lock, so a hand-over costs one unpark.
@@ -189,13 +191,14 @@ const NOBODY_RUNS: u32 = u32::MAX;
 static NOBODY: AtomicU32 = AtomicU32::new(0);
 
 impl Engine {
-    pub(crate) fn new(net: Network, nodes: Vec<u32>, payload: bool) -> Self {
+    pub(crate) fn new(net: Network, nodes: Vec<u32>, payload: bool, chunk: Option<usize>) -> Self {
         let n = nodes.len();
         let resources = net.resources();
         Self {
             net,
             nodes,
             payload,
+            chunk,
             state: Mutex::new(State {
                 ranks: (0..n)
                     .map(|_| RankState {
@@ -458,6 +461,9 @@ impl Engine {
                 (Some(_), None) => self.apply(&mut st),
                 (Some(te), Some((tr, _))) if te <= tr => self.apply(&mut st),
                 (_, Some((t, r))) => {
+                    // A hand-over from a running rank (the start, where the last rank to
+                    // enter hands out the first turn, depends on host timing: not counted).
+                    let handover = st.running == Some(me) && r != me;
                     st.ready.pop();
                     st.now = st.now.max(t);
                     st.ranks[r as usize].status = Status::Running;
@@ -466,7 +472,9 @@ impl Engine {
                         self.baton.store(me, Ordering::Release);
                         return Ok(st);
                     }
-                    st.stats.switches += 1;
+                    if handover {
+                        st.stats.switches += 1;
+                    }
                     let next = st.ranks[r as usize].thread.clone();
                     let left = st.ranks[me as usize].status == Status::Done;
                     self.baton.store(r, Ordering::Release);

@@ -127,6 +127,11 @@ impl Sim {
         &self.engine.net.name
     }
 
+    /// The collectives' chunk size of the job, if it sets one.
+    pub(crate) fn chunk(&self) -> Option<usize> {
+        self.engine.chunk
+    }
+
     /// The torus the job fills, rank r on node r, if it does: its dimensions.
     pub(crate) fn torus(&self) -> Option<Vec<usize>> {
         self.engine.torus()

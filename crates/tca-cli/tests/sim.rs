@@ -1,0 +1,139 @@
+//! The simulated networks as a user types them: `tca bench --network`, `tca cg --network`,
+//! `tca sim networks`, `tca sim reproduce`, and their errors.
+
+mod common;
+
+use common::{tca, text};
+
+fn ok(args: &[&str]) -> String {
+    let o = tca(args);
+    assert!(o.status.success(), "tca {args:?}: {}", text(&o.stderr));
+    text(&o.stdout)
+}
+
+fn fails(args: &[&str], needle: &str) {
+    let o = tca(args);
+    assert!(!o.status.success(), "tca {args:?} should fail");
+    let err = text(&o.stderr);
+    assert!(
+        err.contains(needle),
+        "tca {args:?}: `{needle}` not in: {err}"
+    );
+}
+
+/// The same simulated benchmark twice: identical output lines (the figures are virtual,
+/// whatever the host does), marked as simulated and naming the model; on a torus of 16.
+#[test]
+fn bench_on_a_simulated_network_is_deterministic() {
+    let args = [
+        "bench",
+        "PingPong",
+        "Allreduce",
+        "Bcast",
+        "--np",
+        "16",
+        "--network",
+        "peach2-2x8",
+        "--sizes",
+        "8:4K",
+        "--format",
+        "csv",
+    ];
+    let a = ok(&args);
+    let b = ok(&args);
+    // Every figure of every row (the fields before the machine and date columns).
+    let rows = |s: &str| -> Vec<String> {
+        s.lines()
+            .filter(|l| !l.starts_with('#'))
+            .map(|l| l.split(',').take(10).collect::<Vec<_>>().join(","))
+            .collect()
+    };
+    assert_eq!(rows(&a), rows(&b));
+    assert!(rows(&a).len() > 10, "{a}");
+    assert!(a.contains("simulated network peach2-2x8"), "{a}");
+    assert!(a.contains("sim:peach2-2x8"), "{a}");
+}
+
+#[test]
+fn bench_network_errors() {
+    fails(
+        &["bench", "Bcast", "--np", "17", "--network", "peach2-2x8"],
+        "has 16 nodes",
+    );
+    fails(
+        &["bench", "Bcast", "--network", "nowhere"],
+        "no network model",
+    );
+    fails(
+        &["bench", "floor", "--network", "peach2-2x8"],
+        "no simulated form",
+    );
+    fails(
+        &[
+            "bench",
+            "Bcast",
+            "--network",
+            "peach2-2x8",
+            "--compute",
+            "fast",
+        ],
+        "expected `model`",
+    );
+}
+
+#[test]
+fn cg_on_a_simulated_network() {
+    let out = ok(&[
+        "cg",
+        "--matrix",
+        "poisson3d:8",
+        "--np",
+        "8",
+        "--iters",
+        "20",
+        "--breakdown",
+        "--network",
+        "tofu-8x6x8",
+    ]);
+    assert!(out.contains("SIMULATED on tofu-8x6x8"), "{out}");
+    assert!(
+        out.contains("Allgather") && out.contains("Allreduce"),
+        "{out}"
+    );
+}
+
+#[test]
+fn networks_are_listed() {
+    let out = ok(&["sim", "networks"]);
+    for n in [
+        "peach2-2x8",
+        "tofu-8x6x8",
+        "tofu-64x6",
+        "tofu-384",
+        "fat-tree",
+    ] {
+        assert!(out.contains(n), "{n}: {out}");
+    }
+    assert!(out.contains("torus 8x6x8"), "{out}");
+}
+
+/// The seed 000 reproductions: every figure printed with its paper value and an error;
+/// the ping-pongs and peak bandwidths the model is built from come back within 5%.
+#[test]
+fn reproduce_prints_every_seed_000_figure() {
+    let out = ok(&["sim", "reproduce"]);
+    let lines: Vec<&str> = out.lines().filter(|l| l.starts_with("seed 000")).collect();
+    assert_eq!(lines.len(), 8, "{out}");
+    for l in &lines[..4] {
+        let err: f64 = l
+            .split_whitespace()
+            .last()
+            .unwrap()
+            .trim_end_matches('%')
+            .parse()
+            .unwrap();
+        assert!(err.abs() < 5.0, "{l}");
+    }
+    assert!(out.contains("chosen"), "{out}");
+    assert!(out.contains("not reproduced: seed 001"), "{out}");
+}
