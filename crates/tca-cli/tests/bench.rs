@@ -3,23 +3,7 @@
 
 mod common;
 
-use common::{tca, text};
-
-fn ok(args: &[&str]) -> String {
-    let o = tca(args);
-    assert!(o.status.success(), "tca {args:?}: {}", text(&o.stderr));
-    text(&o.stdout)
-}
-
-fn fails(args: &[&str], needle: &str) {
-    let o = tca(args);
-    assert!(!o.status.success(), "tca {args:?} should fail");
-    let err = text(&o.stderr);
-    assert!(
-        err.contains(needle),
-        "tca {args:?}: `{needle}` not in: {err}"
-    );
-}
+use common::{fails, ok, tca, text};
 
 const ALL: [&str; 13] = [
     "PingPong",

@@ -20,3 +20,21 @@ pub fn tca(args: &[&str]) -> Output {
 pub fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
+
+/// Runs `tca ARGS`, which must succeed; its standard output.
+pub fn ok(args: &[&str]) -> String {
+    let o = tca(args);
+    assert!(o.status.success(), "tca {args:?}: {}", text(&o.stderr));
+    text(&o.stdout)
+}
+
+/// Runs `tca ARGS`, which must fail with `needle` in its standard error.
+pub fn fails(args: &[&str], needle: &str) {
+    let o = tca(args);
+    assert!(!o.status.success(), "tca {args:?} should fail");
+    let err = text(&o.stderr);
+    assert!(
+        err.contains(needle),
+        "tca {args:?}: `{needle}` not in: {err}"
+    );
+}
