@@ -10,11 +10,15 @@
 //! rank gets the same bits.
 //!
 //! Every rank takes the steps in one order (at step t: the reduce of chunk t along dimension
-//! 0, 1, 2, then the broadcast of chunk t - L along 2, 1, 0, where L = 2 (n0 + n1 + n2) is
-//! about the round trip from the far corner to the origin and back, so the far ranks keep
-//! sending while results come back), and each directed ring carries one phase only (reduce
-//! toward the origin, broadcast away from it): a rank waits only for steps earlier in that
-//! order, or for credits its neighbours return as they take earlier chunks. No deadlock.
+//! 0, 1, 2, then the broadcast of chunk t - L along 2, 1, 0, where L = 2 d, d the rank's
+//! distance from the origin: the round trip to the origin and back, so each result arrives
+//! as the rank looks for it), and each directed ring carries one phase only (reduce toward
+//! the origin, broadcast away from it). A rank at distance d waits for reduce chunk t from
+//! its further neighbour, sent at that rank's step t, which follows its broadcast receive of
+//! chunk t - 1 - 2(d + 1), sent by this rank at its step t - 3; and for broadcast chunk i from
+//! its closer neighbour, sent at that rank's step i + 2(d - 1), two steps earlier. Every wait
+//! is for an earlier step, or for credits its neighbours return as they take earlier chunks.
+//! No deadlock.
 //! Cost: the busiest rank's sends, receives and combines, as a chain's.
 //! Reuse: channel flow control.
 
@@ -52,9 +56,12 @@ pub(crate) async fn run<M: Mode>(c: Steps<'_, M>, buf: &mut [u8], red: &Reducer<
     let dims = c.grid::<D>();
     let ch = chains(dims, c.me());
     let chunks = c.chunks(buf.len());
-    // The broadcast of a chunk follows its reduce by `lag` chunks, the round trip from the
-    // far corner to the origin and back: the far ranks keep sending while results come back.
-    let lag = 2 * dims.iter().sum::<usize>();
+    // This rank takes the broadcast of a chunk `lag` steps after its reduce: the round trip
+    // from here to the origin and back (2 x its distance, the sum of its coordinates). The
+    // origin broadcasts a chunk in the step it completes it, and every rank receives it just
+    // as it arrives; a global lag (the far corner's) made each rank wait at every step for
+    // the result of the chunk it had just sent, a full round trip per chunk.
+    let lag = 2 * coords(&dims, c.me()).iter().sum::<usize>();
     for t in 0..chunks + lag {
         if t < chunks {
             for link in ch.iter().filter(|l| l.joins) {
