@@ -354,3 +354,48 @@ fn reductions_cost_their_bytes_at_the_models_rate() {
         "{fast} {slow}"
     );
 }
+
+#[test]
+fn a_signal_to_another_rank_follows_the_data() {
+    // put_signal with the data and the signal on different ranks: a rank that sees the
+    // signal must find the data already delivered (the transport contract), and a signal to
+    // a peer with the data in the sender's own memory goes through the network too.
+    let n = 1 << 20;
+    let t = sim::run(&peach2(), 3, |w: &World| {
+        let seg = w.alloc_symmetric(n + 64)?;
+        w.barrier()?;
+        match w.rank() {
+            0 => {
+                let (d, s) = (*seg.handle(1)?, *seg.handle(2)?);
+                w.put_signal(&d, 64, &vec![9u8; n], &s, 0, SignalOp::Set(1))?;
+                // Data in this rank's own memory, the signal to rank 2.
+                let me = *seg.handle(0)?;
+                w.put_signal(&me, 64, &[1u8; 8], &s, 0, SignalOp::Set(2))?;
+                Ok(0)
+            }
+            1 => {
+                // Watch for the last byte of the data.
+                let mut b = [0u8];
+                loop {
+                    seg.local().read(64 + n - 1, &mut b)?;
+                    if b[0] == 9 {
+                        return Ok(secs_to_ps(w.wtime()));
+                    }
+                    w.progress()?;
+                }
+            }
+            _ => {
+                w.wait_until(seg.local(), 0, 2)?;
+                Ok(secs_to_ps(w.wtime()))
+            }
+        }
+    })
+    .unwrap()
+    .results;
+    assert!(
+        t[2] >= t[1],
+        "signal seen at {} ps, data at {} ps",
+        t[2],
+        t[1]
+    );
+}

@@ -547,11 +547,9 @@ impl World {
     /// reached through it.
     #[inline]
     fn via2(&self, a: u32, b: u32) -> Via<'_> {
-        #[cfg(feature = "ofi")]
-        if self.remote[b as usize] {
+        if self.is_remote(b) {
             return self.via(b);
         }
-        let _ = b;
         self.via(a)
     }
 
@@ -891,8 +889,10 @@ impl World {
         deadline: Option<Instant>,
     ) -> Result<u64> {
         if let Some(s) = &self.sim {
-            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-            return s.wait(word, value, left, None);
+            // A host deadline means nothing in virtual time: the one caller with a timeout
+            // (`wait_until_timeout`) passes it to the simulation itself, in virtual time.
+            debug_assert!(deadline.is_none(), "host deadline in a simulated wait");
+            return s.wait(word, value, None, None);
         }
         #[cfg(feature = "ofi")]
         if let Some(net) = &self.net {
@@ -1064,14 +1064,14 @@ impl Drop for World {
     }
 }
 
-/// The node this process runs on: `TCA_NODE`, else the host name and the network namespace
-/// (two namespaces of one host are two nodes to tca: what crosses between them is a network).
 /// The start of [`World::wtime`]'s host clock: the first time any rank of this process asks.
 fn epoch() -> Instant {
     static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
     *EPOCH.get_or_init(Instant::now)
 }
 
+/// The node this process runs on: `TCA_NODE`, else the host name and the network namespace
+/// (two namespaces of one host are two nodes to tca: what crosses between them is a network).
 fn node_name() -> String {
     if let Ok(n) = std::env::var(env::NODE) {
         if !n.is_empty() {

@@ -1,7 +1,7 @@
 //! The discrete-event core of the simulated transport: virtual clocks, one baton, one queue.
 //!
 //! Every rank is a thread of one process, but **only the rank holding the baton runs**; the
-//! others are parked on their own condition variable. The baton always goes to whatever is
+//! others are parked (`std::thread::park`) until the baton word names them. The baton always goes to whatever is
 //! earliest in virtual time: the next event (a message arriving, an atomic applied, a
 //! timer) or the ready rank whose clock is lowest (events first on a tie, then lower rank,
 //! then the order things were queued). So the whole run is one sequence fixed by virtual
@@ -274,7 +274,8 @@ impl Engine {
     /// Advances `rank`'s clock by `dt` and lets anything earlier run first.
     pub(crate) fn advance(&self, rank: u32, dt: Ps) -> Result<()> {
         let mut st = self.lock();
-        st.ranks[rank as usize].clock += dt;
+        let c = &mut st.ranks[rank as usize].clock;
+        *c = c.saturating_add(dt);
         st.requeue(rank);
         self.switch(st, rank).map(drop)
     }
@@ -312,7 +313,7 @@ impl Engine {
             &mut links,
         );
         let route = self.net.route(8, hops);
-        let back = route.latency + hold(8, route.gbs);
+        let back = route.latency.saturating_add(hold(8, route.gbs));
         st.push(
             arrival,
             Event::Atomic {
@@ -342,7 +343,7 @@ impl Engine {
         let hops = self.net.links(a, b, &mut links);
         let route = self.net.route(n, hops);
         let r = &mut st.ranks[from as usize];
-        r.clock += route.issue;
+        r.clock = r.clock.saturating_add(route.issue);
         let ready = r.clock;
         let inject = self.earliest(st, self.net.ports(a, true));
         let eject = self.earliest(st, self.net.ports(b, false));
@@ -352,12 +353,13 @@ impl Engine {
             .map(|&l| st.free_at[l as usize])
             .fold(ready, Ps::max);
         let busy = hold(n, route.gbs);
+        let done = start.saturating_add(busy);
         for &l in links.iter().chain([&inject, &eject]) {
-            st.free_at[l as usize] = start + busy;
+            st.free_at[l as usize] = done;
         }
         st.stats.messages += 1;
         let pair = &mut st.pair_last[from as usize * self.nodes.len() + to as usize];
-        *pair = (*pair).max(start + route.latency + busy);
+        *pair = (*pair).max(done.saturating_add(route.latency));
         *pair
     }
 
@@ -388,7 +390,7 @@ impl Engine {
         st.ranks[me].token += 1;
         let token = st.ranks[me].token;
         if let Some(dt) = timeout {
-            let at = st.ranks[me].clock + dt;
+            let at = st.ranks[me].clock.saturating_add(dt);
             st.push(at, Event::Timer { rank, token });
         }
         st.ranks[me].status = Status::Blocked;
@@ -398,11 +400,6 @@ impl Engine {
         }
         // A timer that fired bumped the token: that is how a timed-out wait tells.
         Ok(st.ranks[me].token == token)
-    }
-
-    /// Reduction work of `bytes` charged to `rank`'s clock.
-    pub(crate) fn compute(&self, rank: u32, dt: Ps) {
-        self.lock().ranks[rank as usize].clock += dt;
     }
 
     /// `rank` leaves the simulation (`failed`: with an error, which the waits of the others
@@ -539,6 +536,13 @@ impl Engine {
             return;
         };
         st.free.push(i);
+        if let Event::Timer { rank, token } = ev {
+            // A timer of a wait that ended before it: nothing happens at its time.
+            let r = &st.ranks[rank as usize];
+            if r.token != token || r.status != Status::Blocked {
+                return;
+            }
+        }
         st.now = st.now.max(t);
         st.stats.events += 1;
         match ev {
@@ -569,7 +573,7 @@ impl Engine {
                     .unwrap_or(0);
                 let r = &mut st.ranks[from as usize];
                 r.atomic = Some(old);
-                r.clock = r.clock.max(t + back);
+                r.clock = r.clock.max(t.saturating_add(back));
                 if r.status == Status::Atomic {
                     r.status = Status::Ready;
                     let c = r.clock;

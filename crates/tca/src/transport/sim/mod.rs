@@ -54,7 +54,8 @@ impl Compute {
             "measured" => Some(Self::Measured { scale: 1.0 }),
             m => {
                 let scale: f64 = m.strip_prefix("measured:")?.trim().parse().ok()?;
-                (scale.is_finite() && scale > 0.0).then_some(Self::Measured { scale })
+                (scale.is_finite() && scale > 0.0 && scale <= 1e6)
+                    .then_some(Self::Measured { scale })
             }
         }
     }
@@ -79,7 +80,8 @@ pub(crate) fn charge_reduce(bytes: usize) {
 /// (algorithm tables, handle exchanges, packet headers) is small, payload is what is large.
 const TIMING_WHOLE: usize = 64 << 10;
 
-/// In timing-only mode, the first and last bytes of a larger message that are still moved:
+/// In timing-only mode, the first and last bytes of a larger contiguous message that are still
+/// moved (a larger strided put moves none):
 /// headers at the front, trailers and same-line signals at the back (the message layers put
 /// their control there), so protocols work while payload bytes stay untouched.
 const EDGE: usize = 256;
@@ -148,7 +150,10 @@ impl Sim {
             dt += ps(self.last.get().elapsed().as_secs_f64() * 1e9 * scale);
         }
         if dt > 0 {
-            self.engine.compute(self.rank, dt);
+            // The computation ends later in virtual time: whatever is due before then
+            // happens first (links are booked in time order). A failure here (a peer that
+            // failed) shows in the operation that follows.
+            let _ = self.engine.advance(self.rank, dt);
         }
     }
 
@@ -300,15 +305,21 @@ impl Sim {
         sig_off: usize,
         op: SignalOp,
     ) -> Result<()> {
-        if sig.rank() != dst.rank() {
-            // Two targets: the data, then the signal (later on every route it shares).
-            self.put(shm, dst, off, src)?;
-            return self.signal(shm, sig, sig_off, op);
-        }
         let region = shm.resolve(dst)?;
         let at = region.range(off, src.len())?;
         let s = shm.resolve(sig)?;
         s.word(sig_off)?;
+        if sig.rank() != dst.rank() {
+            // Two targets, both checked above: the data lands (its own memory at once, a
+            // peer's when the network delivers it, waited for), then the signal goes.
+            if dst.rank() == self.rank {
+                region.map.write(at, src)?;
+            } else {
+                self.put(shm, dst, off, src)?;
+                self.quiet()?;
+            }
+            return self.signal(shm, sig, sig_off, op);
+        }
         let (bytes, pieces) = self.stage(at, src);
         let w = Write {
             to: dst.rank(),

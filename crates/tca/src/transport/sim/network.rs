@@ -28,13 +28,16 @@ use serde::Deserialize;
 
 use crate::error::{Error, ErrorKind, Result};
 
+/// The most nodes a model may have (one rank each; a simulated job's ranks are threads).
+pub const MAX_NODES: u32 = 1 << 16;
+
 /// Virtual time in picoseconds.
 pub(crate) type Ps = u64;
 
 /// Nanoseconds (a model parameter) in picoseconds.
 pub(crate) fn ps(ns: f64) -> Ps {
-    // Parameters are checked to be finite and non-negative, and times stay far below 2^64 ps
-    // (213 days).
+    // Parameters are checked to be finite and non-negative; a float-to-integer cast saturates
+    // (an unbounded timeout becomes the end of virtual time, and adds to it saturate too).
     #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     let p = (ns * 1000.0).round() as u64;
     p
@@ -224,10 +227,13 @@ impl Network {
 
     fn check(&self) -> std::result::Result<(), String> {
         let rate = |v: f64, what: &str| {
-            if v.is_finite() && v > 0.0 {
+            // At least 1 KB/s: slower would make a message's time overflow virtual time.
+            if v.is_finite() && (1e-6..=1e6).contains(&v) {
                 Ok(())
             } else {
-                Err(format!("{what} must be a positive number, not {v}"))
+                Err(format!(
+                    "{what} must be a rate from 1e-6 to 1e6 GB/s, not {v}"
+                ))
             }
         };
         let time = |v: f64, what: &str| {
@@ -263,12 +269,11 @@ impl Network {
                         "a torus needs 1 to 8 dimensions of at least one node, not {dims:?}"
                     ));
                 }
-                if dims
-                    .iter()
-                    .try_fold(1u32, |a, &d| a.checked_mul(d))
-                    .is_none()
-                {
-                    return Err(format!("a torus of {dims:?} has too many nodes"));
+                let nodes = dims.iter().try_fold(1u32, |a, &d| a.checked_mul(d));
+                if nodes.is_none_or(|n| n > MAX_NODES) {
+                    return Err(format!(
+                        "a torus of {dims:?} has more than {MAX_NODES} nodes"
+                    ));
                 }
             }
             Topology::FatTree {
@@ -278,6 +283,11 @@ impl Network {
             } => {
                 if *nodes == 0 || *nodes_per_leaf == 0 || *spines == 0 {
                     return Err("a fat tree needs nodes, nodes_per_leaf and spines above 0".into());
+                }
+                if *nodes > MAX_NODES || *spines > 1024 {
+                    return Err(format!(
+                        "a fat tree has at most {MAX_NODES} nodes and 1024 spines"
+                    ));
                 }
             }
         }
