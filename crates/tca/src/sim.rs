@@ -18,8 +18,10 @@
 //!     assert_eq!(x[0], 6.0);
 //!     Ok(w.wtime() - t0)
 //! })?;
-//! // Every rank's virtual time for one 8-byte allreduce on 4 nodes of the torus.
-//! assert!(run.results.iter().all(|&t| t > 1e-6 && t < 1e-4));
+//! // The slowest rank's virtual time for one 8-byte allreduce on 4 nodes of the torus (a
+//! // rank that arrives late may find its partners' data already there).
+//! let slowest = run.results.iter().copied().fold(0.0, f64::max);
+//! assert!(slowest > 1e-6 && slowest < 1e-4, "{slowest}");
 //! # Ok::<(), tca::Error>(())
 //! ```
 
