@@ -449,13 +449,13 @@ impl Report {
     }
 }
 
-/// Four significant digits, plain or in exponent form.
+/// Four significant digits (tca-model's formats): plain, in exponent form from 10^5.
 fn sig(v: f64) -> String {
-    if v != 0.0 && (v.abs() >= 1e5 || v.abs() < 1e-2) {
-        format!("{v:.3e}")
+    use tca_model::format;
+    if v.abs() >= 1e5 {
+        format::exp(v, 4)
     } else {
-        let digits = 4 - (v.abs().max(1e-9).log10().floor() as i32 + 1);
-        format!("{v:.*}", usize::try_from(digits.max(0)).unwrap_or(0))
+        format::sig(v, 4)
     }
 }
 
@@ -499,13 +499,5 @@ mod tests {
             assert_eq!(preset.paper_fit.t_l_us, c.t_l_us, "{}", c.column);
             assert!(c.skipped.is_some() || !c.sizes.is_empty(), "{}", c.column);
         }
-    }
-
-    #[test]
-    fn significant_digits() {
-        assert_eq!(sig(1.0), "1.000");
-        assert_eq!(sig(2795.0), "2795");
-        assert_eq!(sig(4.894e4), "48940");
-        assert_eq!(sig(1.01e7), "1.010e7");
     }
 }

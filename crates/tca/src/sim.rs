@@ -29,12 +29,11 @@ use std::sync::Arc;
 
 use crate::error::Result;
 use crate::fabric::World;
-use crate::transport::sim::engine::Engine;
+use crate::transport::SimEngine;
 
-pub use crate::transport::sim::network::{
-    BUILT_IN, ComputeRates, Dma, Link, Pio, Software, Topology,
+pub use crate::transport::{
+    BUILT_IN, Compute, ComputeRates, Dma, Link, Network, Pio, Software, Stats, Topology,
 };
-pub use crate::transport::sim::{Compute, Network, Stats};
 
 /// How to simulate.
 #[derive(Debug, Clone)]
@@ -136,7 +135,7 @@ where
             ));
         }
     }
-    let engine = Arc::new(Engine::new(
+    let engine = Arc::new(SimEngine::new(
         opts.network.clone(),
         nodes,
         opts.payload,

@@ -121,9 +121,11 @@ impl Channels {
             Sink::Copy => self.ring.take(w, from, &h, &mut dst[range])?,
             // Combine straight out of the slot: one pass over the data instead of a copy into
             // a temporary and a second pass.
-            Sink::Reduce(red) => self
-                .ring
-                .take_with(w, from, &h, |inc| red.apply(&mut dst[range], inc))??,
+            Sink::Reduce(red) => {
+                w.computed(range.len());
+                self.ring
+                    .take_with(w, from, &h, |inc| red.apply(&mut dst[range], inc))??
+            }
         }
         Ok(true)
     }

@@ -144,7 +144,6 @@ impl<T: Element> Op<T> {
 
     /// acc[i] = acc[i] op inc[i].
     pub(crate) fn combine(&self, acc: &mut [T], inc: &[T]) -> Result<()> {
-        crate::transport::sim::charge_reduce(std::mem::size_of_val(inc));
         macro_rules! each {
             ($f:expr) => {{
                 for (a, &b) in acc.iter_mut().zip(inc) {

@@ -134,7 +134,7 @@ pub struct World {
     #[cfg(feature = "ofi")]
     net: Option<crate::transport::ofi::Ofi>,
     /// The simulated network, when this rank runs on one ([`crate::sim`]).
-    sim: Option<crate::transport::sim::Sim>,
+    sim: Option<crate::transport::SimRank>,
     /// Whether some rank is reached through a network (real or simulated): `remote` decides.
     networked: bool,
     /// The rendezvous connection of a job spanning nodes: the job monitor.
@@ -482,15 +482,15 @@ impl World {
     /// simulated network) and waits until every rank has joined it.
     pub(crate) fn start_sim(
         &mut self,
-        engine: std::sync::Arc<crate::transport::sim::engine::Engine>,
-        compute: crate::transport::sim::Compute,
+        engine: std::sync::Arc<crate::transport::SimEngine>,
+        compute: crate::transport::Compute,
     ) -> Result<()> {
         for r in 0..self.size {
             self.remote[r as usize] = r != self.rank;
         }
         self.networked = true;
         self.name = "sim";
-        self.sim = Some(crate::transport::sim::Sim::enter(
+        self.sim = Some(crate::transport::SimRank::enter(
             engine, self.rank, compute,
         )?);
         Ok(())
@@ -507,6 +507,16 @@ impl World {
     /// it; elsewhere they choose a balanced grid.
     pub fn torus(&self) -> Option<Vec<usize>> {
         self.sim.as_ref().and_then(|s| s.torus())
+    }
+
+    /// Counts `bytes` of reduction the collectives are about to do on this rank: on a
+    /// simulated network they cost virtual time at the model's rate (nothing elsewhere: the
+    /// host's own clock sees the work).
+    #[inline]
+    pub(crate) fn computed(&self, bytes: usize) {
+        if let Some(s) = &self.sim {
+            s.reduced(bytes);
+        }
     }
 
     /// The collectives' chunk size this job sets (a simulated network's [`crate::sim::Options`]

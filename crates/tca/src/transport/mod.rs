@@ -63,6 +63,15 @@ pub(crate) use shm::wait::{Patience, Progress};
 
 // ---- what the fabric holds of the node --------------------------------------------------
 
+/// One rank's part of a simulated job (the `World` holds it as it holds the other transports).
+pub(crate) use sim::Sim as SimRank;
+/// One simulated job's engine (what `World::start_sim` joins a rank to).
+pub(crate) use sim::engine::Engine as SimEngine;
+/// The simulated network's models and settings, for `crate::sim` (the user's entry): what a
+/// simulated job is made of, without reaching into the transport's modules.
+pub use sim::network::{BUILT_IN, ComputeRates, Dma, Link, Pio, Software, Topology};
+pub use sim::{Compute, Network, Stats};
+
 /// The node's transport (shared memory); it also applies, with every check, what network
 /// peers ask of this rank's memory.
 pub(crate) use shm::Shm;

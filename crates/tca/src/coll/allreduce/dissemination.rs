@@ -34,7 +34,7 @@ pub(crate) async fn run<M: Mode>(c: Steps<'_, M>, buf: &mut [u8], red: &Reducer<
     }
     // Back to rank order, then the combination in rank order (the same bits everywhere).
     all[..p * n].rotate_right(me * n);
-    combine_in_order(&all, buf, p, red)
+    combine_in_order(c.world_ref(), &all, buf, p, red)
 }
 
 /// ceil(log2 p) rounds, each one message each way, p - 1 contributions of n in all; the

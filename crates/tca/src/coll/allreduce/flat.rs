@@ -26,17 +26,19 @@ pub(crate) async fn run<M: Mode>(c: Steps<'_, M>, buf: &mut [u8], red: &Reducer<
                 .await?;
         }
     }
-    combine_in_order(&all, buf, p, red)
+    combine_in_order(c.world_ref(), &all, buf, p, red)
 }
 
 /// buf = block 0 op block 1 op ... op block p-1 of `all`.
 pub(crate) fn combine_in_order(
+    w: &crate::World,
     all: &[u8],
     buf: &mut [u8],
     p: usize,
     red: &Reducer<'_>,
 ) -> Result<()> {
     let n = buf.len();
+    w.computed(n * p.saturating_sub(1));
     buf.copy_from_slice(&all[..n]);
     for q in 1..p {
         red.apply(buf, &all[q * n..(q + 1) * n])?;

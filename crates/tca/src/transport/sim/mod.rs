@@ -61,21 +61,6 @@ impl Compute {
     }
 }
 
-thread_local! {
-    /// Bytes reduced by this thread since its rank last charged them (simulated ranks only).
-    static REDUCED: Cell<u64> = const { Cell::new(0) };
-    /// Whether this thread is a simulated rank.
-    static SIMULATED: Cell<bool> = const { Cell::new(false) };
-}
-
-/// Counts `bytes` of reduction work for the simulated rank on this thread (nothing elsewhere).
-#[inline]
-pub(crate) fn charge_reduce(bytes: usize) {
-    if SIMULATED.with(Cell::get) {
-        REDUCED.with(|r| r.set(r.get() + bytes as u64));
-    }
-}
-
 /// In timing-only mode, messages of at most this many bytes still move whole: control data
 /// (algorithm tables, handle exchanges, packet headers) is small, payload is what is large.
 const TIMING_WHOLE: usize = 64 << 10;
@@ -104,13 +89,13 @@ pub(crate) struct Sim {
     failed: Cell<bool>,
     /// Waits this rank is inside (their polls may wait again).
     waiting: Cell<u32>,
+    /// Bytes reduced since the rank last charged its computation.
+    reduced: Cell<u64>,
 }
 
 impl Sim {
     /// Enters `rank` into the simulation `engine` (waits until every rank has).
     pub(crate) fn enter(engine: Arc<Engine>, rank: u32, compute: Compute) -> Result<Self> {
-        SIMULATED.with(|s| s.set(true));
-        REDUCED.with(|r| r.set(0));
         let me = Self {
             engine,
             rank,
@@ -118,10 +103,16 @@ impl Sim {
             last: Cell::new(Instant::now()),
             failed: Cell::new(false),
             waiting: Cell::new(0),
+            reduced: Cell::new(0),
         };
         me.engine.enter(rank)?;
         me.last.set(Instant::now());
         Ok(me)
+    }
+
+    /// Counts `bytes` of reduction, charged at the next operation.
+    pub(crate) fn reduced(&self, bytes: usize) {
+        self.reduced.set(self.reduced.get() + bytes as u64);
     }
 
     /// The model's name.
@@ -142,7 +133,7 @@ impl Sim {
     /// Charges the computation since the last call to the clock.
     fn charge(&self) {
         let mut dt: Ps = 0;
-        let reduced = REDUCED.with(|r| r.replace(0));
+        let reduced = self.reduced.replace(0);
         if reduced > 0 {
             dt += self.engine.net.reduce_time(reduced);
         }
@@ -268,7 +259,6 @@ impl Sim {
 
 impl Drop for Sim {
     fn drop(&mut self) {
-        SIMULATED.with(|s| s.set(false));
         self.engine
             .leave(self.rank, self.failed.get() || std::thread::panicking());
     }
