@@ -95,6 +95,7 @@ fn main() -> ExitCode {
         "publish" => publish(&world, &args[1]),
         "steal" => steal(&world, &args[1]),
         "coll" => coll(&world, arg(&args, 1, 200)),
+        "p2p" => p2p(&world, arg(&args, 1, 20)),
         "env" => {
             println!(
                 "rank {} size {} via {}",
@@ -296,6 +297,43 @@ fn die(w: &World, victim: u32, how: impl FnOnce()) -> tca::Result<bool> {
     }
     w.wait_until(&seg, 0, 1)?;
     Ok(false)
+}
+
+/// Two-sided messages between processes around a ring, `rounds` times: eager and rendezvous
+/// sizes, blocking receives and waited requests, every rendezvous into plain memory written by
+/// cross-memory attach on odd rounds (where the kernel allows it) and through landing buffers
+/// on even ones; every byte checked.
+fn p2p(w: &World, rounds: u64) -> tca::Result<bool> {
+    use tca::Comm;
+    let c = Comm::world(w)?;
+    let (p, me) = (c.size(), c.rank());
+    let (to, from) = ((me + 1) % p, (me + p - 1) % p);
+    let fill = |r: u32, round: u64, n: usize| -> Vec<u8> {
+        (0..n)
+            .map(|i| (i as u64 * 13 + u64::from(r) * 7 + round).to_le_bytes()[0])
+            .collect()
+    };
+    let mut ok = true;
+    for round in 0..rounds {
+        c.set_cma_min((round % 2 == 1).then_some(0));
+        for n in [8usize, 40_000, 300_000, 2 << 20] {
+            let out = fill(me, round, n);
+            let mut got = vec![0u8; n];
+            let tag = i32::try_from(n % 1000).unwrap_or(0);
+            let mut s = c.isend(&out, to, tag)?;
+            if round % 4 < 2 {
+                c.recv_bytes(&mut got, from, tag)?;
+            } else {
+                c.irecv(&mut got, from, tag)?.wait()?;
+            }
+            s.wait()?;
+            if got != fill(from, round, n) {
+                eprintln!("rank {me}: round {round}, {n} bytes from {from} differ");
+                ok = false;
+            }
+        }
+    }
+    Ok(ok)
 }
 
 fn v(rank: usize, i: usize) -> f64 {

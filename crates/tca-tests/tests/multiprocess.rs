@@ -73,6 +73,14 @@ fn every_collective_algorithm_between_processes() {
 }
 
 #[test]
+fn two_sided_messages_between_processes_both_rendezvous_paths() {
+    for n in [2, 3] {
+        let o = launch(n, &["p2p", "8"]).unwrap();
+        assert_eq!(o.status(), 0, "{n} ranks: {o:?}");
+    }
+}
+
+#[test]
 fn environment_forces_collective_algorithms() {
     let run = |value: &str| {
         Launch {

@@ -27,6 +27,7 @@
 //! | `TCA_MPI_RESULT` | `tca bench`, `tca cg` | the same for the MPI ranks of `--compare mpi` |
 //! | `TCA_MPIRUN` | user | the `mpirun` of `--compare mpi` (default: `mpirun` on the PATH) |
 //! | `TCA_P2P_EAGER` | user | largest two-sided message (bytes) sent eagerly; larger ones go by rendezvous (default `p2p::EAGER_DEFAULT`, capped by the ring's packet size) |
+//! | `TCA_CMA` | user | smallest two-sided rendezvous message (bytes) written straight into a plain receive buffer by cross-memory attach, or `off` (default `p2p::CMA_DEFAULT`; see `p2p::cross_memory_attach`) |
 //! | `TCA_AM_PACK` | user | pieces of a vector, indexed or strided put shorter than this (bytes) are packed through the active-message ring; longer ones go segment to segment (default `am::PACK_DEFAULT`, capped by the ring's packet size) |
 //! | `TCA_MODEL_FILE` | user | the collectives' calibrated cost models, written by `tca model calibrate` and read at the first communicator (default: `$XDG_CONFIG_HOME/tca/model.json`, else `~/.config/tca/model.json`; `none`: the built-in defaults) |
 //!
@@ -37,6 +38,8 @@
 pub const AM_PACK: &str = "TCA_AM_PACK";
 /// Largest two-sided message sent eagerly, in bytes.
 pub const P2P_EAGER: &str = "TCA_P2P_EAGER";
+/// Smallest rendezvous message written by cross-memory attach, in bytes, or `off`.
+pub const CMA: &str = "TCA_CMA";
 /// Rank of this process, set by `tca run`.
 pub const RANK: &str = "TCA_RANK";
 /// Number of ranks in the job, set by `tca run`.
@@ -122,6 +125,7 @@ pub const KNOWN: &[&str] = &[
     MPIRUN,
     MODEL_FILE,
     P2P_EAGER,
+    CMA,
     AM_PACK,
 ];
 

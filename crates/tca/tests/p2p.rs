@@ -648,3 +648,89 @@ fn bound_channel_errors_and_closing() {
     })
     .unwrap();
 }
+
+/// A rendezvous into plain memory, blocking or through a waited request, arrives intact; with
+/// cross-memory attach it is written straight into the buffer, so no landing buffer is ever
+/// pooled (the receiver's pooled bytes stay below one message).
+#[test]
+fn rendezvous_into_plain_memory_is_written_once() {
+    let n = 1 << 20;
+    threads::run(2, |w| {
+        let c = Comm::world(w)?;
+        // Every rendezvous by cross-memory attach where the kernel allows it (the default
+        // takes only messages past the caches that way).
+        c.set_cma_min(Some(0));
+        for round in 0..4 {
+            if c.rank() == 0 {
+                c.send_bytes(&pattern(round, n), 1, tag(round))?;
+                // Acknowledged, so that the next round's RTS may arrive before its receive.
+                c.recv_bytes(&mut [0u8; 1], 1, 99)?;
+            } else {
+                let mut got = vec![0u8; n];
+                if round % 2 == 0 {
+                    c.recv_bytes(&mut got, 0, tag(round))?;
+                } else {
+                    let st = c.irecv(&mut got, 0, tag(round))?.wait()?;
+                    assert_eq!(st.bytes, n);
+                }
+                assert!(got == pattern(round, n), "round {round}");
+                c.send_bytes(&[1], 0, 99)?;
+            }
+        }
+        if c.rank() == 1 && c.cma_min().is_some() {
+            let (_, pooled) = c.p2p_footprint();
+            assert!(
+                pooled < n,
+                "{pooled} bytes pooled: a landing buffer was used"
+            );
+        }
+        Ok(())
+    })
+    .unwrap();
+}
+
+/// A receiver whose wait fails while its buffer's address is posted (here: a timeout, the
+/// sender not serving its rendezvous) revokes the transfer: its error comes back, the sender's
+/// send fails naming it, and nothing is ever written into the buffer afterwards.
+#[test]
+fn a_receive_given_up_is_never_written() {
+    if !tca::p2p::cross_memory_attach() {
+        eprintln!("cross-memory attach is not permitted here; nothing to test");
+        return;
+    }
+    let n = 256 << 10;
+    let r = threads::run_each(2, |w| {
+        let c = Comm::world(w)?;
+        c.set_cma_min(Some(0));
+        if c.rank() == 0 {
+            let mut req = c.isend(&pattern(1, n), 1, 5)?;
+            // Behind the request-to-send in the pair's ordered ring: when rank 1 has this,
+            // the request is queued there. Eager, into an empty ring: no progress is made.
+            c.send_bytes(&[1], 1, 96)?;
+            // No progress while rank 1 waits for the data: its wait times out.
+            std::thread::sleep(std::time::Duration::from_millis(500));
+            let e = req.wait().unwrap_err();
+            assert!(e.to_string().contains("gave its receive up"), "{e}");
+            c.send_bytes(&[1], 1, 97)?;
+            Ok(())
+        } else {
+            let mut buf = vec![0u8; n];
+            c.recv_bytes(&mut [0u8; 1], 0, 96)?;
+            w.set_timeout(Some(std::time::Duration::from_millis(100)));
+            let e = c.recv_bytes(&mut buf, 0, 5).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
+            w.set_timeout(None);
+            buf.fill(0xAA);
+            // Rank 0 has tried (and failed) to send by now.
+            c.recv_bytes(&mut [0u8; 1], 0, 97)?;
+            assert!(
+                buf.iter().all(|&b| b == 0xAA),
+                "written after it was given up"
+            );
+            Ok(())
+        }
+    });
+    for x in r {
+        x.unwrap();
+    }
+}

@@ -626,6 +626,46 @@ impl World {
         self.networked && self.remote.get(rank as usize).copied().unwrap_or(false)
     }
 
+    /// Whether this rank can write into `rank`'s plain memory by cross-memory attach
+    /// (`transport::shm::cma`): a rank of this node reached through shared memory (not the
+    /// network, not a simulation, whose time the copy would bypass), with the kernel's
+    /// permission and `TCA_CMA` not off.
+    pub(crate) fn cma_reaches(&self, rank: u32) -> bool {
+        self.sim.is_none()
+            && !self.is_remote(rank)
+            && self.shm.pid_of(rank).is_some()
+            && crate::transport::shm::cma::available()
+    }
+
+    /// Whether `rank`, a rank of this node, will write nothing more into this rank's memory:
+    /// it left the job or its process is gone.
+    pub(crate) fn peer_stopped(&self, rank: u32) -> bool {
+        self.shm.stopped(rank)
+    }
+
+    /// Writes `src` into `rank`'s memory at address `addr` (a buffer `rank` posted and waits
+    /// on) by cross-memory attach: one copy, by the kernel, which checks the range against
+    /// `rank`'s mappings. Errors name the rank.
+    pub(crate) fn cma_write(&self, rank: u32, addr: u64, src: &[u8]) -> Result<()> {
+        let pid = self.pid_of(rank)?;
+        crate::transport::shm::cma::write(pid, addr, src).map_err(|e| {
+            let kind = if e.raw_os_error() == Some(libc::ESRCH) {
+                ErrorKind::PeerDied
+            } else {
+                ErrorKind::Transport
+            };
+            Error::peer(
+                kind,
+                rank,
+                format!(
+                    "writing {} bytes into rank {rank}'s buffer at {addr:#x} by cross-memory \
+                     attach (pid {pid}): {e}",
+                    src.len()
+                ),
+            )
+        })
+    }
+
     /// Allocates a segment of `len` bytes on every rank (collective: every rank calls it with
     /// the same length) and exchanges the handles.
     pub fn alloc_symmetric(&self, len: usize) -> Result<SymmetricSegment> {

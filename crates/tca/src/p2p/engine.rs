@@ -6,7 +6,10 @@
 //! 0                             the ring (crate::fabric::ring, `Shape::messages`): eager
 //!                               packets and requests-to-send; R0 = its bytes
 //! R0 + r*R*64 + s*64            remote address buffer: slot s of my rendezvous sends to r;
-//!                               r writes [handle 32 | offset | length | - | epoch]  writer: r
+//!                               r writes [handle 32 | offset | length | 0 | epoch], or for
+//!                               cross-memory attach [address | - | length | claim | epoch]
+//!                               claim = 2e: posted; 2e+1: I claimed it; REVOKED: r gave the
+//!                               transfer up                              writers: r, me
 //! R0 + P*R*64 + q*R*64 + s*64   done words: q raised it to epoch when it finished putting the
 //!                               data of its rendezvous slot s into my buffer     writer: q
 //! C0 + r*C*64 + c*64            channel address: where r wants the data of my persistent
@@ -26,6 +29,18 @@
 //! pooled registered landing buffer; non-blocking sends copy their data at `isend` (into the
 //! ring, or into a pooled stash when the ring is full or the message goes by rendezvous). So a
 //! request that is dropped, or leaked, can never make the engine write into freed memory.
+//!
+//! # Cross-memory attach: the one exception, bounded by a wait
+//! A rendezvous whose receive is matched while its caller waits on it (a blocking receive,
+//! or the wait of a receive request: [`Dest::Direct`]), from a sender that can write into
+//! this process by cross-memory attach (`transport::shm::cma`; a rank of this node), posts the
+//! user buffer's *address*: the sender claims the transfer by compare-and-swap on the claim
+//! word (the protocol of `ready`, round = epoch), writes the data once with
+//! `process_vm_writev`, straight from its own buffer into the user's, then raises the done
+//! word. The wait does not return before the transfer is settled: done, or revoked by the
+//! receiver's own compare-and-swap (a wait that fails: a timeout, another peer's death), or
+//! the sender has stopped (it left the job or its process is gone). A claimed transfer is
+//! waited for however long it takes. So the address is never used after its owner returned.
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -52,6 +67,10 @@ const BIND: u8 = 3;
 /// Raised into a done word instead of the generation alone when the sender gave the transfer
 /// up (its blocking send failed before the receiver's address came).
 const ABANDONED: u64 = 1 << 63;
+/// Raised into a done word with the generation when the sender's cross-memory write failed.
+const CMA_FAILED: u64 = 1 << 62;
+/// The flags of a done word.
+const DONE_FLAGS: u64 = ABANDONED | CMA_FAILED;
 /// Longest sleep of a waiter before it polls every peer again.
 const NAP: Duration = Duration::from_micros(200);
 /// While a wait spins, one turn in this many runs a full progress pass.
@@ -72,6 +91,11 @@ pub fn p2p_bytes(p: usize) -> usize {
 pub(crate) enum Dest {
     /// Plain memory: through a landing buffer.
     Plain,
+    /// Plain memory of a receive whose caller stays in the engine until the receive is
+    /// settled (a blocking receive, the wait of a receive request): a rendezvous from a sender
+    /// that reaches it by cross-memory attach is written straight into it (see the module
+    /// docs); from any other sender, as `Plain`.
+    Direct,
     /// A registered segment of this rank: straight in.
     Seg(Handle, usize),
     /// A persistent channel's receive (its first round): matches only a channel's send.
@@ -122,6 +146,9 @@ enum St {
         slot: usize,
         epoch: u64,
         landing: Option<Segment>,
+        /// The sender writes into the user's buffer by cross-memory attach: the wait in
+        /// hand must settle it before it returns.
+        direct: bool,
         err: Option<Error>,
     },
     RecvDone {
@@ -255,6 +282,9 @@ pub(crate) struct Engine {
     chan_addr: usize,
     chan_done: usize,
     eager: usize,
+    /// Smallest rendezvous message a [`Dest::Direct`] receive takes by cross-memory attach
+    /// (`usize::MAX`: none).
+    cma_min: Cell<usize>,
     st: RefCell<State>,
     /// The channel of the receive finished last (read by `Persistent` right after its wait).
     last_bound: Cell<Option<Bound>>,
@@ -323,6 +353,11 @@ impl Engine {
             Some(n) => n.min(ring.capacity()),
             None => super::EAGER_DEFAULT.min(ring.capacity()),
         };
+        let cma_min = match std::env::var(crate::env::CMA) {
+            Ok(v) if matches!(v.trim(), "off" | "no" | "false") => usize::MAX,
+            Ok(_) => crate::env::parse::<usize>(crate::env::CMA)?.unwrap_or(usize::MAX),
+            Err(_) => super::CMA_DEFAULT,
+        };
         let rab = Shape::messages(p).bytes(p);
         let chan_addr = rab + 2 * p * RDV_SLOTS * RSLOT;
         Ok(Self {
@@ -337,6 +372,7 @@ impl Engine {
             last_bound: Cell::new(None),
             am: std::cell::OnceCell::new(),
             eager,
+            cma_min: Cell::new(cma_min),
             st: RefCell::new(State {
                 reqs: Vec::new(),
                 free: Vec::new(),
@@ -376,6 +412,16 @@ impl Engine {
     }
 
     /// Messages of at most this many bytes go eagerly.
+    /// See [`Engine::cma_min`]'s field: `None` when no message goes by cross-memory attach.
+    pub(crate) fn cma_min(&self) -> Option<usize> {
+        let n = self.cma_min.get();
+        (n != usize::MAX && crate::transport::cma_available()).then_some(n)
+    }
+
+    pub(crate) fn set_cma_min(&self, n: Option<usize>) {
+        self.cma_min.set(n.unwrap_or(usize::MAX));
+    }
+
     pub(crate) fn eager_limit(&self) -> usize {
         self.eager
     }
@@ -659,10 +705,17 @@ impl Engine {
             st.cts_wait.swap_remove(i);
             let mut cts = [0u8; 56];
             self.ring.seg().read(at, &mut cts)?;
-            let dst = Handle::from_bytes(&cts[..Handle::BYTES])?;
+            let word = |k: usize| u64::from_le_bytes(cts[k..k + 8].try_into().expect("8"));
+            // A claim word marks an address for cross-memory attach, else a segment's handle.
+            let direct = word(48) != 0;
+            let dst = if direct {
+                None
+            } else {
+                Some(Handle::from_bytes(&cts[..Handle::BYTES])?)
+            };
             // The receiver's word: the put checks them against `dst`.
-            let off = usize_sat(u64::from_le_bytes(cts[32..40].try_into().expect("8")));
-            let len = usize_sat(u64::from_le_bytes(cts[40..48].try_into().expect("8")));
+            let off = usize_sat(word(32));
+            let len = usize_sat(word(40));
             let St::SendCts { data, .. } =
                 std::mem::replace(&mut st.reqs[idx as usize].st, St::Free)
             else {
@@ -675,11 +728,14 @@ impl Engine {
             };
             let done = self.ring.handle(to);
             let done_off = self.done_off(self.me, slot);
-            let r = match src {
-                Some(s) if len <= s.len() => {
+            let r = match (src, dst) {
+                (Some(s), Some(dst)) if len <= s.len() => {
                     w.put_signal(&dst, off, &s[..len], done, done_off, SignalOp::Set(epoch))
                 }
-                Some(s) => Err(self.peer_err(
+                (Some(s), None) if len <= s.len() => {
+                    self.write_direct(w, to, at + 48, (word(0), &s[..len]), epoch, done_off)
+                }
+                (Some(s), _) => Err(self.peer_err(
                     ErrorKind::InvalidArgument,
                     to,
                     format!(
@@ -688,7 +744,7 @@ impl Engine {
                         s.len()
                     ),
                 )),
-                None => w.signal(done, done_off, SignalOp::Set(epoch | ABANDONED)),
+                (None, _) => w.signal(done, done_off, SignalOp::Set(epoch | ABANDONED)),
             };
             if let Some(v) = data {
                 st.stash.push(v);
@@ -699,6 +755,51 @@ impl Engine {
             r?;
         }
         Ok(())
+    }
+
+    /// The data of a rendezvous whose receiver posted its buffer's address (see the module
+    /// docs, "Cross-memory attach"): claims the transfer on the claim word at `claim_off` of
+    /// this rank's segment, writes `src` to the address once, then raises the receiver's done
+    /// word (with [`CMA_FAILED`] if the write failed). A transfer the receiver revoked is not
+    /// written and not signalled: the receiver has left its wait.
+    fn write_direct(
+        &self,
+        w: &World,
+        to: usize,
+        claim_off: usize,
+        (addr, src): (u64, &[u8]),
+        epoch: u64,
+        done_off: usize,
+    ) -> Result<()> {
+        let done = self.ring.handle(to);
+        // The receiver revokes through the fabric's atomics; nobody sleeps on the word.
+        match ready::claim(self.ring.seg().region.word(claim_off)?, epoch)? {
+            Claim::Claimed => {}
+            Claim::Revoked => {
+                return Err(self.peer_err(
+                    ErrorKind::Aborted,
+                    to,
+                    format!(
+                        "communicator rank {to} gave its receive up before the data moved \
+                         (its wait failed)"
+                    ),
+                ));
+            }
+            Claim::NotYet => {
+                return Err(self.peer_err(
+                    ErrorKind::Transport,
+                    to,
+                    format!("malformed rendezvous address from communicator rank {to}"),
+                ));
+            }
+        }
+        match w.cma_write(self.world[to], addr, src) {
+            Ok(()) => w.signal(done, done_off, SignalOp::Set(epoch)),
+            Err(e) => {
+                let _ = w.signal(done, done_off, SignalOp::Set(epoch | CMA_FAILED));
+                Err(e)
+            }
+        }
     }
 
     // ---- persistent channels ------------------------------------------------------------------
@@ -1020,7 +1121,13 @@ impl Engine {
                         err,
                     };
                 }
-                Body::Rts(slot) => self.clear_to_send(w, &mut st, id.idx, u.env, slot)?,
+                Body::Rts(slot) => {
+                    let buf = match hand {
+                        Hand::Recv(b) => Some(&mut **b),
+                        _ => None,
+                    };
+                    self.clear_to_send(w, &mut st, id.idx, u.env, slot, buf)?;
+                }
             }
         } else {
             st.posted.push_back(id.idx);
@@ -1067,7 +1174,8 @@ impl Engine {
         None
     }
 
-    /// A matched RTS: tell the sender where to put the data.
+    /// A matched RTS: tell the sender where to put the data. `hand` is the buffer of this
+    /// receive when its caller holds it (the buffer a [`Dest::Direct`] receive posts).
     fn clear_to_send(
         &self,
         w: &World,
@@ -1075,24 +1183,42 @@ impl Engine {
         idx: u32,
         env: Envelope,
         slot: usize,
+        hand: Option<&mut [u8]>,
     ) -> Result<()> {
         let St::RecvPosted { cap, ty, dest, .. } = st.reqs[idx as usize].st else {
             unreachable!("only posted receives are matched")
         };
         let err = self.check(&env, cap, ty);
         let n = env.len.min(cap);
-        let (handle, off, landing) = match dest {
-            Dest::Seg(h, off) | Dest::Bound(h, off) => (h, off, None),
-            Dest::Plain => {
-                let l = st.landing.take(w, n)?;
-                (l.handle(), 0, Some(l))
-            }
-        };
         st.rgen[env.src][slot] += 1;
         let epoch = st.rgen[env.src][slot];
         let mut cts = [0u8; 56];
-        cts[..Handle::BYTES].copy_from_slice(&handle.to_bytes());
-        cts[32..40].copy_from_slice(&(off as u64).to_le_bytes());
+        let direct = match (dest, hand) {
+            (Dest::Direct, Some(buf))
+                if n >= self.cma_min.get().max(1)
+                    && buf.len() >= n
+                    && w.cma_reaches(self.world[env.src]) =>
+            {
+                Some(buf.as_mut_ptr() as u64)
+            }
+            _ => None,
+        };
+        let landing = if let Some(addr) = direct {
+            cts[..8].copy_from_slice(&addr.to_le_bytes());
+            cts[48..56].copy_from_slice(&(2 * epoch).to_le_bytes());
+            None
+        } else {
+            let (handle, off, landing) = match dest {
+                Dest::Seg(h, off) | Dest::Bound(h, off) => (h, off, None),
+                Dest::Plain | Dest::Direct => {
+                    let l = st.landing.take(w, n)?;
+                    (l.handle(), 0, Some(l))
+                }
+            };
+            cts[..Handle::BYTES].copy_from_slice(&handle.to_bytes());
+            cts[32..40].copy_from_slice(&(off as u64).to_le_bytes());
+            landing
+        };
         cts[40..48].copy_from_slice(&(n as u64).to_le_bytes());
         let h = self.ring.handle(env.src);
         let at = self.rab_off(self.me, slot);
@@ -1102,6 +1228,7 @@ impl Engine {
             slot,
             epoch,
             landing,
+            direct: direct.is_some(),
             err,
         };
         st.inflight.push(idx);
@@ -1211,7 +1338,11 @@ impl Engine {
         let idx = st.posted.remove(pos).expect("position is in range");
         if kind == RTS {
             self.ring.take(w, q, h, &mut [])?;
-            return self.clear_to_send(w, st, idx, env, slot);
+            let buf = match hand {
+                Hand::Recv(b) if hand_id == Some(idx) => Some(&mut **b),
+                _ => None,
+            };
+            return self.clear_to_send(w, st, idx, env, slot, buf);
         }
         if kind == BIND {
             let mut b = [0u8; 8];
@@ -1285,7 +1416,9 @@ impl Engine {
                 continue;
             };
             let v = self.ring.seg().signal_value(self.done_off(env.src, slot))?;
-            if v < epoch {
+            // The generation without its flags: a flag of an earlier transfer on the slot
+            // must not end this one.
+            if v & !DONE_FLAGS < epoch {
                 i += 1;
                 continue;
             }
@@ -1301,6 +1434,16 @@ impl Engine {
                     env.src,
                     format!(
                         "communicator rank {} gave up its send (tag {}) before the data moved",
+                        env.src, env.tag
+                    ),
+                ))
+            } else if v & CMA_FAILED != 0 {
+                Some(self.peer_err(
+                    ErrorKind::Transport,
+                    env.src,
+                    format!(
+                        "communicator rank {} could not write its message (tag {}) into this \
+                         rank's buffer by cross-memory attach (its send reports why)",
                         env.src, env.tag
                     ),
                 ))
@@ -1591,6 +1734,7 @@ impl Engine {
         hand: &mut Hand<'_>,
         also: impl Fn() -> Result<()>,
     ) -> Result<Status> {
+        let _stay = Stay::enter(self, w, id, matches!(hand, Hand::Recv(_)));
         let hand = RefCell::new(hand);
         let mut turn = 0usize;
         let patience = Patience::default();
@@ -1608,6 +1752,65 @@ impl Engine {
                 Ok(self.is_done(id))
             })
             .map_err(|e| self.name_peer(e, id))?;
+        }
+    }
+
+    /// Settles a cross-memory transfer into the buffer of request `id`, whose wait is leaving
+    /// before the transfer completed (see the module docs): revokes it by compare-and-swap on
+    /// the sender's claim word, or, if the sender claimed it first, waits for its done word
+    /// until the sender stops. Afterwards nothing writes into the buffer.
+    fn settle_direct(&self, w: &World, id: Id) {
+        let (q, slot, epoch) = {
+            let st = self.st.borrow();
+            match st.reqs.get(id.idx as usize) {
+                Some(Req {
+                    epoch: e,
+                    st:
+                        St::RecvRdv {
+                            env,
+                            slot,
+                            epoch,
+                            direct: true,
+                            ..
+                        },
+                    ..
+                }) if *e == id.epoch => (env.src, *slot, *epoch),
+                _ => return,
+            }
+        };
+        let h = self.ring.handle(q);
+        let claim = self.rab_off(self.me, slot) + 48;
+        let revoked = w
+            .remote_word(h, claim)
+            .and_then(|word| ready::revoke(&(w, &word), epoch))
+            .unwrap_or(false);
+        if revoked {
+            let mut st = self.st.borrow_mut();
+            st.inflight.retain(|&i| i != id.idx);
+            let r = &mut st.reqs[id.idx as usize];
+            if let St::RecvRdv { env, .. } = r.st {
+                r.st = St::RecvDone {
+                    env,
+                    data: Data::Placed,
+                    err: Some(self.peer_err(
+                        ErrorKind::Aborted,
+                        q,
+                        format!("the receive from communicator rank {q} was given up"),
+                    )),
+                };
+            }
+            return;
+        }
+        // Claimed: the data is being written. However long it takes, unless the writer stops.
+        let done = self.done_off(q, slot);
+        while self
+            .ring
+            .seg()
+            .signal_value(done)
+            .is_ok_and(|v| v & !DONE_FLAGS < epoch)
+            && !w.peer_stopped(self.world[q])
+        {
+            std::thread::sleep(Duration::from_micros(50));
         }
     }
 
@@ -1713,6 +1916,60 @@ fn meta(tag: i32, kind: u8, slot: u8, ty: u8) -> [u8; 8] {
     m[5] = slot;
     m[6] = ty;
     m
+}
+
+/// A wait on a request, for as long as it runs: a plain receive waited on becomes
+/// [`Dest::Direct`] (its buffer is in hand and stays so until the wait returns), and a wait
+/// that leaves with a cross-memory transfer still in flight settles it first — on every way
+/// out, unwinding included.
+struct Stay<'e> {
+    eng: &'e Engine,
+    w: &'e World,
+    id: Id,
+    upgraded: bool,
+}
+
+impl<'e> Stay<'e> {
+    fn enter(eng: &'e Engine, w: &'e World, id: Id, recv_in_hand: bool) -> Self {
+        let mut upgraded = false;
+        if recv_in_hand {
+            let mut st = eng.st.borrow_mut();
+            if let Some(Req {
+                epoch,
+                st: St::RecvPosted { dest, .. },
+                ..
+            }) = st.reqs.get_mut(id.idx as usize)
+                && *epoch == id.epoch
+                && matches!(dest, Dest::Plain)
+            {
+                *dest = Dest::Direct;
+                upgraded = true;
+            }
+        }
+        Stay {
+            eng,
+            w,
+            id,
+            upgraded,
+        }
+    }
+}
+
+impl Drop for Stay<'_> {
+    fn drop(&mut self) {
+        if self.upgraded
+            && let Ok(mut st) = self.eng.st.try_borrow_mut()
+            && let Some(Req {
+                epoch,
+                st: St::RecvPosted { dest, .. },
+                ..
+            }) = st.reqs.get_mut(self.id.idx as usize)
+            && *epoch == self.id.epoch
+        {
+            *dest = Dest::Plain;
+        }
+        self.eng.settle_direct(self.w, self.id);
+    }
 }
 
 /// One turn of a wait at the communicator's end ([`while_moving`]).

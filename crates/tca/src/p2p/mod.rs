@@ -32,8 +32,13 @@
 //!   receive, writes its buffer's handle, offset and length into the sender's *remote address
 //!   buffer* slot; the sender puts the data once, straight there, and raises the slot's done
 //!   word in the receiver's memory (data before signal: the fabric's put_signal). A receive
-//!   into a registered segment ([`Comm::irecv_into`]) gets the data in place; a receive into
-//!   plain memory gets it through a pooled registered landing buffer and one copy.
+//!   into a registered segment ([`Comm::irecv_into`]) gets the data in place. A receive into
+//!   plain memory whose caller waits on it (a blocking receive, or the wait of a receive
+//!   request) posts the buffer's own address when the sender can reach it by cross-memory
+//!   attach ([`cross_memory_attach`]; ranks of one node): the sender writes the data once,
+//!   straight from its buffer into the receiver's. Otherwise (a match during another call, a
+//!   rank across the network, `TCA_CMA=off`) the data comes through a pooled registered
+//!   landing buffer and one copy.
 //! - **Bound channels** (persistent requests between registered segments,
 //!   [`Comm::send_init_from`] and [`Comm::recv_init_into`]; QUDA's ghost zones): matched once,
 //!   on their first round, by a binding packet that carries the round number; the receiver
@@ -103,6 +108,24 @@ use engine::{Dest, Hand};
 /// every size up to that capacity (4 KiB 0.58 against 0.85 us, 32 KiB 4.74 against 4.85-4.93),
 /// so the crossover lies beyond it and the limit is the capacity.
 pub const EAGER_DEFAULT: usize = 32 << 10;
+
+/// Whether the kernel lets ranks of this node write into each other's plain memory by
+/// cross-memory attach (`process_vm_writev`, as Open MPI's and MPICH's shared-memory
+/// transports do). Which messages go that way: [`Comm::cma_min`].
+pub fn cross_memory_attach() -> bool {
+    crate::transport::cma_available()
+}
+
+/// Default of [`Comm::cma_min`]: the smallest rendezvous message written straight into a
+/// plain receive buffer by cross-memory attach. Measured on the development machine
+/// (BENCHMARKS.md, "Single-copy rendezvous"): the kernel's copy runs at ~13 GB/s there, while
+/// the landing buffer's two user-space copies run at 40-47 GB/s each as long as the pooled
+/// buffer stays in the last-level cache. Two processes' blocking ping-pong, cross-memory
+/// attach / landing buffer: 0.73-0.80 at 64-256 KiB, 1.1-1.8 at 512 KiB-1 MiB, about 1 at
+/// 4 MiB, 0.66-1.25 at 16-64 MiB (medians 0.99-1.02). From 16 MiB on it is as fast within
+/// noise, and it saves a landing buffer of the message's size; `TCA_CMA=0` takes every
+/// rendezvous that way.
+pub const CMA_DEFAULT: usize = 16 << 20;
 
 /// Which sender a receive accepts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -213,6 +236,20 @@ impl<'w> Comm<'w> {
         self.engine().footprint()
     }
 
+    /// The smallest rendezvous message that this rank, receiving into plain memory, takes by
+    /// cross-memory attach — written once by its sender, straight into the receive buffer —
+    /// or `None` if none does (`TCA_CMA=off`, or the kernel forbids it: see
+    /// [`cross_memory_attach`]). Default [`CMA_DEFAULT`], or `TCA_CMA` in bytes. Senders
+    /// across the network are never asked to.
+    pub fn cma_min(&self) -> Option<usize> {
+        self.engine().cma_min()
+    }
+
+    /// Sets [`Comm::cma_min`] for this rank's receives on this communicator (`None`: never).
+    pub fn set_cma_min(&self, bytes: Option<usize>) {
+        self.engine().set_cma_min(bytes);
+    }
+
     fn send_raw(&self, data: &[u8], dst: u32, tag: i32, ty: u8) -> Result<()> {
         let to = self.peer(dst)?;
         let tag = Self::send_tag(tag)?;
@@ -244,7 +281,8 @@ impl<'w> Comm<'w> {
             Hand::Recv(b) => b.len(),
             _ => 0,
         };
-        let id = eng.recv(w, src, tag, cap, ty, Dest::Plain, &mut hand)?;
+        // The call waits right here: a rendezvous may write straight into `buf`.
+        let id = eng.recv(w, src, tag, cap, ty, Dest::Direct, &mut hand)?;
         let r = eng.wait_with(w, id, &mut hand, || self.progress_scope());
         if r.is_err() {
             eng.drop_req(id);

@@ -7,11 +7,13 @@
 //! A put is one `memcpy` into that mapping; a signal is an atomic store on a 64-bit word in
 //! it. Nothing has a filesystem name, so nothing can leak (see `SHM.md` in the design notes).
 //!
-//! All pointer code of the transport lives in [`mapping`]; the rest of the crate is safe code.
+//! All pointer code of the transport lives in [`mapping`], and the one system call that writes
+//! into another process's plain memory in [`cma`]; the rest of the crate is safe code.
 //! [`node::Shm`] is the transport itself (peers, attach cache, liveness); [`region`] the
 //! segment memory with its checked header; [`wait`] the spin-then-sleep protocol.
 
 pub(crate) mod board;
+pub(crate) mod cma;
 pub(crate) mod mapping;
 pub(crate) mod memfd;
 pub(crate) mod node;
