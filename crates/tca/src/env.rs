@@ -28,12 +28,15 @@
 //! | `TCA_MPIRUN` | user | the `mpirun` of `--compare mpi` (default: `mpirun` on the PATH) |
 //! | `TCA_P2P_EAGER` | user | largest two-sided message (bytes) sent eagerly; larger ones go by rendezvous (default `p2p::EAGER_DEFAULT`, capped by the ring's packet size) |
 //! | `TCA_CMA` | user | smallest two-sided rendezvous message (bytes) written straight into a plain receive buffer by cross-memory attach, or `off` (default `p2p::CMA_DEFAULT`; see `p2p::cross_memory_attach`) |
+//! | `TCA_AM_CHANNELS` | user | channels (copy engines) a large active-message put into memory of this node is split over, weights tuned per transfer pattern (default 1: no split; see `am::Endpoint::set_channels`) |
 //! | `TCA_AM_PACK` | user | pieces of a vector, indexed or strided put shorter than this (bytes) are packed through the active-message ring; longer ones go segment to segment (default `am::PACK_DEFAULT`, capped by the ring's packet size) |
 //! | `TCA_MODEL_FILE` | user | the collectives' calibrated cost models, written by `tca model calibrate` and read at the first communicator (default: `$XDG_CONFIG_HOME/tca/model.json`, else `~/.config/tca/model.json`; `none`: the built-in defaults) |
 //!
 //! Unknown `TCA_*` names are reported once on stderr by [`warn_unknown`], so a typo such as
 //! `TCA_SPINS=0` does not silently do nothing.
 
+/// Channels a large active-message put is split over.
+pub const AM_CHANNELS: &str = "TCA_AM_CHANNELS";
 /// Pieces of a VIS put shorter than this many bytes travel packed through the AM ring.
 pub const AM_PACK: &str = "TCA_AM_PACK";
 /// Largest two-sided message sent eagerly, in bytes.
@@ -127,6 +130,7 @@ pub const KNOWN: &[&str] = &[
     P2P_EAGER,
     CMA,
     AM_PACK,
+    AM_CHANNELS,
 ];
 
 /// Prefixes of families of variables (`TCA_COLL_ALLREDUCE=ring` and the like).

@@ -746,3 +746,56 @@ fn a_timeout_is_not_renewed_by_other_peers_traffic() {
     assert_eq!(e.rank(), Some(1), "{e}");
     assert!(all[2].is_ok(), "{:?}", all[2]);
 }
+
+/// A put split over several channels delivers every byte once, at any length and offset
+/// (lengths around the split minimum and cut alignment, parts that may be empty), tunes the
+/// pattern's weights and freezes them after `TUNING` transfers; bad channel counts are errors.
+#[test]
+fn puts_split_over_channels_deliver_every_byte() {
+    threads::run(2, |w| {
+        let c = Comm::world(w)?;
+        let ep = Endpoint::new(&c, Table::new(), 1 << 20)?;
+        let me = c.rank();
+        let peer = 1 - me;
+        assert!(ep.set_channels(0).is_ok() && ep.channels() == 1);
+        assert!(ep.set_channels(tca::am::MAX_CHANNELS + 1).is_err());
+        for n in [2, 3, 4] {
+            ep.set_channels(n)?;
+            assert_eq!(ep.channels(), n);
+            for (i, len) in [
+                tca::am::SPLIT_MIN - 1,
+                tca::am::SPLIT_MIN,
+                4097,
+                64 * 65 + 3,
+                100_000,
+                (1 << 20) - 1000,
+            ]
+            .into_iter()
+            .enumerate()
+            {
+                let off = (i * 8 + n) % 1000;
+                let data = pattern(u64::from(me) * 100 + (n * 10 + i) as u64, len);
+                ep.put(peer, off, &data)?;
+                c.barrier()?;
+                let mut got = vec![0u8; len];
+                ep.segment().read(off, &mut got)?;
+                let want = pattern(u64::from(peer) * 100 + (n * 10 + i) as u64, len);
+                assert!(got == want, "{n} channels, {len} bytes at {off}");
+                c.barrier()?;
+            }
+            // One pattern, repeated: tuned, then frozen.
+            let len = 256 << 10;
+            let data = pattern(7, len);
+            for k in 0..tca::am::TUNING {
+                ep.put(peer, 0, &data)?;
+                let (wts, frozen) = ep.channel_weights(peer, len)?.expect("tuned");
+                assert_eq!(wts.len(), n);
+                assert!((wts.iter().sum::<f64>() - 1.0).abs() < 1e-9, "{wts:?}");
+                assert_eq!(frozen, k + 1 == tca::am::TUNING);
+            }
+            c.barrier()?;
+        }
+        Ok(())
+    })
+    .unwrap();
+}

@@ -691,44 +691,73 @@ fn rendezvous_into_plain_memory_is_written_once() {
 
 /// A receiver whose wait fails while its buffer's address is posted (here: a timeout, the
 /// sender not serving its rendezvous) revokes the transfer: its error comes back, the sender's
-/// send fails naming it, and nothing is ever written into the buffer afterwards.
+/// send fails naming it, and nothing is ever written into the buffer afterwards. Both ways a
+/// receive waits: a blocking receive, and the wait of a receive request.
 #[test]
 fn a_receive_given_up_is_never_written() {
+    use std::sync::atomic::{AtomicU32, Ordering};
     if !tca::p2p::cross_memory_attach() {
         eprintln!("cross-memory attach is not permitted here; nothing to test");
         return;
     }
+    // Rounds rank 1 has given up (rank 0 makes no tca call until then).
+    static GIVEN_UP: AtomicU32 = AtomicU32::new(0);
+    GIVEN_UP.store(0, Ordering::SeqCst);
     let n = 256 << 10;
     let r = threads::run_each(2, |w| {
         let c = Comm::world(w)?;
         c.set_cma_min(Some(0));
-        if c.rank() == 0 {
-            let mut req = c.isend(&pattern(1, n), 1, 5)?;
-            // Behind the request-to-send in the pair's ordered ring: when rank 1 has this,
-            // the request is queued there. Eager, into an empty ring: no progress is made.
-            c.send_bytes(&[1], 1, 96)?;
-            // No progress while rank 1 waits for the data: its wait times out.
-            std::thread::sleep(std::time::Duration::from_millis(500));
-            let e = req.wait().unwrap_err();
-            assert!(e.to_string().contains("gave its receive up"), "{e}");
-            c.send_bytes(&[1], 1, 97)?;
-            Ok(())
-        } else {
-            let mut buf = vec![0u8; n];
-            c.recv_bytes(&mut [0u8; 1], 0, 96)?;
-            w.set_timeout(Some(std::time::Duration::from_millis(100)));
-            let e = c.recv_bytes(&mut buf, 0, 5).unwrap_err();
-            assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
-            w.set_timeout(None);
-            buf.fill(0xAA);
-            // Rank 0 has tried (and failed) to send by now.
-            c.recv_bytes(&mut [0u8; 1], 0, 97)?;
-            assert!(
-                buf.iter().all(|&b| b == 0xAA),
-                "written after it was given up"
-            );
-            Ok(())
+        for round in 0..2u32 {
+            let tag = 5 + tag(round as usize);
+            if c.rank() == 0 {
+                let mut req = if round == 0 {
+                    let req = c.isend(&pattern(1, n), 1, tag)?;
+                    // Behind the request-to-send in the pair's ordered ring: when rank 1 has
+                    // this, the request is queued there. Eager, into an empty ring: no
+                    // progress is made.
+                    c.send_bytes(&[1], 1, 96)?;
+                    req
+                } else {
+                    // Rank 1's receive request is posted: the request-to-send reaches it in
+                    // its wait.
+                    c.recv_bytes(&mut [0u8; 1], 1, 96)?;
+                    c.isend(&pattern(1, n), 1, tag)?
+                };
+                while GIVEN_UP.load(Ordering::SeqCst) <= round {
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+                // An error, not a hang, if the request-to-send came after rank 1 gave up.
+                w.set_timeout(Some(std::time::Duration::from_secs(10)));
+                let e = req.wait().unwrap_err();
+                assert!(e.to_string().contains("gave its receive up"), "{e}");
+                c.send_bytes(&[1], 1, 97)?;
+            } else {
+                let mut buf = vec![0u8; n];
+                let e = if round == 0 {
+                    c.recv_bytes(&mut [0u8; 1], 0, 96)?;
+                    w.set_timeout(Some(std::time::Duration::from_millis(300)));
+                    c.recv_bytes(&mut buf, 0, tag).unwrap_err()
+                } else {
+                    let mut req = c.irecv(&mut buf, 0, tag)?;
+                    c.send_bytes(&[1], 0, 96)?;
+                    // Long enough for rank 0 to send its request-to-send (a timeout before it
+                    // arrived would cancel the receive and leave that send unmatched).
+                    w.set_timeout(Some(std::time::Duration::from_millis(300)));
+                    req.wait().unwrap_err()
+                };
+                assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
+                w.set_timeout(None);
+                buf.fill(0xAA);
+                GIVEN_UP.store(round + 1, Ordering::SeqCst);
+                // Rank 0 has tried (and failed) to send by now.
+                c.recv_bytes(&mut [0u8; 1], 0, 97)?;
+                assert!(
+                    buf.iter().all(|&b| b == 0xAA),
+                    "written after it was given up"
+                );
+            }
         }
+        Ok(())
     });
     for x in r {
         x.unwrap();

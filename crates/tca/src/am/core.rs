@@ -126,6 +126,9 @@ pub(crate) struct Core {
     /// Every member's "asleep" flag, where it is memory of this node (a sender reads it after
     /// each packet and rings the doorbell if set); `None` across a network.
     flags: Vec<Option<crate::fabric::RemoteWord>>,
+    /// The copy engines of puts split over several channels, once turned on
+    /// (`Endpoint::set_channels`).
+    pub(super) channels: RefCell<Option<super::channels::Channels>>,
     st: RefCell<State>,
 }
 
@@ -246,6 +249,7 @@ impl Core {
             pack,
             bell,
             flags,
+            channels: RefCell::new(None),
             st: RefCell::new(st),
         }
     }

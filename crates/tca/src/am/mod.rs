@@ -93,6 +93,9 @@
 //!   or a landing segment), and VIS pieces at or above the packing threshold.
 //! - **BtoB**, through the ring, two copies, any memory: Medium payloads, packed VIS pieces,
 //!   gets of up to a packet.
+//! - **Several channels** ([`Endpoint::set_channels`], `channels`): a put of at least
+//!   [`SPLIT_MIN`] bytes into memory of this node split over copy engines, weights tuned per
+//!   transfer pattern from measured bandwidth and frozen after [`TUNING`] transfers.
 //! - BtoM (staging into the destination segment through alternating buffers) and MtoB (a
 //!   segment source into the receiver's ring) are not separate paths: within a node a put
 //!   from ordinary memory needs no staging, and across a network the libfabric transport
@@ -104,10 +107,12 @@
 //! segment asked for, plus pooled buffers that grow to the largest fragmented payload and
 //! reply-packet get in flight, and pooled landing segments of large gets.
 
+mod channels;
 mod core;
 mod vis;
 
 pub(crate) use self::core::Core;
+pub use channels::{MAX_CHANNELS, MIN_SHARE, SPLIT_MIN, TUNING, Tune, split};
 pub use vis::Strided;
 
 use std::cell::Cell;
@@ -419,17 +424,21 @@ impl<'c, 'w> Endpoint<'c, 'w> {
                 ));
             }
             let env = crate::env::parse::<usize>(crate::env::AM_PACK)?;
+            let channels = match crate::env::parse::<usize>(crate::env::AM_CHANNELS)? {
+                Some(n) if n > 1 => Some(channels::Channels::new(n)?),
+                _ => None,
+            };
             let segs = (
                 w.alloc(bell + self::core::BELL_BYTES)?,
                 w.alloc(shape.bytes(p))?,
                 w.alloc(segment_bytes)?,
             );
-            Ok((env, segs))
+            Ok((env, channels, segs))
         })();
         let [count, hash] = table.fingerprint();
         let mut prints = vec![0u64; 3 * p];
         comm.allgather(&[u64::from(local.is_ok()), count, hash], &mut prints)?;
-        let (env, (req, rep, seg)) = local?;
+        let (env, channels, (req, rep, seg)) = local?;
         if let Some(q) = (0..p).find(|&q| prints[3 * q] == 0) {
             return Err(Error::peer(
                 ErrorKind::Aborted,
@@ -516,6 +525,7 @@ impl<'c, 'w> Endpoint<'c, 'w> {
             pack,
             (bell, flags),
         );
+        *core.channels.borrow_mut() = channels;
         eng.set_am(core);
         // Peers may send as soon as they return: packets wait in this rank's rings until
         // its first poll.
@@ -706,12 +716,58 @@ impl<'c, 'w> Endpoint<'c, 'w> {
         Ok(self.event(What::Put))
     }
 
-    /// Starts a put completed by [`Endpoint::wait_syncnbi_puts`].
+    /// Starts a put completed by [`Endpoint::wait_syncnbi_puts`]. With channels on
+    /// ([`Endpoint::set_channels`]), a put of at least [`SPLIT_MIN`] bytes into memory of
+    /// this node is split over them (and complete when this returns).
     pub fn put_nbi(&self, to: u32, off: usize, data: &[u8]) -> Result<()> {
         self.outside("a put")?;
         let q = rank(self.core, to)?;
         self.core.check_range(q, off, data.len())?;
+        if let Some(ch) = &*self.core.channels.borrow()
+            && ch.put(self.w(), q, &self.core.segs[q], off, data)?
+        {
+            return Ok(());
+        }
         self.w().put(&self.core.segs[q], off, data)
+    }
+
+    /// Splits puts of at least [`SPLIT_MIN`] bytes into memory of this node over `n`
+    /// channels (seed 001's DMA channels): this thread and `n - 1` copy-engine threads copy
+    /// one part each, at once, with per-channel weights tuned per transfer pattern (target
+    /// and length) from each channel's measured bandwidth and frozen after [`TUNING`]
+    /// transfers at the fastest split seen (see [`Tune`]). `n` = 1 turns splitting off; at
+    /// most [`MAX_CHANNELS`]. `TCA_AM_CHANNELS` sets it when the endpoint is made. Resets the
+    /// tuning. Puts across a network, or on a simulated one, are not split.
+    pub fn set_channels(&self, n: usize) -> Result<()> {
+        self.outside("set_channels")?;
+        let ch = if n > 1 {
+            Some(channels::Channels::new(n)?)
+        } else {
+            None
+        };
+        *self.core.channels.borrow_mut() = ch;
+        Ok(())
+    }
+
+    /// The number of channels puts are split over (1: none).
+    pub fn channels(&self) -> usize {
+        self.core
+            .channels
+            .borrow()
+            .as_ref()
+            .map_or(1, channels::Channels::count)
+    }
+
+    /// The split of puts of `len` bytes to `rank` (weights summing to 1, one per channel) and
+    /// whether it is frozen; `None` before the first such put with channels on.
+    pub fn channel_weights(&self, rank: u32, len: usize) -> Result<Option<(Vec<f64>, bool)>> {
+        let q = self::rank(self.core, rank)?;
+        Ok(self
+            .core
+            .channels
+            .borrow()
+            .as_ref()
+            .and_then(|c| c.weights(q, len)))
     }
 
     fn event<'a>(&self, what: What<'a>) -> Event<'a>

@@ -22,6 +22,8 @@ use super::segment::{Handle, Region, Segment, SymmetricSegment, out_of_bounds};
 /// transports where plain stores avoid a copy engine (the papers' PIO), and keeps the limit
 /// that such transports (and libfabric's inject size) impose.
 pub const INLINE_MAX: usize = 256;
+/// Most parts (copy engines) one [`World::put_parts`] splits a put into.
+pub(crate) const MAX_PARTS: usize = 8;
 
 /// How a signal word changes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -637,10 +639,11 @@ impl World {
             && crate::transport::shm::cma::available()
     }
 
-    /// Whether `rank`, a rank of this node, will write nothing more into this rank's memory:
-    /// it left the job or its process is gone.
-    pub(crate) fn peer_stopped(&self, rank: u32) -> bool {
-        self.shm.stopped(rank)
+    /// Whether `rank`, a rank of this node in another process, has exited: it will write
+    /// nothing more into this rank's memory. Never true of a rank of this process (a thread
+    /// rank), nor of one that only left the job or aborted: its process may still be running.
+    pub(crate) fn peer_exited(&self, rank: u32) -> bool {
+        self.shm.exited(rank)
     }
 
     /// Writes `src` into `rank`'s memory at address `addr` (a buffer `rank` posted and waits
@@ -659,8 +662,14 @@ impl World {
                 rank,
                 format!(
                     "writing {} bytes into rank {rank}'s buffer at {addr:#x} by cross-memory \
-                     attach (pid {pid}): {e}",
-                    src.len()
+                     attach (pid {pid}): {e}{}",
+                    src.len(),
+                    if e.raw_os_error() == Some(libc::EPERM) {
+                        " (the kernel's ptrace check refused it; TCA_CMA=off sends through \
+                         landing buffers instead)"
+                    } else {
+                        ""
+                    }
                 ),
             )
         })
@@ -723,6 +732,74 @@ impl World {
         }
         self.check_handle(dst)?;
         self.via(dst.rank()).put(dst, off, src)
+    }
+
+    /// Puts `src` at `off` in `dst` split into parts at `cuts` (part i is
+    /// `src[cuts[i]..cuts[i + 1]]`; `cuts` ascending from 0 to `src.len()`), each part copied
+    /// by its own copy engine: part 0 by this thread, the others by `engines`' threads, all at
+    /// once (seed 001's DMA channels, on shared memory). `secs[i]` gets part i's copy time.
+    /// Complete on return, like [`World::put`]. Returns `false` (nothing done) when `dst` is
+    /// not memory of this node (across the network, or a simulated network, whose time a copy
+    /// engine would bypass): then a plain put is the way.
+    pub(crate) fn put_parts(
+        &self,
+        dst: &Handle,
+        off: usize,
+        src: &[u8],
+        cuts: &[usize],
+        engines: &rayon::ThreadPool,
+        secs: &mut [f64],
+    ) -> Result<bool> {
+        if self.sim.is_some() || self.is_remote(dst.rank()) {
+            return Ok(false);
+        }
+        let parts = cuts.len().saturating_sub(1);
+        if parts == 0
+            || parts > MAX_PARTS
+            || secs.len() < parts
+            || cuts[0] != 0
+            || cuts[parts] != src.len()
+            || cuts.windows(2).any(|c| c[0] > c[1])
+        {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                format!(
+                    "cuts {cuts:?} do not split a {}-byte put into 1 to {MAX_PARTS} parts",
+                    src.len()
+                ),
+            ));
+        }
+        self.check_handle(dst)?;
+        let region = self.shm.resolve(dst)?;
+        let at = region.range(off, src.len())?;
+        let map = &region.map;
+        let copy = |i: usize| {
+            let t0 = std::time::Instant::now();
+            let r = map.write(at + cuts[i], &src[cuts[i]..cuts[i + 1]]);
+            (r, t0.elapsed().as_secs_f64())
+        };
+        let mut errs: [Option<Error>; MAX_PARTS] = Default::default();
+        engines.in_place_scope(|s| {
+            let (first_err, other_errs) = errs.split_at_mut(1);
+            let (first_sec, other_secs) = secs.split_at_mut(1);
+            for (k, (e, t)) in other_errs.iter_mut().zip(other_secs).enumerate() {
+                if k + 1 < parts {
+                    let copy = &copy;
+                    s.spawn(move |_| {
+                        let (r, dt) = copy(k + 1);
+                        *e = r.err();
+                        *t = dt;
+                    });
+                }
+            }
+            let (r, dt) = copy(0);
+            first_err[0] = r.err();
+            first_sec[0] = dt;
+        });
+        match errs.into_iter().flatten().next() {
+            Some(e) => Err(e),
+            None => Ok(true),
+        }
     }
 
     /// A small put done with plain stores (the papers' PIO): at most [`INLINE_MAX`] bytes.

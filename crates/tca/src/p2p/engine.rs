@@ -31,16 +31,18 @@
 //! request that is dropped, or leaked, can never make the engine write into freed memory.
 //!
 //! # Cross-memory attach: the one exception, bounded by a wait
-//! A rendezvous whose receive is matched while its caller waits on it (a blocking receive,
-//! or the wait of a receive request: [`Dest::Direct`]), from a sender that can write into
-//! this process by cross-memory attach (`transport::shm::cma`; a rank of this node), posts the
-//! user buffer's *address*: the sender claims the transfer by compare-and-swap on the claim
+//! A rendezvous of at least `cma_min` bytes whose receive is matched while its caller waits
+//! on it (a blocking receive, or the wait of a receive request: [`Dest::Direct`]), from a
+//! sender that can write into this process by cross-memory attach (`transport::shm::cma`; a
+//! rank of this node), posts the user buffer's *address*: the sender claims the transfer by compare-and-swap on the claim
 //! word (the protocol of `ready`, round = epoch), writes the data once with
 //! `process_vm_writev`, straight from its own buffer into the user's, then raises the done
 //! word. The wait does not return before the transfer is settled: done, or revoked by the
 //! receiver's own compare-and-swap (a wait that fails: a timeout, another peer's death), or
-//! the sender has stopped (it left the job or its process is gone). A claimed transfer is
-//! waited for however long it takes. So the address is never used after its owner returned.
+//! the sender's process has exited. A claimed transfer is waited for however long it takes,
+//! even if its sender has aborted the job (an aborted rank's process may still be writing).
+//! So the address is never used after its owner returned. A revoked transfer, or a write the
+//! kernel refused, fails the send request, never the unrelated call whose progress found it.
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -411,8 +413,8 @@ impl Engine {
         self.progress(w, &mut Hand::None, None).map(|_| ())
     }
 
-    /// Messages of at most this many bytes go eagerly.
-    /// See [`Engine::cma_min`]'s field: `None` when no message goes by cross-memory attach.
+    /// The smallest rendezvous message a [`Dest::Direct`] receive takes by cross-memory
+    /// attach; `None` when none does (turned off, or the kernel forbids it).
     pub(crate) fn cma_min(&self) -> Option<usize> {
         let n = self.cma_min.get();
         (n != usize::MAX && crate::transport::cma_available()).then_some(n)
@@ -422,6 +424,7 @@ impl Engine {
         self.cma_min.set(n.unwrap_or(usize::MAX));
     }
 
+    /// Messages of at most this many bytes go eagerly.
     pub(crate) fn eager_limit(&self) -> usize {
         self.eager
     }
@@ -733,7 +736,16 @@ impl Engine {
                     w.put_signal(&dst, off, &s[..len], done, done_off, SignalOp::Set(epoch))
                 }
                 (Some(s), None) if len <= s.len() => {
-                    self.write_direct(w, to, at + 48, (word(0), &s[..len]), epoch, done_off)
+                    // Its outcome is the send's alone: a receiver that gave up, or a write the
+                    // kernel refused, fails that send, not the call that made this progress.
+                    let r =
+                        self.write_direct(w, to, at + 48, (word(0), &s[..len]), epoch, done_off);
+                    if let Some(v) = data {
+                        st.stash.push(v);
+                    }
+                    st.slot_free[to] |= 1 << slot;
+                    self.complete_send(&mut st, idx, r.err());
+                    continue;
                 }
                 (Some(s), _) => Err(self.peer_err(
                     ErrorKind::InvalidArgument,
@@ -1204,6 +1216,8 @@ impl Engine {
             _ => None,
         };
         let landing = if let Some(addr) = direct {
+            // The sender's write must pass the kernel's ptrace check (Yama).
+            crate::transport::cma_allow_peers();
             cts[..8].copy_from_slice(&addr.to_le_bytes());
             cts[48..56].copy_from_slice(&(2 * epoch).to_le_bytes());
             None
@@ -1619,7 +1633,15 @@ impl Engine {
             } => self.ring.next_word(q as usize),
             St::RecvRdv {
                 env, slot, epoch, ..
-            } => (self.done_off(env.src, slot), epoch),
+            } => {
+                let off = self.done_off(env.src, slot);
+                // A flag an earlier transfer left on the slot's word already reads as at
+                // least `epoch`: sleeping on the word would not sleep.
+                match self.ring.seg().signal_value(off) {
+                    Ok(v) if v & DONE_FLAGS == 0 => (off, epoch),
+                    _ => self.ring.next_word(env.src),
+                }
+            }
             St::RecvBound {
                 env, chan, round, ..
             } => (self.chan_done_off(env.src, chan), round),
@@ -1801,14 +1823,17 @@ impl Engine {
             }
             return;
         }
-        // Claimed: the data is being written. However long it takes, unless the writer stops.
+        // Claimed: the data is being written (one system call, then the done word). Wait for
+        // the done word however long it takes, unless the writer's process has exited; not
+        // on the job's board, where a rank that aborted or failed may still be running and
+        // writing. (A word that cannot be read counts as not raised.)
         let done = self.done_off(q, slot);
-        while self
+        while !self
             .ring
             .seg()
             .signal_value(done)
-            .is_ok_and(|v| v & !DONE_FLAGS < epoch)
-            && !w.peer_stopped(self.world[q])
+            .is_ok_and(|v| v & !DONE_FLAGS >= epoch)
+            && !w.peer_exited(self.world[q])
         {
             std::thread::sleep(Duration::from_micros(50));
         }

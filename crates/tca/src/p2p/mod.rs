@@ -33,12 +33,13 @@
 //!   buffer* slot; the sender puts the data once, straight there, and raises the slot's done
 //!   word in the receiver's memory (data before signal: the fabric's put_signal). A receive
 //!   into a registered segment ([`Comm::irecv_into`]) gets the data in place. A receive into
-//!   plain memory whose caller waits on it (a blocking receive, or the wait of a receive
-//!   request) posts the buffer's own address when the sender can reach it by cross-memory
-//!   attach ([`cross_memory_attach`]; ranks of one node): the sender writes the data once,
-//!   straight from its buffer into the receiver's. Otherwise (a match during another call, a
-//!   rank across the network, `TCA_CMA=off`) the data comes through a pooled registered
-//!   landing buffer and one copy.
+//!   plain memory of at least [`Comm::cma_min`] bytes (16 MiB by default) whose caller waits on
+//!   it (a blocking receive, or the wait of a receive request) posts the buffer's own address
+//!   when the sender can reach it by cross-memory attach ([`cross_memory_attach`]; ranks of
+//!   one node): the sender writes the data once, straight from its buffer into the
+//!   receiver's. Otherwise (a smaller message, a match during another call, a rank across the
+//!   network, `TCA_CMA=off`) the data comes through a pooled registered landing buffer and one
+//!   copy.
 //! - **Bound channels** (persistent requests between registered segments,
 //!   [`Comm::send_init_from`] and [`Comm::recv_init_into`]; QUDA's ghost zones): matched once,
 //!   on their first round, by a binding packet that carries the round number; the receiver
@@ -121,7 +122,7 @@ pub fn cross_memory_attach() -> bool {
 /// (BENCHMARKS.md, "Single-copy rendezvous"): the kernel's copy runs at ~13 GB/s there, while
 /// the landing buffer's two user-space copies run at 40-47 GB/s each as long as the pooled
 /// buffer stays in the last-level cache. Two processes' blocking ping-pong, cross-memory
-/// attach / landing buffer: 0.73-0.80 at 64-256 KiB, 1.1-1.8 at 512 KiB-1 MiB, about 1 at
+/// attach / landing buffer: 0.64-0.74 at 64-256 KiB, 1.1-1.8 at 512 KiB-1 MiB, about 1 at
 /// 4 MiB, 0.66-1.25 at 16-64 MiB (medians 0.99-1.02). From 16 MiB on it is as fast within
 /// noise, and it saves a landing buffer of the message's size; `TCA_CMA=0` takes every
 /// rendezvous that way.

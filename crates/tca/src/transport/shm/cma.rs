@@ -6,10 +6,15 @@
 //! receiver posts its buffer's address, the sender writes the data once, then the done word),
 //! so a large message is one copy instead of a put into a landing buffer and a copy out of it.
 //!
-//! Whether it can be used is decided once per process ([`available`]): the kernel must allow
-//! it (Yama's `ptrace_scope`, seccomp profiles of containers and missing `CAP_SYS_PTRACE`
-//! refuse it with `EPERM`, which the probe sees as a write into this process itself). Which
-//! messages use it is the two-sided layer's choice (`TCA_CMA`, `p2p::CMA_DEFAULT`).
+//! Whether it can be used is decided once per process ([`available`]): a probe write into this
+//! process itself tells whether the system call exists and is not filtered (seccomp profiles
+//! of containers refuse it). A write into *another* process is further subject to the
+//! ptrace access check: Yama's `ptrace_scope = 1` (Ubuntu's default) allows it only to a
+//! declared tracer, so every rank that may be written into declares any process of its user
+//! one ([`allow_peers`], `PR_SET_PTRACER_ANY`, as Open MPI does for the same purpose);
+//! `ptrace_scope` 2 or 3 still refuse, and the first transfer then fails with `EPERM` and an
+//! error that says to set `TCA_CMA=off`. Which messages use it is the two-sided layer's
+//! choice (`TCA_CMA`, `p2p::CMA_DEFAULT`).
 //!
 //! This is the only place the transport calls `process_vm_writev`; its `unsafe` is the FFI
 //! call, for which the kernel checks every address against the target's mappings.
@@ -23,6 +28,16 @@ use std::sync::OnceLock;
 pub(crate) fn available() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
     *ON.get_or_init(probe)
+}
+
+/// Lets processes of this user write into this one by cross-memory attach under Yama's
+/// `ptrace_scope = 1` (`PR_SET_PTRACER_ANY`; without Yama the call fails and nothing is
+/// needed). Once per process, before any peer is given an address to write to.
+pub(crate) fn allow_peers() {
+    static DONE: OnceLock<()> = OnceLock::new();
+    DONE.get_or_init(|| {
+        let _ = rustix::process::set_ptracer(rustix::process::PTracer::Any);
+    });
 }
 
 /// Writes 8 bytes into this process through the kernel: whether the call is permitted here.

@@ -835,22 +835,21 @@ impl Shm {
     }
 
     /// Whether `rank`, on this node, has left the job (cleanly or not).
+    #[cfg_attr(not(feature = "ofi"), allow(dead_code))]
     pub(crate) fn has_left(&self, rank: u32) -> bool {
         self.reaches(rank)
             && rank != self.rank
             && matches!(self.board.state(rank), RankState::Done | RankState::Failed)
     }
 
-    /// Whether `rank`, on this node, will write nothing more: it left the job (cleanly or
-    /// not) or its process is gone.
-    pub(crate) fn stopped(&self, rank: u32) -> bool {
-        self.has_left(rank)
-            || self
-                .peers
-                .get(rank as usize)
-                .and_then(Option::as_ref)
-                .and_then(|p| p.pidfd.as_ref())
-                .is_some_and(Proc::gone)
+    /// Whether `rank`'s process, on this node, has exited (its pidfd says so; a rank of
+    /// this process has none and never has).
+    pub(crate) fn exited(&self, rank: u32) -> bool {
+        self.peers
+            .get(rank as usize)
+            .and_then(Option::as_ref)
+            .and_then(|p| p.pidfd.as_ref())
+            .is_some_and(Proc::gone)
     }
 
     /// Aborts the whole job on account of this rank.
