@@ -466,9 +466,15 @@ impl Benchmark {
         self.family == Family::Nbc
     }
 
-    /// Whether only tca runs it (MPI has no active messages; `--compare mpi` skips it).
-    pub fn tca_only(&self) -> bool {
+    /// Whether it runs over tca's active-message endpoint (GASNet's test programs).
+    pub fn gasnet(&self) -> bool {
         self.family == Family::Gasnet
+    }
+
+    /// Whether only tca runs it (MPI has no active messages; `--compare mpi` skips it). Put
+    /// and Get run on MPI too, as `MPI_Put`/`MPI_Get` in a window.
+    pub fn tca_only(&self) -> bool {
+        self.gasnet() && !matches!(self.kind, Kind::Put | Kind::Get)
     }
 
     /// Whether its sizes are fixed array edges ([`VIS_HALO_N`]) rather than `--sizes`.

@@ -2,7 +2,10 @@
 //! benchmark (PingPong: `MPI_Send` + `MPI_Recv`; PingPing: `MPI_Isend` + `MPI_Recv` +
 //! `MPI_Wait`; the collectives with rank 0 as root, `MPI_FLOAT` + `MPI_SUM` for reductions,
 //! `MPI_Reduce_scatter_block` for Reduce_scatter), the calls the OSU micro-benchmarks make
-//! (`MPI_Isend`/`MPI_Irecv` windows and `MPI_Waitall`), and the halo exchange through
+//! (`MPI_Isend`/`MPI_Irecv` windows and `MPI_Waitall`), Put and Get as `MPI_Put`/`MPI_Get` +
+//! `MPI_Win_flush` in a window of `MPI_Win_allocate` under one `MPI_Win_lock_all` epoch
+//! (GASNet's blocking put and get: complete at the target, or here, on return), and the halo
+//! exchange through
 //! `MPI_Irecv`/`MPI_Isend` + `MPI_Waitall` (rsmpi has no persistent requests; Open MPI's
 //! persistent point-to-point is the same path). Buffers are allocated once, as in
 //! [`super::tca`]. MPI reports errors by aborting the job (its default error handler), which
@@ -28,6 +31,9 @@ pub struct MpiBackend {
     fsend: Vec<f32>,
     frecv: Vec<f32>,
     bwin: Vec<u8>,
+    /// The one-sided window of Put and Get, when they are among the benchmarks (allocated
+    /// and freed collectively, with the backend).
+    rma: Option<tca_mpi::rma::Window>,
     halo: Option<Buffers>,
     cur: (Kind, usize),
     /// Whether the benchmark prepared last is non-blocking (IMB-NBC).
@@ -48,6 +54,10 @@ impl MpiBackend {
     pub fn new(world: SimpleCommunicator, opts: &Options) -> Self {
         let p = world.size() as usize;
         let max = opts.sizes.iter().copied().max().unwrap_or(0).max(8);
+        let rma = opts
+            .benches()
+            .any(|b| matches!(b.kind, Kind::Put | Kind::Get))
+            .then(|| tca_mpi::rma::Window::allocate(&world, max));
         Self {
             lib: MpiComm::new(world),
             bsend: vec![0xa5; max * p],
@@ -62,6 +72,7 @@ impl MpiBackend {
                     0
                 }
             ],
+            rma,
             halo: None,
             cur: (Kind::Barrier, 0),
             nonblocking: false,
@@ -341,11 +352,19 @@ impl Backend for MpiBackend {
                 Kind::OsuLatency | Kind::OsuBw | Kind::OsuBibw | Kind::OsuMbwMr | Kind::Halo => {
                     unreachable!("handled above")
                 }
+                // Rank 0 puts into (gets from) rank 1's window; rank 1 takes no part.
+                Kind::Put if me == 0 => {
+                    let win = self.rma.as_ref().expect("allocated for Put");
+                    win.put(&bs[..bytes], 1, 0);
+                }
+                Kind::Get if me == 0 => {
+                    let win = self.rma.as_ref().expect("allocated for Get");
+                    win.get(&mut br[..bytes], 1, 0);
+                }
+                Kind::Put | Kind::Get => {}
                 Kind::AmShort
                 | Kind::AmMedium
                 | Kind::AmLong
-                | Kind::Get
-                | Kind::Put
                 | Kind::VisHalo
                 | Kind::VisHaloMtoM => {
                     unreachable!("tca only: MPI does not run them")

@@ -120,7 +120,7 @@ impl AmBench {
 
 /// Whether a GASNet benchmark is among the benchmarks (they need the endpoint).
 fn gasnet(opts: &Options) -> bool {
-    opts.benches().any(|b| b.tca_only())
+    opts.benches().any(|b| b.gasnet())
 }
 
 /// Whether a window-based OSU test is among the benchmarks (they need receive windows).
@@ -792,10 +792,16 @@ impl<'w> Backend for TcaBackend<'w> {
         let packet = Endpoint::of(&self.comm).map_or(1, |e| e.packet_bytes());
         let packets = |b: usize| b.div_ceil(packet).max(1);
         match bench.collective {
-            None if bench.tca_only() => match bench.kind {
+            None if bench.gasnet() => match bench.kind {
                 Kind::AmShort => "AM Short".into(),
                 Kind::AmMedium => format!("AM Medium, {} packet(s)", packets(bytes)),
                 Kind::AmLong => "AM Long: put + header".into(),
+                Kind::Get
+                    if Endpoint::of(&self.comm)
+                        .is_some_and(|e| e.gets_directly(1).unwrap_or(false)) =>
+                {
+                    "direct read of the target's segment (same node)".into()
+                }
                 Kind::Get if bytes > packet => "AM get, put into a landing segment".into(),
                 Kind::Get => "AM get, one reply packet".into(),
                 Kind::VisHaloMtoM => format!(

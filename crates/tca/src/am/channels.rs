@@ -23,8 +23,10 @@ use crate::fabric::{Handle, World};
 pub const TUNING: u32 = 8;
 /// Puts shorter than this are never split (the seed's gains began at 4 KB).
 pub const SPLIT_MIN: usize = 4 << 10;
-/// Most channels (copy engines) one endpoint uses.
-pub const MAX_CHANNELS: usize = 8;
+/// Most channels (copy engines) one endpoint uses: the parts one put is split into.
+pub const MAX_CHANNELS: usize = crate::fabric::MAX_PARTS;
+/// Transfer patterns tuned per endpoint; puts of further patterns are split equally.
+pub const MAX_PATTERNS: usize = 1024;
 /// The least share of a transfer a channel keeps while its pattern tunes, as a fraction of
 /// an equal share: a channel measured slow is still given bytes, so it can be measured again.
 pub const MIN_SHARE: f64 = 0.25;
@@ -58,8 +60,9 @@ impl Tune {
         self.seen >= TUNING
     }
 
-    /// Records a transfer split by the current weights: channel i moved `bytes[i]` in
-    /// `secs[i]` seconds. The transfer's time is the slowest channel's. Sets the next weights
+    /// Records a transfer split by the current weights: channel i had moved `bytes[i]`
+    /// `secs[i]` seconds after the transfer began (its hand-over included). The transfer's
+    /// time is the slowest channel's. Sets the next weights
     /// proportional to the measured bandwidths (each at least [`MIN_SHARE`] of an equal
     /// share), or, at the [`TUNING`]-th transfer, to the fastest split seen, for good.
     pub fn record(&mut self, bytes: &[usize], secs: &[f64]) {
@@ -84,6 +87,7 @@ impl Tune {
             .iter()
             .zip(secs)
             .map(|(&b, &t)| (b > 0 && t > 0.0).then(|| b as f64 / t))
+            .map(|b| b.filter(|b| b.is_finite()))
             .collect();
         let measured: Vec<f64> = bw.iter().flatten().copied().collect();
         if measured.is_empty() {
@@ -101,6 +105,9 @@ impl Tune {
 fn normalised(raw: &[f64]) -> Vec<f64> {
     let n = raw.len();
     let floor = MIN_SHARE / n as f64;
+    // Scaled by the largest first, so that the sum cannot overflow.
+    let top = raw.iter().copied().fold(0.0, f64::max);
+    let raw: Vec<f64> = raw.iter().map(|&r| r / top).collect();
     let sum: f64 = raw.iter().sum();
     let mut w: Vec<f64> = raw.iter().map(|&r| r / sum).collect();
     let mut low = vec![false; n];
@@ -130,8 +137,8 @@ fn normalised(raw: &[f64]) -> Vec<f64> {
     w
 }
 
-/// The cut points that split `len` bytes by `weights`: `cuts[0] = 0`, `cuts[n] = len`,
-/// ascending, interior cuts on multiples of 64 bytes (or at `len`). Part i is
+/// The cut points that split `len` bytes by `weights` into `n` parts (`n` = the number of
+/// weights, at least 1): `cuts[0] = 0`, `cuts[n] = len`, ascending, interior cuts on multiples of 64 bytes (or at `len`). Part i is
 /// `cuts[i]..cuts[i + 1]`: every byte is in exactly one part, whatever the weights (negative,
 /// zero or non-finite weights count as zero; all zero splits equally).
 pub fn split(len: usize, weights: &[f64], cuts: &mut Vec<usize>) {
@@ -157,14 +164,24 @@ pub fn split(len: usize, weights: &[f64], cuts: &mut Vec<usize>) {
     cuts.push(len);
 }
 
+/// What one split put reuses from the last.
+#[derive(Debug, Default)]
+struct Scratch {
+    cuts: Vec<usize>,
+    secs: Vec<f64>,
+    bytes: Vec<usize>,
+    equal: Vec<f64>,
+}
+
 /// An endpoint's channels: the copy engines and the tuning state per transfer pattern.
 #[derive(Debug)]
 pub(crate) struct Channels {
     n: usize,
     engines: rayon::ThreadPool,
     tunes: RefCell<HashMap<(usize, usize), Tune>>,
-    /// Reused cut points and times (no allocation per put once warm).
-    scratch: RefCell<(Vec<usize>, Vec<f64>, Vec<usize>)>,
+    /// Reused cut points, times, part lengths and equal weights (rayon still allocates a job
+    /// per part handed to an engine, and a tuning transfer's `record` a few small vectors).
+    scratch: RefCell<Scratch>,
 }
 
 impl Channels {
@@ -185,7 +202,10 @@ impl Channels {
             n,
             engines,
             tunes: RefCell::new(HashMap::new()),
-            scratch: RefCell::new((Vec::new(), Vec::new(), Vec::new())),
+            scratch: RefCell::new(Scratch {
+                equal: vec![1.0 / n as f64; n],
+                ..Scratch::default()
+            }),
         })
     }
 
@@ -207,18 +227,30 @@ impl Channels {
         if src.len() < SPLIT_MIN {
             return Ok(false);
         }
+        let key = (q, src.len());
         let mut tunes = self.tunes.borrow_mut();
-        let tune = tunes
-            .entry((q, src.len()))
-            .or_insert_with(|| Tune::new(self.n));
         let mut scratch = self.scratch.borrow_mut();
-        let (cuts, secs, bytes) = &mut *scratch;
-        split(src.len(), &tune.weights, cuts);
+        let Scratch {
+            cuts,
+            secs,
+            bytes,
+            equal,
+        } = &mut *scratch;
+        split(
+            src.len(),
+            tunes.get(&key).map_or(&equal[..], |t| &t.weights),
+            cuts,
+        );
         secs.clear();
         secs.resize(self.n, 0.0);
         if !w.put_parts(dst, off, src, cuts, &self.engines, secs)? {
             return Ok(false);
         }
+        // A pattern is tuned from its first split put on, while the table has room.
+        if !tunes.contains_key(&key) && tunes.len() >= MAX_PATTERNS {
+            return Ok(true);
+        }
+        let tune = tunes.entry(key).or_insert_with(|| Tune::new(self.n));
         if !tune.frozen() {
             bytes.clear();
             bytes.extend(cuts.windows(2).map(|c| c[1] - c[0]));

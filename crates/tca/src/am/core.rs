@@ -129,6 +129,9 @@ pub(crate) struct Core {
     /// The copy engines of puts split over several channels, once turned on
     /// (`Endpoint::set_channels`).
     pub(super) channels: RefCell<Option<super::channels::Channels>>,
+    /// Whether gets from ranks of this node read their segment directly (else, as across a
+    /// network, a request whose handler writes the data back).
+    pub(super) direct_gets: Cell<bool>,
     st: RefCell<State>,
 }
 
@@ -250,6 +253,7 @@ impl Core {
             bell,
             flags,
             channels: RefCell::new(None),
+            direct_gets: Cell::new(true),
             st: RefCell::new(st),
         }
     }

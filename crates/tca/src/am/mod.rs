@@ -69,10 +69,13 @@
 //! active messages never sleeps and never rings.
 //!
 //! # Extended API
-//! [`Endpoint::put`] writes straight into the target's segment (one copy); [`Endpoint::get`]
-//! sends a request whose handler writes the data back — up to a packet in a reply packet, a
-//! larger one by one put into a pooled landing segment of the requester (then one copy out),
-//! or with [`Endpoint::get_into`] by one put straight into this rank's segment (one copy). Each comes blocking, with an explicit handle ([`Event`]) and with implicit handles
+//! [`Endpoint::put`] writes straight into the target's segment (one copy). [`Endpoint::get`]
+//! from a rank of this node reads the target's segment directly (it is mapped here: one copy,
+//! no message, as GASNet's shared-memory gets); from a rank across the network — where, as on
+//! the papers' hardware, only writes exist — it sends a request whose handler writes the data
+//! back: up to a packet in a reply packet, a larger one by one put into a pooled landing
+//! segment of the requester (then one copy out). [`Endpoint::get_into`] always asks the
+//! target to put straight into this rank's segment (one copy). Each comes blocking, with an explicit handle ([`Event`]) and with implicit handles
 //! (`*_nbi`, completed by [`Endpoint::wait_syncnbi_all`] and its siblings).
 //!
 //! Vector, indexed and strided transfers ([`Strided`] is GASNet-EX's description: element
@@ -112,7 +115,7 @@ mod core;
 mod vis;
 
 pub(crate) use self::core::Core;
-pub use channels::{MAX_CHANNELS, MIN_SHARE, SPLIT_MIN, TUNING, Tune, split};
+pub use channels::{MAX_CHANNELS, MAX_PATTERNS, MIN_SHARE, SPLIT_MIN, TUNING, Tune, split};
 pub use vis::Strided;
 
 use std::cell::Cell;
@@ -749,6 +752,26 @@ impl<'c, 'w> Endpoint<'c, 'w> {
         Ok(())
     }
 
+    /// Whether [`Endpoint::get`] and [`Endpoint::get_nb`] from a rank of this node read its
+    /// segment directly (`true`, the default: one copy, no message) or, as across a network,
+    /// send a request whose handler writes the data back (`false`: the seed's software get,
+    /// for measuring it, or for a target whose handlers must see every access).
+    pub fn set_direct_gets(&self, on: bool) {
+        self.core.direct_gets.set(on);
+    }
+
+    /// Whether a get from `rank` reads its segment directly (see
+    /// [`Endpoint::set_direct_gets`]): on, and `rank` is a rank of this node.
+    pub fn gets_directly(&self, rank: u32) -> Result<bool> {
+        let q = self::rank(self.core, rank)?;
+        let w = self.w();
+        Ok(self.core.direct_gets.get()
+            && self
+                .comm
+                .world_rank(rank_u32(q))
+                .is_some_and(|r| w.reads_peer(r)))
+    }
+
     /// The number of channels puts are split over (1: none).
     pub fn channels(&self) -> usize {
         self.core
@@ -795,8 +818,12 @@ impl<'c, 'w> Endpoint<'c, 'w> {
         self.outside("a get")?;
         let q = rank(self.core, from)?;
         self.core.check_range(q, off, buf.len())?;
+        // Within a node the target's segment is mapped here: read it (one copy, no message).
+        if self.core.direct_gets.get() && self.w().read_peer(&self.core.segs[q], off, buf)? {
+            return Ok(self.event(What::Done));
+        }
         let n = buf.len();
-        // Up to a packet, the bytes come back in reply packets (copied once more into a
+        // Across a network: up to a packet, the bytes come back in reply packets (copied once more into a
         // pooled stash); beyond, the target puts them straight into a pooled landing
         // segment of this rank, copied out once.
         let large = n > self.core.room(2);

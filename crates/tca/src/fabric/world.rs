@@ -23,7 +23,7 @@ use super::segment::{Handle, Region, Segment, SymmetricSegment, out_of_bounds};
 /// that such transports (and libfabric's inject size) impose.
 pub const INLINE_MAX: usize = 256;
 /// Most parts (copy engines) one [`World::put_parts`] splits a put into.
-pub(crate) const MAX_PARTS: usize = 8;
+pub const MAX_PARTS: usize = 8;
 
 /// How a signal word changes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -737,7 +737,11 @@ impl World {
     /// Puts `src` at `off` in `dst` split into parts at `cuts` (part i is
     /// `src[cuts[i]..cuts[i + 1]]`; `cuts` ascending from 0 to `src.len()`), each part copied
     /// by its own copy engine: part 0 by this thread, the others by `engines`' threads, all at
-    /// once (seed 001's DMA channels, on shared memory). `secs[i]` gets part i's copy time.
+    /// once (seed 001's DMA channels, on shared memory). `secs[i]` gets the time from this
+    /// call's start until part i was in place (the hand-over to an engine included; 0 for an
+    /// empty part, which no engine is woken for). A failed part is an error, after the other
+    /// parts were written (the whole range was checked first, so only the mapping's own
+    /// checks can fail one).
     /// Complete on return, like [`World::put`]. Returns `false` (nothing done) when `dst` is
     /// not memory of this node (across the network, or a simulated network, whose time a copy
     /// engine would bypass): then a plain put is the way.
@@ -764,7 +768,9 @@ impl World {
             return Err(Error::new(
                 ErrorKind::InvalidArgument,
                 format!(
-                    "cuts {cuts:?} do not split a {}-byte put into 1 to {MAX_PARTS} parts",
+                    "cuts {cuts:?} (with {} times) do not split a {}-byte put into 1 to \
+                     {MAX_PARTS} parts",
+                    secs.len(),
                     src.len()
                 ),
             ));
@@ -773,8 +779,8 @@ impl World {
         let region = self.shm.resolve(dst)?;
         let at = region.range(off, src.len())?;
         let map = &region.map;
+        let t0 = std::time::Instant::now();
         let copy = |i: usize| {
-            let t0 = std::time::Instant::now();
             let r = map.write(at + cuts[i], &src[cuts[i]..cuts[i + 1]]);
             (r, t0.elapsed().as_secs_f64())
         };
@@ -783,7 +789,8 @@ impl World {
             let (first_err, other_errs) = errs.split_at_mut(1);
             let (first_sec, other_secs) = secs.split_at_mut(1);
             for (k, (e, t)) in other_errs.iter_mut().zip(other_secs).enumerate() {
-                if k + 1 < parts {
+                *t = 0.0;
+                if k + 1 < parts && cuts[k + 1] < cuts[k + 2] {
                     let copy = &copy;
                     s.spawn(move |_| {
                         let (r, dt) = copy(k + 1);
@@ -800,6 +807,29 @@ impl World {
             Some(e) => Err(e),
             None => Ok(true),
         }
+    }
+
+    /// Whether [`World::read_peer`] reads `rank`'s segments directly: a rank of this node
+    /// reached through shared memory (not the network, not a simulated network).
+    pub(crate) fn reads_peer(&self, rank: u32) -> bool {
+        self.sim.is_none() && !self.is_remote(rank) && self.shm.reaches(rank)
+    }
+
+    /// Reads `dst.len()` bytes at `off` of `src` (a peer's segment) straight from its memory,
+    /// when that is memory of this node: one copy, no message, complete on return (GASNet's
+    /// within-node get, PSHM's load). Returns `false` (nothing read) when `src` is across the
+    /// network or on a simulated network, where only writes exist (the papers' hardware) and
+    /// a get is a request whose handler writes the data back (`am`). Bounds and key are
+    /// checked as for a put.
+    pub(crate) fn read_peer(&self, src: &Handle, off: usize, dst: &mut [u8]) -> Result<bool> {
+        if !self.reads_peer(src.rank()) {
+            return Ok(false);
+        }
+        self.check_handle(src)?;
+        let region = self.shm.resolve(src)?;
+        let at = region.range(off, dst.len())?;
+        region.map.read(at, dst)?;
+        Ok(true)
     }
 
     /// A small put done with plain stores (the papers' PIO): at most [`INLINE_MAX`] bytes.
