@@ -696,6 +696,11 @@ fn rendezvous_into_plain_memory_is_written_once() {
 #[test]
 fn a_receive_given_up_is_never_written() {
     use std::sync::atomic::{AtomicU32, Ordering};
+    if std::env::var("TCA_TRANSPORT").is_ok_and(|t| t.trim() == "sim") {
+        // A host-time timeout, and a rank that waits without tca calls: not a simulated
+        // network's notions (no rank is within reach of cross-memory attach there either).
+        return;
+    }
     if !tca::p2p::cross_memory_attach() {
         eprintln!("cross-memory attach is not permitted here; nothing to test");
         return;

@@ -239,11 +239,14 @@ impl<'w> Comm<'w> {
 
     /// The smallest rendezvous message that this rank, receiving into plain memory, takes by
     /// cross-memory attach — written once by its sender, straight into the receive buffer —
-    /// or `None` if none does (`TCA_CMA=off`, or the kernel forbids it: see
-    /// [`cross_memory_attach`]). Default [`CMA_DEFAULT`], or `TCA_CMA` in bytes. Senders
+    /// or `None` if none does (`TCA_CMA=off`, a simulated network, or the kernel forbids it:
+    /// see [`cross_memory_attach`]). Default [`CMA_DEFAULT`], or `TCA_CMA` in bytes. Senders
     /// across the network are never asked to.
     pub fn cma_min(&self) -> Option<usize> {
-        self.engine().cma_min()
+        // On a simulated network every peer is across it.
+        self.engine()
+            .cma_min()
+            .filter(|_| self.world_ref().simulated().is_none())
     }
 
     /// Sets [`Comm::cma_min`] for this rank's receives on this communicator (`None`: never).
