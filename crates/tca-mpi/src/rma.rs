@@ -25,7 +25,14 @@ pub struct Window {
 impl Window {
     /// Allocates a window of `len` bytes on every rank of `comm` (collective) and opens a
     /// passive-target access epoch to every rank.
+    ///
+    /// Panics (on every rank alike, before any MPI call) if `len` is over 2 GiB: a put or get
+    /// counts its bytes in a C `int`.
     pub fn allocate(comm: &SimpleCommunicator, len: usize) -> Window {
+        assert!(
+            c_int::try_from(len).is_ok(),
+            "an MPI window of {len} bytes: at most 2 GiB (a C int of bytes per operation)"
+        );
         let size = ffi::MPI_Aint::try_from(len).expect("a window fits an MPI_Aint");
         let mut base: *mut u8 = std::ptr::null_mut();
         // SAFETY: reading an MPI handle constant that MPI_Init set up.

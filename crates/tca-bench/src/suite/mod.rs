@@ -97,7 +97,8 @@ pub enum Kind {
     AmMedium,
     /// testam's Long ping-pong: a Long request and a Long reply of the same size.
     AmLong,
-    /// A blocking get by rank 0 from rank 1's segment (a request whose handler writes back).
+    /// A blocking get by rank 0 from rank 1's segment (within a node a direct read; across a
+    /// network a request whose handler writes back).
     Get,
     /// A blocking put by rank 0 into rank 1's segment.
     Put,
@@ -324,7 +325,7 @@ pub static BENCHMARKS: &[Benchmark] = &[
         kind: Kind::Get,
         collective: None,
         family: Family::Gasnet,
-        about: "blocking get from rank 1's segment into memory (an AM whose handler writes back)",
+        about: "blocking get from rank 1's segment into memory (same node: a direct read; across a network: an AM whose handler writes back)",
     },
     Benchmark {
         name: "VIS_Halo",

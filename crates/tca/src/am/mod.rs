@@ -1,7 +1,8 @@
 //! Active messages and a GASNet-style extended API over one-sided writes (seed 001): handlers
-//! run at the target with arguments and a payload, put and get (get done in software, by a
-//! handler that writes the data back), vector, indexed and strided transfers — GASNet-EX's
-//! semantics on a [`Comm`], built from the fabric's puts and signals only.
+//! run at the target with arguments and a payload, put and get (across a network a get is
+//! done in software, by a handler that writes the data back; within a node it reads the
+//! target's mapped segment), vector, indexed and strided transfers — GASNet-EX's semantics
+//! on a [`Comm`], built from the fabric's puts and signals (and, within a node, loads).
 //!
 //! ```
 //! use std::{cell::Cell, rc::Rc};
@@ -95,7 +96,7 @@
 //!   [`Endpoint::get_into`] and large gets (the target's chained put into this rank's segment
 //!   or a landing segment), and VIS pieces at or above the packing threshold.
 //! - **BtoB**, through the ring, two copies, any memory: Medium payloads, packed VIS pieces,
-//!   gets of up to a packet.
+//!   software gets of up to a packet (across a network, or with direct gets off).
 //! - **Several channels** ([`Endpoint::set_channels`], `channels`): a put of at least
 //!   [`SPLIT_MIN`] bytes into memory of this node split over copy engines, weights tuned per
 //!   transfer pattern from measured bandwidth and frozen after [`TUNING`] transfers.
@@ -755,21 +756,30 @@ impl<'c, 'w> Endpoint<'c, 'w> {
     /// Whether [`Endpoint::get`] and [`Endpoint::get_nb`] from a rank of this node read its
     /// segment directly (`true`, the default: one copy, no message) or, as across a network,
     /// send a request whose handler writes the data back (`false`: the seed's software get,
-    /// for measuring it, or for a target whose handlers must see every access).
+    /// for measuring it, or for a target whose handlers must see every access). A direct get
+    /// is a load, like GASNet's shared-memory gets: it runs no handlers and polls nothing,
+    /// and reads a peer's segment whether or not that peer is still running (as a put
+    /// writes it), where a software get needs the target's handler.
     pub fn set_direct_gets(&self, on: bool) {
         self.core.direct_gets.set(on);
     }
 
-    /// Whether a get from `rank` reads its segment directly (see
-    /// [`Endpoint::set_direct_gets`]): on, and `rank` is a rank of this node.
-    pub fn gets_directly(&self, rank: u32) -> Result<bool> {
+    /// Whether `rank`'s segment is memory of this node, reached through shared memory (not
+    /// across a network, not on a simulated one): then gets from it may read it directly and
+    /// puts into it may be split over channels.
+    pub fn on_node(&self, rank: u32) -> Result<bool> {
         let q = self::rank(self.core, rank)?;
         let w = self.w();
-        Ok(self.core.direct_gets.get()
-            && self
-                .comm
-                .world_rank(rank_u32(q))
-                .is_some_and(|r| w.reads_peer(r)))
+        Ok(self
+            .comm
+            .world_rank(rank_u32(q))
+            .is_some_and(|r| w.reads_peer(r)))
+    }
+
+    /// Whether a get from `rank` reads its segment directly (see
+    /// [`Endpoint::set_direct_gets`]): on, and `rank` is [`on_node`](Endpoint::on_node).
+    pub fn gets_directly(&self, rank: u32) -> Result<bool> {
+        Ok(self.core.direct_gets.get() && self.on_node(rank)?)
     }
 
     /// The number of channels puts are split over (1: none).

@@ -249,6 +249,19 @@ impl<'w> Comm<'w> {
             .filter(|_| self.world_ref().simulated().is_none())
     }
 
+    /// Whether a rendezvous from member `src` of at least [`Comm::cma_min`] bytes into this
+    /// rank's plain memory is written by cross-memory attach: `src` is a rank of this node
+    /// reached through shared memory, and `cma_min` is not `None`.
+    pub fn cma_reaches(&self, src: u32) -> Result<bool> {
+        let r = self.world_rank(src).ok_or_else(|| {
+            Error::new(
+                ErrorKind::InvalidRank,
+                format!("rank {src} is not a member of this communicator"),
+            )
+        })?;
+        Ok(self.cma_min().is_some() && self.world_ref().cma_reaches(r))
+    }
+
     /// Sets [`Comm::cma_min`] for this rank's receives on this communicator (`None`: never).
     pub fn set_cma_min(&self, bytes: Option<usize>) {
         self.engine().set_cma_min(bytes);
