@@ -456,6 +456,35 @@ fn compare_mpi_osu_and_halo() {
     assert_eq!(rows, 2, "one overlap comparison line per size: {out}");
 }
 
+/// Put and Get beside MPI's one-sided calls (`MPI_Put`/`MPI_Get` + `MPI_Win_flush` in a
+/// window): both halves run them, and each size gets its comparison line.
+#[test]
+fn compare_mpi_put_get() {
+    if !cfg!(feature = "mpi") {
+        return;
+    }
+    let out = ok(&[
+        "bench",
+        "Put",
+        "Get",
+        "--sizes",
+        "8,64K",
+        "--iters",
+        "5",
+        "--compare",
+        "mpi",
+    ]);
+    let secs = tca_model::imb::parse(&out).unwrap();
+    assert_eq!(secs.len(), 4, "tca's and MPI's Put and Get: {out}");
+    for b in ["Put", "Get"] {
+        let rows = out
+            .lines()
+            .filter(|l| l.starts_with(&format!("# {b} ")))
+            .count();
+        assert_eq!(rows, 2, "one comparison line per size of {b}: {out}");
+    }
+}
+
 /// Without the `mpi` feature, --compare mpi says how to get it; with it, a small comparison
 /// runs (CI builds with the feature for this test: see .ci/run).
 #[test]

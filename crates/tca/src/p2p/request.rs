@@ -249,8 +249,8 @@ pub fn test_all(reqs: &mut [Request<'_>]) -> Result<bool> {
 /// (`MPI_Waitany`). Fails if no request is active.
 ///
 /// The collectives of one scope complete in the order they were started, so when only
-/// collectives are active and none has completed yet, this waits for the oldest of the first
-/// one's scope (one that will complete, which is all `MPI_Waitany` promises). With sends or
+/// collectives are active, this waits for the oldest of the first one's scope: the first of
+/// that scope to complete (one that will complete is all `MPI_Waitany` promises). With sends or
 /// receives active, it sleeps on those between passes and moves the collectives on after
 /// every nap (0.2 ms at most).
 pub fn wait_any(reqs: &mut [Request<'_>]) -> Result<(usize, Status)> {
@@ -261,13 +261,9 @@ pub fn wait_any(reqs: &mut [Request<'_>]) -> Result<(usize, Status)> {
         ));
     }
     if !reqs.iter().any(|r| r.id.is_some() || r.early.is_some()) {
-        for (i, r) in reqs.iter_mut().enumerate() {
-            if r.is_active()
-                && let Some(s) = r.test()?
-            {
-                return Ok((i, s));
-            }
-        }
+        // Only collectives: a scope finishes its runs in the order they started, so the
+        // oldest one is the first to complete. (Testing them in turn could finish an older
+        // and a younger run in the younger one's test and hand the younger back first.)
         let Some((ops, _)) = reqs.iter().find_map(|r| r.coll) else {
             unreachable!("an active request, and every active one is a collective");
         };
