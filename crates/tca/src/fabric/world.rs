@@ -631,7 +631,7 @@ impl World {
     /// Whether this rank can write into `rank`'s plain memory by cross-memory attach
     /// (`transport::shm::cma`): a rank of this node reached through shared memory (not the
     /// network, not a simulation, whose time the copy would bypass), with the kernel's
-    /// permission and `TCA_CMA` not off.
+    /// permission. (Which messages go that way is the two-sided layer's `cma_min`.)
     pub(crate) fn cma_reaches(&self, rank: u32) -> bool {
         self.sim.is_none()
             && !self.is_remote(rank)
