@@ -53,55 +53,71 @@ impl Window {
         Window { win, len }
     }
 
-    fn check(&self, disp: usize, n: usize) -> c_int {
+    /// One operation on `n` bytes at byte `disp` of `target`'s window, then its completion
+    /// at both ends (`MPI_Win_flush`): checks the range, and calls `op(count, disp, bytes)`
+    /// with the C arguments of the transfer (count and displacement, `MPI_UINT8_T`).
+    fn flushed(
+        &self,
+        target: i32,
+        disp: usize,
+        n: usize,
+        op: impl FnOnce(c_int, ffi::MPI_Aint, ffi::MPI_Datatype),
+    ) {
         assert!(
             disp.checked_add(n).is_some_and(|e| e <= self.len),
             "{n} bytes at {disp} do not fit a {}-byte window",
             self.len
         );
-        c_int::try_from(n).expect("at most 2 GiB per operation")
+        let count = c_int::try_from(n).expect("at most 2 GiB per operation");
+        let at = ffi::MPI_Aint::try_from(disp).expect("within a window of at most 2 GiB");
+        // SAFETY: reading an MPI handle constant that MPI_Init set up.
+        op(count, at, unsafe { ffi::RSMPI_UINT8_T });
+        // SAFETY: the window is allocated and locked for all ranks (`allocate`).
+        unsafe { ffi::MPI_Win_flush(target, self.win) };
     }
 
     /// Puts `src` at byte `disp` of `target`'s window and returns once it is complete there.
     pub fn put(&self, src: &[u8], target: i32, disp: usize) {
-        let n = self.check(disp, src.len());
-        // SAFETY: `src` is valid for reads of `n` bytes for the call, and MPI_Win_flush
-        // completes the put (so MPI no longer reads `src`) before this returns; the target
-        // range was checked against the window's length on every rank (all allocate `len`).
-        unsafe {
-            ffi::MPI_Put(
-                src.as_ptr().cast(),
-                n,
-                ffi::RSMPI_UINT8_T,
-                target,
-                disp as ffi::MPI_Aint,
-                n,
-                ffi::RSMPI_UINT8_T,
-                self.win,
-            );
-            ffi::MPI_Win_flush(target, self.win);
-        }
+        self.flushed(target, disp, src.len(), |n, at, bytes| {
+            // SAFETY: `src` is valid for reads of `n` bytes for the call, and the flush that
+            // follows completes the put (MPI reads `src` no more) before `put` returns; the
+            // target range was checked against the window's length, the same on every rank.
+            unsafe {
+                ffi::MPI_Put(
+                    src.as_ptr().cast(),
+                    n,
+                    bytes,
+                    target,
+                    at,
+                    n,
+                    bytes,
+                    self.win,
+                )
+            };
+        });
     }
 
     /// Gets `dst.len()` bytes at byte `disp` of `target`'s window into `dst`, complete on
     /// return.
     pub fn get(&self, dst: &mut [u8], target: i32, disp: usize) {
-        let n = self.check(disp, dst.len());
-        // SAFETY: `dst` is valid for writes of `n` bytes and borrowed mutably for the call;
-        // MPI_Win_flush completes the get (MPI writes `dst` no more) before this returns.
-        unsafe {
-            ffi::MPI_Get(
-                dst.as_mut_ptr().cast(),
-                n,
-                ffi::RSMPI_UINT8_T,
-                target,
-                disp as ffi::MPI_Aint,
-                n,
-                ffi::RSMPI_UINT8_T,
-                self.win,
-            );
-            ffi::MPI_Win_flush(target, self.win);
-        }
+        let n = dst.len();
+        self.flushed(target, disp, n, |n, at, bytes| {
+            // SAFETY: `dst` is valid for writes of `n` bytes and borrowed mutably for the
+            // call; the flush that follows completes the get (MPI writes `dst` no more)
+            // before `get` returns.
+            unsafe {
+                ffi::MPI_Get(
+                    dst.as_mut_ptr().cast(),
+                    n,
+                    bytes,
+                    target,
+                    at,
+                    n,
+                    bytes,
+                    self.win,
+                )
+            };
+        });
     }
 }
 

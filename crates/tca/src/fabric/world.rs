@@ -636,7 +636,19 @@ impl World {
         self.sim.is_none()
             && !self.is_remote(rank)
             && self.shm.pid_of(rank).is_some()
-            && crate::transport::shm::cma::available()
+            && Self::cma_permitted()
+    }
+
+    /// Whether the kernel lets this process write into other processes' plain memory by
+    /// cross-memory attach at all (asked once per process).
+    pub(crate) fn cma_permitted() -> bool {
+        crate::transport::shm::cma::available()
+    }
+
+    /// Lets the ranks of this node write into this process by cross-memory attach (the
+    /// kernel's ptrace check, Yama): before this rank gives any of them an address.
+    pub(crate) fn allow_cma_writers(&self) {
+        crate::transport::shm::cma::allow_peers();
     }
 
     /// Whether `rank`, a rank of this node in another process, has exited: it will write
@@ -775,9 +787,7 @@ impl World {
                 ),
             ));
         }
-        self.check_handle(dst)?;
-        let region = self.shm.resolve(dst)?;
-        let at = region.range(off, src.len())?;
+        let (region, at) = self.mapped(dst, off, src.len())?;
         let map = &region.map;
         let t0 = std::time::Instant::now();
         let copy = |i: usize| {
@@ -825,11 +835,23 @@ impl World {
         if !self.reads_peer(src.rank()) {
             return Ok(false);
         }
-        self.check_handle(src)?;
-        let region = self.shm.resolve(src)?;
-        let at = region.range(off, dst.len())?;
+        let (region, at) = self.mapped(src, off, dst.len())?;
         region.map.read(at, dst)?;
         Ok(true)
+    }
+
+    /// The mapping of `h` (a segment of this node) and the offset in it of `len` bytes at
+    /// `off`: handle, key and bounds checked, as for a put.
+    fn mapped(
+        &self,
+        h: &Handle,
+        off: usize,
+        len: usize,
+    ) -> Result<(Arc<crate::transport::Region>, usize)> {
+        self.check_handle(h)?;
+        let region = self.shm.resolve(h)?;
+        let at = region.range(off, len)?;
+        Ok((region, at))
     }
 
     /// A small put done with plain stores (the papers' PIO): at most [`INLINE_MAX`] bytes.

@@ -33,7 +33,7 @@
 //! # Cross-memory attach: the one exception, bounded by a wait
 //! A rendezvous of at least `cma_min` bytes whose receive is matched while its caller waits
 //! on it (a blocking receive, or the wait of a receive request: [`Dest::Direct`]), from a
-//! sender that can write into this process by cross-memory attach (`transport::shm::cma`; a
+//! sender that can write into this process by cross-memory attach (`World::cma_reaches`; a
 //! rank of this node), posts the user buffer's *address*: the sender claims the transfer by compare-and-swap on the claim
 //! word (the protocol of `ready`, round = epoch), writes the data once with
 //! `process_vm_writev`, straight from its own buffer into the user's, then raises the done
@@ -417,7 +417,7 @@ impl Engine {
     /// attach; `None` when none does (turned off, or the kernel forbids it).
     pub(crate) fn cma_min(&self) -> Option<usize> {
         let n = self.cma_min.get();
-        (n != usize::MAX && crate::transport::cma_available()).then_some(n)
+        (n != usize::MAX && World::cma_permitted()).then_some(n)
     }
 
     pub(crate) fn set_cma_min(&self, n: Option<usize>) {
@@ -1217,7 +1217,7 @@ impl Engine {
         };
         let landing = if let Some(addr) = direct {
             // The sender's write must pass the kernel's ptrace check (Yama).
-            crate::transport::cma_allow_peers();
+            w.allow_cma_writers();
             cts[..8].copy_from_slice(&addr.to_le_bytes());
             cts[48..56].copy_from_slice(&(2 * epoch).to_le_bytes());
             None
@@ -1951,6 +1951,8 @@ struct Stay<'e> {
     eng: &'e Engine,
     w: &'e World,
     id: Id,
+    /// A receive with its buffer in hand: the only kind a transfer may write into directly.
+    recv: bool,
     upgraded: bool,
 }
 
@@ -1975,6 +1977,7 @@ impl<'e> Stay<'e> {
             eng,
             w,
             id,
+            recv: recv_in_hand,
             upgraded,
         }
     }
@@ -1993,7 +1996,9 @@ impl Drop for Stay<'_> {
         {
             *dest = Dest::Plain;
         }
-        self.eng.settle_direct(self.w, self.id);
+        if self.recv {
+            self.eng.settle_direct(self.w, self.id);
+        }
     }
 }
 

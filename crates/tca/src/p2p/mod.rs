@@ -114,7 +114,7 @@ pub const EAGER_DEFAULT: usize = 32 << 10;
 /// cross-memory attach (`process_vm_writev`, as Open MPI's and MPICH's shared-memory
 /// transports do). Which messages go that way: [`Comm::cma_min`].
 pub fn cross_memory_attach() -> bool {
-    crate::transport::cma_available()
+    crate::fabric::World::cma_permitted()
 }
 
 /// Default of [`Comm::cma_min`]: the smallest rendezvous message written straight into a
@@ -253,12 +253,8 @@ impl<'w> Comm<'w> {
     /// rank's plain memory is written by cross-memory attach: `src` is a rank of this node
     /// reached through shared memory, and `cma_min` is not `None`.
     pub fn cma_reaches(&self, src: u32) -> Result<bool> {
-        let r = self.world_rank(src).ok_or_else(|| {
-            Error::new(
-                ErrorKind::InvalidRank,
-                format!("rank {src} is not a member of this communicator"),
-            )
-        })?;
+        self.peer(src)?;
+        let r = self.world_rank(src).expect("a member has a world rank");
         Ok(self.cma_min().is_some() && self.world_ref().cma_reaches(r))
     }
 

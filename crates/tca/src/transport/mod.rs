@@ -75,7 +75,6 @@ pub use sim::{Compute, Network, Stats};
 /// The node's transport (shared memory); it also applies, with every check, what network
 /// peers ask of this rank's memory.
 pub(crate) use shm::Shm;
-pub(crate) use shm::cma::{allow_peers as cma_allow_peers, available as cma_available};
 /// A segment's memory on this node (a sealed memfd with a checked header), whatever
 /// transport carries the writes of remote peers into it.
 pub(crate) use shm::region::{Region, out_of_bounds};
