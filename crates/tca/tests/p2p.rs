@@ -115,6 +115,68 @@ fn non_overtaking_with_wildcards_and_unexpected() {
     .unwrap();
 }
 
+/// A window of small sends that outruns the receiver's ring: what queues behind the full ring
+/// goes in bundles (several messages in one packet) — with larger eager messages and
+/// rendezvous between them, which go alone — and every message still arrives whole, with its
+/// own tag and length, in the order it was sent; received by blocking receives and by
+/// windows of requests waited together.
+#[test]
+fn a_window_of_small_sends_arrives_whole_and_in_order() {
+    threads::run(2, |w| {
+        let c = Comm::world(w)?;
+        let e = c.eager_limit();
+        let size = |i: usize| match i % 11 {
+            0 => 0,
+            3 => 256,
+            5 => 257,
+            7 => 1000,
+            10 if i % 33 == 10 => e + 1,
+            k => k * 9 + i % 7,
+        };
+        let count = 600;
+        if c.rank() == 0 {
+            let msgs: Vec<Vec<u8>> = (0..count).map(|i| pattern(i, size(i))).collect();
+            let mut reqs = msgs
+                .iter()
+                .enumerate()
+                .map(|(i, m)| c.isend(m, 1, tag(i % 3)))
+                .collect::<tca::Result<Vec<_>>>()?;
+            wait_all(&mut reqs)?;
+        } else {
+            // Late: the sender's ring fills and the rest of its window queues.
+            std::thread::sleep(std::time::Duration::from_millis(30));
+            let check = |i: usize, st: tca::p2p::Status, got: &[u8]| {
+                assert_eq!(
+                    (st.source, st.tag, st.bytes),
+                    (0, tag(i % 3), size(i)),
+                    "{i}"
+                );
+                assert_eq!(got[..size(i)], pattern(i, size(i))[..], "message {i}");
+            };
+            let mut buf = vec![0u8; e + 1];
+            for i in 0..count / 2 {
+                let st = c.recv_bytes(&mut buf, 0, ANY_TAG)?;
+                check(i, st, &buf);
+            }
+            let mut bufs = vec![vec![0u8; e + 1]; 50];
+            for first in (count / 2..count).step_by(50) {
+                let mut reqs = bufs
+                    .iter_mut()
+                    .map(|b| c.irecv(b, 0, ANY_TAG))
+                    .collect::<tca::Result<Vec<_>>>()?;
+                wait_all(&mut reqs)?;
+                let sts: Vec<_> = reqs.iter().map(|r| r.status().unwrap()).collect();
+                drop(reqs);
+                for (k, st) in sts.into_iter().enumerate() {
+                    check(first + k, st, &bufs[k]);
+                }
+            }
+        }
+        Ok(())
+    })
+    .unwrap();
+}
+
 #[test]
 fn irecv_posted_before_send_and_wait_any() {
     threads::run(4, |w| {

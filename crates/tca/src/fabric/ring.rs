@@ -364,6 +364,14 @@ impl Ring {
             .try_send_parts(&self.mem(w), to, parts, aux, meta)
     }
 
+    /// Whether a packet to member `to` would go now (its slots have room).
+    #[inline]
+    pub(crate) fn can_send(&self, w: &World, to: usize) -> Result<bool> {
+        let mut c = self.proto.c.borrow_mut();
+        let seq = c.sent[to] + 1;
+        self.proto.has_credit(&self.mem(w), &mut c, to, seq)
+    }
+
     /// The credit word a sender blocked on member `to` sleeps on, and the value that lets
     /// its next packet go: what a waiter that cannot send sleeps on.
     pub(crate) fn credit_word(&self, to: usize) -> (usize, u64) {

@@ -66,6 +66,15 @@ const EAGER: u8 = 1;
 const RTS: u8 = 2;
 /// A persistent channel's first round: binds a `send_init_from` to a `recv_init_into`.
 const BIND: u8 = 3;
+/// Several eager messages in one packet: what waited in a pair's out queue for credit, sent
+/// together when credit came (see [`Engine::flush`]). Each is a [`SUB`]-byte header (the
+/// metadata word of a lone packet, then the length) and its payload padded to 8 bytes.
+const BUNDLE: u8 = 4;
+/// The largest message that goes in a bundle: beyond it the copy into the bundle costs more
+/// than the packet it saves (`tca bench osu_bw`, BENCHMARKS.md, "Bundled small messages").
+const BUNDLE_MAX: usize = 256;
+/// Bytes of a bundled message's header.
+const SUB: usize = 16;
 /// Raised into a done word instead of the generation alone when the sender gave the transfer
 /// up (its blocking send failed before the receiver's address came).
 const ABANDONED: u64 = 1 << 63;
@@ -124,8 +133,9 @@ struct Envelope {
 #[derive(Debug)]
 enum St {
     Free,
-    /// An eager send or an RTS waiting in the out queue for credit or a rendezvous slot.
+    /// An eager send or an RTS waiting in `to`'s out queue for credit or a rendezvous slot.
     SendQueued {
+        to: usize,
         data: Option<Vec<u8>>,
     },
     /// RTS sent; waiting for the receiver's address (clear to send).
@@ -253,6 +263,8 @@ struct State {
     chans: Vec<Vec<Option<SendChan>>>,
     /// Channels with a started round not yet put: (destination, slot).
     chan_pending: Vec<(usize, usize)>,
+    /// Where a bundle is put together before it goes (reused).
+    bundle: Vec<u8>,
 }
 
 /// A request's identity in the engine: slab index and generation (a stale `Request` never
@@ -394,6 +406,7 @@ impl Engine {
                     .map(|_| (0..CHANNELS).map(|_| None).collect())
                     .collect(),
                 chan_pending: Vec::new(),
+                bundle: Vec::new(),
             }),
         })
     }
@@ -566,7 +579,7 @@ impl Engine {
             }
             let mut v = Self::stash(&mut st, len);
             v.copy_from_slice(data);
-            let id = Self::alloc(&mut st, St::SendQueued { data: None });
+            let id = Self::alloc(&mut st, St::SendQueued { to, data: None });
             Self::enqueue(&mut st, to, id.idx, (tag, ty, len), Some(v), None);
             drop(st);
             self.flush(w)?;
@@ -577,7 +590,7 @@ impl Engine {
             v.copy_from_slice(data);
             v
         });
-        let id = Self::alloc(&mut st, St::SendQueued { data: staged });
+        let id = Self::alloc(&mut st, St::SendQueued { to, data: staged });
         Self::enqueue(&mut st, to, id.idx, (tag, ty, len), None, None);
         drop(st);
         self.flush(w)?;
@@ -606,13 +619,48 @@ impl Engine {
     }
 
     /// Sends what waits in the out queues, in order, while credits and rendezvous slots last.
+    /// Two or more eager messages at the front of a queue go as one [`BUNDLE`] packet, as
+    /// many as fit one: a stream of small sends that outran the receiver's credits (a
+    /// window of `isend`s) takes one slot and one credit per bundle, not per message. A
+    /// message that finds its queue empty still goes alone, at once.
     fn flush(&self, w: &World) -> Result<()> {
         let mut st = self.st.borrow_mut();
         if st.queued == 0 {
             return Ok(());
         }
         for to in 0..self.p {
-            while let Some(o) = st.out[to].front() {
+            // Every packet needs a free slot: nothing to look at in the queue without one.
+            while !st.out[to].is_empty() && self.ring.can_send(w, to)? {
+                let n = self.bundled(&st.out[to]);
+                if n > 1 {
+                    let mut buf = std::mem::take(&mut st.bundle);
+                    buf.clear();
+                    for o in st.out[to].iter().take(n) {
+                        let v = o.eager.as_deref().unwrap_or_default();
+                        buf.extend_from_slice(&meta(o.tag, EAGER, 0, o.ty));
+                        buf.extend_from_slice(&wire_len(o.len).to_le_bytes());
+                        buf.extend_from_slice(&[0; 4]);
+                        buf.extend_from_slice(v);
+                        buf.resize(buf.len().next_multiple_of(8), 0);
+                    }
+                    let sent =
+                        self.ring
+                            .try_send(w, to, &buf, wire_len(buf.len()), meta(0, BUNDLE, 0, 0));
+                    st.bundle = buf;
+                    if !sent? {
+                        break;
+                    }
+                    for _ in 0..n {
+                        let o = st.out[to].pop_front().expect("bundled from the queue");
+                        st.queued -= 1;
+                        st.stash.extend(o.eager);
+                        self.complete_send(&mut st, o.id, None);
+                    }
+                    continue;
+                }
+                let Some(o) = st.out[to].front() else {
+                    break;
+                };
                 let sent = match &o.eager {
                     Some(v) if o.bind.is_some() => self.ring.try_send(
                         w,
@@ -661,7 +709,7 @@ impl Engine {
                         let epoch = st.sgen[to][slot];
                         let r = &mut st.reqs[o.id as usize];
                         let data = match std::mem::replace(&mut r.st, St::Free) {
-                            St::SendQueued { data } => data,
+                            St::SendQueued { data, .. } => data,
                             _ => None,
                         };
                         r.st = St::SendCts {
@@ -676,6 +724,25 @@ impl Engine {
             }
         }
         Ok(())
+    }
+
+    /// How many eager messages at the front of `out` fit one bundle (the ring's packet
+    /// capacity, each with its [`SUB`]-byte header and padding).
+    fn bundled(&self, out: &VecDeque<Out>) -> usize {
+        let cap = self.ring.capacity();
+        let mut bytes = 0;
+        let mut n = 0;
+        for o in out {
+            if o.eager.is_none() || o.bind.is_some() || o.len > BUNDLE_MAX {
+                break;
+            }
+            bytes += SUB + o.len.next_multiple_of(8);
+            if bytes > cap {
+                break;
+            }
+            n += 1;
+        }
+        n
     }
 
     fn complete_send(&self, st: &mut State, idx: u32, err: Option<Error>) {
@@ -1313,16 +1380,22 @@ impl Engine {
         };
         let kind = h.meta[4];
         let slot = h.meta[5] as usize;
-        if !matches!(kind, EAGER | RTS | BIND)
+        if !matches!(kind, EAGER | RTS | BIND | BUNDLE)
             || (kind == RTS && slot >= RDV_SLOTS)
             || (kind == BIND && (slot >= CHANNELS || h.len != 8))
-            || (kind == EAGER && h.len != env.len)
+            || (matches!(kind, EAGER | BUNDLE) && h.len != env.len)
         {
-            return Err(self.peer_err(
-                ErrorKind::Transport,
-                q,
-                format!("malformed message header from communicator rank {q}"),
-            ));
+            return Err(self.malformed(q));
+        }
+        if kind == EAGER {
+            return self
+                .ring
+                .take_with(w, q, h, |b| self.deliver(st, env, b, hand, hand_id))?;
+        }
+        if kind == BUNDLE {
+            return self
+                .ring
+                .take_with(w, q, h, |b| self.unbundle(st, q, b, hand, hand_id))?;
         }
         let pos = st
             .posted
@@ -1334,11 +1407,7 @@ impl Engine {
                 _ => false,
             });
         let Some(pos) = pos else {
-            let body = if kind == EAGER {
-                let mut v = Self::stash(st, env.len);
-                self.ring.take(w, q, h, &mut v)?;
-                Body::Eager(v)
-            } else if kind == BIND {
+            let body = if kind == BIND {
                 let mut b = [0u8; 8];
                 self.ring.take(w, q, h, &mut b)?;
                 Body::Bind(slot, u64::from_le_bytes(b))
@@ -1358,11 +1427,49 @@ impl Engine {
             };
             return self.clear_to_send(w, st, idx, env, slot, buf);
         }
-        if kind == BIND {
-            let mut b = [0u8; 8];
-            self.ring.take(w, q, h, &mut b)?;
-            return self.bind(w, st, idx, env, slot, u64::from_le_bytes(b));
-        }
+        let mut b = [0u8; 8];
+        self.ring.take(w, q, h, &mut b)?;
+        self.bind(w, st, idx, env, slot, u64::from_le_bytes(b))
+    }
+
+    fn malformed(&self, q: usize) -> Error {
+        self.peer_err(
+            ErrorKind::Transport,
+            q,
+            format!("malformed message header from communicator rank {q}"),
+        )
+    }
+
+    /// An eager message's payload `data` (in the ring's slot): into the first posted receive
+    /// it matches (straight into the buffer in hand if that is the one being waited on, else
+    /// a pooled stash), or onto the unexpected queue.
+    fn deliver(
+        &self,
+        st: &mut State,
+        env: Envelope,
+        data: &[u8],
+        hand: &mut Hand<'_>,
+        hand_id: Option<u32>,
+    ) -> Result<()> {
+        let pos = st
+            .posted
+            .iter()
+            .position(|&i| match &st.reqs[i as usize].st {
+                St::RecvPosted { src, tag, dest, .. } => {
+                    matches(*src, *tag, &env) && !matches!(dest, Dest::Bound(..))
+                }
+                _ => false,
+            });
+        let Some(pos) = pos else {
+            let mut v = Self::stash(st, env.len);
+            v.copy_from_slice(data);
+            st.unexpected.push_back(Unexpected {
+                env,
+                body: Body::Eager(v),
+            });
+            return Ok(());
+        };
+        let idx = st.posted.remove(pos).expect("position is in range");
         let St::RecvPosted { cap, ty, .. } = st.reqs[idx as usize].st else {
             unreachable!("posted")
         };
@@ -1370,12 +1477,12 @@ impl Engine {
         let data = match hand {
             Hand::Recv(buf) if hand_id == Some(idx) => {
                 let n = env.len.min(buf.len());
-                self.ring.take(w, q, h, &mut buf[..n])?;
+                buf[..n].copy_from_slice(&data[..n]);
                 Data::Placed
             }
             _ => {
                 let mut v = Self::stash(st, env.len);
-                self.ring.take(w, q, h, &mut v)?;
+                v.copy_from_slice(data);
                 Data::Stash(v)
             }
         };
@@ -1383,6 +1490,37 @@ impl Engine {
         r.st = St::RecvDone { env, data, err };
         if r.orphan {
             Self::release(st, idx);
+        }
+        Ok(())
+    }
+
+    /// Delivers every message of a [`BUNDLE`] from `q`, in order; a header that does not
+    /// describe its bytes exactly is a malformed packet (nothing after it is delivered).
+    fn unbundle(
+        &self,
+        st: &mut State,
+        q: usize,
+        mut bytes: &[u8],
+        hand: &mut Hand<'_>,
+        hand_id: Option<u32>,
+    ) -> Result<()> {
+        while !bytes.is_empty() {
+            let Some((head, rest)) = bytes.split_first_chunk::<SUB>() else {
+                return Err(self.malformed(q));
+            };
+            let len = u32::from_le_bytes([head[8], head[9], head[10], head[11]]) as usize;
+            let padded = len.next_multiple_of(8);
+            if head[4] != EAGER || padded > rest.len() {
+                return Err(self.malformed(q));
+            }
+            let env = Envelope {
+                src: q,
+                tag: i32::from_le_bytes([head[0], head[1], head[2], head[3]]),
+                len,
+                ty: head[6],
+            };
+            self.deliver(st, env, &rest[..len], hand, hand_id)?;
+            bytes = &rest[padded..];
         }
         Ok(())
     }
@@ -1624,9 +1762,9 @@ impl Engine {
     }
 
     /// The word a waiter on `id` sleeps on, and the value that ends its sleep.
-    fn hint(&self, id: Id, turn: usize) -> (usize, u64) {
+    fn hint(&self, w: &World, id: Id, turn: usize) -> Result<(usize, u64)> {
         let st = self.st.borrow();
-        match st.reqs[id.idx as usize].st {
+        Ok(match st.reqs[id.idx as usize].st {
             St::RecvPosted {
                 src: Source::Rank(q),
                 ..
@@ -1648,8 +1786,11 @@ impl Engine {
             St::SendCts {
                 to, slot, epoch, ..
             } => (self.rab_off(to, slot) + 56, epoch),
+            // Queued for credit: the receiver's next credit lets it go. (Queued behind the
+            // rendezvous slots instead: they free as transfers finish, seen by progress.)
+            St::SendQueued { to, .. } if !self.ring.can_send(w, to)? => self.ring.credit_word(to),
             _ => self.ring.next_word(turn % self.p),
-        }
+        })
     }
 
     /// One sleep of a message-engine wait: pays owed credits, then runs the fabric's one wait
@@ -1766,7 +1907,7 @@ impl Engine {
             if self.is_done(id) {
                 return self.finish(id, &mut hand.borrow_mut());
             }
-            let hint = self.hint(id, turn);
+            let hint = self.hint(w, id, turn)?;
             turn += 1;
             self.sleep_on(w, hint, &patience, || {
                 self.progress(w, &mut hand.borrow_mut(), Some(id.idx))?;
@@ -1849,7 +1990,7 @@ impl Engine {
         patience: &Patience,
         done: impl Fn() -> bool,
     ) -> Result<()> {
-        self.sleep_on(w, self.hint(first, 0), patience, || {
+        self.sleep_on(w, self.hint(w, first, 0)?, patience, || {
             self.progress(w, &mut Hand::None, None)?;
             Ok(done())
         })

@@ -27,6 +27,11 @@
 //!   packet of the communicator's p2p ring ([`crate::fabric::ring`]) in the receiver's memory,
 //!   with the receiver returning credits. A message of up to 40 bytes is one cache line. A
 //!   packet that arrives before its receive is copied to the unexpected queue, freeing its slot.
+//!   A send that finds the pair's ring full waits in an out queue (its data copied); when
+//!   credit comes back, the small messages (up to 256 bytes) at the queue's front go together
+//!   as one packet, a *bundle*, so a window of `isend`s that outruns the receiver costs one
+//!   slot and one credit per bundle instead of per message (`tca bench osu_bw`: 13-15% less
+//!   time per 8-byte message, BENCHMARKS.md).
 //! - **Rendezvous** (larger messages), as seed 003: the sender writes a request-to-send packet
 //!   naming one of its [`RDV_SLOTS`] rendezvous slots; the receiver, once the message matches a
 //!   receive, writes its buffer's handle, offset and length into the sender's *remote address
