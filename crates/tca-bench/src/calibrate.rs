@@ -66,6 +66,9 @@ pub struct Request {
     pub from: Option<PathBuf>,
     /// Also write the measurements here (CSV), to refit them later with `from`.
     pub rows: Option<PathBuf>,
+    /// The measurements of `from` crossed a network ([`RankModels::network`]); a measuring
+    /// run tells from its transport.
+    pub network: bool,
     /// The command line to record in the calibration.
     pub command: String,
 }
@@ -138,6 +141,7 @@ pub fn run(req: &Request) -> Result<Option<Outcome>> {
         std::thread::available_parallelism().map_or(0, |n| u32::try_from(n.get()).unwrap_or(0))
     });
     let mut by_np: BTreeMap<u32, Vec<Row>> = BTreeMap::new();
+    let mut network = req.network;
     match &req.from {
         Some(path) => {
             let rows = tca_model::record::read_file(path).map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -161,6 +165,7 @@ pub fn run(req: &Request) -> Result<Option<Outcome>> {
                 let halves: Vec<Half> = tca_mpi::launch_tca(np)?;
                 if let Some(h) = halves.first() {
                     transport.clone_from(&h.transport);
+                    network |= crosses_network(&h.transport);
                 }
                 by_np.insert(np, halves.into_iter().flat_map(|h| h.rows).collect());
             }
@@ -183,11 +188,18 @@ pub fn run(req: &Request) -> Result<Option<Outcome>> {
     );
     let mut fits = Vec::new();
     for (np, rows) in &by_np {
-        let f = fit_rank_count(*np, rows, cores)?;
+        let mut f = fit_rank_count(*np, rows, cores)?;
+        f.models.network = network;
         calibration.ranks.push(f.models.clone());
         fits.push(f);
     }
     Ok(Some(Outcome { calibration, fits }))
+}
+
+/// Whether a job's transport (as `tca bench` reports it: `shm`, `ofi`, `shm+ofi`,
+/// `sim:NAME`) moved data through a real network.
+fn crosses_network(transport: &str) -> bool {
+    transport.split('+').any(|t| t == "ofi")
 }
 
 /// The runs of the suite, each forcing one algorithm per collective benchmark: run k forces
@@ -370,6 +382,7 @@ pub fn fit_rank_count(np: u32, rows: &[Row], cores: u32) -> Result<RankFit> {
         models: RankModels {
             ranks: np,
             cores,
+            network: false,
             all,
             collectives,
         },
@@ -388,9 +401,9 @@ pub struct Choices {
     pub runs: Vec<(usize, usize, &'static str)>,
 }
 
-/// What selection will choose with `cal` at `p` ranks, per collective (the barrier has no
-/// sizes; one rank has nothing to choose).
-pub fn choices(cal: &Calibration, p: usize) -> Vec<Choices> {
+/// What selection will choose with `cal` at `p` ranks, within a node or across a network
+/// (`network`), per collective (the barrier has no sizes; one rank has nothing to choose).
+pub fn choices(cal: &Calibration, p: usize, network: bool) -> Vec<Choices> {
     let mut out = Vec::new();
     for c in Collective::ALL {
         if c == Collective::Barrier || p < 2 {
@@ -399,7 +412,7 @@ pub fn choices(cal: &Calibration, p: usize) -> Vec<Choices> {
         let mut runs: Vec<(usize, usize, &'static str)> = Vec::new();
         for k in 3..=22 {
             let bytes = 1usize << k;
-            let a = cal.choose(c, p, bytes).name;
+            let a = cal.choose_on(c, p, bytes, network).name;
             match runs.last_mut() {
                 Some(l) if l.2 == a => l.1 = bytes,
                 _ => runs.push((bytes, bytes, a)),

@@ -45,6 +45,10 @@ pub(crate) enum Cmd {
     /// other load on the machine does not enter the fit.
     #[command(after_help = size::GRAMMAR)]
     Calibrate(CalibrateArgs),
+    /// Which algorithm Auto chooses, per collective and message size, at the given rank
+    /// counts: with the calibration file the library reads (or --file), else the built-in
+    /// models; --network for communicators whose members are on different nodes.
+    Choices(ChoicesArgs),
     /// The presets: seed 002's parameter sets (Tables 3-7) and their Table 1 columns.
     Presets {
         /// Output format.
@@ -281,6 +285,24 @@ pub(crate) struct CalibrateArgs {
     /// ranks than cores, the models share the cores out. For --from files measured elsewhere.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     cores: Option<u32>,
+    /// The measurements crossed a network (ranks on different nodes): the models are those of
+    /// communicators that span nodes. For --from files; a measuring run knows it from its
+    /// transport (libfabric between some ranks).
+    #[arg(long)]
+    network: bool,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct ChoicesArgs {
+    /// Rank counts, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "2")]
+    np: Vec<u32>,
+    /// For a communicator that spans nodes: the models measured across a network.
+    #[arg(long)]
+    network: bool,
+    /// A calibration file instead of the one the library reads.
+    #[arg(long, value_name = "FILE")]
+    file: Option<PathBuf>,
 }
 
 pub(crate) fn run(cmd: Cmd) -> Result<i32> {
@@ -290,6 +312,7 @@ pub(crate) fn run(cmd: Cmd) -> Result<i32> {
         Cmd::Fit(a) => fit_cmd(&a)?,
         Cmd::Compare(a) => (compare_cmd(&a)?, 0),
         Cmd::Presets { format } => (presets_cmd(format)?, 0),
+        Cmd::Choices(a) => (choices_cmd(&a)?, 0),
     };
     print!("{out}");
     Ok(code)
@@ -864,6 +887,7 @@ mod calibrate {
             cores: a.cores,
             from: a.from.clone(),
             rows: a.rows.clone(),
+            network: a.network,
             command,
         };
         // Where the file goes is decided before the long measurement.
@@ -1007,12 +1031,22 @@ mod calibrate {
         let cal: &Calibration = &outcome.calibration;
         let mut s = String::new();
         for r in &cal.ranks {
-            let p = r.ranks as usize;
-            let _ = writeln!(
-                s,
-                "\nautomatic choice at {p} ranks (message sizes as the library sees them):"
-            );
-            for c in calibrate::choices(cal, p) {
+            s += &choice_lines(cal, r.ranks as usize, r.network);
+        }
+        s
+    }
+
+    /// What selection chooses with `cal` at `p` ranks (across a network: `network`), per
+    /// collective and size.
+    pub(super) fn choice_lines(cal: &Calibration, p: usize, network: bool) -> String {
+        let mut s = String::new();
+        let across = if network { " across a network" } else { "" };
+        let _ = writeln!(
+            s,
+            "\nautomatic choice at {p} ranks{across} (message sizes as the library sees them):"
+        );
+        {
+            for c in calibrate::choices(cal, p, network) {
                 let parts: Vec<String> = c
                     .runs
                     .iter()
@@ -1029,6 +1063,33 @@ mod calibrate {
         }
         s
     }
+}
+
+fn choices_cmd(a: &ChoicesArgs) -> Result<String> {
+    use tca::coll::model::{Calibration, Source, active};
+    let (calibration, from) = match &a.file {
+        Some(f) => (
+            Calibration::load(f).map_err(|e| anyhow::anyhow!("{e}"))?,
+            f.display().to_string(),
+        ),
+        None => {
+            let act = active();
+            let from = match &act.source {
+                Source::Builtin | Source::Disabled => "the built-in models".to_string(),
+                Source::File(p) => p.display().to_string(),
+                Source::Fallback(p, e) => format!("the built-in models ({}: {e})", p.display()),
+            };
+            (act.calibration.clone(), from)
+        }
+    };
+    let mut s = format!("models: {from}\n");
+    for &p in &a.np {
+        if p < 2 {
+            bail!("--np: a choice needs at least 2 ranks");
+        }
+        s += &calibrate::choice_lines(&calibration, p as usize, a.network);
+    }
+    Ok(s)
 }
 
 #[cfg(test)]

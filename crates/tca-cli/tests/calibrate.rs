@@ -201,6 +201,71 @@ fn calibrate_fits_measurements_and_writes_the_file() {
     assert!(same * 100 >= total * 95, "{same} of {total} choices agree");
 }
 
+/// Measurements that crossed a network make entries for communicators that span nodes;
+/// `tca model choices` shows what Auto picks with them, and within a node (no such entries
+/// in the file) the built-in shared-memory models.
+#[test]
+fn network_calibration_and_the_choices_it_makes() {
+    let dir = TempDir::new("net");
+    let rows = write_rows(&dir, 4);
+    let out = dir.0.join("model.json");
+    let mut args = vec!["model", "calibrate", "--from", rows.to_str().unwrap()];
+    args.extend(["--cores", "4", "--network"]);
+    let o = tca(&out, &args);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(text(&o.stdout).contains("at 2 ranks across a network"));
+    let cal = Calibration::load(&out).unwrap();
+    assert!(cal.ranks.iter().all(|r| r.network), "{cal:?}");
+    assert!(cal.nearest(2).is_none());
+
+    let file = out.to_str().unwrap();
+    let net = tca(
+        Path::new("none"),
+        &[
+            "model",
+            "choices",
+            "--file",
+            file,
+            "--np",
+            "2,4",
+            "--network",
+        ],
+    );
+    assert!(net.status.success(), "{}", text(&net.stderr));
+    let s = text(&net.stdout);
+    assert!(s.contains(&format!("models: {file}")), "{s}");
+    for p in [2, 4] {
+        assert!(s.contains(&format!("at {p} ranks across a network")), "{s}");
+    }
+    let on_node = tca(
+        Path::new("none"),
+        &["model", "choices", "--file", file, "--np", "4"],
+    );
+    let s = text(&on_node.stdout);
+    assert!(s.contains("at 4 ranks (") && !s.contains("across"), "{s}");
+    // The same algorithms as the file's own printout of its choices, collective by
+    // collective (every line of `choices` names an algorithm of its collective).
+    for c in Collective::ALL
+        .iter()
+        .filter(|c| **c != Collective::Barrier)
+    {
+        let line = s
+            .lines()
+            .find(|l| l.trim_start().starts_with(c.name()))
+            .unwrap();
+        assert!(c.algorithms().any(|a| line.contains(a.name)), "{line}");
+    }
+    let bad = tca(Path::new("none"), &["model", "choices", "--np", "1"]);
+    assert!(!bad.status.success());
+    assert!(text(&bad.stderr).contains("at least 2 ranks"));
+    let missing = tca(
+        Path::new("none"),
+        &["model", "choices", "--file", "/nonexistent/m.json"],
+    );
+    assert!(!missing.status.success());
+    assert!(text(&missing.stderr).contains("/nonexistent/m.json"));
+}
+
 #[test]
 fn calibrate_rejects_bad_arguments() {
     let dir = TempDir::new("args");

@@ -711,3 +711,18 @@ fn a_stuck_peer_is_a_timeout_that_names_it() {
     }
     assert!(all[1].is_ok());
 }
+
+/// A communicator whose members talk through a network knows it (its algorithms are chosen
+/// with the network's cost models); one within a node, or on a simulated network, does not.
+#[test]
+fn a_communicator_says_whether_it_spans_a_network() {
+    threads::run(3, |w| {
+        let c = Comm::world(w)?;
+        let crosses = w.simulated().is_none() && w.transport().split('+').any(|t| t == "ofi");
+        assert_eq!(c.spans_network(), crosses, "{}", w.transport());
+        let alone = c.split(Some(c.rank()), 0)?.expect("every rank has a color");
+        assert!(!alone.spans_network());
+        Ok(())
+    })
+    .unwrap();
+}

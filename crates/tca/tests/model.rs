@@ -62,6 +62,7 @@ fn uniform(m: CostModel) -> Calibration {
         ranks: vec![RankModels {
             ranks: 2,
             cores: 0,
+            network: false,
             all: Fitted {
                 model: m,
                 fit: None,
@@ -93,6 +94,7 @@ fn sample() -> Calibration {
     c.ranks.push(RankModels {
         ranks: 8,
         cores: 2,
+        network: false,
         all: Fitted {
             model: CostModel {
                 delta: 3.0,
@@ -192,11 +194,65 @@ fn models_are_chosen_by_rank_count_and_collective() {
     assert_eq!(c.model(Collective::Allreduce, 2).cores, 0.0);
 }
 
+#[test]
+fn models_measured_across_a_network_serve_communicators_that_span_one() {
+    let mut c = sample();
+    let net = CostModel {
+        delta: 12.0,
+        alpha: 9.0,
+        ..CostModel::default()
+    };
+    c.ranks.push(RankModels {
+        ranks: 4,
+        cores: 2,
+        network: true,
+        all: Fitted {
+            model: net,
+            fit: None,
+        },
+        collectives: BTreeMap::new(),
+    });
+    // Within a node the network's entry is never taken, even at its rank count.
+    assert_eq!(c.nearest(4).unwrap().ranks, 2);
+    assert_eq!(c.model(Collective::Allreduce, 4).delta, 0.2);
+    // Across a network only it is, at every rank count.
+    for p in [2, 4, 64] {
+        assert_eq!(c.nearest_on(p, true).unwrap().ranks, 4);
+        assert_eq!(c.model_on(Collective::Broadcast, p, true).delta, 12.0);
+    }
+    // Without a network entry: the built-in network model, not the shared-memory one.
+    let shm_only = sample();
+    assert!(shm_only.nearest_on(2, true).is_none());
+    assert_eq!(
+        shm_only.model_on(Collective::Allreduce, 2, true),
+        CostModel::network()
+    );
+    // The field survives the file, and a file without it reads as measured within a node.
+    let back = Calibration::from_json(&c.to_json()).unwrap();
+    assert_eq!(back, c);
+    assert!(!c.to_json().contains("\"network\": false"));
+    // Each table is the argmin of its own models.
+    for p in [2usize, 4, 8] {
+        let table = Table::new(&c, p, true);
+        for coll in Collective::ALL {
+            for bytes in [8usize, 65536, 4 << 20] {
+                let chosen = c.choose_on(coll, p, bytes, true);
+                assert!(std::ptr::eq(table.get(coll, bytes), chosen));
+                let m = c.model_on(coll, p, true);
+                let t = (chosen.cost)(&m, p, bytes);
+                for a in coll.algorithms().filter(|a| a.auto && (a.supports)(p)) {
+                    assert!(t <= (a.cost)(&m, p, bytes) * (1.0 + 1e-9), "{}", a.name);
+                }
+            }
+        }
+    }
+}
+
 /// Over a grid of rank counts and sizes, `choose` returns an algorithm whose predicted time no
 /// supported algorithm that Auto considers beats, and the communicator's table agrees with it.
 fn check_argmin(c: &Calibration) {
     for p in [2usize, 3, 4, 5, 8, 16, 64] {
-        let table = Table::new(c, p);
+        let table = Table::new(c, p, false);
         for k in 0..=24 {
             let bytes = if k == 0 { 0 } else { 1usize << (k - 1) };
             for coll in Collective::ALL {

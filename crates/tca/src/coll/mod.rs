@@ -124,7 +124,20 @@ pub struct Comm<'w> {
     p2p: OnceCell<crate::p2p::Engine>,
 }
 
+/// Whether some of `ranks` are reached from this rank through a network (a real one: on a
+/// simulated network the selection keeps the shared-memory models; see [`crate::sim`]).
+fn spans_network(world: &World, ranks: &[u32]) -> bool {
+    world.simulated().is_none() && ranks.iter().any(|&r| world.is_remote(r))
+}
+
 impl<'w> Comm<'w> {
+    /// Whether this communicator's members talk through a network (some are on other nodes):
+    /// Auto then chooses its algorithms with the network's cost models
+    /// ([`model::Calibration::model_on`]). False on a simulated network.
+    pub fn spans_network(&self) -> bool {
+        spans_network(self.world, &self.ranks)
+    }
+
     /// The communicator of every rank of the world. Collective over the world.
     pub fn world(world: &'w World) -> Result<Self> {
         let p = world.size() as usize;
@@ -156,7 +169,11 @@ impl<'w> Comm<'w> {
         for (i, c) in Collective::ALL.iter().enumerate() {
             forced[i] = registry::from_env(*c)?;
         }
-        let table = model::Table::new(&model::active().calibration, ranks.len());
+        // Members on other nodes: price the algorithms with the network's models (a message
+        // costs microseconds there, not tens of nanoseconds, which changes the choice).
+        // Rank 0's view decides, as its table is the one every member takes below.
+        let network = spans_network(world, &ranks);
+        let table = model::Table::new(&model::active().calibration, ranks.len(), network);
         if me == 0 {
             model::warn_once();
         }

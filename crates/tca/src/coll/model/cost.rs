@@ -75,6 +75,35 @@ impl Default for CostModel {
     }
 }
 
+impl CostModel {
+    /// A network between the ranks: libfabric's tcp provider between two network namespaces
+    /// of the development machine (a veth pair, every byte through the kernel's TCP stack),
+    /// `tca model calibrate --np 2 --quick` with one rank in each (2026-11-24, the fit over all
+    /// collectives, rounded): ~7.4 us per chunk (a message), ~4.6 us more for a chunk whose
+    /// payload does not ride in its header, ~4 GB/s receiving and ~8 GB/s sending past the
+    /// first 16 KiB of a chunk, ~3 GB/s before. Reductions are local work, priced as within a
+    /// node (the calibration's collectives did not separate them). The models a communicator
+    /// that spans nodes chooses with when the calibration has none measured across a network
+    /// ([`Calibration::model_on`](super::Calibration::model_on)). Another network (RDMA,
+    /// more ranks per node) has other figures: `tca model calibrate` with the ranks spread
+    /// over its nodes measures them.
+    pub fn network() -> Self {
+        Self {
+            alpha: 7.4,
+            alpha_spill: 4.6,
+            beta: 2.5e-4,
+            beta_send: 1.25e-4,
+            beta_small: 3.3e-4,
+            beta_local: 3.8e-5,
+            beta_far: 1.7e-5,
+            delta: 0.0,
+            knee: 16384.0,
+            cache: 2097152.0,
+            ..Self::default()
+        }
+    }
+}
+
 /// Bytes at most in [`CostModel::knee`].
 pub const MAX_KNEE: f64 = (1u64 << 30) as f64;
 /// [`CostModel::cache`] of a model without a cache step (and its largest value).

@@ -54,6 +54,11 @@ pub struct RankModels {
     /// Cores of the machine when measured (more ranks than cores: oversubscribed).
     #[serde(default)]
     pub cores: u32,
+    /// Measured with ranks on different nodes, through a network (`tca model calibrate` under
+    /// `TCA_HOSTS`, Slurm or an MPI launcher): the models of communicators that span nodes.
+    /// Absent (false): measured within one node.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub network: bool,
     /// Fitted over every collective: the model of a collective not in `collectives`.
     pub all: Fitted,
     /// Fitted per collective, by [`Collective::name`].
@@ -109,6 +114,7 @@ impl Calibration {
             ranks: vec![RankModels {
                 ranks: 2,
                 cores: 0,
+                network: false,
                 all: Fitted {
                     model: CostModel::default(),
                     fit: None,
@@ -208,21 +214,43 @@ impl Calibration {
         std::fs::rename(&tmp, path).map_err(|e| io(format!("cannot write {}", path.display()), e))
     }
 
-    /// The entry measured nearest to `p` ranks (by ratio; ties go to the smaller count).
+    /// The entry measured within one node nearest to `p` ranks (by ratio; ties go to the
+    /// smaller count).
     pub fn nearest(&self, p: usize) -> Option<&RankModels> {
-        let lp = (p.max(1) as f64).log2();
-        self.ranks.iter().min_by(|a, b| {
-            let da = ((a.ranks as f64).log2() - lp).abs();
-            let db = ((b.ranks as f64).log2() - lp).abs();
-            da.total_cmp(&db).then(a.ranks.cmp(&b.ranks))
-        })
+        self.nearest_on(p, false)
     }
 
-    /// The model of `collective` on `p` ranks: the nearest rank count's model of that
-    /// collective, else its model of all collectives, else the defaults.
+    /// [`Calibration::nearest`] among the entries measured through a network (`network`) or
+    /// within one node.
+    pub fn nearest_on(&self, p: usize, network: bool) -> Option<&RankModels> {
+        let lp = (p.max(1) as f64).log2();
+        self.ranks
+            .iter()
+            .filter(|r| r.network == network)
+            .min_by(|a, b| {
+                let da = ((a.ranks as f64).log2() - lp).abs();
+                let db = ((b.ranks as f64).log2() - lp).abs();
+                da.total_cmp(&db).then(a.ranks.cmp(&b.ranks))
+            })
+    }
+
+    /// The model of `collective` on `p` ranks of one node: the nearest rank count's model of
+    /// that collective, else its model of all collectives, else the defaults.
     pub fn model(&self, collective: Collective, p: usize) -> CostModel {
-        self.nearest(p)
-            .map_or_else(CostModel::default, |r| CostModel {
+        self.model_on(collective, p, false)
+    }
+
+    /// [`Calibration::model`] for a communicator whose members talk through a network
+    /// (`network`), from the entries measured so; without any, the built-in
+    /// [`CostModel::network`].
+    pub fn model_on(&self, collective: Collective, p: usize, network: bool) -> CostModel {
+        let default = if network {
+            CostModel::network
+        } else {
+            CostModel::default
+        };
+        self.nearest_on(p, network)
+            .map_or_else(default, |r| CostModel {
                 cores: f64::from(r.cores),
                 ..r.collectives
                     .get(collective.name())

@@ -78,6 +78,16 @@
 //! call looks its algorithm up in O(1), so no model is evaluated and no file is read on the
 //! hot path. A forced algorithm (`TCA_COLL_<OP>`, `Comm::force`) still comes first.
 //!
+//! **Across a network.** A message between nodes costs microseconds (a TCP stack, a NIC),
+//! not the tens of nanoseconds of a cache line, so the algorithm that wins is another one: at
+//! 2 ranks over libfabric's tcp provider an 8-byte allreduce by recursive doubling takes 15 us
+//! and the flat one that wins on shared memory 23 us. A communicator with members on other
+//! nodes ([`Comm::spans_network`](crate::Comm::spans_network)) therefore builds its table
+//! from the entries of the calibration measured across a network ([`RankModels::network`]:
+//! `tca model calibrate` run with its ranks spread over nodes, e.g. under `TCA_HOSTS`), and
+//! without any from the built-in [`CostModel::network`]. A simulated network keeps the
+//! shared-memory models.
+//!
 //! # What the models leave out
 //!
 //! Contention (flat algorithms' p - 1 streams into one rank), cache capacity beyond the one

@@ -22,7 +22,19 @@ impl Calibration {
     /// over the cores, and the shorter critical path is what sets them apart), then the first in
     /// table order.
     pub fn choose(&self, collective: Collective, p: usize, bytes: usize) -> &'static Algorithm {
-        let m = self.model(collective, p);
+        self.choose_on(collective, p, bytes, false)
+    }
+
+    /// [`Calibration::choose`] under the models of a communicator that spans a network
+    /// (`network`, [`Calibration::model_on`]) or lies within one node.
+    pub fn choose_on(
+        &self,
+        collective: Collective,
+        p: usize,
+        bytes: usize,
+        network: bool,
+    ) -> &'static Algorithm {
+        let m = self.model_on(collective, p, network);
         let own_cores = CostModel { cores: 0.0, ..m };
         let below = |a: f64, b: f64| a < b * (1.0 - 1e-9);
         let mut best: Option<(&'static Algorithm, f64, f64)> = None;
@@ -91,12 +103,13 @@ impl std::fmt::Debug for Table {
 }
 
 impl Table {
-    /// The table of `calibration` for `p` ranks.
-    pub fn new(calibration: &Calibration, p: usize) -> Table {
+    /// The table of `calibration` for `p` ranks, within one node or across a network
+    /// (`network`: [`Calibration::choose_on`]).
+    pub fn new(calibration: &Calibration, p: usize, network: bool) -> Table {
         let mut choice = vec![0u8; Collective::ALL.len() * BUCKETS].into_boxed_slice();
         for c in Collective::ALL {
             for b in 0..BUCKETS {
-                let alg = calibration.choose(c, p, bucket_floor(b));
+                let alg = calibration.choose_on(c, p, bucket_floor(b), network);
                 let i = ALGORITHMS
                     .iter()
                     .position(|a| std::ptr::eq(a, alg))
