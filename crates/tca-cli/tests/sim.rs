@@ -121,3 +121,57 @@ fn reproduce_prints_every_seed_000_figure() {
     assert!(out.contains("chosen"), "{out}");
     assert!(out.contains("not reproduced: seed 001"), "{out}");
 }
+
+/// Auto on a simulated network chooses with the network's own model, not the calibration file
+/// of the machine running the simulation: a file that changes what Auto takes on shared
+/// memory leaves the simulated choices and virtual times as they are.
+#[test]
+fn simulated_choices_ignore_the_hosts_calibration_file() {
+    use std::process::{Command, Stdio};
+    let dir = std::env::temp_dir().join(format!("tca-sim-model-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("model.json");
+    // Rounds a thousand times dearer than the built-in models say.
+    let rounds_dear = tca::coll::model::CostModel {
+        delta: 1000.0,
+        ..tca::coll::model::CostModel::default()
+    };
+    std::fs::write(
+        &file,
+        tca::coll::model::Calibration::single(rounds_dear, false).to_json(),
+    )
+    .unwrap();
+    let run = |model: &std::path::Path, net: &[&str]| -> Vec<String> {
+        let mut args = vec!["bench", "Allreduce", "Reduce", "--sizes", "8,4K,64K"];
+        args.extend(["--iters", "10", "--format", "csv"]);
+        args.extend(net);
+        let o = Command::new(common::TCA)
+            .args(&args)
+            .env("TCA_MODEL_FILE", model)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", common::text(&o.stderr));
+        let keep = if net.is_empty() { 5 } else { 9 };
+        common::text(&o.stdout)
+            .lines()
+            .filter(|l| l.starts_with("tca,"))
+            .map(|l| l.split(',').take(keep).collect::<Vec<_>>().join(","))
+            .collect()
+    };
+    let none = std::path::Path::new("none");
+    // On shared memory the file is what Auto chooses with (algorithms only: times vary).
+    let shm = ["--np", "4"];
+    let algo = |rows: Vec<String>| -> Vec<String> {
+        rows.iter()
+            .map(|r| r.split(',').take(3).collect::<Vec<_>>().join(","))
+            .collect()
+    };
+    assert_ne!(algo(run(none, &shm)), algo(run(&file, &shm)));
+    // On a simulated network it is not: the same algorithms and the same virtual times.
+    let sim = ["--np", "8", "--network", "peach2-2x8"];
+    let (a, b) = (run(none, &sim), run(&file, &sim));
+    assert_eq!(a, b);
+    assert_eq!(a.len(), 6, "{a:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -124,8 +124,8 @@ pub struct Comm<'w> {
     p2p: OnceCell<crate::p2p::Engine>,
 }
 
-/// Whether some of `ranks` are reached from this rank through a network (a real one: on a
-/// simulated network the selection keeps the shared-memory models; see [`crate::sim`]).
+/// Whether some of `ranks` are reached from this rank through a real network (a simulated
+/// one chooses with its own model: [`World::sim_cost_model`]).
 fn spans_network(world: &World, ranks: &[u32]) -> bool {
     world.simulated().is_none() && ranks.iter().any(|&r| world.is_remote(r))
 }
@@ -133,7 +133,8 @@ fn spans_network(world: &World, ranks: &[u32]) -> bool {
 impl<'w> Comm<'w> {
     /// Whether this communicator's members talk through a network (some are on other nodes):
     /// Auto then chooses its algorithms with the network's cost models
-    /// ([`model::Calibration::model_on`]). False on a simulated network.
+    /// ([`model::Calibration::model_on`]). False on a simulated network, whose own
+    /// parameters make the model Auto chooses with there.
     pub fn spans_network(&self) -> bool {
         spans_network(self.world, &self.ranks)
     }
@@ -172,8 +173,12 @@ impl<'w> Comm<'w> {
         // Members on other nodes: price the algorithms with the network's models (a message
         // costs microseconds there, not tens of nanoseconds, which changes the choice).
         // Rank 0's view decides, as its table is the one every member takes below.
+        // On a simulated network, the network's own model (deterministic on any host).
         let network = spans_network(world, &ranks);
-        let table = model::Table::new(&model::active().calibration, ranks.len(), network);
+        let table = match world.sim_cost_model() {
+            Some(m) => model::Table::new(&model::Calibration::single(m, true), ranks.len(), true),
+            None => model::Table::new(&model::active().calibration, ranks.len(), network),
+        };
         if me == 0 {
             model::warn_once();
         }

@@ -503,6 +503,12 @@ impl World {
         self.sim.as_ref().map(|s| s.network())
     }
 
+    /// On a simulated network, the collectives' cost model of its parameters: what Auto
+    /// chooses with there, whatever machine runs the simulation.
+    pub(crate) fn sim_cost_model(&self) -> Option<crate::coll::model::CostModel> {
+        self.sim.as_ref().map(|s| s.cost_model())
+    }
+
     /// The torus this job's ranks fill, rank r on node r (x fastest), where the transport
     /// knows it: a simulated torus the job covers whole. The topology-aware algorithms (seed
     /// 002's pipelines over 2 and 3 directions, the 3-D ring allgather) lay their grid out on

@@ -125,6 +125,21 @@ impl Calibration {
         }
     }
 
+    /// A calibration of one model for every collective and rank count, measured within a
+    /// node or across a network (`network`).
+    pub fn single(model: CostModel, network: bool) -> Calibration {
+        Calibration {
+            ranks: vec![RankModels {
+                ranks: 2,
+                cores: 0,
+                network,
+                all: Fitted { model, fit: None },
+                collectives: BTreeMap::new(),
+            }],
+            ..Calibration::new("", "", "one model")
+        }
+    }
+
     /// Checks the format, the version and every parameter; the error says where.
     pub fn validate(&self) -> Result<()> {
         if self.format != FORMAT {

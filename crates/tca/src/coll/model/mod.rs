@@ -85,8 +85,9 @@
 //! nodes ([`Comm::spans_network`](crate::Comm::spans_network)) therefore builds its table
 //! from the entries of the calibration measured across a network ([`RankModels::network`]:
 //! `tca model calibrate` run with its ranks spread over nodes, e.g. under `TCA_HOSTS`), and
-//! without any from the built-in [`CostModel::network`]. A simulated network keeps the
-//! shared-memory models.
+//! without any from the built-in [`CostModel::network`]. On a simulated network the model is
+//! made from the network's own parameters, whatever calibration file the host has, so that a
+//! simulated job chooses, and times, the same on every machine.
 //!
 //! # What the models leave out
 //!

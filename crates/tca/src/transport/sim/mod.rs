@@ -120,6 +120,11 @@ impl Sim {
         &self.engine.net.name
     }
 
+    /// The collectives' cost model of the simulated network ([`Network::cost_model`]).
+    pub(crate) fn cost_model(&self) -> crate::coll::model::CostModel {
+        self.engine.net.cost_model()
+    }
+
     /// The collectives' chunk size of the job, if it sets one.
     pub(crate) fn chunk(&self) -> Option<usize> {
         self.engine.chunk

@@ -425,6 +425,38 @@ impl Network {
         }
     }
 
+    /// The collectives' cost model of this network, from its parameters alone (so that Auto
+    /// chooses the same on every host: a calibration file of the machine running the
+    /// simulation describes that machine, not the network): per chunk, the sender's issue of
+    /// a one-line packet and the receiver's look at it; a synchronising round, the one-hop
+    /// latency of such a packet; a chunk that needs the DMA engine, its extra issue cost and
+    /// latency; per byte, the DMA stream's rate (link, port, the engine's reads) each way;
+    /// reductions at the model's reduce rate. Local copies cost nothing (the simulation does
+    /// not charge them under `--compute model`), and contention on shared links, which the
+    /// simulation prices, is what the cost model leaves out.
+    pub(crate) fn cost_model(&self) -> crate::coll::model::CostModel {
+        const US: f64 = 1e-6; // one picosecond in microseconds
+        let line = self.route(crate::fabric::ring::INLINE, 0);
+        let dma = self.route(usize::MAX, 0);
+        let small = line.issue as f64 * US;
+        let spill = ((dma.issue + dma.latency) as f64 - (line.issue + line.latency) as f64) * US;
+        let per_byte = 1e-3 / dma.gbs;
+        crate::coll::model::CostModel {
+            delta: line.latency as f64 * US,
+            alpha: small + self.software.poll_ns * 1e-3,
+            alpha_spill: spill.max(0.0),
+            beta: per_byte,
+            beta_send: per_byte,
+            beta_small: 0.0,
+            beta_local: 0.0,
+            gamma: 1e-3 / self.compute.reduce_gbs,
+            beta_far: 0.0,
+            knee: 0.0,
+            cache: crate::coll::model::MAX_CACHE,
+            cores: 0.0,
+        }
+    }
+
     /// Time to reduce `bytes` of incoming operand.
     pub(crate) fn reduce_time(&self, bytes: u64) -> Ps {
         ps(bytes as f64 / self.compute.reduce_gbs)
@@ -527,6 +559,29 @@ mod tests {
         assert_eq!(l.len(), 4);
         let max = u32::try_from(n.resources()).unwrap();
         assert!(l.iter().all(|&x| x < max));
+    }
+
+    #[test]
+    fn the_collectives_cost_model_comes_from_the_parameters() {
+        let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * b.abs().max(1.0);
+        // PEACH2: one-line packets by PIO, the rest by DMA at the engine's read rate.
+        let n = Network::load("peach2-2x8").unwrap();
+        let p = n.pio.clone().unwrap();
+        let m = n.cost_model();
+        assert!(close(m.delta, p.latency_ns * 1e-3));
+        let pio_issue = n.software.put_ns + 40.0 / p.gbs;
+        assert!(close(m.alpha, (pio_issue + n.software.poll_ns) * 1e-3));
+        let dma_issue = n.software.put_ns + n.dma.descriptor_ns;
+        let spill = dma_issue + n.dma.latency_ns - pio_issue - p.latency_ns;
+        assert!(close(m.alpha_spill, spill * 1e-3), "{}", m.alpha_spill);
+        let rate = n.link.gbs.min(n.link.port_gbs).min(n.dma.read_gbs);
+        assert!(close(m.beta, 1e-3 / rate) && close(m.beta_send, m.beta));
+        assert!(close(m.gamma, 1e-3 / n.compute.reduce_gbs));
+        // Without PIO every packet is a DMA one: no spill.
+        let t = Network::load("tofu-8x6x8").unwrap();
+        assert!(t.pio.is_none());
+        assert_eq!(t.cost_model().alpha_spill, 0.0);
+        assert!(close(t.cost_model().delta, t.dma.latency_ns * 1e-3));
     }
 
     #[test]
