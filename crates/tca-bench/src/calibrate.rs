@@ -141,7 +141,8 @@ pub fn run(req: &Request) -> Result<Option<Outcome>> {
         std::thread::available_parallelism().map_or(0, |n| u32::try_from(n.get()).unwrap_or(0))
     });
     let mut by_np: BTreeMap<u32, Vec<Row>> = BTreeMap::new();
-    let mut network = req.network;
+    // Per rank count: whether its job crossed a network (`--from` files: as `req` says).
+    let mut network: BTreeMap<u32, bool> = BTreeMap::new();
     match &req.from {
         Some(path) => {
             let rows = tca_model::record::read_file(path).map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -165,7 +166,7 @@ pub fn run(req: &Request) -> Result<Option<Outcome>> {
                 let halves: Vec<Half> = tca_mpi::launch_tca(np)?;
                 if let Some(h) = halves.first() {
                     transport.clone_from(&h.transport);
-                    network |= crosses_network(&h.transport);
+                    network.insert(np, req.network || crosses_network(&h.transport));
                 }
                 by_np.insert(np, halves.into_iter().flat_map(|h| h.rows).collect());
             }
@@ -189,7 +190,7 @@ pub fn run(req: &Request) -> Result<Option<Outcome>> {
     let mut fits = Vec::new();
     for (np, rows) in &by_np {
         let mut f = fit_rank_count(*np, rows, cores)?;
-        f.models.network = network;
+        f.models.network = network.get(np).copied().unwrap_or(req.network);
         calibration.ranks.push(f.models.clone());
         fits.push(f);
     }

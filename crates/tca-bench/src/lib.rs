@@ -162,9 +162,13 @@ pub fn bench(req: &Request) -> Result<i32> {
     let output = |halves: &[suite::Half]| {
         let mut out = report::Output::new(machine_line(), halves, req.fit);
         if req.model {
-            // The models this process loaded: the same file the ranks selected with.
+            // The models this process loaded: the same file the ranks selected with, with its
+            // network models if the job crossed a network (as its communicators chose).
             let active = tca::coll::model::active();
-            out.predict(&active.calibration, active.describe());
+            let network = halves
+                .iter()
+                .any(|h| h.implementation == "tca" && h.transport.split('+').any(|t| t == "ofi"));
+            out.predict(&active.calibration, network, active.describe());
         }
         out
     };
@@ -181,8 +185,10 @@ pub fn bench(req: &Request) -> Result<i32> {
         );
         let mut out = report::Output::new(line, &[half], req.fit);
         if req.model {
-            let active = tca::coll::model::active();
-            out.predict(&active.calibration, active.describe());
+            // What Auto chose with there: the network's own model.
+            let cal = tca::coll::model::Calibration::single(sim.network.cost_model(), true);
+            let what = format!("the cost model of the network {}", sim.network.name);
+            out.predict(&cal, true, what);
         }
         emit(req, &out)?;
         return Ok(0);

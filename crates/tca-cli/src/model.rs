@@ -865,7 +865,11 @@ mod calibrate {
             sizes = sizes.into_iter().step_by(2).collect();
         }
         let command = match &a.from {
-            Some(path) => format!("tca model calibrate --from {}", path.display()),
+            Some(path) => format!(
+                "tca model calibrate --from {}{}",
+                path.display(),
+                if a.network { " --network" } else { "" }
+            ),
             None => {
                 let nps: Vec<String> = a.np.iter().map(u32::to_string).collect();
                 let last = if a.quick {
@@ -910,11 +914,34 @@ mod calibrate {
             text += &fit_table(f, a.residuals)?;
         }
         text += &choices(&outcome);
-        let cal = &outcome.calibration;
+        let mut cal = outcome.calibration.clone();
         if out.as_os_str() == "-" {
             eprint!("{text}");
             print!("{}", cal.to_json());
             return Ok(0);
+        }
+        // A calibration across nodes keeps the file's entries measured within a node, and
+        // the other way round: the two describe different communicators.
+        if let Ok(old) = Calibration::load(&out) {
+            let kept: Vec<_> = old
+                .ranks
+                .into_iter()
+                .filter(|o| cal.ranks.iter().all(|r| r.network != o.network))
+                .collect();
+            if let Some(k) = kept.first() {
+                let kind = if k.network {
+                    "across a network"
+                } else {
+                    "within a node"
+                };
+                let _ = writeln!(
+                    text,
+                    "\nkept the {} entries of {} measured {kind}",
+                    kept.len(),
+                    out.display()
+                );
+            }
+            cal.ranks.extend(kept);
         }
         cal.save(&out)?;
         print!("{text}");

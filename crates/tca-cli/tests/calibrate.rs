@@ -237,24 +237,35 @@ fn network_calibration_and_the_choices_it_makes() {
     for p in [2, 4] {
         assert!(s.contains(&format!("at {p} ranks across a network")), "{s}");
     }
+    // Within a node the file has nothing: the built-in models choose, as without any file.
     let on_node = tca(
         Path::new("none"),
         &["model", "choices", "--file", file, "--np", "4"],
     );
-    let s = text(&on_node.stdout);
-    assert!(s.contains("at 4 ranks (") && !s.contains("across"), "{s}");
-    // The same algorithms as the file's own printout of its choices, collective by
-    // collective (every line of `choices` names an algorithm of its collective).
-    for c in Collective::ALL
-        .iter()
-        .filter(|c| **c != Collective::Barrier)
-    {
-        let line = s
+    let builtin = tca(Path::new("none"), &["model", "choices", "--np", "4"]);
+    let body = |o: &Output| {
+        text(&o.stdout)
             .lines()
-            .find(|l| l.trim_start().starts_with(c.name()))
-            .unwrap();
-        assert!(c.algorithms().any(|a| line.contains(a.name)), "{line}");
-    }
+            .skip(1)
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    assert!(
+        body(&on_node).contains("at 4 ranks ("),
+        "{}",
+        body(&on_node)
+    );
+    assert_eq!(body(&on_node), body(&builtin));
+    assert!(text(&builtin.stdout).starts_with("models: the built-in models"));
+    // Calibrating within a node into the same file keeps its network entries beside.
+    let o = calibrate_from(&out, &rows, "4");
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let s = text(&o.stdout);
+    assert!(s.contains("kept the 2 entries"), "{s}");
+    let both = Calibration::load(&out).unwrap();
+    assert_eq!(both.ranks.iter().filter(|r| r.network).count(), 2);
+    assert_eq!(both.nearest(4).unwrap().ranks, 4);
+    assert!(both.nearest_on(4, true).unwrap().network);
     let bad = tca(Path::new("none"), &["model", "choices", "--np", "1"]);
     assert!(!bad.status.success());
     assert!(text(&bad.stderr).contains("at least 2 ranks"));

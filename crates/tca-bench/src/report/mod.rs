@@ -131,9 +131,15 @@ impl Output {
     }
 
     /// Adds the predictions of `calibration` (described by `source`) for every tca collective
-    /// row: `tca bench --model` passes the models the library loaded
-    /// ([`tca::coll::model::active`]).
-    pub fn predict(&mut self, calibration: &tca::coll::model::Calibration, source: String) {
+    /// row, with its models for communicators that span a network where `network`:
+    /// `tca bench --model` passes the models Auto chose with (the library's
+    /// [`tca::coll::model::active`], or a simulated network's own).
+    pub fn predict(
+        &mut self,
+        calibration: &tca::coll::model::Calibration,
+        network: bool,
+        source: String,
+    ) {
         let predictions = self
             .run
             .rows
@@ -141,7 +147,7 @@ impl Output {
             .filter(|r| r.t_avg_us > 0.0)
             .filter_map(|r| {
                 let (alg, p, n) = crate::suite::model_input(r)?;
-                let t = calibration.predict(alg, p, n);
+                let t = calibration.predict_on(alg, p, n, network);
                 Some(Prediction {
                     benchmark: r.benchmark.clone(),
                     algorithm: r.algorithm.clone(),

@@ -265,6 +265,9 @@ struct State {
     chan_pending: Vec<(usize, usize)>,
     /// Where a bundle is put together before it goes (reused).
     bundle: Vec<u8>,
+    /// Bundles sent (tests check that a window outrunning its receiver is bundled).
+    #[cfg(test)]
+    bundles: u64,
 }
 
 /// A request's identity in the engine: slab index and generation (a stale `Request` never
@@ -407,6 +410,8 @@ impl Engine {
                     .collect(),
                 chan_pending: Vec::new(),
                 bundle: Vec::new(),
+                #[cfg(test)]
+                bundles: 0,
             }),
         })
     }
@@ -650,6 +655,10 @@ impl Engine {
                     if !sent? {
                         break;
                     }
+                    #[cfg(test)]
+                    {
+                        st.bundles += 1;
+                    }
                     for _ in 0..n {
                         let o = st.out[to].pop_front().expect("bundled from the queue");
                         st.queued -= 1;
@@ -724,6 +733,12 @@ impl Engine {
             }
         }
         Ok(())
+    }
+
+    /// Bundles this engine has sent.
+    #[cfg(test)]
+    pub(crate) fn bundles_sent(&self) -> u64 {
+        self.st.borrow().bundles
     }
 
     /// How many eager messages at the front of `out` fit one bundle (the ring's packet
@@ -1383,7 +1398,9 @@ impl Engine {
         if !matches!(kind, EAGER | RTS | BIND | BUNDLE)
             || (kind == RTS && slot >= RDV_SLOTS)
             || (kind == BIND && (slot >= CHANNELS || h.len != 8))
-            || (matches!(kind, EAGER | BUNDLE) && h.len != env.len)
+            || (matches!(kind, EAGER | BUNDLE)
+                && (h.len != env.len || h.len > self.ring.capacity()))
+            || (kind == BUNDLE && h.len == 0)
         {
             return Err(self.malformed(q));
         }
@@ -1510,7 +1527,8 @@ impl Engine {
             };
             let len = u32::from_le_bytes([head[8], head[9], head[10], head[11]]) as usize;
             let padded = len.next_multiple_of(8);
-            if head[4] != EAGER || padded > rest.len() {
+            let reserved = [head[5], head[7], head[12], head[13], head[14], head[15]];
+            if head[4] != EAGER || reserved != [0; 6] || padded > rest.len() {
                 return Err(self.malformed(q));
             }
             let env = Envelope {

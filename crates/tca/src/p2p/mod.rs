@@ -599,3 +599,37 @@ impl<'w> Comm<'w> {
         ))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::{Comm, threads};
+
+    /// A window of small sends that outruns its receiver (asleep for its first 30 ms) fills
+    /// the ring, and what queues behind it goes in bundles: every message arrives, in order.
+    #[test]
+    fn a_window_that_outruns_the_receiver_goes_in_bundles() {
+        let out = threads::run(2, |w| {
+            let c = Comm::world(w)?;
+            if c.rank() == 0 {
+                let msgs: Vec<[u8; 8]> = (0..200u64).map(u64::to_le_bytes).collect();
+                let mut reqs = msgs
+                    .iter()
+                    .map(|m| c.isend(m, 1, 3))
+                    .collect::<crate::Result<Vec<_>>>()?;
+                super::wait_all(&mut reqs)?;
+                Ok(c.engine().bundles_sent())
+            } else {
+                std::thread::sleep(std::time::Duration::from_millis(30));
+                for i in 0..200u64 {
+                    let mut b = [0u8; 8];
+                    c.recv(&mut b, 0, 3)?;
+                    assert_eq!(u64::from_le_bytes(b), i);
+                }
+                Ok(c.engine().bundles_sent())
+            }
+        })
+        .unwrap();
+        assert!(out[0] > 0, "no bundle sent: {out:?}");
+        assert_eq!(out[1], 0);
+    }
+}

@@ -56,7 +56,9 @@ pub struct RankModels {
     pub cores: u32,
     /// Measured with ranks on different nodes, through a network (`tca model calibrate` under
     /// `TCA_HOSTS`, Slurm or an MPI launcher): the models of communicators that span nodes.
-    /// Absent (false): measured within one node.
+    /// Absent (false): measured within one node. (tca builds from before this field existed
+    /// refuse a file with it set: they know no such field.) A file may hold both kinds for
+    /// one rank count; `tca model calibrate` keeps the entries of the kind it did not measure.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub network: bool,
     /// Fitted over every collective: the model of a collective not in `collectives`.
@@ -164,8 +166,15 @@ impl Calibration {
                     "entry {i} has ranks = 0: a rank count must be at least 1"
                 )));
             }
-            if self.ranks[..i].iter().any(|q| q.ranks == r.ranks) {
-                return Err(invalid(format!("rank count {} appears twice", r.ranks)));
+            if self.ranks[..i]
+                .iter()
+                .any(|q| q.ranks == r.ranks && q.network == r.network)
+            {
+                let kind = if r.network { " across a network" } else { "" };
+                return Err(invalid(format!(
+                    "rank count {}{kind} appears twice",
+                    r.ranks
+                )));
             }
             r.all
                 .model

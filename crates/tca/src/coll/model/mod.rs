@@ -79,9 +79,10 @@
 //! hot path. A forced algorithm (`TCA_COLL_<OP>`, `Comm::force`) still comes first.
 //!
 //! **Across a network.** A message between nodes costs microseconds (a TCP stack, a NIC),
-//! not the tens of nanoseconds of a cache line, so the algorithm that wins is another one: at
-//! 2 ranks over libfabric's tcp provider an 8-byte allreduce by recursive doubling takes 15 us
-//! and the flat one that wins on shared memory 23 us. A communicator with members on other
+//! not the tens of nanoseconds of a cache line, so fewer messages win: at 2 ranks over
+//! libfabric's tcp provider a 32-64 KiB allreduce by recursive doubling takes 36-48 us, and
+//! Rabenseifner's, which the shared-memory models take from 32 KiB, 68-93 us (BENCHMARKS.md,
+//! "Choosing algorithms for a network"). A communicator with members on other
 //! nodes ([`Comm::spans_network`](crate::Comm::spans_network)) therefore builds its table
 //! from the entries of the calibration measured across a network ([`RankModels::network`]:
 //! `tca model calibrate` run with its ranks spread over nodes, e.g. under `TCA_HOSTS`), and

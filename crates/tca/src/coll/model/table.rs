@@ -12,7 +12,13 @@ impl Calibration {
     /// The predicted time of `alg` on `p` ranks and `bytes` bytes (its collective's meaning
     /// of bytes, see [`Algorithm::cost`]), us.
     pub fn predict(&self, alg: &Algorithm, p: usize, bytes: usize) -> f64 {
-        (alg.cost)(&self.model(alg.collective, p), p, bytes)
+        self.predict_on(alg, p, bytes, false)
+    }
+
+    /// [`Calibration::predict`] with the models of a communicator that spans a network
+    /// (`network`, [`Calibration::model_on`]) or lies within one node.
+    pub fn predict_on(&self, alg: &Algorithm, p: usize, bytes: usize, network: bool) -> f64 {
+        (alg.cost)(&self.model_on(alg.collective, p, network), p, bytes)
     }
 
     /// The supported algorithm of `collective` with the lowest predicted time on `p` ranks and

@@ -434,7 +434,7 @@ impl Network {
     /// reductions at the model's reduce rate. Local copies cost nothing (the simulation does
     /// not charge them under `--compute model`), and contention on shared links, which the
     /// simulation prices, is what the cost model leaves out.
-    pub(crate) fn cost_model(&self) -> crate::coll::model::CostModel {
+    pub fn cost_model(&self) -> crate::coll::model::CostModel {
         const US: f64 = 1e-6; // one picosecond in microseconds
         let line = self.route(crate::fabric::ring::INLINE, 0);
         let dma = self.route(usize::MAX, 0);
