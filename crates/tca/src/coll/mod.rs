@@ -225,6 +225,11 @@ impl<'w> Comm<'w> {
         }
         let engine = crate::p2p::Engine::new(seg, handles, comm.me, comm.ranks.clone())?;
         comm.p2p.set(engine).expect("set once, here");
+        // No member leaves before every member has attached: over a network an attach asks
+        // the segment's owner, who answers only while it makes progress, and a member that
+        // went on to compute would leave a slower one waiting (for ever, without a timeout).
+        // Members wait here, progressing, until the last one's attaches are done.
+        comm.barrier()?;
         Ok(comm)
     }
 
