@@ -199,7 +199,7 @@ pub fn run(req: &Request) -> Result<Option<Outcome>> {
 
 /// Whether a job's transport (as `tca bench` reports it: `shm`, `ofi`, `shm+ofi`,
 /// `sim:NAME`) moved data through a real network.
-fn crosses_network(transport: &str) -> bool {
+pub(crate) fn crosses_network(transport: &str) -> bool {
     transport.split('+').any(|t| t == "ofi")
 }
 

@@ -167,7 +167,7 @@ pub fn bench(req: &Request) -> Result<i32> {
             let active = tca::coll::model::active();
             let network = halves
                 .iter()
-                .any(|h| h.implementation == "tca" && h.transport.split('+').any(|t| t == "ofi"));
+                .any(|h| h.implementation == "tca" && calibrate::crosses_network(&h.transport));
             out.predict(&active.calibration, network, active.describe());
         }
         out

@@ -113,17 +113,8 @@ impl Calibration {
     /// The built-in models: [`CostModel::default`] for every collective and rank count.
     pub fn builtin() -> Calibration {
         Calibration {
-            ranks: vec![RankModels {
-                ranks: 2,
-                cores: 0,
-                network: false,
-                all: Fitted {
-                    model: CostModel::default(),
-                    fit: None,
-                },
-                collectives: BTreeMap::new(),
-            }],
-            ..Calibration::new("", "", "built-in defaults")
+            command: "built-in defaults".into(),
+            ..Calibration::single(CostModel::default(), false)
         }
     }
 

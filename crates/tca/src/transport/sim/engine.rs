@@ -499,7 +499,7 @@ impl Engine {
                         format!(
                             "simulated deadlock at {:.3} us of virtual time: ranks {waiting:?} \
                              wait for words no rank will write",
-                            st.now as f64 / 1e6
+                            super::network::us(st.now)
                         ),
                     );
                     st.fail_blocked(&err);

@@ -43,6 +43,11 @@ pub(crate) fn ps(ns: f64) -> Ps {
     p
 }
 
+/// Picoseconds of virtual time in microseconds.
+pub(crate) fn us(t: Ps) -> f64 {
+    t as f64 * 1e-6
+}
+
 /// The models that ship with tca, by name: (name, TOML text).
 pub const BUILT_IN: &[(&str, &str)] = &[
     (
@@ -435,14 +440,13 @@ impl Network {
     /// not charge them under `--compute model`), and contention on shared links, which the
     /// simulation prices, is what the cost model leaves out.
     pub fn cost_model(&self) -> crate::coll::model::CostModel {
-        const US: f64 = 1e-6; // one picosecond in microseconds
         let line = self.route(crate::fabric::ring::INLINE, 0);
         let dma = self.route(usize::MAX, 0);
-        let small = line.issue as f64 * US;
-        let spill = ((dma.issue + dma.latency) as f64 - (line.issue + line.latency) as f64) * US;
+        let small = us(line.issue);
+        let spill = us(dma.issue + dma.latency) - us(line.issue + line.latency);
         let per_byte = 1e-3 / dma.gbs;
         crate::coll::model::CostModel {
-            delta: line.latency as f64 * US,
+            delta: us(line.latency),
             alpha: small + self.software.poll_ns * 1e-3,
             alpha_spill: spill.max(0.0),
             beta: per_byte,
