@@ -243,6 +243,7 @@ fn rank(sizes: &[usize], rounds: u32) -> Result<()> {
                 two_sided: false,
                 lattices: Vec::new(),
                 test_calls: 0,
+                progress_thread: false,
             };
             if let Some(h) = suite::tca::run(&world, &opts)? {
                 halves.push(h);

@@ -233,12 +233,19 @@ pub fn measure(np: u32, opts: &suite::Options, mpi: Option<&tca_mpi::MpiRun>) ->
         Role::TcaRank => {
             let world = join(np)?;
             let mut mine = None;
-            if let Some(half) = suite::tca::run(&world, opts)?
+            let half = if opts.progress_thread {
+                // The proxy owns the world and leaves the job when the suite is done.
+                suite::proxied::run(world, opts)?
+            } else {
+                let h = suite::tca::run(&world, opts)?;
+                world.finalize()?;
+                h
+            };
+            if let Some(half) = half
                 && !tca_mpi::write_result(&half)?
             {
                 mine = Some(half);
             }
-            world.finalize()?;
             return Ok(Measured::Rank(mine));
         }
         Role::Parent => {}

@@ -205,6 +205,7 @@ fn simulate(run: Run<'_>) -> Result<Vec<Row>> {
         two_sided: false,
         lattices: Vec::new(),
         test_calls: 0,
+        progress_thread: false,
     };
     let mut sim = tca::sim::Options::new(tca::sim::Network::load(network)?);
     sim.payload = !timing_only;

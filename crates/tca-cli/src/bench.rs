@@ -106,6 +106,11 @@ pub(crate) struct Args {
     /// the computation (OSU's -t; 0: IMB-NBC's computation, which calls no library).
     #[arg(long, value_name = "N", default_value_t = 0)]
     test_calls: u32,
+    /// Where tca's collectives progress: `caller` (in its own calls) or `thread` (a progress
+    /// thread per rank owns the world and runs them: blocking ones as commands, non-blocking
+    /// ones posted to it; collectives only). Default: `$TCA_PROGRESS`, else caller.
+    #[arg(long, value_name = "caller|thread")]
+    progress: Option<String>,
 }
 
 const BENCH_HELP: &str = concat!(
@@ -206,6 +211,14 @@ pub(crate) fn run(a: Args) -> Result<i32> {
             seen.push((b, h.describe()));
         }
     }
+    let progress = match &a.progress {
+        Some(p) => tca::offload::Progress::parse(p)?,
+        None => tca::offload::Progress::from_env()?,
+    };
+    let progress_thread = progress == tca::offload::Progress::Thread;
+    if progress_thread && network.is_some() {
+        anyhow::bail!("--progress thread runs on this machine's ranks, not on a simulated network");
+    }
     let req = tca_bench::Request {
         np: a.np,
         suite: suite::Options {
@@ -219,6 +232,7 @@ pub(crate) fn run(a: Args) -> Result<i32> {
             two_sided: a.two_sided,
             lattices,
             test_calls: a.test_calls,
+            progress_thread,
         },
         format: a.format,
         out: a.out,

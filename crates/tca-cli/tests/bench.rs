@@ -70,6 +70,67 @@ fn every_benchmark_at_2_and_3_ranks() {
     }
 }
 
+/// `--progress thread`: the collectives through a progress thread per rank, blocking and
+/// non-blocking, at 3 ranks; the report says so; other benchmarks and simulated networks are
+/// refused with the reason.
+#[test]
+fn collectives_through_progress_threads() {
+    let out = ok(&[
+        "bench",
+        "Iallreduce",
+        "Ibcast",
+        "Allreduce",
+        "Barrier",
+        "--np",
+        "3",
+        "--sizes",
+        "8,64K",
+        "--iters",
+        "20",
+        "--test-calls",
+        "1",
+        "--progress",
+        "thread",
+    ]);
+    let secs = tca_model::imb::parse(&out).expect("the report parses");
+    let names: Vec<&str> = secs.iter().map(|s| s.benchmark.as_str()).collect();
+    assert_eq!(
+        names,
+        ["Allreduce", "Barrier", "Ibcast", "Iallreduce"],
+        "{out}"
+    );
+    for s in &secs {
+        assert_eq!(s.processes, 3);
+        for l in &s.lines {
+            assert!(l.t_max > 0.0 && l.repetitions == 20, "{l:?}");
+            if s.benchmark.starts_with('I') {
+                let o = l.overlap.expect("IMB-NBC columns");
+                assert!((0.0..=100.0).contains(&o.percent), "{l:?}");
+            }
+        }
+    }
+    assert!(out.contains("progress thread"), "{out}");
+    fails(
+        &["bench", "PingPong", "--progress", "thread", "--iters", "5"],
+        "--progress thread runs the collectives",
+    );
+    fails(
+        &["bench", "Allreduce", "--progress", "proxy"],
+        "progress mode must be `caller` or `thread`",
+    );
+    fails(
+        &[
+            "bench",
+            "Allreduce",
+            "--progress",
+            "thread",
+            "--network",
+            "peach2-2x8",
+        ],
+        "not on a simulated network",
+    );
+}
+
 /// IMB-NBC's benchmarks, named (not in the default run): every one at 3 ranks, with tests
 /// during the computation; IMB-NBC's columns read back, the sizes of the blocking forms, the
 /// overlap a percentage, and the CSV carries the same figures.

@@ -257,6 +257,12 @@ pub struct OpContext {
     pub id: u64,
 }
 
+// SAFETY: `raw` holds the provider's scratch pointers, which only libfabric calls on the
+// endpoint the context was posted to read or write; those calls are serialized by that
+// endpoint's one owner (`Endpoint` is `Send`, not `Sync`), so a context may move to another
+// thread together with its endpoint (a rank's world handed to its progress thread).
+unsafe impl Send for OpContext {}
+
 impl OpContext {
     /// A context with the given id.
     pub fn new(id: u64) -> OpContext {

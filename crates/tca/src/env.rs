@@ -30,6 +30,7 @@
 //! | `TCA_CMA` | user | smallest two-sided rendezvous message (bytes) written straight into a plain receive buffer by cross-memory attach, or `off` (default `p2p::CMA_DEFAULT`; see `p2p::cross_memory_attach`) |
 //! | `TCA_AM_CHANNELS` | user | channels (copy engines) a large active-message put into memory of this node is split over, weights tuned per transfer pattern (default 1: no split; see `am::Endpoint::set_channels`) |
 //! | `TCA_AM_PACK` | user | pieces of a vector, indexed or strided put shorter than this (bytes) are packed through the active-message ring; longer ones go segment to segment (default `am::PACK_DEFAULT`, capped by the ring's packet size) |
+//! | `TCA_PROGRESS` | user | where communication progresses in `tca bench`'s non-blocking benchmarks and for programs that ask `offload::Progress::from_env`: `caller` (default: in the caller's tca calls) or `thread` (a progress thread per rank owns the world, `offload::Proxy`) |
 //! | `TCA_MODEL_FILE` | user | the collectives' calibrated cost models, written by `tca model calibrate` and read at the first communicator (default: `$XDG_CONFIG_HOME/tca/model.json`, else `~/.config/tca/model.json`; `none`: the built-in defaults) |
 //!
 //! Unknown `TCA_*` names are reported once on stderr by [`warn_unknown`], so a typo such as
@@ -43,6 +44,8 @@ pub const AM_PACK: &str = "TCA_AM_PACK";
 pub const P2P_EAGER: &str = "TCA_P2P_EAGER";
 /// Smallest rendezvous message written by cross-memory attach, in bytes, or `off`.
 pub const CMA: &str = "TCA_CMA";
+/// Where communication progresses: `caller` or `thread` (`offload::Progress`).
+pub const PROGRESS: &str = "TCA_PROGRESS";
 /// Rank of this process, set by `tca run`.
 pub const RANK: &str = "TCA_RANK";
 /// Number of ranks in the job, set by `tca run`.
@@ -131,6 +134,7 @@ pub const KNOWN: &[&str] = &[
     CMA,
     AM_PACK,
     AM_CHANNELS,
+    PROGRESS,
 ];
 
 /// Prefixes of families of variables (`TCA_COLL_ALLREDUCE=ring` and the like).

@@ -54,6 +54,7 @@ pub mod coll;
 pub mod env;
 mod error;
 pub mod fabric;
+pub mod offload;
 pub mod p2p;
 pub mod process;
 mod rand;

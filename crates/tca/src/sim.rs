@@ -158,7 +158,7 @@ where
             })?;
             Ok(w)
         },
-        f,
+        crate::threads::lent(f),
     );
     let host_s = t0.elapsed().as_secs_f64();
     let (stats, now) = engine.stats();

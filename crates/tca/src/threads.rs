@@ -8,6 +8,7 @@
 use crate::bootstrap::{BoardSource, JobEnv};
 use crate::error::{Error, ErrorKind, Result};
 use crate::fabric::World;
+use crate::offload::Proxy;
 use crate::transport::{NodeBoard, open_inherited};
 
 /// Runs `f` on `n` ranks (threads) and returns each rank's result, indexed by rank.
@@ -26,7 +27,47 @@ where
             Err(e) => vec![Err(e)],
         };
     }
-    run_ranks(n, |_, joined| joined, f)
+    run_ranks(n, |_, joined| joined, lent(f))
+}
+
+/// `f` on a world it borrows; an error of `f` marks the rank failed (its peers' waits fail
+/// naming it instead of hanging).
+pub(crate) fn lent<T>(
+    f: impl Fn(&World) -> Result<T> + Sync,
+) -> impl Fn(World) -> Result<T> + Sync {
+    move |world| {
+        let r = f(&world);
+        if r.is_err() {
+            world.mark_failed();
+        }
+        r
+    }
+}
+
+/// Runs `f` on `n` ranks (threads), each with a progress thread of its own that owns the
+/// rank's world ([`Proxy`]): the in-process form of `TCA_PROGRESS=thread`. The proxies
+/// leave cleanly together (after a barrier) when every `f` returned `Ok`; a rank whose `f`
+/// failed marks itself failed, so its peers get errors naming it.
+pub fn run_offloaded<T, F>(n: u32, f: F) -> Result<Vec<T>>
+where
+    T: Send,
+    F: Fn(&Proxy) -> Result<T> + Sync,
+{
+    let all = run_ranks(
+        n,
+        |_, joined| joined,
+        |world| {
+            let proxy = Proxy::start(world)?;
+            match f(&proxy) {
+                Ok(v) => proxy.finish().map(|()| v),
+                Err(e) => {
+                    let _ = proxy.fail();
+                    Err(e)
+                }
+            }
+        },
+    );
+    root_error(all)
 }
 
 /// [`run_each`] with `setup` between a rank's joining and `f`: it gets the rank and what
@@ -37,7 +78,7 @@ pub(crate) fn run_ranks<T, S, F>(n: u32, setup: S, f: F) -> Vec<Result<T>>
 where
     T: Send,
     S: Fn(u32, Result<World>) -> Result<World> + Sync,
-    F: Fn(&World) -> Result<T> + Sync,
+    F: Fn(World) -> Result<T> + Sync,
 {
     let max = crate::env::max_ranks();
     if n == 0 || n > max {
@@ -75,12 +116,7 @@ where
                                 kv: None,
                             })
                         });
-                        let world = setup(rank, joined)?;
-                        let r = f(&world);
-                        if r.is_err() {
-                            world.mark_failed();
-                        }
-                        r
+                        f(setup(rank, joined)?)
                     })
             })
             .collect();

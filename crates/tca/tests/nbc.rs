@@ -400,6 +400,41 @@ fn waits_for_messages_move_collectives_on() {
 }
 
 #[test]
+fn a_collective_done_when_started_does_not_hold_the_next() {
+    // An empty allreduce finishes when it starts; started behind a running one it used to
+    // stop the scope's progress there, so the alltoall after it never moved (found by the
+    // offload tests). Tested, not waited: the trying steps are what stopped.
+    threads::run(3, |w| {
+        let c = Comm::world(w)?;
+        let me = c.rank() as usize;
+        let mine = input(me, 5);
+        let (mut sum, mut empty, mut back) = (vec![0.0; 5], Vec::<f64>::new(), vec![0.0; 15]);
+        let all = input(me, 15);
+        c.scope(|s| {
+            let mut t = [
+                s.iallreduce(&mine, &mut sum, &Op::Sum)?,
+                s.iallreduce_in_place(&mut empty, &Op::Sum)?,
+                s.ialltoall(&all, &mut back)?,
+            ];
+            let t0 = std::time::Instant::now();
+            while t.iter().any(Request::is_active) {
+                for r in t.iter_mut().filter(|r| r.is_active()) {
+                    let _ = r.test()?;
+                }
+                assert!(t0.elapsed() < Duration::from_secs(20), "rank {me}: stuck");
+                std::thread::yield_now();
+            }
+            Ok(())
+        })?;
+        for (k, x) in back.chunks(5).enumerate() {
+            assert_eq!(x, &input(k, 15)[me * 5..me * 5 + 5], "rank {me} from {k}");
+        }
+        Ok(())
+    })
+    .unwrap();
+}
+
+#[test]
 fn bad_input_is_a_clear_error() {
     threads::run(2, |w| {
         let c = Comm::world(w)?;

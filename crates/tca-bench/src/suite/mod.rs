@@ -43,6 +43,7 @@ pub mod halo;
 #[cfg(feature = "mpi")]
 pub mod mpi;
 pub mod overlap;
+pub mod proxied;
 pub mod tca;
 
 use anyhow::{Result, bail};
@@ -631,6 +632,10 @@ pub struct Options {
     /// IMB-NBC's computation without library calls).
     #[serde(default)]
     pub test_calls: u32,
+    /// tca's collectives run through a progress thread per rank (`--progress thread`,
+    /// [`proxied`]); MPI's half is unchanged.
+    #[serde(default)]
+    pub progress_thread: bool,
 }
 
 fn one() -> u32 {

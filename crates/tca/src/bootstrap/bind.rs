@@ -98,6 +98,17 @@ pub fn plan(bind: Bind, ranks: u32, cpus: &[usize]) -> Result<Option<Vec<usize>>
     }
 }
 
+/// Lets the calling thread run on any CPU the kernel allows this process's cgroup (its mask
+/// was its rank's one CPU): for a helper thread, such as a progress thread, that should run
+/// beside its rank rather than take turns with it. Whether it worked.
+pub fn unbind_thread() -> bool {
+    let mut set = CpuSet::new();
+    for c in 0..CpuSet::MAX_CPU {
+        set.set(c);
+    }
+    sched_setaffinity(None, &set).is_ok()
+}
+
 /// Runs `start` (which starts a process) with the calling thread bound to `cpu`, so that the
 /// process inherits the binding from its first instruction, then restores the thread's mask.
 /// A binding that fails is returned beside `start`'s result, which runs unbound.

@@ -110,13 +110,14 @@ impl Drive for Ops<'_> {
         let mut cx = Context::from_waker(Waker::noop());
         while self.head.get() <= upto {
             let i = self.head.get();
-            let Some(mut run) = self
-                .slots
-                .borrow_mut()
-                .get_mut(i)
-                .and_then(|s| s.run.take())
-            else {
+            let Some(run) = self.slots.borrow_mut().get_mut(i).map(|s| s.run.take()) else {
                 break; // nothing started there
+            };
+            let Some(mut run) = run else {
+                // Finished when it started (an empty buffer, one rank) while an older one
+                // was still running: nothing to poll, the next one may go.
+                self.head.set(i + 1);
+                continue;
             };
             let polled = {
                 let _mode = Polling::new(&self.polling, &comm.nb, block);

@@ -1,0 +1,292 @@
+//! The suite's collectives with a progress thread per rank (`--progress thread`,
+//! `TCA_PROGRESS=thread`): the rank's world belongs to its proxy ([`tca::offload::Proxy`]), the
+//! non-blocking benchmarks post their collective and wait for its ticket, the blocking ones
+//! run as commands on the proxy. IMB-NBC's overlap then measures what the proxy moves while
+//! the rank computes.
+
+use std::time::Instant;
+
+use anyhow::{Result, bail};
+use tca::offload::{Proxy, ProxyScope, Ticket};
+use tca::{Op, World};
+use tca_mpi::{Backend as Lib, CommResult};
+
+use super::driver::{self, Backend};
+use super::halo::Halo;
+use super::overlap::Cpu;
+use super::{Benchmark, Half, Kind, Options};
+
+/// The driver's own synchronisation and gathering, as commands on the proxy.
+#[derive(Debug)]
+pub struct ProxyLib<'p> {
+    proxy: &'p Proxy,
+    epoch: Instant,
+    transport: String,
+}
+
+impl Lib for ProxyLib<'_> {
+    fn rank(&self) -> usize {
+        self.proxy.rank() as usize
+    }
+    fn size(&self) -> usize {
+        self.proxy.size() as usize
+    }
+    fn name(&self) -> String {
+        "tca".into()
+    }
+    fn transport(&self) -> String {
+        self.transport.clone()
+    }
+    fn wtime(&self) -> f64 {
+        self.epoch.elapsed().as_secs_f64()
+    }
+    fn barrier(&mut self) -> CommResult<()> {
+        Ok(self.proxy.scope(|s| s.run(|c| c.barrier()))?)
+    }
+    fn broadcast_u64(&mut self, buf: &mut [u64]) -> CommResult<()> {
+        Ok(self.proxy.scope(|s| s.run(|c| c.broadcast(buf, 0)))?)
+    }
+    fn scatter_u64(&mut self, send: &[u64], recv: &mut [u64]) -> CommResult<()> {
+        Ok(self.proxy.scope(|s| s.run(|c| c.scatter(send, recv, 0)))?)
+    }
+    fn scatter_f64(&mut self, send: &[f64], recv: &mut [f64]) -> CommResult<()> {
+        Ok(self.proxy.scope(|s| s.run(|c| c.scatter(send, recv, 0)))?)
+    }
+    fn gather_f64(&mut self, send: &[f64], recv: &mut [f64]) -> CommResult<()> {
+        Ok(self.proxy.scope(|s| s.run(|c| c.gather(send, recv, 0)))?)
+    }
+    fn allgatherv_f64(
+        &mut self,
+        x: &mut [f64],
+        counts: &[usize],
+        displs: &[usize],
+    ) -> CommResult<()> {
+        Ok(self
+            .proxy
+            .scope(|s| s.run(|c| c.allgatherv_in_place(x, counts, displs)))?)
+    }
+    fn allreduce_sum_f64(&mut self, v: f64) -> CommResult<f64> {
+        let mut b = [v];
+        self.proxy
+            .scope(|s| s.run(|c| c.allreduce_in_place(&mut b, &Op::Sum)))?;
+        Ok(b[0])
+    }
+}
+
+/// The suite's collectives through a proxy.
+#[derive(Debug)]
+pub struct ProxyBackend<'p> {
+    lib: ProxyLib<'p>,
+    bsend: Vec<u8>,
+    brecv: Vec<u8>,
+    fsend: Vec<f32>,
+    frecv: Vec<f32>,
+    cur: (Kind, usize),
+    nonblocking: bool,
+    forced: Vec<(usize, String)>,
+}
+
+impl<'p> ProxyBackend<'p> {
+    /// Buffers for the largest size; refuses benchmarks that are not collectives.
+    pub fn new(proxy: &'p Proxy, opts: &Options) -> Result<Self> {
+        if let Some(b) = opts.benches().find(|b| b.collective.is_none()) {
+            bail!(
+                "--progress thread runs the collectives (blocking ones as commands on the \
+                 proxy, non-blocking ones posted to it), not {}",
+                b.name
+            );
+        }
+        let p = proxy.size() as usize;
+        let max = opts.sizes.iter().copied().max().unwrap_or(0).max(8);
+        let me = proxy.rank() as usize;
+        let transport = proxy.scope(|s| s.run(|c| Ok(c.world_ref().transport().to_string())))?;
+        Ok(Self {
+            lib: ProxyLib {
+                proxy,
+                epoch: Instant::now(),
+                transport: format!("{transport}, progress thread"),
+            },
+            bsend: (0..max * p).map(|i| (i + me) as u8).collect(),
+            brecv: vec![0; max * p],
+            fsend: (0..max / 4 + 1).map(|i| (i % 7) as f32).collect(),
+            frecv: vec![0.0; max / 4 + 1],
+            cur: (Kind::Barrier, 0),
+            nonblocking: false,
+            forced: opts.algos.clone(),
+        })
+    }
+
+    /// Posts the prepared collective in `s`.
+    fn post<'q, 'a>(
+        s: &ProxyScope<'q, 'a>,
+        (kind, bytes): (Kind, usize),
+        p: usize,
+        bufs: (&'a mut [u8], &'a mut [u8], &'a [f32], &'a mut [f32]),
+        sum: &'a Op<f32>,
+    ) -> Result<Ticket<'q>> {
+        let (bs, br, fs, fr) = bufs;
+        let e = bytes / 4;
+        Ok(match kind {
+            Kind::Bcast => s.ibroadcast(&mut bs[..bytes], 0)?,
+            Kind::Scatter => s.iscatter(&bs[..bytes * p], &mut br[..bytes], 0)?,
+            Kind::Gather => s.igather(&bs[..bytes], &mut br[..bytes * p], 0)?,
+            Kind::Reduce => s.ireduce(&fs[..e], &mut fr[..e], sum, 0)?,
+            Kind::Allgather => s.iallgather(&bs[..bytes], &mut br[..bytes * p])?,
+            Kind::Allreduce => s.iallreduce(&fs[..e], &mut fr[..e], sum)?,
+            Kind::ReduceScatter => s.ireduce_scatter(&fs[..e], &mut fr[..e / p], sum)?,
+            Kind::Alltoall => s.ialltoall(&bs[..bytes * p], &mut br[..bytes * p])?,
+            Kind::Barrier => s.ibarrier()?,
+            other => bail!("{other:?} is not a collective"),
+        })
+    }
+
+    /// `n` calls, each posted and waited for (with `work`: computation with tests between,
+    /// see [`Cpu::run`]); the microseconds spent computing.
+    fn calls_with(&mut self, n: u64, work: Option<(&Cpu, f64, u32)>) -> Result<f64> {
+        let (cur, p) = (self.cur, self.lib.proxy.size() as usize);
+        let sum = Op::<f32>::Sum;
+        let mut spent = 0.0;
+        let proxy = self.lib.proxy;
+        for _ in 0..n {
+            let bufs = (
+                &mut self.bsend[..],
+                &mut self.brecv[..],
+                &self.fsend[..],
+                &mut self.frecv[..],
+            );
+            spent += proxy.scope(|s| {
+                let mut t = Self::post(s, cur, p, bufs, &sum)
+                    .map_err(|e| tca::Error::program(format!("{e:#}")))?;
+                let c = match work {
+                    Some((cpu, us, tests)) => cpu.run(us, tests, || t.test().map(drop))?,
+                    None => 0.0,
+                };
+                t.wait()?;
+                Ok(c)
+            })?;
+        }
+        Ok(spent)
+    }
+
+    /// `n` blocking calls of the prepared collective, as one command on the proxy.
+    fn blocking(&mut self, n: u64) -> Result<()> {
+        let (kind, bytes) = self.cur;
+        let p = self.lib.proxy.size() as usize;
+        let e = bytes / 4;
+        let sum = Op::<f32>::Sum;
+        let (bs, br, fs, fr) = (
+            &mut self.bsend,
+            &mut self.brecv,
+            &self.fsend,
+            &mut self.frecv,
+        );
+        self.lib.proxy.scope(|s| {
+            s.run(|c| {
+                for _ in 0..n {
+                    match kind {
+                        Kind::Bcast => c.broadcast(&mut bs[..bytes], 0)?,
+                        Kind::Scatter => c.scatter(&bs[..bytes * p], &mut br[..bytes], 0)?,
+                        Kind::Gather => c.gather(&bs[..bytes], &mut br[..bytes * p], 0)?,
+                        Kind::Reduce => c.reduce(&fs[..e], &mut fr[..e], &sum, 0)?,
+                        Kind::Allgather => c.allgather(&bs[..bytes], &mut br[..bytes * p])?,
+                        Kind::Allreduce => c.allreduce(&fs[..e], &mut fr[..e], &sum)?,
+                        Kind::ReduceScatter => {
+                            c.reduce_scatter(&fs[..e], &mut fr[..e / p], &sum)?
+                        }
+                        Kind::Alltoall => c.alltoall(&bs[..bytes * p], &mut br[..bytes * p])?,
+                        _ => c.barrier()?,
+                    }
+                }
+                Ok(())
+            })
+        })?;
+        Ok(())
+    }
+}
+
+impl<'p> Backend for ProxyBackend<'p> {
+    type Lib = ProxyLib<'p>;
+
+    fn lib(&mut self) -> &mut ProxyLib<'p> {
+        &mut self.lib
+    }
+
+    fn prepare(&mut self, bench: &Benchmark, bytes: usize) -> Result<()> {
+        self.cur = (bench.kind, bytes);
+        self.nonblocking = bench.nonblocking();
+        if let Some(coll) = bench.collective {
+            let i = super::index_of(bench);
+            let name = self
+                .forced
+                .iter()
+                .find(|(b, _)| *b == i)
+                .map(|(_, n)| n.clone());
+            self.lib
+                .proxy
+                .scope(|s| s.run(|c| c.force(coll, name.as_deref())))?;
+        }
+        Ok(())
+    }
+
+    fn prepare_halo(&mut self, _halo: &Halo) -> Result<()> {
+        bail!("--progress thread does not run the Halo benchmark")
+    }
+
+    fn calls(&mut self, n: u64) -> Result<()> {
+        if self.nonblocking {
+            self.calls_with(n, None).map(drop)
+        } else {
+            self.blocking(n)
+        }
+    }
+
+    fn overlapped(&mut self, n: u64, cpu: &Cpu, us: f64, tests: u32) -> Result<f64> {
+        self.calls_with(n, Some((cpu, us, tests)))
+    }
+
+    fn algorithm(&self, bench: &Benchmark, bytes: usize) -> String {
+        let Some(coll) = bench.collective else {
+            return "-".into();
+        };
+        let p = self.lib.proxy.size() as usize;
+        let sel = bench.selection_bytes(bytes, p);
+        self.lib
+            .proxy
+            .scope(|s| s.run(|c| Ok(c.algorithm(coll, sel).name.to_string())))
+            .unwrap_or_else(|_| "-".into())
+    }
+}
+
+/// Runs the suite on this rank with a progress thread that owns `world`; rank 0 returns the
+/// result.
+pub fn run(world: World, opts: &Options) -> Result<Option<Half>> {
+    let proxy = Proxy::start(world)?;
+    let r = (|| {
+        let mut b = ProxyBackend::new(&proxy, opts)?;
+        let total: usize = opts.benches().count() * opts.sizes.len();
+        let bar = crate::progress::bar(total as u64, proxy.rank() == 0);
+        let half = driver::run(&mut b, opts, |name, bytes| {
+            bar.set_message(format!("{name} {bytes} B"));
+            bar.inc(1);
+        })?;
+        bar.finish_and_clear();
+        Ok(half.map(|mut h| {
+            h.notes.push(format!(
+                "progress: a thread per rank owns its world (tca::offload::Proxy); it naps {} us \
+                 on its work queue when nothing in flight moved",
+                tca::offload::NAP.as_micros()
+            ));
+            h
+        }))
+    })();
+    match r {
+        Ok(h) => {
+            proxy.finish()?;
+            Ok(h)
+        }
+        Err(e) => {
+            let _ = proxy.fail();
+            Err(e)
+        }
+    }
+}

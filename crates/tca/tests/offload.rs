@@ -1,0 +1,342 @@
+//! The offload engine (`tca::offload`, seed 004): every collective posted to a progress thread
+//! against the blocking call's result; a rank that computes without calling tca while its
+//! peers' collectives and rendezvous complete through its proxy; many tickets outstanding,
+//! waited in random orders; dropped tickets; a full work queue; a peer and a proxy that die.
+//! Thread ranks, each with its proxy (`threads::run_offloaded`).
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use tca::offload::{Proxy, QUEUE_DEPTH, Ticket};
+use tca::{ErrorKind, Op, threads};
+
+fn val(rank: usize, i: usize) -> f64 {
+    ((rank * 7 + i * 3) % 11 + 1) as f64
+}
+
+fn r32(x: usize) -> u32 {
+    u32::try_from(x).expect("a rank")
+}
+
+fn input(rank: usize, n: usize) -> Vec<f64> {
+    (0..n).map(|i| val(rank, i)).collect()
+}
+
+/// xorshift: a rank's own random sequence.
+fn rng(seed: u64) -> impl FnMut() -> u64 {
+    let mut x = seed | 1;
+    move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    }
+}
+
+/// Every collective posted to the proxy gives the bytes the blocking call (run on the proxy
+/// as a command) gives.
+fn same_as_blocking(p: &Proxy, n: usize) -> tca::Result<()> {
+    let (size, me) = (p.size() as usize, p.rank() as usize);
+    let root = r32(size - 1);
+    let is_root = me == root as usize;
+    let mine = input(me, n);
+    let all: Vec<f64> = (0..size * n).map(|i| val(me, i)).collect();
+    let sum = Op::<f64>::Sum;
+    let max = Op::<f64>::Max;
+    let check = |what: &str, a: &[f64], b: &[f64]| {
+        assert_eq!(a, b, "{what} p={size} n={n} rank={me}: posted vs blocking");
+    };
+    // Blocking results, through the command channel.
+    let want = p.scope(|s| {
+        s.run(|c| {
+            let mut bc = if is_root { mine.clone() } else { vec![0.0; n] };
+            c.broadcast(&mut bc, root)?;
+            let mut sc = vec![0.0; n];
+            c.scatter(if is_root { &all[..] } else { &[] }, &mut sc, root)?;
+            let mut ga = vec![0.0; if is_root { size * n } else { 0 }];
+            c.gather(&mine, &mut ga, root)?;
+            let mut re = vec![0.0; if is_root { n } else { 0 }];
+            c.reduce(&mine, &mut re, &max, root)?;
+            let mut ag = vec![0.0; size * n];
+            c.allgather(&mine, &mut ag)?;
+            let mut ar = vec![0.0; n];
+            c.allreduce(&mine, &mut ar, &sum)?;
+            let mut rs = vec![0.0; n / size];
+            c.reduce_scatter(&mine[..n / size * size], &mut rs, &sum)?;
+            let mut aa = vec![0.0; size * n];
+            c.alltoall(&all, &mut aa)?;
+            c.barrier()?;
+            Ok([bc, sc, ga, re, ag, ar, rs, aa])
+        })
+    })?;
+    // The same, posted all at once and waited in reverse order.
+    let mut bc = if is_root { mine.clone() } else { vec![0.0; n] };
+    let mut sc = vec![0.0; n];
+    let mut ga = vec![0.0; if is_root { size * n } else { 0 }];
+    let mut re = vec![0.0; if is_root { n } else { 0 }];
+    let mut ag = vec![0.0; size * n];
+    let mut ar = vec![0.0; n];
+    let mut rs = vec![0.0; n / size];
+    let mut aa = vec![0.0; size * n];
+    let mut inplace = mine.clone();
+    p.scope(|s| {
+        let mut t: Vec<Ticket<'_>> = vec![
+            s.ibroadcast(&mut bc, root)?,
+            s.iscatter(if is_root { &all[..] } else { &[] }, &mut sc, root)?,
+            s.igather(&mine, &mut ga, root)?,
+            s.ireduce(&mine, &mut re, &max, root)?,
+            s.iallgather(&mine, &mut ag)?,
+            s.iallreduce(&mine, &mut ar, &sum)?,
+            s.ireduce_scatter(&mine[..n / size * size], &mut rs, &sum)?,
+            s.ialltoall(&all, &mut aa)?,
+            s.iallreduce_in_place(&mut inplace, &sum)?,
+            s.ibarrier()?,
+        ];
+        for k in (0..t.len()).rev() {
+            t[k].wait()?;
+            assert!(!t[k].is_active());
+        }
+        Ok(())
+    })?;
+    let names = [
+        "broadcast",
+        "scatter",
+        "gather",
+        "reduce",
+        "allgather",
+        "allreduce",
+        "reduce_scatter",
+        "alltoall",
+    ];
+    let got = [&bc, &sc, &ga, &re, &ag, &ar, &rs, &aa];
+    for ((name, w), g) in names.iter().zip(&want).zip(got) {
+        check(name, w, g);
+    }
+    check("allreduce_in_place", &want[5], &inplace);
+    Ok(())
+}
+
+#[test]
+fn every_collective_through_the_proxy_matches_blocking() {
+    for p in [1, 2, 3, 5, 8] {
+        threads::run_offloaded(p, |px| {
+            for n in [1, 24, 3000, 40_000] {
+                same_as_blocking(px, n)?;
+            }
+            Ok(())
+        })
+        .unwrap_or_else(|e| panic!("{p} ranks: {e}"));
+    }
+}
+
+/// Ranks whose posted collective and rendezvous receive have completed.
+static FINISHED: AtomicU32 = AtomicU32::new(0);
+
+#[test]
+fn a_computing_rank_completes_its_peers_collectives_through_its_proxy() {
+    // Rank 0 posts an allreduce and a large receive, then computes without calling tca
+    // until every peer saw its allreduce and its send complete. Progress by the caller
+    // alone would hold the peers (they need rank 0's part) until the deadline: the test
+    // fails then.
+    const P: u32 = 4;
+    const BIG: usize = 1 << 18; // f64s: 2 MiB, a rendezvous message
+    let deadline = Duration::from_secs(30);
+    threads::run_offloaded(P, |px| {
+        let me = px.rank();
+        let mine = input(me as usize, 1000);
+        let mut sum = vec![0.0; 1000];
+        let want: Vec<f64> = (0..1000)
+            .map(|i| (0..P as usize).map(|r| val(r, i)).sum())
+            .collect();
+        let mut big = vec![0.0f64; BIG];
+        let src: Vec<f64> = (0..BIG).map(|i| i as f64).collect();
+        px.scope(|s| {
+            let mut a = s.iallreduce(&mine, &mut sum, &Op::Sum)?;
+            if me == 0 {
+                let mut r = s.irecv(&mut big, 1, 7)?;
+                let t0 = Instant::now();
+                let mut x = 1.0f64;
+                while FINISHED.load(Ordering::Acquire) < P - 1 {
+                    for _ in 0..1000 {
+                        x = std::hint::black_box(x * 0.999_999 + 1e-6);
+                    }
+                    assert!(
+                        t0.elapsed() < deadline,
+                        "peers did not finish while rank 0 computed ({} of {})",
+                        FINISHED.load(Ordering::Acquire),
+                        P - 1
+                    );
+                }
+                // The peers are done: rank 0's proxy did its part while rank 0 computed (its
+                // own last steps may still be in flight).
+                a.wait()?;
+                let st = r.wait()?;
+                assert_eq!((st.source, st.tag, st.bytes), (1, 7, BIG * 8));
+            } else {
+                let mut snd = (me == 1).then(|| s.isend(&src, 0, 7)).transpose()?;
+                a.wait()?;
+                if let Some(t) = snd.as_mut() {
+                    t.wait()?;
+                }
+                FINISHED.fetch_add(1, Ordering::AcqRel);
+            }
+            Ok(())
+        })?;
+        assert_eq!(sum, want, "rank {me}");
+        if me == 0 {
+            assert_eq!(big, src);
+        }
+        Ok(())
+    })
+    .unwrap();
+}
+
+#[test]
+fn many_tickets_waited_in_random_orders_with_messages_between() {
+    threads::run_offloaded(5, |px| {
+        let (p, me) = (px.size() as usize, px.rank() as usize);
+        let mut next = rng(0x5eed + me as u64);
+        for round in 0..20usize {
+            let n = 1 + round * 37;
+            let mine = input(me + round, n);
+            let mut outs = vec![vec![0.0; n]; 12];
+            let mut inbox = vec![0.0; n];
+            let right = r32((me + 1) % p);
+            let left = r32((me + p - 1) % p);
+            px.scope(|s| {
+                let mut t = Vec::new();
+                for o in outs.iter_mut() {
+                    t.push(s.iallreduce(&mine, o, &Op::Sum)?);
+                }
+                t.push(s.irecv(&mut inbox, left, i32::try_from(round).expect("a tag"))?);
+                t.push(s.isend(&mine, right, i32::try_from(round).expect("a tag"))?);
+                // Waited (or tested, then waited) in a random order.
+                while !t.is_empty() {
+                    let k = usize::try_from(next() % t.len() as u64).expect("below len");
+                    let mut x = t.swap_remove(k);
+                    if next() % 2 == 0 {
+                        let _ = x.test()?;
+                    }
+                    x.wait()?;
+                }
+                Ok(())
+            })?;
+            let want: Vec<f64> = (0..n)
+                .map(|i| (0..p).map(|r| val(r + round, i)).sum())
+                .collect();
+            for o in &outs {
+                assert_eq!(o, &want, "round {round} rank {me}");
+            }
+            let l = (me + p - 1) % p;
+            assert_eq!(inbox, input(l + round, n), "message round {round}");
+        }
+        Ok(())
+    })
+    .unwrap();
+}
+
+#[test]
+fn dropped_tickets_finish_at_the_scope_end_and_a_full_queue_pushes_back() {
+    // Four times the queue's depth of operations without waiting for any: posts wait for
+    // room, none is lost, and the scope finishes the dropped tickets before it returns.
+    let posts = 4 * QUEUE_DEPTH;
+    threads::run_offloaded(3, |px| {
+        let (p, me) = (px.size() as usize, px.rank() as usize);
+        let mine = input(me, 16);
+        let mut outs = vec![vec![0.0; 16]; posts];
+        px.scope(|s| {
+            for o in outs.iter_mut() {
+                let _unclaimed = s.iallreduce(&mine, o, &Op::Sum)?;
+            }
+            Ok(())
+        })?;
+        assert_eq!(px.in_flight(), 0);
+        let want: Vec<f64> = (0..16).map(|i| (0..p).map(|r| val(r, i)).sum()).collect();
+        for (k, o) in outs.iter().enumerate() {
+            assert_eq!(o, &want, "operation {k} of rank {me}");
+        }
+        Ok(())
+    })
+    .unwrap();
+}
+
+#[test]
+fn bad_input_comes_back_through_the_ticket() {
+    // A receive buffer too short is the collective's error (it aborts the job, as a blocking
+    // call's does), returned by the ticket with both lengths.
+    let r = threads::run_offloaded(2, |px| -> tca::Result<()> {
+        let mine = input(0, 8);
+        let mut short = vec![0.0; 4];
+        let e = px
+            .scope(|s| s.iallreduce(&mine, &mut short, &Op::Sum)?.wait().map(drop))
+            .expect_err("a short receive buffer");
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
+        assert!(
+            e.to_string().contains('8') && e.to_string().contains('4'),
+            "{e}"
+        );
+        Err(e)
+    });
+    assert_eq!(
+        r.expect_err("both ranks failed").kind(),
+        ErrorKind::InvalidArgument
+    );
+}
+
+#[test]
+fn a_peer_that_fails_is_an_error_naming_it() {
+    // Rank 1 fails before its part; rank 0's posted allreduce fails naming rank 1 instead of
+    // hanging.
+    let r = threads::run_offloaded(2, |px| -> tca::Result<()> {
+        if px.rank() == 1 {
+            std::thread::sleep(Duration::from_millis(50));
+            return Err(tca::Error::program("rank 1 gives up"));
+        }
+        let mine = input(0, 64);
+        let mut out = vec![0.0; 64];
+        let e = px
+            .scope(|s| s.iallreduce(&mine, &mut out, &Op::Sum)?.wait().map(drop))
+            .expect_err("rank 1 failed");
+        assert!(
+            matches!(e.kind(), ErrorKind::PeerDied | ErrorKind::Aborted),
+            "{e}"
+        );
+        assert!(e.to_string().contains("rank 1"), "{e}");
+        Err(e)
+    });
+    let e = r.expect_err("a rank failed");
+    assert!(e.to_string().contains("rank 1"), "{e}");
+}
+
+#[test]
+fn a_proxy_that_dies_fails_its_rank_and_names_it_to_the_peers() {
+    let r = threads::run_offloaded(2, |px| -> tca::Result<()> {
+        let me = px.rank();
+        let mine = input(me as usize, 64);
+        let mut out = vec![0.0; 64];
+        if me == 1 {
+            // A command that panics kills rank 1's proxy.
+            let e = px
+                .scope(|s| s.run(|_| -> tca::Result<()> { panic!("injected fault") }))
+                .expect_err("the proxy died");
+            assert_eq!(e.kind(), ErrorKind::PeerDied, "{e}");
+            assert!(
+                e.to_string().contains("rank 1's progress thread panicked"),
+                "{e}"
+            );
+            // Every later post fails the same way.
+            let again = px
+                .scope(|s| s.ibarrier().map(drop))
+                .expect_err("the proxy is gone");
+            assert!(again.to_string().contains("rank 1"), "{again}");
+            return Err(e);
+        }
+        let e = px
+            .scope(|s| s.iallreduce(&mine, &mut out, &Op::Sum)?.wait().map(drop))
+            .expect_err("rank 1's proxy died");
+        assert!(e.to_string().contains("rank 1"), "{e}");
+        Err(e)
+    });
+    let e = r.expect_err("rank 1 failed");
+    assert!(e.to_string().contains("rank 1"), "{e}");
+}
