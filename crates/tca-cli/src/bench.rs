@@ -107,8 +107,9 @@ pub(crate) struct Args {
     #[arg(long, value_name = "N", default_value_t = 0)]
     test_calls: u32,
     /// Where tca's collectives progress: `caller` (in its own calls) or `thread` (a progress
-    /// thread per rank owns the world and runs them: blocking ones as commands, non-blocking
-    /// ones posted to it; collectives only). Default: `$TCA_PROGRESS`, else caller.
+    /// thread per rank owns the world and runs them: blocking collectives as commands,
+    /// non-blocking ones and PingPong's / osu_latency's sends and receives posted to it).
+    /// Default: `$TCA_PROGRESS`, else caller.
     #[arg(long, value_name = "caller|thread")]
     progress: Option<String>,
 }

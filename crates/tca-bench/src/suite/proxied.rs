@@ -1,8 +1,8 @@
 //! The suite's collectives with a progress thread per rank (`--progress thread`,
 //! `TCA_PROGRESS=thread`): the rank's world belongs to its proxy ([`tca::offload::Proxy`]), the
 //! non-blocking benchmarks post their collective and wait for its ticket, the blocking ones
-//! run as commands on the proxy. IMB-NBC's overlap then measures what the proxy moves while
-//! the rank computes.
+//! run as commands on the proxy, the two-sided ping-pongs post their sends and receives.
+//! IMB-NBC's overlap then measures what the proxy moves while the rank computes.
 
 use std::time::Instant;
 
@@ -89,10 +89,13 @@ pub struct ProxyBackend<'p> {
 impl<'p> ProxyBackend<'p> {
     /// Buffers for the largest size; refuses benchmarks that are not collectives.
     pub fn new(proxy: &'p Proxy, opts: &Options) -> Result<Self> {
-        if let Some(b) = opts.benches().find(|b| b.collective.is_none()) {
+        if let Some(b) = opts.benches().find(|b| {
+            b.collective.is_none() && !matches!(b.kind, Kind::PingPong | Kind::OsuLatency)
+        }) {
             bail!(
                 "--progress thread runs the collectives (blocking ones as commands on the \
-                 proxy, non-blocking ones posted to it), not {}",
+                 proxy, non-blocking ones posted to it) and the two-sided ping-pongs \
+                 (PingPong, osu_latency: sends and receives posted to it), not {}",
                 b.name
             );
         }
@@ -168,6 +171,33 @@ impl<'p> ProxyBackend<'p> {
         Ok(spent)
     }
 
+    /// `n` two-sided round trips between ranks 0 and 1, each send and receive posted to the
+    /// proxy and waited for (seed 003's requests served by a polling thread).
+    fn ping_pong(&mut self, n: u64) -> Result<()> {
+        let bytes = self.cur.1;
+        let proxy = self.lib.proxy;
+        let me = proxy.rank();
+        if me > 1 {
+            return Ok(());
+        }
+        let peer = 1 - me;
+        let (bs, br) = (&self.bsend[..bytes], &mut self.brecv[..bytes]);
+        for _ in 0..n {
+            proxy.scope(|s| {
+                if me == 0 {
+                    let mut out = s.isend(bs, peer, 0)?;
+                    let mut back = s.irecv(&mut *br, peer, 0)?;
+                    out.wait()?;
+                    back.wait().map(drop)
+                } else {
+                    s.irecv(&mut *br, peer, 0)?.wait()?;
+                    s.isend(bs, peer, 0)?.wait().map(drop)
+                }
+            })?;
+        }
+        Ok(())
+    }
+
     /// `n` blocking calls of the prepared collective, as one command on the proxy.
     fn blocking(&mut self, n: u64) -> Result<()> {
         let (kind, bytes) = self.cur;
@@ -233,6 +263,9 @@ impl<'p> Backend for ProxyBackend<'p> {
     }
 
     fn calls(&mut self, n: u64) -> Result<()> {
+        if matches!(self.cur.0, Kind::PingPong | Kind::OsuLatency) {
+            return self.ping_pong(n);
+        }
         if self.nonblocking {
             self.calls_with(n, None).map(drop)
         } else {
@@ -246,7 +279,7 @@ impl<'p> Backend for ProxyBackend<'p> {
 
     fn algorithm(&self, bench: &Benchmark, bytes: usize) -> String {
         let Some(coll) = bench.collective else {
-            return "-".into();
+            return "two-sided, posted".into();
         };
         let p = self.lib.proxy.size() as usize;
         let sel = bench.selection_bytes(bytes, p);
