@@ -340,3 +340,59 @@ fn a_proxy_that_dies_fails_its_rank_and_names_it_to_the_peers() {
     let e = r.expect_err("rank 1 failed");
     assert!(e.to_string().contains("rank 1"), "{e}");
 }
+
+#[test]
+fn a_rank_that_panics_is_an_error_naming_it_not_a_clean_exit() {
+    // Rank 1 panics with its proxy alive: its world is dropped on the proxy thread, which
+    // must fail the rank (not leave as if done), so rank 0's posted allreduce fails naming
+    // rank 1 instead of waiting for ever.
+    let r = threads::run_offloaded(2, |px| -> tca::Result<()> {
+        if px.rank() == 1 {
+            std::thread::sleep(Duration::from_millis(30));
+            panic!("injected rank fault");
+        }
+        let mine = input(0, 64);
+        let mut out = vec![0.0; 64];
+        let e = px
+            .scope(|s| s.iallreduce(&mine, &mut out, &Op::Sum)?.wait().map(drop))
+            .expect_err("rank 1 panicked");
+        assert!(e.to_string().contains("rank 1"), "{e}");
+        Err(e)
+    });
+    let e = r.expect_err("rank 1 panicked");
+    assert!(e.to_string().contains("rank 1"), "{e}");
+}
+
+#[test]
+fn an_unclaimed_receive_is_cancelled_at_the_scope_end() {
+    // A receive nobody sends to, its ticket dropped (or the scope left early by an error):
+    // the scope cancels it, as dropping a request does, instead of waiting for ever; a
+    // message that arrives later is still received by the next receive.
+    threads::run_offloaded(2, |px| {
+        let me = px.rank();
+        let mut never = vec![0.0f64; 8];
+        let mut late = vec![0.0f64; 8];
+        if me == 0 {
+            px.scope(|s| {
+                let _unclaimed = s.irecv(&mut never, 1, 99)?;
+                Ok(())
+            })?;
+            let e = px
+                .scope(|s| {
+                    let _t = s.irecv(&mut never, 1, 99)?;
+                    Err::<(), _>(tca::Error::program("left early"))
+                })
+                .expect_err("the closure's error");
+            assert_eq!(e.message(), "left early");
+            assert_eq!(px.in_flight(), 0);
+            // Rank 1's message (tag 98) is still there for a receive that waits.
+            px.scope(|s| s.irecv(&mut late, 1, 98)?.wait().map(drop))?;
+            assert_eq!(late, input(1, 8));
+        } else {
+            let src = input(1, 8);
+            px.scope(|s| s.isend(&src, 0, 98)?.wait().map(drop))?;
+        }
+        Ok(())
+    })
+    .unwrap();
+}

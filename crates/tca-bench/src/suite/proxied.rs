@@ -198,38 +198,34 @@ impl<'p> ProxyBackend<'p> {
         Ok(())
     }
 
-    /// `n` blocking calls of the prepared collective, as one command on the proxy.
+    /// `n` blocking calls of the prepared collective, each a command on the proxy (posted,
+    /// run there, answered): what a blocking call costs a rank whose world is its proxy's.
     fn blocking(&mut self, n: u64) -> Result<()> {
         let (kind, bytes) = self.cur;
         let p = self.lib.proxy.size() as usize;
         let e = bytes / 4;
         let sum = Op::<f32>::Sum;
-        let (bs, br, fs, fr) = (
-            &mut self.bsend,
-            &mut self.brecv,
-            &self.fsend,
-            &mut self.frecv,
-        );
-        self.lib.proxy.scope(|s| {
-            s.run(|c| {
-                for _ in 0..n {
-                    match kind {
-                        Kind::Bcast => c.broadcast(&mut bs[..bytes], 0)?,
-                        Kind::Scatter => c.scatter(&bs[..bytes * p], &mut br[..bytes], 0)?,
-                        Kind::Gather => c.gather(&bs[..bytes], &mut br[..bytes * p], 0)?,
-                        Kind::Reduce => c.reduce(&fs[..e], &mut fr[..e], &sum, 0)?,
-                        Kind::Allgather => c.allgather(&bs[..bytes], &mut br[..bytes * p])?,
-                        Kind::Allreduce => c.allreduce(&fs[..e], &mut fr[..e], &sum)?,
-                        Kind::ReduceScatter => {
-                            c.reduce_scatter(&fs[..e], &mut fr[..e / p], &sum)?
-                        }
-                        Kind::Alltoall => c.alltoall(&bs[..bytes * p], &mut br[..bytes * p])?,
-                        _ => c.barrier()?,
-                    }
-                }
-                Ok(())
-            })
-        })?;
+        for _ in 0..n {
+            let (bs, br, fs, fr) = (
+                &mut self.bsend,
+                &mut self.brecv,
+                &self.fsend,
+                &mut self.frecv,
+            );
+            self.lib.proxy.scope(|s| {
+                s.run(|c| match kind {
+                    Kind::Bcast => c.broadcast(&mut bs[..bytes], 0),
+                    Kind::Scatter => c.scatter(&bs[..bytes * p], &mut br[..bytes], 0),
+                    Kind::Gather => c.gather(&bs[..bytes], &mut br[..bytes * p], 0),
+                    Kind::Reduce => c.reduce(&fs[..e], &mut fr[..e], &sum, 0),
+                    Kind::Allgather => c.allgather(&bs[..bytes], &mut br[..bytes * p]),
+                    Kind::Allreduce => c.allreduce(&fs[..e], &mut fr[..e], &sum),
+                    Kind::ReduceScatter => c.reduce_scatter(&fs[..e], &mut fr[..e / p], &sum),
+                    Kind::Alltoall => c.alltoall(&bs[..bytes * p], &mut br[..bytes * p]),
+                    _ => c.barrier(),
+                })
+            })?;
+        }
         Ok(())
     }
 }

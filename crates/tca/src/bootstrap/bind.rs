@@ -98,10 +98,18 @@ pub fn plan(bind: Bind, ranks: u32, cpus: &[usize]) -> Result<Option<Vec<usize>>
     }
 }
 
-/// Lets the calling thread run on any CPU the kernel allows this process's cgroup (its mask
-/// was its rank's one CPU): for a helper thread, such as a progress thread, that should run
-/// beside its rank rather than take turns with it. Whether it worked.
-pub fn unbind_thread() -> bool {
+/// Lets a helper thread of a rank that the launcher bound to one CPU (a progress thread)
+/// run on any CPU the kernel allows the process, so it runs beside its rank rather than in
+/// turns with it. A thread whose mask holds several CPUs, or of a process that `tca run` did
+/// not start, keeps its mask (a `taskset` or a cpuset from outside is respected then).
+/// Whether the mask was widened.
+pub fn unbind_helper_thread() -> bool {
+    let bound_by_launcher = std::env::var_os(env::JOB_CPUS).is_some()
+        && std::env::var(env::BIND).map_or(true, |b| b.trim() != "none");
+    let one = sched_getaffinity(None).is_ok_and(|m| m.count() == 1);
+    if !bound_by_launcher || !one {
+        return false;
+    }
     let mut set = CpuSet::new();
     for c in 0..CpuSet::MAX_CPU {
         set.set(c);

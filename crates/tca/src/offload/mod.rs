@@ -51,6 +51,8 @@ mod serve;
 
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::sync::mpsc::{self, Receiver, SyncSender, TryRecvError, TrySendError};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -60,7 +62,7 @@ pub use scope::{ProxyScope, Ticket};
 use crate::error::{Error, ErrorKind, Result};
 use crate::fabric::World;
 use crate::p2p::Status;
-use serve::{Done, Leave, Work};
+use serve::{Done, Leave, Shared, Work};
 
 #[cfg(doc)]
 use crate::Comm;
@@ -120,6 +122,7 @@ pub struct Proxy {
     size: u32,
     wq: SyncSender<Work>,
     cq: Receiver<Done>,
+    shared: Arc<Shared>,
     next: Cell<u64>,
     /// Posted, not yet answered.
     pending: RefCell<HashSet<u64>>,
@@ -158,9 +161,13 @@ impl Proxy {
         let (rank, size) = (world.rank(), world.size());
         let (wq, work) = mpsc::sync_channel(QUEUE_DEPTH);
         let (answer, cq) = mpsc::channel();
+        let shared = Arc::new(Shared::default());
+        let theirs = shared.clone();
+        // (If the thread cannot be started, the world is dropped unfailed with it: the peers
+        // see this rank leave, and this rank gets the error.)
         let thread = std::thread::Builder::new()
             .name(format!("tca-proxy-{rank}"))
-            .spawn(move || serve::serve(world, work, answer))
+            .spawn(move || serve::serve(world, work, answer, theirs))
             .map_err(|e| {
                 Error::os(
                     ErrorKind::Launch,
@@ -173,6 +180,7 @@ impl Proxy {
             size,
             wq,
             cq,
+            shared,
             next: Cell::new(1),
             pending: RefCell::new(HashSet::with_capacity(QUEUE_DEPTH)),
             done: RefCell::new(HashMap::with_capacity(QUEUE_DEPTH)),
@@ -259,6 +267,12 @@ impl Proxy {
         Ok(id)
     }
 
+    /// Asks the proxy to cancel `id` if it is a send or receive still in flight.
+    fn cancel(&self, id: u64) {
+        // An ended proxy answers nothing more: its pending ids fail in `wait_for`.
+        let _ = self.wq.send(Work::Cancel(id));
+    }
+
     /// The answer for `id`, if it has come.
     fn try_claim(&self, id: u64) -> Result<Option<Result<Status>>> {
         if let Some(r) = self.done.borrow_mut().remove(&id) {
@@ -284,7 +298,10 @@ impl Proxy {
                 ));
             }
             if !self.collect(false)? {
-                self.collect(true)?;
+                self.shared.waiting.store(true, Ordering::Release);
+                let r = self.collect(true);
+                self.shared.waiting.store(false, Ordering::Release);
+                r?;
             }
         }
     }
@@ -354,9 +371,16 @@ impl Proxy {
 
 impl Drop for Proxy {
     fn drop(&mut self) {
-        // Leaves as a dropped world does; an error of the proxy has marked the rank failed
-        // already, so its peers learn of it without this.
-        let _ = self.stop(Leave::Drop);
+        // Leaves as a dropped world does, or, when the rank is unwinding from a panic, marks
+        // it failed (the world is dropped on the proxy thread, which is not panicking: it
+        // would look like a clean exit, and peers waiting for this rank would wait on). An
+        // error of the proxy has marked the rank failed already.
+        let how = if std::thread::panicking() {
+            Leave::Fail
+        } else {
+            Leave::Drop
+        };
+        let _ = self.stop(how);
     }
 }
 

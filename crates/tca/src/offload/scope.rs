@@ -15,7 +15,7 @@ use std::marker::PhantomData;
 use std::ptr::NonNull;
 
 use super::Proxy;
-use super::serve::Work;
+use super::serve::{CANCELLED, Work};
 use crate::coll::{Comm, Element, Op};
 use crate::error::{Error, ErrorKind, Result};
 use crate::p2p::{Source, Status, Tag};
@@ -28,17 +28,19 @@ struct Lent<T: ?Sized>(NonNull<T>);
 unsafe impl<T: ?Sized + Sync> Send for Lent<T> {}
 
 impl<T: ?Sized> Lent<T> {
-    fn new(r: &T) -> Self {
+    /// Lends `r`.
+    ///
+    /// SAFETY (for callers): `r` is borrowed for the scope's lifetime `'s`, and the `Lent`
+    /// goes only into work posted in that scope, whose [`Finish`] waits for it: then every
+    /// later [`Lent::get`] runs while the borrow lives.
+    unsafe fn new(r: &T) -> Self {
         Self(NonNull::from(r))
     }
 
-    /// The borrow again, on the proxy thread. A `Lent` is made only by the posting methods
-    /// below and moved into the work they post, so this runs only inside work posted in the
-    /// scope the borrow was lent for.
+    /// The borrow again, on the proxy thread, inside the work it was lent to.
     fn get<'a>(&self) -> &'a T {
-        // SAFETY: the pointer came from a `&'s T` whose borrow the lender holds for the
-        // scope's lifetime `'s`, and the scope outlives every work posted in it (module
-        // docs); shared borrows may coexist, and `T: Sync` to be read from this thread.
+        // SAFETY: `new`'s contract: the borrow it came from lives while the work runs;
+        // shared borrows may coexist, and `Send` needed `T: Sync` to read it from here.
         unsafe { self.0.as_ref() }
     }
 }
@@ -51,15 +53,17 @@ struct LentMut<T: ?Sized>(NonNull<T>);
 unsafe impl<T: ?Sized + Send> Send for LentMut<T> {}
 
 impl<T: ?Sized> LentMut<T> {
-    fn new(r: &mut T) -> Self {
+    /// Lends `r` exclusively.
+    ///
+    /// SAFETY (for callers): as [`Lent::new`]; `r`'s lender gave it up for `'s`.
+    unsafe fn new(r: &mut T) -> Self {
         Self(NonNull::from(r))
     }
 
-    /// The exclusive borrow again, on the proxy thread, once (`self` is consumed); made and
-    /// used as [`Lent`].
+    /// The exclusive borrow again, on the proxy thread, once (`self` is consumed).
     fn get<'a>(mut self) -> &'a mut T {
-        // SAFETY: as `Lent::get`; the pointer came from a `&'s mut T` that the lender gave
-        // up for `'s`, and this is its only use, so the borrow stays unique.
+        // SAFETY: `new`'s contract, and this is the pointer's only use, so the borrow
+        // stays unique.
         unsafe { self.0.as_mut() }
     }
 }
@@ -163,8 +167,10 @@ impl Ticket<'_> {
     }
 }
 
-/// Waits for every operation `posted` in a scope that its tickets did not claim; the first
-/// error among them. Runs on the way out of the scope, also when unwinding.
+/// Finishes a scope: what its tickets left unclaimed and is still in flight is cancelled if
+/// it is a send or a receive (as dropping a request does) and waited for if it is a
+/// collective; the first error of an unclaimed operation is returned. Runs on the way out of
+/// the scope, also when unwinding.
 struct Finish<'a, 'p> {
     proxy: &'p Proxy,
     posted: &'a RefCell<Vec<u64>>,
@@ -172,18 +178,32 @@ struct Finish<'a, 'p> {
 
 impl Finish<'_, '_> {
     fn finish(&self) -> Result<()> {
-        let posted = std::mem::take(&mut *self.posted.borrow_mut());
+        let proxy = self.proxy;
+        for &id in self.posted.borrow().iter() {
+            if proxy.pending.borrow().contains(&id) {
+                proxy.cancel(id);
+            }
+        }
         let mut first = Ok(());
-        for id in posted {
-            let r = if self.proxy.pending.borrow().contains(&id) {
-                self.proxy.wait_for(id).map(drop)
+        // An id leaves the list only once the proxy is done with it, so a finish cut short
+        // (by a panic) leaves the rest to the guard's drop.
+        loop {
+            let last = self.posted.borrow().last().copied();
+            let Some(id) = last else { break };
+            let r = if proxy.pending.borrow().contains(&id) {
+                proxy.wait_for(id).map(drop)
             } else {
                 // Answered: claimed by its ticket already (nothing there) or not.
-                self.proxy
+                proxy
                     .done
                     .borrow_mut()
                     .remove(&id)
                     .map_or(Ok(()), |r| r.map(drop))
+            };
+            self.posted.borrow_mut().pop();
+            let r = match r {
+                Err(e) if e.message() == CANCELLED => Ok(()),
+                r => r,
             };
             if first.is_ok() {
                 first = r;
@@ -288,7 +308,8 @@ impl<'p, 's> ProxyScope<'p, 's> {
 
     /// Posts [`Comm::broadcast`].
     pub fn ibroadcast<T: Element>(&self, buf: &'s mut [T], root: u32) -> Result<Ticket<'p>> {
-        let buf = LentMut::new(buf);
+        // SAFETY: lent for `'s` to work posted in this scope (module docs).
+        let buf = unsafe { LentMut::new(buf) };
         self.start(move |s| s.ibroadcast(buf.get(), root))
     }
 
@@ -299,7 +320,8 @@ impl<'p, 's> ProxyScope<'p, 's> {
         recv: &'s mut [T],
         root: u32,
     ) -> Result<Ticket<'p>> {
-        let (send, recv) = (Lent::new(send), LentMut::new(recv));
+        // SAFETY: lent for `'s` to work posted in this scope (module docs).
+        let (send, recv) = unsafe { (Lent::new(send), LentMut::new(recv)) };
         self.start(move |s| s.iscatter(send.get(), recv.get(), root))
     }
 
@@ -310,7 +332,8 @@ impl<'p, 's> ProxyScope<'p, 's> {
         recv: &'s mut [T],
         root: u32,
     ) -> Result<Ticket<'p>> {
-        let (send, recv) = (Lent::new(send), LentMut::new(recv));
+        // SAFETY: lent for `'s` to work posted in this scope (module docs).
+        let (send, recv) = unsafe { (Lent::new(send), LentMut::new(recv)) };
         self.start(move |s| s.igather(send.get(), recv.get(), root))
     }
 
@@ -322,13 +345,15 @@ impl<'p, 's> ProxyScope<'p, 's> {
         op: &'s Op<T>,
         root: u32,
     ) -> Result<Ticket<'p>> {
-        let (send, recv, op) = (Lent::new(send), LentMut::new(recv), Lent::new(op));
+        // SAFETY: lent for `'s` to work posted in this scope (module docs).
+        let (send, recv, op) = unsafe { (Lent::new(send), LentMut::new(recv), Lent::new(op)) };
         self.start(move |s| s.ireduce(send.get(), recv.get(), op.get(), root))
     }
 
     /// Posts [`Comm::allgather`].
     pub fn iallgather<T: Element>(&self, send: &'s [T], recv: &'s mut [T]) -> Result<Ticket<'p>> {
-        let (send, recv) = (Lent::new(send), LentMut::new(recv));
+        // SAFETY: lent for `'s` to work posted in this scope (module docs).
+        let (send, recv) = unsafe { (Lent::new(send), LentMut::new(recv)) };
         self.start(move |s| s.iallgather(send.get(), recv.get()))
     }
 
@@ -339,7 +364,8 @@ impl<'p, 's> ProxyScope<'p, 's> {
         recv: &'s mut [T],
         op: &'s Op<T>,
     ) -> Result<Ticket<'p>> {
-        let (send, recv, op) = (Lent::new(send), LentMut::new(recv), Lent::new(op));
+        // SAFETY: lent for `'s` to work posted in this scope (module docs).
+        let (send, recv, op) = unsafe { (Lent::new(send), LentMut::new(recv), Lent::new(op)) };
         self.start(move |s| s.iallreduce(send.get(), recv.get(), op.get()))
     }
 
@@ -349,7 +375,8 @@ impl<'p, 's> ProxyScope<'p, 's> {
         buf: &'s mut [T],
         op: &'s Op<T>,
     ) -> Result<Ticket<'p>> {
-        let (buf, op) = (LentMut::new(buf), Lent::new(op));
+        // SAFETY: lent for `'s` to work posted in this scope (module docs).
+        let (buf, op) = unsafe { (LentMut::new(buf), Lent::new(op)) };
         self.start(move |s| s.iallreduce_in_place(buf.get(), op.get()))
     }
 
@@ -365,19 +392,22 @@ impl<'p, 's> ProxyScope<'p, 's> {
         recv: &'s mut [T],
         op: &'s Op<T>,
     ) -> Result<Ticket<'p>> {
-        let (send, recv, op) = (Lent::new(send), LentMut::new(recv), Lent::new(op));
+        // SAFETY: lent for `'s` to work posted in this scope (module docs).
+        let (send, recv, op) = unsafe { (Lent::new(send), LentMut::new(recv), Lent::new(op)) };
         self.start(move |s| s.ireduce_scatter(send.get(), recv.get(), op.get()))
     }
 
     /// Posts [`Comm::alltoall`].
     pub fn ialltoall<T: Element>(&self, send: &'s [T], recv: &'s mut [T]) -> Result<Ticket<'p>> {
-        let (send, recv) = (Lent::new(send), LentMut::new(recv));
+        // SAFETY: lent for `'s` to work posted in this scope (module docs).
+        let (send, recv) = unsafe { (Lent::new(send), LentMut::new(recv)) };
         self.start(move |s| s.ialltoall(send.get(), recv.get()))
     }
 
     /// Posts a send ([`Comm::isend`]); the proxy copies or sends `buf` while the scope lasts.
     pub fn isend<T: Element>(&self, buf: &'s [T], dst: u32, tag: i32) -> Result<Ticket<'p>> {
-        let buf = Lent::new(buf);
+        // SAFETY: lent for `'s` to work posted in this scope (module docs).
+        let buf = unsafe { Lent::new(buf) };
         self.start(move |s| s.comm().isend(buf.get(), dst, tag))
     }
 
@@ -388,7 +418,9 @@ impl<'p, 's> ProxyScope<'p, 's> {
         src: impl Into<Source>,
         tag: impl Into<Tag>,
     ) -> Result<Ticket<'p>> {
-        let (buf, src, tag) = (LentMut::new(buf), src.into(), tag.into());
+        let (src, tag) = (src.into(), tag.into());
+        // SAFETY: lent for `'s` to work posted in this scope (module docs).
+        let buf = unsafe { LentMut::new(buf) };
         self.start(move |s| s.comm().irecv(buf.get(), src, tag))
     }
 }

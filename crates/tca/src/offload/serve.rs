@@ -2,6 +2,8 @@
 //! is in flight, answers through the completion queue.
 
 use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::time::{Duration, Instant};
 
@@ -23,8 +25,22 @@ pub(crate) type Command = Box<dyn for<'c> FnOnce(&Comm<'c>) -> Result<()> + Send
 pub(crate) enum Work {
     Start(u64, Start),
     Run(u64, Command),
+    /// The ticket of this operation was dropped unclaimed: a send or receive still in flight
+    /// is cancelled (as dropping its request does), a collective runs to its end.
+    Cancel(u64),
     Stop(Leave),
 }
+
+/// What the rank and its proxy share besides the queues.
+#[derive(Debug, Default)]
+pub(crate) struct Shared {
+    /// The rank is asleep waiting for an answer (the proxy's stall clock runs only then, as
+    /// a blocking call's timeout does).
+    pub waiting: AtomicBool,
+}
+
+/// The message of a cancelled operation's answer (its ticket is gone; the scope ignores it).
+pub(crate) const CANCELLED: &str = "cancelled: its ticket was dropped unclaimed";
 
 /// How the proxy leaves the job when stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,11 +63,17 @@ pub(crate) struct Done {
 const LIVENESS_EVERY: Duration = Duration::from_millis(10);
 
 /// The proxy thread's body.
-pub(crate) fn serve(world: World, work: Receiver<Work>, answer: Sender<Done>) -> Result<()> {
+pub(crate) fn serve(
+    world: World,
+    work: Receiver<Work>,
+    answer: Sender<Done>,
+    shared: Arc<Shared>,
+) -> Result<()> {
     let rank = world.rank();
-    // A bound rank's thread holds one CPU; its proxy must be free to run beside it (on a
-    // spare core where there is one), not only when the rank sleeps.
-    crate::bootstrap::bind::unbind_thread();
+    // A rank bound to one CPU by the launcher passed its binding to this thread; the proxy
+    // must be free to run beside its rank (on a spare core where there is one), not only
+    // when the rank sleeps.
+    crate::bootstrap::bind::unbind_helper_thread();
     let served = std::panic::catch_unwind(AssertUnwindSafe(|| {
         let comm = match Comm::world(&world) {
             Ok(c) => c,
@@ -67,14 +89,27 @@ pub(crate) fn serve(world: World, work: Receiver<Work>, answer: Sender<Done>) ->
             id: 0,
             result: Ok(Status::send()),
         });
-        let mut leave = Leave::Drop;
-        comm.scope(|s| {
-            leave = Proxy::new(&world, s, &work, &answer).serve()?;
-            Ok(())
-        })?;
-        Ok(leave)
+        // Idle: asleep on the work queue (its doorbell). A burst of work runs in a scope of
+        // the communicator that closes when nothing is left in flight, so a long-lived proxy
+        // keeps no record of the collectives it finished.
+        loop {
+            let first = match work.recv() {
+                Ok(Work::Stop(how)) => return Ok(how),
+                Ok(Work::Cancel(_)) => continue, // answered already: nothing in flight
+                Ok(w) => w,
+                Err(_) => return Ok(Leave::Drop), // the rank dropped its end unwinding
+            };
+            let mut stop = None;
+            comm.scope(|s| {
+                stop = Proxy::new(&world, s, &work, &answer, &shared).serve(first)?;
+                Ok(())
+            })?;
+            if let Some(how) = stop {
+                return Ok(how);
+            }
+        }
     }));
-    let r = match served {
+    match served {
         Ok(Ok(Leave::Finalize)) => world.finalize(),
         Ok(Ok(Leave::Drop)) => Ok(()),
         Ok(Ok(Leave::Fail)) => {
@@ -98,17 +133,17 @@ pub(crate) fn serve(world: World, work: Receiver<Work>, answer: Sender<Done>) ->
                 format!("rank {rank}'s progress thread panicked: {msg}"),
             ))
         }
-    };
-    // `answer` drops here: the rank's pending tickets learn that the proxy ended.
-    r
+    }
+    // `answer` drops with this frame: the rank's pending tickets learn that the proxy ended.
 }
 
-/// The serving loop's state.
+/// The serving loop's state for one burst of work.
 struct Proxy<'a, 'r, 'x, 'c> {
     world: &'a World,
     scope: &'r Scope<'x, 'c>,
     work: &'a Receiver<Work>,
     answer: &'a Sender<Done>,
+    shared: &'a Shared,
     /// Started, not yet answered.
     live: Vec<(u64, Request<'r>)>,
 }
@@ -119,12 +154,14 @@ impl<'a, 'r, 'x, 'c> Proxy<'a, 'r, 'x, 'c> {
         scope: &'r Scope<'x, 'c>,
         work: &'a Receiver<Work>,
         answer: &'a Sender<Done>,
+        shared: &'a Shared,
     ) -> Self {
         Self {
             world,
             scope,
             work,
             answer,
+            shared,
             live: Vec::with_capacity(super::QUEUE_DEPTH),
         }
     }
@@ -134,52 +171,80 @@ impl<'a, 'r, 'x, 'c> Proxy<'a, 'r, 'x, 'c> {
         let _ = self.answer.send(Done { id, result });
     }
 
-    /// Serves until stopped; how to leave. An error ends the proxy (and fails the rank).
-    fn serve(&mut self) -> Result<Leave> {
+    /// Starts, runs or cancels one work item; `Some` to stop.
+    fn take(&mut self, w: Work) -> Result<Option<Leave>> {
+        match w {
+            Work::Stop(how) => {
+                self.drain()?;
+                return Ok(Some(how));
+            }
+            Work::Start(id, f) => match f(self.scope) {
+                Ok(r) => self.live.push((id, r)),
+                Err(e) => self.answer(id, Err(e)),
+            },
+            Work::Run(id, f) => {
+                let r = f(self.scope.comm()).map(|()| Status::send());
+                self.answer(id, r);
+            }
+            Work::Cancel(id) => {
+                if let Some(k) = self
+                    .live
+                    .iter()
+                    .position(|(i, r)| *i == id && !r.is_collective())
+                {
+                    drop(self.live.swap_remove(k));
+                    self.answer(id, Err(Error::new(ErrorKind::Aborted, CANCELLED)));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Serves `first` and what follows until nothing is in flight (`None`) or the proxy is
+    /// stopped (how to leave). An error ends the proxy (and fails the rank).
+    fn serve(&mut self, first: Work) -> Result<Option<Leave>> {
         let (spins, yields) = self.world.wait_policy();
-        let patience = spins.saturating_add(yields);
+        let patience = spins.saturating_add(yields).min(1 << 20);
         let mut idle = 0u32;
         let mut stalled: Option<Instant> = None;
         let mut looked = Instant::now();
+        if let Some(how) = self.take(first)? {
+            return Ok(Some(how));
+        }
         loop {
-            // New work: sleep on the queue when nothing is in flight, nap on it when what
-            // is in flight has not moved for a while, else only look.
-            let next = if self.live.is_empty() {
-                self.work.recv().map_err(|_| TryRecvError::Disconnected)
-            } else if idle >= patience {
-                self.work.recv_timeout(NAP).map_err(|e| match e {
-                    RecvTimeoutError::Timeout => TryRecvError::Empty,
-                    RecvTimeoutError::Disconnected => TryRecvError::Disconnected,
-                })
-            } else {
-                self.work.try_recv()
-            };
-            let mut moved = false;
-            match next {
-                Ok(Work::Stop(how)) => {
-                    self.drain()?;
-                    return Ok(how);
-                }
-                Ok(Work::Start(id, f)) => {
-                    moved = true;
-                    match f(self.scope) {
-                        Ok(r) => self.live.push((id, r)),
-                        Err(e) => self.answer(id, Err(e)),
+            // Everything posted meanwhile, then one poll of all in flight. When what is in
+            // flight has not moved for a while, the first look naps on the queue (new work
+            // ends the nap at once).
+            let mut took = false;
+            loop {
+                let nap = !took && idle >= patience;
+                let w = if nap {
+                    self.work.recv_timeout(NAP).map_err(|e| match e {
+                        RecvTimeoutError::Timeout => TryRecvError::Empty,
+                        RecvTimeoutError::Disconnected => TryRecvError::Disconnected,
+                    })
+                } else {
+                    self.work.try_recv()
+                };
+                match w {
+                    Ok(w) => {
+                        took = true;
+                        if let Some(how) = self.take(w)? {
+                            return Ok(Some(how));
+                        }
+                    }
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => {
+                        // The rank dropped its proxy without stopping it (it unwound).
+                        self.drain()?;
+                        return Ok(Some(Leave::Drop));
                     }
                 }
-                Ok(Work::Run(id, f)) => {
-                    moved = true;
-                    let r = f(self.scope.comm()).map(|()| Status::send());
-                    self.answer(id, r);
-                }
-                Err(TryRecvError::Disconnected) => {
-                    // The rank dropped its proxy without stopping it (its thread unwound).
-                    self.drain()?;
-                    return Ok(Leave::Drop);
-                }
-                Err(TryRecvError::Empty) => {}
             }
-            moved |= self.poll();
+            let moved = self.poll() || took;
+            if self.live.is_empty() {
+                return Ok(None);
+            }
             if moved {
                 idle = 0;
                 stalled = None;
@@ -189,11 +254,17 @@ impl<'a, 'r, 'x, 'c> Proxy<'a, 'r, 'x, 'c> {
             if idle > spins && idle <= patience {
                 std::thread::yield_now();
             }
-            if idle >= patience && !self.live.is_empty() {
-                let since = *stalled.get_or_insert_with(Instant::now);
+            if idle >= patience {
+                // The stall clock runs while the rank waits for an answer, as a blocking
+                // call's timeout would.
+                if self.shared.waiting.load(Ordering::Acquire) {
+                    stalled.get_or_insert_with(Instant::now);
+                } else {
+                    stalled = None;
+                }
                 if looked.elapsed() >= LIVENESS_EVERY {
                     looked = Instant::now();
-                    self.check(since)?;
+                    self.check(stalled)?;
                 }
             }
         }
@@ -223,37 +294,41 @@ impl<'a, 'r, 'x, 'c> Proxy<'a, 'r, 'x, 'c> {
         self.live.len() != before
     }
 
-    /// Ends the proxy when a peer died, or when nothing moved for the world's timeout. What
-    /// is in flight is not answered here: the communicator's scope finishes (or fails) it
-    /// first, then the ended proxy fails the rank's tickets, so a buffer is never handed back
-    /// while an operation may still write it.
-    fn check(&self, since: Instant) -> Result<()> {
+    /// Ends the proxy when a peer died, or when the rank has waited the world's timeout for
+    /// operations none of which completed. What is in flight is not answered here: the
+    /// communicator's scope finishes (or fails) it first, then the ended proxy fails the
+    /// rank's tickets, so a buffer is never handed back while an operation may still write
+    /// it.
+    fn check(&self, stalled: Option<Instant>) -> Result<()> {
         self.world.check_alive()?;
-        match self.world.timeout() {
-            Some(t) if since.elapsed() >= t => Err(Error::new(
+        match (self.world.timeout(), stalled) {
+            (Some(t), Some(since)) if since.elapsed() >= t => Err(Error::new(
                 ErrorKind::Timeout,
                 format!(
-                    "rank {}'s progress thread: {} operation(s) made no progress in {:.1} s",
+                    "rank {} waited {:.1} s for its progress thread's {} operation(s) in \
+                     flight, none of which completed (a peer alive but not taking part?)",
                     self.world.rank(),
+                    t.as_secs_f64(),
                     self.live.len(),
-                    t.as_secs_f64()
                 ),
             )),
             _ => Ok(()),
         }
     }
 
-    /// Completes what is in flight (a rank stops its proxy only outside its scopes, so this
-    /// is empty unless the rank unwound).
+    /// Completes what is in flight before the proxy stops (a rank stops its proxy only
+    /// outside its scopes, so this is empty unless the rank unwound).
     fn drain(&mut self) -> Result<()> {
+        let mut first = Ok(());
         for (id, mut r) in std::mem::take(&mut self.live) {
             let res = r.wait();
-            let failed = res.as_ref().err().cloned();
-            self.answer(id, res);
-            if let Some(e) = failed {
-                return Err(e);
+            if first.is_ok()
+                && let Err(e) = &res
+            {
+                first = Err(e.clone());
             }
+            self.answer(id, res);
         }
-        Ok(())
+        first
     }
 }
