@@ -194,6 +194,15 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
+/// What a caught panic says (its `&str` or `String` payload), for the errors that report a
+/// rank's or a helper thread's panic.
+pub(crate) fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -130,11 +130,7 @@ where
                     e,
                 )),
                 Ok(h) => h.join().unwrap_or_else(|p| {
-                    let msg = p
-                        .downcast_ref::<&str>()
-                        .map(|s| s.to_string())
-                        .or_else(|| p.downcast_ref::<String>().cloned())
-                        .unwrap_or_else(|| "unknown panic".into());
+                    let msg = crate::error::panic_message(&*p);
                     Err(Error::peer(
                         ErrorKind::PeerDied,
                         crate::cast::rank_u32(rank),

@@ -33,6 +33,24 @@ fn rng(seed: u64) -> impl FnMut() -> u64 {
     }
 }
 
+/// Runs a job that is meant to fail; the job's error and each rank's own error. Tests of
+/// faults check what each rank saw here, after the job: an assertion failing inside a rank
+/// would hide behind another rank's error.
+fn errors_of(
+    n: u32,
+    f: impl Fn(&Proxy) -> tca::Result<()> + Sync,
+) -> (tca::Error, Vec<Option<tca::Error>>) {
+    let seen = std::sync::Mutex::new(vec![None; n as usize]);
+    let r = threads::run_offloaded(n, |px| {
+        let r = f(px);
+        if let Err(e) = &r {
+            seen.lock().unwrap()[px.rank() as usize] = Some(e.clone());
+        }
+        r
+    });
+    (r.expect_err("the job fails"), seen.into_inner().unwrap())
+}
+
 /// Every collective posted to the proxy gives the bytes the blocking call (run on the proxy
 /// as a command) gives.
 fn same_as_blocking(p: &Proxy, n: usize) -> tca::Result<()> {
@@ -261,109 +279,6 @@ fn dropped_tickets_finish_at_the_scope_end_and_a_full_queue_pushes_back() {
 }
 
 #[test]
-fn bad_input_comes_back_through_the_ticket() {
-    // A receive buffer too short is the collective's error (it aborts the job, as a blocking
-    // call's does), returned by the ticket with both lengths.
-    let r = threads::run_offloaded(2, |px| -> tca::Result<()> {
-        let mine = input(0, 8);
-        let mut short = vec![0.0; 4];
-        let e = px
-            .scope(|s| s.iallreduce(&mine, &mut short, &Op::Sum)?.wait().map(drop))
-            .expect_err("a short receive buffer");
-        assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
-        assert!(
-            e.to_string().contains('8') && e.to_string().contains('4'),
-            "{e}"
-        );
-        Err(e)
-    });
-    assert_eq!(
-        r.expect_err("both ranks failed").kind(),
-        ErrorKind::InvalidArgument
-    );
-}
-
-#[test]
-fn a_peer_that_fails_is_an_error_naming_it() {
-    // Rank 1 fails before its part; rank 0's posted allreduce fails naming rank 1 instead of
-    // hanging.
-    let r = threads::run_offloaded(2, |px| -> tca::Result<()> {
-        if px.rank() == 1 {
-            std::thread::sleep(Duration::from_millis(50));
-            return Err(tca::Error::program("rank 1 gives up"));
-        }
-        let mine = input(0, 64);
-        let mut out = vec![0.0; 64];
-        let e = px
-            .scope(|s| s.iallreduce(&mine, &mut out, &Op::Sum)?.wait().map(drop))
-            .expect_err("rank 1 failed");
-        assert!(
-            matches!(e.kind(), ErrorKind::PeerDied | ErrorKind::Aborted),
-            "{e}"
-        );
-        assert!(e.to_string().contains("rank 1"), "{e}");
-        Err(e)
-    });
-    let e = r.expect_err("a rank failed");
-    assert!(e.to_string().contains("rank 1"), "{e}");
-}
-
-#[test]
-fn a_proxy_that_dies_fails_its_rank_and_names_it_to_the_peers() {
-    let r = threads::run_offloaded(2, |px| -> tca::Result<()> {
-        let me = px.rank();
-        let mine = input(me as usize, 64);
-        let mut out = vec![0.0; 64];
-        if me == 1 {
-            // A command that panics kills rank 1's proxy.
-            let e = px
-                .scope(|s| s.run(|_| -> tca::Result<()> { panic!("injected fault") }))
-                .expect_err("the proxy died");
-            assert_eq!(e.kind(), ErrorKind::PeerDied, "{e}");
-            assert!(
-                e.to_string().contains("rank 1's progress thread panicked"),
-                "{e}"
-            );
-            // Every later post fails the same way.
-            let again = px
-                .scope(|s| s.ibarrier().map(drop))
-                .expect_err("the proxy is gone");
-            assert!(again.to_string().contains("rank 1"), "{again}");
-            return Err(e);
-        }
-        let e = px
-            .scope(|s| s.iallreduce(&mine, &mut out, &Op::Sum)?.wait().map(drop))
-            .expect_err("rank 1's proxy died");
-        assert!(e.to_string().contains("rank 1"), "{e}");
-        Err(e)
-    });
-    let e = r.expect_err("rank 1 failed");
-    assert!(e.to_string().contains("rank 1"), "{e}");
-}
-
-#[test]
-fn a_rank_that_panics_is_an_error_naming_it_not_a_clean_exit() {
-    // Rank 1 panics with its proxy alive: its world is dropped on the proxy thread, which
-    // must fail the rank (not leave as if done), so rank 0's posted allreduce fails naming
-    // rank 1 instead of waiting for ever.
-    let r = threads::run_offloaded(2, |px| -> tca::Result<()> {
-        if px.rank() == 1 {
-            std::thread::sleep(Duration::from_millis(30));
-            panic!("injected rank fault");
-        }
-        let mine = input(0, 64);
-        let mut out = vec![0.0; 64];
-        let e = px
-            .scope(|s| s.iallreduce(&mine, &mut out, &Op::Sum)?.wait().map(drop))
-            .expect_err("rank 1 panicked");
-        assert!(e.to_string().contains("rank 1"), "{e}");
-        Err(e)
-    });
-    let e = r.expect_err("rank 1 panicked");
-    assert!(e.to_string().contains("rank 1"), "{e}");
-}
-
-#[test]
 fn an_unclaimed_receive_is_cancelled_at_the_scope_end() {
     // A receive nobody sends to, its ticket dropped (or the scope left early by an error):
     // the scope cancels it, as dropping a request does, instead of waiting for ever; a
@@ -395,4 +310,99 @@ fn an_unclaimed_receive_is_cancelled_at_the_scope_end() {
         Ok(())
     })
     .unwrap();
+}
+
+#[test]
+fn bad_input_comes_back_through_the_ticket() {
+    // A receive buffer too short is the collective's error (it aborts the job, as a blocking
+    // call's does), returned by the ticket with both lengths.
+    let (job, seen) = errors_of(2, |px| {
+        let mine = input(0, 8);
+        let mut short = vec![0.0; 4];
+        if px.rank() == 0 {
+            px.scope(|s| s.iallreduce(&mine, &mut short, &Op::Sum)?.wait().map(drop))
+        } else {
+            // Tickets dropped: the scope returns the oldest operation's error, not the
+            // barrier's "left inconsistent" that follows it.
+            px.scope(|s| {
+                let _a = s.iallreduce(&mine, &mut short, &Op::Sum)?;
+                let _b = s.ibarrier()?;
+                Ok(())
+            })
+        }
+    });
+    assert_eq!(job.kind(), ErrorKind::InvalidArgument, "{job}");
+    for (rank, e) in seen.iter().enumerate() {
+        let e = e.as_ref().expect("every rank failed");
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument, "rank {rank}: {e}");
+        let msg = e.to_string();
+        assert!(msg.contains('8') && msg.contains('4'), "rank {rank}: {msg}");
+    }
+}
+
+#[test]
+fn a_peer_that_fails_is_an_error_naming_it() {
+    // Rank 1 fails before its part; rank 0's posted allreduce fails naming rank 1 instead of
+    // hanging.
+    let (_, seen) = errors_of(2, |px| {
+        if px.rank() == 1 {
+            std::thread::sleep(Duration::from_millis(50));
+            return Err(tca::Error::program("rank 1 gives up"));
+        }
+        let mine = input(0, 64);
+        let mut out = vec![0.0; 64];
+        px.scope(|s| s.iallreduce(&mine, &mut out, &Op::Sum)?.wait().map(drop))
+    });
+    let e = seen[0].as_ref().expect("rank 0's allreduce failed");
+    assert!(
+        matches!(e.kind(), ErrorKind::PeerDied | ErrorKind::Aborted),
+        "{e}"
+    );
+    assert!(e.to_string().contains("rank 1"), "{e}");
+}
+
+#[test]
+fn a_proxy_that_dies_fails_its_rank_and_names_it_to_the_peers() {
+    let again = std::sync::Mutex::new(None);
+    let (_, seen) = errors_of(2, |px| {
+        let me = px.rank();
+        let mine = input(me as usize, 64);
+        let mut out = vec![0.0; 64];
+        if me == 1 {
+            // A command that panics kills rank 1's proxy; every later post fails the same way.
+            let e = px.scope(|s| s.run(|_| -> tca::Result<()> { panic!("injected fault") }));
+            *again.lock().unwrap() = Some(px.scope(|s| s.ibarrier().map(drop)));
+            return e;
+        }
+        px.scope(|s| s.iallreduce(&mine, &mut out, &Op::Sum)?.wait().map(drop))
+    });
+    let e1 = seen[1].as_ref().expect("rank 1's proxy died");
+    assert_eq!(e1.kind(), ErrorKind::PeerDied, "{e1}");
+    assert!(
+        e1.to_string().contains("rank 1's progress thread panicked"),
+        "{e1}"
+    );
+    let later = again.into_inner().unwrap().expect("rank 1 posted again");
+    assert!(later.is_err_and(|e| e.to_string().contains("rank 1")));
+    let e0 = seen[0].as_ref().expect("rank 0's allreduce failed");
+    assert!(e0.to_string().contains("rank 1"), "{e0}");
+}
+
+#[test]
+fn a_rank_that_panics_is_an_error_naming_it_not_a_clean_exit() {
+    // Rank 1 panics with its proxy alive: its world is dropped on the proxy thread, which
+    // must fail the rank (not leave as if done), so rank 0's posted allreduce fails naming
+    // rank 1 instead of waiting for ever.
+    let (job, seen) = errors_of(2, |px| {
+        if px.rank() == 1 {
+            std::thread::sleep(Duration::from_millis(30));
+            panic!("injected rank fault");
+        }
+        let mine = input(0, 64);
+        let mut out = vec![0.0; 64];
+        px.scope(|s| s.iallreduce(&mine, &mut out, &Op::Sum)?.wait().map(drop))
+    });
+    assert!(job.to_string().contains("rank 1"), "{job}");
+    let e = seen[0].as_ref().expect("rank 0's allreduce failed");
+    assert!(e.to_string().contains("rank 1"), "{e}");
 }

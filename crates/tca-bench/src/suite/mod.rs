@@ -714,6 +714,15 @@ pub fn parse_algos(specs: &[String], benchmarks: &[usize]) -> Result<Vec<(usize,
     Ok(out)
 }
 
+/// The algorithm `--algo` forces for `bench`, if any (`forced` as in [`Options::algos`]).
+pub fn forced_algorithm<'a>(forced: &'a [(usize, String)], bench: &Benchmark) -> Option<&'a str> {
+    let i = index_of(bench);
+    forced
+        .iter()
+        .find(|(b, _)| *b == i)
+        .map(|(_, n)| n.as_str())
+}
+
 /// The index of a benchmark in [`BENCHMARKS`].
 pub fn index_of(b: &Benchmark) -> usize {
     BENCHMARKS

@@ -241,15 +241,8 @@ impl<'p> Backend for ProxyBackend<'p> {
         self.cur = (bench.kind, bytes);
         self.nonblocking = bench.nonblocking();
         if let Some(coll) = bench.collective {
-            let i = super::index_of(bench);
-            let name = self
-                .forced
-                .iter()
-                .find(|(b, _)| *b == i)
-                .map(|(_, n)| n.clone());
-            self.lib
-                .proxy
-                .scope(|s| s.run(|c| c.force(coll, name.as_deref())))?;
+            let name = super::forced_algorithm(&self.forced, bench);
+            self.lib.proxy.scope(|s| s.run(|c| c.force(coll, name)))?;
         }
         Ok(())
     }

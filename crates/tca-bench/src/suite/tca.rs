@@ -681,12 +681,7 @@ impl<'w> Backend for TcaBackend<'w> {
         self.cur = (bench.kind, bytes);
         self.nonblocking = bench.nonblocking();
         if let Some(coll) = bench.collective {
-            let i = super::index_of(bench);
-            let name = self
-                .forced
-                .iter()
-                .find(|(b, _)| *b == i)
-                .map(|(_, n)| n.as_str());
+            let name = super::forced_algorithm(&self.forced, bench);
             self.comm.force(coll, name)?;
         }
         Ok(())

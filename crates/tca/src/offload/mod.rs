@@ -387,11 +387,7 @@ impl Drop for Proxy {
 /// Joins the proxy thread: its result, or its panic as an error naming the rank.
 fn join(rank: u32, t: JoinHandle<Result<()>>) -> Result<()> {
     t.join().unwrap_or_else(|p| {
-        let msg = p
-            .downcast_ref::<&str>()
-            .map(|s| s.to_string())
-            .or_else(|| p.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "unknown panic".into());
+        let msg = crate::error::panic_message(&*p);
         Err(Error::peer(
             ErrorKind::PeerDied,
             rank,

@@ -201,12 +201,12 @@ impl Finish<'_, '_> {
                     .map_or(Ok(()), |r| r.map(drop))
             };
             self.posted.borrow_mut().pop();
-            let r = match r {
-                Err(e) if e.message() == CANCELLED => Ok(()),
-                r => r,
-            };
-            if first.is_ok() {
-                first = r;
+            // Newest first: the last error kept is the oldest operation's (a collective
+            // failed after an earlier one says only that the earlier one failed).
+            match r {
+                Err(e) if e.kind() == ErrorKind::Aborted && e.message() == CANCELLED => {}
+                Err(e) => first = Err(e),
+                Ok(()) => {}
             }
         }
         first

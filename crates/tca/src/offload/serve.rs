@@ -122,11 +122,7 @@ pub(crate) fn serve(
         }
         Err(p) => {
             world.mark_failed();
-            let msg = p
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| p.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "unknown panic".into());
+            let msg = crate::error::panic_message(&*p);
             Err(Error::peer(
                 ErrorKind::PeerDied,
                 rank,
@@ -192,8 +188,15 @@ impl<'a, 'r, 'x, 'c> Proxy<'a, 'r, 'x, 'c> {
                     .iter()
                     .position(|(i, r)| *i == id && !r.is_collective())
                 {
-                    drop(self.live.swap_remove(k));
-                    self.answer(id, Err(Error::new(ErrorKind::Aborted, CANCELLED)));
+                    let (_, mut r) = self.live.swap_remove(k);
+                    // One that has ended (maybe with an error) is answered as it ended.
+                    let res = match r.test() {
+                        Ok(Some(s)) => Ok(s),
+                        Err(e) => Err(e),
+                        Ok(None) => Err(Error::new(ErrorKind::Aborted, CANCELLED)),
+                    };
+                    drop(r);
+                    self.answer(id, res);
                 }
             }
         }
