@@ -47,7 +47,9 @@ pub(crate) fn lent<T>(
 /// Runs `f` on `n` ranks (threads), each with a progress thread of its own that owns the
 /// rank's world ([`Proxy`]): the in-process form of `TCA_PROGRESS=thread`. The proxies
 /// leave cleanly together (after a barrier) when every `f` returned `Ok`; a rank whose `f`
-/// failed marks itself failed, so its peers get errors naming it.
+/// failed marks itself failed, so its peers get errors naming it. The ranks run on shared
+/// memory (or libfabric, `TCA_TRANSPORT=ofi`); `TCA_TRANSPORT=sim` does not apply here, as a
+/// progress thread cannot serve a rank of the simulated network's one virtual-time schedule.
 pub fn run_offloaded<T, F>(n: u32, f: F) -> Result<Vec<T>>
 where
     T: Send,
