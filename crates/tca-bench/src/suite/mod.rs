@@ -38,6 +38,29 @@
 //! above, non-blocking, measured alone and overlapped with computation, reported in IMB-NBC's
 //! columns `t_ovrl t_pure t_CPU overlap[%]` ([`overlap`]); `#bytes` as for the blocking one.
 
+/// Starts the suite's collective `kind` at `bytes` non-blocking in scope `$s` — a
+/// communicator's [`::tca::coll::nb::Scope`] or a proxy's [`::tca::offload::ProxyScope`], whose
+/// methods are the same — on the buffers `(bytes out, bytes in, f32 out, f32 in)`, root 0,
+/// sizes as [`collective`]'s; `?` on the start's error. Collectives only (checked by callers).
+macro_rules! start_collective {
+    ($s:expr, $kind:expr, $bytes:expr, $p:expr, ($bs:expr, $br:expr, $fs:expr, $fr:expr), $sum:expr) => {{
+        let (bytes, p) = ($bytes, $p);
+        let e = bytes / 4;
+        match $kind {
+            Kind::Bcast => $s.ibroadcast(&mut $bs[..bytes], 0)?,
+            Kind::Scatter => $s.iscatter(&$bs[..bytes * p], &mut $br[..bytes], 0)?,
+            Kind::Gather => $s.igather(&$bs[..bytes], &mut $br[..bytes * p], 0)?,
+            Kind::Reduce => $s.ireduce(&$fs[..e], &mut $fr[..e], $sum, 0)?,
+            Kind::Allgather => $s.iallgather(&$bs[..bytes], &mut $br[..bytes * p])?,
+            Kind::Allreduce => $s.iallreduce(&$fs[..e], &mut $fr[..e], $sum)?,
+            Kind::ReduceScatter => $s.ireduce_scatter(&$fs[..e], &mut $fr[..e / p], $sum)?,
+            Kind::Alltoall => $s.ialltoall(&$bs[..bytes * p], &mut $br[..bytes * p])?,
+            Kind::Barrier => $s.ibarrier()?,
+            _ => unreachable!("collectives only"),
+        }
+    }};
+}
+
 pub mod driver;
 pub mod halo;
 #[cfg(feature = "mpi")]
@@ -712,6 +735,34 @@ pub fn parse_algos(specs: &[String], benchmarks: &[usize]) -> Result<Vec<(usize,
         }
     }
     Ok(out)
+}
+
+/// One blocking call of the suite's collective `kind` at `bytes` on `c`, root 0: `bytes` is
+/// the per-rank block of the rooted and all-to-all collectives (`p` blocks on the buffers'
+/// other side) and `bytes / 4` f32s summed by the reductions. Buffers: bytes out, bytes in,
+/// f32 out, f32 in, each large enough. Collectives only (checked by callers).
+#[inline]
+pub fn collective(
+    c: &::tca::Comm<'_>,
+    kind: Kind,
+    bytes: usize,
+    (bs, br, fs, fr): (&mut [u8], &mut [u8], &[f32], &mut [f32]),
+) -> ::tca::Result<()> {
+    let p = c.size() as usize;
+    let e = bytes / 4;
+    let sum = ::tca::Op::<f32>::Sum;
+    match kind {
+        Kind::Bcast => c.broadcast(&mut bs[..bytes], 0),
+        Kind::Scatter => c.scatter(&bs[..bytes * p], &mut br[..bytes], 0),
+        Kind::Gather => c.gather(&bs[..bytes], &mut br[..bytes * p], 0),
+        Kind::Reduce => c.reduce(&fs[..e], &mut fr[..e], &sum, 0),
+        Kind::Allgather => c.allgather(&bs[..bytes], &mut br[..bytes * p]),
+        Kind::Allreduce => c.allreduce(&fs[..e], &mut fr[..e], &sum),
+        Kind::ReduceScatter => c.reduce_scatter(&fs[..e], &mut fr[..e / p], &sum),
+        Kind::Alltoall => c.alltoall(&bs[..bytes * p], &mut br[..bytes * p]),
+        Kind::Barrier => c.barrier(),
+        _ => unreachable!("collectives only"),
+    }
 }
 
 /// The algorithm `--algo` forces for `bench`, if any (`forced` as in [`Options::algos`]).

@@ -7,7 +7,7 @@
 use std::time::Instant;
 
 use anyhow::{Result, bail};
-use tca::offload::{Proxy, ProxyScope, Ticket};
+use tca::offload::Proxy;
 use tca::{Op, World};
 use tca_mpi::{Backend as Lib, CommResult};
 
@@ -119,30 +119,6 @@ impl<'p> ProxyBackend<'p> {
         })
     }
 
-    /// Posts the prepared collective in `s`.
-    fn post<'q, 'a>(
-        s: &ProxyScope<'q, 'a>,
-        (kind, bytes): (Kind, usize),
-        p: usize,
-        bufs: (&'a mut [u8], &'a mut [u8], &'a [f32], &'a mut [f32]),
-        sum: &'a Op<f32>,
-    ) -> Result<Ticket<'q>> {
-        let (bs, br, fs, fr) = bufs;
-        let e = bytes / 4;
-        Ok(match kind {
-            Kind::Bcast => s.ibroadcast(&mut bs[..bytes], 0)?,
-            Kind::Scatter => s.iscatter(&bs[..bytes * p], &mut br[..bytes], 0)?,
-            Kind::Gather => s.igather(&bs[..bytes], &mut br[..bytes * p], 0)?,
-            Kind::Reduce => s.ireduce(&fs[..e], &mut fr[..e], sum, 0)?,
-            Kind::Allgather => s.iallgather(&bs[..bytes], &mut br[..bytes * p])?,
-            Kind::Allreduce => s.iallreduce(&fs[..e], &mut fr[..e], sum)?,
-            Kind::ReduceScatter => s.ireduce_scatter(&fs[..e], &mut fr[..e / p], sum)?,
-            Kind::Alltoall => s.ialltoall(&bs[..bytes * p], &mut br[..bytes * p])?,
-            Kind::Barrier => s.ibarrier()?,
-            other => bail!("{other:?} is not a collective"),
-        })
-    }
-
     /// `n` calls, each posted and waited for (with `work`: computation with tests between,
     /// see [`Cpu::run`]); the microseconds spent computing.
     fn calls_with(&mut self, n: u64, work: Option<(&Cpu, f64, u32)>) -> Result<f64> {
@@ -158,8 +134,8 @@ impl<'p> ProxyBackend<'p> {
                 &mut self.frecv[..],
             );
             spent += proxy.scope(|s| {
-                let mut t = Self::post(s, cur, p, bufs, &sum)
-                    .map_err(|e| tca::Error::program(format!("{e:#}")))?;
+                let (bs, br, fs, fr) = bufs;
+                let mut t = start_collective!(s, cur.0, cur.1, p, (bs, br, fs, fr), &sum);
                 let c = match work {
                     Some((cpu, us, tests)) => cpu.run(us, tests, || t.test().map(drop))?,
                     None => 0.0,
@@ -202,29 +178,16 @@ impl<'p> ProxyBackend<'p> {
     /// run there, answered): what a blocking call costs a rank whose world is its proxy's.
     fn blocking(&mut self, n: u64) -> Result<()> {
         let (kind, bytes) = self.cur;
-        let p = self.lib.proxy.size() as usize;
-        let e = bytes / 4;
-        let sum = Op::<f32>::Sum;
         for _ in 0..n {
-            let (bs, br, fs, fr) = (
-                &mut self.bsend,
-                &mut self.brecv,
-                &self.fsend,
-                &mut self.frecv,
+            let bufs = (
+                &mut self.bsend[..],
+                &mut self.brecv[..],
+                &self.fsend[..],
+                &mut self.frecv[..],
             );
-            self.lib.proxy.scope(|s| {
-                s.run(|c| match kind {
-                    Kind::Bcast => c.broadcast(&mut bs[..bytes], 0),
-                    Kind::Scatter => c.scatter(&bs[..bytes * p], &mut br[..bytes], 0),
-                    Kind::Gather => c.gather(&bs[..bytes], &mut br[..bytes * p], 0),
-                    Kind::Reduce => c.reduce(&fs[..e], &mut fr[..e], &sum, 0),
-                    Kind::Allgather => c.allgather(&bs[..bytes], &mut br[..bytes * p]),
-                    Kind::Allreduce => c.allreduce(&fs[..e], &mut fr[..e], &sum),
-                    Kind::ReduceScatter => c.reduce_scatter(&fs[..e], &mut fr[..e / p], &sum),
-                    Kind::Alltoall => c.alltoall(&bs[..bytes * p], &mut br[..bytes * p]),
-                    _ => c.barrier(),
-                })
-            })?;
+            self.lib
+                .proxy
+                .scope(|s| s.run(|c| super::collective(c, kind, bytes, bufs)))?;
         }
         Ok(())
     }

@@ -204,7 +204,6 @@ impl<'w> TcaBackend<'w> {
     fn nonblocking(&mut self, n: u64, work: Option<(&Cpu, f64, u32)>) -> Result<f64> {
         let (kind, bytes) = self.cur;
         let p = self.comm.size() as usize;
-        let e = bytes / 4;
         let c = &self.comm;
         let sum = Op::<f32>::Sum;
         if !kind.collective() {
@@ -219,18 +218,7 @@ impl<'w> TcaBackend<'w> {
         let mut spent = 0.0;
         for _ in 0..n {
             spent += c.scope(|s| {
-                let mut r = match kind {
-                    Kind::Bcast => s.ibroadcast(&mut bs[..bytes], 0)?,
-                    Kind::Scatter => s.iscatter(&bs[..bytes * p], &mut br[..bytes], 0)?,
-                    Kind::Gather => s.igather(&bs[..bytes], &mut br[..bytes * p], 0)?,
-                    Kind::Reduce => s.ireduce(&fs[..e], &mut fr[..e], &sum, 0)?,
-                    Kind::Allgather => s.iallgather(&bs[..bytes], &mut br[..bytes * p])?,
-                    Kind::Allreduce => s.iallreduce(&fs[..e], &mut fr[..e], &sum)?,
-                    Kind::ReduceScatter => s.ireduce_scatter(&fs[..e], &mut fr[..e / p], &sum)?,
-                    Kind::Alltoall => s.ialltoall(&bs[..bytes * p], &mut br[..bytes * p])?,
-                    Kind::Barrier => s.ibarrier()?,
-                    _ => unreachable!("checked above"),
-                };
+                let mut r = start_collective!(s, kind, bytes, p, (bs, br, fs, fr), &sum);
                 // A test that completes the request spends it: later ones and the wait skip it.
                 let t = match work {
                     Some((cpu, us, tests)) => cpu.run(us, tests, || {
@@ -709,10 +697,7 @@ impl<'w> Backend for TcaBackend<'w> {
 
     fn calls(&mut self, n: u64) -> Result<()> {
         let (kind, bytes) = self.cur;
-        let p = self.comm.size() as usize;
-        let e = bytes / 4;
         let c = &self.comm;
-        let sum = Op::<f32>::Sum;
         if self.nonblocking {
             return self.nonblocking(n, None).map(drop);
         }
@@ -735,37 +720,11 @@ impl<'w> Backend for TcaBackend<'w> {
         let (bs, br, fs, fr) = (
             &mut self.bsend,
             &mut self.brecv,
-            &mut self.fsend,
+            &self.fsend,
             &mut self.frecv,
         );
         for _ in 0..n {
-            match kind {
-                Kind::PingPong
-                | Kind::PingPing
-                | Kind::Sendrecv
-                | Kind::Exchange
-                | Kind::OsuLatency
-                | Kind::OsuBw
-                | Kind::OsuBibw
-                | Kind::OsuMbwMr
-                | Kind::Halo
-                | Kind::AmShort
-                | Kind::AmMedium
-                | Kind::AmLong
-                | Kind::Get
-                | Kind::Put
-                | Kind::VisHalo
-                | Kind::VisHaloMtoM => unreachable!("handled above"),
-                Kind::Bcast => c.broadcast(&mut bs[..bytes], 0)?,
-                Kind::Scatter => c.scatter(&bs[..bytes * p], &mut br[..bytes], 0)?,
-                Kind::Gather => c.gather(&bs[..bytes], &mut br[..bytes * p], 0)?,
-                Kind::Reduce => c.reduce(&fs[..e], &mut fr[..e], &sum, 0)?,
-                Kind::Allgather => c.allgather(&bs[..bytes], &mut br[..bytes * p])?,
-                Kind::Allreduce => c.allreduce(&fs[..e], &mut fr[..e], &sum)?,
-                Kind::ReduceScatter => c.reduce_scatter(&fs[..e], &mut fr[..e / p], &sum)?,
-                Kind::Alltoall => c.alltoall(&bs[..bytes * p], &mut br[..bytes * p])?,
-                Kind::Barrier => c.barrier()?,
-            }
+            super::collective(c, kind, bytes, (bs, br, fs, fr))?;
         }
         Ok(())
     }

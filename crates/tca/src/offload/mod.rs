@@ -105,14 +105,6 @@ impl Progress {
             Err(_) => Ok(Self::Caller),
         }
     }
-
-    /// The mode's name, as parsed.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Caller => "caller",
-            Self::Thread => "thread",
-        }
-    }
 }
 
 /// A rank's proxy: the thread that owns its world, and the rank's ends of the queues. Not
@@ -384,14 +376,8 @@ impl Drop for Proxy {
     }
 }
 
-/// Joins the proxy thread: its result, or its panic as an error naming the rank.
+/// Joins the proxy thread: its result, or its panic (one outside its own catch: leaving the
+/// job) as an error naming the rank.
 fn join(rank: u32, t: JoinHandle<Result<()>>) -> Result<()> {
-    t.join().unwrap_or_else(|p| {
-        let msg = crate::error::panic_message(&*p);
-        Err(Error::peer(
-            ErrorKind::PeerDied,
-            rank,
-            format!("rank {rank}'s progress thread panicked: {msg}"),
-        ))
-    })
+    t.join().unwrap_or_else(|p| Err(serve::panicked(rank, &*p)))
 }

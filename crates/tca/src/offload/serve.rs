@@ -101,7 +101,7 @@ pub(crate) fn serve(
             };
             let mut stop = None;
             comm.scope(|s| {
-                stop = Proxy::new(&world, s, &work, &answer, &shared).serve(first)?;
+                stop = Burst::new(&world, s, &work, &answer, &shared).serve(first)?;
                 Ok(())
             })?;
             if let Some(how) = stop {
@@ -122,19 +122,24 @@ pub(crate) fn serve(
         }
         Err(p) => {
             world.mark_failed();
-            let msg = crate::error::panic_message(&*p);
-            Err(Error::peer(
-                ErrorKind::PeerDied,
-                rank,
-                format!("rank {rank}'s progress thread panicked: {msg}"),
-            ))
+            Err(panicked(rank, &*p))
         }
     }
     // `answer` drops with this frame: the rank's pending tickets learn that the proxy ended.
 }
 
-/// The serving loop's state for one burst of work.
-struct Proxy<'a, 'r, 'x, 'c> {
+/// The error of rank `rank`'s progress thread that panicked with `payload`.
+pub(crate) fn panicked(rank: u32, payload: &(dyn std::any::Any + Send)) -> Error {
+    let msg = crate::error::panic_message(payload);
+    Error::peer(
+        ErrorKind::PeerDied,
+        rank,
+        format!("rank {rank}'s progress thread panicked: {msg}"),
+    )
+}
+
+/// The serving loop's state for one burst of work (from a post to nothing in flight).
+struct Burst<'a, 'r, 'x, 'c> {
     world: &'a World,
     scope: &'r Scope<'x, 'c>,
     work: &'a Receiver<Work>,
@@ -144,7 +149,7 @@ struct Proxy<'a, 'r, 'x, 'c> {
     live: Vec<(u64, Request<'r>)>,
 }
 
-impl<'a, 'r, 'x, 'c> Proxy<'a, 'r, 'x, 'c> {
+impl<'a, 'r, 'x, 'c> Burst<'a, 'r, 'x, 'c> {
     fn new(
         world: &'a World,
         scope: &'r Scope<'x, 'c>,
@@ -158,7 +163,9 @@ impl<'a, 'r, 'x, 'c> Proxy<'a, 'r, 'x, 'c> {
             work,
             answer,
             shared,
-            live: Vec::with_capacity(super::QUEUE_DEPTH),
+            // Grown as operations go live (one burst per 8-byte operation when the rank
+            // waits for each: no queue-sized allocation per burst).
+            live: Vec::new(),
         }
     }
 
