@@ -34,7 +34,7 @@
 //!
 //! ## Example (ranks as threads)
 //! ```
-//! use tca_cg::{MatrixSource, Options, Precond, Problem, Rhs, Stop};
+//! use tca_cg::{MatrixSource, Options, Precond, Problem, Rhs, Schedule, Stop};
 //!
 //! let opts = Options {
 //!     problem: Problem {
@@ -43,6 +43,7 @@
 //!     },
 //!     stop: Stop::Tolerance { tol: 1e-10, max_iters: 1000 },
 //!     precond: Precond::None,
+//!     schedule: Schedule::Overlap,
 //!     breakdown: true,
 //!     progress: false,
 //! };
@@ -77,4 +78,4 @@ pub use partition::Partition;
 pub use problem::{LocalProblem, MatrixInfo, MatrixSource, Problem, Rhs, setup};
 pub use report::{Output, Report};
 pub use run::{Options, run_rank};
-pub use solver::{Outcome, Phases, Precond, Solution, Stop, solve};
+pub use solver::{Outcome, Phases, Precond, Schedule, Solution, Stop, solve};

@@ -232,12 +232,104 @@ impl Csr {
         debug_assert_eq!(x.len(), self.n_cols);
         debug_assert_eq!(y.len(), self.n_rows);
         for (yi, w) in y.iter_mut().zip(self.row_ptr.windows(2)) {
-            let (c, v) = (&self.col[w[0]..w[1]], &self.val[w[0]..w[1]]);
-            let mut acc = 0.0;
+            *yi = self.row_dot(w[0]..w[1], x);
+        }
+    }
+
+    /// The entries `e` (one row's) times `x`.
+    #[inline(always)]
+    fn row_dot(&self, e: Range<usize>, x: &[f64]) -> f64 {
+        let (c, v) = (&self.col[e.clone()], &self.val[e]);
+        let mut acc = 0.0;
+        for (&j, &a) in c.iter().zip(v) {
+            acc += a * x[j as usize];
+        }
+        acc
+    }
+
+    /// Splits these rows by column for an SpMV that overlaps the Allgather of `x`: the
+    /// entries in the columns `owned` (this rank's block of `x`, at hand before the Allgather)
+    /// and the rest (see [`Split`]).
+    pub fn split(&self, owned: Range<usize>) -> Split {
+        let (lo, hi) = (owned.start as u32, owned.end as u32);
+        let mut own = Csr {
+            n_rows: self.n_rows,
+            n_cols: owned.len(),
+            row_ptr: Vec::with_capacity(self.n_rows + 1),
+            col: Vec::new(),
+            val: Vec::new(),
+        };
+        let mut other = Csr {
+            n_rows: 0,
+            n_cols: self.n_cols,
+            row_ptr: vec![0],
+            col: Vec::new(),
+            val: Vec::new(),
+        };
+        let mut rows = Vec::new();
+        own.row_ptr.push(0);
+        for i in 0..self.n_rows {
+            let (c, v) = self.row(i);
+            let before = other.col.len();
             for (&j, &a) in c.iter().zip(v) {
-                acc += a * x[j as usize];
+                if (lo..hi).contains(&j) {
+                    own.col.push(j - lo);
+                    own.val.push(a);
+                } else {
+                    other.col.push(j);
+                    other.val.push(a);
+                }
             }
-            *yi = acc;
+            own.row_ptr.push(own.col.len());
+            if other.col.len() > before {
+                rows.push(i as u32);
+                other.row_ptr.push(other.col.len());
+            }
+        }
+        other.n_rows = rows.len();
+        Split { own, rows, other }
+    }
+}
+
+/// A rank's rows of A split by column ([`Csr::split`]), so that the SpMV's part that needs
+/// only this rank's block of the vector runs while the other blocks travel:
+/// `y = own · x_own` before the Allgather finishes, `y += other · x` after.
+///
+/// A row's sum is then formed in two parts (own columns, then the others) instead of in
+/// column order: the same products, rounded in another order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Split {
+    /// The entries in owned columns, numbered from the block's first column.
+    pub own: Csr,
+    /// The rows (of this block) that have entries in other columns, ascending.
+    pub rows: Vec<u32>,
+    /// Those rows' other entries, global columns: its row k is row `rows[k]`.
+    pub other: Csr,
+}
+
+impl Split {
+    /// `y = own · x_own` (`x_own`: this rank's block of the vector).
+    #[inline]
+    pub fn spmv_own(&self, x_own: &[f64], y: &mut [f64]) {
+        self.own.spmv(x_own, y);
+    }
+
+    /// `y += other · x` (`x`: the whole vector; its owned block is not read).
+    #[inline]
+    pub fn spmv_other_add(&self, x: &[f64], y: &mut [f64]) {
+        debug_assert_eq!(x.len(), self.other.n_cols);
+        for (&i, w) in self.rows.iter().zip(self.other.row_ptr.windows(2)) {
+            y[i as usize] += self.other.row_dot(w[0]..w[1], x);
+        }
+    }
+
+    /// Entries in other columns, a share of all (what the overlap cannot hide).
+    pub fn other_share(&self) -> f64 {
+        let all = self.own.nnz() + self.other.nnz();
+        if all == 0 {
+            0.0
+        } else {
+            self.other.nnz() as f64 / all as f64
         }
     }
 }

@@ -120,6 +120,10 @@ pub struct Report {
     /// The preconditioner (reports written before it existed read as none).
     #[serde(default)]
     pub precond: crate::solver::Precond,
+    /// The order of the Allgather and the SpMV (reports written before it existed read as
+    /// the paper's).
+    #[serde(default)]
+    pub schedule: crate::solver::Schedule,
     /// Iterations asked for (fixed) or allowed (tolerance).
     pub max_iterations: u64,
     /// ε (tolerance mode).
@@ -312,8 +316,11 @@ fn header(r: &Report) -> String {
         ),
         None => format!("mode: fixed, {} iterations", thousands(r.max_iterations)),
     } + &match r.precond {
-        crate::solver::Precond::None => "\n".to_string(),
-        p => format!("; preconditioner: {p}\n"),
+        crate::solver::Precond::None => String::new(),
+        p => format!("; preconditioner: {p}"),
+    } + &match r.schedule {
+        crate::solver::Schedule::Paper => "\n".to_string(),
+        s => format!("; schedule: {s} (Allgather with the SpMV's own-column part)\n"),
     }
 }
 

@@ -10,8 +10,8 @@ use crate::error::{CgError, Result};
 use crate::problem::{LocalProblem, Problem, setup};
 use crate::report::{Breakdown, PhaseTimes, Report};
 use crate::solver::{
-    CLOCK_READS_PER_ITERATION, Outcome, Phases, Precond, Solution, Stop, VANISHED, clock_cost_ns,
-    dot, solve,
+    CLOCK_READS_PER_ITERATION, Outcome, Phases, Precond, Schedule, Solution, Stop, VANISHED,
+    clock_cost_ns, dot, solve,
 };
 use tca_model::format::thousands;
 use tca_mpi::Backend;
@@ -25,6 +25,8 @@ pub struct Options {
     pub stop: Stop,
     /// The preconditioner (`--precond`; none in the paper).
     pub precond: Precond,
+    /// The order of the Allgather and the SpMV (`--schedule`; the paper's by default).
+    pub schedule: Schedule,
     /// Time each phase (`--breakdown`).
     pub breakdown: bool,
     /// Rank 0 shows a progress bar when its stderr is a terminal and the solve runs long.
@@ -132,6 +134,7 @@ pub fn run_rank<C: Backend>(c: &mut C, opts: &Options) -> Result<Option<Report>>
         &lp,
         opts.stop,
         opts.precond,
+        opts.schedule,
         opts.breakdown,
         progress.as_ref().map(|p| &p.bar),
     );
@@ -248,6 +251,7 @@ pub fn run_rank<C: Backend>(c: &mut C, opts: &Options) -> Result<Option<Report>>
         nnz_per_rank: all.chunks_exact(mine.len()).map(|w| w[0] as u64).collect(),
         mode: mode.into(),
         precond: opts.precond,
+        schedule: opts.schedule,
         max_iterations: max_iters,
         tol,
         iterations: stats.iterations,

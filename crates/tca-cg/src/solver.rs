@@ -36,6 +36,17 @@
 //! is checked positive on every rank and the verdict allreduced, so a bad one is an error
 //! every rank returns together.
 //!
+//! With `--schedule overlap` (not in the paper either) lines 14-15 become: start the
+//! Allgather of p, compute the SpMV's entries in this rank's own columns (A_l,own · p_l, which
+//! needs nothing from the other ranks) while it runs, wait for it, then add the entries in the
+//! other columns (A_l,other · p). The split is made once, before the clock starts
+//! ([`crate::matrix::Csr::split`]). Each row's sum is then formed in two parts, so the iterates
+//! differ from the paper schedule's in rounding only. What the overlap hides is up to the
+//! library: MPI's and tca's collective algorithms move data only while called, so there it
+//! hides what the start does at once and the waiting for a late peer; tca's gathered vector
+//! is written by the peers' own puts, so a rank's block is in place whatever the rank does
+//! meanwhile (BENCHMARKS.md, "CG: the one-copy Allgather and the overlapped schedule").
+//!
 //! Per iteration: one Allgather of p (N doubles in all), one SpMV, three DOTs each followed
 //! by an 8-byte AllreduceSum, three AXPYs. Lines 16-17 are written as the paper means them:
 //! the *local dot* is reduced and ρ divided by the sum (the Japanese text's line 16 reads
@@ -43,10 +54,15 @@
 //! line 20 of the previous iteration; it is kept, as the paper counts three DOTs and three
 //! Allreduces per iteration and this is a benchmark of exactly that schedule.
 //!
-//! Memory: p_l is not a separate vector but the rank's own block of the full-length p, so
-//! line 12 writes straight into the Allgather's receive buffer and line 14 moves only the
-//! other ranks' blocks. Every vector is allocated before the clock starts; the loop does no
-//! allocation and no system call besides the clock reads below.
+//! Memory: p is the backend's gathered vector ([`Backend::gathered`]): with tca, a vector
+//! in tca's memory that every peer writes its block straight into (one copy,
+//! [`tca::Comm::allgatherv_init`]; on a simulated network a plain vector and the collective
+//! algorithms the simulation models), with MPI a plain vector and `MPI_Allgatherv`. p_l is a
+//! vector of its own: line 12 updates it and writes the result into p's block in the same
+//! pass, and lines 16-18 read it. Every vector is allocated before the clock starts; the loop
+//! does no allocation and no system call besides the clock reads below, except where a
+//! library's non-blocking Allgather allocates its request's state (MPI's libnbc schedule; tca
+//! on a simulated network).
 //!
 //! Stopping: `Stop::Fixed` runs exactly K iterations (the paper's timing mode, 1,000) unless
 //! the residual falls below [`VANISHED`] of its start. The recursively updated residual of
@@ -74,8 +90,9 @@ use std::time::Instant;
 use indicatif::ProgressBar;
 
 use crate::error::{CgError, Result};
+use crate::matrix::Split;
 use crate::problem::LocalProblem;
-use tca_mpi::Backend;
+use tca_mpi::{Backend, Gathered};
 
 /// The preconditioner.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -106,6 +123,40 @@ impl std::fmt::Display for Precond {
         f.write_str(match self {
             Precond::None => "none",
             Precond::Jacobi => "jacobi",
+        })
+    }
+}
+
+/// The order of lines 14-15 (the Allgather of p and the SpMV).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Schedule {
+    /// The paper's: the Allgather, then the whole SpMV.
+    #[default]
+    Paper,
+    /// The Allgather started, the SpMV's part in this rank's own columns done meanwhile, the
+    /// rest after it (see the module doc).
+    Overlap,
+}
+
+impl Schedule {
+    /// `paper` or `overlap`.
+    pub fn parse(s: &str) -> Result<Schedule> {
+        match s {
+            "paper" => Ok(Schedule::Paper),
+            "overlap" => Ok(Schedule::Overlap),
+            _ => Err(CgError::Invalid(format!(
+                "--schedule {s}: expected `paper` or `overlap`"
+            ))),
+        }
+    }
+}
+
+impl std::fmt::Display for Schedule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Schedule::Paper => "paper",
+            Schedule::Overlap => "overlap",
         })
     }
 }
@@ -195,13 +246,15 @@ pub struct Solution {
     pub stats: SolveStats,
 }
 
-/// Solves the system of `lp` (collective) with `precond`. `timed` turns on the per-phase
-/// clock; `progress`, on rank 0, is advanced from time to time outside the timed phases.
+/// Solves the system of `lp` (collective) with `precond`, lines 14-15 in the order
+/// `schedule`. `timed` turns on the per-phase clock; `progress`, on rank 0, is advanced from
+/// time to time outside the timed phases.
 pub fn solve<C: Backend>(
     c: &mut C,
     lp: &LocalProblem,
     stop: Stop,
     precond: Precond,
+    schedule: Schedule,
     timed: bool,
     progress: Option<&ProgressBar>,
 ) -> Result<Solution> {
@@ -209,11 +262,31 @@ pub fn solve<C: Backend>(
         Precond::None => None,
         Precond::Jacobi => Some(inverse_diagonal(c, lp)?),
     };
+    let split = match schedule {
+        Schedule::Paper => None,
+        Schedule::Overlap => Some(lp.a.split(lp.part.range(c.rank()))),
+    };
+    let how = How {
+        stop,
+        dinv: dinv.as_deref(),
+        split: split.as_ref(),
+        progress,
+    };
     if timed {
-        run::<C, true>(c, lp, stop, dinv.as_deref(), progress)
+        run::<C, true>(c, lp, how)
     } else {
-        run::<C, false>(c, lp, stop, dinv.as_deref(), progress)
+        run::<C, false>(c, lp, how)
     }
+}
+
+/// What [`run`] is to do besides the paper's iteration.
+struct How<'a> {
+    stop: Stop,
+    /// D⁻¹, with Jacobi.
+    dinv: Option<&'a [f64]>,
+    /// The rows split by column, with [`Schedule::Overlap`].
+    split: Option<&'a Split>,
+    progress: Option<&'a ProgressBar>,
 }
 
 /// This rank's block of D⁻¹ (collective): an error on every rank if any rank's diagonal has
@@ -283,26 +356,30 @@ impl<const ON: bool> Clock<ON> {
 fn run<C: Backend, const TIMED: bool>(
     c: &mut C,
     lp: &LocalProblem,
-    stop: Stop,
-    dinv: Option<&[f64]>,
-    progress: Option<&ProgressBar>,
+    how: How<'_>,
 ) -> Result<Solution> {
+    let How {
+        stop,
+        dinv,
+        split,
+        progress,
+    } = how;
     let part = &lp.part;
     let mine = part.range(c.rank());
-    let (lo, hi) = (mine.start, mine.end);
     let (a, b) = (&lp.a, &lp.b[..]);
     let (max_iters, tol) = match stop {
         Stop::Fixed { iters } => (iters, None),
         Stop::Tolerance { tol, max_iters } => (max_iters, Some(tol)),
     };
-    c.prepare_allgatherv(&part.counts, &part.displs)?;
     let mut x = vec![0.0; mine.len()];
     let mut r = vec![0.0; mine.len()];
     let mut q = vec![0.0; mine.len()];
     // z = D⁻¹ r with Jacobi; without, r stands in for z.
     let mut z = vec![0.0; if dinv.is_some() { mine.len() } else { 0 }];
-    // p (and x, for line 1): N entries; this rank's p_l is p[lo..hi].
-    let mut p = vec![0.0; part.n];
+    // p (and x, for line 1): N entries where the library gathers them fastest (module doc,
+    // "Memory"); this rank's p_l is `pl`, written into p's block for each Allgather.
+    let mut p = c.gathered(part.n, &part.counts, &part.displs)?;
+    let mut pl = vec![0.0; mine.len()];
     let every = (max_iters / 200).max(1);
     let mut clk = Clock::<TIMED>::new();
 
@@ -310,10 +387,10 @@ fn run<C: Backend, const TIMED: bool>(
     let t0 = c.wtime();
     clk.start(c);
     // Lines 1-4.
-    p[lo..hi].copy_from_slice(&x);
-    c.allgatherv_f64(&mut p, &part.counts, &part.displs)?;
+    p.block_mut().copy_from_slice(&x);
+    c.allgatherv_into(&mut p)?;
     clk.lap(c, ALLGATHER);
-    a.spmv(&p, &mut q);
+    a.spmv(p.vector(), &mut q);
     clk.lap(c, SPMV);
     for ((ri, &bi), &qi) in r.iter_mut().zip(b).zip(&q) {
         *ri = bi - qi;
@@ -360,20 +437,29 @@ fn run<C: Backend, const TIMED: bool>(
         let rho = c.allreduce_sum_f64(rho_t)?;
         clk.lap(c, ALLREDUCE);
         // Lines 8-13.
-        let pl = &mut p[lo..hi];
-        if k == 1 {
-            pl.copy_from_slice(zs);
-        } else {
-            xpay(pl, rho / rho_prev, zs);
-        }
+        let beta = (k > 1).then(|| rho / rho_prev);
+        direction(&mut pl, beta, zs, p.block_mut());
         clk.lap(c, AXPY);
         // Lines 14-15.
-        c.allgatherv_f64(&mut p, &part.counts, &part.displs)?;
-        clk.lap(c, ALLGATHER);
-        a.spmv(&p, &mut q);
+        match split {
+            None => {
+                c.allgatherv_into(&mut p)?;
+                clk.lap(c, ALLGATHER);
+                a.spmv(p.vector(), &mut q);
+            }
+            Some(sp) => {
+                c.allgatherv_into_overlapped(&mut p, |c| {
+                    clk.lap(c, ALLGATHER);
+                    sp.spmv_own(&pl, &mut q);
+                    clk.lap(c, SPMV);
+                })?;
+                clk.lap(c, ALLGATHER);
+                sp.spmv_other_add(p.vector(), &mut q);
+            }
+        }
         clk.lap(c, SPMV);
         // Lines 16-17.
-        let alpha_t = dot(&p[lo..hi], &q);
+        let alpha_t = dot(&pl, &q);
         clk.lap(c, DOT);
         let pap = c.allreduce_sum_f64(alpha_t)?;
         clk.lap(c, ALLREDUCE);
@@ -382,7 +468,7 @@ fn run<C: Backend, const TIMED: bool>(
         }
         let alpha = rho / pap;
         // Lines 18-19.
-        axpy(&mut x, alpha, &p[lo..hi]);
+        axpy(&mut x, alpha, &pl);
         axpy(&mut r, -alpha, &q);
         clk.lap(c, AXPY);
         // Lines 20-21.
@@ -473,11 +559,21 @@ pub fn axpy(y: &mut [f64], a: f64, x: &[f64]) {
     }
 }
 
-/// y := b y + x (line 12).
+/// Lines 8-13: p_l := z_l at the first iteration (`beta` None), else β p_l + z_l; the new
+/// p_l also into `block` (p's block for the Allgather), in the same pass.
 #[inline]
-pub fn xpay(y: &mut [f64], b: f64, x: &[f64]) {
-    for (yi, &xi) in y.iter_mut().zip(x) {
-        *yi = b * *yi + xi;
+fn direction(p: &mut [f64], beta: Option<f64>, z: &[f64], block: &mut [f64]) {
+    match beta {
+        None => {
+            p.copy_from_slice(z);
+            block.copy_from_slice(z);
+        }
+        Some(b) => {
+            for ((pi, &zi), bi) in p.iter_mut().zip(z).zip(block) {
+                *pi = b * *pi + zi;
+                *bi = *pi;
+            }
+        }
     }
 }
 

@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use tca_cg::mm::{self, Field, Symmetry};
 use tca_cg::synth::Synthetic;
 use tca_cg::{
-    CgError, Csr, MatrixSource, Options, Outcome, Partition, Precond, Problem, Report, Rhs, Stop,
-    run_rank, setup, solve,
+    CgError, Csr, MatrixSource, Options, Outcome, Partition, Precond, Problem, Report, Rhs,
+    Schedule, Stop, run_rank, setup, solve,
 };
 
 // ---- helpers ---------------------------------------------------------------------------------
@@ -85,11 +85,21 @@ fn tol(t: f64) -> Stop {
 /// Sets up and solves on `p` thread ranks; the whole x (blocks in rank order) and rank 0's
 /// outcome, or the error (rank 0's, which holds the message).
 fn solve_on(p: u32, prob: &Problem, stop: Stop) -> Result<(Vec<f64>, Outcome, u64), CgError> {
+    solve_scheduled(p, prob, stop, Schedule::Paper)
+}
+
+/// [`solve_on`] with lines 14-15 in the order `schedule`.
+fn solve_scheduled(
+    p: u32,
+    prob: &Problem,
+    stop: Stop,
+    schedule: Schedule,
+) -> Result<(Vec<f64>, Outcome, u64), CgError> {
     let per_rank = tca::threads::run(p, |world| {
         let mut c = tca::Comm::world(world)?;
         let r = (|| {
             let lp = setup(&mut c, prob)?;
-            let s = solve(&mut c, &lp, stop, Precond::None, false, None)?;
+            let s = solve(&mut c, &lp, stop, Precond::None, schedule, false, None)?;
             Ok((s.x, s.stats.outcome, s.stats.iterations))
         })();
         match r {
@@ -135,6 +145,7 @@ fn opts(prob: Problem, stop: Stop, breakdown: bool) -> Options {
         problem: prob,
         stop,
         precond: Precond::None,
+        schedule: Schedule::Paper,
         breakdown,
         progress: false,
     }
@@ -544,11 +555,16 @@ fn indefinite_matrix_is_a_breakdown_error() {
         "b.mtx",
         "%%MatrixMarket matrix array real general\n2 1\n1\n0\n",
     );
-    for p in [1, 2] {
-        let e = solve_on(
+    for (p, schedule) in [
+        (1, Schedule::Paper),
+        (2, Schedule::Paper),
+        (2, Schedule::Overlap),
+    ] {
+        let e = solve_scheduled(
             p,
             &problem(a.to_str().unwrap(), Rhs::File(b.clone())),
             tol(1e-12),
+            schedule,
         )
         .unwrap_err();
         assert!(matches!(e, CgError::Breakdown(_)), "{e}");
@@ -606,15 +622,21 @@ fn any_rank_count_matches_one_rank_and_the_manufactured_solution() {
             let prob = problem(spec, rhs.clone());
             let (x1, o1, k1) = solve_on(1, &prob, tol(1e-12)).unwrap();
             assert_eq!(o1, Outcome::Converged);
-            for p in 2..=5 {
-                let (xp, op, kp) = solve_on(p, &prob, tol(1e-12)).unwrap();
-                assert_eq!(op, Outcome::Converged, "{spec} p={p}");
+            for (p, schedule) in (1..=5)
+                .flat_map(|p| [(p, Schedule::Overlap), (p, Schedule::Paper)])
+                .skip(1)
+            {
+                let (xp, op, kp) = solve_scheduled(p, &prob, tol(1e-12), schedule).unwrap();
+                assert_eq!(op, Outcome::Converged, "{spec} p={p} {schedule}");
                 assert!(
                     kp.abs_diff(k1) <= 1,
-                    "{spec} p={p}: {kp} vs {k1} iterations"
+                    "{spec} p={p} {schedule}: {kp} vs {k1} iterations"
                 );
                 let diff = max_rel_diff(&xp, &x1);
-                assert!(diff < 1e-10, "{spec} {rhs} p={p}: differs by {diff:e}");
+                assert!(
+                    diff < 1e-10,
+                    "{spec} {rhs} p={p} {schedule}: differs by {diff:e}"
+                );
             }
             if let Rhs::Manufactured { seed } = rhs {
                 let n = x1.len();
@@ -888,7 +910,15 @@ fn jacobi_refuses_a_diagonal_it_cannot_invert_on_every_rank() {
                     .unwrap();
                 lp.a.val[k] = 0.0;
             }
-            solve(&mut c, &lp, tol(1e-8), Precond::Jacobi, false, None)
+            solve(
+                &mut c,
+                &lp,
+                tol(1e-8),
+                Precond::Jacobi,
+                Schedule::Paper,
+                false,
+                None,
+            )
         })();
         Ok(r.map(|s| s.stats.iterations))
     })
@@ -899,6 +929,77 @@ fn jacobi_refuses_a_diagonal_it_cannot_invert_on_every_rank() {
             other => panic!("rank {rank}: {other:?}"),
         }
     }
+}
+
+// ---- the overlapped schedule ---------------------------------------------------------------
+
+/// Splitting a block of rows by column keeps every entry exactly once, on the right side, and
+/// the two halves of the SpMV add up to the whole one.
+#[test]
+fn split_rows_add_up_to_the_whole_spmv() {
+    for spec in [
+        Synthetic::Banded { n: 40, k: 9 },
+        Synthetic::Poisson3d { m: 4 },
+    ] {
+        let n = spec.rows(0..1).n_cols;
+        let full = spec.rows(0..n);
+        let x: Vec<f64> = (0..n)
+            .map(|i| tca_cg::problem::uniform(3, i as u64))
+            .collect();
+        for p in 1..=5 {
+            let part = Partition::new(n, p).unwrap();
+            for r in 0..p {
+                let rows = part.range(r);
+                let a = full.rows(rows.clone());
+                let sp = a.split(rows.clone());
+                assert_eq!(
+                    sp.own.nnz() + sp.other.nnz(),
+                    a.nnz(),
+                    "{spec:?} p={p} r={r}"
+                );
+                assert!(sp.own.col.iter().all(|&j| (j as usize) < rows.len()));
+                assert!(sp.other.col.iter().all(|&j| !rows.contains(&(j as usize))));
+                assert!(sp.rows.windows(2).all(|w| w[0] < w[1]));
+                assert_eq!(sp.rows.len(), sp.other.n_rows);
+                if p == 1 {
+                    assert_eq!((sp.other.nnz(), sp.other_share()), (0, 0.0));
+                }
+                let mut whole = vec![0.0; rows.len()];
+                a.spmv(&x, &mut whole);
+                let mut halves = vec![f64::NAN; rows.len()];
+                sp.spmv_own(&x[rows.clone()], &mut halves);
+                sp.spmv_other_add(&x, &mut halves);
+                let diff = max_rel_diff(&halves, &whole);
+                assert!(diff < 1e-14, "{spec:?} p={p} r={r}: {diff:e}");
+            }
+        }
+    }
+}
+
+/// The whole job with the overlapped schedule, timed: the report says which schedule ran, the
+/// answer is right, and the phases are all there.
+#[test]
+fn overlapped_schedule_reports_itself_and_solves() {
+    let o = Options {
+        schedule: Schedule::Overlap,
+        ..opts(
+            problem("poisson3d:5", Rhs::Manufactured { seed: 4 }),
+            tol(1e-10),
+            true,
+        )
+    };
+    for p in [1, 2, 3] {
+        let r = run_on(p, &o).unwrap();
+        assert_eq!(r.schedule, Schedule::Overlap);
+        assert_eq!(r.outcome, Outcome::Converged);
+        assert!(r.solution_error.unwrap() < 1e-8, "p={p}");
+        let b = r.breakdown.as_ref().unwrap();
+        assert_eq!(b.per_rank.len(), p as usize);
+        assert!(r.text().contains("schedule: overlap"), "{}", r.text());
+    }
+    assert_eq!(Schedule::parse("overlap").unwrap(), Schedule::Overlap);
+    assert_eq!(Schedule::parse("paper").unwrap(), Schedule::Paper);
+    assert!(matches!(Schedule::parse("async"), Err(CgError::Invalid(_))));
 }
 
 #[test]

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
 use tca_cg::job;
-use tca_cg::{MatrixSource, Options, Outcome, Output, Precond, Problem, Rhs, Stop};
+use tca_cg::{MatrixSource, Options, Outcome, Output, Precond, Problem, Rhs, Schedule, Stop};
 use tca_mpi::Role;
 
 /// Iterations of fixed mode when neither --iters nor --tol is given (the paper's count).
@@ -35,6 +35,15 @@ PRECONDITIONER
   Same collectives per iteration, one more vector product; on badly scaled matrices
   (bcsstk13, bcsstk18, bcsstk24, s3rmt3m3: no convergence to 1e-8 in 20,000 iterations
   without) it converges in hundreds to thousands of iterations. Both stop on ||r||/||r0||.
+
+SCHEDULE
+  --schedule paper (default): the Allgather of p, then the SpMV, as the paper.
+  --schedule overlap: the Allgather is started, the SpMV's entries in the rank's own
+  columns are computed while it runs, the others after it. Same arithmetic, rounded in
+  another order; with --compare mpi the MPI build overlaps the same way (MPI_Iallgatherv).
+  tca's p lives in tca's memory and every rank puts its block straight into every peer's
+  copy (one copy per byte, seed 000's remote writes and flags); on a simulated network
+  (--network) the collective algorithms gather it, as the simulation models them.
 
 RUNNING
   tca cg starts its own ranks (--np) under tca's launcher; rank 0 reads the matrix and
@@ -76,6 +85,9 @@ pub(crate) struct Args {
     /// Preconditioner: none (the paper's CG) or jacobi (D⁻¹; for badly scaled matrices).
     #[arg(long, default_value = "none", value_parser = parse_precond, value_name = "none|jacobi")]
     precond: Precond,
+    /// Lines 14-15: the paper's order, or the Allgather overlapped with the SpMV's local part.
+    #[arg(long, default_value = "paper", value_parser = parse_schedule, value_name = "paper|overlap")]
+    schedule: Schedule,
     /// Right-hand side: ones, random[:SEED], manufactured[:SEED], a-ones or a vector file.
     #[arg(long, default_value = "ones", value_name = "RHS")]
     rhs: String,
@@ -121,6 +133,11 @@ fn parse_precond(s: &str) -> Result<Precond, String> {
     Precond::parse(s).map_err(|e| e.to_string())
 }
 
+/// `--schedule`, by the solver's own parser.
+fn parse_schedule(s: &str) -> Result<Schedule, String> {
+    Schedule::parse(s).map_err(|e| e.to_string())
+}
+
 fn options(a: &Args) -> Result<Options> {
     if a.np == 0 {
         bail!("--np must be at least 1");
@@ -151,6 +168,7 @@ fn options(a: &Args) -> Result<Options> {
         },
         stop,
         precond: a.precond,
+        schedule: a.schedule,
         breakdown: a.breakdown,
         progress: !a.no_progress,
     })

@@ -130,6 +130,8 @@ fn compare_mpi_runs_both_halves() {
         "--tol",
         "1e-10",
         "--breakdown",
+        "--schedule",
+        "overlap",
         "--compare",
         "mpi",
         "--format",
@@ -144,6 +146,11 @@ fn compare_mpi_runs_both_halves() {
     assert!(m.transport.contains("MPI"), "{}", m.transport);
     assert_eq!(m.rows_per_rank, vec![4, 4, 4]);
     assert_eq!(m.iterations, o.tca.iterations);
+    // Both halves overlapped the Allgather (MPI with MPI_Iallgatherv).
+    assert_eq!(
+        (o.tca.schedule, m.schedule),
+        (tca_cg::Schedule::Overlap, tca_cg::Schedule::Overlap)
+    );
     assert!(m.true_relative_residual < 1e-9);
     let r = o.ratio.as_ref().unwrap();
     assert!(r.per_iteration > 0.0 && r.rank0.is_some() && r.max.is_some());
@@ -160,8 +167,9 @@ fn compare_mpi_without_the_feature_says_how_to_get_it() {
     assert!(stderr.contains("--features mpi"), "{stderr}");
 }
 
-/// `--precond jacobi --rhs a-ones`: the report says which preconditioner ran and how far x
-/// is from the all-ones solution; an unknown preconditioner is a usage error.
+/// `--precond jacobi --schedule overlap --rhs a-ones`: the report says which preconditioner
+/// and schedule ran and how far x is from the all-ones solution; an unknown preconditioner or
+/// schedule is a usage error.
 #[test]
 fn jacobi_preconditioner_from_the_command_line() {
     let out = tca_cg(&[
@@ -173,6 +181,8 @@ fn jacobi_preconditioner_from_the_command_line() {
         "1e-10",
         "--precond",
         "jacobi",
+        "--schedule",
+        "overlap",
         "--rhs",
         "a-ones",
     ]);
@@ -183,8 +193,12 @@ fn jacobi_preconditioner_from_the_command_line() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(stdout.contains("preconditioner: jacobi"), "{stdout}");
+    assert!(stdout.contains("schedule: overlap"), "{stdout}");
     assert!(stdout.contains("b = a-ones"), "{stdout}");
     let bad = tca_cg(&["--matrix", "poisson3d:5", "--precond", "ilu"]);
     assert_eq!(bad.status.code(), Some(2), "clap usage error");
     assert!(String::from_utf8_lossy(&bad.stderr).contains("jacobi"));
+    let bad = tca_cg(&["--matrix", "poisson3d:5", "--schedule", "async"]);
+    assert_eq!(bad.status.code(), Some(2), "clap usage error");
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("overlap"));
 }

@@ -70,6 +70,36 @@ pub trait Backend {
         counts: &[usize],
         displs: &[usize],
     ) -> CommResult<()>;
+    /// A vector that [`Backend::allgatherv_into`] fills again and again (the CG's direction vector),
+    /// kept where the library gathers into it fastest: tca's own memory, which peers write
+    /// straight into (one copy per byte: [`tca::Comm::allgatherv_init`]), or a plain vector.
+    type Gathered: Gathered;
+    /// Sets up a vector of `len` elements gathered with these counts and displacements
+    /// (collective; the same arguments on every rank).
+    fn gathered(
+        &mut self,
+        len: usize,
+        counts: &[usize],
+        displs: &[usize],
+    ) -> CommResult<Self::Gathered>;
+    /// One Allgatherv of `g`: every rank's block, as [`Gathered::block_mut`] left it, into
+    /// every rank's [`Gathered::vector`].
+    fn allgatherv_into(&mut self, g: &mut Self::Gathered) -> CommResult<()>;
+    /// [`Backend::allgatherv_into`] started, `during` run while the blocks travel, then finished: a
+    /// non-blocking Allgatherv (tca's round started and waited for, `MPI_Iallgatherv`). `during`
+    /// gets the backend for its clock ([`Backend::wtime`]); it cannot touch `g`.
+    ///
+    /// Whether blocks move while `during` runs is the library's affair: MPI and tca's
+    /// collective algorithms progress only when called, while tca's gathered vector is
+    /// written by the peers' own puts whatever this rank does.
+    fn allgatherv_into_overlapped<W: FnOnce(&Self)>(
+        &mut self,
+        g: &mut Self::Gathered,
+        during: W,
+    ) -> CommResult<()>
+    where
+        Self: Sized;
+
     /// The sum of `v` over all ranks, the same bits on every rank.
     fn allreduce_sum_f64(&mut self, v: f64) -> CommResult<f64>;
 
@@ -78,6 +108,80 @@ pub trait Backend {
         let mut b = [v];
         self.broadcast_u64(&mut b)?;
         Ok(b[0])
+    }
+}
+
+/// A vector gathered again and again ([`Backend::gathered`]).
+pub trait Gathered {
+    /// This rank's block, to write before the next gather.
+    fn block_mut(&mut self) -> &mut [f64];
+    /// The whole vector the last gather filled (zeros before the first).
+    fn vector(&self) -> &[f64];
+}
+
+/// A gathered vector in ordinary memory, gathered in place (this rank's block is part of the
+/// vector): for libraries and transports that gather into a plain buffer.
+#[derive(Debug, Clone)]
+pub struct Staged {
+    v: Vec<f64>,
+    counts: Vec<usize>,
+    displs: Vec<usize>,
+    block: std::ops::Range<usize>,
+}
+
+impl Staged {
+    /// A vector of `len` zeros, rank `me`'s block at `displs[me]` (`counts` and `displs` are
+    /// checked by the gather that uses them).
+    pub fn new(len: usize, counts: &[usize], displs: &[usize], me: usize) -> Staged {
+        let at = displs.get(me).copied().unwrap_or(0).min(len);
+        let n = counts.get(me).copied().unwrap_or(0).min(len - at);
+        Staged {
+            v: vec![0.0; len],
+            counts: counts.to_vec(),
+            displs: displs.to_vec(),
+            block: at..at + n,
+        }
+    }
+
+    /// The vector and the counts and displacements, for an in-place Allgatherv.
+    pub fn parts(&mut self) -> (&mut [f64], &[usize], &[usize]) {
+        (&mut self.v, &self.counts, &self.displs)
+    }
+}
+
+impl Gathered for Staged {
+    fn block_mut(&mut self) -> &mut [f64] {
+        &mut self.v[self.block.clone()]
+    }
+    fn vector(&self) -> &[f64] {
+        &self.v
+    }
+}
+
+/// tca's gathered vector: in tca's memory, written by the peers' puts (one copy), or on a
+/// simulated network a plain vector gathered by the collective algorithms.
+#[derive(Debug)]
+pub enum TcaGathered {
+    /// [`tca::Comm::allgatherv_init`]'s vector.
+    Direct(tca::coll::Gathered<f64>),
+    /// A plain vector and `allgatherv_in_place`.
+    Staged(Staged),
+}
+
+impl Gathered for TcaGathered {
+    #[inline]
+    fn block_mut(&mut self) -> &mut [f64] {
+        match self {
+            TcaGathered::Direct(d) => d.block_mut(),
+            TcaGathered::Staged(s) => s.block_mut(),
+        }
+    }
+    #[inline]
+    fn vector(&self) -> &[f64] {
+        match self {
+            TcaGathered::Direct(d) => d.vector(),
+            TcaGathered::Staged(s) => s.vector(),
+        }
     }
 }
 
@@ -128,6 +232,57 @@ impl Backend for tca::Comm<'_> {
     ) -> CommResult<()> {
         Ok(self.allgatherv_in_place(x, counts, displs)?)
     }
+    type Gathered = TcaGathered;
+    fn gathered(
+        &mut self,
+        len: usize,
+        counts: &[usize],
+        displs: &[usize],
+    ) -> CommResult<TcaGathered> {
+        // On a simulated network the table's Allgatherv algorithms, which the simulation
+        // models as the seeds ran them; elsewhere the one-copy vector.
+        if self.world_ref().simulated().is_some() {
+            let me = tca::Comm::rank(self) as usize;
+            return Ok(TcaGathered::Staged(Staged::new(len, counts, displs, me)));
+        }
+        Ok(TcaGathered::Direct(
+            self.allgatherv_init(len, counts, displs)?,
+        ))
+    }
+    #[inline]
+    fn allgatherv_into(&mut self, g: &mut TcaGathered) -> CommResult<()> {
+        match g {
+            TcaGathered::Direct(d) => d.run(self)?,
+            TcaGathered::Staged(s) => {
+                let (v, counts, displs) = s.parts();
+                self.allgatherv_in_place(v, counts, displs)?;
+            }
+        }
+        Ok(())
+    }
+    fn allgatherv_into_overlapped<W: FnOnce(&Self)>(
+        &mut self,
+        g: &mut TcaGathered,
+        during: W,
+    ) -> CommResult<()> {
+        let comm: &Self = self;
+        match g {
+            TcaGathered::Direct(d) => {
+                let round = d.start(comm)?;
+                during(comm);
+                round.wait()?;
+            }
+            TcaGathered::Staged(s) => {
+                let (v, counts, displs) = s.parts();
+                comm.scope(|sc| {
+                    let mut r = sc.iallgatherv_in_place(v, counts, displs)?;
+                    during(comm);
+                    r.wait().map(drop)
+                })?;
+            }
+        }
+        Ok(())
+    }
     #[inline]
     fn allreduce_sum_f64(&mut self, v: f64) -> CommResult<f64> {
         let mut b = [v];
@@ -137,7 +292,7 @@ impl Backend for tca::Comm<'_> {
 }
 
 #[cfg(feature = "mpi")]
-pub use with_mpi::MpiComm;
+pub use with_mpi::{MpiComm, MpiGathered};
 
 #[cfg(feature = "mpi")]
 mod with_mpi {
@@ -191,19 +346,39 @@ mod with_mpi {
 
         /// Converts the Allgatherv's counts (MPI counts are `int`) and sizes the send buffer.
         fn fit(&mut self, counts: &[usize], displs: &[usize]) -> CommResult<()> {
-            let int = |v: &[usize]| -> CommResult<Vec<i32>> {
-                v.iter()
-                    .map(|&c| {
-                        i32::try_from(c).map_err(|_| {
-                            CommError::Mpi(format!("{c} elements exceed MPI's 32-bit counts"))
-                        })
-                    })
-                    .collect()
-            };
-            self.counts = int(counts)?;
-            self.displs = int(displs)?;
+            self.counts = int_counts(counts)?;
+            self.displs = int_counts(displs)?;
             self.send = vec![0.0; counts[self.rank()]];
             Ok(())
+        }
+    }
+
+    /// Counts or displacements as MPI's `int`s.
+    fn int_counts(v: &[usize]) -> CommResult<Vec<i32>> {
+        v.iter()
+            .map(|&c| {
+                i32::try_from(c)
+                    .map_err(|_| CommError::Mpi(format!("{c} elements exceed MPI's 32-bit counts")))
+            })
+            .collect()
+    }
+
+    /// MPI's gathered vector: a plain vector and a send buffer (rsmpi has no `MPI_IN_PLACE`
+    /// for `MPI_Allgatherv`), counts converted once.
+    #[derive(Debug)]
+    pub struct MpiGathered {
+        v: Vec<f64>,
+        send: Vec<f64>,
+        counts: Vec<i32>,
+        displs: Vec<i32>,
+    }
+
+    impl super::Gathered for MpiGathered {
+        fn block_mut(&mut self) -> &mut [f64] {
+            &mut self.send
+        }
+        fn vector(&self) -> &[f64] {
+            &self.v
         }
     }
 
@@ -306,6 +481,57 @@ mod with_mpi {
             let mut recv = PartitionMut::new(x, &self.counts[..], &self.displs[..]);
             self.world
                 .all_gather_varcount_into(&self.send[..], &mut recv);
+            Ok(())
+        }
+        type Gathered = MpiGathered;
+        fn gathered(
+            &mut self,
+            len: usize,
+            counts: &[usize],
+            displs: &[usize],
+        ) -> CommResult<MpiGathered> {
+            let me = self.rank();
+            if counts.len() != self.size()
+                || displs.len() != self.size()
+                || counts
+                    .iter()
+                    .zip(displs)
+                    .any(|(&c, &d)| c.checked_add(d).is_none_or(|e| e > len))
+            {
+                return Err(CommError::Mpi(format!(
+                    "a gathered vector of {len} elements: {} counts and {} displacements that \
+                     do not describe blocks inside it for {} ranks",
+                    counts.len(),
+                    displs.len(),
+                    self.size()
+                )));
+            }
+            Ok(MpiGathered {
+                v: vec![0.0; len],
+                send: vec![0.0; counts[me]],
+                counts: int_counts(counts)?,
+                displs: int_counts(displs)?,
+            })
+        }
+        fn allgatherv_into(&mut self, g: &mut MpiGathered) -> CommResult<()> {
+            let mut recv = PartitionMut::new(&mut g.v[..], &g.counts[..], &g.displs[..]);
+            self.world.all_gather_varcount_into(&g.send[..], &mut recv);
+            Ok(())
+        }
+        fn allgatherv_into_overlapped<W: FnOnce(&Self)>(
+            &mut self,
+            g: &mut MpiGathered,
+            during: W,
+        ) -> CommResult<()> {
+            let this: &Self = self;
+            let mut recv = PartitionMut::new(&mut g.v[..], &g.counts[..], &g.displs[..]);
+            mpi::request::scope(|sc| {
+                let req = this
+                    .world
+                    .immediate_all_gather_varcount_into(sc, &g.send[..], &mut recv);
+                during(this);
+                req.wait();
+            });
             Ok(())
         }
         #[inline]

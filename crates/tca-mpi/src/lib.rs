@@ -30,9 +30,9 @@ mod backend;
 #[cfg(feature = "mpi")]
 pub mod rma;
 
+pub use backend::{Backend, CommError, CommResult, Gathered, Staged, TcaGathered};
 #[cfg(feature = "mpi")]
-pub use backend::MpiComm;
-pub use backend::{Backend, CommError, CommResult};
+pub use backend::{MpiComm, MpiGathered};
 
 /// Which process of a side-by-side command this is: the command a user typed, or a rank it
 /// started. The one place that decides it, from the environment the launchers set.

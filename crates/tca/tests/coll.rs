@@ -727,3 +727,155 @@ fn a_communicator_says_whether_it_spans_a_network() {
     })
     .unwrap();
 }
+
+// ---- persistent single-copy Allgatherv (Comm::allgatherv_init) --------------------------------
+
+/// Element `i` of rank `r`'s block in round `k`.
+fn round_val(r: usize, k: u64, i: usize) -> u64 {
+    ((r as u64) << 40) ^ (k << 20) ^ i as u64
+}
+
+/// Uneven blocks with gaps between them (rank 1's empty from 3 ranks on); the vector's length.
+fn gappy(p: usize) -> (usize, Vec<usize>, Vec<usize>) {
+    let counts: Vec<usize> = (0..p)
+        .map(|r| if r == 1 && p >= 3 { 0 } else { r % 3 + 5 })
+        .collect();
+    let mut displs = Vec::new();
+    let mut at = 2;
+    for &c in &counts {
+        displs.push(at);
+        at += c + 3;
+    }
+    (at, counts, displs)
+}
+
+/// Every round, every rank's block lands in every vector and nothing else moves: 1 to 8 ranks,
+/// 300 rounds, ranks late by turns (so that fast ranks run a round ahead), the block under way
+/// readable while the round runs, a dropped round completed by its drop.
+#[test]
+fn gathered_vector_holds_every_rounds_blocks() {
+    for p in [1usize, 2, 3, 5, 8] {
+        threads::run(u32::try_from(p).unwrap(), |w| {
+            let c = Comm::world(w)?;
+            let me = c.rank() as usize;
+            let (len, counts, displs) = gappy(p);
+            let mut g = c.allgatherv_init::<u64>(len, &counts, &displs)?;
+            assert_eq!(
+                (g.len(), g.block()),
+                (len, displs[me]..displs[me] + counts[me])
+            );
+            assert!(
+                g.vector().iter().all(|&x| x == 0),
+                "zeros before the first round"
+            );
+            for k in 0..300u64 {
+                for (i, x) in g.block_mut().iter_mut().enumerate() {
+                    *x = round_val(me, k, i);
+                }
+                if (k + me as u64) % 7 == 0 {
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+                let pending = g.start(&c)?;
+                assert!(
+                    pending
+                        .block()
+                        .iter()
+                        .enumerate()
+                        .all(|(i, &x)| x == round_val(me, k, i)),
+                    "p={p} rank {me} round {k}: the block under way"
+                );
+                if k % 5 == 4 {
+                    drop(pending); // completes the round
+                } else {
+                    pending.wait()?;
+                }
+                assert_eq!(g.rounds(), k + 1);
+                let v = g.vector();
+                for r in 0..p {
+                    for i in 0..counts[r] {
+                        assert_eq!(
+                            v[displs[r] + i],
+                            round_val(r, k, i),
+                            "p={p} rank {me} round {k}: element {i} of rank {r}'s block"
+                        );
+                    }
+                }
+                // The gaps are nobody's: never written.
+                let owned =
+                    |j: usize| (0..p).any(|r| (displs[r]..displs[r] + counts[r]).contains(&j));
+                assert!((0..len).filter(|&j| !owned(j)).all(|j| v[j] == 0));
+            }
+            Ok(())
+        })
+        .unwrap();
+    }
+}
+
+/// `f64` through `run`, on a split communicator: what the CG solver does.
+#[test]
+fn gathered_vector_runs_on_a_sub_communicator() {
+    threads::run(5, |w| {
+        let world = Comm::world(w)?;
+        let Some(c) = world.split(Some(world.rank() % 2), 0)? else {
+            unreachable!("every rank has a colour")
+        };
+        let (p, me) = (c.size() as usize, c.rank() as usize);
+        let counts = vec![3usize; p];
+        let displs: Vec<usize> = (0..p).map(|r| 3 * r).collect();
+        let mut g = c.allgatherv_init::<f64>(3 * p, &counts, &displs)?;
+        for k in 0..50 {
+            g.block_mut().fill((me * 100 + k) as f64);
+            g.run(&c)?;
+            let want: Vec<f64> = (0..p).flat_map(|r| [(r * 100 + k) as f64; 3]).collect();
+            assert_eq!(g.vector(), &want[..]);
+        }
+        // The plan is the sub-communicator's: the world's is refused.
+        let e = g.run(&world).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
+        Ok(())
+    })
+    .unwrap();
+}
+
+/// Ranks that describe different vectors get an error on every rank, none hangs; the
+/// communicator stays usable.
+#[test]
+fn gathered_vector_descriptions_must_agree() {
+    let all = threads::run(3, |w| {
+        let c = Comm::world(w)?;
+        let len = if c.rank() == 2 { 13 } else { 12 };
+        let r = c.allgatherv_init::<u32>(len, &[4, 4, 4], &[0, 4, 8]);
+        let e = r.expect_err("a mismatch is an error");
+        c.barrier()?;
+        Ok(e)
+    })
+    .unwrap();
+    for (r, e) in all.iter().enumerate() {
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument, "rank {r}: {e}");
+        assert!(e.to_string().contains("same vector"), "rank {r}: {e}");
+    }
+}
+
+/// A rank that leaves in the middle of the rounds: the others' waits end in an error that names
+/// it, not a hang.
+#[test]
+fn gathered_vector_names_a_rank_that_left() {
+    let all = threads::run_each(3, |w| {
+        let c = Comm::world(w)?;
+        let mut g = c.allgatherv_init::<u64>(6, &[2, 2, 2], &[0, 2, 4])?;
+        for k in 0..20 {
+            if c.rank() == 1 && k == 10 {
+                return Err(tca::Error::program("rank 1 gives up"));
+            }
+            g.run(&c)?;
+        }
+        Ok(())
+    });
+    assert!(all[1].is_err());
+    for r in [0, 2] {
+        let e = all[r]
+            .as_ref()
+            .expect_err("waits for rank 1's block of round 10");
+        assert!(e.to_string().contains("rank 1"), "rank {r}: {e}");
+    }
+}

@@ -97,6 +97,17 @@ fn same_as_blocking(p: &Proxy, n: usize) -> tca::Result<()> {
     let mut rs = vec![0.0; n / size];
     let mut aa = vec![0.0; size * n];
     let mut inplace = mine.clone();
+    // Allgatherv: rank r gives r % 3 + n elements.
+    let counts: Vec<usize> = (0..size).map(|r| r % 3 + n).collect();
+    let displs: Vec<usize> = counts
+        .iter()
+        .scan(0, |at, &c| {
+            *at += c;
+            Some(*at - c)
+        })
+        .collect();
+    let mut agv = vec![f64::NAN; counts.iter().sum()];
+    agv[displs[me]..][..counts[me]].copy_from_slice(&input(me, counts[me]));
     p.scope(|s| {
         let mut t: Vec<Ticket<'_>> = vec![
             s.ibroadcast(&mut bc, root)?,
@@ -108,6 +119,7 @@ fn same_as_blocking(p: &Proxy, n: usize) -> tca::Result<()> {
             s.ireduce_scatter(&mine[..n / size * size], &mut rs, &sum)?,
             s.ialltoall(&all, &mut aa)?,
             s.iallreduce_in_place(&mut inplace, &sum)?,
+            s.iallgatherv_in_place(&mut agv, &counts, &displs)?,
             s.ibarrier()?,
         ];
         for k in (0..t.len()).rev() {
@@ -131,6 +143,8 @@ fn same_as_blocking(p: &Proxy, n: usize) -> tca::Result<()> {
         check(name, w, g);
     }
     check("allreduce_in_place", &want[5], &inplace);
+    let every: Vec<f64> = (0..size).flat_map(|r| input(r, counts[r])).collect();
+    check("allgatherv_in_place", &every, &agv);
     Ok(())
 }
 

@@ -9,7 +9,7 @@ use std::time::Instant;
 use anyhow::{Result, bail};
 use tca::offload::Proxy;
 use tca::{Op, World};
-use tca_mpi::{Backend as Lib, CommResult};
+use tca_mpi::{Backend as Lib, CommResult, Staged};
 
 use super::driver::{self, Backend};
 use super::halo::Halo;
@@ -64,6 +64,28 @@ impl Lib for ProxyLib<'_> {
         Ok(self
             .proxy
             .scope(|s| s.run(|c| c.allgatherv_in_place(x, counts, displs)))?)
+    }
+    type Gathered = Staged;
+    fn gathered(&mut self, len: usize, counts: &[usize], displs: &[usize]) -> CommResult<Staged> {
+        Ok(Staged::new(len, counts, displs, self.rank()))
+    }
+    fn allgatherv_into(&mut self, g: &mut Staged) -> CommResult<()> {
+        let (v, counts, displs) = g.parts();
+        self.allgatherv_f64(v, counts, displs)
+    }
+    /// Posted to the proxy, which moves the blocks while `during` runs on the rank.
+    fn allgatherv_into_overlapped<W: FnOnce(&Self)>(
+        &mut self,
+        g: &mut Staged,
+        during: W,
+    ) -> CommResult<()> {
+        let this: &Self = self;
+        let (v, counts, displs) = g.parts();
+        Ok(this.proxy.scope(|s| {
+            let mut t = s.iallgatherv_in_place(v, counts, displs)?;
+            during(this);
+            t.wait().map(drop)
+        })?)
     }
     fn allreduce_sum_f64(&mut self, v: f64) -> CommResult<f64> {
         let mut b = [v];

@@ -49,6 +49,7 @@ mod barrier;
 mod bcast;
 mod channel;
 mod gather;
+mod gathered;
 pub mod model;
 pub mod nb;
 mod op;
@@ -61,6 +62,7 @@ mod step;
 use std::cell::{Cell, OnceCell, RefCell, RefMut};
 
 pub use channel::{chunk_bytes, scratch_bytes};
+pub use gathered::{Gathered, Pending};
 pub use op::{BitOp, Element, Op, Reducer};
 pub use registry::{ALGORITHMS, Algorithm, Collective};
 use step::{Block, Steps, run_blocking};

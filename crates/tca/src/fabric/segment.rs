@@ -3,7 +3,7 @@
 //! A segment's memory is a region of this node (see `transport::Region`: a sealed memfd
 //! with a checked header); a handle names it to peers, whatever transport carries their writes.
 
-#![allow(unsafe_code)] // the two zero-copy views, each with its contract
+#![allow(unsafe_code)] // the zero-copy views, each with its contract
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -200,6 +200,27 @@ impl Segment {
         // SAFETY: range checked above (and again inside); the no-writer obligation is the
         // caller's, stated in this function's contract.
         unsafe { self.region.map.view(at, count) }
+            .ok_or_else(|| out_of_bounds(&self.handle(), off, bytes))
+    }
+
+    /// Elements `start..start + count` as a mutable slice of `T`, without copying.
+    ///
+    /// # Safety
+    /// As for [`Segment::as_mut_slice`], for those bytes: while the slice lives nothing else
+    /// may read or write them (no peer, no handle, no other thread).
+    #[allow(clippy::mut_from_ref)] // exclusivity is the documented obligation of the caller
+    pub(crate) unsafe fn view_mut<T: Pod>(&self, start: usize, count: usize) -> Result<&mut [T]> {
+        let sz = std::mem::size_of::<T>();
+        let off = start
+            .checked_mul(sz)
+            .ok_or_else(|| out_of_bounds(&self.handle(), usize::MAX, 0))?;
+        let bytes = count
+            .checked_mul(sz)
+            .ok_or_else(|| out_of_bounds(&self.handle(), off, usize::MAX))?;
+        let at = self.region.range(off, bytes)?;
+        // SAFETY: range checked above (and again inside); exclusivity is the caller's
+        // obligation, stated in this function's contract.
+        unsafe { self.region.map.view_mut(at, count) }
             .ok_or_else(|| out_of_bounds(&self.handle(), off, bytes))
     }
 

@@ -357,6 +357,19 @@ impl<'p, 's> ProxyScope<'p, 's> {
         self.start(move |s| s.iallgather(send.get(), recv.get()))
     }
 
+    /// Posts [`Comm::allgatherv_in_place`]: this rank's block already in place in `recv`.
+    pub fn iallgatherv_in_place<T: Element>(
+        &self,
+        recv: &'s mut [T],
+        counts: &'s [usize],
+        displs: &'s [usize],
+    ) -> Result<Ticket<'p>> {
+        // SAFETY: lent for `'s` to work posted in this scope (module docs).
+        let (recv, counts, displs) =
+            unsafe { (LentMut::new(recv), Lent::new(counts), Lent::new(displs)) };
+        self.start(move |s| s.iallgatherv_in_place(recv.get(), counts.get(), displs.get()))
+    }
+
     /// Posts [`Comm::allreduce`].
     pub fn iallreduce<T: Element>(
         &self,

@@ -1,0 +1,322 @@
+//! A persistent Allgatherv in one copy: [`Comm::allgatherv_init`] sets up a vector in tca's own
+//! memory that the same Allgatherv fills again and again (a CG solver's direction vector, a
+//! halo of every rank's boundary), and each round every rank writes its block straight into
+//! every peer's vector, then adds one to the peer's arrival count (seed 000's collectives:
+//! remote writes and flags only). No chunking, no ring slot, no copy out: one copy per byte
+//! and peer, where an Allgatherv into ordinary memory copies twice (into the peer's ring,
+//! out of it). MPI 4's `MPI_Allgatherv_init` is the same idea for a user's buffer, OpenSHMEM's
+//! `fcollect` for symmetric memory.
+//!
+//! # Rounds and buffers
+//! The vector is kept twice. Round k gathers into buffer k mod 2 on every rank: a rank writes
+//! its block there with [`Gathered::block_mut`] (all of it, every round), starts the round ([`Gathered::start`]: its
+//! puts happen here, so a peer's data is in place whatever this rank does next), and after
+//! [`Pending::wait`] reads the whole vector with [`Gathered::vector`] until it starts the
+//! next round. Why peers never write what a rank is reading:
+//! - a peer writes round k+1 into buffer (k+1) mod 2, the buffer of round k-1, and only once it
+//!   has finished round k itself, which needs this rank's block of round k, which this rank
+//!   puts when it starts round k, after which it no longer reads round k-1's vector (the
+//!   borrow checker sees to it: `start` takes the plan mutably);
+//! - a peer writes only its own block, and every rank checked at set-up that all ranks gave
+//!   the same counts and displacements, so this rank's block (which `block_mut` hands out
+//!   while peers may be writing theirs) is never written by anyone else.
+//!
+//! Arrivals are counted per buffer: each put carries an add of one to the counter of the
+//! buffer it wrote (a reader that sees the count sees the data), and round k, the (k div 2 +
+//! 1)-th use of buffer k mod 2, is complete when that counter reaches (k div 2 + 1)(p - 1). One
+//! counter for both buffers would not do from three ranks on: a fast peer may finish round k
+//! and put its block of round k+1 before a slow peer's block of round k has reached this rank,
+//! and that arrival would complete the count early. No peer gets two rounds ahead (it would
+//! need this rank's block of the next round), so a counter per buffer counts one round's
+//! arrivals only. Waiting is the fabric's wait (spin, then sleep; a dead peer is an error
+//! naming it).
+//!
+//! Every transport's puts land in the segment (shared memory, a network's registered
+//! memory); on a simulated network the puts are priced as any others.
+
+#![allow(unsafe_code)] // the views of the vector, each argued from the rounds' protocol
+
+use std::marker::PhantomData;
+
+use super::{Comm, Element};
+use crate::error::{Error, ErrorKind, Result};
+use crate::fabric::{Handle, Segment, SignalOp};
+
+/// Bytes of a cache line: each buffer's arrival counter has one to itself.
+const LINE: usize = 64;
+/// Bytes before the buffers: the two arrival counters.
+const HEAD: usize = 2 * LINE;
+
+/// A vector gathered by the same Allgatherv round after round, in tca's memory (see the
+/// module doc). Built by [`Comm::allgatherv_init`]; used with the communicator it was built
+/// on (checked).
+#[derive(Debug)]
+pub struct Gathered<T: Element> {
+    seg: Segment,
+    /// Every member's segment, by communicator rank.
+    handles: Vec<Handle>,
+    /// Elements in the vector.
+    len: usize,
+    /// This rank's block: elements `lo..hi`.
+    lo: usize,
+    hi: usize,
+    /// Byte distance between the two buffers (the vector's length rounded up to a line).
+    stride: usize,
+    /// Rounds completed.
+    rounds: u64,
+    /// The world rank and job this plan belongs to (the check that a call passes its comm).
+    world_rank: u32,
+    job: u64,
+    /// Set by an error: the rounds' bookkeeping no longer matches the peers'.
+    broken: bool,
+    _t: PhantomData<T>,
+}
+
+impl Comm<'_> {
+    /// Sets up a persistent Allgatherv of `T`s (collective): a vector of `len` elements in
+    /// tca's memory, rank r's block `displs[r]..displs[r] + counts[r]`, every rank passing the
+    /// same `len`, `counts` and `displs` (checked: ranks that differ get an error on every
+    /// rank). Each round costs each rank one put of its block per peer; see [`Gathered`].
+    pub fn allgatherv_init<T: Element>(
+        &self,
+        len: usize,
+        counts: &[usize],
+        displs: &[usize],
+    ) -> Result<Gathered<T>> {
+        self.check_v(len, counts, displs)?;
+        let p = self.p();
+        // Every rank's description, compared with this rank's.
+        let mine: Vec<u64> = std::iter::once(len)
+            .chain(counts.iter().copied())
+            .chain(displs.iter().copied())
+            .map(|x| x as u64)
+            .collect();
+        let mut all = vec![0u64; mine.len() * p];
+        self.allgather(&mine, &mut all)?;
+        if let Some(r) = (0..p).find(|&r| all[r * mine.len()..][..mine.len()] != mine[..]) {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                format!(
+                    "allgatherv_init: rank {r} passed another length, counts or displacements \
+                     than rank {}; every rank must describe the same vector",
+                    self.me
+                ),
+            ));
+        }
+        let sz = std::mem::size_of::<T>();
+        let bytes = len.checked_mul(sz).ok_or_else(|| {
+            Error::new(
+                ErrorKind::InvalidArgument,
+                format!("allgatherv_init: {len} elements of {sz} bytes overflow"),
+            )
+        })?;
+        let stride = bytes.div_ceil(LINE) * LINE;
+        let seg = self.world.alloc(HEAD + 2 * stride)?;
+        let mut hall = vec![0u8; Handle::BYTES * p];
+        self.allgather(&seg.handle().to_bytes(), &mut hall)?;
+        let handles = hall
+            .chunks_exact(Handle::BYTES)
+            .map(Handle::from_bytes)
+            .collect::<Result<Vec<_>>>()?;
+        let (lo, hi) = (displs[self.me], displs[self.me] + counts[self.me]);
+        Ok(Gathered {
+            seg,
+            handles,
+            len,
+            lo,
+            hi,
+            stride,
+            rounds: 0,
+            world_rank: self.world.rank(),
+            job: self.world.job_id(),
+            broken: false,
+            _t: PhantomData,
+        })
+    }
+}
+
+impl<T: Element> Gathered<T> {
+    /// Elements in the vector.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the vector has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// This rank's block (element range).
+    pub fn block(&self) -> std::ops::Range<usize> {
+        self.lo..self.hi
+    }
+
+    /// Rounds completed.
+    pub fn rounds(&self) -> u64 {
+        self.rounds
+    }
+
+    /// The buffer round `k` gathers into: 0 or 1.
+    fn buffer(k: u64) -> usize {
+        usize::from(k % 2 == 1)
+    }
+
+    /// First element of buffer `b` (0 or 1), as an element index into the segment (the head
+    /// and the stride are whole lines, and every element type's size divides a line).
+    fn base(&self, b: usize) -> usize {
+        (HEAD + b * self.stride) / std::mem::size_of::<T>()
+    }
+
+    /// This rank's block in the buffer the next round gathers into: write all of it, then
+    /// [`Gathered::start`] the round. The two buffers alternate, so before it is written it
+    /// holds this rank's block of two rounds ago (zeros at first), not the last round's: a
+    /// rank that sends the same block again writes it again. Peers may be writing their own
+    /// blocks of that buffer meanwhile (never this one).
+    pub fn block_mut(&mut self) -> &mut [T] {
+        let at = self.base(Self::buffer(self.rounds)) + self.lo;
+        // SAFETY: only this rank writes its block (counts and displacements were checked to
+        // be the same on every rank and the blocks not to overlap, so no peer's put reaches
+        // these elements), and this rank's own paths to it (`vector`, the puts of `start`)
+        // need `&self` or `&mut self`, which the returned borrow excludes.
+        let v = unsafe { self.seg.view_mut::<T>(at, self.hi - self.lo) };
+        v.expect("the block lies inside the segment (sized for it at set-up)")
+    }
+
+    /// The vector the last round gathered (every rank's block); all zeros before the first.
+    pub fn vector(&self) -> &[T] {
+        // Before the first round, buffer 1 (never written until round 1 completes here).
+        let b = Self::buffer(self.rounds + 1);
+        // SAFETY: peers write this buffer again in round `rounds + 1` only, which they enter
+        // after finishing round `rounds`, which needs this rank's block of that round, put in
+        // `start`, which takes `&mut self` and so cannot run while this borrow lives (module
+        // doc, "Rounds and buffers"). Before the first round nobody writes buffer 1: a peer
+        // writes it in round 1, after finishing round 0, which needs this rank's `start`.
+        let v = unsafe { self.seg.view::<T>(self.base(b), self.len) };
+        v.expect("the vector lies inside the segment (sized for it at set-up)")
+    }
+
+    /// Starts a round: puts this rank's block (as [`Gathered::block_mut`] left it) into every
+    /// peer's vector, each put followed by its arrival signal. Complete it with
+    /// [`Pending::wait`] (dropping the `Pending` waits too).
+    pub fn start<'g, 'c>(&'g mut self, c: &'g Comm<'c>) -> Result<Pending<'g, 'c, T>> {
+        self.check(c)?;
+        let r = self.put_block(c);
+        if r.is_err() {
+            self.broken = true;
+        }
+        r?;
+        Ok(Pending {
+            g: self,
+            c,
+            done: false,
+        })
+    }
+
+    /// A whole round: [`Gathered::start`], then wait.
+    pub fn run(&mut self, c: &Comm<'_>) -> Result<()> {
+        self.start(c)?.wait()
+    }
+
+    fn check(&self, c: &Comm<'_>) -> Result<()> {
+        if self.broken {
+            return Err(Error::new(
+                ErrorKind::Aborted,
+                "this gathered vector was left inconsistent by an earlier error; set up a new one",
+            ));
+        }
+        let w = c.world;
+        if w.rank() != self.world_rank || w.job_id() != self.job || c.p() != self.handles.len() {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                "a gathered vector used with a communicator other than the one it was set up on",
+            ));
+        }
+        Ok(())
+    }
+
+    fn put_block(&self, c: &Comm<'_>) -> Result<()> {
+        let sz = std::mem::size_of::<T>();
+        let b = Self::buffer(self.rounds);
+        let off = HEAD + b * self.stride + self.lo * sz;
+        let n = (self.hi - self.lo) * sz;
+        // The block as bytes, read in place: this rank is its only writer, and nothing writes
+        // it while `&self` lives.
+        let block = self.own_block(b);
+        let bytes: &[u8] = bytemuck::cast_slice(block);
+        debug_assert_eq!(bytes.len(), n);
+        let p = self.handles.len();
+        let me = c.me;
+        // Peers in the order me+1, me+2, ...: not everyone writing rank 0 first.
+        for i in 1..p {
+            let q = (me + i) % p;
+            let h = &self.handles[q];
+            c.world
+                .put_signal(h, off, bytes, h, b * LINE, SignalOp::Add(1))?;
+        }
+        Ok(())
+    }
+
+    /// This rank's block of buffer `b`, shared.
+    fn own_block(&self, b: usize) -> &[T] {
+        // SAFETY: only this rank writes its block (see `block_mut`), and not while `&self`
+        // lives.
+        let v = unsafe {
+            self.seg
+                .view::<T>(self.base(b) + self.lo, self.hi - self.lo)
+        };
+        v.expect("the block lies inside the segment (sized for it at set-up)")
+    }
+
+    fn finish(&mut self, c: &Comm<'_>) -> Result<()> {
+        let p = self.handles.len() as u64;
+        let b = Self::buffer(self.rounds);
+        let want = (self.rounds / 2 + 1) * (p - 1);
+        let r = c
+            .world
+            .wait_until(&self.seg, b * LINE, want)
+            .and_then(|_| c.world.quiet());
+        match r {
+            Ok(()) => {
+                self.rounds += 1;
+                Ok(())
+            }
+            Err(e) => {
+                self.broken = true;
+                Err(e)
+            }
+        }
+    }
+}
+
+/// A started round ([`Gathered::start`]): this rank's puts are done; the peers' may still be
+/// arriving. [`Pending::wait`] completes it; dropping it waits as well (an error then shows
+/// at the vector's next use).
+#[derive(Debug)]
+pub struct Pending<'g, 'c, T: Element> {
+    g: &'g mut Gathered<T>,
+    c: &'g Comm<'c>,
+    done: bool,
+}
+
+impl<T: Element> Pending<'_, '_, T> {
+    /// This rank's block of the round under way (what it put), to compute with meanwhile.
+    pub fn block(&self) -> &[T] {
+        self.g.own_block(Gathered::<T>::buffer(self.g.rounds))
+    }
+
+    /// Waits until every peer's block of this round has arrived.
+    pub fn wait(mut self) -> Result<()> {
+        self.done = true;
+        self.g.finish(self.c)
+    }
+}
+
+impl<T: Element> Drop for Pending<'_, '_, T> {
+    fn drop(&mut self) {
+        if !self.done {
+            // The next round must not start before this one is complete (module doc); an
+            // error marks the vector broken, which its next use reports.
+            let _ = self.g.finish(self.c);
+        }
+    }
+}
