@@ -3,8 +3,9 @@
 //! once and runs on a `tca::Comm` or on MPI's `tca_mpi::MpiComm` unchanged).
 //!
 //! Two collectives are in the iteration, and are what the paper measures: an Allgather of the
-//! direction vector ([`tca_mpi::Backend::allgatherv_f64`] with the partition's counts, DMA in
-//! the paper) and an 8-byte AllreduceSum ([`tca_mpi::Backend::allreduce_sum_f64`], PIO in
+//! direction vector ([`tca_mpi::Backend::allgatherv_into`] on a vector set up with the
+//! partition's counts, [`tca_mpi::Backend::gathered`]; DMA in the paper) and an 8-byte
+//! AllreduceSum ([`tca_mpi::Backend::allreduce_sum_f64`], PIO in
 //! the paper). The rest run once, to distribute the matrix and to collect the timings. The
 //! solver relies on the trait's promise that the allreduce gives the same bits on every rank
 //! to take its branches (stop, breakdown) together.

@@ -10,8 +10,8 @@ use crate::error::{CgError, Result};
 use crate::problem::{LocalProblem, Problem, setup};
 use crate::report::{Breakdown, PhaseTimes, Report};
 use crate::solver::{
-    CLOCK_READS_PER_ITERATION, Outcome, Phases, Precond, Schedule, Solution, Stop, VANISHED,
-    clock_cost_ns, dot, solve,
+    Outcome, Phases, Precond, Schedule, Solution, Stop, VANISHED, clock_cost_ns,
+    clock_reads_per_iteration, dot, solve,
 };
 use tca_model::format::thousands;
 use tca_mpi::Backend;
@@ -184,14 +184,15 @@ pub fn run_rank<C: Backend>(c: &mut C, opts: &Options) -> Result<Option<Report>>
         .collect();
     let breakdown = stats.phases.map(|_| {
         let rank0 = per_rank[0];
-        let reads = (CLOCK_READS_PER_ITERATION as f64) * stats.iterations as f64;
+        let per_iteration = clock_reads_per_iteration(opts.schedule);
+        let reads = f64::from(per_iteration) * stats.iterations as f64;
         Breakdown {
             rank0,
             max: PhaseTimes::max_of(&per_rank),
             min: PhaseTimes::min_of(&per_rank),
             per_rank: per_rank.clone(),
             clock_ns,
-            clock_reads_per_iteration: CLOCK_READS_PER_ITERATION,
+            clock_reads_per_iteration: per_iteration,
             clock_share: if rank0.total > 0.0 {
                 (reads * clock_ns * 1e-9 / rank0.total).min(1.0)
             } else {

@@ -44,8 +44,9 @@
 //! differ from the paper schedule's in rounding only. What the overlap hides is up to the
 //! library: MPI's and tca's collective algorithms move data only while called, so there it
 //! hides what the start does at once and the waiting for a late peer; tca's gathered vector
-//! is written by the peers' own puts, so a rank's block is in place whatever the rank does
-//! meanwhile (BENCHMARKS.md, "CG: the one-copy Allgather and the overlapped schedule").
+//! is written by the peers' own puts (on shared memory; RDMA writes across a network), so a
+//! peer's block is in place whatever the rank does meanwhile (BENCHMARKS.md, "CG: the one-copy
+//! Allgather and the overlapped schedule").
 //!
 //! Per iteration: one Allgather of p (N doubles in all), one SpMV, three DOTs each followed
 //! by an 8-byte AllreduceSum, three AXPYs. Lines 16-17 are written as the paper means them:
@@ -78,8 +79,9 @@
 //! the matrix is not positive definite (or, for p·Ap = 0, that it underflowed); a NaN or
 //! infinite value means the solve diverged.
 //!
-//! Timing (`timed`): the phase clock reads [`std::time::Instant`] at each phase boundary, 12
-//! reads per iteration (about 20 ns each with the vDSO clock: a quarter of a microsecond per
+//! Timing (`timed`): the phase clock reads [`std::time::Instant`] at each phase boundary, 11
+//! reads per iteration, 13 with the overlap (about 20 ns each with the vDSO clock: a quarter
+//! of a microsecond per
 //! iteration, under 1% of an iteration of the paper's smallest matrix on two ranks; the
 //! report gives the measured share). The paper did the same with gettimeofday (0.04 us per
 //! call, under 0.5% of the nasa2910 run). Untimed runs compile the clock away (a const
@@ -217,8 +219,14 @@ pub struct Phases {
     pub allreduce: f64,
 }
 
-/// Clock reads per iteration when timed (one start, eleven laps).
-pub const CLOCK_READS_PER_ITERATION: u32 = 12;
+/// Clock reads per iteration when timed: one start and ten laps, two laps more with the
+/// overlap (the Allgather's start and the SpMV's own part are timed apart).
+pub fn clock_reads_per_iteration(schedule: Schedule) -> u32 {
+    match schedule {
+        Schedule::Paper => 11,
+        Schedule::Overlap => 13,
+    }
+}
 
 /// What a solve did, on this rank.
 #[derive(Debug, Clone, PartialEq)]
@@ -390,7 +398,7 @@ fn run<C: Backend, const TIMED: bool>(
     p.block_mut().copy_from_slice(&x);
     c.allgatherv_into(&mut p)?;
     clk.lap(c, ALLGATHER);
-    a.spmv(p.vector(), &mut q);
+    a.spmv(p.vector()?, &mut q);
     clk.lap(c, SPMV);
     for ((ri, &bi), &qi) in r.iter_mut().zip(b).zip(&q) {
         *ri = bi - qi;
@@ -445,7 +453,7 @@ fn run<C: Backend, const TIMED: bool>(
             None => {
                 c.allgatherv_into(&mut p)?;
                 clk.lap(c, ALLGATHER);
-                a.spmv(p.vector(), &mut q);
+                a.spmv(p.vector()?, &mut q);
             }
             Some(sp) => {
                 c.allgatherv_into_overlapped(&mut p, |c| {
@@ -454,7 +462,7 @@ fn run<C: Backend, const TIMED: bool>(
                     clk.lap(c, SPMV);
                 })?;
                 clk.lap(c, ALLGATHER);
-                sp.spmv_other_add(p.vector(), &mut q);
+                sp.spmv_other_add(p.vector()?, &mut q);
             }
         }
         clk.lap(c, SPMV);

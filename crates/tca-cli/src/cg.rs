@@ -53,7 +53,7 @@ RUNNING
   Fixed mode (--iters, default 1000) times the iterations (it stops early, with a
   warning, if the residual falls below 1e-150 of its start, short of floating-point
   underflow); tolerance mode (--tol) stops on ||r||/||r0|| < EPS. --breakdown times each
-  phase (12 clock reads per iteration; the cost is reported). Exit status: 0; 1 on an
+  phase (11 clock reads per iteration, 13 with the overlap; the cost is reported). Exit status: 0; 1 on an
   error (bad input, a breakdown such as p.Ap <= 0); 2 if --tol was not reached.
 
 EXAMPLES

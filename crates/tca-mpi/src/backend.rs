@@ -91,7 +91,8 @@ pub trait Backend {
     ///
     /// Whether blocks move while `during` runs is the library's affair: MPI and tca's
     /// collective algorithms progress only when called, while tca's gathered vector is
-    /// written by the peers' own puts whatever this rank does.
+    /// written by the peers' own puts (on shared memory, and RDMA writes across a network)
+    /// whatever this rank does.
     fn allgatherv_into_overlapped<W: FnOnce(&Self)>(
         &mut self,
         g: &mut Self::Gathered,
@@ -113,10 +114,13 @@ pub trait Backend {
 
 /// A vector gathered again and again ([`Backend::gathered`]).
 pub trait Gathered {
-    /// This rank's block, to write before the next gather.
+    /// This rank's block for the next gather: write all of it before every gather. (What it
+    /// holds before that differs by library: tca's vector alternates between two buffers,
+    /// MPI's block is a separate send buffer.)
     fn block_mut(&mut self) -> &mut [f64];
-    /// The whole vector the last gather filled (zeros before the first).
-    fn vector(&self) -> &[f64];
+    /// The whole vector the last gather filled (zeros before the first); an error if a
+    /// gather failed and left it unusable.
+    fn vector(&self) -> CommResult<&[f64]>;
 }
 
 /// A gathered vector in ordinary memory, gathered in place (this rank's block is part of the
@@ -153,8 +157,8 @@ impl Gathered for Staged {
     fn block_mut(&mut self) -> &mut [f64] {
         &mut self.v[self.block.clone()]
     }
-    fn vector(&self) -> &[f64] {
-        &self.v
+    fn vector(&self) -> CommResult<&[f64]> {
+        Ok(&self.v)
     }
 }
 
@@ -177,9 +181,9 @@ impl Gathered for TcaGathered {
         }
     }
     #[inline]
-    fn vector(&self) -> &[f64] {
+    fn vector(&self) -> CommResult<&[f64]> {
         match self {
-            TcaGathered::Direct(d) => d.vector(),
+            TcaGathered::Direct(d) => Ok(d.vector()?),
             TcaGathered::Staged(s) => s.vector(),
         }
     }
@@ -267,11 +271,7 @@ impl Backend for tca::Comm<'_> {
     ) -> CommResult<()> {
         let comm: &Self = self;
         match g {
-            TcaGathered::Direct(d) => {
-                let round = d.start(comm)?;
-                during(comm);
-                round.wait()?;
-            }
+            TcaGathered::Direct(d) => d.run_overlapped(comm, |_| during(comm))?,
             TcaGathered::Staged(s) => {
                 let (v, counts, displs) = s.parts();
                 comm.scope(|sc| {
@@ -377,8 +377,8 @@ mod with_mpi {
         fn block_mut(&mut self) -> &mut [f64] {
             &mut self.send
         }
-        fn vector(&self) -> &[f64] {
-            &self.v
+        fn vector(&self) -> CommResult<&[f64]> {
+            Ok(&self.v)
         }
     }
 

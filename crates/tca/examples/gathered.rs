@@ -39,7 +39,7 @@ fn round(c: &Comm<'_>, per_rank: usize, iters: usize) -> tca::Result<(f64, f64)>
     c.barrier()?;
     let direct = t.elapsed().as_secs_f64() / iters as f64;
     assert!(
-        g.vector()
+        g.vector()?
             .iter()
             .enumerate()
             .all(|(i, &x)| x == (i / per_rank) as f64)

@@ -9,30 +9,39 @@
 //!
 //! # Rounds and buffers
 //! The vector is kept twice. Round k gathers into buffer k mod 2 on every rank: a rank writes
-//! its block there with [`Gathered::block_mut`] (all of it, every round), starts the round ([`Gathered::start`]: its
-//! puts happen here, so a peer's data is in place whatever this rank does next), and after
-//! [`Pending::wait`] reads the whole vector with [`Gathered::vector`] until it starts the
-//! next round. Why peers never write what a rank is reading:
+//! its block there with [`Gathered::block_mut`] (all of it, every round), runs the round
+//! ([`Gathered::run`], or [`Gathered::run_overlapped`], which computes while the peers'
+//! blocks arrive: this rank's puts are done before its computation starts), and reads the
+//! whole vector with [`Gathered::vector`] until its next round. A round is one call that puts,
+//! lets the caller compute, and waits: no handle to a half-done round exists, so none can be
+//! leaked and a round cannot start before the last one is complete. Why peers never write
+//! what a rank is reading:
 //! - a peer writes round k+1 into buffer (k+1) mod 2, the buffer of round k-1, and only once it
 //!   has finished round k itself, which needs this rank's block of round k, which this rank
-//!   puts when it starts round k, after which it no longer reads round k-1's vector (the
-//!   borrow checker sees to it: `start` takes the plan mutably);
+//!   puts when its round k starts, after which it no longer reads round k-1's vector (the
+//!   borrow checker sees to it: a round takes the vector mutably);
 //! - a peer writes only its own block, and every rank checked at set-up that all ranks gave
 //!   the same counts and displacements, so this rank's block (which `block_mut` hands out
-//!   while peers may be writing theirs) is never written by anyone else.
+//!   while peers may be writing theirs) is never written by anyone else;
+//! - after an error (a dead peer, a timeout, a panic in the computation of a round) the
+//!   rounds' bookkeeping no longer says where peers write: the vector refuses every further
+//!   use, its reads included.
 //!
 //! Arrivals are counted per buffer: each put carries an add of one to the counter of the
 //! buffer it wrote (a reader that sees the count sees the data), and round k, the (k div 2 +
 //! 1)-th use of buffer k mod 2, is complete when that counter reaches (k div 2 + 1)(p - 1). One
 //! counter for both buffers would not do from three ranks on: a fast peer may finish round k
 //! and put its block of round k+1 before a slow peer's block of round k has reached this rank,
-//! and that arrival would complete the count early. No peer gets two rounds ahead (it would
-//! need this rank's block of the next round), so a counter per buffer counts one round's
+//! and that arrival would complete the count early (the test
+//! `gathered_vector_holds_every_rounds_blocks` fails so). No peer gets two rounds ahead (it
+//! would need this rank's block of the next round), so a counter per buffer counts one round's
 //! arrivals only. Waiting is the fabric's wait (spin, then sleep; a dead peer is an error
 //! naming it).
 //!
-//! Every transport's puts land in the segment (shared memory, a network's registered
-//! memory); on a simulated network the puts are priced as any others.
+//! On shared memory a put is the sender's copy into the receiver's vector: a peer's block is
+//! in place whatever the receiver does meanwhile. Across a network the puts are RDMA writes
+//! where the provider does them; an eager write is completed by the receiver's progress (its
+//! waits). On a simulated network the puts are priced as any others.
 
 #![allow(unsafe_code)] // the views of the vector, each argued from the rounds' protocol
 
@@ -57,6 +66,8 @@ pub struct Gathered<T: Element> {
     handles: Vec<Handle>,
     /// Elements in the vector.
     len: usize,
+    /// This rank's place in the communicator.
+    me: usize,
     /// This rank's block: elements `lo..hi`.
     lo: usize,
     hi: usize,
@@ -103,15 +114,27 @@ impl Comm<'_> {
                 ),
             ));
         }
+        // The same on every rank (the description agreed): an error here is every rank's.
         let sz = std::mem::size_of::<T>();
-        let bytes = len.checked_mul(sz).ok_or_else(|| {
-            Error::new(
+        let stride = len
+            .checked_mul(sz)
+            .and_then(|b| b.checked_next_multiple_of(LINE));
+        let total = stride.and_then(|s| s.checked_mul(2)?.checked_add(HEAD));
+        let (Some(stride), Some(total)) = (stride, total) else {
+            return Err(Error::new(
                 ErrorKind::InvalidArgument,
-                format!("allgatherv_init: {len} elements of {sz} bytes overflow"),
-            )
-        })?;
-        let stride = bytes.div_ceil(LINE) * LINE;
-        let seg = self.world.alloc(HEAD + 2 * stride)?;
+                format!("allgatherv_init: two vectors of {len} elements of {sz} bytes overflow"),
+            ));
+        };
+        // A failure here is this rank's alone, and the others are on their way into the
+        // exchange of handles: abort rather than leave them waiting.
+        let seg = match self.world.alloc(total) {
+            Ok(s) => s,
+            Err(e) => {
+                self.fail(e.clone())?;
+                return Err(e);
+            }
+        };
         let mut hall = vec![0u8; Handle::BYTES * p];
         self.allgather(&seg.handle().to_bytes(), &mut hall)?;
         let handles = hall
@@ -123,6 +146,7 @@ impl Comm<'_> {
             seg,
             handles,
             len,
+            me: self.me,
             lo,
             hi,
             stride,
@@ -183,53 +207,72 @@ impl<T: Element> Gathered<T> {
     }
 
     /// The vector the last round gathered (every rank's block); all zeros before the first.
-    pub fn vector(&self) -> &[T] {
+    /// An error after a round failed (module doc).
+    pub fn vector(&self) -> Result<&[T]> {
+        self.usable()?;
         // Before the first round, buffer 1 (never written until round 1 completes here).
         let b = Self::buffer(self.rounds + 1);
         // SAFETY: peers write this buffer again in round `rounds + 1` only, which they enter
         // after finishing round `rounds`, which needs this rank's block of that round, put in
-        // `start`, which takes `&mut self` and so cannot run while this borrow lives (module
-        // doc, "Rounds and buffers"). Before the first round nobody writes buffer 1: a peer
-        // writes it in round 1, after finishing round 0, which needs this rank's `start`.
+        // a round, which takes `&mut self` and so cannot run while this borrow lives (module
+        // doc, "Rounds and buffers"); a failed round made the vector unusable (checked
+        // above). Before the first round nobody writes buffer 1: a peer writes it in round 1,
+        // after finishing round 0, which needs this rank's round 0.
         let v = unsafe { self.seg.view::<T>(self.base(b), self.len) };
-        v.expect("the vector lies inside the segment (sized for it at set-up)")
+        Ok(v.expect("the vector lies inside the segment (sized for it at set-up)"))
     }
 
-    /// Starts a round: puts this rank's block (as [`Gathered::block_mut`] left it) into every
-    /// peer's vector, each put followed by its arrival signal. Complete it with
-    /// [`Pending::wait`] (dropping the `Pending` waits too).
-    pub fn start<'g, 'c>(&'g mut self, c: &'g Comm<'c>) -> Result<Pending<'g, 'c, T>> {
-        self.check(c)?;
-        let r = self.put_block(c);
-        if r.is_err() {
-            self.broken = true;
-        }
-        r?;
-        Ok(Pending {
-            g: self,
-            c,
-            done: false,
-        })
-    }
-
-    /// A whole round: [`Gathered::start`], then wait.
+    /// A round: puts this rank's block (as [`Gathered::block_mut`] left it) into every peer's
+    /// vector, each put followed by its arrival signal, and waits for every peer's block.
     pub fn run(&mut self, c: &Comm<'_>) -> Result<()> {
-        self.start(c)?.wait()
+        self.run_overlapped(c, |_| ())
     }
 
-    fn check(&self, c: &Comm<'_>) -> Result<()> {
+    /// A round that computes while the peers' blocks arrive: puts this rank's block, runs
+    /// `during` on it (this rank's block of the round, to compute with), then waits for every
+    /// peer's block. If `during` panics the vector is left unusable (its round is not
+    /// finished).
+    pub fn run_overlapped<R>(&mut self, c: &Comm<'_>, during: impl FnOnce(&[T]) -> R) -> Result<R> {
+        self.check(c)?;
+        // Until the round is finished, a failure (an error, a panic in `during`) leaves the
+        // vector refusing every use.
+        self.broken = true;
+        self.put_block(c)?;
+        let out = during(self.own_block(Self::buffer(self.rounds)));
+        self.finish(c)?;
+        self.broken = false;
+        Ok(out)
+    }
+
+    fn usable(&self) -> Result<()> {
         if self.broken {
             return Err(Error::new(
                 ErrorKind::Aborted,
                 "this gathered vector was left inconsistent by an earlier error; set up a new one",
             ));
         }
+        Ok(())
+    }
+
+    /// That `c` is the communicator the vector was set up on: the same world rank, job and
+    /// members in the same order. Another one is this rank's mistake alone, and its peers wait
+    /// for its block: the job is aborted (as for a collective's bad buffer).
+    fn check(&self, c: &Comm<'_>) -> Result<()> {
+        self.usable()?;
         let w = c.world;
-        if w.rank() != self.world_rank || w.job_id() != self.job || c.p() != self.handles.len() {
-            return Err(Error::new(
+        let same = w.rank() == self.world_rank
+            && w.job_id() == self.job
+            && c.me == self.me
+            && c.ranks.len() == self.handles.len()
+            && c.ranks
+                .iter()
+                .zip(&self.handles)
+                .all(|(&r, h)| r == h.rank());
+        if !same {
+            c.fail(Error::new(
                 ErrorKind::InvalidArgument,
                 "a gathered vector used with a communicator other than the one it was set up on",
-            ));
+            ))?;
         }
         Ok(())
     }
@@ -245,10 +288,9 @@ impl<T: Element> Gathered<T> {
         let bytes: &[u8] = bytemuck::cast_slice(block);
         debug_assert_eq!(bytes.len(), n);
         let p = self.handles.len();
-        let me = c.me;
         // Peers in the order me+1, me+2, ...: not everyone writing rank 0 first.
         for i in 1..p {
-            let q = (me + i) % p;
+            let q = (self.me + i) % p;
             let h = &self.handles[q];
             c.world
                 .put_signal(h, off, bytes, h, b * LINE, SignalOp::Add(1))?;
@@ -267,56 +309,15 @@ impl<T: Element> Gathered<T> {
         v.expect("the block lies inside the segment (sized for it at set-up)")
     }
 
+    /// Waits for every peer's block of the round under way. (No `quiet`: the puts' sources
+    /// are free when `put_signal` returns, on every transport, and each peer counts the
+    /// arrivals it waits for.)
     fn finish(&mut self, c: &Comm<'_>) -> Result<()> {
         let p = self.handles.len() as u64;
         let b = Self::buffer(self.rounds);
         let want = (self.rounds / 2 + 1) * (p - 1);
-        let r = c
-            .world
-            .wait_until(&self.seg, b * LINE, want)
-            .and_then(|_| c.world.quiet());
-        match r {
-            Ok(()) => {
-                self.rounds += 1;
-                Ok(())
-            }
-            Err(e) => {
-                self.broken = true;
-                Err(e)
-            }
-        }
-    }
-}
-
-/// A started round ([`Gathered::start`]): this rank's puts are done; the peers' may still be
-/// arriving. [`Pending::wait`] completes it; dropping it waits as well (an error then shows
-/// at the vector's next use).
-#[derive(Debug)]
-pub struct Pending<'g, 'c, T: Element> {
-    g: &'g mut Gathered<T>,
-    c: &'g Comm<'c>,
-    done: bool,
-}
-
-impl<T: Element> Pending<'_, '_, T> {
-    /// This rank's block of the round under way (what it put), to compute with meanwhile.
-    pub fn block(&self) -> &[T] {
-        self.g.own_block(Gathered::<T>::buffer(self.g.rounds))
-    }
-
-    /// Waits until every peer's block of this round has arrived.
-    pub fn wait(mut self) -> Result<()> {
-        self.done = true;
-        self.g.finish(self.c)
-    }
-}
-
-impl<T: Element> Drop for Pending<'_, '_, T> {
-    fn drop(&mut self) {
-        if !self.done {
-            // The next round must not start before this one is complete (module doc); an
-            // error marks the vector broken, which its next use reports.
-            let _ = self.g.finish(self.c);
-        }
+        c.world.wait_until(&self.seg, b * LINE, want)?;
+        self.rounds += 1;
+        Ok(())
     }
 }

@@ -62,7 +62,7 @@ mod step;
 use std::cell::{Cell, OnceCell, RefCell, RefMut};
 
 pub use channel::{chunk_bytes, scratch_bytes};
-pub use gathered::{Gathered, Pending};
+pub use gathered::Gathered;
 pub use op::{BitOp, Element, Op, Reducer};
 pub use registry::{ALGORITHMS, Algorithm, Collective};
 use step::{Block, Steps, run_blocking};
