@@ -1040,3 +1040,39 @@ fn simulated_network_solves_in_both_schedules() {
         assert_eq!(r.schedule, schedule);
     }
 }
+
+/// The SpMV kernel, short rows (one sum) and long rows (four partial sums), against a plain
+/// element-by-element product: exactly equal on integer values (every order of the sums is
+/// exact there), and within rounding on random ones.
+#[test]
+fn spmv_matches_a_plain_product_for_short_and_long_rows() {
+    let mut kernels = std::collections::HashSet::new();
+    for (n, k) in [(50, 5), (80, 41), (64, 25), (40, 15)] {
+        let a = Synthetic::Banded { n, k }.rows(0..n);
+        kernels.insert(a.nnz() >= tca_cg::matrix::LONG_ROW * a.n_rows);
+        let plain = |a: &Csr, x: &[f64]| -> Vec<f64> {
+            (0..a.n_rows)
+                .map(|i| {
+                    let (c, v) = a.row(i);
+                    c.iter().zip(v).map(|(&j, &w)| w * x[j as usize]).sum()
+                })
+                .collect()
+        };
+        // Integer matrix and vector: exact.
+        let int = Csr {
+            val: a.val.iter().map(|v| v.round()).collect(),
+            ..a.clone()
+        };
+        let xi: Vec<f64> = (0..n).map(|i| (i % 7) as f64 - 3.0).collect();
+        let mut y = vec![0.0; n];
+        int.spmv(&xi, &mut y);
+        assert_eq!(y, plain(&int, &xi), "n={n} k={k}");
+        let xr: Vec<f64> = (0..n)
+            .map(|i| tca_cg::problem::uniform(9, i as u64))
+            .collect();
+        a.spmv(&xr, &mut y);
+        let diff = max_rel_diff(&y, &plain(&a, &xr));
+        assert!(diff < 1e-12, "n={n} k={k}: {diff:e}");
+    }
+    assert_eq!(kernels.len(), 2, "both kernels were tried");
+}
