@@ -189,6 +189,16 @@ impl Segment {
     /// for the signal that says the data is complete, and do not signal the writers that they
     /// may write again until the slice is dropped. Use [`Segment::read_slice`] when in doubt.
     pub unsafe fn view<T: Pod>(&self, start: usize, count: usize) -> Result<&[T]> {
+        let (at, off, bytes) = self.elements::<T>(start, count)?;
+        // SAFETY: range checked (and again inside); the no-writer obligation is the caller's,
+        // stated in this function's contract.
+        unsafe { self.region.map.view(at, count) }
+            .ok_or_else(|| out_of_bounds(&self.handle(), off, bytes))
+    }
+
+    /// Where elements `start..start + count` of `T` lie: the mapping offset, the data offset
+    /// and the byte count, checked against the segment.
+    fn elements<T: Pod>(&self, start: usize, count: usize) -> Result<(usize, usize, usize)> {
         let sz = std::mem::size_of::<T>();
         let off = start
             .checked_mul(sz)
@@ -196,11 +206,7 @@ impl Segment {
         let bytes = count
             .checked_mul(sz)
             .ok_or_else(|| out_of_bounds(&self.handle(), off, usize::MAX))?;
-        let at = self.region.range(off, bytes)?;
-        // SAFETY: range checked above (and again inside); the no-writer obligation is the
-        // caller's, stated in this function's contract.
-        unsafe { self.region.map.view(at, count) }
-            .ok_or_else(|| out_of_bounds(&self.handle(), off, bytes))
+        Ok((self.region.range(off, bytes)?, off, bytes))
     }
 
     /// Elements `start..start + count` as a mutable slice of `T`, without copying.
@@ -210,16 +216,9 @@ impl Segment {
     /// may read or write them (no peer, no handle, no other thread).
     #[allow(clippy::mut_from_ref)] // exclusivity is the documented obligation of the caller
     pub(crate) unsafe fn view_mut<T: Pod>(&self, start: usize, count: usize) -> Result<&mut [T]> {
-        let sz = std::mem::size_of::<T>();
-        let off = start
-            .checked_mul(sz)
-            .ok_or_else(|| out_of_bounds(&self.handle(), usize::MAX, 0))?;
-        let bytes = count
-            .checked_mul(sz)
-            .ok_or_else(|| out_of_bounds(&self.handle(), off, usize::MAX))?;
-        let at = self.region.range(off, bytes)?;
-        // SAFETY: range checked above (and again inside); exclusivity is the caller's
-        // obligation, stated in this function's contract.
+        let (at, off, bytes) = self.elements::<T>(start, count)?;
+        // SAFETY: range checked (and again inside); exclusivity is the caller's obligation,
+        // stated in this function's contract.
         unsafe { self.region.map.view_mut(at, count) }
             .ok_or_else(|| out_of_bounds(&self.handle(), off, bytes))
     }
