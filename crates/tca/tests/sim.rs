@@ -255,6 +255,48 @@ fn timing_only_mode_times_the_same_without_moving_payload() {
     .unwrap();
 }
 
+/// A collective's large messages in timing-only mode: the same virtual time as with payload,
+/// the receive buffer left as it was (not written, so its pages stay untouched: what lets 384
+/// simulated ranks' Allgather buffers fit in memory), and `moves_payload` says which mode runs.
+#[test]
+fn timing_only_collectives_leave_large_receive_buffers_unwritten() {
+    let n = 256 << 10;
+    let job = |payload: bool| {
+        let mut opts = Options::new(Network::load("tofu-8x6x8").unwrap());
+        opts.payload = payload;
+        sim::run(&opts, 4, |w: &World| {
+            let c = Comm::world(w)?;
+            c.force(Collective::Allgather, Some("ring"))?;
+            let mine = vec![w.rank() as u8 + 1; n];
+            let mut all = vec![0u8; 4 * n];
+            let t0 = w.wtime();
+            c.allgather(&mine, &mut all)?;
+            let t = w.wtime() - t0;
+            let others = (0..4u8)
+                .filter(|&r| u32::from(r) != w.rank())
+                .map(|r| all[usize::from(r) * n + n / 2])
+                .collect::<Vec<_>>();
+            Ok((w.moves_payload(), secs_to_ps(t), others))
+        })
+        .unwrap()
+        .results
+    };
+    let full = job(true);
+    let timed = job(false);
+    for r in 0..4u8 {
+        let (fm, ft, fo) = &full[usize::from(r)];
+        let (tm, tt, to) = &timed[usize::from(r)];
+        assert!(*fm && !*tm);
+        assert_eq!(ft, tt, "rank {r}: the same virtual time");
+        let want: Vec<u8> = (0..4u8).filter(|&q| q != r).map(|q| q + 1).collect();
+        assert_eq!(fo, &want, "rank {r}: with payload every block arrives");
+        assert!(
+            to.iter().all(|&b| b == 0),
+            "rank {r}: timing only writes none"
+        );
+    }
+}
+
 #[test]
 fn a_384_rank_timing_only_broadcast_completes() {
     let mut opts = Options::new(Network::load("tofu-8x6x8").unwrap());

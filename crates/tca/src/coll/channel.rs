@@ -118,6 +118,11 @@ impl Channels {
             ));
         }
         match sink {
+            // A message the simulation only times (timing-only mode, larger than what it
+            // moves whole) came without its bytes: consumed, not copied, so the destination's
+            // pages stay untouched (hundreds of simulated ranks' receive buffers fit in
+            // memory only so).
+            Sink::Copy if w.only_timed(dst.len()) => self.ring.take_with(w, from, &h, |_| ())?,
             Sink::Copy => self.ring.take(w, from, &h, &mut dst[range])?,
             // Combine straight out of the slot: one pass over the data instead of a copy into
             // a temporary and a second pass.

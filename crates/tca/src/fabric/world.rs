@@ -503,6 +503,20 @@ impl World {
         self.sim.as_ref().map(|s| s.network())
     }
 
+    /// Whether puts move their bytes: false only on a simulated network in timing-only mode,
+    /// where large messages are priced but not copied (a program may then leave its large
+    /// buffers unwritten, so that their pages are never touched).
+    pub fn moves_payload(&self) -> bool {
+        self.sim.as_ref().is_none_or(|s| s.payload())
+    }
+
+    /// Whether a message of `len` bytes is priced but not moved (see
+    /// [`World::moves_payload`]): the collectives then skip copying it out as well.
+    #[inline]
+    pub(crate) fn only_timed(&self, len: usize) -> bool {
+        self.sim.as_ref().is_some_and(|s| s.only_timed(len))
+    }
+
     /// On a simulated network, the collectives' cost model of its parameters: what Auto
     /// chooses with there, whatever machine runs the simulation.
     pub(crate) fn sim_cost_model(&self) -> Option<crate::coll::model::CostModel> {

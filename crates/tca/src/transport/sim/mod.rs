@@ -115,6 +115,17 @@ impl Sim {
         self.reduced.set(self.reduced.get() + bytes as u64);
     }
 
+    /// Whether payload bytes move (false in timing-only mode).
+    pub(crate) fn payload(&self) -> bool {
+        self.engine.payload
+    }
+
+    /// Whether a message of `len` bytes is only timed, not moved, in this job: timing-only
+    /// mode and larger than [`TIMING_WHOLE`].
+    pub(crate) fn only_timed(&self, len: usize) -> bool {
+        !self.engine.payload && len > TIMING_WHOLE
+    }
+
     /// The model's name.
     pub(crate) fn network(&self) -> &str {
         &self.engine.net.name
