@@ -1018,9 +1018,9 @@ fn precond_and_a_ones_parse() {
     assert_eq!(Rhs::AOnes.to_string(), "a-ones");
 }
 
-/// On a simulated network tca's direction vector is a plain vector gathered by the collective
-/// algorithms (the ones the simulation models), in both schedules: the same answer as the
-/// one-copy vector on shared memory, in the same number of iterations.
+/// A solve on a simulated network, in both schedules (where the backend gathers the direction
+/// vector with the collective algorithms the simulation models, not the one-copy vector):
+/// the same answer as on shared memory, in the same number of iterations give or take one.
 #[test]
 fn simulated_network_solves_in_both_schedules() {
     let net = tca::sim::Network::load("peach2-2x8").unwrap();

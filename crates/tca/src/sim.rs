@@ -42,9 +42,11 @@ pub struct Options {
     pub network: Network,
     /// Move payload bytes (`true`, the default) or only time them (`false`): in timing-only
     /// mode messages up to 64 KiB move whole (control data is small), larger ones only their
-    /// first and last 256 bytes (where the message layers keep headers and signals), so data
-    /// results of large transfers are wrong but every protocol runs, the times are the same,
-    /// and hundreds of ranks with large messages cost neither copies nor touched pages.
+    /// first and last 256 bytes (where the message layers keep headers and signals), and a
+    /// collective's messages larger than 64 KiB are neither copied out nor reduced into the
+    /// destination, so data results of large transfers are wrong but every protocol runs,
+    /// the times are the same, and hundreds of ranks with large messages cost neither copies
+    /// nor touched pages.
     pub payload: bool,
     /// How computation between tca calls costs virtual time.
     pub compute: Compute,

@@ -875,12 +875,12 @@ fn gathered_vector_refuses_another_communicator() {
     }
 }
 
-/// A panic in a round's computation leaves the vector refusing every use (its round was not
-/// finished, so where peers write is no longer known); a vector too large is an error on every
-/// rank.
+/// A panic in a round's computation leaves the vector refusing further rounds and reads (its
+/// round was not finished, so where peers write is no longer known) and aborts the job, so
+/// the peer does not wait for a block that cannot come.
 #[test]
 fn gathered_vector_after_a_failed_round_refuses_use() {
-    threads::run(2, |w| {
+    let all = threads::run_each(2, |w| {
         let c = Comm::world(w)?;
         let mut g = c.allgatherv_init::<u64>(4, &[2, 2], &[0, 2])?;
         g.block_mut().fill(7);
@@ -893,20 +893,21 @@ fn gathered_vector_after_a_failed_round_refuses_use() {
             assert!(r.is_err(), "the panic goes on to the caller");
             assert_eq!(g.vector().unwrap_err().kind(), ErrorKind::Aborted);
             assert_eq!(g.run(&c).unwrap_err().kind(), ErrorKind::Aborted);
-        } else {
-            // Rank 0 put its block before its computation: this round completes here.
-            g.run(&c)?;
+            return Ok(());
+        }
+        // Rank 0 put its block before its computation: this round completes, or ends in
+        // the abort; the next one cannot complete and must end in an error, not a hang.
+        if g.run(&c).is_ok() {
             assert_eq!(g.vector()?, &[8, 8, 8, 8]);
         }
-        c.barrier()?;
-        let e = c
-            .allgatherv_init::<f64>(usize::MAX / 4, &[0, 0], &[0, 0])
-            .unwrap_err();
-        assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
-        assert!(e.to_string().contains("overflow"), "{e}");
-        Ok(())
-    })
-    .unwrap();
+        Err(g.run(&c).expect_err("rank 0 gave up"))
+    });
+    assert!(all[0].is_ok(), "{:?}", all[0]);
+    let e = all[1].as_ref().unwrap_err();
+    assert!(
+        matches!(e.kind(), ErrorKind::Aborted | ErrorKind::PeerDied),
+        "{e}"
+    );
 }
 
 /// Ranks that describe different vectors get an error on every rank, none hangs; the
@@ -916,15 +917,39 @@ fn gathered_vector_descriptions_must_agree() {
     let all = threads::run(3, |w| {
         let c = Comm::world(w)?;
         let len = if c.rank() == 2 { 13 } else { 12 };
-        let r = c.allgatherv_init::<u32>(len, &[4, 4, 4], &[0, 4, 8]);
-        let e = r.expect_err("a mismatch is an error");
+        let lens = c
+            .allgatherv_init::<u32>(len, &[4, 4, 4], &[0, 4, 8])
+            .unwrap_err();
+        // The same numbers of another element type put other bytes.
+        let types = if c.rank() == 1 {
+            c.allgatherv_init::<u32>(12, &[4, 4, 4], &[0, 4, 8])
+                .map(drop)
+        } else {
+            c.allgatherv_init::<u64>(12, &[4, 4, 4], &[0, 4, 8])
+                .map(drop)
+        }
+        .unwrap_err();
+        let counts = c
+            .allgatherv_init::<u8>(12, &[4, 4, c.rank() as usize], &[0, 4, 8])
+            .unwrap_err();
+        // Too large for the address space: the same error everywhere, nothing allocated.
+        let huge = c
+            .allgatherv_init::<f64>(usize::MAX / 4, &[0, 0, 0], &[0, 0, 0])
+            .unwrap_err();
         c.barrier()?;
-        Ok(e)
+        Ok([lens, types, counts, huge])
     })
     .unwrap();
-    for (r, e) in all.iter().enumerate() {
-        assert_eq!(e.kind(), ErrorKind::InvalidArgument, "rank {r}: {e}");
-        assert!(e.to_string().contains("same vector"), "rank {r}: {e}");
+    for (r, es) in all.iter().enumerate() {
+        for (e, what) in es.iter().zip([
+            "vector length",
+            "element type",
+            "count of rank 2",
+            "overflow",
+        ]) {
+            assert_eq!(e.kind(), ErrorKind::InvalidArgument, "rank {r}: {e}");
+            assert!(e.to_string().contains(what), "rank {r}: {e}");
+        }
     }
 }
 

@@ -276,7 +276,18 @@ fn timing_only_collectives_leave_large_receive_buffers_unwritten() {
                 .filter(|&r| u32::from(r) != w.rank())
                 .map(|r| all[usize::from(r) * n + n / 2])
                 .collect::<Vec<_>>();
-            Ok((w.moves_payload(), secs_to_ps(t), others))
+            // A reduction: combined with payload, left as it was when only timed; the same
+            // virtual time (the reduction's charge is the same).
+            c.force(Collective::Allreduce, Some("ring"))?;
+            let mut sum = vec![1.0f32; n];
+            let t0 = w.wtime();
+            c.allreduce_in_place(&mut sum, &Op::Sum)?;
+            let tr = w.wtime() - t0;
+            Ok((
+                w.moves_payload(),
+                (secs_to_ps(t), secs_to_ps(tr)),
+                (others, sum[n / 2]),
+            ))
         })
         .unwrap()
         .results
@@ -284,16 +295,17 @@ fn timing_only_collectives_leave_large_receive_buffers_unwritten() {
     let full = job(true);
     let timed = job(false);
     for r in 0..4u8 {
-        let (fm, ft, fo) = &full[usize::from(r)];
-        let (tm, tt, to) = &timed[usize::from(r)];
+        let (fm, ft, (fo, fs)) = &full[usize::from(r)];
+        let (tm, tt, (to, ts)) = &timed[usize::from(r)];
         assert!(*fm && !*tm);
-        assert_eq!(ft, tt, "rank {r}: the same virtual time");
+        assert_eq!(ft, tt, "rank {r}: the same virtual times");
         let want: Vec<u8> = (0..4u8).filter(|&q| q != r).map(|q| q + 1).collect();
         assert_eq!(fo, &want, "rank {r}: with payload every block arrives");
         assert!(
             to.iter().all(|&b| b == 0),
             "rank {r}: timing only writes none"
         );
+        assert_eq!((*fs, *ts), (4.0, 1.0), "rank {r}: reduced, or left alone");
     }
 }
 

@@ -123,6 +123,10 @@ impl Channels {
             // pages stay untouched (hundreds of simulated ranks' receive buffers fit in
             // memory only so).
             Sink::Copy if w.only_timed(dst.len()) => self.ring.take_with(w, from, &h, |_| ())?,
+            Sink::Reduce(_) if w.only_timed(dst.len()) => {
+                w.computed(range.len());
+                self.ring.take_with(w, from, &h, |_| ())?;
+            }
             Sink::Copy => self.ring.take(w, from, &h, &mut dst[range])?,
             // Combine straight out of the slot: one pass over the data instead of a copy into
             // a temporary and a second pass.

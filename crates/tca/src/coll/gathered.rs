@@ -24,8 +24,8 @@
 //!   the same counts and displacements, so this rank's block (which `block_mut` hands out
 //!   while peers may be writing theirs) is never written by anyone else;
 //! - after an error (a dead peer, a timeout, a panic in the computation of a round) the
-//!   rounds' bookkeeping no longer says where peers write: the vector refuses every further
-//!   use, its reads included.
+//!   rounds' bookkeeping no longer says where peers write: the vector refuses further rounds
+//!   and reads, and the job is aborted (the peers would wait for this rank's next block).
 //!
 //! Arrivals are counted per buffer: each put carries an add of one to the counter of the
 //! buffer it wrote (a reader that sees the count sees the data), and round k, the (k div 2 +
@@ -47,7 +47,7 @@
 
 use std::marker::PhantomData;
 
-use super::{Comm, Element};
+use super::{Comm, Element, Op};
 use crate::error::{Error, ErrorKind, Result};
 use crate::fabric::{Handle, Segment, SignalOp};
 
@@ -96,21 +96,31 @@ impl Comm<'_> {
     ) -> Result<Gathered<T>> {
         self.check_v(len, counts, displs)?;
         let p = self.p();
-        // Every rank's description, compared with this rank's.
-        let mine: Vec<u64> = std::iter::once(len)
+        // Every rank's description (element type and size included: the same numbers of
+        // another type put other bytes), compared through its maximum and minimum over the
+        // ranks: O(p) memory, exact.
+        let mine: Vec<u64> = [len, std::mem::size_of::<T>(), usize::from(T::CODE)]
+            .into_iter()
             .chain(counts.iter().copied())
             .chain(displs.iter().copied())
             .map(|x| x as u64)
             .collect();
-        let mut all = vec![0u64; mine.len() * p];
-        self.allgather(&mine, &mut all)?;
-        if let Some(r) = (0..p).find(|&r| all[r * mine.len()..][..mine.len()] != mine[..]) {
+        let (mut hi, mut lo) = (mine.clone(), mine);
+        self.allreduce_in_place(&mut hi, &Op::Max)?;
+        self.allreduce_in_place(&mut lo, &Op::Min)?;
+        if let Some(i) = (0..hi.len()).find(|&i| hi[i] != lo[i]) {
+            let what = match i {
+                0 => "vector length".to_string(),
+                1 | 2 => "element type".to_string(),
+                i if i < 3 + p => format!("count of rank {}", i - 3),
+                i => format!("displacement of rank {}", i - 3 - p),
+            };
             return Err(Error::new(
                 ErrorKind::InvalidArgument,
                 format!(
-                    "allgatherv_init: rank {r} passed another length, counts or displacements \
-                     than rank {}; every rank must describe the same vector",
-                    self.me
+                    "allgatherv_init: ranks passed different descriptions (the {what} ranges \
+                     from {} to {}); every rank must describe the same vector",
+                    lo[i], hi[i]
                 ),
             ));
         }
@@ -192,7 +202,7 @@ impl<T: Element> Gathered<T> {
     }
 
     /// This rank's block in the buffer the next round gathers into: write all of it, then
-    /// [`Gathered::start`] the round. The two buffers alternate, so before it is written it
+    /// run the round ([`Gathered::run`], [`Gathered::run_overlapped`]). The two buffers alternate, so before it is written it
     /// holds this rank's block of two rounds ago (zeros at first), not the last round's: a
     /// rank that sends the same block again writes it again. Peers may be writing their own
     /// blocks of that buffer meanwhile (never this one).
@@ -230,16 +240,17 @@ impl<T: Element> Gathered<T> {
 
     /// A round that computes while the peers' blocks arrive: puts this rank's block, runs
     /// `during` on it (this rank's block of the round, to compute with), then waits for every
-    /// peer's block. If `during` panics the vector is left unusable (its round is not
-    /// finished).
+    /// peer's block. A round that does not finish (an error, a panic in `during`) leaves the
+    /// vector refusing further rounds and reads, and aborts the job: the peers would wait
+    /// for this rank's next block forever (they get an error naming this rank instead).
     pub fn run_overlapped<R>(&mut self, c: &Comm<'_>, during: impl FnOnce(&[T]) -> R) -> Result<R> {
         self.check(c)?;
-        // Until the round is finished, a failure (an error, a panic in `during`) leaves the
-        // vector refusing every use.
         self.broken = true;
+        let unfinished = Unfinished(c.world);
         self.put_block(c)?;
         let out = during(self.own_block(Self::buffer(self.rounds)));
         self.finish(c)?;
+        std::mem::forget(unfinished);
         self.broken = false;
         Ok(out)
     }
@@ -319,5 +330,14 @@ impl<T: Element> Gathered<T> {
         c.world.wait_until(&self.seg, b * LINE, want)?;
         self.rounds += 1;
         Ok(())
+    }
+}
+
+/// Aborts the job when dropped: armed while a round runs, forgotten when it finishes.
+struct Unfinished<'w>(&'w crate::fabric::World);
+
+impl Drop for Unfinished<'_> {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }

@@ -503,9 +503,10 @@ impl World {
         self.sim.as_ref().map(|s| s.network())
     }
 
-    /// Whether puts move their bytes: false only on a simulated network in timing-only mode,
-    /// where large messages are priced but not copied (a program may then leave its large
-    /// buffers unwritten, so that their pages are never touched).
+    /// Whether payload moves: false only on a simulated network in timing-only mode, where
+    /// messages above 64 KiB are priced but not copied (puts move their first and last 256
+    /// bytes, a collective's large messages nothing), so a program may leave its large
+    /// buffers unwritten and their pages are never touched.
     pub fn moves_payload(&self) -> bool {
         self.sim.as_ref().is_none_or(|s| s.payload())
     }
