@@ -17,8 +17,9 @@ pub const SYM_RTOL: f64 = 1e-8;
 
 /// Matrices with at least this many entries per row on average have their rows summed in four
 /// parts ([`Csr::spmv`]): measured at one rank (`tca cg --np 1 --breakdown`, SpMV phase), four
-/// sums took 0.68-0.90x the time of one on rows of 22-44 entries (nasa4704, s1rmq4m1,
-/// bcsstk38) and 1.02-1.30x on rows of 4-9 (1138_bus, bodyy5, fv1).
+/// sums on every row took 0.68-0.90x the time of one on matrices of 22-51 entries per row
+/// (nasa4704, bcsstk38, s1rmq4m1) and 1.02-1.30x on 4-9 (1138_bus, bodyy5, fv1); chosen by
+/// this threshold, 0.73-1.00x and 0.96-0.98x (BENCHMARKS.md).
 pub const LONG_ROW: usize = 16;
 
 /// A sparse matrix, or a block of rows of one, in CSR form.

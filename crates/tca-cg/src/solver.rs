@@ -44,9 +44,9 @@
 //! differ from the paper schedule's in rounding only. What the overlap hides is up to the
 //! library: MPI's and tca's collective algorithms move data only while called, so there it
 //! hides what the start does at once and the waiting for a late peer; tca's gathered vector
-//! is written by the peers' own puts (on shared memory; RDMA writes across a network), so a
-//! peer's block is in place whatever the rank does meanwhile (BENCHMARKS.md, "CG: the one-copy
-//! Allgather and the overlapped schedule").
+//! is written by the peers' own puts (on shared memory, and RDMA writes where a network's
+//! provider does them), so a peer's block is in place whatever the rank does meanwhile
+//! (BENCHMARKS.md, "CG: the one-copy Allgather, the overlapped schedule and the SpMV kernel").
 //!
 //! Per iteration: one Allgather of p (N doubles in all), one SpMV, three DOTs each followed
 //! by an 8-byte AllreduceSum, three AXPYs. Lines 16-17 are written as the paper means them:
@@ -79,7 +79,8 @@
 //! the matrix is not positive definite (or, for p·Ap = 0, that it underflowed); a NaN or
 //! infinite value means the solve diverged.
 //!
-//! Timing (`timed`): the phase clock reads [`std::time::Instant`] at each phase boundary, 11
+//! Timing (`timed`): the phase clock reads the backend's clock ([`Backend::wtime`]:
+//! `Instant`-based, `MPI_Wtime`, or virtual time on a simulated network) at each phase boundary, 11
 //! reads per iteration, 13 with the overlap (about 20 ns each with the vDSO clock: a quarter
 //! of a microsecond per
 //! iteration, under 1% of an iteration of the paper's smallest matrix on two ranks; the
@@ -94,7 +95,7 @@ use indicatif::ProgressBar;
 use crate::error::{CgError, Result};
 use crate::matrix::Split;
 use crate::problem::LocalProblem;
-use tca_mpi::{Backend, Gathered};
+use tca_mpi::{Backend, GatheredVector};
 
 /// The preconditioner.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

@@ -27,8 +27,8 @@ pub(crate) struct Args {
     #[arg(long, value_name = "NAME|FILE")]
     network: Option<String>,
     /// With --network: time messages without moving their payload (messages above 64 KiB
-    /// move only their first and last 256 bytes, collectives' not even those), for hundreds
-    /// of ranks and large sizes.
+    /// move only their first and last 256 bytes; a collective's are not copied out of its
+    /// chunks), for hundreds of ranks and large sizes.
     #[arg(long, requires = "network")]
     timing_only: bool,
     /// With --network: how computation costs virtual time: `model` (reductions at the

@@ -55,15 +55,9 @@ pub trait Backend {
     /// Every rank's `send` (same length) to block r of rank 0's `recv` (written on rank 0
     /// only).
     fn gather_f64(&mut self, send: &[f64], recv: &mut [f64]) -> CommResult<()>;
-    /// Called once before a series of [`Backend::allgatherv_f64`] with these counts, so that
-    /// the series allocates nothing (an adapter that must convert counts does it here).
-    fn prepare_allgatherv(&mut self, counts: &[usize], displs: &[usize]) -> CommResult<()> {
-        let _ = (counts, displs);
-        Ok(())
-    }
     /// In place: `x[displs[me]..][..counts[me]]` holds this rank's block; afterwards `x`
-    /// holds every rank's block at its displacement. Calls with the counts of the last
-    /// [`Backend::prepare_allgatherv`] allocate nothing (others prepare first).
+    /// holds every rank's block at its displacement. (A series of them on one vector is
+    /// faster as a [`Backend::gathered`] vector.)
     fn allgatherv_f64(
         &mut self,
         x: &mut [f64],
@@ -73,7 +67,7 @@ pub trait Backend {
     /// A vector that [`Backend::allgatherv_into`] fills again and again (the CG's direction vector),
     /// kept where the library gathers into it fastest: tca's own memory, which peers write
     /// straight into (one copy per byte: [`tca::Comm::allgatherv_init`]), or a plain vector.
-    type Gathered: Gathered;
+    type Gathered: GatheredVector;
     /// Sets up a vector of `len` elements gathered with these counts and displacements
     /// (collective; the same arguments on every rank).
     fn gathered(
@@ -82,8 +76,8 @@ pub trait Backend {
         counts: &[usize],
         displs: &[usize],
     ) -> CommResult<Self::Gathered>;
-    /// One Allgatherv of `g`: every rank's block, as [`Gathered::block_mut`] left it, into
-    /// every rank's [`Gathered::vector`].
+    /// One Allgatherv of `g`: every rank's block, as [`GatheredVector::block_mut`] left it, into
+    /// every rank's [`GatheredVector::vector`].
     fn allgatherv_into(&mut self, g: &mut Self::Gathered) -> CommResult<()>;
     /// [`Backend::allgatherv_into`] started, `during` run while the blocks travel, then finished: a
     /// non-blocking Allgatherv (tca's round started and waited for, `MPI_Iallgatherv`). `during`
@@ -92,7 +86,8 @@ pub trait Backend {
     /// Whether blocks move while `during` runs is the library's affair: MPI and tca's
     /// collective algorithms progress only when called, while tca's gathered vector is
     /// written by the peers' own puts (on shared memory, and RDMA writes across a network)
-    /// whatever this rank does.
+    /// whatever this rank does (across a network an eager write lands in this rank's
+    /// progress, its wait).
     fn allgatherv_into_overlapped<W: FnOnce(&Self)>(
         &mut self,
         g: &mut Self::Gathered,
@@ -113,10 +108,10 @@ pub trait Backend {
 }
 
 /// A vector gathered again and again ([`Backend::gathered`]).
-pub trait Gathered {
-    /// This rank's block for the next gather: write all of it before every gather. (What it
-    /// holds before that differs by library: tca's vector alternates between two buffers,
-    /// MPI's block is a separate send buffer.)
+pub trait GatheredVector {
+    /// This rank's block for the next gather: write all of it before every gather. What it
+    /// holds before that is unspecified (it differs by library: tca's vector alternates
+    /// between two buffers, MPI's block is a separate send buffer, [`Staged`]'s is the vector).
     fn block_mut(&mut self) -> &mut [f64];
     /// The whole vector the last gather filled (zeros before the first); an error if a
     /// gather failed and left it unusable.
@@ -134,8 +129,10 @@ pub struct Staged {
 }
 
 impl Staged {
-    /// A vector of `len` zeros, rank `me`'s block at `displs[me]` (`counts` and `displs` are
-    /// checked by the gather that uses them).
+    /// A vector of `len` zeros, rank `me`'s block at `displs[me]`. `counts` and `displs` are
+    /// checked by the gather that uses them: a block that does not fit is cut here and
+    /// refused there. The plain implementation of [`Backend::Gathered`] for a library that
+    /// gathers into ordinary memory in place.
     pub fn new(len: usize, counts: &[usize], displs: &[usize], me: usize) -> Staged {
         let at = displs.get(me).copied().unwrap_or(0).min(len);
         let n = counts.get(me).copied().unwrap_or(0).min(len - at);
@@ -153,7 +150,7 @@ impl Staged {
     }
 }
 
-impl Gathered for Staged {
+impl GatheredVector for Staged {
     fn block_mut(&mut self) -> &mut [f64] {
         &mut self.v[self.block.clone()]
     }
@@ -172,7 +169,7 @@ pub enum TcaGathered {
     Staged(Staged),
 }
 
-impl Gathered for TcaGathered {
+impl GatheredVector for TcaGathered {
     #[inline]
     fn block_mut(&mut self) -> &mut [f64] {
         match self {
@@ -353,6 +350,19 @@ mod with_mpi {
         }
     }
 
+    /// Whether two non-empty blocks overlap (erroneous for `MPI_Allgatherv`, which does not
+    /// check it).
+    fn overlapping(counts: &[usize], displs: &[usize]) -> bool {
+        let mut blocks: Vec<(usize, usize)> = counts
+            .iter()
+            .zip(displs)
+            .filter(|&(&c, _)| c > 0)
+            .map(|(&c, &d)| (d, d + c))
+            .collect();
+        blocks.sort_unstable();
+        blocks.windows(2).any(|w| w[1].0 < w[0].1)
+    }
+
     /// Counts or displacements as MPI's `int`s.
     fn int_counts(v: &[usize]) -> CommResult<Vec<i32>> {
         v.iter()
@@ -373,7 +383,7 @@ mod with_mpi {
         displs: Vec<i32>,
     }
 
-    impl super::Gathered for MpiGathered {
+    impl super::GatheredVector for MpiGathered {
         fn block_mut(&mut self) -> &mut [f64] {
             &mut self.send
         }
@@ -447,9 +457,6 @@ mod with_mpi {
             }
             Ok(())
         }
-        fn prepare_allgatherv(&mut self, counts: &[usize], displs: &[usize]) -> CommResult<()> {
-            self.fit(counts, displs)
-        }
         #[inline]
         fn allgatherv_f64(
             &mut self,
@@ -458,9 +465,8 @@ mod with_mpi {
             displs: &[usize],
         ) -> CommResult<()> {
             let me = self.rank();
-            // As cheap as the check of the old per-solver adapter (lengths only), so the MPI
-            // half's timed Allgatherv pays nothing tca's does not; that the counts are the
-            // prepared ones is the caller's contract, checked in debug builds.
+            // Counts converted once and kept: a series with the same counts converts nothing
+            // (checked by lengths; that they are the kept ones is checked in debug builds).
             if self.counts.len() != counts.len() || self.send.len() != counts[me] {
                 self.fit(counts, displs)?;
             }
@@ -474,7 +480,7 @@ mod with_mpi {
                         .iter()
                         .zip(displs)
                         .all(|(&x, &y)| usize::try_from(x) == Ok(y)),
-                "allgatherv_f64 with counts other than the prepared ones"
+                "allgatherv_f64 with other counts of the same lengths as the kept ones"
             );
             let mine = displs[me]..displs[me] + counts[me];
             self.send.copy_from_slice(&x[mine]);
@@ -497,10 +503,11 @@ mod with_mpi {
                     .iter()
                     .zip(displs)
                     .any(|(&c, &d)| c.checked_add(d).is_none_or(|e| e > len))
+                || overlapping(counts, displs)
             {
                 return Err(CommError::Mpi(format!(
                     "a gathered vector of {len} elements: {} counts and {} displacements that \
-                     do not describe blocks inside it for {} ranks",
+                     do not describe separate blocks inside it for {} ranks",
                     counts.len(),
                     displs.len(),
                     self.size()

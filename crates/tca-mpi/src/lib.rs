@@ -30,7 +30,7 @@ mod backend;
 #[cfg(feature = "mpi")]
 pub mod rma;
 
-pub use backend::{Backend, CommError, CommResult, Gathered, Staged, TcaGathered};
+pub use backend::{Backend, CommError, CommResult, GatheredVector, Staged, TcaGathered};
 #[cfg(feature = "mpi")]
 pub use backend::{MpiComm, MpiGathered};
 

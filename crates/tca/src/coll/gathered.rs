@@ -210,8 +210,8 @@ impl<T: Element> Gathered<T> {
         let at = self.base(Self::buffer(self.rounds)) + self.lo;
         // SAFETY: only this rank writes its block (counts and displacements were checked to
         // be the same on every rank and the blocks not to overlap, so no peer's put reaches
-        // these elements), and this rank's own paths to it (`vector`, the puts of `start`)
-        // need `&self` or `&mut self`, which the returned borrow excludes.
+        // these elements), and this rank's own paths to it (`vector`, the puts of a round in
+        // `put_block`) need `&self` or `&mut self`, which the returned borrow excludes.
         let v = unsafe { self.seg.view_mut::<T>(at, self.hi - self.lo) };
         v.expect("the block lies inside the segment (sized for it at set-up)")
     }

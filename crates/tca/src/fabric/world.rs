@@ -503,10 +503,11 @@ impl World {
         self.sim.as_ref().map(|s| s.network())
     }
 
-    /// Whether payload moves: false only on a simulated network in timing-only mode, where
-    /// messages above 64 KiB are priced but not copied (puts move their first and last 256
-    /// bytes, a collective's large messages nothing), so a program may leave its large
-    /// buffers unwritten and their pages are never touched.
+    /// Whether payload moves: false only on a simulated network in timing-only mode, where a
+    /// put above 64 KiB moves only its first and last 256 bytes and a collective's message
+    /// above 64 KiB (which travels in chunks the simulation moves) is neither copied out nor
+    /// reduced into its destination, so a program may leave its large buffers unwritten and
+    /// their pages are never touched.
     pub fn moves_payload(&self) -> bool {
         self.sim.as_ref().is_none_or(|s| s.payload())
     }
