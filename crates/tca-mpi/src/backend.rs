@@ -64,9 +64,10 @@ pub trait Backend {
         counts: &[usize],
         displs: &[usize],
     ) -> CommResult<()>;
-    /// A vector that [`Backend::allgatherv_into`] fills again and again (the CG's direction vector),
-    /// kept where the library gathers into it fastest: tca's own memory, which peers write
-    /// straight into (one copy per byte: [`tca::Comm::allgatherv_init`]), or a plain vector.
+    /// A vector that [`Backend::allgatherv_into`] fills again and again (the CG's direction
+    /// vector), kept where the library gathers into it fastest: tca's own memory, which peers
+    /// write straight into (one copy per byte: [`tca::Comm::allgatherv_init`]), or a plain
+    /// vector.
     type Gathered: GatheredVector;
     /// Sets up a vector of `len` elements gathered with these counts and displacements
     /// (collective; the same arguments on every rank).

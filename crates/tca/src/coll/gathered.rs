@@ -202,10 +202,10 @@ impl<T: Element> Gathered<T> {
     }
 
     /// This rank's block in the buffer the next round gathers into: write all of it, then
-    /// run the round ([`Gathered::run`], [`Gathered::run_overlapped`]). The two buffers alternate, so before it is written it
-    /// holds this rank's block of two rounds ago (zeros at first), not the last round's: a
-    /// rank that sends the same block again writes it again. Peers may be writing their own
-    /// blocks of that buffer meanwhile (never this one).
+    /// run the round ([`Gathered::run`], [`Gathered::run_overlapped`]). The two buffers
+    /// alternate, so before it is written it holds this rank's block of two rounds ago (zeros
+    /// at first), not the last round's: a rank that sends the same block again writes it
+    /// again. Peers may be writing their own blocks of that buffer meanwhile (never this one).
     pub fn block_mut(&mut self) -> &mut [T] {
         let at = self.base(Self::buffer(self.rounds)) + self.lo;
         // SAFETY: only this rank writes its block (counts and displacements were checked to
