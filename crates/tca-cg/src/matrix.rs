@@ -358,16 +358,6 @@ impl Split {
             y[i as usize] += self.other.row_dot(w[0]..w[1], x);
         }
     }
-
-    /// Entries in other columns, a share of all (what the overlap cannot hide).
-    pub fn other_share(&self) -> f64 {
-        let all = self.own.nnz() + self.other.nnz();
-        if all == 0 {
-            0.0
-        } else {
-            self.other.nnz() as f64 / all as f64
-        }
-    }
 }
 
 /// Columns are stored as `u32`.

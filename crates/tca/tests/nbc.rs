@@ -9,24 +9,8 @@ use tca::coll::{ALGORITHMS, Algorithm};
 use tca::p2p::{self, Request};
 use tca::{Collective, Comm, ErrorKind, Op, threads};
 
-fn val(rank: usize, i: usize) -> f64 {
-    ((rank * 7 + i * 3) % 11 + 1) as f64
-}
-
-fn input(rank: usize, n: usize) -> Vec<f64> {
-    (0..n).map(|i| val(rank, i)).collect()
-}
-
-/// xorshift: a rank's own random sequence.
-fn rng(seed: u64) -> impl FnMut() -> u64 {
-    let mut x = seed | 1;
-    move || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    }
-}
+mod common;
+use common::{input, rng, val};
 
 /// A random number below `n` out of `x`.
 fn pick(x: u64, n: usize) -> usize {

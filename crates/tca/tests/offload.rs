@@ -10,27 +10,11 @@ use std::time::{Duration, Instant};
 use tca::offload::{Proxy, QUEUE_DEPTH, Ticket};
 use tca::{ErrorKind, Op, threads};
 
-fn val(rank: usize, i: usize) -> f64 {
-    ((rank * 7 + i * 3) % 11 + 1) as f64
-}
+mod common;
+use common::{input, rng, val};
 
 fn r32(x: usize) -> u32 {
     u32::try_from(x).expect("a rank")
-}
-
-fn input(rank: usize, n: usize) -> Vec<f64> {
-    (0..n).map(|i| val(rank, i)).collect()
-}
-
-/// xorshift: a rank's own random sequence.
-fn rng(seed: u64) -> impl FnMut() -> u64 {
-    let mut x = seed | 1;
-    move || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    }
 }
 
 /// Runs a job that is meant to fail; the job's error and each rank's own error. Tests of

@@ -141,6 +141,16 @@ impl<'p> ProxyBackend<'p> {
         })
     }
 
+    /// The message buffers, as the suite's collective calls take them.
+    fn buffers(&mut self) -> (&mut [u8], &mut [u8], &[f32], &mut [f32]) {
+        (
+            &mut self.bsend,
+            &mut self.brecv,
+            &self.fsend,
+            &mut self.frecv,
+        )
+    }
+
     /// `n` calls, each posted and waited for (with `work`: computation with tests between,
     /// see [`Cpu::run`]); the microseconds spent computing.
     fn calls_with(&mut self, n: u64, work: Option<(&Cpu, f64, u32)>) -> Result<f64> {
@@ -149,12 +159,7 @@ impl<'p> ProxyBackend<'p> {
         let mut spent = 0.0;
         let proxy = self.lib.proxy;
         for _ in 0..n {
-            let bufs = (
-                &mut self.bsend[..],
-                &mut self.brecv[..],
-                &self.fsend[..],
-                &mut self.frecv[..],
-            );
+            let bufs = self.buffers();
             spent += proxy.scope(|s| {
                 let (bs, br, fs, fr) = bufs;
                 let mut t = start_collective!(s, cur.0, cur.1, p, (bs, br, fs, fr), &sum);
@@ -200,16 +205,10 @@ impl<'p> ProxyBackend<'p> {
     /// run there, answered): what a blocking call costs a rank whose world is its proxy's.
     fn blocking(&mut self, n: u64) -> Result<()> {
         let (kind, bytes) = self.cur;
+        let proxy = self.lib.proxy;
         for _ in 0..n {
-            let bufs = (
-                &mut self.bsend[..],
-                &mut self.brecv[..],
-                &self.fsend[..],
-                &mut self.frecv[..],
-            );
-            self.lib
-                .proxy
-                .scope(|s| s.run(|c| super::collective(c, kind, bytes, bufs)))?;
+            let bufs = self.buffers();
+            proxy.scope(|s| s.run(|c| super::collective(c, kind, bytes, bufs)))?;
         }
         Ok(())
     }
