@@ -244,6 +244,7 @@ fn rank(sizes: &[usize], rounds: u32) -> Result<()> {
                 lattices: Vec::new(),
                 test_calls: 0,
                 progress_thread: false,
+                heap_buffers: false,
             };
             if let Some(h) = suite::tca::run(&world, &opts)? {
                 halves.push(h);

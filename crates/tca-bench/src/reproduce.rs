@@ -206,6 +206,7 @@ fn simulate(run: Run<'_>) -> Result<Vec<Row>> {
         lattices: Vec::new(),
         test_calls: 0,
         progress_thread: false,
+        heap_buffers: false,
     };
     let mut sim = tca::sim::Options::new(tca::sim::Network::load(network)?);
     sim.payload = !timing_only;

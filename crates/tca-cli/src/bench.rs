@@ -113,6 +113,11 @@ pub(crate) struct Args {
     /// Default: `$TCA_PROGRESS`, else caller.
     #[arg(long, value_name = "caller|thread")]
     progress: Option<String>,
+    /// tca's message buffers: `tca` (`Comm::buffer`: large collectives on one node read
+    /// them in place, one copy per byte, as a tca program allocates memory it communicates
+    /// from) or `heap` (ordinary memory: two copies through the channels, as before).
+    #[arg(long, value_name = "tca|heap", default_value = "tca", value_parser = ["tca", "heap"])]
+    buffers: String,
 }
 
 const BENCH_HELP: &str = concat!(
@@ -235,6 +240,7 @@ pub(crate) fn run(a: Args) -> Result<i32> {
             lattices,
             test_calls: a.test_calls,
             progress_thread,
+            heap_buffers: a.buffers == "heap",
         },
         format: a.format,
         out: a.out,

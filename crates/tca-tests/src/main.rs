@@ -413,6 +413,35 @@ fn coll(w: &World, rounds: u64) -> tca::Result<bool> {
         }
         c.force(alg.collective, None)?;
     }
+    // Single copy between processes: buffers in tca's memory, from the threshold on.
+    let n = tca::coll::DIRECT_DEFAULT / 8 + 11;
+    let before = c.direct_calls();
+    let mut s = c.buffer::<f64>(p * n)?;
+    for (i, x) in s.iter_mut().enumerate() {
+        *x = v(me, i);
+    }
+    let mut r = c.buffer::<f64>(p * n)?;
+    c.allgather(&s[..n], &mut r)?;
+    let mut ok = r[..] == (0..p).flat_map(|q| input(q, n)).collect::<Vec<_>>()[..];
+    c.allreduce(&s[..n], &mut r[..n], &Op::Sum)?;
+    ok &= r[..n] == sum(n)[..];
+    let root = (p - 1) as u32;
+    c.reduce(&s[..n], &mut r[..n], &Op::Sum, root)?;
+    ok &= me != p - 1 || r[..n] == sum(n)[..];
+    c.reduce_scatter(&s, &mut r[..n], &Op::Sum)?;
+    ok &= r[..n] == sum(p * n)[me * n..(me + 1) * n];
+    c.broadcast(&mut s[..n], root)?;
+    ok &= s[..n] == input(p - 1, n)[..];
+    let calls = c.direct_calls() - before;
+    let want = if c.single_copy() && p > 1 {
+        4 + u64::from(p <= tca::coll::ALLREDUCE_RANKS)
+    } else {
+        0
+    };
+    if !ok || calls != want {
+        eprintln!("rank {me}: single-copy collectives wrong ({calls} of {want} single-copy)");
+        return Ok(false);
+    }
     for k in 0..rounds {
         let mut x = [k as f64 + me as f64];
         c.allreduce_in_place(&mut x, &Op::Sum)?;

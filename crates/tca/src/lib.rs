@@ -62,7 +62,7 @@ pub mod sim;
 pub mod threads;
 pub mod transport;
 
-pub use coll::{Collective, Comm, Op};
+pub use coll::{Buffer, Collective, Comm, Op};
 pub use error::{Error, ErrorKind, Result};
 pub use fabric::{
     AtomicOp, Chain, ChainBuilder, Handle, RemoteWord, Segment, SignalOp, Strided,

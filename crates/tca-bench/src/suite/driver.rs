@@ -391,6 +391,7 @@ mod tests {
             lattices: Vec::new(),
             test_calls: 0,
             progress_thread: false,
+            heap_buffers: false,
         }
     }
 

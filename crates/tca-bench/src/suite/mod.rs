@@ -659,6 +659,10 @@ pub struct Options {
     /// [`proxied`]); MPI's half is unchanged.
     #[serde(default)]
     pub progress_thread: bool,
+    /// tca's message buffers are ordinary heap memory (`--buffers heap`) instead of
+    /// `Comm::buffer`s, which large collectives on one node read in place (single copy).
+    #[serde(default)]
+    pub heap_buffers: bool,
 }
 
 fn one() -> u32 {

@@ -23,6 +23,46 @@ use super::{Benchmark, Half, Kind, OSU_WINDOW, Options};
 use crate::floor::CacheLine;
 use crate::machine::MemStat;
 
+/// A message buffer of the suite: in tca's memory ([`Comm::buffer`], which large
+/// collectives on one node read in place) or ordinary memory (`--buffers heap`).
+#[derive(Debug)]
+enum Mem<T: tca::coll::Element> {
+    Tca(tca::Buffer<T>),
+    Heap(Vec<T>),
+}
+
+impl<T: tca::coll::Element> Mem<T> {
+    /// `len` elements set to `v`, in tca's memory if `tca` (collective then).
+    fn new(comm: &Comm<'_>, tca: bool, len: usize, v: T) -> Result<Self> {
+        Ok(if tca {
+            let mut b = comm.buffer::<T>(len)?;
+            b.fill(v);
+            Self::Tca(b)
+        } else {
+            Self::Heap(vec![v; len])
+        })
+    }
+}
+
+impl<T: tca::coll::Element> std::ops::Deref for Mem<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        match self {
+            Self::Tca(b) => b,
+            Self::Heap(v) => v,
+        }
+    }
+}
+
+impl<T: tca::coll::Element> std::ops::DerefMut for Mem<T> {
+    fn deref_mut(&mut self) -> &mut [T] {
+        match self {
+            Self::Tca(b) => b,
+            Self::Heap(v) => v,
+        }
+    }
+}
+
 /// tca's side of the suite.
 #[derive(Debug)]
 pub struct TcaBackend<'w> {
@@ -34,10 +74,10 @@ pub struct TcaBackend<'w> {
     peer: Option<Handle>,
     line_at: usize,
     seq: u64,
-    bsend: Vec<u8>,
-    brecv: Vec<u8>,
-    fsend: Vec<f32>,
-    frecv: Vec<f32>,
+    bsend: Mem<u8>,
+    brecv: Mem<u8>,
+    fsend: Mem<f32>,
+    frecv: Mem<f32>,
     /// Receive windows of the OSU bandwidth tests (OSU_WINDOW messages of the largest size).
     bwin: Vec<u8>,
     /// The Halo benchmark's lattice: its faces, their send buffers and ghost buffers, and the
@@ -149,6 +189,12 @@ impl<'w> TcaBackend<'w> {
             )
         });
         let blocks = if wide { p.max(2) } else { 2 };
+        // In a simulated timing-only run large messages move no bytes: a zeroed buffer
+        // is never touched there, so 384 ranks' p blocks cost address space, not memory.
+        let fill = if world.moves_payload() { 0xa5 } else { 0 };
+        // Buffers in tca's memory where the collectives can read them in place (one node,
+        // shared memory); ordinary memory elsewhere, or when asked for.
+        let tca_buffers = !opts.heap_buffers && comm.single_copy();
         let peer = if me < 2 && world.size() >= 2 {
             Some(*seg.handle(1 - me)?)
         } else {
@@ -160,12 +206,10 @@ impl<'w> TcaBackend<'w> {
             peer,
             line_at,
             seq: 0,
-            // In a simulated timing-only run large messages move no bytes: a zeroed buffer
-            // is never touched there, so 384 ranks' p blocks cost address space, not memory.
-            bsend: vec![if world.moves_payload() { 0xa5 } else { 0 }; max * blocks],
-            brecv: vec![0; max * blocks],
-            fsend: vec![1.0; max / 4],
-            frecv: vec![0.0; max / 4],
+            bsend: Mem::new(&comm, tca_buffers, max * blocks, fill)?,
+            brecv: Mem::new(&comm, tca_buffers, max * blocks, 0)?,
+            fsend: Mem::new(&comm, tca_buffers, max / 4, 1.0)?,
+            frecv: Mem::new(&comm, tca_buffers, max / 4, 0.0)?,
             bwin: vec![
                 0;
                 if osu_windows(opts) {

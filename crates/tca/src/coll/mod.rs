@@ -47,7 +47,9 @@ mod allreduce;
 mod alltoall;
 mod barrier;
 mod bcast;
+mod buffer;
 mod channel;
+mod direct;
 mod gather;
 mod gathered;
 pub mod model;
@@ -61,7 +63,9 @@ mod step;
 
 use std::cell::{Cell, OnceCell, RefCell, RefMut};
 
+pub use buffer::Buffer;
 pub use channel::{chunk_bytes, scratch_bytes};
+pub use direct::{ALLREDUCE_RANKS, DIRECT_DEFAULT};
 pub use gathered::Gathered;
 pub use op::{BitOp, Element, Op, Reducer};
 pub use registry::{ALGORITHMS, Algorithm, Collective};
@@ -124,6 +128,19 @@ pub struct Comm<'w> {
     scope: Cell<Option<nb::OpenScope>>,
     /// Two-sided messages ([`crate::p2p`]): set up with the communicator.
     p2p: OnceCell<crate::p2p::Engine>,
+    /// The live [`Buffer`]s allocated through this communicator, by address.
+    buffers: buffer::Registry,
+    /// Whether a [`Buffer`] was ever allocated through this communicator (on every member
+    /// alike: [`Comm::buffer`] is collective): large collectives then try single copy.
+    direct: Cell<bool>,
+    /// Smallest message that goes single-copy ([`direct`]).
+    direct_min: Cell<usize>,
+    /// Collectives that went single-copy so far.
+    direct_calls: Cell<u64>,
+    /// Whether every member's memory is mapped here (one node, shared memory).
+    readable: bool,
+    /// The resolved offers of a single-copy call (kept empty between calls).
+    peers: RefCell<Vec<Option<direct::Peer>>>,
 }
 
 /// Whether some of `ranks` are reached from this rank through a real network (a simulated
@@ -139,6 +156,13 @@ impl<'w> Comm<'w> {
     /// parameters make the model Auto chooses with there.
     pub fn spans_network(&self) -> bool {
         spans_network(self.world, &self.ranks)
+    }
+
+    /// Whether this communicator's large collectives can read its members' [`Buffer`]s in
+    /// place (single copy, `coll::direct`): every member is on this node, reached through
+    /// shared memory (not a network, not a simulated one).
+    pub fn single_copy(&self) -> bool {
+        self.readable
     }
 
     /// The communicator of every rank of the world. Collective over the world.
@@ -184,6 +208,14 @@ impl<'w> Comm<'w> {
         if me == 0 {
             model::warn_once();
         }
+        let readable = ranks
+            .iter()
+            .all(|&r| r == world.rank() || world.reads_peer(r));
+        let direct_min = match std::env::var(crate::env::DIRECT) {
+            Ok(v) if v == "off" => usize::MAX,
+            Ok(_) => crate::env::parse::<usize>(crate::env::DIRECT)?.unwrap_or(DIRECT_DEFAULT),
+            Err(_) => DIRECT_DEFAULT,
+        };
         let mut comm = Self {
             world,
             ranks,
@@ -197,6 +229,12 @@ impl<'w> Comm<'w> {
             nb: Cell::new(false),
             scope: Cell::new(None),
             p2p: OnceCell::new(),
+            buffers: buffer::Registry::default(),
+            direct: Cell::new(false),
+            direct_min: Cell::new(direct_min),
+            direct_calls: Cell::new(0),
+            readable,
+            peers: RefCell::new(Vec::new()),
         };
         // Every member uses rank 0's choices, even if the ranks read different model files
         // (TCA_MODEL_FILE differs, or a calibration was written while the job started): two
@@ -514,6 +552,11 @@ impl<'w> Comm<'w> {
         if bytes.is_empty() || self.p() == 1 {
             return Ok(());
         }
+        if self.direct_on(Collective::Broadcast, bytes.len())?
+            && self.direct_broadcast(bytes, root)?
+        {
+            return Ok(());
+        }
         let f = kernel!(self, Broadcast, bytes.len());
         self.run(f(self, bytes, root))
     }
@@ -536,6 +579,9 @@ impl<'w> Comm<'w> {
             r.copy_from_slice(s);
             return Ok(());
         }
+        if self.direct_on(Collective::Scatter, r.len())? && self.direct_scatter(s, r, root)? {
+            return Ok(());
+        }
         let f = kernel!(self, Scatter, r.len());
         self.run(f(self, s, r, root))
     }
@@ -556,6 +602,9 @@ impl<'w> Comm<'w> {
         }
         if self.p() == 1 {
             r.copy_from_slice(s);
+            return Ok(());
+        }
+        if self.direct_on(Collective::Gather, s.len())? && self.direct_gather(s, r, root)? {
             return Ok(());
         }
         let f = kernel!(self, Gather, s.len());
@@ -584,9 +633,14 @@ impl<'w> Comm<'w> {
             recv.copy_from_slice(send);
             return Ok(());
         }
-        let f = kernel!(self, Reduce, s.len());
         let comb = op::byte_combiner(op);
         let red = Reducer::new(std::mem::size_of::<T>(), &comb);
+        if self.direct_on(Collective::Reduce, s.len())?
+            && self.direct_reduce(s, bytemuck::cast_slice_mut(recv), &red, root)?
+        {
+            return Ok(());
+        }
+        let f = kernel!(self, Reduce, s.len());
         let mut work = self.tmp(0, s.len());
         work.copy_from_slice(s);
         let r = f(self, &mut work, &red, root);
@@ -627,6 +681,14 @@ impl<'w> Comm<'w> {
         let n = send.len();
         let at = self.me * n;
         recv[at..at + n].copy_from_slice(send);
+        let block = std::mem::size_of_val(send);
+        if block > 0
+            && self.p() > 1
+            && self.direct_on(Collective::Allgather, block)?
+            && self.direct_allgather(bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv))?
+        {
+            return Ok(());
+        }
         let mut sizes = self.sizes.borrow_mut();
         let (counts, displs) = &mut *sizes;
         let sz = std::mem::size_of::<T>();
@@ -733,6 +795,16 @@ impl<'w> Comm<'w> {
                 recv.len(),
             ));
         }
+        let bytes = std::mem::size_of_val(send);
+        if bytes > 0 && self.p() > 1 && self.direct_on(Collective::Allreduce, bytes)? {
+            op.check()?;
+            let comb = op::byte_combiner(op);
+            let red = Reducer::new(std::mem::size_of::<T>(), &comb);
+            let (s, r) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
+            if self.direct_allreduce(s, r, &red)? {
+                return Ok(());
+            }
+        }
         recv.copy_from_slice(send);
         self.allreduce_in_place(recv, op)
     }
@@ -779,9 +851,14 @@ impl<'w> Comm<'w> {
             r.copy_from_slice(s);
             return Ok(());
         }
-        let f = kernel!(self, ReduceScatter, r.len());
         let comb = op::byte_combiner(op);
         let red = Reducer::new(std::mem::size_of::<T>(), &comb);
+        if self.direct_on(Collective::ReduceScatter, r.len())?
+            && self.direct_reduce_scatter(s, r, &red)?
+        {
+            return Ok(());
+        }
+        let f = kernel!(self, ReduceScatter, r.len());
         let mut work = self.tmp(0, s.len());
         work.copy_from_slice(s);
         self.run(f(self, &mut work, r, &red))
@@ -798,6 +875,11 @@ impl<'w> Comm<'w> {
         }
         if self.p() == 1 {
             r.copy_from_slice(s);
+            return Ok(());
+        }
+        if self.direct_on(Collective::Alltoall, s.len() / self.p())?
+            && self.direct_alltoall(s, r)?
+        {
             return Ok(());
         }
         let f = kernel!(self, Alltoall, s.len() / self.p());

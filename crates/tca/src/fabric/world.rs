@@ -862,6 +862,21 @@ impl World {
         Ok(true)
     }
 
+    /// The mapping of `src` (a peer's segment) and the offset in it of `len` bytes at `off`,
+    /// when that is memory of this node that this rank reads directly ([`World::read_peer`]);
+    /// `None` across a network or on a simulated one. Handle, key and bounds checked.
+    pub(crate) fn peer_mapping(
+        &self,
+        src: &Handle,
+        off: usize,
+        len: usize,
+    ) -> Result<Option<(Arc<crate::transport::Region>, usize)>> {
+        if !self.reads_peer(src.rank()) {
+            return Ok(None);
+        }
+        self.mapped(src, off, len).map(Some)
+    }
+
     /// The mapping of `h` (a segment of this node) and the offset in it of `len` bytes at
     /// `off`: handle, key and bounds checked, as for a put.
     fn mapped(

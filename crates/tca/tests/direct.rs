@@ -1,0 +1,294 @@
+//! Single-copy collectives (`tca::coll::direct`): every collective over `Comm::buffer`s, at 1
+//! to 6 ranks (thread mode), at slices that do not start at the buffer's start, against a
+//! sequential reference; mixed with ordinary memory (every rank falls back alike); mismatched
+//! lengths (an error on every rank, no wrong result). Under `TCA_TRANSPORT=sim` the same
+//! calls take the channel algorithms (`single_copy()` is false there) and must agree too.
+//! Multi-process runs are in `crates/tca-tests` (`coll`).
+
+use tca::coll::{ALLREDUCE_RANKS, Buffer, DIRECT_DEFAULT};
+use tca::{Comm, ErrorKind, Op, threads};
+
+/// Elements per block: 3 KiB over the default threshold, and not a multiple of the
+/// reductions' 64 KiB step.
+const N: usize = DIRECT_DEFAULT / 8 + 389;
+/// Where the slices start in their buffers (elements).
+const AT: usize = 5;
+
+/// Whether the suite runs on shared memory (not `TCA_TRANSPORT=sim` or `ofi`).
+fn on_shm() -> bool {
+    std::env::var("TCA_TRANSPORT").map_or(true, |t| matches!(t.trim(), "" | "auto" | "shm"))
+}
+
+fn v(rank: usize, i: usize) -> f64 {
+    ((rank * 7 + i * 3) % 11) as f64 + 1.0
+}
+
+/// A buffer of `len + AT` elements whose slice `AT..` holds `f(i)`.
+fn filled(c: &Comm<'_>, len: usize, f: impl Fn(usize) -> f64) -> tca::Result<Buffer<f64>> {
+    let mut b = c.buffer::<f64>(len + AT)?;
+    for (i, x) in b[AT..].iter_mut().enumerate() {
+        *x = f(i);
+    }
+    Ok(b)
+}
+
+/// Runs every collective once over `Buffer`s (rank `heap` uses ordinary memory for the
+/// buffers peers would read, if any) and returns what differs from the reference, and how
+/// many calls went single-copy.
+fn every_collective(c: &Comm<'_>, heap: Option<usize>) -> tca::Result<(Vec<String>, u64)> {
+    let (p, me) = (c.size() as usize, c.rank() as usize);
+    let before = c.direct_calls();
+    let mut wrong = Vec::new();
+    let mut expect = |what: &str, ok: bool| {
+        if !ok {
+            wrong.push(format!("p={p} rank {me}: {what}"));
+        }
+    };
+    // The buffers peers read: in tca's memory, or (on rank `heap`) ordinary copies of them.
+    let source = |len: usize, f: &dyn Fn(usize) -> f64| -> tca::Result<(Buffer<f64>, Vec<f64>)> {
+        let b = filled(c, len, f)?;
+        let v = b[AT..].to_vec();
+        Ok((b, v))
+    };
+    let ours = heap == Some(me);
+    let sum = |len: usize, from: usize| -> Vec<f64> {
+        (0..len)
+            .map(|i| (0..p).map(|r| v(r, from + i)).sum())
+            .collect()
+    };
+
+    for root in [0, p - 1] {
+        let rt = u32::try_from(root).expect("few ranks");
+        // Broadcast.
+        let mut b = filled(c, N, |i| if me == root { v(root, i) } else { 0.0 })?;
+        let mut h = b[AT..].to_vec();
+        if ours {
+            c.broadcast(&mut h, rt)?;
+        } else {
+            c.broadcast(&mut b[AT..], rt)?;
+            h.copy_from_slice(&b[AT..]);
+        }
+        expect(
+            "broadcast",
+            h == (0..N).map(|i| v(root, i)).collect::<Vec<_>>(),
+        );
+
+        // Scatter.
+        let s = source(p * N, &|i| v(9, i))?;
+        let mut r = c.buffer::<f64>(N)?;
+        if ours {
+            c.scatter(&s.1, &mut r, rt)?;
+        } else {
+            c.scatter(&s.0[AT..], &mut r, rt)?;
+        }
+        expect("scatter", r[..] == s.1[me * N..(me + 1) * N]);
+
+        // Gather.
+        let s = source(N, &|i| v(me, i))?;
+        let mut r = c.buffer::<f64>(p * N)?;
+        if ours {
+            c.gather(&s.1, &mut r, rt)?;
+        } else {
+            c.gather(&s.0[AT..], &mut r, rt)?;
+        }
+        let all: Vec<f64> = (0..p).flat_map(|q| (0..N).map(move |i| v(q, i))).collect();
+        expect("gather", me != root || r[..] == all[..]);
+
+        // Reduce, by a sum and by a maximum.
+        let mut r = c.buffer::<f64>(N)?;
+        let max: Vec<f64> = (0..N)
+            .map(|i| (0..p).map(|q| v(q, i)).fold(0.0, f64::max))
+            .collect();
+        for (op, want) in [(&Op::Sum, sum(N, 0)), (&Op::Max, max)] {
+            if ours {
+                c.reduce(&s.1, &mut r, op, rt)?;
+            } else {
+                c.reduce(&s.0[AT..], &mut r, op, rt)?;
+            }
+            expect("reduce", me != root || r[..] == want[..]);
+        }
+    }
+
+    // Allgather, allreduce, reduce-scatter, alltoall: every rank's buffer is read.
+    let s = source(N, &|i| v(me, i))?;
+    let mut r = c.buffer::<f64>(p * N)?;
+    if ours {
+        c.allgather(&s.1, &mut r)?;
+    } else {
+        c.allgather(&s.0[AT..], &mut r)?;
+    }
+    let all: Vec<f64> = (0..p).flat_map(|q| (0..N).map(move |i| v(q, i))).collect();
+    expect("allgather", r[..] == all[..]);
+
+    let mut r = c.buffer::<f64>(N)?;
+    if ours {
+        c.allreduce(&s.1, &mut r, &Op::Sum)?;
+    } else {
+        c.allreduce(&s.0[AT..], &mut r, &Op::Sum)?;
+    }
+    expect("allreduce", r[..] == sum(N, 0)[..]);
+
+    let s = source(p * N, &|i| v(me, i))?;
+    let mut r = c.buffer::<f64>(N)?;
+    if ours {
+        c.reduce_scatter(&s.1, &mut r, &Op::Sum)?;
+    } else {
+        c.reduce_scatter(&s.0[AT..], &mut r, &Op::Sum)?;
+    }
+    expect("reduce_scatter", r[..] == sum(N, me * N)[..]);
+
+    let s = source(p * N, &|i| (me * 100_000 + i) as f64)?;
+    let mut r = c.buffer::<f64>(p * N)?;
+    if ours {
+        c.alltoall(&s.1, &mut r)?;
+    } else {
+        c.alltoall(&s.0[AT..], &mut r)?;
+    }
+    expect(
+        "alltoall",
+        (0..p).all(|j| (0..N).all(|i| r[j * N + i] == (j * 100_000 + me * N + i) as f64)),
+    );
+    Ok((wrong, c.direct_calls() - before))
+}
+
+/// Calls of `every_collective` that go single-copy when every buffer is in tca's memory:
+/// broadcast, scatter, gather and two reduces per root, then four, the allreduce only up to
+/// `ALLREDUCE_RANKS` ranks.
+fn direct_count(p: usize) -> u64 {
+    if p == 1 {
+        return 0;
+    }
+    2 * 5 + 3 + u64::from(p <= ALLREDUCE_RANKS)
+}
+
+/// The same with rank `heap`'s buffers in ordinary memory: per root, the broadcast and the
+/// scatter still go single-copy unless the heap rank is the root (its buffer is the one
+/// read), the gather and both reduces only if it is (no one reads the root's); the
+/// all-to-all forms never.
+fn mixed_count(p: usize, heap: usize) -> u64 {
+    [0, p - 1]
+        .iter()
+        .map(|&root| if root == heap { 3 } else { 2 })
+        .sum()
+}
+
+#[test]
+fn every_collective_in_one_copy_matches_the_reference() {
+    for p in 1..=6u32 {
+        let got = threads::run(p, |w| {
+            let c = Comm::world(w)?;
+            let r = every_collective(&c, None)?;
+            Ok((r, c.single_copy()))
+        })
+        .unwrap();
+        for ((wrong, calls), single) in got {
+            assert!(wrong.is_empty(), "{wrong:#?}");
+            assert_eq!(
+                single,
+                on_shm(),
+                "p={p}: single copy where memory is shared"
+            );
+            let want = if single { direct_count(p as usize) } else { 0 };
+            assert_eq!(calls, want, "p={p}: single-copy calls");
+        }
+    }
+}
+
+#[test]
+fn ordinary_memory_on_one_rank_falls_back_on_every_rank() {
+    for p in [2u32, 3, 5] {
+        for heap in [0, p as usize - 1] {
+            let got = threads::run(p, |w| {
+                let c = Comm::world(w)?;
+                let r = every_collective(&c, Some(heap))?;
+                Ok((r, c.single_copy()))
+            })
+            .unwrap();
+            for (r, ((wrong, calls), single)) in got.into_iter().enumerate() {
+                assert!(wrong.is_empty(), "{wrong:#?}");
+                let want = if single {
+                    mixed_count(p as usize, heap)
+                } else {
+                    0
+                };
+                assert_eq!(calls, want, "p={p} heap={heap} rank {r}: single-copy calls");
+            }
+        }
+    }
+}
+
+#[test]
+fn below_the_threshold_and_when_forced_the_channels_run() {
+    let got = threads::run(3, |w| {
+        let c = Comm::world(w)?;
+        let s = filled(&c, 64, |i| v(0, i))?;
+        let mut r = c.buffer::<f64>(64)?;
+        c.allreduce(&s[AT..], &mut r, &Op::Sum)?;
+        let small = c.direct_calls();
+        let s = filled(&c, N, |i| v(0, i))?;
+        let mut r = c.buffer::<f64>(N)?;
+        c.force(tca::Collective::Allreduce, Some("ring"))?;
+        c.allreduce(&s[AT..], &mut r, &Op::Sum)?;
+        let forced = c.direct_calls();
+        c.force(tca::Collective::Allreduce, None)?;
+        c.set_direct_min(usize::MAX);
+        c.allreduce(&s[AT..], &mut r, &Op::Sum)?;
+        let off = c.direct_calls();
+        c.set_direct_min(DIRECT_DEFAULT);
+        c.allreduce(&s[AT..], &mut r, &Op::Sum)?;
+        Ok((small, forced, off, c.direct_calls(), c.single_copy(), r[0]))
+    })
+    .unwrap();
+    for (small, forced, off, on, single, x) in got {
+        assert_eq!((small, forced, off), (0, 0, 0));
+        assert_eq!(on, u64::from(single));
+        assert_eq!(x, 3.0 * v(0, 0));
+    }
+}
+
+#[test]
+fn mismatched_lengths_are_an_error_on_every_rank() {
+    // Rank 1 broadcasts into a longer buffer than the root's: every rank ends with an error
+    // (rank 1 names the mismatch; the root waits for an answer that never comes and learns
+    // of the abort), none hangs, and rank 1's buffer is not half overwritten by a wrong
+    // length. Only where the call goes single-copy: the channels detect it their own way.
+    let got = threads::run_each(2, |w| {
+        let c = Comm::world(w)?;
+        let n = if c.rank() == 1 { N + 8 } else { N };
+        let mut b = filled(&c, n, |_| 7.0)?;
+        let r = c.broadcast(&mut b[AT..], 0);
+        Ok((r.map_err(|e| e.kind()), c.single_copy(), b[AT]))
+    });
+    let got: Vec<_> = got.into_iter().map(Result::unwrap).collect();
+    if !got[0].1 {
+        return;
+    }
+    assert!(
+        got.iter().all(|(r, _, _)| r.is_err()),
+        "every rank fails: {got:?}"
+    );
+    assert_eq!(got[1].0, Err(ErrorKind::InvalidArgument), "{got:?}");
+    assert_eq!(got[1].2, 7.0, "rank 1's buffer untouched");
+}
+
+#[test]
+fn buffers_are_zeroed_slices_and_dropping_one_unregisters_it() {
+    threads::run(2, |w| {
+        let c = Comm::world(w)?;
+        let mut a = c.buffer::<u32>(1000)?;
+        assert!(a.iter().all(|&x| x == 0));
+        a[999] = 5;
+        assert_eq!(a.len(), 1000);
+        assert_eq!(a.iter().sum::<u32>(), 5);
+        let empty = c.buffer::<u8>(0)?;
+        assert!(empty.is_empty());
+        drop(a);
+        // A new buffer, then a collective over it: nothing of the dropped one is offered.
+        let s = filled(&c, N, |i| v(c.rank() as usize, i))?;
+        let mut r = c.buffer::<f64>(2 * N)?;
+        c.allgather(&s[AT..], &mut r)?;
+        assert_eq!(r[N + 1], v(1, 1));
+        Ok(())
+    })
+    .unwrap();
+}
