@@ -244,7 +244,8 @@ fn rank(sizes: &[usize], rounds: u32) -> Result<()> {
                 lattices: Vec::new(),
                 test_calls: 0,
                 progress_thread: false,
-                heap_buffers: false,
+                // The models describe the channel algorithms, over ordinary memory.
+                heap_buffers: true,
             };
             if let Some(h) = suite::tca::run(&world, &opts)? {
                 halves.push(h);

@@ -834,11 +834,18 @@ impl<'w> Backend for TcaBackend<'w> {
                 two_sided(bytes)
             }
             None => "put_signal".into(),
-            Some(coll) => self
-                .comm
-                .algorithm(coll, bench.selection_bytes(bytes, p))
-                .name
-                .into(),
+            Some(coll) => {
+                let b = bench.selection_bytes(bytes, p);
+                // IMB's blocking collectives over tca's buffers, from the threshold on.
+                if matches!(self.bsend, Mem::Tca(_))
+                    && bench.family == super::Family::Imb
+                    && self.comm.single_copy_for(coll, b)
+                {
+                    "single copy (peers' buffers read in place)".into()
+                } else {
+                    self.comm.algorithm(coll, b).name.into()
+                }
+            }
         }
     }
 }

@@ -12,10 +12,16 @@
 //! (`coll::direct`), where peers *read* it, and only while this rank is inside that call with
 //! the slice borrowed by the call; the call returns only when every reader has said it is
 //! done. So the program's `&mut [T]` (from [`DerefMut`]) never coexists with a reader, and a
-//! `&[T]` only with readers. A broadcast's root passes its buffer as `&mut [T]` and is read
-//! meanwhile: it writes nothing during the call, and with ranks in separate processes (how
-//! `tca run` starts them) a peer's read is another process's access, outside this program's
-//! aliasing model.
+//! `&[T]` only with readers. Two cases are weaker:
+//! - A broadcast's root passes its buffer as `&mut [T]` and is read meanwhile. It writes
+//!   nothing during the call. With ranks in separate processes (how `tca run` starts them) a
+//!   peer's read is another process's access, outside this program's aliasing model; with
+//!   ranks as threads of one process (`tca::threads`) it is a read by another thread under a
+//!   live but unused `&mut`, which no write races with.
+//! - When the protocol fails half way (a dead peer, an abort), the owner returns with the
+//!   error while a slower reader may still be copying; the job is aborted then, and a program
+//!   that writes the buffer after such an error may race with that last read (a torn value
+//!   in the reader, which has failed too).
 
 #![allow(unsafe_code)] // the views of the buffer's segment, argued above
 
@@ -43,7 +49,7 @@ pub(crate) struct Registry(Arc<Mutex<Vec<Entry>>>);
 impl Registry {
     /// The handle of the buffer holding all of `bytes` (a slice of this process) and the
     /// slice's offset in it, if one does.
-    pub(crate) fn find(&self, bytes: &[u8]) -> Option<(Handle, usize)> {
+    pub(super) fn find(&self, bytes: &[u8]) -> Option<(Handle, usize)> {
         let (at, n) = (bytes.as_ptr() as usize, bytes.len());
         let list = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         list.iter()
@@ -80,7 +86,7 @@ pub struct Buffer<T: Element> {
 
 impl<T: Element> Buffer<T> {
     /// Wraps `seg` (at least `len` elements of `T`) and registers it with `registry`.
-    pub(crate) fn new(seg: Segment, len: usize, registry: &Registry) -> Self {
+    fn new(seg: Segment, len: usize, registry: &Registry) -> Self {
         let me = Self {
             seg,
             len,
@@ -129,11 +135,20 @@ impl<T: Element> Drop for Buffer<T> {
 impl super::Comm<'_> {
     /// Allocates `len` zeroed elements of `T` in tca's memory: a slice to this program, and a
     /// buffer that this communicator's large collectives on one node read in place, one copy
-    /// per byte (see `coll::direct`; `TCA_DIRECT` sets from which size). Collective: every
-    /// member calls it, each with the length it needs, before the collectives that should use
-    /// such buffers (it switches them to offering theirs, on every member alike). Buffers of
-    /// ordinary memory keep working as before, also mixed with these.
+    /// per byte (see `coll::direct`; `TCA_DIRECT` sets from which size).
+    ///
+    /// Collective, as OpenSHMEM's `shmem_malloc`: every member calls it, each with the length
+    /// it needs (a barrier, after which every member's large collectives offer their buffers:
+    /// all take the same branch of each call, so a member that skipped it would stall the
+    /// others here, not confuse a later collective). Buffers of ordinary memory keep working,
+    /// also mixed with these: a call where some rank's buffer is ordinary memory falls back
+    /// to the channels on every rank. A rank whose allocation fails gets the error and its
+    /// communicator stays consistent. Each buffer is a segment of its own (a memory file, a
+    /// descriptor, a header page, whole pages): allocate a few large ones and take slices,
+    /// rather than many small ones.
     pub fn buffer<T: Element>(&self, len: usize) -> crate::Result<Buffer<T>> {
+        self.direct.set(true);
+        self.barrier()?;
         let bytes = len.checked_mul(std::mem::size_of::<T>()).ok_or_else(|| {
             crate::Error::new(
                 crate::ErrorKind::InvalidArgument,
@@ -141,7 +156,43 @@ impl super::Comm<'_> {
             )
         })?;
         let seg = self.world.alloc(bytes)?;
-        self.direct.set(true);
         Ok(Buffer::new(seg, len, &self.buffers))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn handle(n: u32) -> Handle {
+        Handle::new(1, 2, 100, 0, n)
+    }
+
+    #[test]
+    fn registry_finds_slices_wholly_inside_a_buffer() {
+        let r = Registry::default();
+        let mem = vec![0u8; 300];
+        let (a, b) = mem.split_at(100);
+        let e = |s: &[u8], n| Entry {
+            addr: s.as_ptr() as usize,
+            bytes: s.len(),
+            handle: handle(n),
+        };
+        r.add(e(a, 1));
+        r.add(e(&b[..100], 2));
+        let seg = |x: Option<(Handle, usize)>| x.map(|(h, off)| (h.segment(), off));
+        assert_eq!(seg(r.find(a)), Some((1, 0)));
+        assert_eq!(seg(r.find(&a[10..])), Some((1, 10)));
+        assert_eq!(
+            seg(r.find(&a[100..])),
+            Some((1, 100)),
+            "empty slice at the end"
+        );
+        assert_eq!(seg(r.find(&b[50..100])), Some((2, 50)));
+        assert_eq!(seg(r.find(&mem[90..110])), None, "across two buffers");
+        assert_eq!(seg(r.find(&b[150..])), None, "past the end");
+        r.remove(a.as_ptr() as usize);
+        assert_eq!(seg(r.find(&a[10..])), None, "removed");
+        assert_eq!(seg(r.find(&b[..10])), Some((2, 0)));
     }
 }

@@ -1,6 +1,7 @@
 //! Single-copy collectives: on one node, a large collective whose buffers lie in tca's memory
 //! ([`Comm::buffer`]) reads each peer's data where it lies, straight into the buffer it is
-//! meant for, and reduces both inputs where they lie into the result, written once. The
+//! meant for, and a reduction combines the inputs where they lie, piece by piece into the
+//! result (each piece stays in the cache while every input is combined into it). The
 //! channel algorithms copy every byte twice (the sender into a slot of the receiver's ring,
 //! the receiver out of it, chunk by chunk); here each byte is copied once, by its reader, and
 //! the only messages are two small ones per pair (seed 003's remote address buffer: where the
@@ -27,13 +28,17 @@
 //! the message that would otherwise say "done".
 //!
 //! # When
-//! Only in blocking collectives, on a communicator that allocated a buffer (the flag is set on
+//! Only in the blocking `broadcast`, `scatter`, `gather`, `reduce`, `allgather`, `alltoall`,
+//! `allreduce` and `reduce_scatter` (not the in-place forms, whose one buffer is both read and
+//! written), on a communicator that allocated a buffer (the flag is set on
 //! every member by the collective [`Comm::buffer`], so every member takes the same branch
 //! without a message), whose members are all on this node and reached through shared memory
 //! (a simulated or network transport has only writes: the papers' hardware), with no
 //! algorithm forced, and from [`DIRECT_DEFAULT`] bytes on (`TCA_DIRECT`, `Comm::set_direct_min`).
 //! An allreduce reads every peer's whole vector on every rank, so only up to
-//! [`ALLREDUCE_RANKS`] ranks. An error in the middle of the protocol aborts the job: the
+//! [`ALLREDUCE_RANKS`] ranks, each with a core. With more ranks than cores the threshold is
+//! [`DIRECT_CROWDED`]. Rank 0's settings are every member's (sent when the communicator is
+//! made). An error in the middle of the protocol aborts the job: the
 //! peers wait for this rank's offers or its "done".
 
 #![allow(unsafe_code)] // the views of peers' buffers that reductions read, argued below
@@ -47,12 +52,33 @@ use crate::transport::Region;
 
 /// Smallest message (bytes; per rank's block where the collective has blocks) that goes
 /// single-copy by default: below it the two small messages per pair cost more than the
-/// second copy saves (BENCHMARKS.md, "Single-copy collectives").
+/// second copy saves (at 2 ranks single copy measured 0.2-0.9x the channels' time at 4 KiB
+/// and 0.1-0.6x at 8 KiB; BENCHMARKS.md, "Single-copy collectives").
 pub const DIRECT_DEFAULT: usize = 8 * 1024;
 
+/// The same with more ranks than cores: every wait for a peer's message is then a trip
+/// through the scheduler, and the protocol's two waits (for the offer, for "done") cost more
+/// than the second copy saves below this (BENCHMARKS.md, "Single-copy collectives").
+pub const DIRECT_CROWDED: usize = 64 * 1024;
+
 /// Most ranks a single-copy allreduce runs on: every rank reduces all p vectors, p times the
-/// reads of one vector, which the channel algorithms beat from a few ranks on.
+/// reads of one vector, which the channel algorithms beat from a few ranks on (and with more
+/// ranks than cores, where the reads are no longer done side by side, from 4).
 pub const ALLREDUCE_RANKS: usize = 4;
+
+/// This rank's single-copy settings for a communicator of `p` ranks: the smallest message
+/// (`TCA_DIRECT`, else [`DIRECT_DEFAULT`], or [`DIRECT_CROWDED`] with more ranks than
+/// cores) and whether an allreduce may go single-copy. Rank 0's are every member's.
+pub(super) fn settings(p: usize) -> Result<(usize, bool)> {
+    let crowded = p > crate::bootstrap::job_cpus() as usize;
+    let min = match std::env::var(crate::env::DIRECT) {
+        Ok(v) if v.trim() == "off" => usize::MAX,
+        Ok(_) => crate::env::parse::<usize>(crate::env::DIRECT)?.unwrap_or(DIRECT_DEFAULT),
+        Err(_) if crowded => DIRECT_CROWDED,
+        Err(_) => DIRECT_DEFAULT,
+    };
+    Ok((min, p <= ALLREDUCE_RANKS && !crowded))
+}
 
 /// Bytes of a reduction's step: the accumulator's piece stays in the cache while every
 /// input's piece is combined into it.
@@ -108,12 +134,7 @@ impl Comm<'_> {
     /// Whether a blocking call of `c` on `bytes` bytes goes single-copy (see the module doc);
     /// its buffers are looked at by the call itself.
     pub(super) fn direct_on(&self, c: Collective, bytes: usize) -> Result<bool> {
-        if !self.direct.get()
-            || bytes < self.direct_min.get()
-            || !self.readable
-            || self.forced.borrow()[c as usize].is_some()
-            || (c == Collective::Allreduce && self.p() > ALLREDUCE_RANKS)
-        {
+        if !self.single_copy_for(c, bytes) {
             return Ok(false);
         }
         self.settle()?;
@@ -124,6 +145,22 @@ impl Comm<'_> {
             ));
         }
         Ok(true)
+    }
+
+    /// Whether a blocking call of `c` on `bytes` bytes (per rank's block where the collective
+    /// has blocks, as [`Comm::algorithm`]) goes single-copy when its buffers are
+    /// [`Buffer`](super::Buffer)s of this communicator: one node, a buffer allocated, no
+    /// algorithm forced, from the threshold on (see the module doc). A barrier never does.
+    pub fn single_copy_for(&self, c: Collective, bytes: usize) -> bool {
+        self.direct.get()
+            && self.readable
+            && bytes >= self.direct_min.get()
+            && self.forced.borrow()[c as usize].is_none()
+            && match c {
+                Collective::Barrier => false,
+                Collective::Allreduce => self.direct_allreduce,
+                _ => true,
+            }
     }
 
     /// How many collectives on this communicator went single-copy so far (read in place
@@ -152,8 +189,9 @@ impl Comm<'_> {
     }
 
     /// Runs `f` with the communicator's list of resolved peers (empty; one entry per rank to
-    /// fill), emptied again afterwards: no allocation per call, and no mapping of a peer's
-    /// buffer kept alive past the call.
+    /// fill), emptied again afterwards: no allocation per call, and no reference to a peer's
+    /// mapping held past the call (the attach cache keeps it until the peer frees the buffer
+    /// and this rank next allocates).
     fn with_peers<R>(&self, f: impl FnOnce(&mut Vec<Option<Peer>>) -> Result<R>) -> Result<R> {
         let mut peers = self.peers.borrow_mut();
         peers.clear();
@@ -181,8 +219,10 @@ impl Comm<'_> {
     fn take_offer(&self, from: usize, len: usize) -> Result<Option<Peer>> {
         let mut o = [0u8; OFFER];
         self.ch_recv(from, &mut o)?;
-        if o[..8] != 1u64.to_le_bytes() {
-            return Ok(None);
+        match u64::from_le_bytes(o[..8].try_into().expect("8 bytes")) {
+            0 => return Ok(None),
+            1 => {}
+            x => return Err(self.confused(from, &format!("an offer tagged {x:#x}"))),
         }
         let h = Handle::from_bytes(&o[8..8 + Handle::BYTES])?;
         let word = |b: &[u8]| u64::from_le_bytes(b.try_into().expect("8 bytes"));
@@ -214,10 +254,30 @@ impl Comm<'_> {
         self.ch_send(to, &what.to_le_bytes())
     }
 
-    fn answer_from(&self, from: usize) -> Result<u64> {
+    /// Receives `from`'s answer: `DONE`, or where `fallback` allows it `FALLBACK`; anything
+    /// else means the ranks do not run the same collective.
+    fn answer_from(&self, from: usize, fallback: bool) -> Result<u64> {
         let mut b = [0u8; 8];
         self.ch_recv(from, &mut b)?;
-        Ok(u64::from_le_bytes(b))
+        match u64::from_le_bytes(b) {
+            DONE => Ok(DONE),
+            FALLBACK if fallback => Ok(FALLBACK),
+            x => Err(self.confused(from, &format!("answer {x:#x}"))),
+        }
+    }
+
+    /// The error for a protocol message that makes no sense: the members are not running the
+    /// same collective with the same arguments.
+    fn confused(&self, from: usize, what: &str) -> Error {
+        let rank = self.ranks[from];
+        Error::peer(
+            ErrorKind::InvalidArgument,
+            rank,
+            format!(
+                "single-copy collective: rank {rank} sent {what} (do all members call the same \
+                 collectives with matching arguments?)"
+            ),
+        )
     }
 
     /// Offers `buf` to every peer, takes every peer's offer of `len` bytes (`peers[me]` stays
@@ -246,7 +306,7 @@ impl Comm<'_> {
         }
         for k in 1..p {
             let q = (me + p - k) % p;
-            self.answer_from(q)?;
+            self.answer_from(q, false)?;
         }
         Ok(())
     }
@@ -296,7 +356,7 @@ impl Comm<'_> {
                     return Ok(false);
                 }
                 for k in 1..p {
-                    self.answer_from((root + k) % p)?;
+                    self.answer_from((root + k) % p, false)?;
                 }
                 return Ok(true);
             }
@@ -324,7 +384,7 @@ impl Comm<'_> {
                     return Ok(false);
                 }
                 for k in 1..p {
-                    self.answer_from((root + k) % p)?;
+                    self.answer_from((root + k) % p, false)?;
                 }
                 return Ok(true);
             }
@@ -350,7 +410,7 @@ impl Comm<'_> {
         let p = self.p();
         if self.me != root {
             self.ch_send(root, &self.offer(send))?;
-            return Ok(self.answer_from(root)? == DONE);
+            return Ok(self.answer_from(root, true)? == DONE);
         }
         // The root's own buffer is not read by anyone: only the others' must be offered.
         let all = self.with_peers(|peers| {

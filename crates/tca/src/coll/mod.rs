@@ -65,7 +65,7 @@ use std::cell::{Cell, OnceCell, RefCell, RefMut};
 
 pub use buffer::Buffer;
 pub use channel::{chunk_bytes, scratch_bytes};
-pub use direct::{ALLREDUCE_RANKS, DIRECT_DEFAULT};
+pub use direct::{ALLREDUCE_RANKS, DIRECT_CROWDED, DIRECT_DEFAULT};
 pub use gathered::Gathered;
 pub use op::{BitOp, Element, Op, Reducer};
 pub use registry::{ALGORITHMS, Algorithm, Collective};
@@ -133,8 +133,10 @@ pub struct Comm<'w> {
     /// Whether a [`Buffer`] was ever allocated through this communicator (on every member
     /// alike: [`Comm::buffer`] is collective): large collectives then try single copy.
     direct: Cell<bool>,
-    /// Smallest message that goes single-copy ([`direct`]).
+    /// Smallest message that goes single-copy (module `direct`).
     direct_min: Cell<usize>,
+    /// Whether an allreduce may go single-copy (few ranks, a core each).
+    direct_allreduce: bool,
     /// Collectives that went single-copy so far.
     direct_calls: Cell<u64>,
     /// Whether every member's memory is mapped here (one node, shared memory).
@@ -211,11 +213,7 @@ impl<'w> Comm<'w> {
         let readable = ranks
             .iter()
             .all(|&r| r == world.rank() || world.reads_peer(r));
-        let direct_min = match std::env::var(crate::env::DIRECT) {
-            Ok(v) if v == "off" => usize::MAX,
-            Ok(_) => crate::env::parse::<usize>(crate::env::DIRECT)?.unwrap_or(DIRECT_DEFAULT),
-            Err(_) => DIRECT_DEFAULT,
-        };
+        let (direct_min, direct_allreduce) = direct::settings(ranks.len())?;
         let mut comm = Self {
             world,
             ranks,
@@ -232,6 +230,7 @@ impl<'w> Comm<'w> {
             buffers: buffer::Registry::default(),
             direct: Cell::new(false),
             direct_min: Cell::new(direct_min),
+            direct_allreduce,
             direct_calls: Cell::new(0),
             readable,
             peers: RefCell::new(Vec::new()),
@@ -249,6 +248,22 @@ impl<'w> Comm<'w> {
             ))?;
             table.check()?;
             comm.table = table;
+            // And rank 0's single-copy settings: a member that took the other branch of a
+            // collective would read an offer as data.
+            let mut d = [
+                comm.direct_min.get() as u64,
+                u64::from(comm.direct_allreduce),
+                u64::from(comm.readable),
+            ];
+            run_blocking(bcast::flat::run(
+                Steps::<Block>::new(&comm),
+                bytemuck::cast_slice_mut(&mut d),
+                0,
+            ))?;
+            comm.direct_min
+                .set(usize::try_from(d[0]).unwrap_or(usize::MAX));
+            comm.direct_allreduce = d[1] == 1;
+            comm.readable = d[2] == 1;
         }
         // Two-sided messages get a segment of their own (their rings must never carry a
         // collective's chunks); its handles travel through the new communicator itself.

@@ -349,10 +349,13 @@ impl Shm {
         Ok(region)
     }
 
-    /// Drops cached local segments that were freed and that nothing else holds.
+    /// Drops cached segments, this rank's and its peers', that were freed and that nothing
+    /// else holds: a peer's freed segment stays mapped here only until this rank's next
+    /// allocation (a program that allocates and drops buffers round after round, which its
+    /// peers read in place, would otherwise keep every round's mapping).
     fn sweep_freed(&self) {
         let mut cache = self.cache.borrow_mut();
-        for slot in cache[self.rank as usize].iter_mut() {
+        for slot in cache.iter_mut().flatten() {
             if slot
                 .as_ref()
                 .is_some_and(|r| !r.is_live() && Arc::strong_count(r) == 1)
