@@ -88,7 +88,8 @@ pub(crate) struct Args {
     soak: u64,
     /// Print the cost models' predicted time beside each measured tca collective time, with
     /// the error in percent (`# model` lines; a `model` field in JSON). The models are the
-    /// library's: `tca model calibrate`'s file, or the built-in defaults.
+    /// library's: `tca model calibrate`'s file, or the built-in defaults. The models describe
+    /// the channel algorithms, so tca's buffers are ordinary memory then (`--buffers heap`).
     #[arg(long)]
     model: bool,
     /// PingPong and PingPing over tca's two-sided send/recv (`tca::p2p`) instead of one-sided
@@ -240,7 +241,9 @@ pub(crate) fn run(a: Args) -> Result<i32> {
             lattices,
             test_calls: a.test_calls,
             progress_thread,
-            heap_buffers: a.buffers == "heap",
+            // The models describe the channel algorithms: predictions are checked over
+            // ordinary memory, where those run at every size.
+            heap_buffers: a.buffers == "heap" || a.model,
         },
         format: a.format,
         out: a.out,
