@@ -342,13 +342,20 @@ impl Comm<'_> {
 
     // ---- the collectives ------------------------------------------------------------------
 
-    /// Broadcast: the root offers `buf`, every other rank reads all of it. False: the root's
-    /// buffer is not in tca's memory (every rank then runs the channel algorithm).
-    pub(super) fn direct_broadcast(&self, buf: &mut [u8], root: usize) -> Result<bool> {
+    /// The rooted scatters' shape (broadcast, scatter): the root offers `send` (`len` bytes) to
+    /// every other rank and waits for their "done"; each of those, if the root's buffer is in
+    /// tca's memory, runs `read` on it and answers "done". False on every rank where it is not.
+    fn out_of_root(
+        &self,
+        send: &[u8],
+        len: usize,
+        root: usize,
+        read: impl FnOnce(&Peer) -> Result<()>,
+    ) -> Result<bool> {
         let r = (|| {
             let p = self.p();
             if self.me == root {
-                let o = self.offer(buf);
+                let o = self.offer(send);
                 for k in 1..p {
                     self.ch_send((root + k) % p, &o)?;
                 }
@@ -360,42 +367,32 @@ impl Comm<'_> {
                 }
                 return Ok(true);
             }
-            let Some(peer) = self.take_offer(root, buf.len())? else {
+            let Some(peer) = self.take_offer(root, len)? else {
                 return Ok(false);
             };
-            peer.read(0, buf)?;
+            read(&peer)?;
             self.answer(root, DONE)?;
             Ok(true)
         })();
         self.direct_end(r)
     }
 
-    /// Scatter: the root offers `send`, rank r reads block r.
+    /// Broadcast: the root offers `buf`, every other rank reads all of it.
+    pub(super) fn direct_broadcast(&self, buf: &mut [u8], root: usize) -> Result<bool> {
+        let n = buf.len();
+        if self.me == root {
+            return self.out_of_root(buf, n, root, |_| Ok(()));
+        }
+        self.out_of_root(&[], n, root, |peer| peer.read(0, buf))
+    }
+
+    /// Scatter: the root offers `send`, rank r reads block r (the root copies its own).
     pub(super) fn direct_scatter(&self, send: &[u8], recv: &mut [u8], root: usize) -> Result<bool> {
-        let r = (|| {
-            let (p, b) = (self.p(), recv.len());
-            if self.me == root {
-                let o = self.offer(send);
-                for k in 1..p {
-                    self.ch_send((root + k) % p, &o)?;
-                }
-                recv.copy_from_slice(&send[root * b..(root + 1) * b]);
-                if o[..8] != 1u64.to_le_bytes() {
-                    return Ok(false);
-                }
-                for k in 1..p {
-                    self.answer_from((root + k) % p, false)?;
-                }
-                return Ok(true);
-            }
-            let Some(peer) = self.take_offer(root, p * b)? else {
-                return Ok(false);
-            };
-            peer.read(self.me * b, recv)?;
-            self.answer(root, DONE)?;
-            Ok(true)
-        })();
-        self.direct_end(r)
+        let (me, b) = (self.me, recv.len());
+        if me == root {
+            recv.copy_from_slice(&send[root * b..(root + 1) * b]);
+        }
+        self.out_of_root(send, self.p() * b, root, |peer| peer.read(me * b, recv))
     }
 
     /// The rooted gathers' shape (gather, reduce): every other rank offers `send` to the root
@@ -461,34 +458,46 @@ impl Comm<'_> {
         self.direct_end(r)
     }
 
-    /// Allgather: every rank offers its block `send` to all and reads every peer's into its
-    /// place in `recv` (this rank's own is already there).
-    pub(super) fn direct_allgather(&self, send: &[u8], recv: &mut [u8]) -> Result<bool> {
+    /// The all-to-all forms' shape (allgather, alltoall, allreduce, reduce-scatter): every rank
+    /// offers `send` (`len` bytes expected of every peer's) to all; if every rank's buffer is
+    /// in tca's memory, runs `read` over the peers' (this rank's own is `None`) and then the
+    /// round of "done".
+    fn all_to_all(
+        &self,
+        send: &[u8],
+        read: impl FnOnce(&[Option<Peer>]) -> Result<()>,
+    ) -> Result<bool> {
         let r = self.with_peers(|peers| {
-            let b = send.len();
-            if !self.offers_all(send, b, peers)? {
+            if !self.offers_all(send, send.len(), peers)? {
                 return Ok(false);
             }
-            for (q, peer) in peers.iter().enumerate() {
-                if let Some(x) = peer {
-                    x.read(0, &mut recv[q * b..(q + 1) * b])?;
-                }
-            }
+            read(peers)?;
             self.done_all()?;
             Ok(true)
         });
         self.direct_end(r)
     }
 
+    /// Allgather: every rank offers its block `send` to all and reads every peer's into its
+    /// place in `recv` (this rank's own is already there).
+    pub(super) fn direct_allgather(&self, send: &[u8], recv: &mut [u8]) -> Result<bool> {
+        let b = send.len();
+        self.all_to_all(send, |peers| {
+            for (q, peer) in peers.iter().enumerate() {
+                if let Some(x) = peer {
+                    x.read(0, &mut recv[q * b..(q + 1) * b])?;
+                }
+            }
+            Ok(())
+        })
+    }
+
     /// Alltoall: every rank offers `send` to all; rank r reads block r of rank q's into block
     /// q of its `recv`.
     pub(super) fn direct_alltoall(&self, send: &[u8], recv: &mut [u8]) -> Result<bool> {
-        let r = self.with_peers(|peers| {
-            let (p, me) = (self.p(), self.me);
-            let b = send.len() / p;
-            if !self.offers_all(send, send.len(), peers)? {
-                return Ok(false);
-            }
+        let (p, me) = (self.p(), self.me);
+        let b = send.len() / p;
+        self.all_to_all(send, |peers| {
             for (q, peer) in peers.iter().enumerate() {
                 let dst = &mut recv[q * b..(q + 1) * b];
                 match peer {
@@ -496,10 +505,8 @@ impl Comm<'_> {
                     None => dst.copy_from_slice(&send[me * b..(me + 1) * b]),
                 }
             }
-            self.done_all()?;
-            Ok(true)
-        });
-        self.direct_end(r)
+            Ok(())
+        })
     }
 
     /// Allreduce: every rank offers `send` to all and folds all of them into `recv`.
@@ -509,15 +516,7 @@ impl Comm<'_> {
         recv: &mut [u8],
         red: &Reducer<'_>,
     ) -> Result<bool> {
-        let r = self.with_peers(|peers| {
-            if !self.offers_all(send, send.len(), peers)? {
-                return Ok(false);
-            }
-            self.fold(peers, send, 0, recv, red)?;
-            self.done_all()?;
-            Ok(true)
-        });
-        self.direct_end(r)
+        self.all_to_all(send, |peers| self.fold(peers, send, 0, recv, red))
     }
 
     /// Reduce-scatter: every rank offers `send` to all; rank r folds block r of all of them
@@ -528,14 +527,7 @@ impl Comm<'_> {
         recv: &mut [u8],
         red: &Reducer<'_>,
     ) -> Result<bool> {
-        let r = self.with_peers(|peers| {
-            if !self.offers_all(send, send.len(), peers)? {
-                return Ok(false);
-            }
-            self.fold(peers, send, self.me * recv.len(), recv, red)?;
-            self.done_all()?;
-            Ok(true)
-        });
-        self.direct_end(r)
+        let from = self.me * recv.len();
+        self.all_to_all(send, |peers| self.fold(peers, send, from, recv, red))
     }
 }
