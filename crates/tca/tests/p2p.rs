@@ -830,3 +830,98 @@ fn a_receive_given_up_is_never_written() {
         x.unwrap();
     }
 }
+
+/// A rendezvous received into a `Buffer` (tca's memory) from a rank of this node is one put
+/// straight into it, blocking or through a waited request, with cross-memory attach off: no
+/// landing buffer is ever pooled, and the data arrives intact at the slice's offset.
+#[test]
+fn rendezvous_into_a_buffer_is_one_put() {
+    let n = 1 << 20;
+    threads::run(2, |w| {
+        let c = Comm::world(w)?;
+        c.set_cma_min(None);
+        let mut buf = c.buffer::<u8>(n + 64)?;
+        for round in 0..4 {
+            if c.rank() == 0 {
+                c.send_bytes(&pattern(round, n), 1, tag(round))?;
+                c.recv_bytes(&mut [0u8; 1], 1, 99)?;
+            } else {
+                let got = &mut buf[64..];
+                if round % 2 == 0 {
+                    c.recv_bytes(got, 0, tag(round))?;
+                } else {
+                    let st = c.irecv(got, 0, tag(round))?.wait()?;
+                    assert_eq!(st.bytes, n);
+                }
+                assert!(buf[64..] == pattern(round, n)[..], "round {round}");
+                c.send_bytes(&[1], 0, 99)?;
+            }
+        }
+        if c.rank() == 1 {
+            let (_, pooled) = c.p2p_footprint();
+            let straight = c.single_copy();
+            assert_eq!(
+                pooled < n,
+                straight,
+                "{pooled} bytes pooled (single copy possible: {straight})"
+            );
+        }
+        Ok(())
+    })
+    .unwrap();
+}
+
+/// A receive into a `Buffer` whose wait fails while the buffer is posted revokes the put, as a
+/// receive by cross-memory attach does: the sender's send fails naming the given-up receive,
+/// and nothing is written into the buffer afterwards.
+#[test]
+fn a_receive_into_a_buffer_given_up_is_never_written() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    // Rank 1 has given up (rank 0 makes no tca call until then: its progress would serve the
+    // rendezvous).
+    static GIVEN_UP: AtomicBool = AtomicBool::new(false);
+    GIVEN_UP.store(false, Ordering::SeqCst);
+    let n = 256 << 10;
+    let r = threads::run_each(2, |w| {
+        let c = Comm::world(w)?;
+        c.set_cma_min(None);
+        let mut buf = c.buffer::<u8>(n)?;
+        if !c.single_copy() {
+            return Ok(());
+        }
+        let tag = 77;
+        if c.rank() == 0 {
+            // Rank 1's receive is posted: its wait matches the request-to-send and posts the
+            // buffer, then gives up before this rank serves it.
+            c.recv_bytes(&mut [0u8; 1], 1, 96)?;
+            let mut req = c.isend(&pattern(1, n), 1, tag)?;
+            while !GIVEN_UP.load(Ordering::SeqCst) {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            w.set_timeout(Some(std::time::Duration::from_secs(10)));
+            let e = req.wait().unwrap_err();
+            assert!(e.to_string().contains("gave its receive up"), "{e}");
+            c.send_bytes(&[1], 1, 97)?;
+        } else {
+            let mut req = c.irecv(&mut buf[..], 0, tag)?;
+            c.send_bytes(&[1], 0, 96)?;
+            w.set_timeout(Some(std::time::Duration::from_millis(300)));
+            let e = req.wait().unwrap_err();
+            drop(req);
+            assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
+            w.set_timeout(None);
+            buf.fill(0xAA);
+            GIVEN_UP.store(true, Ordering::SeqCst);
+            // Rank 0 has tried (and failed) to send by now.
+            c.recv_bytes(&mut [0u8; 1], 0, 97)?;
+            assert!(
+                buf.iter().all(|&b| b == 0xAA),
+                "written after it was given up"
+            );
+        }
+        Ok(())
+    });
+    for x in r {
+        x.unwrap();
+    }
+}

@@ -7,12 +7,14 @@
 //! registered memory can be reached by a peer at all.
 //!
 //! # Why the views are sound
-//! A buffer is a segment whose handle is never given out: no peer can put into it. Its
-//! handle travels only inside the collectives of the communicator that allocated it
-//! (`coll::direct`), where peers *read* it, and only while this rank is inside that call with
-//! the slice borrowed by the call; the call returns only when every reader has said it is
-//! done. So the program's `&mut [T]` (from [`DerefMut`]) never coexists with a reader, and a
-//! `&[T]` only with readers. Two cases are weaker:
+//! A buffer is a segment whose handle is never given out except inside a call of this rank
+//! that borrows the slice: the collectives of the communicator that allocated it
+//! (`coll::direct`), where peers *read* it, and a two-sided receive this rank waits in, where
+//! the sender *puts* the message into it once it has claimed the transfer, which the wait
+//! revokes or waits for before it returns (`p2p::engine`, "Cross-memory attach"). A collective
+//! returns only when every reader has said it is done. So the program's `&mut [T]` (from
+//! [`DerefMut`]) never coexists with another rank's access outside such a call, and a `&[T]`
+//! only with readers. Two cases are weaker:
 //! - A broadcast's root passes its buffer as `&mut [T]` and is read meanwhile. It writes
 //!   nothing during the call. With ranks in separate processes (how `tca run` starts them) a
 //!   peer's read is another process's access, outside this program's aliasing model; with
@@ -49,7 +51,7 @@ pub(crate) struct Registry(Arc<Mutex<Vec<Entry>>>);
 impl Registry {
     /// The handle of the buffer holding all of `bytes` (a slice of this process) and the
     /// slice's offset in it, if one does.
-    pub(super) fn find(&self, bytes: &[u8]) -> Option<(Handle, usize)> {
+    pub(crate) fn find(&self, bytes: &[u8]) -> Option<(Handle, usize)> {
         let (at, n) = (bytes.as_ptr() as usize, bytes.len());
         let list = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         list.iter()

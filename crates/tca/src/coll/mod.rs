@@ -64,6 +64,7 @@ mod step;
 use std::cell::{Cell, OnceCell, RefCell, RefMut};
 
 pub use buffer::Buffer;
+pub(crate) use buffer::Registry;
 pub use channel::{chunk_bytes, scratch_bytes};
 pub use direct::{ALLREDUCE_RANKS, DIRECT_CROWDED, DIRECT_DEFAULT};
 pub use gathered::Gathered;
@@ -278,7 +279,13 @@ impl<'w> Comm<'w> {
         for h in &handles {
             let _ = world.attach(h);
         }
-        let engine = crate::p2p::Engine::new(seg, handles, comm.me, comm.ranks.clone())?;
+        let engine = crate::p2p::Engine::new(
+            seg,
+            handles,
+            comm.me,
+            comm.ranks.clone(),
+            comm.buffers.clone(),
+        )?;
         comm.p2p.set(engine).expect("set once, here");
         // No member leaves before every member has attached: over a network an attach asks
         // the segment's owner, who answers only while it makes progress, and a member that

@@ -43,6 +43,12 @@
 //! even if its sender has aborted the job (an aborted rank's process may still be writing).
 //! So the address is never used after its owner returned. A revoked transfer, or a write the
 //! kernel refused, fails the send request, never the unrelated call whose progress found it.
+//!
+//! A receive in hand into one of the communicator's [`crate::coll::Buffer`]s (tca's memory)
+//! from a rank of this node takes the same protocol with a put instead of the kernel's copy,
+//! at any rendezvous size: the clear-to-send carries the buffer's handle and offset and the
+//! claim word, the sender claims, puts, raises the done word; the receiver's wait settles it
+//! as above. One copy, where plain memory below `cma_min` takes two (the landing buffer).
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -78,8 +84,21 @@ const SUB: usize = 16;
 /// Raised into a done word instead of the generation alone when the sender gave the transfer
 /// up (its blocking send failed before the receiver's address came).
 const ABANDONED: u64 = 1 << 63;
-/// Raised into a done word with the generation when the sender's cross-memory write failed.
+/// Raised into a done word with the generation when the sender's write straight into the
+/// receiver's buffer (cross-memory attach, or a put into a `Buffer`) failed.
 const CMA_FAILED: u64 = 1 << 62;
+/// The offset word of a claimed clear-to-send whose first word is a plain address (cross-memory
+/// attach) rather than a handle (a put into one of the receiver's `Buffer`s).
+const BY_ADDRESS: u64 = u64::MAX;
+
+/// Where a claimed rendezvous writes: the receiver's buffer it holds in its wait.
+#[derive(Debug, Clone, Copy)]
+enum Target {
+    /// Plain memory, by cross-memory attach.
+    Addr(u64),
+    /// One of its communicator's `Buffer`s, by a put.
+    Seg(Handle, usize),
+}
 /// The flags of a done word.
 const DONE_FLAGS: u64 = ABANDONED | CMA_FAILED;
 /// Longest sleep of a waiter before it polls every peer again.
@@ -302,6 +321,9 @@ pub(crate) struct Engine {
     /// Smallest rendezvous message a [`Dest::Direct`] receive takes by cross-memory attach
     /// (`usize::MAX`: none).
     cma_min: Cell<usize>,
+    /// The communicator's [`crate::coll::Buffer`]s: a receive in hand into one of them takes
+    /// a rendezvous from a rank of this node as one put (see the module docs).
+    buffers: crate::coll::Registry,
     st: RefCell<State>,
     /// The channel of the receive finished last (read by `Persistent` right after its wait).
     last_bound: Cell<Option<Bound>>,
@@ -363,6 +385,7 @@ impl Engine {
         handles: Vec<Handle>,
         me: usize,
         world: Vec<u32>,
+        buffers: crate::coll::Registry,
     ) -> Result<Self> {
         let p = handles.len();
         let ring = Ring::new(seg, handles, me, Shape::messages(p));
@@ -390,6 +413,7 @@ impl Engine {
             am: std::cell::OnceCell::new(),
             eager,
             cma_min: Cell::new(cma_min),
+            buffers,
             st: RefCell::new(State {
                 reqs: Vec::new(),
                 free: Vec::new(),
@@ -791,9 +815,21 @@ impl Engine {
             let mut cts = [0u8; 56];
             self.ring.seg().read(at, &mut cts)?;
             let word = |k: usize| u64::from_le_bytes(cts[k..k + 8].try_into().expect("8"));
-            // A claim word marks an address for cross-memory attach, else a segment's handle.
-            let direct = word(48) != 0;
-            let dst = if direct {
+            // A claim word marks a transfer the receiver may revoke (into the buffer its wait
+            // holds): an address for cross-memory attach (offset `BY_ADDRESS`), or a handle of
+            // one of its `Buffer`s. Without one, a handle of a segment or landing buffer.
+            let claimed = word(48) != 0;
+            let target = if !claimed {
+                None
+            } else if word(32) == BY_ADDRESS {
+                Some(Target::Addr(word(0)))
+            } else {
+                Some(Target::Seg(
+                    Handle::from_bytes(&cts[..Handle::BYTES])?,
+                    usize_sat(word(32)),
+                ))
+            };
+            let dst = if claimed {
                 None
             } else {
                 Some(Handle::from_bytes(&cts[..Handle::BYTES])?)
@@ -820,8 +856,8 @@ impl Engine {
                 (Some(s), None) if len <= s.len() => {
                     // Its outcome is the send's alone: a receiver that gave up, or a write the
                     // kernel refused, fails that send, not the call that made this progress.
-                    let r =
-                        self.write_direct(w, to, at + 48, (word(0), &s[..len]), epoch, done_off);
+                    let t = target.expect("a claimed transfer has a target");
+                    let r = self.write_direct(w, to, at + 48, (t, &s[..len]), epoch, done_off);
                     if let Some(v) = data {
                         st.stash.push(v);
                     }
@@ -861,7 +897,7 @@ impl Engine {
         w: &World,
         to: usize,
         claim_off: usize,
-        (addr, src): (u64, &[u8]),
+        (target, src): (Target, &[u8]),
         epoch: u64,
         done_off: usize,
     ) -> Result<()> {
@@ -887,7 +923,11 @@ impl Engine {
                 ));
             }
         }
-        match w.cma_write(self.world[to], addr, src) {
+        let wrote = match target {
+            Target::Addr(addr) => w.cma_write(self.world[to], addr, src),
+            Target::Seg(h, off) => w.put(&h, off, src),
+        };
+        match wrote {
             Ok(()) => w.signal(done, done_off, SignalOp::Set(epoch)),
             Err(e) => {
                 let _ = w.signal(done, done_off, SignalOp::Set(epoch | CMA_FAILED));
@@ -1287,20 +1327,34 @@ impl Engine {
         st.rgen[env.src][slot] += 1;
         let epoch = st.rgen[env.src][slot];
         let mut cts = [0u8; 56];
+        let sender = self.world[env.src];
         let direct = match (dest, hand) {
-            (Dest::Direct, Some(buf))
-                if n >= self.cma_min.get().max(1)
-                    && buf.len() >= n
-                    && w.cma_reaches(self.world[env.src]) =>
-            {
-                Some(buf.as_mut_ptr() as u64)
+            (Dest::Direct, Some(buf)) if n > 0 && buf.len() >= n => {
+                // A buffer in tca's memory and a sender of this node: one put, straight in;
+                // plain memory: by cross-memory attach, from `cma_min` bytes.
+                match self.buffers.find(&buf[..n]) {
+                    Some((h, off)) if w.reads_peer(sender) => Some(Target::Seg(h, off)),
+                    _ if n >= self.cma_min.get() && w.cma_reaches(sender) => {
+                        Some(Target::Addr(buf.as_mut_ptr() as u64))
+                    }
+                    _ => None,
+                }
             }
             _ => None,
         };
-        let landing = if let Some(addr) = direct {
-            // The sender's write must pass the kernel's ptrace check (Yama).
-            w.allow_cma_writers();
-            cts[..8].copy_from_slice(&addr.to_le_bytes());
+        let landing = if let Some(t) = direct {
+            match t {
+                Target::Addr(addr) => {
+                    // The sender's write must pass the kernel's ptrace check (Yama).
+                    w.allow_cma_writers();
+                    cts[..8].copy_from_slice(&addr.to_le_bytes());
+                    cts[32..40].copy_from_slice(&BY_ADDRESS.to_le_bytes());
+                }
+                Target::Seg(h, off) => {
+                    cts[..Handle::BYTES].copy_from_slice(&h.to_bytes());
+                    cts[32..40].copy_from_slice(&(off as u64).to_le_bytes());
+                }
+            }
             cts[48..56].copy_from_slice(&(2 * epoch).to_le_bytes());
             None
         } else {
@@ -1612,8 +1666,8 @@ impl Engine {
                     ErrorKind::Transport,
                     env.src,
                     format!(
-                        "communicator rank {} could not write its message (tag {}) into this \
-                         rank's buffer by cross-memory attach (its send reports why)",
+                        "communicator rank {} could not write its message (tag {}) straight \
+                         into this rank's buffer (its send reports why)",
                         env.src, env.tag
                     ),
                 ))
