@@ -95,6 +95,7 @@ fn main() -> ExitCode {
         "publish" => publish(&world, &args[1]),
         "steal" => steal(&world, &args[1]),
         "coll" => coll(&world, arg(&args, 1, 200)),
+        "sigkill-in-single-copy" => sigkill_in_single_copy(&world, arg(&args, 1, 1) as u32),
         "p2p" => p2p(&world, arg(&args, 1, 20)),
         "env" => {
             println!(
@@ -296,6 +297,28 @@ fn die(w: &World, victim: u32, how: impl FnOnce()) -> tca::Result<bool> {
         how();
     }
     w.wait_until(&seg, 0, 1)?;
+    Ok(false)
+}
+
+/// Large collectives over `Comm::buffer`s (single copy: peers read each other's buffers in
+/// place) without end; `victim` SIGKILLs itself in the middle of them. The launcher reports
+/// it and stops the job: no rank hangs reading or waiting for the dead one.
+fn sigkill_in_single_copy(w: &World, victim: u32) -> tca::Result<bool> {
+    use tca::{Comm, Op};
+    let c = Comm::world(w)?;
+    let p = c.size() as usize;
+    let n = 1 << 17; // 1 MiB of f64 per block
+    let mut s = c.buffer::<f64>(n)?;
+    s.fill(f64::from(c.rank()));
+    let mut r = c.buffer::<f64>(p * n)?;
+    println!("ready {} pid {}", w.rank(), std::process::id());
+    for k in 0u64.. {
+        if w.rank() == victim && k == 20 {
+            let _ = rustix_kill_self();
+        }
+        c.allgather(&s, &mut r)?;
+        c.allreduce(&s, &mut r[..n], &Op::Sum)?;
+    }
     Ok(false)
 }
 

@@ -245,6 +245,21 @@ fn sigkill_of_one_rank_is_reported_and_cleaned_up() {
 }
 
 #[test]
+fn sigkill_in_a_single_copy_collective_is_reported_and_cleaned_up() {
+    let _g = shm_lock();
+    let before = tca_shm_entries();
+    let o = launch(3, &["sigkill-in-single-copy", "1"]).unwrap();
+    let f = o.failure.expect("a failure is reported");
+    assert_eq!((f.rank, f.how), (1, RankExit::Signal(9)));
+    assert_eq!(o.status(), 137);
+    assert_eq!(
+        tca_shm_entries(),
+        before,
+        "shared memory left behind after SIGKILL"
+    );
+}
+
+#[test]
 fn bad_launches_are_clear_errors() {
     let e = launch(0, &["ring"]).unwrap_err();
     assert!(e.to_string().contains("at least 1"), "{e}");

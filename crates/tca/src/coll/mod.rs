@@ -163,7 +163,7 @@ impl<'w> Comm<'w> {
 
     /// Whether this communicator's large collectives can read its members' [`Buffer`]s in
     /// place (single copy, `coll::direct`): every member is on this node, reached through
-    /// shared memory (not a network, not a simulated one).
+    /// shared memory (not a network, not a simulated one). False for one rank: no peers.
     pub fn single_copy(&self) -> bool {
         self.readable
     }
@@ -211,9 +211,10 @@ impl<'w> Comm<'w> {
         if me == 0 {
             model::warn_once();
         }
-        let readable = ranks
-            .iter()
-            .all(|&r| r == world.rank() || world.reads_peer(r));
+        let readable = ranks.len() > 1
+            && ranks
+                .iter()
+                .all(|&r| r == world.rank() || world.reads_peer(r));
         let (direct_min, direct_allreduce) = direct::settings(ranks.len())?;
         let mut comm = Self {
             world,
