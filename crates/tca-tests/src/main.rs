@@ -325,7 +325,7 @@ fn sigkill_in_single_copy(w: &World, victim: u32) -> tca::Result<bool> {
 /// Two-sided messages between processes around a ring, `rounds` times: eager and rendezvous
 /// sizes, blocking receives and waited requests, every rendezvous into plain memory written by
 /// cross-memory attach on odd rounds (where the kernel allows it) and through landing buffers
-/// on even ones; every byte checked.
+/// on even ones, and into a `Comm::buffer` by one put every third round; every byte checked.
 fn p2p(w: &World, rounds: u64) -> tca::Result<bool> {
     use tca::Comm;
     let c = Comm::world(w)?;
@@ -337,20 +337,28 @@ fn p2p(w: &World, rounds: u64) -> tca::Result<bool> {
             .collect()
     };
     let mut ok = true;
+    // Every third round receives into tca's memory: a rendezvous from a rank of this node is
+    // then one put into it (the sender's process attaches the receiver's buffer).
+    let mut tbuf = c.buffer::<u8>((2 << 20) + 64)?;
     for round in 0..rounds {
         c.set_cma_min((round % 2 == 1).then_some(0));
         for n in [8usize, 40_000, 300_000, 2 << 20] {
             let out = fill(me, round, n);
-            let mut got = vec![0u8; n];
+            let mut plain = vec![0u8; n];
+            let got: &mut [u8] = if round % 3 == 2 {
+                &mut tbuf[64..64 + n]
+            } else {
+                &mut plain
+            };
             let tag = i32::try_from(n % 1000).unwrap_or(0);
             let mut s = c.isend(&out, to, tag)?;
             if round % 4 < 2 {
-                c.recv_bytes(&mut got, from, tag)?;
+                c.recv_bytes(got, from, tag)?;
             } else {
-                c.irecv(&mut got, from, tag)?.wait()?;
+                c.irecv(got, from, tag)?.wait()?;
             }
             s.wait()?;
-            if got != fill(from, round, n) {
+            if *got != fill(from, round, n)[..] {
                 eprintln!("rank {me}: round {round}, {n} bytes from {from} differ");
                 ok = false;
             }

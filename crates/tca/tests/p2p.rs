@@ -764,7 +764,10 @@ fn a_receive_given_up_is_never_written() {
     }
     // Rounds rank 1 has given up (rank 0 makes no tca call until then).
     static GIVEN_UP: AtomicU32 = AtomicU32::new(0);
+    // Rounds whose send rank 0 has started (its request-to-send is in rank 1's ring).
+    static SENT: AtomicU32 = AtomicU32::new(0);
     GIVEN_UP.store(0, Ordering::SeqCst);
+    SENT.store(0, Ordering::SeqCst);
     let n = 256 << 10;
     let r = threads::run_each(2, |w| {
         let c = Comm::world(w)?;
@@ -790,6 +793,7 @@ fn a_receive_given_up_is_never_written() {
                     c.recv_bytes(&mut [0u8; 1], 1, 96)?;
                     c.isend(&pattern(1, n), 1, tag)?
                 };
+                SENT.store(round + 1, Ordering::SeqCst);
                 while GIVEN_UP.load(Ordering::SeqCst) <= round {
                     std::thread::sleep(std::time::Duration::from_millis(1));
                 }
@@ -807,8 +811,11 @@ fn a_receive_given_up_is_never_written() {
                 } else {
                     let mut req = c.irecv(&mut buf, 0, tag)?;
                     c.send_bytes(&[1], 0, 96)?;
-                    // Long enough for rank 0 to send its request-to-send (a timeout before it
-                    // arrived would cancel the receive and leave that send unmatched).
+                    // Until rank 0's request-to-send is here (a timeout before it arrived
+                    // would cancel the receive and leave that send unmatched).
+                    while SENT.load(Ordering::SeqCst) <= round {
+                        std::thread::sleep(std::time::Duration::from_millis(1));
+                    }
                     w.set_timeout(Some(std::time::Duration::from_millis(300)));
                     req.wait().unwrap_err()
                 };
@@ -880,13 +887,18 @@ fn a_receive_into_a_buffer_given_up_is_never_written() {
     // Rank 1 has given up (rank 0 makes no tca call until then: its progress would serve the
     // rendezvous).
     static GIVEN_UP: AtomicBool = AtomicBool::new(false);
+    // Rank 0's request-to-send is in rank 1's ring: rank 1's wait matches it at once (a
+    // timeout before it arrived would cancel the receive and leave the send unmatched).
+    static SENT: AtomicBool = AtomicBool::new(false);
     GIVEN_UP.store(false, Ordering::SeqCst);
+    SENT.store(false, Ordering::SeqCst);
     let n = 256 << 10;
     let r = threads::run_each(2, |w| {
         let c = Comm::world(w)?;
         c.set_cma_min(None);
         let mut buf = c.buffer::<u8>(n)?;
         if !c.single_copy() {
+            eprintln!("no rank of this node reached through shared memory; nothing to test");
             return Ok(());
         }
         let tag = 77;
@@ -895,6 +907,7 @@ fn a_receive_into_a_buffer_given_up_is_never_written() {
             // buffer, then gives up before this rank serves it.
             c.recv_bytes(&mut [0u8; 1], 1, 96)?;
             let mut req = c.isend(&pattern(1, n), 1, tag)?;
+            SENT.store(true, Ordering::SeqCst);
             while !GIVEN_UP.load(Ordering::SeqCst) {
                 std::thread::sleep(std::time::Duration::from_millis(1));
             }
@@ -905,6 +918,9 @@ fn a_receive_into_a_buffer_given_up_is_never_written() {
         } else {
             let mut req = c.irecv(&mut buf[..], 0, tag)?;
             c.send_bytes(&[1], 0, 96)?;
+            while !SENT.load(Ordering::SeqCst) {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
             w.set_timeout(Some(std::time::Duration::from_millis(300)));
             let e = req.wait().unwrap_err();
             drop(req);

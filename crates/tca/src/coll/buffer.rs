@@ -7,8 +7,8 @@
 //! registered memory can be reached by a peer at all.
 //!
 //! # Why the views are sound
-//! A buffer is a segment whose handle is never given out except inside a call of this rank
-//! that borrows the slice: the collectives of the communicator that allocated it
+//! A buffer is a segment whose handle no peer *uses* except inside a call of this rank that
+//! borrows the slice (peers may keep it in their attach caches and rendezvous slots after): the collectives of the communicator that allocated it
 //! (`coll::direct`), where peers *read* it, and a two-sided receive this rank waits in, where
 //! the sender *puts* the message into it once it has claimed the transfer, which the wait
 //! revokes or waits for before it returns (`p2p::engine`, "Cross-memory attach"). A collective
@@ -20,6 +20,11 @@
 //!   peer's read is another process's access, outside this program's aliasing model; with
 //!   ranks as threads of one process (`tca::threads`) it is a read by another thread under a
 //!   live but unused `&mut`, which no write races with.
+//! - A two-sided receive into a buffer is written by the sender's put while the receive holds
+//!   the slice as `&mut [T]` (as a receive by cross-memory attach is written by the kernel):
+//!   from another process, outside this program's aliasing model; between thread ranks, a
+//!   write by another thread into memory under a live `&mut` the receiver does not touch
+//!   until the done word says the write is over.
 //! - When the protocol fails half way (a dead peer, an abort), the owner returns with the
 //!   error while a slower reader may still be copying; the job is aborted then, and a program
 //!   that writes the buffer after such an error may race with that last read (a torn value
@@ -43,8 +48,9 @@ struct Entry {
 }
 
 /// The live buffers of one communicator: looked up by address when a large collective
-/// starts (`Comm::buffer` adds, [`Buffer`]'s drop removes). A mutex, taken once per large
-/// collective, because a buffer may be dropped on another thread than its communicator's.
+/// starts and when a rendezvous receive in hand is matched (`Comm::buffer` adds, [`Buffer`]'s
+/// drop removes). A mutex, taken once per such call, because a buffer may be dropped on
+/// another thread than its communicator's.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct Registry(Arc<Mutex<Vec<Entry>>>);
 
@@ -109,9 +115,10 @@ impl<T: Element> Deref for Buffer<T> {
     type Target = [T];
 
     fn deref(&self) -> &[T] {
-        // SAFETY: no writer while the slice lives: no peer holds the handle outside a
-        // collective that reads only, and this rank writes only through `DerefMut`, which
-        // needs `&mut self` (module doc). In range and aligned: the segment holds `len`
+        // SAFETY: no writer while the slice lives: a peer uses the handle only inside a call
+        // of this rank that borrows the slice (a collective, which reads; a receive, which
+        // borrows it mutably), and this rank writes only through `DerefMut`, which needs
+        // `&mut self` (module doc). In range and aligned: the segment holds `len`
         // elements from its page-aligned start (checked inside; empty on a failure that
         // cannot happen).
         unsafe { self.seg.view::<T>(0, self.len) }.unwrap_or(&[])
@@ -120,9 +127,9 @@ impl<T: Element> Deref for Buffer<T> {
 
 impl<T: Element> DerefMut for Buffer<T> {
     fn deref_mut(&mut self) -> &mut [T] {
-        // SAFETY: exclusive while the slice lives: peers read the buffer only inside a
-        // collective this rank is in, with the buffer borrowed by that call, and the call
-        // returns after the last read (module doc); `&mut self` excludes every other view.
+        // SAFETY: exclusive while the slice lives: peers read or write the buffer only inside
+        // a call of this rank that borrows it (a collective, a receive), which returns after
+        // their last access (module doc); `&mut self` excludes every other view.
         unsafe { self.seg.view_mut::<T>(0, self.len) }.unwrap_or(&mut [])
     }
 }

@@ -6,10 +6,12 @@
 //! 0                             the ring (crate::fabric::ring, `Shape::messages`): eager
 //!                               packets and requests-to-send; R0 = its bytes
 //! R0 + r*R*64 + s*64            remote address buffer: slot s of my rendezvous sends to r;
-//!                               r writes [handle 32 | offset | length | 0 | epoch], or for
-//!                               cross-memory attach [address | - | length | claim | epoch]
-//!                               claim = 2e: posted; 2e+1: I claimed it; REVOKED: r gave the
-//!                               transfer up                              writers: r, me
+//!                               r writes [handle 32 | offset | length | 0 | epoch]; for a
+//!                               transfer r may revoke (into the buffer its wait holds):
+//!                               cross-memory attach [address | BY_ADDRESS | length | claim |
+//!                               epoch], or one of its Buffers [handle 32 | offset | length |
+//!                               claim | epoch]; claim = 2e: posted; 2e+1: I claimed it;
+//!                               REVOKED: r gave the transfer up          writers: r, me
 //! R0 + P*R*64 + q*R*64 + s*64   done words: q raised it to epoch when it finished putting the
 //!                               data of its rendezvous slot s into my buffer     writer: q
 //! C0 + r*C*64 + c*64            channel address: where r wants the data of my persistent
@@ -30,7 +32,7 @@
 //! ring, or into a pooled stash when the ring is full or the message goes by rendezvous). So a
 //! request that is dropped, or leaked, can never make the engine write into freed memory.
 //!
-//! # Cross-memory attach: the one exception, bounded by a wait
+//! # Cross-memory attach and `Buffer`s: the exceptions, bounded by a wait
 //! A rendezvous of at least `cma_min` bytes whose receive is matched while its caller waits
 //! on it (a blocking receive, or the wait of a receive request: [`Dest::Direct`]), from a
 //! sender that can write into this process by cross-memory attach (`World::cma_reaches`; a
@@ -86,21 +88,13 @@ const SUB: usize = 16;
 const ABANDONED: u64 = 1 << 63;
 /// Raised into a done word with the generation when the sender's write straight into the
 /// receiver's buffer (cross-memory attach, or a put into a `Buffer`) failed.
-const CMA_FAILED: u64 = 1 << 62;
-/// The offset word of a claimed clear-to-send whose first word is a plain address (cross-memory
-/// attach) rather than a handle (a put into one of the receiver's `Buffer`s).
-const BY_ADDRESS: u64 = u64::MAX;
-
-/// Where a claimed rendezvous writes: the receiver's buffer it holds in its wait.
-#[derive(Debug, Clone, Copy)]
-enum Target {
-    /// Plain memory, by cross-memory attach.
-    Addr(u64),
-    /// One of its communicator's `Buffer`s, by a put.
-    Seg(Handle, usize),
-}
+const DIRECT_FAILED: u64 = 1 << 62;
 /// The flags of a done word.
-const DONE_FLAGS: u64 = ABANDONED | CMA_FAILED;
+const DONE_FLAGS: u64 = ABANDONED | DIRECT_FAILED;
+/// The offset word of a claimed clear-to-send whose first word is a plain address (cross-memory
+/// attach) rather than a handle (a put into one of the receiver's `Buffer`s): no segment is
+/// that long.
+const BY_ADDRESS: u64 = u64::MAX;
 /// Longest sleep of a waiter before it polls every peer again.
 const NAP: Duration = Duration::from_micros(200);
 /// While a wait spins, one turn in this many runs a full progress pass.
@@ -122,14 +116,24 @@ pub(crate) enum Dest {
     /// Plain memory: through a landing buffer.
     Plain,
     /// Plain memory of a receive whose caller stays in the engine until the receive is
-    /// settled (a blocking receive, the wait of a receive request): a rendezvous from a sender
-    /// that reaches it by cross-memory attach is written straight into it (see the module
-    /// docs); from any other sender, as `Plain`.
+    /// settled (a blocking receive, the wait of a receive request): a rendezvous from a rank
+    /// of this node is written straight into it, by a put if it lies in one of the
+    /// communicator's `Buffer`s, else by cross-memory attach from `cma_min` bytes (see the
+    /// module docs); otherwise as `Plain`.
     Direct,
     /// A registered segment of this rank: straight in.
     Seg(Handle, usize),
     /// A persistent channel's receive (its first round): matches only a channel's send.
     Bound(Handle, usize),
+}
+
+/// Where a claimed rendezvous writes: the buffer the receiver holds in its wait.
+#[derive(Debug, Clone, Copy)]
+enum Target {
+    /// Plain memory, by cross-memory attach.
+    Addr(u64),
+    /// One of its communicator's `Buffer`s, by a put.
+    Seg(Handle, usize),
 }
 
 /// What was received, before it reaches the user's buffer.
@@ -177,8 +181,9 @@ enum St {
         slot: usize,
         epoch: u64,
         landing: Option<Segment>,
-        /// The sender writes into the user's buffer by cross-memory attach: the wait in
-        /// hand must settle it before it returns.
+        /// The sender writes into the user's buffer (cross-memory attach, or a put into a
+        /// `Buffer`) under the claim protocol: the wait in hand must settle it before it
+        /// returns.
         direct: bool,
         err: Option<Error>,
     },
@@ -829,6 +834,20 @@ impl Engine {
                     usize_sat(word(32)),
                 ))
             };
+            // A put can reach any rank's segment: take only the receiver's own.
+            if let Some(Target::Seg(h, _)) = target
+                && h.rank() != self.world[to]
+            {
+                return Err(self.peer_err(
+                    ErrorKind::Transport,
+                    to,
+                    format!(
+                        "malformed rendezvous address from communicator rank {to}: a segment of \
+                         rank {}",
+                        h.rank()
+                    ),
+                ));
+            }
             let dst = if claimed {
                 None
             } else {
@@ -887,10 +906,11 @@ impl Engine {
         Ok(())
     }
 
-    /// The data of a rendezvous whose receiver posted its buffer's address (see the module
-    /// docs, "Cross-memory attach"): claims the transfer on the claim word at `claim_off` of
-    /// this rank's segment, writes `src` to the address once, then raises the receiver's done
-    /// word (with [`CMA_FAILED`] if the write failed). A transfer the receiver revoked is not
+    /// The data of a rendezvous whose receiver posted the buffer its wait holds (see the module
+    /// docs, "Cross-memory attach and `Buffer`s"): claims the transfer on the claim word at
+    /// `claim_off` of this rank's segment, writes `src` there once (by cross-memory attach to
+    /// an address, or a put into a `Buffer`), then raises the receiver's done word (with
+    /// [`DIRECT_FAILED`] if the write failed). A transfer the receiver revoked is not
     /// written and not signalled: the receiver has left its wait.
     fn write_direct(
         &self,
@@ -925,12 +945,25 @@ impl Engine {
         }
         let wrote = match target {
             Target::Addr(addr) => w.cma_write(self.world[to], addr, src),
-            Target::Seg(h, off) => w.put(&h, off, src),
+            Target::Seg(h, off) => w.put(&h, off, src).map_err(|e| {
+                let kind = match e.kind() {
+                    ErrorKind::PeerDied => ErrorKind::PeerDied,
+                    _ => ErrorKind::Transport,
+                };
+                self.peer_err(
+                    kind,
+                    to,
+                    format!(
+                        "putting {} bytes into communicator rank {to}'s receive buffer: {e}",
+                        src.len()
+                    ),
+                )
+            }),
         };
         match wrote {
             Ok(()) => w.signal(done, done_off, SignalOp::Set(epoch)),
             Err(e) => {
-                let _ = w.signal(done, done_off, SignalOp::Set(epoch | CMA_FAILED));
+                let _ = w.signal(done, done_off, SignalOp::Set(epoch | DIRECT_FAILED));
                 Err(e)
             }
         }
@@ -1661,7 +1694,7 @@ impl Engine {
                         env.src, env.tag
                     ),
                 ))
-            } else if v & CMA_FAILED != 0 {
+            } else if v & DIRECT_FAILED != 0 {
                 Some(self.peer_err(
                     ErrorKind::Transport,
                     env.src,
@@ -1990,7 +2023,8 @@ impl Engine {
         }
     }
 
-    /// Settles a cross-memory transfer into the buffer of request `id`, whose wait is leaving
+    /// Settles a direct transfer (cross-memory attach, or a put into a `Buffer`) into the
+    /// buffer of request `id`, whose wait is leaving
     /// before the transfer completed (see the module docs): revokes it by compare-and-swap on
     /// the sender's claim word, or, if the sender claimed it first, waits for its done word
     /// until the sender stops. Afterwards nothing writes into the buffer.
@@ -2036,7 +2070,7 @@ impl Engine {
             }
             return;
         }
-        // Claimed: the data is being written (one system call, then the done word). Wait for
+        // Claimed: the data is being written (one system call or one put, then the done word). Wait for
         // the done word however long it takes, unless the writer's process has exited; not
         // on the job's board, where a rank that aborted or failed may still be running and
         // writing. (A word that cannot be read counts as not raised.)
@@ -2158,7 +2192,7 @@ fn meta(tag: i32, kind: u8, slot: u8, ty: u8) -> [u8; 8] {
 
 /// A wait on a request, for as long as it runs: a plain receive waited on becomes
 /// [`Dest::Direct`] (its buffer is in hand and stays so until the wait returns), and a wait
-/// that leaves with a cross-memory transfer still in flight settles it first — on every way
+/// that leaves with a direct transfer still in flight settles it first — on every way
 /// out, unwinding included.
 struct Stay<'e> {
     eng: &'e Engine,

@@ -42,9 +42,11 @@
 //!   it (a blocking receive, or the wait of a receive request) posts the buffer's own address
 //!   when the sender can reach it by cross-memory attach ([`cross_memory_attach`]; ranks of
 //!   one node): the sender writes the data once, straight from its buffer into the
-//!   receiver's. Otherwise (a smaller message, a match during another call, a rank across the
-//!   network, `TCA_CMA=off`) the data comes through a pooled registered landing buffer and one
-//!   copy.
+//!   receiver's. A receive the caller waits on into one of the communicator's
+//!   [`crate::Buffer`]s (tca's memory) from a rank of this node takes every rendezvous that
+//!   way too, as one put, whatever `TCA_CMA` says. Otherwise (a smaller message into plain
+//!   memory, a match during another call, a rank across the network, `TCA_CMA=off`) the data
+//!   comes through a pooled registered landing buffer and one copy.
 //! - **Bound channels** (persistent requests between registered segments,
 //!   [`Comm::send_init_from`] and [`Comm::recv_init_into`]; QUDA's ghost zones): matched once,
 //!   on their first round, by a binding packet that carries the round number; the receiver
