@@ -6,7 +6,12 @@
 //! exact in f64 at any rank count, and a stale buffer from an earlier round, or data shifted
 //! by any number of elements, does not pass. Lengths run
 //! from 0 through the eager sizes to 70,000 elements (560 KB), where the pipelined and
-//! bandwidth-optimal algorithms take over.
+//! bandwidth-optimal algorithms take over. Half the calls left to the selector run over
+//! buffers in tca's memory (`Comm::buffer`): on one node, from the single-copy threshold on,
+//! peers then read each other's buffers in place (`tca::coll` single copy), and a fault lands
+//! in the middle of that protocol.
+
+use std::ops::DerefMut;
 
 use tca::coll::ALGORITHMS;
 use tca::{Collective, Comm, Op};
@@ -62,73 +67,96 @@ pub(crate) fn step(c: &Comm, round: u64, r: &mut Rng) -> Step {
     };
     let n = usize::try_from(n).unwrap_or(0);
     let root = u32::try_from(r.below(p as u64)).unwrap_or(0);
+    // Every rank draws the same, so all allocate alike (`Comm::buffer` is collective).
+    let tca_memory = forced.is_none() && r.one_in(2);
     c.force(which, forced)?;
-    let ok = run(c, which, n, root, round);
+    let ok = run(c, which, n, root, round, tca_memory);
     // Restoring the selector can only fail as the call did (a dead peer): report the call's.
     let restored = c.force(which, None);
     let ok = ok?;
     restored?;
     check(ok, || {
         format!(
-            "{} ({}) of {n} elements, root {root}, round {round}: result differs from the reference",
+            "{} ({}{}) of {n} elements, root {root}, round {round}: result differs from the \
+             reference",
             which.name(),
-            forced.unwrap_or("auto")
+            forced.unwrap_or("auto"),
+            if tca_memory { ", tca memory" } else { "" }
         )
     })
 }
 
-fn run(c: &Comm, which: Collective, n: usize, root: u32, round: u64) -> tca::Result<bool> {
+/// A buffer holding `v`: in tca's memory (collective) or ordinary memory.
+type Mem = Box<dyn DerefMut<Target = [f64]>>;
+
+fn run(
+    c: &Comm,
+    which: Collective,
+    n: usize,
+    root: u32,
+    round: u64,
+    tca_memory: bool,
+) -> tca::Result<bool> {
     let (p, me) = (c.size() as usize, c.rank() as usize);
     let is_root = me == root as usize;
     let all = |n| -> Vec<f64> { (0..p).flat_map(|q| input(round, q, n)).collect() };
+    let mem = |v: Vec<f64>| -> tca::Result<Mem> {
+        Ok(if tca_memory {
+            let mut b = c.buffer::<f64>(v.len())?;
+            b.copy_from_slice(&v);
+            Box::new(b)
+        } else {
+            Box::new(v)
+        })
+    };
     Ok(match which {
         Collective::Broadcast => {
-            let mut b = if is_root {
+            let mut b = mem(if is_root {
                 input(round, me, n)
             } else {
                 vec![0.0; n]
-            };
+            })?;
             c.broadcast(&mut b, root)?;
-            b == input(round, root as usize, n)
+            b[..] == input(round, root as usize, n)[..]
         }
         Collective::Scatter => {
-            let everything = all(n);
-            let mut got = vec![0.0; n];
-            c.scatter(if is_root { &everything } else { &[] }, &mut got, root)?;
-            got == input(round, me, n)
+            let everything = mem(if is_root { all(n) } else { Vec::new() })?;
+            let mut got = mem(vec![0.0; n])?;
+            c.scatter(&everything, &mut got, root)?;
+            got[..] == input(round, me, n)[..]
         }
         Collective::Gather => {
-            let mut got = vec![0.0; if is_root { p * n } else { 0 }];
-            c.gather(&input(round, me, n), &mut got, root)?;
-            !is_root || got == all(n)
+            let mut got = mem(vec![0.0; if is_root { p * n } else { 0 }])?;
+            c.gather(&mem(input(round, me, n))?, &mut got, root)?;
+            !is_root || got[..] == all(n)[..]
         }
         Collective::Reduce => {
-            let mut got = vec![0.0; n];
-            c.reduce(&input(round, me, n), &mut got, &Op::Sum, root)?;
-            !is_root || got == sum(round, p, n)
+            let mut got = mem(vec![0.0; n])?;
+            c.reduce(&mem(input(round, me, n))?, &mut got, &Op::Sum, root)?;
+            !is_root || got[..] == sum(round, p, n)[..]
         }
         Collective::Allgather => {
-            let mut got = vec![0.0; p * n];
-            c.allgather(&input(round, me, n), &mut got)?;
-            got == all(n)
+            let mut got = mem(vec![0.0; p * n])?;
+            c.allgather(&mem(input(round, me, n))?, &mut got)?;
+            got[..] == all(n)[..]
         }
         Collective::Allreduce => {
-            let mut got = vec![0.0; n];
-            c.allreduce(&input(round, me, n), &mut got, &Op::Sum)?;
-            got == sum(round, p, n)
+            let mut got = mem(vec![0.0; n])?;
+            c.allreduce(&mem(input(round, me, n))?, &mut got, &Op::Sum)?;
+            got[..] == sum(round, p, n)[..]
         }
         Collective::Barrier => {
             c.barrier()?;
             true
         }
         Collective::ReduceScatter => {
-            let mut got = vec![0.0; n];
-            c.reduce_scatter(&input(round, me, p * n), &mut got, &Op::Sum)?;
-            got == sum(round, p, p * n)[me * n..(me + 1) * n]
+            let mut got = mem(vec![0.0; n])?;
+            c.reduce_scatter(&mem(input(round, me, p * n))?, &mut got, &Op::Sum)?;
+            got[..] == sum(round, p, p * n)[me * n..(me + 1) * n]
         }
         Collective::Alltoall => {
-            let send: Vec<f64> = (0..p * n).map(|i| a2a(round, me, i)).collect();
-            let mut got = vec![0.0; p * n];
+            let send = mem((0..p * n).map(|i| a2a(round, me, i)).collect())?;
+            let mut got = mem(vec![0.0; p * n])?;
             c.alltoall(&send, &mut got)?;
             (0..p).all(|j| (0..n).all(|i| got[j * n + i] == a2a(round, j, me * n + i)))
         }
