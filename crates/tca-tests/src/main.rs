@@ -445,9 +445,9 @@ fn coll(w: &World, rounds: u64) -> tca::Result<bool> {
         c.force(alg.collective, None)?;
     }
     // Single copy between processes: buffers in tca's memory, from the threshold on.
-    let n = tca::coll::DIRECT_DEFAULT / 8 + 11;
-    c.set_direct_min(tca::coll::DIRECT_DEFAULT); // the default with a core per rank
-    let before = c.direct_calls();
+    let n = tca::coll::SINGLE_COPY_MIN / 8 + 11;
+    c.set_single_copy_min(Some(tca::coll::SINGLE_COPY_MIN)); // the default with a core per rank
+    let before = c.single_copy_calls();
     let mut s = c.buffer::<f64>(p * n)?;
     for (i, x) in s.iter_mut().enumerate() {
         *x = v(me, i);
@@ -464,10 +464,10 @@ fn coll(w: &World, rounds: u64) -> tca::Result<bool> {
     ok &= r[..n] == sum(p * n)[me * n..(me + 1) * n];
     c.broadcast(&mut s[..n], root)?;
     ok &= s[..n] == input(p - 1, n)[..];
-    let calls = c.direct_calls() - before;
+    let calls = c.single_copy_calls() - before;
     let want = if c.single_copy() && p > 1 {
         let cores = tca::bootstrap::job_cpus() as usize;
-        4 + u64::from(p <= tca::coll::ALLREDUCE_RANKS && p <= cores)
+        4 + u64::from(p <= tca::coll::SINGLE_COPY_ALLREDUCE_RANKS && p <= cores)
     } else {
         0
     };

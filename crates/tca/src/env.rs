@@ -28,7 +28,7 @@
 //! | `TCA_MPIRUN` | user | the `mpirun` of `--compare mpi` (default: `mpirun` on the PATH) |
 //! | `TCA_P2P_EAGER` | user | largest two-sided message (bytes) sent eagerly; larger ones go by rendezvous (default `p2p::EAGER_DEFAULT`, capped by the ring's packet size) |
 //! | `TCA_CMA` | user | smallest two-sided rendezvous message (bytes) written straight into a plain receive buffer by cross-memory attach, or `off` (default `p2p::CMA_DEFAULT`; see `p2p::cross_memory_attach`) |
-//! | `TCA_DIRECT` | user | smallest collective message (bytes; the per-rank block where the collective has blocks) that goes single-copy between `Comm::buffer`s on one node, or `off` (default `coll::DIRECT_DEFAULT`; see `coll::direct`) |
+//! | `TCA_SINGLE_COPY` | user | smallest collective message (bytes; the per-rank block where the collective has blocks) that goes single-copy between `Comm::buffer`s on one node, or `off` (default `coll::SINGLE_COPY_MIN`, `coll::SINGLE_COPY_MIN_CROWDED` with more ranks than cores; an allreduce only up to `coll::SINGLE_COPY_ALLREDUCE_RANKS` ranks with a core each, whatever the setting; rank 0's value is every member's) |
 //! | `TCA_AM_CHANNELS` | user | channels (copy engines) a large active-message put into memory of this node is split over, weights tuned per transfer pattern (default 1: no split; see `am::Endpoint::set_channels`) |
 //! | `TCA_AM_PACK` | user | pieces of a vector, indexed or strided put shorter than this (bytes) are packed through the active-message ring; longer ones go segment to segment (default `am::PACK_DEFAULT`, capped by the ring's packet size) |
 //! | `TCA_PROGRESS` | user | where communication progresses in `tca bench`'s non-blocking benchmarks and for programs that ask `offload::Progress::from_env`: `caller` (default: in the caller's tca calls) or `thread` (a progress thread per rank owns the world, `offload::Proxy`) |
@@ -46,7 +46,7 @@ pub const P2P_EAGER: &str = "TCA_P2P_EAGER";
 /// Smallest rendezvous message written by cross-memory attach, in bytes, or `off`.
 pub const CMA: &str = "TCA_CMA";
 /// Smallest collective message that goes single-copy between buffers in tca's memory, or `off`.
-pub const DIRECT: &str = "TCA_DIRECT";
+pub const SINGLE_COPY: &str = "TCA_SINGLE_COPY";
 /// Where communication progresses: `caller` or `thread` (`offload::Progress`).
 pub const PROGRESS: &str = "TCA_PROGRESS";
 /// Rank of this process, set by `tca run`.
@@ -135,7 +135,7 @@ pub const KNOWN: &[&str] = &[
     MODEL_FILE,
     P2P_EAGER,
     CMA,
-    DIRECT,
+    SINGLE_COPY,
     AM_PACK,
     AM_CHANNELS,
     PROGRESS,

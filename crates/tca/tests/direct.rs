@@ -5,7 +5,7 @@
 //! calls take the channel algorithms (`single_copy()` is false there) and must agree too.
 //! Multi-process runs are in `crates/tca-tests` (`coll`).
 
-use tca::coll::{ALLREDUCE_RANKS, Buffer, DIRECT_DEFAULT};
+use tca::coll::{Buffer, SINGLE_COPY_ALLREDUCE_RANKS, SINGLE_COPY_MIN};
 use tca::{Comm, ErrorKind, Op, threads};
 
 /// Elements per block: over the default threshold, more than two of the reductions' 64 KiB
@@ -37,7 +37,7 @@ fn filled(c: &Comm<'_>, len: usize, f: impl Fn(usize) -> f64) -> tca::Result<Buf
 /// many calls went single-copy.
 fn every_collective(c: &Comm<'_>, heap: Option<usize>) -> tca::Result<(Vec<String>, u64)> {
     let (p, me) = (c.size() as usize, c.rank() as usize);
-    let before = c.direct_calls();
+    let before = c.single_copy_calls();
     let mut wrong = Vec::new();
     let mut expect = |what: &str, ok: bool| {
         if !ok {
@@ -148,12 +148,12 @@ fn every_collective(c: &Comm<'_>, heap: Option<usize>) -> tca::Result<(Vec<Strin
         "alltoall",
         (0..p).all(|j| (0..N).all(|i| r[j * N + i] == (j * 100_000 + me * N + i) as f64)),
     );
-    Ok((wrong, c.direct_calls() - before))
+    Ok((wrong, c.single_copy_calls() - before))
 }
 
 /// Calls of `every_collective` that go single-copy when every buffer is in tca's memory:
 /// broadcast, scatter, gather and two reduces per root, then four, the allreduce only up to
-/// `ALLREDUCE_RANKS` ranks.
+/// `SINGLE_COPY_ALLREDUCE_RANKS` ranks.
 fn direct_count(p: usize) -> u64 {
     if p == 1 {
         return 0;
@@ -163,14 +163,14 @@ fn direct_count(p: usize) -> u64 {
 
 /// Whether a single-copy allreduce runs on `p` ranks: few ranks, each with a core.
 fn allreduce_too(p: usize) -> bool {
-    p <= ALLREDUCE_RANKS && p <= tca::bootstrap::job_cpus() as usize
+    p <= SINGLE_COPY_ALLREDUCE_RANKS && p <= tca::bootstrap::job_cpus() as usize
 }
 
 /// The world's communicator, with the single-copy threshold at its default for ranks with a
 /// core each (with more ranks than cores it is higher; the tests' blocks sit just above it).
 fn comm(w: &tca::World) -> tca::Result<Comm<'_>> {
     let c = Comm::world(w)?;
-    c.set_direct_min(DIRECT_DEFAULT);
+    c.set_single_copy_min(Some(SINGLE_COPY_MIN));
     Ok(c)
 }
 
@@ -237,19 +237,26 @@ fn below_the_threshold_and_when_forced_the_channels_run() {
         let s = filled(&c, 64, |i| v(0, i))?;
         let mut r = c.buffer::<f64>(64)?;
         c.allreduce(&s[AT..], &mut r, &Op::Sum)?;
-        let small = c.direct_calls();
+        let small = c.single_copy_calls();
         let s = filled(&c, N, |i| v(0, i))?;
         let mut r = c.buffer::<f64>(N)?;
         c.force(tca::Collective::Allreduce, Some("ring"))?;
         c.allreduce(&s[AT..], &mut r, &Op::Sum)?;
-        let forced = c.direct_calls();
+        let forced = c.single_copy_calls();
         c.force(tca::Collective::Allreduce, None)?;
-        c.set_direct_min(usize::MAX);
+        c.set_single_copy_min(None);
         c.allreduce(&s[AT..], &mut r, &Op::Sum)?;
-        let off = c.direct_calls();
-        c.set_direct_min(DIRECT_DEFAULT);
+        let off = c.single_copy_calls();
+        c.set_single_copy_min(Some(SINGLE_COPY_MIN));
         c.allreduce(&s[AT..], &mut r, &Op::Sum)?;
-        Ok((small, forced, off, c.direct_calls(), c.single_copy(), r[0]))
+        Ok((
+            small,
+            forced,
+            off,
+            c.single_copy_calls(),
+            c.single_copy(),
+            r[0],
+        ))
     })
     .unwrap();
     for (small, forced, off, on, single, x) in got {

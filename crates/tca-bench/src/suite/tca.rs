@@ -36,7 +36,10 @@ impl<T: tca::coll::Element> Mem<T> {
     fn new(comm: &Comm<'_>, tca: bool, len: usize, v: T) -> Result<Self> {
         Ok(if tca {
             let mut b = comm.buffer::<T>(len)?;
-            b.fill(v);
+            // Zeroed already: a fill of zeros would only touch every page now.
+            if b.first().is_some_and(|&z| z != v) {
+                b.fill(v);
+            }
             Self::Tca(b)
         } else {
             Self::Heap(vec![v; len])
@@ -784,6 +787,8 @@ impl<'w> Backend for TcaBackend<'w> {
         let two_sided = |b: usize| {
             let proto = if b <= self.comm.eager_limit() {
                 "eager"
+            } else if matches!(self.brecv, Mem::Tca(_)) && self.comm.single_copy() {
+                "rendezvous, one put into the receiver's Buffer"
             } else {
                 "rendezvous"
             };

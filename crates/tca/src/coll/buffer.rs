@@ -8,13 +8,14 @@
 //!
 //! # Why the views are sound
 //! A buffer is a segment whose handle no peer *uses* except inside a call of this rank that
-//! borrows the slice (peers may keep it in their attach caches and rendezvous slots after): the collectives of the communicator that allocated it
-//! (`coll::direct`), where peers *read* it, and a two-sided receive this rank waits in, where
-//! the sender *puts* the message into it once it has claimed the transfer, which the wait
-//! revokes or waits for before it returns (`p2p::engine`, "Cross-memory attach"). A collective
-//! returns only when every reader has said it is done. So the program's `&mut [T]` (from
-//! [`DerefMut`]) never coexists with another rank's access outside such a call, and a `&[T]`
-//! only with readers. Two cases are weaker:
+//! borrows the slice (peers may keep it in their attach caches and rendezvous slots after):
+//! the collectives of the communicator that allocated it (`coll::direct`), where peers *read*
+//! it, and a two-sided receive this rank waits in, where the sender *puts* the message into
+//! it once it has claimed the transfer, which the wait revokes or waits for before it returns
+//! (`p2p::engine`, "Cross-memory attach and `Buffer`s"). A collective returns only when every
+//! reader has said it is done. So the program's `&mut [T]` (from [`DerefMut`]) never
+//! coexists with another rank's access outside such a call, and a `&[T]` only with readers.
+//! Three cases are weaker:
 //! - A broadcast's root passes its buffer as `&mut [T]` and is read meanwhile. It writes
 //!   nothing during the call. With ranks in separate processes (how `tca run` starts them) a
 //!   peer's read is another process's access, outside this program's aliasing model; with
@@ -81,9 +82,15 @@ impl Registry {
 }
 
 /// `len` elements of `T` in tca's memory, zeroed: a slice to the program ([`Deref`] and
-/// [`DerefMut`] to `[T]`), read in place by the peers of the communicator that allocated it
-/// ([`Comm::buffer`](super::Comm::buffer)) in its large collectives on this node: see the
-/// module doc.
+/// [`DerefMut`] to `[T]`), made by [`Comm::buffer`](super::Comm::buffer).
+///
+/// On one node, the peers of the communicator that allocated it read it in place in that
+/// communicator's large blocking collectives (single copy: each byte copied once, by its
+/// reader, after one small message saying where it lies and before one saying it is done),
+/// and a sender puts a large two-sided message straight into it when this rank receives into
+/// it and waits. Peers touch it only inside such a call of this rank, which returns after
+/// their last access; after a failed call (a dead peer, an abort: the job is ending) a slower
+/// peer may still be reading. Dropping it unregisters and frees it.
 #[derive(Debug)]
 pub struct Buffer<T: Element> {
     seg: Segment,
@@ -143,18 +150,26 @@ impl<T: Element> Drop for Buffer<T> {
 
 impl super::Comm<'_> {
     /// Allocates `len` zeroed elements of `T` in tca's memory: a slice to this program, and a
-    /// buffer that this communicator's large collectives on one node read in place, one copy
-    /// per byte (see `coll::direct`; `TCA_DIRECT` sets from which size).
+    /// buffer that this communicator's large blocking collectives on one node read in place,
+    /// one copy per byte: `broadcast`, `scatter`, `gather`, `reduce`, `allgather`, `alltoall`,
+    /// `allreduce` (up to [`SINGLE_COPY_ALLREDUCE_RANKS`](super::SINGLE_COPY_ALLREDUCE_RANKS)
+    /// ranks with a core each) and `reduce_scatter`, from
+    /// [`single_copy_min`](super::Comm::single_copy_min) bytes on
+    /// ([`SINGLE_COPY_MIN`](super::SINGLE_COPY_MIN), or
+    /// [`SINGLE_COPY_MIN_CROWDED`](super::SINGLE_COPY_MIN_CROWDED) with more ranks than cores;
+    /// `TCA_SINGLE_COPY`). A two-sided receive into it that this rank waits in takes a large
+    /// message from a rank of this node as one put.
+    /// [`Comm::single_copy_calls`](super::Comm::single_copy_calls) counts the collectives
+    /// that went single-copy.
     ///
-    /// Collective, as OpenSHMEM's `shmem_malloc`: every member calls it, each with the length
-    /// it needs (a barrier, after which every member's large collectives offer their buffers:
-    /// all take the same branch of each call, so a member that skipped it would stall the
-    /// others here, not confuse a later collective). Buffers of ordinary memory keep working,
-    /// also mixed with these: a call where some rank's buffer is ordinary memory falls back
-    /// to the channels on every rank. A rank whose allocation fails gets the error and its
-    /// communicator stays consistent. Each buffer is a segment of its own (a memory file, a
-    /// descriptor, a header page, whole pages): allocate a few large ones and take slices,
-    /// rather than many small ones.
+    /// Collective, as OpenSHMEM's `shmem_malloc`: every member calls it, each with the length it
+    /// needs (a barrier, after which every member's large collectives offer their buffers: all take
+    /// the same branch of each call, so a member that skipped it would stall the others here, not
+    /// confuse a later collective). Buffers of ordinary memory keep working, also mixed with these:
+    /// a call where a buffer that peers would read is ordinary memory falls back to the channels on
+    /// every rank. A rank whose allocation fails gets the error and its communicator stays
+    /// consistent. Each buffer is a segment of its own (a memory file, a descriptor, a header page,
+    /// whole pages): allocate a few large ones and take slices, rather than many small ones.
     pub fn buffer<T: Element>(&self, len: usize) -> crate::Result<Buffer<T>> {
         self.direct.set(true);
         self.barrier()?;

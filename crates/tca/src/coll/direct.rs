@@ -30,16 +30,15 @@
 //! # When
 //! Only in the blocking `broadcast`, `scatter`, `gather`, `reduce`, `allgather`, `alltoall`,
 //! `allreduce` and `reduce_scatter` (not the in-place forms, whose one buffer is both read and
-//! written), on a communicator that allocated a buffer (the flag is set on
-//! every member by the collective [`Comm::buffer`], so every member takes the same branch
-//! without a message), whose members are all on this node and reached through shared memory
-//! (a simulated or network transport has only writes: the papers' hardware), with no
-//! algorithm forced, and from [`DIRECT_DEFAULT`] bytes on (`TCA_DIRECT`, `Comm::set_direct_min`).
-//! An allreduce reads every peer's whole vector on every rank, so only up to
-//! [`ALLREDUCE_RANKS`] ranks, each with a core. With more ranks than cores the threshold is
-//! [`DIRECT_CROWDED`]. Rank 0's settings are every member's (sent when the communicator is
-//! made). An error in the middle of the protocol aborts the job: the
-//! peers wait for this rank's offers or its "done".
+//! written), on a communicator that allocated a buffer (the flag is set on every member by the
+//! collective [`Comm::buffer`], so every member takes the same branch without a message), whose
+//! members are all on this node and reached through shared memory (a simulated or network transport
+//! has only writes: the papers' hardware), with no algorithm forced, and from [`SINGLE_COPY_MIN`]
+//! bytes on (`TCA_SINGLE_COPY`, `Comm::set_single_copy_min`). An allreduce reads every peer's whole
+//! vector on every rank, so only up to [`SINGLE_COPY_ALLREDUCE_RANKS`] ranks, each with a core.
+//! With more ranks than cores the threshold is [`SINGLE_COPY_MIN_CROWDED`]. Rank 0's settings are
+//! every member's (sent when the communicator is made). An error in the middle of the protocol
+//! aborts the job: the peers wait for this rank's offers or its "done".
 
 #![allow(unsafe_code)] // the views of peers' buffers that reductions read, argued below
 
@@ -52,32 +51,37 @@ use crate::transport::Region;
 
 /// Smallest message (bytes; per rank's block where the collective has blocks) that goes
 /// single-copy by default: below it the two small messages per pair cost more than the
-/// second copy saves (at 2 ranks single copy measured 0.2-0.9x the channels' time at 4 KiB
-/// and 0.1-0.6x at 8 KiB; BENCHMARKS.md, "Single-copy collectives").
-pub const DIRECT_DEFAULT: usize = 8 * 1024;
+/// second copy saves. At 2 ranks single copy measured 0.14-1.64x the channels' time at 4 KiB
+/// and 0.08-0.95x at 8 KiB (BENCHMARKS.md, "Single-copy collectives over tca's buffers").
+pub const SINGLE_COPY_MIN: usize = 8 * 1024;
 
 /// The same with more ranks than cores: every wait for a peer's message is then a trip
 /// through the scheduler, and the protocol's two waits (for the offer, for "done") cost more
-/// than the second copy saves below this (BENCHMARKS.md, "Single-copy collectives").
-pub const DIRECT_CROWDED: usize = 64 * 1024;
+/// than the second copy saves at 8 KiB (1.5-3.1x the channels' time for the rooted
+/// collectives at 4 and 8 ranks on 2 cores), while from 64 KiB most collectives gained
+/// (BENCHMARKS.md, "Single-copy collectives over tca's buffers"; sizes between were not
+/// measured).
+pub const SINGLE_COPY_MIN_CROWDED: usize = 64 * 1024;
 
 /// Most ranks a single-copy allreduce runs on: every rank reduces all p vectors, p times the
-/// reads of one vector, which the channel algorithms beat from a few ranks on (and with more
-/// ranks than cores, where the reads are no longer done side by side, from 4).
-pub const ALLREDUCE_RANKS: usize = 4;
+/// reads of one vector, which the channel algorithms (about 2 vectors' worth per rank) should
+/// beat from a few ranks on. An estimate: measured only at 2 ranks with a core each (0.1-0.5x
+/// the channels) and at 4 on 2 cores (1.26-1.71x at 64 KiB, hence none with more ranks than
+/// cores).
+pub const SINGLE_COPY_ALLREDUCE_RANKS: usize = 4;
 
 /// This rank's single-copy settings for a communicator of `p` ranks: the smallest message
-/// (`TCA_DIRECT`, else [`DIRECT_DEFAULT`], or [`DIRECT_CROWDED`] with more ranks than
-/// cores) and whether an allreduce may go single-copy. Rank 0's are every member's.
+/// (`TCA_SINGLE_COPY`, else [`SINGLE_COPY_MIN`], or [`SINGLE_COPY_MIN_CROWDED`] with more
+/// ranks than cores) and whether an allreduce may go single-copy. Rank 0's are every member's.
 pub(super) fn settings(p: usize) -> Result<(usize, bool)> {
     let crowded = p > crate::bootstrap::job_cpus() as usize;
-    let min = match std::env::var(crate::env::DIRECT) {
-        Ok(v) if v.trim() == "off" => usize::MAX,
-        Ok(_) => crate::env::parse::<usize>(crate::env::DIRECT)?.unwrap_or(DIRECT_DEFAULT),
-        Err(_) if crowded => DIRECT_CROWDED,
-        Err(_) => DIRECT_DEFAULT,
+    let min = match std::env::var(crate::env::SINGLE_COPY) {
+        Ok(v) if matches!(v.trim(), "off" | "no" | "false") => usize::MAX,
+        Ok(_) => crate::env::parse::<usize>(crate::env::SINGLE_COPY)?.unwrap_or(SINGLE_COPY_MIN),
+        Err(_) if crowded => SINGLE_COPY_MIN_CROWDED,
+        Err(_) => SINGLE_COPY_MIN,
     };
-    Ok((min, p <= ALLREDUCE_RANKS && !crowded))
+    Ok((min, p <= SINGLE_COPY_ALLREDUCE_RANKS && !crowded))
 }
 
 /// Bytes of a reduction's step: the accumulator's piece stays in the cache while every
@@ -165,14 +169,20 @@ impl Comm<'_> {
 
     /// How many collectives on this communicator went single-copy so far (read in place
     /// from [`Buffer`](super::Buffer)s): whether a program's buffers are used as it hopes.
-    pub fn direct_calls(&self) -> u64 {
+    pub fn single_copy_calls(&self) -> u64 {
         self.direct_calls.get()
     }
 
-    /// Sets the smallest message that goes single-copy (bytes; `usize::MAX`: never). Every
-    /// member must set the same.
-    pub fn set_direct_min(&self, bytes: usize) {
-        self.direct_min.set(bytes);
+    /// The smallest message (bytes; per rank's block where the collective has blocks) that
+    /// goes single-copy on this communicator; `None`: never (`TCA_SINGLE_COPY=off`).
+    pub fn single_copy_min(&self) -> Option<usize> {
+        Some(self.direct_min.get()).filter(|&b| b != usize::MAX)
+    }
+
+    /// Sets [`Comm::single_copy_min`] (`None`: never). Every member must set the same: the
+    /// members of a call must all take the single-copy protocol or all the channels.
+    pub fn set_single_copy_min(&self, bytes: Option<usize>) {
+        self.direct_min.set(bytes.unwrap_or(usize::MAX));
     }
 
     /// Ends a single-copy call: an error leaves peers waiting for this rank's offers or its

@@ -66,7 +66,7 @@ use std::cell::{Cell, OnceCell, RefCell, RefMut};
 pub use buffer::Buffer;
 pub(crate) use buffer::Registry;
 pub use channel::{chunk_bytes, scratch_bytes};
-pub use direct::{ALLREDUCE_RANKS, DIRECT_CROWDED, DIRECT_DEFAULT};
+pub use direct::{SINGLE_COPY_ALLREDUCE_RANKS, SINGLE_COPY_MIN, SINGLE_COPY_MIN_CROWDED};
 pub use gathered::Gathered;
 pub use op::{BitOp, Element, Op, Reducer};
 pub use registry::{ALGORITHMS, Algorithm, Collective};
@@ -376,7 +376,8 @@ impl<'w> Comm<'w> {
     }
 
     /// The algorithm a call of `collective` on `bytes` bytes would use now: the forced one,
-    /// else the one with the lowest predicted time ([`model`]; looked up, not computed).
+    /// else the one with the lowest predicted time ([`model`]; looked up, not computed). A call
+    /// over [`Buffer`]s that goes single-copy ([`Comm::single_copy_for`]) uses none of them.
     pub fn algorithm(&self, collective: Collective, bytes: usize) -> &'static Algorithm {
         self.forced.borrow()[collective as usize]
             .unwrap_or_else(|| self.table.get(collective, bytes))

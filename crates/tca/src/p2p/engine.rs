@@ -2070,10 +2070,10 @@ impl Engine {
             }
             return;
         }
-        // Claimed: the data is being written (one system call or one put, then the done word). Wait for
-        // the done word however long it takes, unless the writer's process has exited; not
-        // on the job's board, where a rank that aborted or failed may still be running and
-        // writing. (A word that cannot be read counts as not raised.)
+        // Claimed: the data is being written (one system call or one put, then the done word). Wait
+        // for the done word however long it takes, unless the writer's process has exited; not on
+        // the job's board, where a rank that aborted or failed may still be running and writing. (A
+        // word that cannot be read counts as not raised.)
         let done = self.done_off(q, slot);
         while !self
             .ring
