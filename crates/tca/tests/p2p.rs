@@ -819,16 +819,9 @@ fn a_receive_given_up_is_never_written() {
                     w.set_timeout(Some(std::time::Duration::from_millis(300)));
                     req.wait().unwrap_err()
                 };
-                assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
-                w.set_timeout(None);
-                buf.fill(0xAA);
-                GIVEN_UP.store(round + 1, Ordering::SeqCst);
-                // Rank 0 has tried (and failed) to send by now.
-                c.recv_bytes(&mut [0u8; 1], 0, 97)?;
-                assert!(
-                    buf.iter().all(|&b| b == 0xAA),
-                    "written after it was given up"
-                );
+                given_up(&c, w, &e, &mut buf, || {
+                    GIVEN_UP.store(round + 1, Ordering::SeqCst);
+                })?;
             }
         }
         Ok(())
@@ -924,20 +917,35 @@ fn a_receive_into_a_buffer_given_up_is_never_written() {
             w.set_timeout(Some(std::time::Duration::from_millis(300)));
             let e = req.wait().unwrap_err();
             drop(req);
-            assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
-            w.set_timeout(None);
-            buf.fill(0xAA);
-            GIVEN_UP.store(true, Ordering::SeqCst);
-            // Rank 0 has tried (and failed) to send by now.
-            c.recv_bytes(&mut [0u8; 1], 0, 97)?;
-            assert!(
-                buf.iter().all(|&b| b == 0xAA),
-                "written after it was given up"
-            );
+            given_up(&c, w, &e, &mut buf, || {
+                GIVEN_UP.store(true, Ordering::SeqCst)
+            })?;
         }
         Ok(())
     });
     for x in r {
         x.unwrap();
     }
+}
+
+/// Rank 1's end of a give-up test once its wait failed with `e`: marks its buffer, lets rank
+/// 0 try its send (`let_go`), waits until rank 0 has tried (and failed), and checks that
+/// nothing was written into the buffer meanwhile.
+fn given_up(
+    c: &Comm<'_>,
+    w: &tca::World,
+    e: &tca::Error,
+    buf: &mut [u8],
+    let_go: impl FnOnce(),
+) -> tca::Result<()> {
+    assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
+    w.set_timeout(None);
+    buf.fill(0xAA);
+    let_go();
+    c.recv_bytes(&mut [0u8; 1], 0, 97)?;
+    assert!(
+        buf.iter().all(|&b| b == 0xAA),
+        "written after it was given up"
+    );
+    Ok(())
 }
