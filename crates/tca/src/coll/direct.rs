@@ -153,8 +153,10 @@ impl Comm<'_> {
 
     /// Whether a blocking call of `c` on `bytes` bytes (per rank's block where the collective
     /// has blocks, as [`Comm::algorithm`]) goes single-copy when its buffers are
-    /// [`Buffer`](super::Buffer)s of this communicator: one node, a buffer allocated, no
-    /// algorithm forced, from the threshold on (see the module doc). A barrier never does.
+    /// [`Buffer`](super::Buffer)s of this communicator: every member on this node through
+    /// shared memory, a buffer allocated ([`Comm::buffer`]), no algorithm forced, from
+    /// [`Comm::single_copy_min`] bytes on, and for an allreduce few ranks with a core each
+    /// ([`SINGLE_COPY_ALLREDUCE_RANKS`]). A barrier never does.
     pub fn single_copy_for(&self, c: Collective, bytes: usize) -> bool {
         self.direct.get()
             && self.readable
