@@ -794,14 +794,7 @@ fn a_receive_given_up_is_never_written() {
                     c.isend(&pattern(1, n), 1, tag)?
                 };
                 SENT.store(round + 1, Ordering::SeqCst);
-                while GIVEN_UP.load(Ordering::SeqCst) <= round {
-                    std::thread::sleep(std::time::Duration::from_millis(1));
-                }
-                // An error, not a hang, if the request-to-send came after rank 1 gave up.
-                w.set_timeout(Some(std::time::Duration::from_secs(10)));
-                let e = req.wait().unwrap_err();
-                assert!(e.to_string().contains("gave its receive up"), "{e}");
-                c.send_bytes(&[1], 1, 97)?;
+                refused(&c, w, &mut req, || GIVEN_UP.load(Ordering::SeqCst) > round)?;
             } else {
                 let mut buf = vec![0u8; n];
                 let e = if round == 0 {
@@ -813,9 +806,7 @@ fn a_receive_given_up_is_never_written() {
                     c.send_bytes(&[1], 0, 96)?;
                     // Until rank 0's request-to-send is here (a timeout before it arrived
                     // would cancel the receive and leave that send unmatched).
-                    while SENT.load(Ordering::SeqCst) <= round {
-                        std::thread::sleep(std::time::Duration::from_millis(1));
-                    }
+                    sleep_until(|| SENT.load(Ordering::SeqCst) > round);
                     w.set_timeout(Some(std::time::Duration::from_millis(300)));
                     req.wait().unwrap_err()
                 };
@@ -901,19 +892,11 @@ fn a_receive_into_a_buffer_given_up_is_never_written() {
             c.recv_bytes(&mut [0u8; 1], 1, 96)?;
             let mut req = c.isend(&pattern(1, n), 1, tag)?;
             SENT.store(true, Ordering::SeqCst);
-            while !GIVEN_UP.load(Ordering::SeqCst) {
-                std::thread::sleep(std::time::Duration::from_millis(1));
-            }
-            w.set_timeout(Some(std::time::Duration::from_secs(10)));
-            let e = req.wait().unwrap_err();
-            assert!(e.to_string().contains("gave its receive up"), "{e}");
-            c.send_bytes(&[1], 1, 97)?;
+            refused(&c, w, &mut req, || GIVEN_UP.load(Ordering::SeqCst))?;
         } else {
             let mut req = c.irecv(&mut buf[..], 0, tag)?;
             c.send_bytes(&[1], 0, 96)?;
-            while !SENT.load(Ordering::SeqCst) {
-                std::thread::sleep(std::time::Duration::from_millis(1));
-            }
+            sleep_until(|| SENT.load(Ordering::SeqCst));
             w.set_timeout(Some(std::time::Duration::from_millis(300)));
             let e = req.wait().unwrap_err();
             drop(req);
@@ -948,4 +931,27 @@ fn given_up(
         "written after it was given up"
     );
     Ok(())
+}
+
+/// Rank 0's end of a give-up test: makes no tca call until rank 1 has given up (`given_up`;
+/// its progress would serve the rendezvous), then checks that its send fails naming the
+/// given-up receive, not hangs, and tells rank 1 it has tried.
+fn refused(
+    c: &Comm<'_>,
+    w: &tca::World,
+    req: &mut tca::p2p::Request<'_>,
+    given_up: impl Fn() -> bool,
+) -> tca::Result<()> {
+    sleep_until(given_up);
+    w.set_timeout(Some(std::time::Duration::from_secs(10)));
+    let e = req.wait().unwrap_err();
+    assert!(e.to_string().contains("gave its receive up"), "{e}");
+    c.send_bytes(&[1], 1, 97)
+}
+
+/// Sleeps in 1 ms steps until `done` holds (a flag set by the other thread rank).
+fn sleep_until(done: impl Fn() -> bool) {
+    while !done() {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
 }

@@ -91,6 +91,11 @@ const CHUNK: usize = 64 * 1024;
 /// An offer: tag (1: in tca's memory; 0: not), handle, offset, length.
 const OFFER: usize = 8 + Handle::BYTES + 16;
 
+/// Whether an offer says its buffer is in tca's memory.
+fn offered(o: &[u8; OFFER]) -> bool {
+    o[..8] == 1u64.to_le_bytes()
+}
+
 /// The answer of a reader: done reading (or, from a gather's or reduce's root, "done" or
 /// "fall back").
 const DONE: u64 = 1;
@@ -142,12 +147,7 @@ impl Comm<'_> {
             return Ok(false);
         }
         self.settle()?;
-        if self.broken.get() {
-            return Err(Error::new(
-                ErrorKind::Aborted,
-                "this communicator was left inconsistent by an earlier error; create a new one",
-            ));
-        }
+        self.usable()?;
         Ok(true)
     }
 
@@ -301,7 +301,7 @@ impl Comm<'_> {
             self.ch_send((me + k) % p, &mine)?;
         }
         peers.resize_with(p, || None);
-        let mut all = mine[..8] == 1u64.to_le_bytes();
+        let mut all = offered(&mine);
         for k in 1..p {
             let q = (me + p - k) % p;
             peers[q] = self.take_offer(q, len)?;
@@ -371,7 +371,7 @@ impl Comm<'_> {
                 for k in 1..p {
                     self.ch_send((root + k) % p, &o)?;
                 }
-                if o[..8] != 1u64.to_le_bytes() {
+                if !offered(&o) {
                     return Ok(false);
                 }
                 for k in 1..p {

@@ -162,8 +162,9 @@ impl<'w> Comm<'w> {
     }
 
     /// Whether this communicator's large collectives can read its members' [`Buffer`]s in
-    /// place (single copy, `coll::direct`): every member is on this node, reached through
-    /// shared memory (not a network, not a simulated one). False for one rank: no peers.
+    /// place (single copy, see [`Comm::buffer`]): every member is on this node, reached
+    /// through shared memory (not a network, not a simulated one). False for one rank (no
+    /// peers), so no single-copy call ever runs on one rank.
     pub fn single_copy(&self) -> bool {
         self.readable
     }
@@ -384,12 +385,7 @@ impl<'w> Comm<'w> {
     }
 
     fn pick(&self, collective: Collective, bytes: usize) -> Result<&'static Algorithm> {
-        if self.broken.get() {
-            return Err(Error::new(
-                ErrorKind::Aborted,
-                "this communicator was left inconsistent by an earlier error; create a new one",
-            ));
-        }
+        self.usable()?;
         let a = self.algorithm(collective, bytes);
         if !(a.supports)(self.ranks.len()) {
             return Err(Error::new(
@@ -404,6 +400,17 @@ impl<'w> Comm<'w> {
             ));
         }
         Ok(a)
+    }
+
+    /// Refuses a communicator left inconsistent by an earlier error.
+    fn usable(&self) -> Result<()> {
+        if self.broken.get() {
+            return Err(Error::new(
+                ErrorKind::Aborted,
+                "this communicator was left inconsistent by an earlier error; create a new one",
+            ));
+        }
+        Ok(())
     }
 
     /// Runs a kernel; an error that leaves peers waiting on us aborts the job so that no one
@@ -707,7 +714,6 @@ impl<'w> Comm<'w> {
         recv[at..at + n].copy_from_slice(send);
         let block = std::mem::size_of_val(send);
         if block > 0
-            && self.p() > 1
             && self.direct_on(Collective::Allgather, block)?
             && self.direct_allgather(bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv))?
         {
@@ -820,7 +826,7 @@ impl<'w> Comm<'w> {
             ));
         }
         let bytes = std::mem::size_of_val(send);
-        if bytes > 0 && self.p() > 1 && self.direct_on(Collective::Allreduce, bytes)? {
+        if bytes > 0 && self.direct_on(Collective::Allreduce, bytes)? {
             op.check()?;
             let comb = op::byte_combiner(op);
             let red = Reducer::new(std::mem::size_of::<T>(), &comb);

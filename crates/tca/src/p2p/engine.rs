@@ -1364,13 +1364,18 @@ impl Engine {
         let direct = match (dest, hand) {
             (Dest::Direct, Some(buf)) if n > 0 && buf.len() >= n => {
                 // A buffer in tca's memory and a sender of this node: one put, straight in;
-                // plain memory: by cross-memory attach, from `cma_min` bytes.
-                match self.buffers.find(&buf[..n]) {
-                    Some((h, off)) if w.reads_peer(sender) => Some(Target::Seg(h, off)),
-                    _ if n >= self.cma_min.get() && w.cma_reaches(sender) => {
+                // plain memory: by cross-memory attach, from `cma_min` bytes. (The registry's
+                // lock only for a sender that could put.)
+                let seg = w
+                    .reads_peer(sender)
+                    .then(|| self.buffers.find(&buf[..n]))
+                    .flatten();
+                match seg {
+                    Some((h, off)) => Some(Target::Seg(h, off)),
+                    None if n >= self.cma_min.get() && w.cma_reaches(sender) => {
                         Some(Target::Addr(buf.as_mut_ptr() as u64))
                     }
-                    _ => None,
+                    None => None,
                 }
             }
             _ => None,
