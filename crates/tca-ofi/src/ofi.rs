@@ -198,8 +198,9 @@ pub fn version() -> (u32, u32) {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Config {
     /// Provider name, as `fi_info -l` or [`providers`] spell it: e.g. `"verbs"`, `"tcp"`
-    /// (which selects the `tcp;ofi_rxm` RDM endpoints), `"tcp;ofi_rxm"`. `None`: libfabric's
-    /// first (best) RDM provider offering our capabilities (`FI_PROVIDER` still filters).
+    /// (which selects the `tcp;ofi_rxm` RDM endpoints), `"tcp;ofi_rxm"`. `None`: of the RDM
+    /// providers offering our capabilities (`FI_PROVIDER` still filters), a network's own
+    /// first, in libfabric's order, then `net` before the other TCP and UDP ones.
     pub provider: Option<String>,
     /// Domain (NIC) name, e.g. `"mlx5_0"` or `"lo"` for tcp on loopback; `None`: any.
     pub domain: Option<String>,
@@ -383,17 +384,21 @@ impl InfoList {
         })
     }
 
-    /// A single-entry copy of the first entry whose fabric and domain names are the given
-    /// ones (`None` matches any): providers do not all honour name hints (tcp;ofi_rxm in
-    /// 1.17 ignores the domain name), so the list is filtered here too.
+    /// A single-entry copy of the first entry whose provider, fabric and domain names are the
+    /// given ones (`None` matches any): providers do not all honour name hints (tcp;ofi_rxm in
+    /// 1.17 ignores the domain name, and a provider hint also matches the utility providers
+    /// layered over it), so the list is filtered here too.
     fn dup_matching(
         &self,
+        provider: Option<&str>,
         fabric: Option<&str>,
         domain: Option<&str>,
     ) -> Result<Option<InfoList>, Error> {
         let Some(entry) = self.iter().find(|i| {
-            let (_, f, d) = names(i);
-            fabric.is_none_or(|n| n == f) && domain.is_none_or(|n| n == d)
+            let (p, f, d) = names(i);
+            provider.is_none_or(|n| n == p)
+                && fabric.is_none_or(|n| n == f)
+                && domain.is_none_or(|n| n == d)
         }) else {
             return Ok(None);
         };
@@ -508,9 +513,27 @@ pub fn providers() -> Result<Vec<String>, Error> {
     Ok(out)
 }
 
-/// Picks one fi_info: the first (best) entry matching `cfg` under the weakest acceptable
-/// requirements, then that same provider/fabric/domain with `FI_THREAD_SAFE` and the
-/// `ORDER` bits if it grants them.
+/// How tca ranks the RDM providers libfabric offers, lower first, where the user names none
+/// (`FI_PROVIDER` and [`Config::provider`] still filter what is offered): a network's own
+/// provider (verbs, efa, cxi, psm3, opx ...) as libfabric orders them; then `net`, libfabric
+/// 1.17's native RDM endpoint over TCP (the `tcp` provider of later releases), whose 8-byte
+/// round trip measured 0.53-0.58x that of `tcp;ofi_rxm`, which libfabric 1.17 lists first
+/// (BENCHMARKS.md, "Across nodes"); then the RDM layers over TCP or UDP; `sockets` (a 4 MiB
+/// write took 266 ms there); last `shm`, which cannot leave the node.
+fn preference(provider: &str) -> u8 {
+    match provider {
+        "net" => 1,
+        "tcp;ofi_rxm" | "net;ofi_rxm" | "tcp" => 2,
+        "udp;ofi_rxd" | "udp" => 3,
+        "sockets" => 4,
+        "shm" => 5,
+        _ => 0,
+    }
+}
+
+/// Picks one fi_info: of the entries matching `cfg` under the weakest acceptable
+/// requirements, the preferred ([`preference`]), then that same provider/fabric/domain with
+/// `FI_THREAD_SAFE` and the `ORDER` bits if it grants them.
 fn select(cfg: &Config) -> Result<InfoList, Error> {
     let prov = c_string("provider", cfg.provider.as_deref())?;
     let dom = c_string("domain", cfg.domain.as_deref())?;
@@ -522,22 +545,26 @@ fn select(cfg: &Config) -> Result<InfoList, Error> {
         order: sys::FI_ORDER_NONE,
     };
     let chosen = match getinfo(&base)? {
-        Some(list) => match cfg.domain.as_deref() {
-            Some(d) => list.dup_matching(None, Some(d))?,
-            // Without a named domain, prefer one that other nodes can reach: a loopback
-            // domain ("lo") only if nothing else is offered.
-            None => {
-                let reachable = list
-                    .iter()
+        Some(list) => {
+            // The entry to use, of those on a domain `want` accepts: the provider tca prefers
+            // ([`preference`]), then libfabric's order.
+            let pick = |want: &dyn Fn(&str) -> bool| {
+                list.iter()
                     .map(names)
-                    .find(|(_, _, d)| d != "lo")
-                    .map(|(_, f, d)| (f, d));
-                match reachable {
-                    Some((f, d)) => list.dup_matching(Some(&f), Some(&d))?,
-                    None => list.dup_matching(None, None)?,
-                }
+                    .filter(|(_, _, d)| want(d))
+                    .min_by_key(|(p, _, _)| preference(p))
+            };
+            let entry = match cfg.domain.as_deref() {
+                Some(named) => pick(&|d| d == named),
+                // Without a named domain, prefer one that other nodes can reach: a loopback
+                // domain ("lo") only if nothing else is offered.
+                None => pick(&|d| d != "lo").or_else(|| pick(&|_| true)),
+            };
+            match entry {
+                Some((p, f, d)) => list.dup_matching(Some(&p), Some(&f), Some(&d))?,
+                None => None,
             }
-        },
+        }
         None => None,
     };
     let Some(chosen) = chosen else {
@@ -581,7 +608,7 @@ fn select(cfg: &Config) -> Result<InfoList, Error> {
         };
         // A refinement the provider refuses (or fails on) just falls back to `chosen`.
         if let Ok(Some(list)) = getinfo(&q) {
-            if let Some(better) = list.dup_matching(Some(&f), Some(&d))? {
+            if let Some(better) = list.dup_matching(Some(&p), Some(&f), Some(&d))? {
                 return Ok(better);
             }
         }

@@ -15,7 +15,7 @@
 //! | `TCA_TRANSPORT` | user | `auto` (default: shared memory between ranks of one node, libfabric between nodes), `shm` (one node only), `ofi` (libfabric between every pair of ranks, also on one node), `sim` (thread mode only, `tca::threads::run`: the ranks run on a simulated network in virtual time, see `tca::sim`) |
 //! | `TCA_SIM_NETWORK` | user | the network model of `TCA_TRANSPORT=sim`: a built-in name (`peach2-2x8`, `tofu-8x6x8`, ...) or a TOML file (default `peach2-2x8`) |
 //! | `TCA_SIM_COMPUTE` | user | how computation costs virtual time under `TCA_TRANSPORT=sim`: `model` (default: reductions at the model's rate) or `measured:SCALE` (host time between calls times SCALE). On a simulated network `TCA_TIMEOUT` and `World::set_timeout` do not apply (a wait no rank can satisfy is a deadlock error there); `World::wait_until_timeout` times out in virtual time |
-//! | `TCA_OFI_PROVIDER` | user | the libfabric provider (`tcp`, `verbs`, `efa`, `cxi`, ...; default: the first RDM provider libfabric offers) |
+//! | `TCA_OFI_PROVIDER` | user | the libfabric provider (`tcp`, `verbs`, `efa`, `cxi`, ...; default: a network's own RDM provider in libfabric's order, else `net` before `tcp;ofi_rxm`, the other TCP/UDP layers, `sockets` and `shm`) |
 //! | `TCA_OFI_DOMAIN` | user | the libfabric domain (the tcp provider's: a network interface such as `eth0`; default: the first the provider offers that is not loopback) |
 //! | `TCA_KV` | launcher, user | `host:port` of the start-up rendezvous of a job that spans nodes (`tca run --hosts` sets it; under Slurm it defaults to the step's first node) |
 //! | `TCA_KV_SILENCE` | user | seconds a rank or the rendezvous may be silent before its node is declared unreachable (default 5) |

@@ -312,3 +312,127 @@ fn buffers_are_zeroed_slices_and_dropping_one_unregisters_it() {
     })
     .unwrap();
 }
+
+/// The started (non-blocking) collectives over `Buffer`s: all eight outstanding at once in one
+/// scope, waited for last-first, against the reference; they go single-copy as the blocking
+/// ones do, and fall back alike where one rank's buffers are ordinary memory (`heap`).
+fn started(c: &Comm<'_>, heap: Option<usize>) -> tca::Result<(Vec<String>, u64)> {
+    let (p, me) = (c.size() as usize, c.rank() as usize);
+    let ours = heap == Some(me);
+    let root = p - 1;
+    let rt = u32::try_from(root).expect("few ranks");
+    let before = c.single_copy_calls();
+    // What peers read: in tca's memory, or (on rank `heap`) an ordinary copy.
+    let src = |len: usize, f: &dyn Fn(usize) -> f64| -> tca::Result<Vec<f64>> {
+        Ok(filled(c, len, f)?[AT..].to_vec())
+    };
+    let bufs = |len: usize, f: &dyn Fn(usize) -> f64| -> tca::Result<(Buffer<f64>, Vec<f64>)> {
+        Ok((filled(c, len, f)?, src(len, f)?))
+    };
+    let mut b = filled(c, N, |i| if me == 0 { v(0, i) } else { 0.0 })?;
+    let mut bh = b[AT..].to_vec();
+    let sc = bufs(p * N, &|i| v(9, i))?;
+    let mine = bufs(N, &|i| v(me, i))?;
+    let big = bufs(p * N, &|i| v(me, i))?;
+    let at = bufs(p * N, &|i| (me * 100_000 + i) as f64)?;
+    let (mut sr, mut gr, mut rr) = (c.buffer::<f64>(N)?, c.buffer(p * N)?, c.buffer(N)?);
+    let (mut ag, mut ar, mut rs) = (c.buffer::<f64>(p * N)?, c.buffer(N)?, c.buffer(N)?);
+    let mut ta = c.buffer::<f64>(p * N)?;
+    let sum = Op::Sum;
+    c.scope(|s| {
+        let (sc, mine, big, at): (&[f64], &[f64], &[f64], &[f64]) = if ours {
+            (&sc.1, &mine.1, &big.1, &at.1)
+        } else {
+            (&sc.0[AT..], &mine.0[AT..], &big.0[AT..], &at.0[AT..])
+        };
+        let bcast: &mut [f64] = if ours && me == 0 {
+            &mut bh
+        } else {
+            &mut b[AT..]
+        };
+        let mut reqs = vec![
+            s.ibroadcast(bcast, 0)?,
+            s.iscatter(sc, &mut sr, rt)?,
+            s.igather(mine, &mut gr, rt)?,
+            s.ireduce(mine, &mut rr, &sum, rt)?,
+            s.iallgather(mine, &mut ag)?,
+            s.iallreduce(mine, &mut ar, &sum)?,
+            s.ireduce_scatter(big, &mut rs, &sum)?,
+            s.ialltoall(at, &mut ta)?,
+        ];
+        while let Some(mut r) = reqs.pop() {
+            r.wait()?;
+        }
+        Ok(())
+    })?;
+    if !(ours && me == 0) {
+        bh.copy_from_slice(&b[AT..]);
+    }
+    let mut wrong = Vec::new();
+    let mut expect = |what: &str, ok: bool| {
+        if !ok {
+            wrong.push(format!("p={p} rank {me}: started {what}"));
+        }
+    };
+    let sum_at = |len: usize, from: usize| -> Vec<f64> {
+        (0..len)
+            .map(|i| (0..p).map(|r| v(r, from + i)).sum())
+            .collect()
+    };
+    let all: Vec<f64> = (0..p).flat_map(|q| (0..N).map(move |i| v(q, i))).collect();
+    expect(
+        "broadcast",
+        bh == (0..N).map(|i| v(0, i)).collect::<Vec<_>>(),
+    );
+    expect("scatter", sr[..] == sc.1[me * N..(me + 1) * N]);
+    expect("gather", me != root || gr[..] == all[..]);
+    expect("reduce", me != root || rr[..] == sum_at(N, 0)[..]);
+    expect("allgather", ag[..] == all[..]);
+    expect("allreduce", ar[..] == sum_at(N, 0)[..]);
+    expect("reduce_scatter", rs[..] == sum_at(N, me * N)[..]);
+    expect(
+        "alltoall",
+        (0..p).all(|j| (0..N).all(|i| ta[j * N + i] == (j * 100_000 + me * N + i) as f64)),
+    );
+    Ok((wrong, c.single_copy_calls() - before))
+}
+
+#[test]
+fn started_collectives_over_buffers_go_single_copy() {
+    for p in 1..=4u32 {
+        let got = threads::run(p, |w| {
+            let c = comm(w)?;
+            let r = started(&c, None)?;
+            Ok((r, c.single_copy()))
+        })
+        .unwrap();
+        for ((wrong, calls), single) in got {
+            assert!(wrong.is_empty(), "{wrong:#?}");
+            // Broadcast, scatter, gather, reduce, allgather, reduce-scatter, alltoall, and
+            // the allreduce where it may.
+            let want = if single && p > 1 {
+                7 + u64::from(allreduce_too(p as usize))
+            } else {
+                0
+            };
+            assert_eq!(calls, want, "p={p}: single-copy calls");
+        }
+    }
+    // Rank 1's buffers in ordinary memory: the broadcast (root 0) and the scatter (root 2)
+    // read only their root's buffer and still go single-copy; the gather and the reduce
+    // (which read rank 1's) and the all-to-all forms fall back.
+    let got = threads::run(3, |w| {
+        let c = comm(w)?;
+        let r = started(&c, Some(1))?;
+        Ok((r, c.single_copy()))
+    })
+    .unwrap();
+    for ((wrong, calls), single) in got {
+        assert!(wrong.is_empty(), "{wrong:#?}");
+        assert_eq!(
+            calls,
+            if single { 2 } else { 0 },
+            "heap rank 1: single-copy calls"
+        );
+    }
+}

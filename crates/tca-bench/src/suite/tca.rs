@@ -900,8 +900,12 @@ pub fn run(world: &World, opts: &Options) -> Result<Option<Half>> {
             pooled / 1024,
             b.comm.eager_limit()
         ));
+        let provider = world
+            .network_provider()
+            .map(|p| format!(" (libfabric provider {p})"))
+            .unwrap_or_default();
         notes.push(format!(
-            "collective scratch per rank: {} KiB; transport: {}; wait policy: {} spins, {} yields, then sleep",
+            "collective scratch per rank: {} KiB; transport: {}{provider}; wait policy: {} spins, {} yields, then sleep",
             tca::coll::scratch_bytes(world.size() as usize) / 1024,
             world.transport(),
             world.wait_policy().0,

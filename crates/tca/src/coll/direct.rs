@@ -28,22 +28,26 @@
 //! the message that would otherwise say "done".
 //!
 //! # When
-//! Only in the blocking `broadcast`, `scatter`, `gather`, `reduce`, `allgather`, `alltoall`,
-//! `allreduce` and `reduce_scatter` (not the in-place forms, whose one buffer is both read and
-//! written), on a communicator that allocated a buffer (the flag is set on every member by the
-//! collective [`Comm::buffer`], so every member takes the same branch without a message), whose
-//! members are all on this node and reached through shared memory (a simulated or network transport
-//! has only writes: the papers' hardware), with no algorithm forced, and from [`SINGLE_COPY_MIN`]
-//! bytes on (`TCA_SINGLE_COPY`, `Comm::set_single_copy_min`). An allreduce reads every peer's whole
-//! vector on every rank, so only up to [`SINGLE_COPY_ALLREDUCE_RANKS`] ranks, each with a core.
-//! With more ranks than cores the threshold is [`SINGLE_COPY_MIN_CROWDED`]. Rank 0's settings are
-//! every member's (sent when the communicator is made). An error in the middle of the protocol
-//! aborts the job: the peers wait for this rank's offers or its "done".
+//! Only in `broadcast`, `scatter`, `gather`, `reduce`, `allgather`, `alltoall`, `allreduce` and
+//! `reduce_scatter`, blocking or started in a scope (`ibroadcast` ...; not the in-place forms,
+//! whose one buffer is both read and written), on a communicator that allocated a buffer (the flag
+//! is set on every member by the collective [`Comm::buffer`], so every member takes the same branch
+//! without a message), whose members are all on this node and reached through shared memory (a
+//! simulated or network transport has only writes: the papers' hardware), with no algorithm forced,
+//! and from [`SINGLE_COPY_MIN`] bytes on (`TCA_SINGLE_COPY`, `Comm::set_single_copy_min`). An
+//! allreduce reads every peer's whole vector on every rank, so only up to
+//! [`SINGLE_COPY_ALLREDUCE_RANKS`] ranks, each with a core. With more ranks than cores the
+//! threshold is [`SINGLE_COPY_MIN_CROWDED`]. Rank 0's settings are every member's (sent when the
+//! communicator is made). An error in the middle of the protocol aborts the job: the peers wait for
+//! this rank's offers or its "done".
 
 #![allow(unsafe_code)] // the views of peers' buffers that reductions read, argued below
 
+use std::cell::RefMut;
+use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 
+use super::step::{Block, Mode, Steps, run_blocking};
 use super::{Collective, Comm, Reducer};
 use crate::error::{Error, ErrorKind, Result};
 use crate::fabric::Handle;
@@ -122,7 +126,9 @@ impl Peer {
         // SAFETY: in range (checked above and by the view); no writer while the view lives:
         // the slice is a peer's `Buffer`, whose handle no one holds outside the collectives
         // of its communicator, and its owner is inside this collective and changes nothing
-        // until this rank says it is done (module doc, step 3), which it does after `f`.
+        // until this rank says it is done (module doc, step 3), which it does after `f` (a
+        // started collective borrows the owner's buffer for its scope, and its run ends only
+        // after that "done", also when its request was dropped: the scope finishes it).
         let v = unsafe { self.region.map.view::<u8>(self.at + from, len) };
         v.map(f)
             .ok_or_else(|| Error::new(ErrorKind::OutOfBounds, "a peer's buffer is not mapped here"))
@@ -147,6 +153,17 @@ impl Comm<'_> {
             return Ok(false);
         }
         self.settle()?;
+        self.usable()?;
+        Ok(true)
+    }
+
+    /// Whether a started (non-blocking) call of `c` on `bytes` bytes goes single-copy: as
+    /// [`Comm::direct_on`], but the collectives started before it are not finished first (it
+    /// runs after them, in its scope's order).
+    pub(super) fn direct_started(&self, c: Collective, bytes: usize) -> Result<bool> {
+        if !self.single_copy_for(c, bytes) {
+            return Ok(false);
+        }
         self.usable()?;
         Ok(true)
     }
@@ -189,7 +206,7 @@ impl Comm<'_> {
 
     /// Ends a single-copy call: an error leaves peers waiting for this rank's offers or its
     /// "done", so it aborts the job (they get an error naming this rank).
-    fn direct_end(&self, r: Result<bool>) -> Result<bool> {
+    pub(super) fn direct_end(&self, r: Result<bool>) -> Result<bool> {
         match r {
             Ok(b) => {
                 self.direct_calls
@@ -198,18 +215,6 @@ impl Comm<'_> {
             }
             Err(e) => self.fail(e).map(|()| false),
         }
-    }
-
-    /// Runs `f` with the communicator's list of resolved peers (empty; one entry per rank to
-    /// fill), emptied again afterwards: no allocation per call, and no reference to a peer's
-    /// mapping held past the call (the attach cache keeps it until the peer frees the buffer
-    /// and this rank next allocates).
-    fn with_peers<R>(&self, f: impl FnOnce(&mut Vec<Option<Peer>>) -> Result<R>) -> Result<R> {
-        let mut peers = self.peers.borrow_mut();
-        peers.clear();
-        let r = f(&mut peers);
-        peers.clear();
-        r
     }
 
     // ---- the protocol's messages ----------------------------------------------------------
@@ -226,11 +231,9 @@ impl Comm<'_> {
         o
     }
 
-    /// Receives `from`'s offer and resolves it, expecting `len` bytes: `None` if its buffer is
-    /// not in tca's memory.
-    fn take_offer(&self, from: usize, len: usize) -> Result<Option<Peer>> {
-        let mut o = [0u8; OFFER];
-        self.ch_recv(from, &mut o)?;
+    /// Resolves `from`'s offer `o`, expecting `len` bytes: `None` if its buffer is not in
+    /// tca's memory.
+    fn resolve(&self, from: usize, len: usize, o: &[u8; OFFER]) -> Result<Option<Peer>> {
         match u64::from_le_bytes(o[..8].try_into().expect("8 bytes")) {
             0 => return Ok(None),
             1 => {}
@@ -262,22 +265,6 @@ impl Comm<'_> {
         Ok(Some(Peer { region, at, len: n }))
     }
 
-    fn answer(&self, to: usize, what: u64) -> Result<()> {
-        self.ch_send(to, &what.to_le_bytes())
-    }
-
-    /// Receives `from`'s answer: `DONE`, or where `fallback` allows it `FALLBACK`; anything
-    /// else means the ranks do not run the same collective.
-    fn answer_from(&self, from: usize, fallback: bool) -> Result<u64> {
-        let mut b = [0u8; 8];
-        self.ch_recv(from, &mut b)?;
-        match u64::from_le_bytes(b) {
-            DONE => Ok(DONE),
-            FALLBACK if fallback => Ok(FALLBACK),
-            x => Err(self.confused(from, &format!("answer {x:#x}"))),
-        }
-    }
-
     /// The error for a protocol message that makes no sense: the members are not running the
     /// same collective with the same arguments.
     fn confused(&self, from: usize, what: &str) -> Error {
@@ -290,37 +277,6 @@ impl Comm<'_> {
                  collectives with matching arguments?)"
             ),
         )
-    }
-
-    /// Offers `buf` to every peer, takes every peer's offer of `len` bytes (`peers[me]` stays
-    /// `None`): the all-to-all forms' step 1. True if every rank's buffer is in tca's memory.
-    fn offers_all(&self, buf: &[u8], len: usize, peers: &mut Vec<Option<Peer>>) -> Result<bool> {
-        let mine = self.offer(buf);
-        let (p, me) = (self.p(), self.me);
-        for k in 1..p {
-            self.ch_send((me + k) % p, &mine)?;
-        }
-        peers.resize_with(p, || None);
-        let mut all = offered(&mine);
-        for k in 1..p {
-            let q = (me + p - k) % p;
-            peers[q] = self.take_offer(q, len)?;
-            all &= peers[q].is_some();
-        }
-        Ok(all)
-    }
-
-    /// Step 3 of the all-to-all forms: done to every peer, then every peer's done.
-    fn done_all(&self) -> Result<()> {
-        let (p, me) = (self.p(), self.me);
-        for k in 1..p {
-            self.answer((me + k) % p, DONE)?;
-        }
-        for k in 1..p {
-            let q = (me + p - k) % p;
-            self.answer_from(q, false)?;
-        }
-        Ok(())
     }
 
     /// `out` = the fold, in rank order, of bytes `from..from + out.len()` of every rank's
@@ -352,113 +308,24 @@ impl Comm<'_> {
         Ok(())
     }
 
-    // ---- the collectives ------------------------------------------------------------------
+    // ---- the blocking calls ---------------------------------------------------------------
 
-    /// The rooted scatters' shape (broadcast, scatter): the root offers `send` (`len` bytes) to
-    /// every other rank and waits for their "done"; each of those, if the root's buffer is in
-    /// tca's memory, runs `read` on it and answers "done". False on every rank where it is not.
-    fn out_of_root(
-        &self,
-        send: &[u8],
-        len: usize,
-        root: usize,
-        read: impl FnOnce(&Peer) -> Result<()>,
-    ) -> Result<bool> {
-        let r = (|| {
-            let p = self.p();
-            if self.me == root {
-                let o = self.offer(send);
-                for k in 1..p {
-                    self.ch_send((root + k) % p, &o)?;
-                }
-                if !offered(&o) {
-                    return Ok(false);
-                }
-                for k in 1..p {
-                    self.answer_from((root + k) % p, false)?;
-                }
-                return Ok(true);
-            }
-            let Some(peer) = self.take_offer(root, len)? else {
-                return Ok(false);
-            };
-            read(&peer)?;
-            self.answer(root, DONE)?;
-            Ok(true)
-        })();
-        self.direct_end(r)
-    }
-
-    /// Broadcast: the root offers `buf`, every other rank reads all of it.
+    /// Broadcast, blocking ([`broadcast`]).
     pub(super) fn direct_broadcast(&self, buf: &mut [u8], root: usize) -> Result<bool> {
-        let n = buf.len();
-        if self.me == root {
-            return self.out_of_root(buf, n, root, |_| Ok(()));
-        }
-        self.out_of_root(&[], n, root, |peer| peer.read(0, buf))
+        run_blocking(broadcast(Steps::<Block>::new(self), buf, root))
     }
 
-    /// Scatter: the root offers `send`, rank r reads block r (the root copies its own).
+    /// Scatter, blocking ([`scatter`]).
     pub(super) fn direct_scatter(&self, send: &[u8], recv: &mut [u8], root: usize) -> Result<bool> {
-        let (me, b) = (self.me, recv.len());
-        if me == root {
-            recv.copy_from_slice(&send[root * b..(root + 1) * b]);
-        }
-        self.out_of_root(send, self.p() * b, root, |peer| peer.read(me * b, recv))
+        run_blocking(scatter(Steps::<Block>::new(self), send, recv, root))
     }
 
-    /// The rooted gathers' shape (gather, reduce): every other rank offers `send` to the root
-    /// and waits for its verdict; the root takes the offers and, if all are in tca's memory,
-    /// runs `read` over them, then answers "done", else "fall back".
-    fn to_root(
-        &self,
-        send: &[u8],
-        root: usize,
-        read: impl FnOnce(&[Option<Peer>]) -> Result<()>,
-    ) -> Result<bool> {
-        let p = self.p();
-        if self.me != root {
-            self.ch_send(root, &self.offer(send))?;
-            return Ok(self.answer_from(root, true)? == DONE);
-        }
-        // The root's own buffer is not read by anyone: only the others' must be offered.
-        let all = self.with_peers(|peers| {
-            peers.resize_with(p, || None);
-            let mut all = true;
-            for k in 1..p {
-                let q = (root + k) % p;
-                peers[q] = self.take_offer(q, send.len())?;
-                all &= peers[q].is_some();
-            }
-            if all {
-                read(peers)?;
-            }
-            Ok(all)
-        })?;
-        let verdict = if all { DONE } else { FALLBACK };
-        for k in 1..p {
-            self.answer((root + k) % p, verdict)?;
-        }
-        Ok(all)
-    }
-
-    /// Gather: every rank offers `send`, the root reads block r from rank r.
+    /// Gather, blocking ([`gather`]).
     pub(super) fn direct_gather(&self, send: &[u8], recv: &mut [u8], root: usize) -> Result<bool> {
-        let b = send.len();
-        let r = self.to_root(send, root, |peers| {
-            for (q, peer) in peers.iter().enumerate() {
-                let dst = &mut recv[q * b..(q + 1) * b];
-                match peer {
-                    Some(x) => x.read(0, dst)?,
-                    None => dst.copy_from_slice(send),
-                }
-            }
-            Ok(())
-        });
-        self.direct_end(r)
+        run_blocking(gather(Steps::<Block>::new(self), send, recv, root))
     }
 
-    /// Reduce: every rank offers `send`, the root folds them all into `recv`.
+    /// Reduce, blocking ([`reduce`]).
     pub(super) fn direct_reduce(
         &self,
         send: &[u8],
@@ -466,80 +333,358 @@ impl Comm<'_> {
         red: &Reducer<'_>,
         root: usize,
     ) -> Result<bool> {
-        let r = self.to_root(send, root, |peers| self.fold(peers, send, 0, recv, red));
-        self.direct_end(r)
+        run_blocking(reduce(Steps::<Block>::new(self), send, recv, red, root))
     }
 
-    /// The all-to-all forms' shape (allgather, alltoall, allreduce, reduce-scatter): every rank
-    /// offers `send` (`len` bytes expected of every peer's) to all; if every rank's buffer is
-    /// in tca's memory, runs `read` over the peers' (this rank's own is `None`) and then the
-    /// round of "done".
-    fn all_to_all(
-        &self,
-        send: &[u8],
-        read: impl FnOnce(&[Option<Peer>]) -> Result<()>,
-    ) -> Result<bool> {
-        let r = self.with_peers(|peers| {
-            if !self.offers_all(send, send.len(), peers)? {
-                return Ok(false);
-            }
-            read(peers)?;
-            self.done_all()?;
-            Ok(true)
-        });
-        self.direct_end(r)
-    }
-
-    /// Allgather: every rank offers its block `send` to all and reads every peer's into its
-    /// place in `recv` (this rank's own is already there).
+    /// Allgather, blocking ([`allgather`]).
     pub(super) fn direct_allgather(&self, send: &[u8], recv: &mut [u8]) -> Result<bool> {
-        let b = send.len();
-        self.all_to_all(send, |peers| {
-            for (q, peer) in peers.iter().enumerate() {
-                if let Some(x) = peer {
-                    x.read(0, &mut recv[q * b..(q + 1) * b])?;
-                }
-            }
-            Ok(())
-        })
+        run_blocking(allgather(Steps::<Block>::new(self), send, recv))
     }
 
-    /// Alltoall: every rank offers `send` to all; rank r reads block r of rank q's into block
-    /// q of its `recv`.
+    /// Alltoall, blocking ([`alltoall`]).
     pub(super) fn direct_alltoall(&self, send: &[u8], recv: &mut [u8]) -> Result<bool> {
-        let (p, me) = (self.p(), self.me);
-        let b = send.len() / p;
-        self.all_to_all(send, |peers| {
-            for (q, peer) in peers.iter().enumerate() {
-                let dst = &mut recv[q * b..(q + 1) * b];
-                match peer {
-                    Some(x) => x.read(me * b, dst)?,
-                    None => dst.copy_from_slice(&send[me * b..(me + 1) * b]),
-                }
-            }
-            Ok(())
-        })
+        run_blocking(alltoall(Steps::<Block>::new(self), send, recv))
     }
 
-    /// Allreduce: every rank offers `send` to all and folds all of them into `recv`.
+    /// Allreduce, blocking ([`allreduce`]).
     pub(super) fn direct_allreduce(
         &self,
         send: &[u8],
         recv: &mut [u8],
         red: &Reducer<'_>,
     ) -> Result<bool> {
-        self.all_to_all(send, |peers| self.fold(peers, send, 0, recv, red))
+        run_blocking(allreduce(Steps::<Block>::new(self), send, recv, red))
     }
 
-    /// Reduce-scatter: every rank offers `send` to all; rank r folds block r of all of them
-    /// into `recv`.
+    /// Reduce-scatter, blocking ([`reduce_scatter`]).
     pub(super) fn direct_reduce_scatter(
         &self,
         send: &[u8],
         recv: &mut [u8],
         red: &Reducer<'_>,
     ) -> Result<bool> {
-        let from = self.me * recv.len();
-        self.all_to_all(send, |peers| self.fold(peers, send, from, recv, red))
+        run_blocking(reduce_scatter(Steps::<Block>::new(self), send, recv, red))
     }
+}
+
+/// The communicator's list of resolved peers, borrowed for one call and emptied when it ends:
+/// no allocation per call, and no reference to a peer's mapping held past the call (the
+/// attach cache keeps it until the peer frees the buffer and this rank next allocates).
+struct Peers<'a>(RefMut<'a, Vec<Option<Peer>>>);
+
+impl<'a> Peers<'a> {
+    /// The list, empty. A call runs to its end before the next starts (blocking calls finish
+    /// the started ones first; started ones run in order), so it is free unless a reduction
+    /// operation calls a collective of this communicator.
+    fn take(c: &'a Comm<'_>) -> Result<Self> {
+        let mut v = c.peers.try_borrow_mut().map_err(|_| {
+            Error::new(
+                ErrorKind::InvalidArgument,
+                "a collective was called from inside a reduction operation of the same communicator",
+            )
+        })?;
+        v.clear();
+        Ok(Self(v))
+    }
+}
+
+impl Drop for Peers<'_> {
+    fn drop(&mut self) {
+        self.0.clear();
+    }
+}
+
+impl Deref for Peers<'_> {
+    type Target = Vec<Option<Peer>>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl DerefMut for Peers<'_> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
+}
+
+// ---- the protocol's steps, in either mode (`step`): the blocking calls above and the
+// started ones (`nb`) run these same functions ----------------------------------------------
+
+/// Receives `from`'s offer and resolves it, expecting `len` bytes: `None` if its buffer is not
+/// in tca's memory.
+async fn take_offer<M: Mode>(c: Steps<'_, M>, from: usize, len: usize) -> Result<Option<Peer>> {
+    let mut o = [0u8; OFFER];
+    c.ch_recv(from, &mut o).await?;
+    c.resolve(from, len, &o)
+}
+
+async fn answer<M: Mode>(c: Steps<'_, M>, to: usize, what: u64) -> Result<()> {
+    let b = what.to_le_bytes();
+    c.ch_send(to, &b).await
+}
+
+/// Receives `from`'s answer: `DONE`, or where `fallback` allows it `FALLBACK`; anything else
+/// means the ranks do not run the same collective.
+async fn answer_from<M: Mode>(c: Steps<'_, M>, from: usize, fallback: bool) -> Result<u64> {
+    let mut b = [0u8; 8];
+    c.ch_recv(from, &mut b).await?;
+    match u64::from_le_bytes(b) {
+        DONE => Ok(DONE),
+        FALLBACK if fallback => Ok(FALLBACK),
+        x => Err(c.confused(from, &format!("answer {x:#x}"))),
+    }
+}
+
+/// Offers `buf` to every peer, takes every peer's offer of `len` bytes (`peers[me]` stays
+/// `None`): the all-to-all forms' step 1. True if every rank's buffer is in tca's memory.
+async fn offers_all<M: Mode>(
+    c: Steps<'_, M>,
+    buf: &[u8],
+    len: usize,
+    peers: &mut Vec<Option<Peer>>,
+) -> Result<bool> {
+    let mine = c.offer(buf);
+    let (p, me) = (c.p(), c.me);
+    for k in 1..p {
+        c.ch_send((me + k) % p, &mine).await?;
+    }
+    peers.resize_with(p, || None);
+    let mut all = offered(&mine);
+    for k in 1..p {
+        let q = (me + p - k) % p;
+        peers[q] = take_offer(c, q, len).await?;
+        all &= peers[q].is_some();
+    }
+    Ok(all)
+}
+
+/// Step 3 of the all-to-all forms: done to every peer, then every peer's done.
+async fn done_all<M: Mode>(c: Steps<'_, M>) -> Result<()> {
+    let (p, me) = (c.p(), c.me);
+    for k in 1..p {
+        answer(c, (me + k) % p, DONE).await?;
+    }
+    for k in 1..p {
+        answer_from(c, (me + p - k) % p, false).await?;
+    }
+    Ok(())
+}
+
+/// The rooted scatters' shape (broadcast, scatter): the root offers `send` (`len` bytes) to
+/// every other rank and waits for their "done"; each of those, if the root's buffer is in
+/// tca's memory, runs `read` on it and answers "done". False on every rank where it is not.
+async fn out_of_root<M: Mode>(
+    c: Steps<'_, M>,
+    send: &[u8],
+    len: usize,
+    root: usize,
+    read: impl FnOnce(&Peer) -> Result<()>,
+) -> Result<bool> {
+    let p = c.p();
+    if c.me == root {
+        let o = c.offer(send);
+        for k in 1..p {
+            c.ch_send((root + k) % p, &o).await?;
+        }
+        if !offered(&o) {
+            return Ok(false);
+        }
+        for k in 1..p {
+            answer_from(c, (root + k) % p, false).await?;
+        }
+        return Ok(true);
+    }
+    let Some(peer) = take_offer(c, root, len).await? else {
+        return Ok(false);
+    };
+    read(&peer)?;
+    answer(c, root, DONE).await?;
+    Ok(true)
+}
+
+/// The rooted gathers' shape (gather, reduce): every other rank offers `send` to the root and
+/// waits for its verdict; the root takes the offers and, if all are in tca's memory, runs
+/// `read` over them, then answers "done", else "fall back".
+async fn to_root<M: Mode>(
+    c: Steps<'_, M>,
+    send: &[u8],
+    root: usize,
+    read: impl FnOnce(&[Option<Peer>]) -> Result<()>,
+) -> Result<bool> {
+    let p = c.p();
+    if c.me != root {
+        let o = c.offer(send);
+        c.ch_send(root, &o).await?;
+        return Ok(answer_from(c, root, true).await? == DONE);
+    }
+    // The root's own buffer is not read by anyone: only the others' must be offered.
+    let mut peers = Peers::take(&c)?;
+    peers.resize_with(p, || None);
+    let mut all = true;
+    for k in 1..p {
+        let q = (root + k) % p;
+        peers[q] = take_offer(c, q, send.len()).await?;
+        all &= peers[q].is_some();
+    }
+    if all {
+        read(&peers)?;
+    }
+    drop(peers);
+    let verdict = if all { DONE } else { FALLBACK };
+    for k in 1..p {
+        answer(c, (root + k) % p, verdict).await?;
+    }
+    Ok(all)
+}
+
+/// The all-to-all forms' shape (allgather, alltoall, allreduce, reduce-scatter): every rank
+/// offers `send` (`len` bytes expected of every peer's) to all; if every rank's buffer is in
+/// tca's memory, runs `read` over the peers' (this rank's own is `None`) and then the round of
+/// "done".
+async fn all_to_all<M: Mode>(
+    c: Steps<'_, M>,
+    send: &[u8],
+    read: impl FnOnce(&[Option<Peer>]) -> Result<()>,
+) -> Result<bool> {
+    let mut peers = Peers::take(&c)?;
+    if !offers_all(c, send, send.len(), &mut peers).await? {
+        return Ok(false);
+    }
+    read(&peers)?;
+    drop(peers);
+    done_all(c).await?;
+    Ok(true)
+}
+
+/// Broadcast: the root offers `buf`, every other rank reads all of it. False on every rank
+/// if the root's buffer is not in tca's memory (the caller runs the channel algorithm).
+pub(super) async fn broadcast<M: Mode>(
+    c: Steps<'_, M>,
+    buf: &mut [u8],
+    root: usize,
+) -> Result<bool> {
+    let n = buf.len();
+    let r = if c.me == root {
+        out_of_root(c, buf, n, root, |_| Ok(())).await
+    } else {
+        out_of_root(c, &[], n, root, |peer| peer.read(0, buf)).await
+    };
+    c.direct_end(r)
+}
+
+/// Scatter: the root offers `send`, rank r reads block r (the root copies its own).
+pub(super) async fn scatter<M: Mode>(
+    c: Steps<'_, M>,
+    send: &[u8],
+    recv: &mut [u8],
+    root: usize,
+) -> Result<bool> {
+    let (me, b) = (c.me, recv.len());
+    if me == root {
+        recv.copy_from_slice(&send[root * b..(root + 1) * b]);
+    }
+    let r = out_of_root(c, send, c.p() * b, root, |peer| peer.read(me * b, recv)).await;
+    c.direct_end(r)
+}
+
+/// Gather: every rank offers `send`, the root reads block r from rank r.
+pub(super) async fn gather<M: Mode>(
+    c: Steps<'_, M>,
+    send: &[u8],
+    recv: &mut [u8],
+    root: usize,
+) -> Result<bool> {
+    let b = send.len();
+    let r = to_root(c, send, root, |peers| {
+        for (q, peer) in peers.iter().enumerate() {
+            let dst = &mut recv[q * b..(q + 1) * b];
+            match peer {
+                Some(x) => x.read(0, dst)?,
+                None => dst.copy_from_slice(send),
+            }
+        }
+        Ok(())
+    })
+    .await;
+    c.direct_end(r)
+}
+
+/// Reduce: every rank offers `send`, the root folds them all into `recv`.
+pub(super) async fn reduce<M: Mode>(
+    c: Steps<'_, M>,
+    send: &[u8],
+    recv: &mut [u8],
+    red: &Reducer<'_>,
+    root: usize,
+) -> Result<bool> {
+    let r = to_root(c, send, root, |peers| c.fold(peers, send, 0, recv, red)).await;
+    c.direct_end(r)
+}
+
+/// Allgather: every rank offers its block `send` to all and reads every peer's into its place
+/// in `recv` (this rank's own is already there).
+pub(super) async fn allgather<M: Mode>(
+    c: Steps<'_, M>,
+    send: &[u8],
+    recv: &mut [u8],
+) -> Result<bool> {
+    let b = send.len();
+    let r = all_to_all(c, send, |peers| {
+        for (q, peer) in peers.iter().enumerate() {
+            if let Some(x) = peer {
+                x.read(0, &mut recv[q * b..(q + 1) * b])?;
+            }
+        }
+        Ok(())
+    })
+    .await;
+    c.direct_end(r)
+}
+
+/// Alltoall: every rank offers `send` to all; rank r reads block r of rank q's into block q of
+/// its `recv`.
+pub(super) async fn alltoall<M: Mode>(
+    c: Steps<'_, M>,
+    send: &[u8],
+    recv: &mut [u8],
+) -> Result<bool> {
+    let (p, me) = (c.p(), c.me);
+    let b = send.len() / p;
+    let r = all_to_all(c, send, |peers| {
+        for (q, peer) in peers.iter().enumerate() {
+            let dst = &mut recv[q * b..(q + 1) * b];
+            match peer {
+                Some(x) => x.read(me * b, dst)?,
+                None => dst.copy_from_slice(&send[me * b..(me + 1) * b]),
+            }
+        }
+        Ok(())
+    })
+    .await;
+    c.direct_end(r)
+}
+
+/// Allreduce: every rank offers `send` to all and folds all of them into `recv`.
+pub(super) async fn allreduce<M: Mode>(
+    c: Steps<'_, M>,
+    send: &[u8],
+    recv: &mut [u8],
+    red: &Reducer<'_>,
+) -> Result<bool> {
+    let r = all_to_all(c, send, |peers| c.fold(peers, send, 0, recv, red)).await;
+    c.direct_end(r)
+}
+
+/// Reduce-scatter: every rank offers `send` to all; rank r folds block r of all of them into
+/// `recv`.
+pub(super) async fn reduce_scatter<M: Mode>(
+    c: Steps<'_, M>,
+    send: &[u8],
+    recv: &mut [u8],
+    red: &Reducer<'_>,
+) -> Result<bool> {
+    let from = c.me * recv.len();
+    let r = all_to_all(c, send, |peers| c.fold(peers, send, from, recv, red)).await;
+    c.direct_end(r)
 }

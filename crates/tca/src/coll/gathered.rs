@@ -246,12 +246,26 @@ impl<T: Element> Gathered<T> {
     pub fn run_overlapped<R>(&mut self, c: &Comm<'_>, during: impl FnOnce(&[T]) -> R) -> Result<R> {
         self.check(c)?;
         self.broken = true;
+        // A panic in `during` aborts the job in the guard's drop; an error, here.
         let unfinished = Unfinished(c.world);
+        let r = self.round(c, during);
+        std::mem::forget(unfinished);
+        match r {
+            Ok(out) => {
+                self.broken = false;
+                Ok(out)
+            }
+            Err(e) => {
+                c.world.abort_after(&e);
+                Err(e)
+            }
+        }
+    }
+
+    fn round<R>(&mut self, c: &Comm<'_>, during: impl FnOnce(&[T]) -> R) -> Result<R> {
         self.put_block(c)?;
         let out = during(self.own_block(Self::buffer(self.rounds)));
         self.finish(c)?;
-        std::mem::forget(unfinished);
-        self.broken = false;
         Ok(out)
     }
 

@@ -430,7 +430,7 @@ impl<'w> Comm<'w> {
     /// communicator is marked unusable, rather than leaving anyone hanging or desynchronised.
     fn fail(&self, e: Error) -> Result<()> {
         self.broken.set(true);
-        self.world.abort();
+        self.world.abort_after(&e);
         Err(e)
     }
 

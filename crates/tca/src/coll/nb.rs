@@ -52,7 +52,8 @@ use std::ptr::NonNull;
 use std::task::{Context, Poll, Waker};
 
 use super::registry::{Kernel, Run};
-use super::{Collective, Comm, Element, Op, Reducer, len_error, op};
+use super::step::{Start, Steps};
+use super::{Collective, Comm, Element, Op, Reducer, direct, len_error, op};
 use crate::error::{Error, ErrorKind, Result};
 use crate::p2p::Request;
 
@@ -372,6 +373,14 @@ impl<'s, 'c: 's> Scope<'s, 'c> {
             return Ok(self.push(None));
         }
         let f = kernel!(start c, Broadcast, bytes.len());
+        if c.direct_started(Collective::Broadcast, bytes.len())? {
+            return Ok(self.push(Some(Box::pin(async move {
+                if direct::broadcast(Steps::<Start>::new(c), bytes, root).await? {
+                    return Ok(());
+                }
+                f(c, bytes, root).await
+            }))));
+        }
         Ok(self.push(Some(f(c, bytes, root))))
     }
 
@@ -391,6 +400,14 @@ impl<'s, 'c: 's> Scope<'s, 'c> {
             return Ok(self.push(None));
         }
         let f = kernel!(start c, Scatter, r.len());
+        if c.direct_started(Collective::Scatter, r.len())? {
+            return Ok(self.push(Some(Box::pin(async move {
+                if direct::scatter(Steps::<Start>::new(c), s, r, root).await? {
+                    return Ok(());
+                }
+                f(c, s, r, root).await
+            }))));
+        }
         Ok(self.push(Some(f(c, s, r, root))))
     }
 
@@ -416,6 +433,14 @@ impl<'s, 'c: 's> Scope<'s, 'c> {
             return Ok(self.push(None));
         }
         let f = kernel!(start c, Gather, s.len());
+        if c.direct_started(Collective::Gather, s.len())? {
+            return Ok(self.push(Some(Box::pin(async move {
+                if direct::gather(Steps::<Start>::new(c), s, r, root).await? {
+                    return Ok(());
+                }
+                f(c, s, r, root).await
+            }))));
+        }
         Ok(self.push(Some(f(c, s, r, root))))
     }
 
@@ -442,12 +467,20 @@ impl<'s, 'c: 's> Scope<'s, 'c> {
         }
         let f = kernel!(start c, Reduce, s.len());
         let n = s.len();
-        let mut work = work_copy(s);
+        let single = c.direct_started(Collective::Reduce, n)?;
+        // The channel algorithms reduce in place: into a copy of `send`, taken now.
+        let mut work = if single { Vec::new() } else { work_copy(s) };
         let me_root = c.me == root;
         let recv: &'s mut [u8] = bytemuck::cast_slice_mut(recv);
         Ok(self.push(Some(Box::pin(async move {
             let comb = op::byte_combiner(op);
             let red = Reducer::new(std::mem::size_of::<T>(), &comb);
+            if single {
+                if direct::reduce(Steps::<Start>::new(c), s, recv, &red, root).await? {
+                    return Ok(());
+                }
+                work = work_copy(s);
+            }
             f(c, work_bytes(&mut work, n), &red, root).await?;
             if me_root {
                 recv.copy_from_slice(work_bytes(&mut work, n));
@@ -470,6 +503,19 @@ impl<'s, 'c: 's> Scope<'s, 'c> {
         let n = send.len();
         recv[c.me * n..(c.me + 1) * n].copy_from_slice(send);
         let bytes = std::mem::size_of_val(send);
+        if bytes > 0 && p > 1 && c.direct_started(Collective::Allgather, bytes)? {
+            let f = kernel!(start c, Allgather, bytes);
+            let (s, r): (&'s [u8], &'s mut [u8]) =
+                (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
+            return Ok(self.push(Some(Box::pin(async move {
+                if direct::allgather(Steps::<Start>::new(c), s, r).await? {
+                    return Ok(());
+                }
+                let counts = vec![bytes; p];
+                let displs: Vec<usize> = (0..p).map(|q| q * bytes).collect();
+                f(c, r, &counts, &displs).await
+            }))));
+        }
         let counts = vec![bytes; p];
         let displs = (0..p).map(|r| r * bytes).collect();
         self.allgather_bytes(bytemuck::cast_slice_mut(recv), counts, displs)
@@ -514,12 +560,29 @@ impl<'s, 'c: 's> Scope<'s, 'c> {
         recv: &'s mut [T],
         op: &'s Op<T>,
     ) -> Result<Request<'_>> {
+        let c = self.comm;
         if recv.len() != send.len() {
-            self.comm.fail(len_error(
+            c.fail(len_error(
                 "allreduce receive buffer",
                 send.len(),
                 recv.len(),
             ))?;
+        }
+        let bytes = std::mem::size_of_val(send);
+        if bytes > 0 && c.p() > 1 && c.direct_started(Collective::Allreduce, bytes)? {
+            op.check()?;
+            let f = kernel!(start c, Allreduce, bytes);
+            let (s, r): (&'s [u8], &'s mut [u8]) =
+                (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
+            return Ok(self.push(Some(Box::pin(async move {
+                let comb = op::byte_combiner(op);
+                let red = Reducer::new(std::mem::size_of::<T>(), &comb);
+                if direct::allreduce(Steps::<Start>::new(c), s, r, &red).await? {
+                    return Ok(());
+                }
+                r.copy_from_slice(s);
+                f(c, r, &red).await
+            }))));
         }
         recv.copy_from_slice(send);
         self.iallreduce_in_place(recv, op)
@@ -579,10 +642,18 @@ impl<'s, 'c: 's> Scope<'s, 'c> {
         }
         let f = kernel!(start c, ReduceScatter, r.len());
         let n = s.len();
-        let mut work = work_copy(s);
+        let single = c.direct_started(Collective::ReduceScatter, r.len())?;
+        // The channel algorithms reduce in place: into a copy of `send`, taken now.
+        let mut work = if single { Vec::new() } else { work_copy(s) };
         Ok(self.push(Some(Box::pin(async move {
             let comb = op::byte_combiner(op);
             let red = Reducer::new(std::mem::size_of::<T>(), &comb);
+            if single {
+                if direct::reduce_scatter(Steps::<Start>::new(c), s, r, &red).await? {
+                    return Ok(());
+                }
+                work = work_copy(s);
+            }
             f(c, work_bytes(&mut work, n), r, &red).await
         }))))
     }
@@ -598,6 +669,14 @@ impl<'s, 'c: 's> Scope<'s, 'c> {
             return Ok(self.push(None));
         }
         let f = kernel!(start c, Alltoall, s.len() / c.p());
+        if c.direct_started(Collective::Alltoall, s.len() / c.p())? {
+            return Ok(self.push(Some(Box::pin(async move {
+                if direct::alltoall(Steps::<Start>::new(c), s, r).await? {
+                    return Ok(());
+                }
+                f(c, s, r).await
+            }))));
+        }
         Ok(self.push(Some(f(c, s, r))))
     }
 }

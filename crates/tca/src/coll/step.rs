@@ -396,7 +396,7 @@ impl<'a, M: Mode> Steps<'a, M> {
 /// Runs a blocking-mode algorithm on this thread: its steps are done when made, so its first
 /// poll finishes it; the future lives on the stack.
 #[inline]
-pub(crate) fn run_blocking(f: impl Future<Output = Result<()>>) -> Result<()> {
+pub(crate) fn run_blocking<T>(f: impl Future<Output = Result<T>>) -> Result<T> {
     let f = pin!(f);
     match f.poll(&mut Context::from_waker(Waker::noop())) {
         Poll::Ready(r) => r,

@@ -1228,6 +1228,32 @@ impl World {
         }
     }
 
+    /// Aborts the whole job because of `cause`, an error this rank cannot recover from and its
+    /// peers would wait on. If it is another rank's doing — its death or failure, or a segment
+    /// of its that it freed (or never had) while this rank still wrote to it, as a rank that
+    /// leaves in the middle of a collective does — the abort names that rank, the root of the
+    /// trouble, so that every rank's error names it whichever of them notices first; else
+    /// this rank ([`World::abort`]).
+    pub(crate) fn abort_after(&self, cause: &Error) {
+        match (cause.kind(), cause.rank()) {
+            (ErrorKind::PeerDied | ErrorKind::InvalidHandle, Some(r))
+                if r != self.rank && r < self.size =>
+            {
+                self.shm.abort_naming(r);
+                if let Some(kv) = &self.kv {
+                    kv.report(
+                        self.rank,
+                        &format!(
+                            "rank {} aborted the job after rank {r} died or failed",
+                            self.rank
+                        ),
+                    );
+                }
+            }
+            _ => self.abort(),
+        }
+    }
+
     /// Leaves the job cleanly after a barrier (like `MPI_Finalize`). Dropping the world
     /// without it also leaves cleanly, but without waiting for the others.
     pub fn finalize(self) -> Result<()> {

@@ -857,8 +857,13 @@ impl Shm {
 
     /// Aborts the whole job on account of this rank.
     pub(crate) fn abort(&self) {
+        self.abort_naming(self.rank);
+    }
+
+    /// Marks this rank failed and aborts the job on account of `rank` (first abort wins).
+    pub(crate) fn abort_naming(&self, rank: u32) {
         self.board.set_state(self.rank, RankState::Failed);
-        self.board.abort(self.rank, AbortReason::PeerDied);
+        self.board.abort(rank, AbortReason::PeerDied);
     }
 
     /// Marks this rank failed (it returned an error) and left.
