@@ -165,6 +165,26 @@ fn check<T: Element + FromI + std::fmt::Debug>(
             c.allgatherv_in_place(&mut v, &counts, &displs)?;
             let want: Vec<T> = (0..p).flat_map(|r| input::<T>(r, counts[r])).collect();
             assert_eq!(v, want, "{}", tag("allgatherv"));
+            // The same blocks with a gap of one element after each, which holds what this rank
+            // put there (different on every rank) and must keep it: no two blocks adjacent, so
+            // none may travel together with what lies between them.
+            let gapped: Vec<usize> = (0..p).map(|r| displs[r] + r).collect();
+            let fill = input::<T>(p + me, total + p);
+            let mut v = fill.clone();
+            let mine = gapped[me]..gapped[me] + counts[me];
+            v[mine].copy_from_slice(&input::<T>(me, counts[me]));
+            c.allgatherv_in_place(&mut v, &counts, &gapped)?;
+            for r in 0..p {
+                let got = &v[gapped[r]..gapped[r] + counts[r]];
+                assert_eq!(
+                    got,
+                    &input::<T>(r, counts[r])[..],
+                    "{}",
+                    tag("gapped allgatherv")
+                );
+                let gap = gapped[r] + counts[r];
+                assert_eq!(v[gap], fill[gap], "{}", tag("gap written"));
+            }
         }
         Collective::Allreduce => {
             let mut recv = vec![T::zeroed(); n];

@@ -120,6 +120,71 @@ fn two_puts_sharing_a_link_take_twice_the_serialisation() {
 }
 
 #[test]
+fn a_message_waiting_for_its_link_leaves_the_other_ports_free() {
+    // On Tofu (4 ports a node) rank 0 puts to its x+ neighbour, then a small message to the
+    // same neighbour, which waits on the link for the first; then to its y+, y- and z+
+    // neighbours. The waiting message takes a port only from when it goes, so the three
+    // others each find a port free and start as soon as they are issued: the last arrives
+    // after five issues, one latency and its own time on the wire (not after the first
+    // put's, as when the waiting message held a port from its issue on).
+    let opts = Options::new(Network::load("tofu-8x6x8").unwrap());
+    let net = &opts.network;
+    let n = 1 << 20;
+    let (x, y_up, y_down, z) = (1u32, 8u32, 40u32, 48u32);
+    let t = sim::run(&opts, 49, |w: &World| {
+        let seg = w.alloc_symmetric(n + 64)?;
+        w.barrier()?;
+        w.quiet()?;
+        let t0 = w.wtime();
+        let data = vec![1u8; n];
+        match w.rank() {
+            0 => {
+                let hx = *seg.handle(x)?;
+                w.put(&hx, 64, &data)?;
+                w.put_signal(&hx, 64, &data[..8], &hx, 0, SignalOp::Set(1))?;
+                for d in [y_up, y_down, z] {
+                    let h = *seg.handle(d)?;
+                    w.put_signal(&h, 64, &data, &h, 0, SignalOp::Set(1))?;
+                }
+                Ok(secs_to_ps(t0))
+            }
+            r if [x, y_up, y_down, z].contains(&r) => {
+                w.wait_until(seg.local(), 0, 1)?;
+                Ok(secs_to_ps(w.wtime()))
+            }
+            _ => Ok(0),
+        }
+    })
+    .unwrap()
+    .results;
+    let (issue, lat, wire) = dma(net, n + 8);
+    let sent = t[0];
+    assert_eq!(t[z as usize] - sent, 5 * issue + lat + wire);
+    assert_eq!(t[y_up as usize] - sent, 3 * issue + lat + wire);
+}
+
+#[test]
+fn a_packet_past_its_header_line_is_one_message() {
+    // A broadcast of one packet between two ranks: one that rides in its header line and
+    // one whose payload does not (its payload and header chained, as PEACH2 chains DMA
+    // descriptors) are the same number of network messages.
+    let job = |bytes: usize| {
+        sim::run(&peach2(), 2, move |w: &World| {
+            let c = Comm::world(w)?;
+            c.barrier()?;
+            let mut b = vec![1u8; bytes];
+            c.broadcast(&mut b, 0)?;
+            c.barrier()?;
+            Ok(())
+        })
+        .unwrap()
+        .stats
+        .messages
+    };
+    assert_eq!(job(1024), job(8));
+}
+
+#[test]
 fn a_ring_of_puts_around_the_torus_shares_no_link() {
     // Ranks 0..7 form the torus's first ring of 8: each puts to its right-hand neighbour,
     // one hop on its own link, so every put costs what a put on an idle link costs.

@@ -211,6 +211,23 @@ pub(crate) trait Memory: Area {
     fn put(&self, q: usize, off: usize, src: &[u8]) -> Result<()>;
     /// Copies `src` to `off` in member `q`'s area, then sets its word at `sig` to `v`.
     fn put_set(&self, q: usize, off: usize, src: &[u8], sig: usize, v: u64) -> Result<()>;
+    /// Copies `a` to `a_off`, then `b` to `b_off` in member `q`'s area, then sets its word at
+    /// `sig` to `v`: a packet's payload and its header line, which a network that chains
+    /// descriptors sends as one operation.
+    #[allow(clippy::too_many_arguments)]
+    fn put2_set(
+        &self,
+        q: usize,
+        a_off: usize,
+        a: &[u8],
+        b_off: usize,
+        b: &[u8],
+        sig: usize,
+        v: u64,
+    ) -> Result<()> {
+        self.put(q, a_off, a)?;
+        self.put_set(q, b_off, b, sig, v)
+    }
     /// Sets the word at `off` in member `q`'s area to `v`.
     fn set(&self, q: usize, off: usize, v: u64) -> Result<()>;
     /// Waits until this rank's word at `off` is at least `v`, running `hook` meanwhile.
@@ -258,6 +275,22 @@ impl Memory for Fabric<'_> {
     fn put_set(&self, q: usize, off: usize, src: &[u8], sig: usize, v: u64) -> Result<()> {
         let h = &self.handles[q];
         self.w.put_signal(h, off, src, h, sig, SignalOp::Set(v))
+    }
+
+    #[inline]
+    #[allow(clippy::too_many_arguments)]
+    fn put2_set(
+        &self,
+        q: usize,
+        a_off: usize,
+        a: &[u8],
+        b_off: usize,
+        b: &[u8],
+        sig: usize,
+        v: u64,
+    ) -> Result<()> {
+        self.w
+            .put2_signal(&self.handles[q], a_off, a, b_off, b, sig, SignalOp::Set(v))
     }
 
     #[inline]
@@ -593,6 +626,16 @@ impl Protocol {
                 at += p.len();
             }
             io.put_set(to, off, &line, off + SIGNAL, seq)?;
+        } else if let [p] = parts {
+            io.put2_set(
+                to,
+                off + LINE,
+                p,
+                off + META,
+                &line[META..],
+                off + SIGNAL,
+                seq,
+            )?;
         } else {
             let mut at = off + LINE;
             for p in parts {

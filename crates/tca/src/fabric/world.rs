@@ -937,6 +937,31 @@ impl World {
             .put_signal(dst, off, src, sig, sig_off, op)
     }
 
+    /// Copies `a` to `a_off` and then `b` to `b_off` in `dst`, then applies `op` to the word at
+    /// `sig_off` in `dst`: [`World::put`] then [`World::put_signal`], except that the simulated
+    /// network sends the two as one operation (a chain of two descriptors: one issue, the
+    /// second descriptor's cost; a ring packet's payload and header line).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn put2_signal(
+        &self,
+        dst: &Handle,
+        a_off: usize,
+        a: &[u8],
+        b_off: usize,
+        b: &[u8],
+        sig_off: usize,
+        op: SignalOp,
+    ) -> Result<()> {
+        if let Some(s) = &self.sim {
+            if dst.rank() != self.rank {
+                self.check_handle(dst)?;
+                return s.put2_signal(&self.shm, dst, a_off, a, b_off, b, sig_off, op);
+            }
+        }
+        self.put(dst, a_off, a)?;
+        self.put_signal(dst, b_off, b, dst, sig_off, op)
+    }
+
     /// Applies `op` to the signal word at `off` in `sig` (no data).
     pub fn signal(&self, sig: &Handle, off: usize, op: SignalOp) -> Result<()> {
         self.check_handle(sig)?;

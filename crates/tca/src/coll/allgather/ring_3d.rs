@@ -9,10 +9,15 @@
 //! ring's p - 1 (seed 002's short-message regime, where the steps' latency dominates; for
 //! long messages both move the same bytes).
 //!
-//! Blocks may have any sizes and places (allgatherv): a group travels as its blocks, one
+//! A group travels as one message where its blocks lie back to back — an allgather's always
+//! do, and in a stage where every group's do — as seed 002's multi-ring moves a group per
+//! message: (n0 - 1) + (n1 - 1) + (n2 - 1) messages each way, where a block per message would
+//! be p - 1 (each paying the per-message software cost: on the modelled Tofu 383 messages of
+//! L_S = 1 us at 384 ranks). Blocks of an allgatherv may have any sizes and places: in a
+//! stage where some group's are not adjacent, every group travels as its blocks, one
 //! exchange each, in rank order.
-//! Cost: (n0 + n1 + n2 - 3) ring steps, each exchanging a group (one exchange per block):
-//! p - 1 blocks sent and received.
+//! Cost: (n0 + n1 + n2 - 3) ring steps, each exchanging a group of the earlier dimensions'
+//! blocks (as one message): p - 1 blocks sent and received.
 //! Reuse: channel flow control.
 
 use crate::coll::registry::{CostModel, Work};
@@ -23,8 +28,8 @@ use crate::error::Result;
 const D: usize = 3;
 
 /// The ranks of group `g` along dimension `d` for the rank at `at` on the grid `dims`: every
-/// coordinate before `d` free, `g` at `d`, this rank's after it; in rank order.
-fn group(dims: &[usize; D], at: &[usize; D], d: usize, g: usize) -> impl Iterator<Item = usize> {
+/// coordinate before `d` free, `g` at `d`, this rank's after it; consecutive ranks.
+fn group(dims: &[usize; D], at: &[usize; D], d: usize, g: usize) -> std::ops::Range<usize> {
     let inner: usize = dims[..d].iter().product();
     let stride = inner;
     let mut base = g * stride;
@@ -34,6 +39,15 @@ fn group(dims: &[usize; D], at: &[usize; D], d: usize, g: usize) -> impl Iterato
         s *= dims[e];
     }
     base..base + inner
+}
+
+/// Whether every group of stage `d` (the runs of `inner` consecutive ranks, the product of
+/// the earlier dimensions) has its blocks back to back in rank order, so each can travel as
+/// one message. The same answer on every rank: counts and displacements are every rank's.
+fn groups_adjacent(inner: usize, counts: &[usize], displs: &[usize]) -> bool {
+    (0..counts.len().saturating_sub(1))
+        .filter(|r| (r + 1) % inner != 0)
+        .all(|r| displs[r] + counts[r] == displs[r + 1])
 }
 
 pub(crate) async fn run<M: Mode>(
@@ -51,9 +65,18 @@ pub(crate) async fn run<M: Mode>(
         let n = dims[d];
         let rank_at = |g: usize| me - at[d] * stride + g * stride;
         let (right, left) = (rank_at((at[d] + 1) % n), rank_at((at[d] + n - 1) % n));
+        let whole = groups_adjacent(stride, counts, displs);
+        // A group's bytes, where its blocks are adjacent.
+        let span =
+            |g: std::ops::Range<usize>| displs[g.start]..displs[g.end - 1] + counts[g.end - 1];
         for s in 0..n.saturating_sub(1) {
             let out = group(&dims, &at, d, (at[d] + n - s) % n);
             let inn = group(&dims, &at, d, (at[d] + 2 * n - s - 1) % n);
+            if whole {
+                let (msg, dst) = split2(buf, span(out), span(inn));
+                c.ch_sendrecv(right, msg, left, dst, None).await?;
+                continue;
+            }
             for (a, b) in out.zip(inn) {
                 let (msg, dst) = split2(buf, range(a), range(b));
                 c.ch_sendrecv(right, msg, left, dst, None).await?;
@@ -65,7 +88,8 @@ pub(crate) async fn run<M: Mode>(
 }
 
 /// This rank's block into place, then per stage d (n_d - 1) rounds, each exchanging a group
-/// of the earlier dimensions' size in blocks of n bytes: p - 1 blocks each way in all.
+/// of the earlier dimensions' size in blocks of n bytes, as one message (an allgather's
+/// blocks are adjacent): p - 1 blocks each way in all.
 pub(crate) fn work(m: &CostModel, p: usize, n: usize) -> Work {
     let dims = grid::<D>(p);
     let nf = n as f64;
@@ -73,10 +97,7 @@ pub(crate) fn work(m: &CostModel, p: usize, n: usize) -> Work {
     let mut inner = 1.0;
     for &k in &dims {
         let steps = k.saturating_sub(1) as f64;
-        s = s
-            .rounds(steps)
-            .send(steps * inner, nf)
-            .recv(steps * inner, nf);
+        s = s.exchange(steps, inner * nf);
         inner *= k as f64;
     }
     s.symmetric()

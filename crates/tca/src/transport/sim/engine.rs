@@ -293,6 +293,30 @@ impl Engine {
         self.switch(st, from).map(drop)
     }
 
+    /// Sends `first` and `then` from `from` to `to` as one message of `n` bytes (a chain of
+    /// two descriptors: the second's cost on top of the message's issue), delivered in that
+    /// order at the same arrival.
+    pub(crate) fn send2(
+        &self,
+        from: u32,
+        to: u32,
+        n: usize,
+        first: Write,
+        then: Write,
+    ) -> Result<()> {
+        let mut st = self.lock();
+        let r = &mut st.ranks[from as usize];
+        r.clock = r.clock.saturating_add(self.net.chained_descriptor(n));
+        let arrival = self.price(&mut st, from, to, n);
+        let r = &mut st.ranks[from as usize];
+        r.last_arrival = r.last_arrival.max(arrival);
+        st.stats.bytes += n as u64;
+        st.push(arrival, Event::Deliver(first));
+        st.push(arrival, Event::Deliver(then));
+        st.requeue(from);
+        self.switch(st, from).map(drop)
+    }
+
     /// An atomic `op` on `word` (in `to`'s memory): one request there and one reply back,
     /// both priced as 8-byte messages. Returns the value the word held.
     pub(crate) fn atomic(
@@ -345,13 +369,16 @@ impl Engine {
         let r = &mut st.ranks[from as usize];
         r.clock = r.clock.saturating_add(route.issue);
         let ready = r.clock;
-        let inject = self.earliest(st, self.net.ports(a, true));
-        let eject = self.earliest(st, self.net.ports(b, false));
-        let start = links
+        // The links decide when the message can go; then a port of each end that is free by
+        // then (`port`), or else the one free first.
+        let at = links
             .iter()
-            .chain([&inject, &eject])
             .map(|&l| st.free_at[l as usize])
             .fold(ready, Ps::max);
+        let inject = self.port(st, self.net.ports(a, true), at);
+        let at = at.max(st.free_at[inject as usize]);
+        let eject = self.port(st, self.net.ports(b, false), at);
+        let start = at.max(st.free_at[eject as usize]);
         let busy = hold(n, route.gbs);
         let done = start.saturating_add(busy);
         for &l in links.iter().chain([&inject, &eject]) {
@@ -363,10 +390,20 @@ impl Engine {
         *pair
     }
 
-    /// The port of a node's set that is free first (the lowest on a tie).
-    fn earliest(&self, st: &State, ports: std::ops::Range<Resource>) -> Resource {
+    /// The port of a node's set for a message whose other resources are free at `at`: of the
+    /// ports free by then, the one that became free last (best fit: a resource is free from
+    /// one time on, so a port given to a message that must wait for its link is taken from
+    /// now until that message ends, and ports free earlier stay for messages that can go
+    /// sooner: a payload's header line, which waits for its payload on the link, does not
+    /// take the port the sender's next payload to another neighbour could use); if none is
+    /// free by then, the one free first. The lowest on a tie.
+    fn port(&self, st: &State, ports: std::ops::Range<Resource>, at: Ps) -> Resource {
+        let free = |p: &Resource| st.free_at[*p as usize];
         ports
-            .min_by_key(|&p| (st.free_at[p as usize], p))
+            .clone()
+            .filter(|p| free(p) <= at)
+            .max_by_key(|p| (free(p), std::cmp::Reverse(*p)))
+            .or_else(|| ports.min_by_key(|p| (free(p), *p)))
             .unwrap_or(0)
     }
 

@@ -336,6 +336,43 @@ impl Sim {
         self.send(dst.rank(), src.len() + 8, w)
     }
 
+    /// `a` at `a_off`, then `b` at `b_off` with the signal at `sig_off`, all into `dst`'s
+    /// segment: one message (one issue, one more DMA descriptor), delivered as the two
+    /// writes in order at the same arrival.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn put2_signal(
+        &self,
+        shm: &Shm,
+        dst: &Handle,
+        a_off: usize,
+        a: &[u8],
+        b_off: usize,
+        b: &[u8],
+        sig_off: usize,
+        op: SignalOp,
+    ) -> Result<()> {
+        let region = shm.resolve(dst)?;
+        let at_a = region.range(a_off, a.len())?;
+        let at_b = region.range(b_off, b.len())?;
+        region.word(sig_off)?;
+        let (bytes_a, pieces_a) = self.stage(at_a, a);
+        let (bytes_b, pieces_b) = self.stage(at_b, b);
+        let first = Write {
+            to: dst.rank(),
+            data: Some((Arc::clone(&region), pieces_a)),
+            bytes: bytes_a,
+            signal: None,
+        };
+        let then = Write {
+            to: dst.rank(),
+            data: Some((Arc::clone(&region), pieces_b)),
+            bytes: bytes_b,
+            signal: Some((region, sig_off, op)),
+        };
+        let n = a.len() + b.len() + 8;
+        self.op(|| self.engine.send2(self.rank, dst.rank(), n, first, then))
+    }
+
     pub(crate) fn signal(&self, shm: &Shm, sig: &Handle, off: usize, op: SignalOp) -> Result<()> {
         let s = shm.resolve(sig)?;
         s.word(off)?;

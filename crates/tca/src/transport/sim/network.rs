@@ -12,14 +12,23 @@
 //!
 //! 1. The sender's CPU is busy for `software.put_ns` plus the mode's issue cost (PIO: the
 //!    stores, `n / pio.gbs`; DMA: `dma.descriptor_ns`); the message is ready at `t + o`.
-//! 2. Its route is a list of resources: one injection port of `a` (the one free first, of
-//!    `ports_per_node`), every link of the route, one ejection port of `b`. It streams over
-//!    all of them at the slowest one's bandwidth `B` (link, port, mode, endpoint read rate).
+//! 2. Its route is a list of resources: every link of the route, one injection port of `a`
+//!    and one ejection port of `b` (of `ports_per_node` each). It streams over all of them at
+//!    the slowest one's bandwidth `B` (link, port, mode, endpoint read rate).
 //! 3. It starts when it is ready and every resource is free: `s = max(ready, free_at(r))`, and
 //!    holds each resource for `n / B`: two messages that share a link take twice the time of
-//!    one (the link serialises them in the order they were issued).
+//!    one (the link serialises them in the order they were issued). A resource is free from
+//!    one time on (no gaps are filled), so each port is chosen once the links have said when
+//!    the message can go: one free by then, the one that became free last, else the one free
+//!    first. A message that waits for its link (a header line behind its payload) then takes
+//!    a port only from when it goes, and the node's other ports stay free for its messages to
+//!    other neighbours (seed 002's several directions at once).
 //! 4. It arrives at `s + latency + (hops - 1) hop_ns + n / B`: `latency` is the mode's one-way
 //!    latency over one hop, measured by the seeds' 8-byte ping-pongs.
+//!
+//! A ring packet whose payload does not ride in its header line is one message of payload and
+//! header chained (PEACH2's chained descriptors; one RDMA put with its notice on Tofu): one
+//! issue, plus `dma.descriptor_ns` for the second descriptor.
 //!
 //! The model is deliberately at the level of the seeds' own reasoning (Hockney per link plus
 //! contention): no packets, no credits inside the network, no adaptive routing.
@@ -430,6 +439,15 @@ impl Network {
         }
     }
 
+    /// The sender's cost of one more descriptor in a chain, for a message of `n` bytes: the
+    /// DMA engine's descriptor cost, or nothing where PIO stores carry it.
+    pub(crate) fn chained_descriptor(&self, n: usize) -> Ps {
+        match &self.pio {
+            Some(p) if n as u64 <= p.max_bytes => 0,
+            _ => ps(self.dma.descriptor_ns),
+        }
+    }
+
     /// The collectives' cost model of this network, from its parameters alone (so that Auto
     /// chooses the same on every host: a calibration file of the machine running the
     /// simulation describes that machine, not the network): per chunk, the sender's issue of
@@ -443,7 +461,10 @@ impl Network {
         let line = self.route(crate::fabric::ring::INLINE, 0);
         let dma = self.route(usize::MAX, 0);
         let small = us(line.issue);
-        let spill = us(dma.issue + dma.latency) - us(line.issue + line.latency);
+        // A chunk past its header line is its payload and header chained: one issue and two
+        // descriptors.
+        let chained = dma.issue + self.chained_descriptor(usize::MAX);
+        let spill = us(chained + dma.latency) - us(line.issue + line.latency);
         let per_byte = 1e-3 / dma.gbs;
         crate::coll::model::CostModel {
             delta: us(line.latency),
