@@ -200,7 +200,8 @@ pub struct Config {
     /// Provider name, as `fi_info -l` or [`providers`] spell it: e.g. `"verbs"`, `"tcp"`
     /// (which selects the `tcp;ofi_rxm` RDM endpoints), `"tcp;ofi_rxm"`. `None`: of the RDM
     /// providers offering our capabilities (`FI_PROVIDER` still filters), a network's own
-    /// first, in libfabric's order, then `net` before the other TCP and UDP ones.
+    /// first, in libfabric's order, then the native RDM over TCP (`net` in 1.17) before the
+    /// other TCP and UDP ones (`preference` in this file).
     pub provider: Option<String>,
     /// Domain (NIC) name, e.g. `"mlx5_0"` or `"lo"` for tcp on loopback; `None`: any.
     pub domain: Option<String>,
@@ -515,18 +516,18 @@ pub fn providers() -> Result<Vec<String>, Error> {
 
 /// How tca ranks the RDM providers libfabric offers, lower first, where the user names none
 /// (`FI_PROVIDER` and [`Config::provider`] still filter what is offered): a network's own
-/// provider (verbs, efa, cxi, psm3, opx ...) as libfabric orders them; then `net`, libfabric
-/// 1.17's native RDM endpoint over TCP (the `tcp` provider of later releases), whose 8-byte
-/// round trip measured 0.53-0.58x that of `tcp;ofi_rxm`, which libfabric 1.17 lists first
-/// (BENCHMARKS.md, "Across nodes"); then the RDM layers over TCP or UDP; `sockets` (a 4 MiB
-/// write took 266 ms there); last `shm`, which cannot leave the node.
+/// provider (verbs, efa, cxi, psm3, opx ...) as libfabric orders them; then the native RDM
+/// endpoint over TCP (`net` in libfabric 1.17, `tcp` from 1.18 on), whose 8-byte round trip
+/// measured 0.57x that of `tcp;ofi_rxm`, which libfabric 1.17 lists first (BENCHMARKS.md,
+/// "Across nodes"); then the RDM layers over TCP or UDP; `sockets` (a 4 MiB write took 266 ms
+/// there); last the shared-memory providers (`shm`, `sm2`), which cannot leave the node.
 fn preference(provider: &str) -> u8 {
     match provider {
-        "net" => 1,
-        "tcp;ofi_rxm" | "net;ofi_rxm" | "tcp" => 2,
+        "net" | "tcp" => 1,
+        "tcp;ofi_rxm" | "net;ofi_rxm" => 2,
         "udp;ofi_rxd" | "udp" => 3,
         "sockets" => 4,
-        "shm" => 5,
+        "shm" | "sm2" => 5,
         _ => 0,
     }
 }

@@ -123,12 +123,17 @@ impl Peer {
     /// Calls `f` with `len` bytes at byte `from` of the peer's slice, in place.
     fn with<R>(&self, from: usize, len: usize, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
         self.check(from, len)?;
-        // SAFETY: in range (checked above and by the view); no writer while the view lives:
-        // the slice is a peer's `Buffer`, whose handle no one holds outside the collectives
-        // of its communicator, and its owner is inside this collective and changes nothing
-        // until this rank says it is done (module doc, step 3), which it does after `f` (a
-        // started collective borrows the owner's buffer for its scope, and its run ends only
-        // after that "done", also when its request was dropped: the scope finishes it).
+        // SAFETY: in range (checked above and by the view), and mapped for as long as the view
+        // lives (`region` holds this rank's mapping, whatever the owner does with its
+        // buffer). No writer while the view lives: the slice is a peer's `Buffer`, whose
+        // handle no one holds outside the collectives of its communicator, and its owner is
+        // inside this collective and changes nothing until this rank says it is done (module
+        // doc, step 3), which it does after `f` (a started collective borrows the owner's
+        // buffer for its scope, and its run ends only after that "done", also when its
+        // request was dropped: the scope finishes it). The one exception is an owner that
+        // fails inside the protocol after its offer (an error there, or a scope unwound by a
+        // panic): it aborts the job, and a reader may then combine values its owner is
+        // changing, in a job that ends in an error on every rank.
         let v = unsafe { self.region.map.view::<u8>(self.at + from, len) };
         v.map(f)
             .ok_or_else(|| Error::new(ErrorKind::OutOfBounds, "a peer's buffer is not mapped here"))

@@ -1266,8 +1266,9 @@ impl World {
             {
                 self.shm.abort_naming(r);
                 if let Some(kv) = &self.kv {
+                    // The rank at fault is `r`: the other nodes' errors name it too.
                     kv.report(
-                        self.rank,
+                        r,
                         &format!(
                             "rank {} aborted the job after rank {r} died or failed",
                             self.rank

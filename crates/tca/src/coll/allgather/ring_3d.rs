@@ -10,12 +10,14 @@
 //! long messages both move the same bytes).
 //!
 //! A group travels as one message where its blocks lie back to back — an allgather's always
-//! do, and in a stage where every group's do — as seed 002's multi-ring moves a group per
-//! message: (n0 - 1) + (n1 - 1) + (n2 - 1) messages each way, where a block per message would
-//! be p - 1 (each paying the per-message software cost: on the modelled Tofu 383 messages of
-//! L_S = 1 us at 384 ranks). Blocks of an allgatherv may have any sizes and places: in a
-//! stage where some group's are not adjacent, every group travels as its blocks, one
-//! exchange each, in rank order.
+//! do, and in a stage where every group's do (every rank passes the same counts and
+//! displacements, as `allgatherv_in_place` requires, so every rank cuts the same messages):
+//! (n0 - 1) + (n1 - 1) + (n2 - 1) messages each way, where a block per message would be p - 1,
+//! each paying the per-message software cost (on the modelled Tofu 383 messages of L_S = 1 us
+//! at 384 ranks; seed 002's short-message estimate, t_L = 1,544 us, is about that many steps
+//! of 4 L_S). Blocks of an allgatherv may have any sizes and places: in a stage where some
+//! group's are not adjacent, every group travels as its blocks, one exchange each, in rank
+//! order.
 //! Cost: (n0 + n1 + n2 - 3) ring steps, each exchanging a group of the earlier dimensions'
 //! blocks (as one message): p - 1 blocks sent and received.
 //! Reuse: channel flow control.
