@@ -185,6 +185,28 @@ fn a_packet_past_its_header_line_is_one_message() {
 }
 
 #[test]
+fn credits_ride_on_the_packets_going_back() {
+    // Two ranks exchanging small packets (8-byte allreduces: one exchange each): every
+    // second packet a rank takes is a credit it owes, and it travels with the next packet
+    // to that rank, so 100 more allreduces are 200 more messages, not 300.
+    let job = |calls: usize| {
+        sim::run(&peach2(), 2, move |w: &World| {
+            let c = Comm::world(w)?;
+            for _ in 0..calls {
+                let mut x = [1.0f64];
+                c.allreduce_in_place(&mut x, &Op::Sum)?;
+            }
+            c.barrier()?;
+            Ok(())
+        })
+        .unwrap()
+        .stats
+        .messages
+    };
+    assert_eq!(job(200) - job(100), 200);
+}
+
+#[test]
 fn a_ring_of_puts_around_the_torus_shares_no_link() {
     // Ranks 0..7 form the torus's first ring of 8: each puts to its right-hand neighbour,
     // one hop on its own link, so every put costs what a put on an idle link costs.

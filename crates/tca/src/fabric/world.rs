@@ -962,6 +962,39 @@ impl World {
         self.put_signal(dst, b_off, b, dst, sig_off, op)
     }
 
+    /// Copies `src` to `off` in `dst` and sets the word at `off2` in `dst` to `v2`, then the word
+    /// at `sig_off` to `v`: [`World::put_signal`] then [`World::signal`], except that a network
+    /// (libfabric, the simulated one) carries both in one message (a ring packet with the
+    /// credit owed to its receiver). The two words are independent: `off2`'s is set no later
+    /// than `sig_off`'s.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn put_signal_set(
+        &self,
+        dst: &Handle,
+        off: usize,
+        src: &[u8],
+        sig_off: usize,
+        v: u64,
+        off2: usize,
+        v2: u64,
+    ) -> Result<()> {
+        if dst.rank() != self.rank {
+            if let Some(s) = &self.sim {
+                self.check_handle(dst)?;
+                return s.put_signal_set(&self.shm, dst, off, src, sig_off, v, off2, v2);
+            }
+            #[cfg(feature = "ofi")]
+            if self.is_remote(dst.rank()) {
+                if let Some(n) = &self.net {
+                    self.check_handle(dst)?;
+                    return n.put_signal_set(&self.shm, dst, off, src, sig_off, v, off2, v2);
+                }
+            }
+        }
+        self.put_signal(dst, off, src, dst, sig_off, SignalOp::Set(v))?;
+        self.signal(dst, off2, SignalOp::Set(v2))
+    }
+
     /// Applies `op` to the signal word at `off` in `sig` (no data).
     pub fn signal(&self, sig: &Handle, off: usize, op: SignalOp) -> Result<()> {
         self.check_handle(sig)?;

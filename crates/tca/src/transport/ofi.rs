@@ -31,11 +31,13 @@
 //!
 //! # Header (little endian)
 //! ```text
-//! 0  kind u8, op u8, 0 u16, source rank u32
+//! 0  kind u8, op u8, flags u16, source rank u32
 //! 8  payload length u32, destination segment u32
 //! 16 destination key u64
 //! 24 destination offset u64
-//! 32 signal segment u32, 0 u32
+//! 32 signal segment u32, second signal offset u32 (flag SET2: the second value is set into
+//!    that word of the signal segment before the signal is applied; a ring packet carrying
+//!    the credit owed to its receiver)
 //! 40 signal key u64
 //! 48 signal offset u64
 //! 56 value u64 (signal or atomic operand; answers: the result)
@@ -127,30 +129,37 @@ impl Kind {
 struct Header {
     kind: u8,
     op: u8,
+    flags: u16,
     src: u32,
     len: u32,
     dst_seg: u32,
     dst_key: u64,
     dst_off: u64,
     sig_seg: u32,
+    /// With [`SET2`]: the word of the signal segment that `value2` is set into.
+    sig_off2: u32,
     sig_key: u64,
     sig_off: u64,
     value: u64,
     value2: u64,
 }
 
+/// A signal message's flag: `value2` is also set into the word at `sig_off2` of the signal
+/// segment, before the signal (`World::put_signal_set`).
+const SET2: u16 = 1;
+
 impl Header {
     fn encode(&self, b: &mut [u8]) {
         b[0] = self.kind;
         b[1] = self.op;
-        b[2..4].fill(0);
+        b[2..4].copy_from_slice(&self.flags.to_le_bytes());
         b[4..8].copy_from_slice(&self.src.to_le_bytes());
         b[8..12].copy_from_slice(&self.len.to_le_bytes());
         b[12..16].copy_from_slice(&self.dst_seg.to_le_bytes());
         b[16..24].copy_from_slice(&self.dst_key.to_le_bytes());
         b[24..32].copy_from_slice(&self.dst_off.to_le_bytes());
         b[32..36].copy_from_slice(&self.sig_seg.to_le_bytes());
-        b[36..40].fill(0);
+        b[36..40].copy_from_slice(&self.sig_off2.to_le_bytes());
         b[40..48].copy_from_slice(&self.sig_key.to_le_bytes());
         b[48..56].copy_from_slice(&self.sig_off.to_le_bytes());
         b[56..64].copy_from_slice(&self.value.to_le_bytes());
@@ -168,12 +177,14 @@ impl Header {
         let h = Self {
             kind: b[0],
             op: b[1],
+            flags: u16::from_le_bytes([b[2], b[3]]),
             src: u32_at(4),
             len: u32_at(8),
             dst_seg: u32_at(12),
             dst_key: u64_at(16),
             dst_off: u64_at(24),
             sig_seg: u32_at(32),
+            sig_off2: u32_at(36),
             sig_key: u64_at(40),
             sig_off: u64_at(48),
             value: u64_at(56),
@@ -966,6 +977,50 @@ impl Ofi {
         self.send(shm, dst.rank(), &h, payload)
     }
 
+    /// `src` at `off` in `dst`, the word at `off2` set to `v2`, then the word at `sig_off` set
+    /// to `v`, all in `dst`'s segment: one eager message ([`SET2`]) where `src` is eager and
+    /// `off2` fits the header, else `put_signal` and `signal`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn put_signal_set(
+        &self,
+        shm: &Shm,
+        dst: &Handle,
+        off: usize,
+        src: &[u8],
+        sig_off: usize,
+        v: u64,
+        off2: usize,
+        v2: u64,
+    ) -> Result<()> {
+        let d = self.describe(shm, dst)?;
+        Self::check_word(dst, &d, sig_off)?;
+        Self::check_word(dst, &d, off2)?;
+        Self::check_range(dst, &d, off, src.len())?;
+        let second = u32::try_from(off2).ok().filter(|_| src.len() <= EAGER_MAX);
+        let Some(sig_off2) = second else {
+            self.put_signal(shm, dst, off, src, dst, sig_off, SignalOp::Set(v))?;
+            return self.signal(shm, dst, off2, SignalOp::Set(v2));
+        };
+        let h = Header {
+            kind: Kind::Signal as u8,
+            op: op::SET,
+            flags: SET2,
+            src: self.rank,
+            len: eager_len(src.len()),
+            dst_seg: if src.is_empty() { NONE } else { dst.segment() },
+            dst_key: dst.key(),
+            dst_off: off as u64,
+            sig_seg: dst.segment(),
+            sig_off2,
+            sig_key: dst.key(),
+            sig_off: sig_off as u64,
+            value: v,
+            value2: v2,
+        };
+        self.touched.borrow_mut()[dst.rank() as usize] = true;
+        self.send(shm, dst.rank(), &h, src)
+    }
+
     pub(crate) fn signal(&self, shm: &Shm, sig: &Handle, off: usize, sop: SignalOp) -> Result<()> {
         let s = self.describe(shm, sig)?;
         Self::check_word(sig, &s, off)?;
@@ -1254,6 +1309,16 @@ impl Ofi {
                 if h.dst_seg != NONE {
                     if let Err(e) = shm.write_own(h.dst_seg, h.dst_key, h.dst_off, payload) {
                         if freed(h.dst_seg, h.dst_key) {
+                            return;
+                        }
+                        return refuse(e.message().to_string(), false);
+                    }
+                }
+                if kind == Kind::Signal && h.flags & SET2 != 0 {
+                    let off2 = u64::from(h.sig_off2);
+                    let set = SignalOp::Set(h.value2);
+                    if let Err(e) = shm.signal_own(h.sig_seg, h.sig_key, off2, set) {
+                        if freed(h.sig_seg, h.sig_key) {
                             return;
                         }
                         return refuse(e.message().to_string(), false);

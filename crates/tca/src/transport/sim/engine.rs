@@ -293,20 +293,21 @@ impl Engine {
         self.switch(st, from).map(drop)
     }
 
-    /// Sends `first` and `then` from `from` to `to` as one message of `n` bytes (a chain of
-    /// two descriptors: the second's cost on top of the message's issue), delivered in that
+    /// Sends `first` and `then` from `from` to `to` as one message of `n` bytes, `extra` of
+    /// issue time on top of the message's (a chain's second descriptor), delivered in that
     /// order at the same arrival.
     pub(crate) fn send2(
         &self,
         from: u32,
         to: u32,
         n: usize,
+        extra: Ps,
         first: Write,
         then: Write,
     ) -> Result<()> {
         let mut st = self.lock();
         let r = &mut st.ranks[from as usize];
-        r.clock = r.clock.saturating_add(self.net.chained_descriptor(n));
+        r.clock = r.clock.saturating_add(extra);
         let arrival = self.price(&mut st, from, to, n);
         let r = &mut st.ranks[from as usize];
         r.last_arrival = r.last_arrival.max(arrival);
@@ -315,6 +316,11 @@ impl Engine {
         st.push(arrival, Event::Deliver(then));
         st.requeue(from);
         self.switch(st, from).map(drop)
+    }
+
+    /// The issue cost of a chain's second descriptor for a message of `n` bytes.
+    pub(crate) fn chained_descriptor(&self, n: usize) -> Ps {
+        self.net.chained_descriptor(n)
     }
 
     /// An atomic `op` on `word` (in `to`'s memory): one request there and one reply back,

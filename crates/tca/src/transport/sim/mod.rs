@@ -370,7 +370,46 @@ impl Sim {
             signal: Some((region, sig_off, op)),
         };
         let n = a.len() + b.len() + 8;
-        self.op(|| self.engine.send2(self.rank, dst.rank(), n, first, then))
+        let chained = self.engine.chained_descriptor(n);
+        self.op(|| {
+            self.engine
+                .send2(self.rank, dst.rank(), n, chained, first, then)
+        })
+    }
+
+    /// `src` at `off` with the word at `off2` set to `v2` and then the word at `sig_off` set
+    /// to `v`, all in `dst`'s segment: one message (`World::put_signal_set`).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn put_signal_set(
+        &self,
+        shm: &Shm,
+        dst: &Handle,
+        off: usize,
+        src: &[u8],
+        sig_off: usize,
+        v: u64,
+        off2: usize,
+        v2: u64,
+    ) -> Result<()> {
+        let region = shm.resolve(dst)?;
+        let at = region.range(off, src.len())?;
+        region.word(sig_off)?;
+        region.word(off2)?;
+        let (bytes, pieces) = self.stage(at, src);
+        let first = Write {
+            to: dst.rank(),
+            data: None,
+            bytes: Vec::new(),
+            signal: Some((Arc::clone(&region), off2, SignalOp::Set(v2))),
+        };
+        let then = Write {
+            to: dst.rank(),
+            data: Some((Arc::clone(&region), pieces)),
+            bytes,
+            signal: Some((region, sig_off, SignalOp::Set(v))),
+        };
+        let n = src.len() + 16;
+        self.op(|| self.engine.send2(self.rank, dst.rank(), n, 0, first, then))
     }
 
     pub(crate) fn signal(&self, shm: &Shm, sig: &Handle, off: usize, op: SignalOp) -> Result<()> {

@@ -608,7 +608,10 @@ mod tests {
         // descriptor more (none on Tofu).
         let t = Network::load("tofu-8x6x8").unwrap();
         assert!(t.pio.is_none());
-        assert!(close(t.cost_model().alpha_spill, t.dma.descriptor_ns * 1e-3));
+        assert!(close(
+            t.cost_model().alpha_spill,
+            t.dma.descriptor_ns * 1e-3
+        ));
         assert!(close(t.cost_model().delta, t.dma.latency_ns * 1e-3));
     }
 
