@@ -35,9 +35,9 @@
 //! before it blocks in any wait, or when the next interval's credit comes due first (a
 //! stream: the sender must not run dry). Liveness is unchanged: a rank that waits has paid, and a
 //! sender can only be stuck on a receiver that waits (or has left, and needs nothing more).
-//! A credit owed to the rank a one-line packet goes to rides with that packet
+//! A credit owed to the rank a one-line packet goes to rides with that packet instead
 //! (`Memory::put_set_set`): on shared memory the same two stores, on a network one message
-//! instead of two (an 8-byte allreduce over TCP at 2 ranks: 0.74x the time; BENCHMARKS.md,
+//! (the credit set before the packet's sequence word) instead of two (an 8-byte allreduce over TCP at 2 ranks: 0.74x the time; BENCHMARKS.md,
 //! "Across nodes").
 //!
 //! # Memory
@@ -665,7 +665,12 @@ impl Protocol {
             match std::mem::take(&mut c.owed[to]) {
                 0 => io.put_set(to, off, &line, off + SIGNAL, seq)?,
                 owed => {
-                    io.put_set_set(to, off, &line, off + SIGNAL, seq, self.me * CREDIT, owed)?
+                    let r =
+                        io.put_set_set(to, off, &line, off + SIGNAL, seq, self.me * CREDIT, owed);
+                    if r.is_err() {
+                        c.owed[to] = owed; // still owed: `pay` tries again
+                    }
+                    r?;
                 }
             }
         } else if let [p] = parts {

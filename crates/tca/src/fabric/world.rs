@@ -965,8 +965,9 @@ impl World {
     /// Copies `src` to `off` in `dst` and sets the word at `off2` in `dst` to `v2`, then the word
     /// at `sig_off` to `v`: [`World::put_signal`] then [`World::signal`], except that a network
     /// (libfabric, the simulated one) carries both in one message (a ring packet with the
-    /// credit owed to its receiver). The two words are independent: `off2`'s is set no later
-    /// than `sig_off`'s.
+    /// credit owed to its receiver). The two words are independent: a network sets `off2`'s
+    /// first, shared memory `sig_off`'s; a segment freed before the second word is set is
+    /// not an error (the receiver took the packet and left).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn put_signal_set(
         &self,
@@ -992,7 +993,12 @@ impl World {
             }
         }
         self.put_signal(dst, off, src, dst, sig_off, SignalOp::Set(v))?;
-        self.signal(dst, off2, SignalOp::Set(v2))
+        // A peer that took the packet and then freed its segment needs no credit (as the
+        // ring's separate credit writes, `pay_slow`).
+        match self.signal(dst, off2, SignalOp::Set(v2)) {
+            Err(e) if e.kind() == ErrorKind::InvalidHandle => Ok(()),
+            r => r,
+        }
     }
 
     /// Applies `op` to the signal word at `off` in `sig` (no data).

@@ -41,7 +41,8 @@
 //! 40 signal key u64
 //! 48 signal offset u64
 //! 56 value u64 (signal or atomic operand; answers: the result)
-//! 64 second value u64 (compare-exchange's new value; requests and answers: request id)
+//! 64 second value u64 (compare-exchange's new value; requests and answers: request id; a
+//!    signal with SET2: the value set into the second word)
 //! 72 payload
 //! ```
 //!
@@ -979,7 +980,8 @@ impl Ofi {
 
     /// `src` at `off` in `dst`, the word at `off2` set to `v2`, then the word at `sig_off` set
     /// to `v`, all in `dst`'s segment: one eager message ([`SET2`]) where `src` is eager and
-    /// `off2` fits the header, else `put_signal` and `signal`.
+    /// `off2` fits the header, else `put_signal` and then `signal` (a segment freed before that
+    /// second word is set is not an error: the receiver took the packet and left).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn put_signal_set(
         &self,
@@ -999,7 +1001,10 @@ impl Ofi {
         let second = u32::try_from(off2).ok().filter(|_| src.len() <= EAGER_MAX);
         let Some(sig_off2) = second else {
             self.put_signal(shm, dst, off, src, dst, sig_off, SignalOp::Set(v))?;
-            return self.signal(shm, dst, off2, SignalOp::Set(v2));
+            return match self.signal(shm, dst, off2, SignalOp::Set(v2)) {
+                Err(e) if e.kind() == ErrorKind::InvalidHandle => Ok(()),
+                r => r,
+            };
         };
         let h = Header {
             kind: Kind::Signal as u8,
