@@ -988,7 +988,9 @@ impl World {
             if self.is_remote(dst.rank()) {
                 if let Some(n) = &self.net {
                     self.check_handle(dst)?;
-                    return n.put_signal_set(&self.shm, dst, off, src, sig_off, v, off2, v2);
+                    if n.put_signal_set(&self.shm, dst, off, src, sig_off, v, off2, v2)? {
+                        return Ok(());
+                    }
                 }
             }
         }

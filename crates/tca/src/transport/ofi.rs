@@ -979,9 +979,9 @@ impl Ofi {
     }
 
     /// `src` at `off` in `dst`, the word at `off2` set to `v2`, then the word at `sig_off` set
-    /// to `v`, all in `dst`'s segment: one eager message ([`SET2`]) where `src` is eager and
-    /// `off2` fits the header, else `put_signal` and then `signal` (a segment freed before that
-    /// second word is set is not an error: the receiver took the packet and left).
+    /// to `v`, all in `dst`'s segment, as one eager message ([`SET2`]). `false`, nothing sent,
+    /// where `src` is not eager or `off2` does not fit the header (the caller sends the two
+    /// operations).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn put_signal_set(
         &self,
@@ -993,19 +993,15 @@ impl Ofi {
         v: u64,
         off2: usize,
         v2: u64,
-    ) -> Result<()> {
+    ) -> Result<bool> {
+        let second = u32::try_from(off2).ok().filter(|_| src.len() <= EAGER_MAX);
+        let Some(sig_off2) = second else {
+            return Ok(false);
+        };
         let d = self.describe(shm, dst)?;
         Self::check_word(dst, &d, sig_off)?;
         Self::check_word(dst, &d, off2)?;
         Self::check_range(dst, &d, off, src.len())?;
-        let second = u32::try_from(off2).ok().filter(|_| src.len() <= EAGER_MAX);
-        let Some(sig_off2) = second else {
-            self.put_signal(shm, dst, off, src, dst, sig_off, SignalOp::Set(v))?;
-            return match self.signal(shm, dst, off2, SignalOp::Set(v2)) {
-                Err(e) if e.kind() == ErrorKind::InvalidHandle => Ok(()),
-                r => r,
-            };
-        };
         let h = Header {
             kind: Kind::Signal as u8,
             op: op::SET,
@@ -1023,7 +1019,7 @@ impl Ofi {
             value2: v2,
         };
         self.touched.borrow_mut()[dst.rank() as usize] = true;
-        self.send(shm, dst.rank(), &h, src)
+        self.send(shm, dst.rank(), &h, src).map(|()| true)
     }
 
     pub(crate) fn signal(&self, shm: &Shm, sig: &Handle, off: usize, sop: SignalOp) -> Result<()> {

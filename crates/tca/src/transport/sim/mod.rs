@@ -27,6 +27,7 @@ use self::network::{Ps, ps};
 use super::shm::Shm;
 use crate::error::{Error, ErrorKind, Result};
 use crate::fabric::{AtomicOp, Handle, SignalOp, Strided};
+use crate::transport::Region;
 
 pub use self::engine::Stats;
 pub use self::network::Network;
@@ -355,26 +356,10 @@ impl Sim {
         let at_a = region.range(a_off, a.len())?;
         let at_b = region.range(b_off, b.len())?;
         region.word(sig_off)?;
-        let (bytes_a, pieces_a) = self.stage(at_a, a);
-        let (bytes_b, pieces_b) = self.stage(at_b, b);
-        let first = Write {
-            to: dst.rank(),
-            data: Some((Arc::clone(&region), pieces_a)),
-            bytes: bytes_a,
-            signal: None,
-        };
-        let then = Write {
-            to: dst.rank(),
-            data: Some((Arc::clone(&region), pieces_b)),
-            bytes: bytes_b,
-            signal: Some((region, sig_off, op)),
-        };
+        let first = self.write(dst, &region, Some((at_a, a)), None);
+        let then = self.write(dst, &region, Some((at_b, b)), Some((sig_off, op)));
         let n = a.len() + b.len() + 8;
-        let chained = self.engine.chained_descriptor(n);
-        self.op(|| {
-            self.engine
-                .send2(self.rank, dst.rank(), n, chained, first, then)
-        })
+        self.send2(dst, n, self.engine.chained_descriptor(n), first, then)
     }
 
     /// `src` at `off` with the word at `off2` set to `v2` and then the word at `sig_off` set
@@ -395,21 +380,46 @@ impl Sim {
         let at = region.range(off, src.len())?;
         region.word(sig_off)?;
         region.word(off2)?;
-        let (bytes, pieces) = self.stage(at, src);
-        let first = Write {
-            to: dst.rank(),
-            data: None,
-            bytes: Vec::new(),
-            signal: Some((Arc::clone(&region), off2, SignalOp::Set(v2))),
+        let first = self.write(dst, &region, None, Some((off2, SignalOp::Set(v2))));
+        let then = self.write(
+            dst,
+            &region,
+            Some((at, src)),
+            Some((sig_off, SignalOp::Set(v))),
+        );
+        self.send2(dst, src.len() + 16, 0, first, then)
+    }
+
+    /// A write into `dst`'s segment (`region`, already checked): `data` (its checked offset
+    /// and bytes, staged), then `signal` (a checked word and its operation).
+    fn write(
+        &self,
+        dst: &Handle,
+        region: &Arc<Region>,
+        data: Option<(usize, &[u8])>,
+        signal: Option<(usize, SignalOp)>,
+    ) -> Write {
+        let (bytes, data) = match data {
+            Some((at, src)) => {
+                let (bytes, pieces) = self.stage(at, src);
+                (bytes, Some((Arc::clone(region), pieces)))
+            }
+            None => (Vec::new(), None),
         };
-        let then = Write {
+        Write {
             to: dst.rank(),
-            data: Some((Arc::clone(&region), pieces)),
+            data,
             bytes,
-            signal: Some((region, sig_off, SignalOp::Set(v))),
-        };
-        let n = src.len() + 16;
-        self.op(|| self.engine.send2(self.rank, dst.rank(), n, 0, first, then))
+            signal: signal.map(|(off, op)| (Arc::clone(region), off, op)),
+        }
+    }
+
+    /// `first` then `then` to `dst` as one message of `n` bytes, `extra` more issue time.
+    fn send2(&self, dst: &Handle, n: usize, extra: Ps, first: Write, then: Write) -> Result<()> {
+        self.op(|| {
+            self.engine
+                .send2(self.rank, dst.rank(), n, extra, first, then)
+        })
     }
 
     pub(crate) fn signal(&self, shm: &Shm, sig: &Handle, off: usize, op: SignalOp) -> Result<()> {
