@@ -186,15 +186,17 @@ fn a_packet_past_its_header_line_is_one_message() {
 
 #[test]
 fn credits_ride_on_the_packets_going_back() {
-    // Two ranks exchanging small packets (8-byte allreduces: one exchange each): every
-    // second packet a rank takes is a credit it owes, and it travels with the next packet
-    // to that rank, so 100 more allreduces are 200 more messages, not 300.
-    let job = |calls: usize| {
+    // Two ranks exchanging packets (allreduces: one exchange each): every second packet a
+    // rank takes is a credit it owes, and it travels with the next packet to that rank, so
+    // 100 more allreduces are 200 more messages, not 300: small packets (8 bytes, in the
+    // header line) and larger ones (1 KiB: body, header line and credit chained) alike.
+    let job = |calls: usize, n: usize| {
         sim::run(&peach2(), 2, move |w: &World| {
             let c = Comm::world(w)?;
             for _ in 0..calls {
-                let mut x = [1.0f64];
+                let mut x = vec![1.0f64; n];
                 c.allreduce_in_place(&mut x, &Op::Sum)?;
+                assert_eq!(x[n - 1], 2.0);
             }
             c.barrier()?;
             Ok(())
@@ -203,7 +205,8 @@ fn credits_ride_on_the_packets_going_back() {
         .stats
         .messages
     };
-    assert_eq!(job(200) - job(100), 200);
+    assert_eq!(job(200, 1) - job(100, 1), 200);
+    assert_eq!(job(200, 128) - job(100, 128), 200);
 }
 
 #[test]

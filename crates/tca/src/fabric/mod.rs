@@ -12,4 +12,5 @@ pub use chain::{Chain, ChainBuilder};
 pub use control::EXCHANGE_MAX;
 pub(crate) use segment::SegmentPool;
 pub use segment::{Handle, Segment, SymmetricSegment};
+pub(crate) use world::Packet;
 pub use world::{AtomicOp, INLINE_MAX, MAX_PARTS, RemoteWord, SignalOp, Strided, World};

@@ -51,7 +51,7 @@ use std::cell::RefCell;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::fabric::line::{LINE, SIGNAL};
-use crate::fabric::{Handle, Segment, SignalOp, World};
+use crate::fabric::{Handle, Packet, Segment, SignalOp, World};
 use crate::transport::Patience;
 
 /// Slots per ordered pair of ranks: the fewest the collectives' rings have (from 5 ranks
@@ -215,38 +215,17 @@ pub(crate) trait Memory: Area {
     fn put(&self, q: usize, off: usize, src: &[u8]) -> Result<()>;
     /// Copies `src` to `off` in member `q`'s area, then sets its word at `sig` to `v`.
     fn put_set(&self, q: usize, off: usize, src: &[u8], sig: usize, v: u64) -> Result<()>;
-    /// Copies `a` to `a_off`, then `b` to `b_off` in member `q`'s area, then sets its word at
-    /// `sig` to `v`: a packet's payload and its header line, which a network that chains
-    /// descriptors sends as one operation.
-    #[allow(clippy::too_many_arguments)]
-    fn put2_set(
-        &self,
-        q: usize,
-        a_off: usize,
-        a: &[u8],
-        b_off: usize,
-        b: &[u8],
-        sig: usize,
-        v: u64,
-    ) -> Result<()> {
-        self.put(q, a_off, a)?;
-        self.put_set(q, b_off, b, sig, v)
-    }
-    /// [`Memory::put_set`], then sets the word at `off2` in member `q`'s area to `v2`: a packet
-    /// with the credit owed to its receiver, one message on a network.
-    #[allow(clippy::too_many_arguments)]
-    fn put_set_set(
-        &self,
-        q: usize,
-        off: usize,
-        src: &[u8],
-        sig: usize,
-        v: u64,
-        off2: usize,
-        v2: u64,
-    ) -> Result<()> {
-        self.put_set(q, off, src, sig, v)?;
-        self.set(q, off2, v2)
+    /// Writes packet `p` into member `q`'s area: its body, its line with the sequence word,
+    /// then the credit it carries; a network sends them as one message.
+    fn put_packet(&self, q: usize, p: &Packet<'_>) -> Result<()> {
+        if let Some((off, body)) = p.body {
+            self.put(q, off, body)?;
+        }
+        self.put_set(q, p.line.0, p.line.1, p.seq.0, p.seq.1)?;
+        match p.credit {
+            Some((off, v)) => self.set(q, off, v),
+            None => Ok(()),
+        }
     }
     /// Sets the word at `off` in member `q`'s area to `v`.
     fn set(&self, q: usize, off: usize, v: u64) -> Result<()>;
@@ -298,35 +277,8 @@ impl Memory for Fabric<'_> {
     }
 
     #[inline]
-    #[allow(clippy::too_many_arguments)]
-    fn put2_set(
-        &self,
-        q: usize,
-        a_off: usize,
-        a: &[u8],
-        b_off: usize,
-        b: &[u8],
-        sig: usize,
-        v: u64,
-    ) -> Result<()> {
-        self.w
-            .put2_signal(&self.handles[q], a_off, a, b_off, b, sig, SignalOp::Set(v))
-    }
-
-    #[inline]
-    #[allow(clippy::too_many_arguments)]
-    fn put_set_set(
-        &self,
-        q: usize,
-        off: usize,
-        src: &[u8],
-        sig: usize,
-        v: u64,
-        off2: usize,
-        v2: u64,
-    ) -> Result<()> {
-        self.w
-            .put_signal_set(&self.handles[q], off, src, sig, v, off2, v2)
+    fn put_packet(&self, q: usize, p: &Packet<'_>) -> Result<()> {
+        self.w.put_packet(&self.handles[q], p)
     }
 
     #[inline]
@@ -655,42 +607,42 @@ impl Protocol {
         let len32 = len as u32;
         line[LEN..LEN + 4].copy_from_slice(&len32.to_le_bytes());
         line[LEN + 4..SIGNAL].copy_from_slice(&aux.to_le_bytes());
-        if len <= INLINE {
+        let body = if len <= INLINE {
             let mut at = 0;
             for p in parts {
                 line[at..at + p.len()].copy_from_slice(p);
                 at += p.len();
             }
-            // The credit owed to `to` rides along: one message on a network instead of two.
-            match std::mem::take(&mut c.owed[to]) {
-                0 => io.put_set(to, off, &line, off + SIGNAL, seq)?,
-                owed => {
-                    let r =
-                        io.put_set_set(to, off, &line, off + SIGNAL, seq, self.me * CREDIT, owed);
-                    if r.is_err() {
-                        c.owed[to] = owed; // still owed: `pay` tries again
-                    }
-                    r?;
-                }
-            }
+            None
         } else if let [p] = parts {
-            io.put2_set(
-                to,
-                off + LINE,
-                p,
-                off + META,
-                &line[META..],
-                off + SIGNAL,
-                seq,
-            )?;
+            Some((off + LINE, *p))
         } else {
             let mut at = off + LINE;
             for p in parts {
                 io.put(to, at, p)?;
                 at += p.len();
             }
-            io.put_set(to, off + META, &line[META..], off + SIGNAL, seq)?;
+            None
+        };
+        // The header line: whole for a small packet, from the meta on for a larger one.
+        let from = if len <= INLINE { 0 } else { META };
+        // The credit owed to `to` rides along: one message on a network instead of two.
+        let owed = std::mem::take(&mut c.owed[to]);
+        let r = if body.is_none() && owed == 0 {
+            io.put_set(to, off + from, &line[from..], off + SIGNAL, seq)
+        } else {
+            let p = Packet {
+                body,
+                line: (off + from, &line[from..]),
+                credit: (owed != 0).then_some((self.me * CREDIT, owed)),
+                seq: (off + SIGNAL, seq),
+            };
+            io.put_packet(to, &p)
+        };
+        if r.is_err() {
+            c.owed[to] = owed; // still owed: `pay` tries again
         }
+        r?;
         c.sent[to] = seq;
         Ok(())
     }

@@ -56,6 +56,23 @@ pub enum AtomicOp {
     },
 }
 
+/// A ring packet as [`World::put_packet`] writes it into one segment (`fabric::ring`): its
+/// body, its header line, the credit owed to its receiver, its sequence word. Offsets are
+/// in the destination segment.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Packet<'a> {
+    /// The payload past the header line (a packet over `ring::INLINE` bytes), written first.
+    pub body: Option<(usize, &'a [u8])>,
+    /// The header line (with the payload of a small packet), written after the body.
+    pub line: (usize, &'a [u8]),
+    /// A credit word and the value it is set to: the credit this rank owes the receiver,
+    /// riding with the packet.
+    pub credit: Option<(usize, u64)>,
+    /// The sequence word and the value it is set to, last: a reader that sees it sees the
+    /// body and the line.
+    pub seq: (usize, u64),
+}
+
 /// A strided transfer: `count` blocks of `block` bytes, block i read at `i * src_stride` in
 /// the source and written at `dst_off + i * dst_stride` in the target.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -937,67 +954,40 @@ impl World {
             .put_signal(dst, off, src, sig, sig_off, op)
     }
 
-    /// Copies `a` to `a_off` and then `b` to `b_off` in `dst`, then applies `op` to the word at
-    /// `sig_off` in `dst`: [`World::put`] then [`World::put_signal`], except that the simulated
-    /// network sends the two as one operation (a chain of two descriptors: one issue, the
-    /// second descriptor's cost; a ring packet's payload and header line).
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn put2_signal(
-        &self,
-        dst: &Handle,
-        a_off: usize,
-        a: &[u8],
-        b_off: usize,
-        b: &[u8],
-        sig_off: usize,
-        op: SignalOp,
-    ) -> Result<()> {
-        if let Some(s) = &self.sim {
-            if dst.rank() != self.rank {
-                self.check_handle(dst)?;
-                return s.put2_signal(&self.shm, dst, a_off, a, b_off, b, sig_off, op);
-            }
-        }
-        self.put(dst, a_off, a)?;
-        self.put_signal(dst, b_off, b, dst, sig_off, op)
-    }
-
-    /// Copies `src` to `off` in `dst` and sets the word at `off2` in `dst` to `v2`, then the word
-    /// at `sig_off` to `v`: [`World::put_signal`] then [`World::signal`], except that a network
-    /// (libfabric, the simulated one) carries both in one message (a ring packet with the
-    /// credit owed to its receiver). The two words are independent: a network sets `off2`'s
-    /// first, shared memory `sig_off`'s; a segment freed before the second word is set is
-    /// not an error (the receiver took the packet and left).
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn put_signal_set(
-        &self,
-        dst: &Handle,
-        off: usize,
-        src: &[u8],
-        sig_off: usize,
-        v: u64,
-        off2: usize,
-        v2: u64,
-    ) -> Result<()> {
+    /// Writes packet `p` into `dst`'s segment: [`World::put`] of the body, [`World::put_signal`]
+    /// of the line with the sequence word, then [`World::signal`] of the credit, except that a
+    /// network sends them as one operation: libfabric as one message where it fits an eager
+    /// one, the simulated network as one message (a chain of two descriptors where there is
+    /// a body: one issue, the second descriptor's cost). The credit word is independent of
+    /// the rest: a network sets it before the sequence word, shared memory after; a segment
+    /// freed before the credit is set is not an error (the receiver took the packet and left).
+    pub(crate) fn put_packet(&self, dst: &Handle, p: &Packet<'_>) -> Result<()> {
         if dst.rank() != self.rank {
             if let Some(s) = &self.sim {
                 self.check_handle(dst)?;
-                return s.put_signal_set(&self.shm, dst, off, src, sig_off, v, off2, v2);
+                return s.put_packet(&self.shm, dst, p);
             }
             #[cfg(feature = "ofi")]
             if self.is_remote(dst.rank()) {
                 if let Some(n) = &self.net {
                     self.check_handle(dst)?;
-                    if n.put_signal_set(&self.shm, dst, off, src, sig_off, v, off2, v2)? {
+                    if n.put_packet(&self.shm, dst, p)? {
                         return Ok(());
                     }
                 }
             }
         }
-        self.put_signal(dst, off, src, dst, sig_off, SignalOp::Set(v))?;
+        if let Some((off, body)) = p.body {
+            self.put(dst, off, body)?;
+        }
+        let ((off, line), (sig_off, v)) = (p.line, p.seq);
+        self.put_signal(dst, off, line, dst, sig_off, SignalOp::Set(v))?;
+        let Some((off, v)) = p.credit else {
+            return Ok(());
+        };
         // A peer that took the packet and then freed its segment needs no credit (as the
         // ring's separate credit writes, `pay_slow`).
-        match self.signal(dst, off2, SignalOp::Set(v2)) {
+        match self.signal(dst, off, SignalOp::Set(v)) {
             Err(e) if e.kind() == ErrorKind::InvalidHandle => Ok(()),
             r => r,
         }

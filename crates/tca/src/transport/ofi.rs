@@ -45,6 +45,13 @@
 //!    signal with SET2: the value set into the second word)
 //! 72 payload
 //! ```
+//! With flag PUT2 (a ring packet's body and then its header line, one message) the header
+//! is 8 bytes longer and the payload is two ranges of the destination segment, the first at
+//! the destination offset and the rest at the second:
+//! ```text
+//! 72 second destination offset u32, first range's length u32
+//! 80 payload
+//! ```
 //!
 //! # Progress
 //! The tcp provider progresses data only while its completion queue is read, so waits call
@@ -67,13 +74,15 @@ use super::shm::region::{FREED_SEGMENTS, Region};
 use super::shm::wait::{self, Progress};
 use crate::cast::{rank_u32, usize_sat};
 use crate::error::{Error, ErrorKind, Result};
-use crate::fabric::{AtomicOp, Handle, SignalOp, Strided};
+use crate::fabric::{AtomicOp, Handle, Packet, SignalOp, Strided};
 
 /// Header bytes in front of every message.
 const HDR: usize = 72;
+/// The header of a [`PUT2`] message: [`HDR`] and its two-range extension.
+const HDR_MAX: usize = HDR + 8;
 /// Largest payload carried inside a message; larger puts are RMA writes.
 pub(crate) const EAGER_MAX: usize = 8 << 10;
-const BUF: usize = HDR + EAGER_MAX;
+const BUF: usize = HDR_MAX + EAGER_MAX;
 
 /// The length of an eager payload (at most [`EAGER_MAX`], 8 KiB) as a header carries it.
 #[inline]
@@ -143,11 +152,19 @@ struct Header {
     sig_off: u64,
     value: u64,
     value2: u64,
+    /// With [`PUT2`]: where the payload's second range goes.
+    dst_off2: u32,
+    /// With [`PUT2`]: the length of the payload's first range.
+    len1: u32,
 }
 
 /// A signal message's flag: `value2` is also set into the word at `sig_off2` of the signal
 /// segment, before the signal (`World::put_signal_set`).
 const SET2: u16 = 1;
+/// A put or signal message's flag: the payload is two ranges of the destination segment, its
+/// first `len1` bytes at `dst_off` and the rest at `dst_off2`, written in that order (before
+/// the signal: `World::put_packet`, a ring packet's body and its header line).
+const PUT2: u16 = 2;
 
 impl Header {
     fn encode(&self, b: &mut [u8]) {
@@ -165,6 +182,15 @@ impl Header {
         b[48..56].copy_from_slice(&self.sig_off.to_le_bytes());
         b[56..64].copy_from_slice(&self.value.to_le_bytes());
         b[64..72].copy_from_slice(&self.value2.to_le_bytes());
+        if self.flags & PUT2 != 0 {
+            b[72..76].copy_from_slice(&self.dst_off2.to_le_bytes());
+            b[76..80].copy_from_slice(&self.len1.to_le_bytes());
+        }
+    }
+
+    /// Its bytes on the wire: [`HDR`], or [`HDR_MAX`] with the [`PUT2`] extension.
+    fn size(&self) -> usize {
+        if self.flags & PUT2 != 0 { HDR_MAX } else { HDR }
     }
 
     /// Parses a received message: `None` unless it is a whole, well-formed header whose
@@ -175,7 +201,7 @@ impl Header {
         }
         let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"));
         let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
-        let h = Self {
+        let mut h = Self {
             kind: b[0],
             op: b[1],
             flags: u16::from_le_bytes([b[2], b[3]]),
@@ -190,8 +216,15 @@ impl Header {
             sig_off: u64_at(48),
             value: u64_at(56),
             value2: u64_at(64),
+            dst_off2: 0,
+            len1: 0,
         };
-        (Kind::from(h.kind).is_some() && h.len as usize == b.len() - HDR).then_some(h)
+        if h.flags & PUT2 != 0 && b.len() >= HDR_MAX {
+            h.dst_off2 = u32_at(72);
+            h.len1 = u32_at(76);
+        }
+        let whole = b.len().checked_sub(h.size()) == Some(h.len as usize);
+        (Kind::from(h.kind).is_some() && whole).then_some(h)
     }
 }
 
@@ -540,7 +573,14 @@ impl Ofi {
 
     /// Sends a message: header then payload, through a send buffer.
     fn send(&self, shm: &Shm, to: u32, h: &Header, payload: &[u8]) -> Result<()> {
-        debug_assert!(payload.len() <= EAGER_MAX);
+        self.send2(shm, to, h, payload, &[])
+    }
+
+    /// Sends a message whose payload is `payload` then `more` (a [`PUT2`] message's two
+    /// ranges), copied once into the send buffer.
+    fn send2(&self, shm: &Shm, to: u32, h: &Header, payload: &[u8], more: &[u8]) -> Result<()> {
+        let len = payload.len() + more.len();
+        debug_assert!(len <= EAGER_MAX);
         if h.kind != Kind::Revoke as u8 {
             self.sweep_freed(shm)?;
         }
@@ -557,21 +597,25 @@ impl Ofi {
             e
         };
         self.dest.borrow_mut()[slot] = to;
-        let n = HDR + payload.len();
-        let mut head = [0u8; HDR];
+        let hl = h.size();
+        let n = hl + len;
+        let mut head = [0u8; HDR_MAX];
         h.encode(&mut head);
+        let head = &head[..hl];
         let at = self.pool.range(slot * BUF, n).map_err(give_back)?;
         self.pool
             .map
-            .write(at, &head)
-            .and_then(|()| self.pool.map.write(at + HDR, payload))
+            .write(at, head)
+            .and_then(|()| self.pool.map.write(at + hl, payload))
+            .and_then(|()| self.pool.map.write(at + hl + payload.len(), more))
             .map_err(give_back)?;
         let dest = self.addrs[to as usize];
         loop {
-            let r = if n <= self.eager_inject && payload.len() <= 64 {
-                let mut small = [0u8; HDR + 64];
-                small[..HDR].copy_from_slice(&head);
-                small[HDR..n].copy_from_slice(payload);
+            let r = if n <= self.eager_inject && len <= 64 {
+                let mut small = [0u8; HDR_MAX + 64];
+                small[..hl].copy_from_slice(head);
+                small[hl..hl + payload.len()].copy_from_slice(payload);
+                small[hl + payload.len()..n].copy_from_slice(more);
                 self.ep.inject(&small[..n], dest).map(|()| true)
             } else {
                 // SAFETY: send buffer `slot` lies in the registered pool and is ours until its
@@ -978,48 +1022,64 @@ impl Ofi {
         self.send(shm, dst.rank(), &h, payload)
     }
 
-    /// `src` at `off` in `dst`, the word at `off2` set to `v2`, then the word at `sig_off` set
-    /// to `v`, all in `dst`'s segment, as one eager message ([`SET2`]). `false`, nothing sent,
-    /// where `src` is not eager or `off2` does not fit the header (the caller sends the two
-    /// operations).
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn put_signal_set(
-        &self,
-        shm: &Shm,
-        dst: &Handle,
-        off: usize,
-        src: &[u8],
-        sig_off: usize,
-        v: u64,
-        off2: usize,
-        v2: u64,
-    ) -> Result<bool> {
-        let second = u32::try_from(off2).ok().filter(|_| src.len() <= EAGER_MAX);
-        let Some(sig_off2) = second else {
+    /// Packet `p` into `dst`'s segment as one eager message: the body and the line
+    /// ([`PUT2`]), the credit ([`SET2`]), then the sequence word. `false`, nothing sent, where
+    /// it does not fit one (more than [`EAGER_MAX`] bytes, an offset the header holds in 32
+    /// bits past 4 GiB): the caller sends the operations one by one.
+    pub(crate) fn put_packet(&self, shm: &Shm, dst: &Handle, p: &Packet<'_>) -> Result<bool> {
+        let ((line_off, line), (seq_off, seq)) = (p.line, p.seq);
+        let (body_off, body) = p.body.unwrap_or((line_off, &[]));
+        let u32_of = |off: Option<usize>| off.map_or(Some(0), |o| u32::try_from(o).ok());
+        let (Some(off2), Some(credit_off)) = (
+            u32_of(p.body.map(|_| line_off)),
+            u32_of(p.credit.map(|c| c.0)),
+        ) else {
             return Ok(false);
         };
+        if body.len() + line.len() > EAGER_MAX {
+            return Ok(false);
+        }
         let d = self.describe(shm, dst)?;
-        Self::check_word(dst, &d, sig_off)?;
-        Self::check_word(dst, &d, off2)?;
-        Self::check_range(dst, &d, off, src.len())?;
+        Self::check_word(dst, &d, seq_off)?;
+        Self::check_range(dst, &d, line_off, line.len())?;
+        Self::check_range(dst, &d, body_off, body.len())?;
+        if let Some((off, _)) = p.credit {
+            Self::check_word(dst, &d, off)?;
+        }
+        let (first, then) = if p.body.is_some() {
+            (body, line)
+        } else {
+            (line, &[][..])
+        };
         let h = Header {
             kind: Kind::Signal as u8,
             op: op::SET,
-            flags: SET2,
+            flags: if p.body.is_some() { PUT2 } else { 0 }
+                | if p.credit.is_some() { SET2 } else { 0 },
             src: self.rank,
-            len: eager_len(src.len()),
-            dst_seg: if src.is_empty() { NONE } else { dst.segment() },
+            len: eager_len(first.len() + then.len()),
+            dst_seg: if first.is_empty() {
+                NONE
+            } else {
+                dst.segment()
+            },
             dst_key: dst.key(),
-            dst_off: off as u64,
+            dst_off: body_off as u64,
             sig_seg: dst.segment(),
-            sig_off2,
+            sig_off2: credit_off,
             sig_key: dst.key(),
-            sig_off: sig_off as u64,
-            value: v,
-            value2: v2,
+            sig_off: seq_off as u64,
+            value: seq,
+            value2: p.credit.map_or(0, |c| c.1),
+            dst_off2: off2,
+            len1: if p.body.is_some() {
+                eager_len(body.len())
+            } else {
+                0
+            },
         };
         self.touched.borrow_mut()[dst.rank() as usize] = true;
-        self.send(shm, dst.rank(), &h, src).map(|()| true)
+        self.send2(shm, dst.rank(), &h, first, then).map(|()| true)
     }
 
     pub(crate) fn signal(&self, shm: &Shm, sig: &Handle, off: usize, sop: SignalOp) -> Result<()> {
@@ -1283,7 +1343,7 @@ impl Ofi {
         if h.src as usize >= self.addrs.len() || h.src == self.rank {
             return; // names no peer: nothing to answer, nothing written
         }
-        let payload = &msg[HDR..];
+        let payload = &msg[h.size()..];
         let from = h.src;
         let answer = |mut a: Header| {
             a.src = self.rank;
@@ -1307,12 +1367,25 @@ impl Ofi {
                 // A write into a segment freed after the sender's last description is lost,
                 // as a shared-memory write just before the free would be: not an error.
                 let freed = |seg: u32, key: u64| shm.own_freed(seg, key);
+                let ranges = if h.flags & PUT2 == 0 {
+                    [(h.dst_off, payload), (0, &[][..])]
+                } else {
+                    let Some((a, b)) = payload.split_at_checked(h.len1 as usize) else {
+                        return refuse(
+                            "a two-range message's first range is longer than its payload".into(),
+                            false,
+                        );
+                    };
+                    [(h.dst_off, a), (u64::from(h.dst_off2), b)]
+                };
                 if h.dst_seg != NONE {
-                    if let Err(e) = shm.write_own(h.dst_seg, h.dst_key, h.dst_off, payload) {
-                        if freed(h.dst_seg, h.dst_key) {
-                            return;
+                    for (off, bytes) in ranges.into_iter().filter(|r| !r.1.is_empty()) {
+                        if let Err(e) = shm.write_own(h.dst_seg, h.dst_key, off, bytes) {
+                            if freed(h.dst_seg, h.dst_key) {
+                                return;
+                            }
+                            return refuse(e.message().to_string(), false);
                         }
-                        return refuse(e.message().to_string(), false);
                     }
                 }
                 if kind == Kind::Signal && h.flags & SET2 != 0 {
@@ -1443,5 +1516,71 @@ impl Ofi {
             }
             _ => std::thread::yield_now(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message(h: &Header, payload: &[u8]) -> Vec<u8> {
+        let mut b = vec![0u8; h.size()];
+        h.encode(&mut b);
+        b.extend_from_slice(payload);
+        b
+    }
+
+    #[test]
+    fn a_two_range_header_round_trips_and_is_8_bytes_longer() {
+        let h = Header {
+            kind: Kind::Signal as u8,
+            op: op::SET,
+            flags: PUT2 | SET2,
+            src: 3,
+            len: 20,
+            dst_seg: 7,
+            dst_key: 0xdead,
+            dst_off: 4160,
+            sig_seg: 7,
+            sig_off2: 128,
+            sig_key: 0xdead,
+            sig_off: 4152,
+            value: 9,
+            value2: 8,
+            dst_off2: 4136,
+            len1: 4,
+        };
+        let b = message(&h, &[1; 20]);
+        assert_eq!(b.len(), HDR_MAX + 20);
+        let d = Header::decode(&b).expect("a well-formed message");
+        assert_eq!((d.dst_off2, d.len1, d.flags), (4136, 4, PUT2 | SET2));
+        assert_eq!(
+            (d.sig_off2, d.value2, d.sig_off, d.value),
+            (128, 8, 4152, 9)
+        );
+        // Without the flag the header is the short one and the extension is not read.
+        let plain = Header { flags: SET2, ..h };
+        let b = message(&plain, &[1; 20]);
+        assert_eq!(b.len(), HDR + 20);
+        let d = Header::decode(&b).expect("a well-formed message");
+        assert_eq!((d.dst_off2, d.len1), (0, 0));
+    }
+
+    #[test]
+    fn a_two_range_message_cut_short_or_padded_is_not_one() {
+        let h = Header {
+            kind: Kind::Signal as u8,
+            flags: PUT2,
+            len: 16,
+            len1: 8,
+            ..Header::default()
+        };
+        let b = message(&h, &[0; 16]);
+        assert!(Header::decode(&b).is_some());
+        assert!(Header::decode(&b[..b.len() - 1]).is_none());
+        assert!(Header::decode(&b[..HDR + 4]).is_none());
+        let mut longer = b.clone();
+        longer.push(0);
+        assert!(Header::decode(&longer).is_none());
     }
 }

@@ -26,7 +26,7 @@ use self::engine::{Engine, Pieces, Write};
 use self::network::{Ps, ps};
 use super::shm::Shm;
 use crate::error::{Error, ErrorKind, Result};
-use crate::fabric::{AtomicOp, Handle, SignalOp, Strided};
+use crate::fabric::{AtomicOp, Handle, Packet, SignalOp, Strided};
 use crate::transport::Region;
 
 pub use self::engine::Stats;
@@ -337,57 +337,39 @@ impl Sim {
         self.send(dst.rank(), src.len() + 8, w)
     }
 
-    /// `a` at `a_off`, then `b` at `b_off` with the signal at `sig_off`, all into `dst`'s
-    /// segment: one message (one issue, one more DMA descriptor), delivered as the two
-    /// writes in order at the same arrival.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn put2_signal(
-        &self,
-        shm: &Shm,
-        dst: &Handle,
-        a_off: usize,
-        a: &[u8],
-        b_off: usize,
-        b: &[u8],
-        sig_off: usize,
-        op: SignalOp,
-    ) -> Result<()> {
+    /// Packet `p` into `dst`'s segment as one message, delivered in order at one arrival:
+    /// the body and the credit, then the line and the sequence word. A body costs one more
+    /// DMA descriptor (one issue, chained descriptors); a credit 8 bytes more.
+    pub(crate) fn put_packet(&self, shm: &Shm, dst: &Handle, p: &Packet<'_>) -> Result<()> {
         let region = shm.resolve(dst)?;
-        let at_a = region.range(a_off, a.len())?;
-        let at_b = region.range(b_off, b.len())?;
-        region.word(sig_off)?;
-        let first = self.write(dst, &region, Some((at_a, a)), None);
-        let then = self.write(dst, &region, Some((at_b, b)), Some((sig_off, op)));
-        let n = a.len() + b.len() + 8;
-        self.send2(dst, n, self.engine.chained_descriptor(n), first, then)
-    }
-
-    /// `src` at `off` with the word at `off2` set to `v2` and then the word at `sig_off` set
-    /// to `v`, all in `dst`'s segment: one message (`World::put_signal_set`).
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn put_signal_set(
-        &self,
-        shm: &Shm,
-        dst: &Handle,
-        off: usize,
-        src: &[u8],
-        sig_off: usize,
-        v: u64,
-        off2: usize,
-        v2: u64,
-    ) -> Result<()> {
-        let region = shm.resolve(dst)?;
-        let at = region.range(off, src.len())?;
-        region.word(sig_off)?;
-        region.word(off2)?;
-        let first = self.write(dst, &region, None, Some((off2, SignalOp::Set(v2))));
+        let ((line_off, line), (seq_off, seq)) = (p.line, p.seq);
+        let at = region.range(line_off, line.len())?;
+        region.word(seq_off)?;
+        let body = match p.body {
+            Some((off, b)) => Some((region.range(off, b.len())?, b)),
+            None => None,
+        };
+        if let Some((off, _)) = p.credit {
+            region.word(off)?;
+        }
+        let credit = p.credit.map(|(off, v)| (off, SignalOp::Set(v)));
         let then = self.write(
             dst,
             &region,
-            Some((at, src)),
-            Some((sig_off, SignalOp::Set(v))),
+            Some((at, line)),
+            Some((seq_off, SignalOp::Set(seq))),
         );
-        self.send2(dst, src.len() + 16, 0, first, then)
+        let n = line.len() + 8 + body.map_or(0, |b| b.1.len()) + credit.map_or(0, |_| 8);
+        if body.is_none() && credit.is_none() {
+            return self.send(dst.rank(), n, then);
+        }
+        let first = self.write(dst, &region, body, credit);
+        let extra = if body.is_some() {
+            self.engine.chained_descriptor(n)
+        } else {
+            0
+        };
+        self.send2(dst, n, extra, first, then)
     }
 
     /// A write into `dst`'s segment (`region`, already checked): `data` (its checked offset
