@@ -15,7 +15,9 @@
 //! ```
 //! with S = 64 + CH. A packet of at most [`INLINE`] bytes travels in one cache line with its
 //! sequence word (the layout of [`fabric::line`](super::line)), so a small message costs one
-//! line transfer; a larger one is one put into the slot, then the header line.
+//! line transfer; a larger one is one put into the slot, then the header line. On a network
+//! either is one operation (`Memory::put_packet`): libfabric sends a payload past the header
+//! line and the line as one two-range message, the simulated network as chained descriptors.
 //!
 //! # Flow control
 //! Packet n (counting from 1) from q to me goes in slot (n - 1) mod K and raises the slot's
@@ -35,10 +37,11 @@
 //! before it blocks in any wait, or when the next interval's credit comes due first (a
 //! stream: the sender must not run dry). Liveness is unchanged: a rank that waits has paid, and a
 //! sender can only be stuck on a receiver that waits (or has left, and needs nothing more).
-//! A credit owed to the rank a one-line packet goes to rides with that packet instead
-//! (`Memory::put_set_set`): on shared memory the same two stores, on a network one message
-//! (the credit set before the packet's sequence word) instead of two (an 8-byte allreduce over TCP at 2 ranks: 0.74x the time; BENCHMARKS.md,
-//! "Across nodes").
+//! A credit owed to the rank a packet goes to rides with that packet instead
+//! (`Memory::put_packet`): on shared memory the same stores, on a network one message (the
+//! credit set before the packet's sequence word) instead of two (over TCP at 2 ranks, an
+//! 8-byte allreduce takes 0.74x the time, a 1 KiB one about half; BENCHMARKS.md, "Across
+//! nodes").
 //!
 //! # Memory
 //! Per rank and group of P ranks: `P*128 + P*K*(64 + CH)` bytes, with K = 32 / P rounded down to a

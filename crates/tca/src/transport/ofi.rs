@@ -159,7 +159,7 @@ struct Header {
 }
 
 /// A signal message's flag: `value2` is also set into the word at `sig_off2` of the signal
-/// segment, before the signal (`World::put_signal_set`).
+/// segment, before the signal (`World::put_packet`: the credit a ring packet carries).
 const SET2: u16 = 1;
 /// A put or signal message's flag: the payload is two ranges of the destination segment, its
 /// first `len1` bytes at `dst_off` and the rest at `dst_off2`, written in that order (before
