@@ -116,8 +116,9 @@ fn non_overtaking_with_wildcards_and_unexpected() {
 }
 
 /// A window of small sends that outruns the receiver's ring: what queues behind the full ring
-/// goes in bundles (several messages in one packet) — with larger eager messages and
-/// rendezvous between them, which go alone — and every message still arrives whole, with its
+/// goes in bundles (several messages in one packet, each of at most 256 bytes on shared
+/// memory, 16 KiB across a network: both edges are among the sizes) — with larger eager
+/// messages and rendezvous between them, which go alone — and every message still arrives whole, with its
 /// own tag and length, in the order it was sent; received by blocking receives and by
 /// windows of requests waited together.
 #[test]
@@ -128,7 +129,9 @@ fn a_window_of_small_sends_arrives_whole_and_in_order() {
         let size = |i: usize| match i % 11 {
             0 => 0,
             3 => 256,
+            4 if i % 22 == 4 => 16 << 10,
             5 => 257,
+            6 if i % 22 == 6 => (16 << 10) + 1,
             7 => 1000,
             10 if i % 33 == 10 => e + 1,
             k => k * 9 + i % 7,

@@ -491,6 +491,9 @@ struct Abort {
     what: Mutex<Option<(Option<u32>, String)>>,
     /// Ranks that have left the job cleanly, as the rendezvous told us.
     left: Mutex<Vec<u32>>,
+    /// Whether `left` holds any: what `Watch::has_left` looks at first, without the lock
+    /// (the network transport asks on every operation).
+    any_left: AtomicBool,
 }
 
 /// A cheap handle on the monitor's verdict, for loops that cannot reach the client.
@@ -501,6 +504,9 @@ impl Watch {
     /// Whether `rank` has left the job cleanly (it will answer nothing more).
     #[cfg_attr(not(feature = "ofi"), allow(dead_code))]
     pub(crate) fn has_left(&self, rank: u32) -> bool {
+        if !self.0.any_left.load(Ordering::Acquire) {
+            return false;
+        }
         self.0
             .left
             .lock()
@@ -761,6 +767,7 @@ impl KvClient {
                                     .lock()
                                     .unwrap_or_else(|p| p.into_inner())
                                     .push(u32::from_le_bytes(b));
+                                abort.any_left.store(true, Ordering::Release);
                             }
                         }
                         Ok(Some(_)) => seen = Instant::now(),

@@ -16,8 +16,10 @@
 //! with S = 64 + CH. A packet of at most [`INLINE`] bytes travels in one cache line with its
 //! sequence word (the layout of [`fabric::line`](super::line)), so a small message costs one
 //! line transfer; a larger one is one put into the slot, then the header line. On a network
-//! either is one operation (`Memory::put_packet`): libfabric sends a payload past the header
-//! line and the line as one two-range message, the simulated network as chained descriptors.
+//! either is one operation (`Memory::put_packet`) where it fits: libfabric sends a payload
+//! past the header line and the line as one two-range message up to its largest message
+//! (32 KiB on `net`, 8 KiB on layered providers; beyond, an RMA write and then the line), the
+//! simulated network always as chained descriptors.
 //!
 //! # Flow control
 //! Packet n (counting from 1) from q to me goes in slot (n - 1) mod K and raises the slot's

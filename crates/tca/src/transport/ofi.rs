@@ -5,8 +5,9 @@
 //! One reliable-datagram endpoint (`FI_EP_RDM`) per rank, one completion queue, an address
 //! vector holding every rank's endpoint name (exchanged once at start-up).
 //!
-//! - **Messages** carry everything that must be *applied* at the target: a 72-byte header
-//!   (below) and, for puts of at most [`EAGER_MAX`] bytes, the payload. The target's progress
+//! - **Messages** carry everything that must be *applied* at the target: a 72-byte header (80
+//!   with PUT2, below) and, for puts of at most `Ofi::eager` bytes ([`EAGER_MAX`] on a stream
+//!   provider, [`EAGER_LAYERED`] on others), the payload. The target's progress
 //!   (inside any wait of that rank) checks the header like untrusted input — segment id, key,
 //!   liveness, bounds, alignment, all against what it registered itself — then copies the
 //!   payload and applies the signal or atomic with the same code the shared-memory transport
@@ -80,11 +81,24 @@ use crate::fabric::{AtomicOp, Handle, Packet, SignalOp, Strided};
 const HDR: usize = 72;
 /// The header of a [`PUT2`] message: [`HDR`] and its two-range extension.
 const HDR_MAX: usize = HDR + 8;
-/// Largest payload carried inside a message; larger puts are RMA writes.
-pub(crate) const EAGER_MAX: usize = 8 << 10;
+/// Largest payload carried inside a message, on a provider that sends every message down
+/// one ordered stream (`net`, libfabric's native TCP endpoint; `Ofi::eager`); larger puts
+/// are RMA writes. 32 KiB, not 8: a ring packet of 8-16 KiB as one message instead of an RMA
+/// write, whose completion the sender waits for, and a message after it took 0.55-0.65x the
+/// time of a 2-rank Bcast or Allreduce over TCP (BENCHMARKS.md, "Across nodes"); it costs
+/// 4 MiB of registered send and receive buffers per rank.
+pub(crate) const EAGER_MAX: usize = 32 << 10;
+/// Largest payload of a message on other providers. Layered ones switch to a rendezvous of
+/// their own above some size (`ofi_rxm` at 16 KiB: the receiver reads the data later) and
+/// then complete a later small message, the signal, before the earlier large one has
+/// landed: tca's messages must stay below that.
+const EAGER_LAYERED: usize = 8 << 10;
+/// The smallest message a provider must carry: a header and a ring packet's header line, a
+/// refusal's text.
+const EAGER_MIN: usize = 1 << 10;
 const BUF: usize = HDR_MAX + EAGER_MAX;
 
-/// The length of an eager payload (at most [`EAGER_MAX`], 8 KiB) as a header carries it.
+/// The length of an eager payload (at most [`EAGER_MAX`], 32 KiB) as a header carries it.
 #[inline]
 #[allow(clippy::cast_possible_truncation)] // at most EAGER_MAX (see above)
 fn eager_len(n: usize) -> u32 {
@@ -287,6 +301,9 @@ pub(crate) struct Ofi {
     rank: u32,
     addrs: Vec<Addr>,
     eager_inject: usize,
+    /// Largest payload in a message: [`EAGER_MAX`] on a stream provider, else
+    /// [`EAGER_LAYERED`]; less where the provider's largest message is smaller.
+    eager: usize,
     order_saw: bool,
     local_mr: bool,
     /// Where a received message is copied before it is handled.
@@ -379,6 +396,26 @@ impl Ofi {
                 ),
             ));
         }
+        let stream = matches!(ep.provider(), "net" | "tcp");
+        let eager = if stream { EAGER_MAX } else { EAGER_LAYERED };
+        // A provider that states no limit (0) carries any size.
+        let eager = match caps.max_msg_size {
+            0 => eager,
+            n => eager.min(n.saturating_sub(HDR_MAX)),
+        };
+        if eager < EAGER_MIN {
+            return Err(Error::new(
+                ErrorKind::Transport,
+                format!(
+                    "libfabric provider {} carries messages of at most {} bytes; tca needs {}; \
+                     choose another with {}",
+                    ep.provider(),
+                    caps.max_msg_size,
+                    HDR_MAX + EAGER_MIN,
+                    crate::env::OFI_PROVIDER
+                ),
+            ));
+        }
         let name = ep.name().map_err(|e| ofi_err(e, ep.provider(), None))?;
         let pool = Region::create(rank, job, (TX + RX) * BUF, "ofi-pool")?;
         let (base, len) = pool.data_ptr();
@@ -393,6 +430,7 @@ impl Ofi {
             rank,
             addrs: Vec::new(),
             eager_inject: caps.inject_size,
+            eager,
             order_saw: caps.order_saw,
             local_mr: caps.needs_local_mr,
             pool,
@@ -873,6 +911,13 @@ impl Ofi {
 
     /// The description of `h` (asking its owner the first time).
     fn describe(&self, shm: &Shm, h: &Handle) -> Result<Remote> {
+        // A rank that has finished took its segments: refused here, as shared memory refuses
+        // them, not sent into a closed endpoint (which a provider may accept silently). A
+        // rank that failed is left to the failure's own report.
+        let to = h.rank();
+        if shm.is_done(to) || self.watch.borrow().as_ref().is_some_and(|w| w.has_left(to)) {
+            self.check_left(shm, to)?;
+        }
         if let Some(d) = self.remote.borrow().get(&(h.rank(), h.segment())) {
             if d.key == h.key() {
                 return Ok(*d);
@@ -944,15 +989,15 @@ impl Ofi {
         if src.is_empty() {
             return Ok(());
         }
-        if src.len() <= EAGER_MAX || self.local_mr || !self.order_saw {
-            for (k, part) in src.chunks(EAGER_MAX).enumerate() {
+        if src.len() <= self.eager || self.local_mr || !self.order_saw {
+            for (k, part) in src.chunks(self.eager).enumerate() {
                 let h = Header {
                     kind: Kind::Put as u8,
                     src: self.rank,
                     len: eager_len(part.len()),
                     dst_seg: dst.segment(),
                     dst_key: dst.key(),
-                    dst_off: (off + k * EAGER_MAX) as u64,
+                    dst_off: (off + k * self.eager) as u64,
                     sig_seg: NONE,
                     ..Header::default()
                 };
@@ -986,7 +1031,7 @@ impl Ofi {
         }
         // Without send-after-write ordering, or where local buffers must be registered, data
         // goes as eager messages (ordered among themselves) rather than as RMA.
-        let eager = src.len() <= EAGER_MAX || self.local_mr || !self.order_saw;
+        let eager = src.len() <= self.eager || self.local_mr || !self.order_saw;
         if !eager {
             self.write(shm, dst.rank(), &d, off, src)?;
             if !self.order_saw {
@@ -999,7 +1044,7 @@ impl Ofi {
         } else {
             (NONE, 0, &[][..])
         };
-        if eager && src.len() > EAGER_MAX {
+        if eager && src.len() > self.eager {
             // Providers that need local registration: the data goes as eager chunks first.
             self.put(shm, dst, off, src)?;
             return self.signal(shm, sig, sig_off, sop);
@@ -1024,10 +1069,15 @@ impl Ofi {
 
     /// Packet `p` into `dst`'s segment as one eager message: the body and the line
     /// ([`PUT2`]), the credit ([`SET2`]), then the sequence word. `false`, nothing sent, where
-    /// it does not fit one (more than [`EAGER_MAX`] bytes, an offset the header holds in 32
+    /// it does not fit one (more than [`Ofi::eager`] bytes, an offset the header holds in 32
     /// bits past 4 GiB): the caller sends the operations one by one.
     pub(crate) fn put_packet(&self, shm: &Shm, dst: &Handle, p: &Packet<'_>) -> Result<bool> {
         let ((line_off, line), (seq_off, seq)) = (p.line, p.seq);
+        // An empty body is no body: a two-range message has bytes in its first range.
+        let p = &Packet {
+            body: p.body.filter(|b| !b.1.is_empty()),
+            ..*p
+        };
         let (body_off, body) = p.body.unwrap_or((line_off, &[]));
         let u32_of = |off: Option<usize>| off.map_or(Some(0), |o| u32::try_from(o).ok());
         let (Some(off2), Some(credit_off)) = (
@@ -1036,7 +1086,7 @@ impl Ofi {
         ) else {
             return Ok(false);
         };
-        if body.len() + line.len() > EAGER_MAX {
+        if body.len() + line.len() > self.eager {
             return Ok(false);
         }
         let d = self.describe(shm, dst)?;
@@ -1354,12 +1404,12 @@ impl Ofi {
             let a = Header {
                 kind: Kind::Refuse as u8,
                 src: self.rank,
-                len: eager_len(why.len().min(EAGER_MAX)),
+                len: eager_len(why.len().min(EAGER_MIN)),
                 value2: if req { h.dst_off } else { 0 },
                 ..Header::default()
             };
             let mut text = why.into_bytes();
-            text.truncate(EAGER_MAX);
+            text.truncate(EAGER_MIN);
             self.deferred.borrow_mut().push((from, a, text));
         };
         match kind {

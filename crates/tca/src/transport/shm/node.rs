@@ -837,6 +837,13 @@ impl Shm {
         (0..self.size).filter(|&r| r != self.rank && self.board.state(r) == RankState::Ready)
     }
 
+    /// Whether `rank`, of this node, has finished cleanly ([`Shm::has_left`] without the
+    /// failed: a failure is reported as itself, not as a missing segment).
+    #[cfg_attr(not(feature = "ofi"), allow(dead_code))]
+    pub(crate) fn is_done(&self, rank: u32) -> bool {
+        self.reaches(rank) && rank != self.rank && self.board.state(rank) == RankState::Done
+    }
+
     /// Whether `rank`, on this node, has left the job (cleanly or not).
     #[cfg_attr(not(feature = "ofi"), allow(dead_code))]
     pub(crate) fn has_left(&self, rank: u32) -> bool {
