@@ -84,8 +84,8 @@ const BUNDLE_MAX: usize = 256;
 /// [`BUNDLE_MAX`] for a peer across a network, where a packet is a message through the
 /// network's software stack (a `sendto` on TCP) and the copy is cheap beside it: bundles of
 /// messages up to 16 KiB (half a pair's packet, so at least two go together) carried a window
-/// of 1-8 KiB sends 1.3-5x faster over TCP (`tca bench osu_bw` across two namespaces,
-/// BENCHMARKS.md, "Bundled small messages").
+/// of 1-8 KiB sends at 2.3-4.3x the bandwidth over TCP (`tca bench osu_bw` across two
+/// namespaces, BENCHMARKS.md, "Across nodes").
 const BUNDLE_MAX_NET: usize = 16 << 10;
 /// Bytes of a bundled message's header.
 const SUB: usize = 16;

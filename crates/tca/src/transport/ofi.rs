@@ -84,9 +84,9 @@ const HDR_MAX: usize = HDR + 8;
 /// Largest payload carried inside a message, on a provider that sends every message down
 /// one ordered stream (`net`, libfabric's native TCP endpoint; `Ofi::eager`); larger puts
 /// are RMA writes. 32 KiB, not 8: a ring packet of 8-16 KiB as one message instead of an RMA
-/// write, whose completion the sender waits for, and a message after it took 0.55-0.65x the
-/// time of a 2-rank Bcast or Allreduce over TCP (BENCHMARKS.md, "Across nodes"); it costs
-/// 4 MiB of registered send and receive buffers per rank.
+/// write, whose completion the sender waits for, and a message after it: 2-rank Allreduce at
+/// 8-16 KiB over TCP in 0.51-0.56x the time, Bcast 0.74-0.91x (BENCHMARKS.md, "Across
+/// nodes"). It costs 4 MiB of registered send and receive buffers per rank.
 pub(crate) const EAGER_MAX: usize = 32 << 10;
 /// Largest payload of a message on other providers. Layered ones switch to a rendezvous of
 /// their own above some size (`ofi_rxm` at 16 KiB: the receiver reads the data later) and
