@@ -81,12 +81,6 @@ const BUNDLE: u8 = 4;
 /// The largest message that goes in a bundle: beyond it the copy into the bundle costs more
 /// than the packet it saves (`tca bench osu_bw`, BENCHMARKS.md, "Bundled small messages").
 const BUNDLE_MAX: usize = 256;
-/// [`BUNDLE_MAX`] for a peer across a network, where a packet is a message through the
-/// network's software stack (a `sendto` on TCP) and the copy is cheap beside it: bundles of
-/// messages up to 16 KiB (half a pair's packet, so at least two go together) carried a window
-/// of 1-8 KiB sends at 2.3-4.3x the bandwidth over TCP (`tca bench osu_bw` across two
-/// namespaces, BENCHMARKS.md, "Across nodes").
-const BUNDLE_MAX_NET: usize = 16 << 10;
 /// Bytes of a bundled message's header.
 const SUB: usize = 16;
 /// Raised into a done word instead of the generation alone when the sender gave the transfer
@@ -671,8 +665,14 @@ impl Engine {
         for to in 0..self.p {
             // Every packet needs a free slot: nothing to look at in the queue without one.
             while !st.out[to].is_empty() && self.ring.can_send(w, to)? {
+                // To a peer across a network a packet is a message through the network's
+                // software stack (a `sendto` on TCP) and the copy is cheap beside it: messages
+                // of up to half a packet (less a bundle header, so that two go together) are
+                // bundled. With the 32 KiB messages that carry a whole bundle as one, a window
+                // of 1-8 KiB sends got 2.3-4.3x the bandwidth over TCP (`tca bench osu_bw`
+                // across two namespaces, BENCHMARKS.md, "Across nodes").
                 let max = if w.is_remote(self.world[to]) {
-                    BUNDLE_MAX_NET
+                    (self.ring.capacity() / 2).saturating_sub(SUB)
                 } else {
                     BUNDLE_MAX
                 };

@@ -28,8 +28,9 @@
 //!   with the receiver returning credits. A message of up to 40 bytes is one cache line. A
 //!   packet that arrives before its receive is copied to the unexpected queue, freeing its slot.
 //!   A send that finds the pair's ring full waits in an out queue (its data copied); when
-//!   credit comes back, the small messages (up to 256 bytes; 16 KiB to a rank across a
-//!   network, where a packet is a network message) at the queue's front go together
+//!   credit comes back, the small messages (up to 256 bytes; half a packet, 16 KiB at 2
+//!   ranks, to a rank across a network, where a packet is a network message) at the queue's
+//!   front go together
 //!   as one packet, a *bundle*, so a window of `isend`s that outruns the receiver costs one
 //!   slot and one credit per bundle instead of per message (`tca bench osu_bw`: 13-15% less
 //!   time per 8-byte message, BENCHMARKS.md).

@@ -83,11 +83,12 @@ const HDR: usize = 72;
 const HDR_MAX: usize = HDR + 8;
 /// Largest payload carried inside a message, on a provider that sends every message down
 /// one ordered stream (`net`, libfabric's native TCP endpoint; `Ofi::eager`); larger puts
-/// are RMA writes. 32 KiB, not 8: a ring packet of 8-16 KiB as one message instead of an RMA
+/// are RMA writes. A 32 KiB ring packet (a two-sided message at the eager limit, a full
+/// bundle) and its header line, not 8 KiB: a ring packet of 8-16 KiB as one message instead of an RMA
 /// write, whose completion the sender waits for, and a message after it: 2-rank Allreduce at
 /// 8-16 KiB over TCP in 0.51-0.56x the time, Bcast 0.74-0.91x (BENCHMARKS.md, "Across
 /// nodes"). It costs 4 MiB of registered send and receive buffers per rank.
-pub(crate) const EAGER_MAX: usize = 32 << 10;
+pub(crate) const EAGER_MAX: usize = (32 << 10) + crate::fabric::line::LINE;
 /// Largest payload of a message on other providers. Layered ones switch to a rendezvous of
 /// their own above some size (`ofi_rxm` at 16 KiB: the receiver reads the data later) and
 /// then complete a later small message, the signal, before the earlier large one has
