@@ -825,15 +825,23 @@ impl Ofi {
     /// job monitor): its segments went with it, as a put into a freed segment finds (which
     /// the collectives' credits and active-message answers expect and ignore).
     fn check_left(&self, shm: &Shm, to: u32) -> Result<()> {
-        let gone = shm.has_left(to) || self.watch.borrow().as_ref().is_some_and(|w| w.has_left(to));
-        if gone {
-            return Err(Error::peer(
-                ErrorKind::InvalidHandle,
-                to,
-                format!("rank {to} has left the job: its segments are gone"),
-            ));
+        if shm.has_left(to) || self.monitor_says_left(to) {
+            return Err(Self::left(to));
         }
         Ok(())
+    }
+
+    /// Whether the job monitor says `to` has left cleanly.
+    fn monitor_says_left(&self, to: u32) -> bool {
+        self.watch.borrow().as_ref().is_some_and(|w| w.has_left(to))
+    }
+
+    fn left(to: u32) -> Error {
+        Error::peer(
+            ErrorKind::InvalidHandle,
+            to,
+            format!("rank {to} has left the job: its segments are gone"),
+        )
     }
 
     fn next_req(&self) -> u64 {
@@ -916,8 +924,8 @@ impl Ofi {
         // them, not sent into a closed endpoint (which a provider may accept silently). A
         // rank that failed is left to the failure's own report.
         let to = h.rank();
-        if shm.is_done(to) || self.watch.borrow().as_ref().is_some_and(|w| w.has_left(to)) {
-            self.check_left(shm, to)?;
+        if shm.is_done(to) || self.monitor_says_left(to) {
+            return Err(Self::left(to));
         }
         if let Some(d) = self.remote.borrow().get(&(h.rank(), h.segment())) {
             if d.key == h.key() {
@@ -1075,16 +1083,12 @@ impl Ofi {
     pub(crate) fn put_packet(&self, shm: &Shm, dst: &Handle, p: &Packet<'_>) -> Result<bool> {
         let ((line_off, line), (seq_off, seq)) = (p.line, p.seq);
         // An empty body is no body: a two-range message has bytes in its first range.
-        let p = &Packet {
-            body: p.body.filter(|b| !b.1.is_empty()),
-            ..*p
-        };
-        let (body_off, body) = p.body.unwrap_or((line_off, &[]));
+        let two = p.body.filter(|b| !b.1.is_empty());
+        let (body_off, body) = two.unwrap_or((line_off, &[]));
         let u32_of = |off: Option<usize>| off.map_or(Some(0), |o| u32::try_from(o).ok());
-        let (Some(off2), Some(credit_off)) = (
-            u32_of(p.body.map(|_| line_off)),
-            u32_of(p.credit.map(|c| c.0)),
-        ) else {
+        let (Some(off2), Some(credit_off)) =
+            (u32_of(two.map(|_| line_off)), u32_of(p.credit.map(|c| c.0)))
+        else {
             return Ok(false);
         };
         if body.len() + line.len() > self.eager {
@@ -1097,7 +1101,7 @@ impl Ofi {
         if let Some((off, _)) = p.credit {
             Self::check_word(dst, &d, off)?;
         }
-        let (first, then) = if p.body.is_some() {
+        let (first, then) = if two.is_some() {
             (body, line)
         } else {
             (line, &[][..])
@@ -1105,8 +1109,7 @@ impl Ofi {
         let h = Header {
             kind: Kind::Signal as u8,
             op: op::SET,
-            flags: if p.body.is_some() { PUT2 } else { 0 }
-                | if p.credit.is_some() { SET2 } else { 0 },
+            flags: if two.is_some() { PUT2 } else { 0 } | if p.credit.is_some() { SET2 } else { 0 },
             src: self.rank,
             len: eager_len(first.len() + then.len()),
             dst_seg: if first.is_empty() {
@@ -1123,7 +1126,7 @@ impl Ofi {
             value: seq,
             value2: p.credit.map_or(0, |c| c.1),
             dst_off2: off2,
-            len1: if p.body.is_some() {
+            len1: if two.is_some() {
                 eager_len(body.len())
             } else {
                 0

@@ -283,26 +283,19 @@ impl Engine {
     /// Sends one message of `n` bytes from `from` to `to` (priced by the model, contending
     /// for ports and links), to be applied as `w` when it arrives.
     pub(crate) fn send(&self, from: u32, to: u32, n: usize, w: Write) -> Result<()> {
-        let mut st = self.lock();
-        let arrival = self.price(&mut st, from, to, n);
-        let r = &mut st.ranks[from as usize];
-        r.last_arrival = r.last_arrival.max(arrival);
-        st.stats.bytes += n as u64;
-        st.push(arrival, Event::Deliver(w));
-        st.requeue(from);
-        self.switch(st, from).map(drop)
+        self.send2(from, to, n, 0, None, w)
     }
 
-    /// Sends `first` and `then` from `from` to `to` as one message of `n` bytes, `extra` of
-    /// issue time on top of the message's (a chain's second descriptor), delivered in that
-    /// order at the same arrival.
+    /// Sends `first` (if any) and `then` from `from` to `to` as one message of `n` bytes,
+    /// `extra` of issue time on top of the message's (a chain's second descriptor), delivered
+    /// in that order at the same arrival.
     pub(crate) fn send2(
         &self,
         from: u32,
         to: u32,
         n: usize,
         extra: Ps,
-        first: Write,
+        first: Option<Write>,
         then: Write,
     ) -> Result<()> {
         let mut st = self.lock();
@@ -312,7 +305,9 @@ impl Engine {
         let r = &mut st.ranks[from as usize];
         r.last_arrival = r.last_arrival.max(arrival);
         st.stats.bytes += n as u64;
-        st.push(arrival, Event::Deliver(first));
+        if let Some(first) = first {
+            st.push(arrival, Event::Deliver(first));
+        }
         st.push(arrival, Event::Deliver(then));
         st.requeue(from);
         self.switch(st, from).map(drop)

@@ -360,10 +360,8 @@ impl Sim {
             Some((seq_off, SignalOp::Set(seq))),
         );
         let n = line.len() + 8 + body.map_or(0, |b| b.1.len()) + credit.map_or(0, |_| 8);
-        if body.is_none() && credit.is_none() {
-            return self.send(dst.rank(), n, then);
-        }
-        let first = self.write(dst, &region, body, credit);
+        let first =
+            (body.is_some() || credit.is_some()).then(|| self.write(dst, &region, body, credit));
         let extra = if body.is_some() {
             self.engine.chained_descriptor(n)
         } else {
@@ -396,8 +394,16 @@ impl Sim {
         }
     }
 
-    /// `first` then `then` to `dst` as one message of `n` bytes, `extra` more issue time.
-    fn send2(&self, dst: &Handle, n: usize, extra: Ps, first: Write, then: Write) -> Result<()> {
+    /// `first` (if any) then `then` to `dst` as one message of `n` bytes, `extra` more issue
+    /// time.
+    fn send2(
+        &self,
+        dst: &Handle,
+        n: usize,
+        extra: Ps,
+        first: Option<Write>,
+        then: Write,
+    ) -> Result<()> {
         self.op(|| {
             self.engine
                 .send2(self.rank, dst.rank(), n, extra, first, then)
