@@ -460,6 +460,53 @@ fn a_failing_rank_is_named_in_the_others_errors() {
 }
 
 #[test]
+fn a_panicking_rank_is_named_in_its_own_and_the_others_errors() {
+    // A rank is a coroutine: its panic is caught there, becomes its error, and its peers'
+    // waits fail naming it; the run ends (no rank is left suspended).
+    let all = sim::run_each(&peach2(), 4, |w: &World| {
+        let c = Comm::world(w)?;
+        if w.rank() == 1 {
+            panic!("rank one gives up");
+        }
+        c.barrier()
+    })
+    .unwrap()
+    .0;
+    let e = all[1].as_ref().unwrap_err();
+    assert!(e.message().contains("rank one gives up"), "{e}");
+    for r in [0, 2, 3] {
+        let e = all[r].as_ref().unwrap_err();
+        assert_eq!(e.rank(), Some(1), "rank {r}: {e}");
+    }
+}
+
+#[test]
+fn the_ranks_run_on_the_calling_thread() {
+    // Ranks take turns as coroutines of the thread that runs the job (a hand-over is a stack
+    // switch), and a rank's body may itself run a simulation.
+    let me = std::thread::current().id();
+    let run = sim::run(&peach2(), 3, |w: &World| {
+        let here = std::thread::current().id();
+        let inner = if w.rank() == 2 {
+            sim::run(&peach2(), 2, |v: &World| {
+                Ok(std::thread::current().id() == here && v.barrier().is_ok())
+            })?
+            .results
+        } else {
+            vec![true]
+        };
+        w.barrier()?;
+        Ok(here == std::thread::current().id() && inner.iter().all(|&b| b)).map(|ok| (ok, here))
+    })
+    .unwrap();
+    assert!(
+        run.results.iter().all(|&(ok, t)| ok && t == me),
+        "{:?}",
+        run.results
+    );
+}
+
+#[test]
 fn bad_jobs_are_refused_before_they_start() {
     let e = sim::run(&peach2(), 17, |_| Ok(())).unwrap_err();
     assert!(e.to_string().contains("16 nodes"), "{e}");

@@ -6,7 +6,7 @@
 //! start-up records, memory registration, the attach cache, liveness of peers, how a waiter
 //! sleeps — stays inside its module and is private to the crate. The transports: shared memory
 //! ([`shm`], `"shm"`) between the ranks of one node, libfabric (`ofi`, `"ofi"`, feature
-//! `ofi`) between nodes, and a simulated network ([`sim`], `"sim"`: ranks as threads on a
+//! `ofi`) between nodes, and a simulated network ([`sim`], `"sim"`: ranks as coroutines on a
 //! modelled PEACH2, Tofu or fat-tree network, in virtual time). GPU memory plugs in behind
 //! the same trait.
 //!
@@ -65,6 +65,8 @@ pub(crate) use shm::wait::{Patience, Progress};
 
 /// One rank's part of a simulated job (the `World` holds it as it holds the other transports).
 pub(crate) use sim::Sim as SimRank;
+/// Runs a simulated job's ranks as coroutines of the calling thread.
+pub(crate) use sim::coroutines::{Body as SimBody, run as run_sim_ranks};
 /// One simulated job's engine (what `World::start_sim` joins a rank to).
 pub(crate) use sim::engine::Engine as SimEngine;
 /// The simulated network's models and settings, for `crate::sim` (the user's entry): what a

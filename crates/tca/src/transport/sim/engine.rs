@@ -1,7 +1,8 @@
 //! The discrete-event core of the simulated transport: virtual clocks, one baton, one queue.
 //!
-//! Every rank is a thread of one process, but **only the rank holding the baton runs**; the
-//! others are parked (`std::thread::park`) until the baton word names them. The baton always goes to whatever is
+//! Every rank is a coroutine on one thread ([`super::coroutines`]), and **only the rank holding
+//! the baton runs**; the others are suspended until the baton word names them. The baton always
+//! goes to whatever is
 //! earliest in virtual time: the next event (a message arriving, an atomic applied, a
 //! timer) or the ready rank whose clock is lowest (events first on a tie, then lower rank,
 //! then the order things were queued). So the whole run is one sequence fixed by virtual
@@ -22,7 +23,6 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::thread::Thread;
 
 use super::network::{Network, Ps, Resource, hold};
 use crate::error::{Error, ErrorKind, Result};
@@ -127,8 +127,6 @@ struct RankState {
     token: u64,
     /// Why its wait must fail (deadlock, a failed peer).
     error: Option<Error>,
-    /// Its thread, to unpark when it gets the baton.
-    thread: Option<Thread>,
 }
 
 /// Counters of one simulation.
@@ -180,8 +178,9 @@ pub(crate) struct Engine {
     /// The collectives' chunk size, if the job sets it.
     pub(crate) chunk: Option<usize>,
     state: Mutex<State>,
-    /// The rank holding the baton (`NOBODY_RUNS`: none), also kept in `State::running`: a
-    /// parked rank watches this word, not the lock, so a hand-over costs one unpark.
+    /// The rank holding the baton (`NOBODY_RUNS`: none), also kept in `State::running`: the
+    /// word the scheduler reads to know whom to resume, and a suspended rank to know whether
+    /// it was resumed for its turn.
     baton: AtomicU32,
 }
 
@@ -208,7 +207,6 @@ impl Engine {
                         atomic: None,
                         token: 0,
                         error: None,
-                        thread: None,
                     })
                     .collect(),
                 events: BinaryHeap::new(),
@@ -257,7 +255,6 @@ impl Engine {
         let seq = st.next_seq();
         let r = &mut st.ranks[rank as usize];
         r.status = Status::Ready;
-        r.thread = Some(std::thread::current());
         st.ready.push(Reverse((0, rank, seq)));
         if st.entered == self.size() {
             // The last to enter starts the run.
@@ -510,15 +507,11 @@ impl Engine {
                     if handover {
                         st.stats.switches += 1;
                     }
-                    let next = st.ranks[r as usize].thread.clone();
                     let left = st.ranks[me as usize].status == Status::Done;
                     self.baton.store(r, Ordering::Release);
                     drop(st);
-                    if let Some(t) = next {
-                        t.unpark();
-                    }
                     if !left {
-                        self.wait_baton(me);
+                        self.wait_baton(me)?;
                     }
                     return Ok(self.lock());
                 }
@@ -546,23 +539,28 @@ impl Engine {
         }
     }
 
-    /// Parks `me` until it holds the baton (at once if it has left).
+    /// Suspends `me` until it holds the baton (at once if it has left).
     fn park<'a>(&'a self, st: MutexGuard<'a, State>, me: u32) -> Result<MutexGuard<'a, State>> {
         if st.running == Some(me) || st.ranks[me as usize].status == Status::Done {
             return Ok(st);
         }
         drop(st);
-        self.wait_baton(me);
+        self.wait_baton(me)?;
         Ok(self.lock())
     }
 
-    /// Parks until the baton is `me`'s. (No spinning first: measured on 2 cores with 96 and
-    /// 192 ranks, spinning 2,000 turns before parking made the simulator 3x slower, the
-    /// spinner holding the core the next rank needs.)
-    fn wait_baton(&self, me: u32) {
+    /// Suspends `me`'s coroutine until the baton is `me`'s.
+    fn wait_baton(&self, me: u32) -> Result<()> {
         while self.baton.load(Ordering::Acquire) != me {
-            std::thread::park();
+            super::coroutines::suspend()?;
         }
+        Ok(())
+    }
+
+    /// The rank holding the baton, `None` when none does (the run is over, or every rank left
+    /// is outside it).
+    pub(crate) fn baton(&self) -> Option<u32> {
+        Some(self.baton.load(Ordering::Acquire)).filter(|&r| r != NOBODY_RUNS)
     }
 
     /// Applies the earliest event.

@@ -1,5 +1,5 @@
-//! The simulated transport: ranks as threads of one process on a modelled network, in virtual
-//! time (`"sim"`; the user's entry is [`crate::sim`]).
+//! The simulated transport: ranks as coroutines of one thread on a modelled network, in
+//! virtual time (`"sim"`; the user's entry is [`crate::sim`]).
 //!
 //! It keeps the transport contract ([`crate::transport`]) with one difference in *when*: a
 //! put is checked (handle, key, bounds) and its bytes staged at the call, like any put, but
@@ -14,6 +14,7 @@
 //! measured between calls and scaled (includes everything the program computes, but is as
 //! noisy as the host).
 
+pub(crate) mod coroutines;
 pub(crate) mod engine;
 pub(crate) mod network;
 
