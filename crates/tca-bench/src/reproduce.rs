@@ -30,6 +30,9 @@ pub const FIGURES: &str = include_str!("../data/seed-figures.toml");
 pub struct Figures {
     /// Single figures (a latency, a bandwidth, a table cell).
     pub point: Vec<Point>,
+    /// Seed 001's DMA channel figures.
+    #[serde(default)]
+    pub channel: Vec<Channel>,
     /// Seed 002's Table 1 columns (measured rows).
     pub table1: Vec<Table1>,
     /// Figures the simulation does not reproduce, and why.
@@ -68,6 +71,69 @@ pub struct Point {
     pub measure: Measure,
     /// The paper's value.
     pub paper: f64,
+}
+
+/// One of seed 001's channel figures: a put of `bytes` between two ranks of `network`, on
+/// channel `alone` by itself (its bandwidth in MB/s), or split over `channels` channels tuned
+/// by the seed's algorithm (`tca::am`'s channels) against channel 0 alone (the gain, x).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Channel {
+    /// Short name.
+    pub id: String,
+    /// Where in which seed.
+    pub source: String,
+    /// Network model.
+    pub network: String,
+    /// Put size.
+    pub bytes: usize,
+    /// The one channel used, for a channel's bandwidth.
+    pub alone: Option<usize>,
+    /// The channels a put is split over, for the gain.
+    pub channels: Option<usize>,
+    /// The paper's value.
+    pub paper: f64,
+}
+
+/// Simulates one channel figure: MB/s of channel `alone`, or the gain of `channels` tuned
+/// channels over channel 0 alone (a ratio of rank 0's put times).
+fn channel_figure(c: &Channel) -> Result<f64> {
+    // A channel alone is measured among PEACH2's four.
+    let n = c.channels.unwrap_or(4);
+    if c.alone.is_some_and(|a| a >= n) || c.alone.is_some() == c.channels.is_some() {
+        bail!(
+            "{}: give either `alone` (a channel below {n}) or `channels`",
+            c.id
+        );
+    }
+    let opts = tca::sim::Options::new(tca::sim::Network::load(&c.network)?);
+    let len = c.bytes;
+    let run = tca::sim::run(&opts, 2, |w| {
+        let comm = tca::Comm::world(w)?;
+        let ep = tca::am::Endpoint::new(&comm, tca::am::Table::new(), len)?;
+        ep.set_channels(n)?;
+        let data = vec![1u8; len];
+        let mut out = 0.0;
+        if comm.rank() == 0 {
+            let mut one = vec![0.0; n];
+            one[c.alone.unwrap_or(0)] = 1.0;
+            let t_one = ep.put_weighted(1, 0, &data, &one)?[c.alone.unwrap_or(0)];
+            out = if c.alone.is_some() {
+                len as f64 / t_one / 1e6
+            } else {
+                for _ in 0..tca::am::TUNING {
+                    ep.put(1, 0, &data)?;
+                }
+                let t0 = w.wtime();
+                ep.put(1, 0, &data)?;
+                t_one / (w.wtime() - t0)
+            };
+        }
+        comm.barrier()?;
+        Ok(out)
+    })
+    .with_context(|| format!("{} on {}", c.id, c.network))?;
+    Ok(run.results[0])
 }
 
 /// One column of seed 002's Table 1.
@@ -246,6 +312,14 @@ pub fn run(opts: &Options, mut say: impl FnMut(&str)) -> Result<Report> {
             figure: p.source.clone(),
             paper: p.paper,
             simulated,
+        });
+    }
+    for c in &f.channel {
+        say(&c.source);
+        rep.points.push(Line {
+            figure: c.source.clone(),
+            paper: c.paper,
+            simulated: channel_figure(c)?,
         });
     }
     say("seed 000: node mapping of recursive-doubling allgather, 16 ranks");
@@ -486,6 +560,13 @@ mod tests {
                 tca::coll::registry::find(b.collective.unwrap(), a).unwrap();
             }
             assert!(p.paper > 0.0, "{}", p.id);
+        }
+        assert_eq!(f.channel.len(), 6);
+        for c in &f.channel {
+            let n = tca::sim::Network::load(&c.network).unwrap();
+            assert_eq!(n.dma.channels_gbs.len(), 4, "{}", c.id);
+            assert!(c.alone.is_some() != c.channels.is_some(), "{}", c.id);
+            assert!(c.paper > 0.0, "{}", c.id);
         }
         assert_eq!(f.table1.len(), 7);
         for c in &f.table1 {

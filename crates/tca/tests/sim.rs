@@ -460,6 +460,67 @@ fn a_failing_rank_is_named_in_the_others_errors() {
 }
 
 #[test]
+fn a_put_split_over_the_dma_channels_is_priced_per_channel() {
+    // PEACH2's four DMA channels reading GPU memory (seed 001): a part on one channel alone
+    // costs one descriptor, the latency and its bytes at that channel's rate (at most the
+    // port's); four channels tuned by `am`'s seed-001 algorithm share the port, so they
+    // never beat it and tuning finds a split about as fast as the fastest channel alone;
+    // every byte lands where it should.
+    let net = Network::load("peach2-2x8-gpu").unwrap();
+    let rates = net.dma.channels_gbs.clone();
+    let cap = net.dma.read_gbs;
+    let (issue, lat, _) = dma(&net, 0);
+    let n = 256 << 10;
+    let run = sim::run(&Options::new(net), 2, |w: &World| {
+        let c = Comm::world(w)?;
+        let ep = tca::am::Endpoint::new(&c, tca::am::Table::new(), n)?;
+        ep.set_channels(4)?;
+        let data: Vec<u8> = (0..n).map(|i| (i % 251) as u8).collect();
+        let mut alone = Vec::new();
+        let mut tuned = 0.0;
+        if c.rank() == 0 {
+            for ch in 0..4 {
+                let mut wts = [0.0; 4];
+                wts[ch] = 1.0;
+                alone.push(ep.put_weighted(1, 0, &data, &wts)?[ch]);
+            }
+            for _ in 0..tca::am::TUNING {
+                ep.put(1, 0, &data)?;
+            }
+            let t0 = w.wtime();
+            ep.put(1, 0, &data)?;
+            tuned = w.wtime() - t0;
+            assert!(ep.channel_weights(1, n)?.expect("tuned").1, "frozen");
+        }
+        c.barrier()?;
+        if c.rank() == 1 {
+            let mut got = vec![0u8; n];
+            ep.segment().read(0, &mut got)?;
+            assert!(got == data);
+        }
+        c.barrier()?;
+        Ok((alone, tuned))
+    })
+    .unwrap();
+    let (alone, tuned) = &run.results[0];
+    for (ch, (&t, g)) in alone.iter().zip(&rates).enumerate() {
+        let want = issue + lat + ps(n as f64 / g.min(cap));
+        assert!(
+            secs_to_ps(t).abs_diff(want) <= 2,
+            "channel {ch}: {t} s, want {want} ps"
+        );
+    }
+    assert!(
+        secs_to_ps(*tuned) >= ps(n as f64 / cap),
+        "{tuned} s beats the port"
+    );
+    assert!(
+        *tuned < 1.05 * alone[0] && *tuned < 0.5 * alone[1],
+        "tuned {tuned} s against channels 0 and 1 alone {alone:?}"
+    );
+}
+
+#[test]
 fn a_panicking_rank_is_named_in_its_own_and_the_others_errors() {
     // A rank is a coroutine: its panic is caught there, becomes its error, and its peers'
     // waits fail naming it; the run ends (no rank is left suspended).

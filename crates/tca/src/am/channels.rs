@@ -259,6 +259,30 @@ impl Channels {
         Ok(true)
     }
 
+    /// Puts `src` at `off` in `dst` split at `weights` (one per channel), outside any tuning;
+    /// each channel's time until its part was in place, or `None` when `dst` is not reached
+    /// by split puts (across a real network).
+    pub(crate) fn put_weighted(
+        &self,
+        w: &World,
+        dst: &Handle,
+        off: usize,
+        src: &[u8],
+        weights: &[f64],
+    ) -> Result<Option<Vec<f64>>> {
+        if weights.len() != self.n {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                format!("{} weights for {} channels", weights.len(), self.n),
+            ));
+        }
+        let mut cuts = Vec::with_capacity(self.n + 1);
+        split(src.len(), weights, &mut cuts);
+        let mut secs = vec![0.0; self.n];
+        Ok(w.put_parts(dst, off, src, &cuts, &self.engines, &mut secs)?
+            .then_some(secs))
+    }
+
     /// The weights of the pattern (target `q`, `len` bytes) and whether they are frozen.
     pub(crate) fn weights(&self, q: usize, len: usize) -> Option<(Vec<f64>, bool)> {
         self.tunes

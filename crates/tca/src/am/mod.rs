@@ -741,7 +741,8 @@ impl<'c, 'w> Endpoint<'c, 'w> {
     /// and length) from each channel's measured bandwidth and frozen after [`TUNING`]
     /// transfers at the fastest split seen (see [`Tune`]). `n` = 1 turns splitting off; at
     /// most [`MAX_CHANNELS`]. `TCA_AM_CHANNELS` sets it when the endpoint is made. Resets the
-    /// tuning. Puts across a network, or on a simulated one, are not split.
+    /// tuning. Puts across a network are not split; on a simulated network the parts go over
+    /// the model's DMA channels (`channels_gbs`), in virtual time.
     pub fn set_channels(&self, n: usize) -> Result<()> {
         self.outside("set_channels")?;
         let ch = if n > 1 {
@@ -751,6 +752,41 @@ impl<'c, 'w> Endpoint<'c, 'w> {
         };
         *self.core.channels.borrow_mut() = ch;
         Ok(())
+    }
+
+    /// Puts `data` at `off` in `to`'s segment split over the channels at `weights` (one per
+    /// channel, [`split`]'s rules), whatever its length and outside the tuning, and returns
+    /// each channel's time from the call until its part was in place (seconds, 0 for an empty
+    /// part; virtual time on a simulated network, where the parts go over the model's DMA
+    /// channels). For measuring channels, as seed 001 measured each alone (weight 1 on one
+    /// channel, 0 on the others). Complete on return. Fails if channels are off, `weights`
+    /// has another length, or `to` is across a real network (where puts are not split).
+    pub fn put_weighted(
+        &self,
+        to: u32,
+        off: usize,
+        data: &[u8],
+        weights: &[f64],
+    ) -> Result<Vec<f64>> {
+        self.outside("a put")?;
+        let q = rank(self.core, to)?;
+        self.core.check_range(q, off, data.len())?;
+        let ch = self.core.channels.borrow();
+        let ch = ch.as_ref().ok_or_else(|| {
+            Error::new(
+                ErrorKind::InvalidArgument,
+                "put_weighted needs channels: set_channels(2..) first",
+            )
+        })?;
+        ch.put_weighted(self.w(), &self.core.segs[q], off, data, weights)?
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorKind::InvalidArgument,
+                    format!(
+                        "rank {to} is across a network, where puts are not split over channels"
+                    ),
+                )
+            })
     }
 
     /// Whether [`Endpoint::get`] and [`Endpoint::get_nb`] from a rank of this node read its
@@ -766,7 +802,8 @@ impl<'c, 'w> Endpoint<'c, 'w> {
 
     /// Whether `rank`'s segment is memory of this node, reached through shared memory (not
     /// across a network, not on a simulated one): then gets from it may read it directly and
-    /// puts into it may be split over channels.
+    /// puts into it may be split over copy-engine channels (on a simulated network puts are
+    /// split over the model's DMA channels instead).
     pub fn on_node(&self, rank: u32) -> Result<bool> {
         let q = self::rank(self.core, rank)?;
         let w = self.w();

@@ -793,9 +793,11 @@ impl World {
     /// empty part, which no engine is woken for). A failed part is an error, after the other
     /// parts were written (the whole range was checked first, so only the mapping's own
     /// checks can fail one).
-    /// Complete on return, like [`World::put`]. Returns `false` (nothing done) when `dst` is
-    /// not memory of this node (across the network, or a simulated network, whose time a copy
-    /// engine would bypass): then a plain put is the way.
+    /// Complete on return, like [`World::put`]. On a simulated network the parts go over the
+    /// model's DMA channels instead, each its own descriptor, and `secs[i]` is part i's arrival
+    /// in virtual time (`sim::Engine::send_parts`). Returns `false` (nothing done) when `dst`
+    /// is across a real network, or this rank's own memory on a simulated one (which no
+    /// network carries): then a plain put is the way.
     pub(crate) fn put_parts(
         &self,
         dst: &Handle,
@@ -805,7 +807,8 @@ impl World {
         engines: &rayon::ThreadPool,
         secs: &mut [f64],
     ) -> Result<bool> {
-        if self.sim.is_some() || self.is_remote(dst.rank()) {
+        let simulated = self.sim.is_some() && dst.rank() != self.rank;
+        if !simulated && (self.sim.is_some() || self.is_remote(dst.rank())) {
             return Ok(false);
         }
         let parts = cuts.len().saturating_sub(1);
@@ -825,6 +828,11 @@ impl World {
                     src.len()
                 ),
             ));
+        }
+        if let (true, Some(sim)) = (simulated, &self.sim) {
+            self.check_handle(dst)?;
+            sim.put_parts(&self.shm, dst, off, src, cuts, secs)?;
+            return Ok(true);
         }
         let (region, at) = self.mapped(dst, off, src.len())?;
         let map = &region.map;

@@ -24,7 +24,7 @@ use std::collections::BinaryHeap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::network::{Network, Ps, Resource, hold};
+use super::network::{Network, Ps, Resource, hold, ps};
 use crate::error::{Error, ErrorKind, Result};
 use crate::fabric::{AtomicOp, SignalOp};
 use crate::transport::Region;
@@ -360,12 +360,89 @@ impl Engine {
     /// Prices a message and reserves its resources; returns its arrival time and advances
     /// the sender's clock by its issue cost.
     fn price(&self, st: &mut State, from: u32, to: u32, n: usize) -> Ps {
-        let (a, b) = (self.nodes[from as usize], self.nodes[to as usize]);
         let mut links = Vec::with_capacity(16);
-        let hops = self.net.links(a, b, &mut links);
+        let hops = self.net.links(
+            self.nodes[from as usize],
+            self.nodes[to as usize],
+            &mut links,
+        );
         let route = self.net.route(n, hops);
+        let busy = hold(n, route.gbs);
+        let (start, earliest) = self.reserve(st, from, to, &links, route.issue, busy);
+        let arrival = earliest.max(start.saturating_add(busy).saturating_add(route.latency));
+        st.pair_last[from as usize * self.nodes.len() + to as usize] = arrival;
+        arrival
+    }
+
+    /// Puts `parts` (bytes per part; `writes` the non-empty ones' writes, in order) from
+    /// `from` to `to` split over the model's DMA channels ([`Network::channel_finishes`]),
+    /// one descriptor each, and waits until all have arrived: complete on return, like a
+    /// split put on shared memory. Returns each part's arrival after the call began (0 for an
+    /// empty part).
+    pub(crate) fn send_parts(
+        &self,
+        from: u32,
+        to: u32,
+        parts: &[usize],
+        writes: Vec<Write>,
+    ) -> Result<Vec<Ps>> {
+        let mut st = self.lock();
+        let t0 = st.ranks[from as usize].clock;
+        let mut links = Vec::with_capacity(16);
+        let hops = self.net.links(
+            self.nodes[from as usize],
+            self.nodes[to as usize],
+            &mut links,
+        );
+        let total: usize = parts.iter().sum();
+        let latency = ps(self.net.dma.latency_ns + self.net.link.hop_ns * f64::from(hops));
+        let descriptors = parts.iter().filter(|&&n| n > 0).count();
+        let issue = ps(self.net.software.put_ns + self.net.dma.descriptor_ns * descriptors as f64);
+        let mut finish = Vec::with_capacity(parts.len());
+        self.net.channel_finishes(parts, &mut finish);
+        let busy = finish.iter().copied().max().unwrap_or(0);
+        let (start, earliest) = self.reserve(&mut st, from, to, &links, issue, busy);
+        let arrive = |f: Ps| earliest.max(start.saturating_add(f).saturating_add(latency));
+        let last = arrive(busy);
+        st.pair_last[from as usize * self.nodes.len() + to as usize] = last;
+        st.stats.messages += descriptors.saturating_sub(1) as u64;
+        st.stats.bytes += total as u64;
+        let mut writes = writes.into_iter();
+        for (&n, &f) in parts.iter().zip(&finish) {
+            if n > 0 {
+                if let Some(w) = writes.next() {
+                    st.push(arrive(f), Event::Deliver(w));
+                }
+            }
+        }
         let r = &mut st.ranks[from as usize];
-        r.clock = r.clock.saturating_add(route.issue);
+        r.last_arrival = r.last_arrival.max(last);
+        r.clock = r.clock.max(last);
+        st.requeue(from);
+        drop(self.switch(st, from)?);
+        Ok(parts
+            .iter()
+            .zip(&finish)
+            .map(|(&n, &f)| if n > 0 { arrive(f) - t0 } else { 0 })
+            .collect())
+    }
+
+    /// Reserves the links and ports of a message from `from` to `to` that the sender issues
+    /// for `issue` (its clock advanced by it) and that then holds them for `busy`. Returns
+    /// when it starts on the wire and the earliest it may arrive (after the pair's last
+    /// message: messages between a pair land in order); counts it.
+    fn reserve(
+        &self,
+        st: &mut State,
+        from: u32,
+        to: u32,
+        links: &[Resource],
+        issue: Ps,
+        busy: Ps,
+    ) -> (Ps, Ps) {
+        let (a, b) = (self.nodes[from as usize], self.nodes[to as usize]);
+        let r = &mut st.ranks[from as usize];
+        r.clock = r.clock.saturating_add(issue);
         let ready = r.clock;
         // The links decide when the message can go; then a port of each end that is free by
         // then (`port`), or else the one free first.
@@ -377,15 +454,15 @@ impl Engine {
         let at = at.max(st.free_at[inject as usize]);
         let eject = self.port(st, self.net.ports(b, false), at);
         let start = at.max(st.free_at[eject as usize]);
-        let busy = hold(n, route.gbs);
         let done = start.saturating_add(busy);
         for &l in links.iter().chain([&inject, &eject]) {
             st.free_at[l as usize] = done;
         }
         st.stats.messages += 1;
-        let pair = &mut st.pair_last[from as usize * self.nodes.len() + to as usize];
-        *pair = (*pair).max(done.saturating_add(route.latency));
-        *pair
+        (
+            start,
+            st.pair_last[from as usize * self.nodes.len() + to as usize],
+        )
     }
 
     /// The port of a node's set for a message whose other resources are free at `at`: of the

@@ -302,6 +302,50 @@ impl Sim {
         self.send(dst.rank(), src.len(), w)
     }
 
+    /// A put split at `cuts` (ascending from 0 to `src.len()`, checked by the caller) over the
+    /// model's DMA channels, complete on return; `secs[i]` gets part i's arrival after the
+    /// call began, in virtual seconds (0 for an empty part).
+    pub(crate) fn put_parts(
+        &self,
+        shm: &Shm,
+        dst: &Handle,
+        off: usize,
+        src: &[u8],
+        cuts: &[usize],
+        secs: &mut [f64],
+    ) -> Result<()> {
+        let region = shm.resolve(dst)?;
+        let at = region.range(off, src.len())?;
+        let mut parts = Vec::with_capacity(cuts.len());
+        let mut writes = Vec::with_capacity(cuts.len());
+        for c in cuts.windows(2) {
+            let part = src.get(c[0]..c[1]).ok_or_else(|| {
+                Error::new(
+                    ErrorKind::InvalidArgument,
+                    format!("cuts {cuts:?} out of order"),
+                )
+            })?;
+            parts.push(part.len());
+            if !part.is_empty() {
+                let (bytes, pieces) = self.stage(at + c[0], part);
+                writes.push(Write {
+                    to: dst.rank(),
+                    data: Some((region.clone(), pieces)),
+                    bytes,
+                    signal: None,
+                });
+            }
+        }
+        let arrivals = self.op(|| {
+            self.engine
+                .send_parts(self.rank, dst.rank(), &parts, writes)
+        })?;
+        for (s, a) in secs.iter_mut().zip(arrivals) {
+            *s = a as f64 / 1e12;
+        }
+        Ok(())
+    }
+
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn put_signal(
         &self,

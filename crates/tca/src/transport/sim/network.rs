@@ -171,6 +171,14 @@ pub struct Dma {
     pub descriptor_ns: f64,
     /// What the engine reads from the sender's memory (GB/s): host or GPU memory.
     pub read_gbs: f64,
+    /// The DMA channels' read rates (GB/s), each measured running alone, for a put split over
+    /// several channels ([`crate::am`]'s channels: part i on channel i, parts beyond the
+    /// list queued behind the earlier ones round-robin). Running together they read the
+    /// sender's memory through one port, so together they move at most what a put does
+    /// (`read_gbs`, the link and the port). Empty (the default): one channel at `read_gbs`,
+    /// so a split put costs what the whole put would.
+    #[serde(default)]
+    pub channels_gbs: Vec<f64>,
 }
 
 /// Rates of the computation inside collectives.
@@ -265,6 +273,16 @@ impl Network {
         time(self.dma.latency_ns, "dma.latency_ns")?;
         time(self.dma.descriptor_ns, "dma.descriptor_ns")?;
         rate(self.dma.read_gbs, "dma.read_gbs")?;
+        if self.dma.channels_gbs.len() > crate::fabric::MAX_PARTS {
+            return Err(format!(
+                "dma.channels_gbs lists {} channels; at most {} are modelled",
+                self.dma.channels_gbs.len(),
+                crate::fabric::MAX_PARTS
+            ));
+        }
+        for g in &self.dma.channels_gbs {
+            rate(*g, "every rate of dma.channels_gbs")?;
+        }
         rate(self.compute.reduce_gbs, "compute.reduce_gbs")?;
         if let Some(p) = &self.pio {
             rate(p.gbs, "pio.gbs")?;
@@ -436,6 +454,76 @@ impl Network {
                 latency: ps(self.dma.latency_ns + hop),
                 gbs: link.min(self.dma.read_gbs),
             },
+        }
+    }
+
+    /// A DMA put split over the channels, `parts[i]` bytes on channel `i % channels` (parts on
+    /// one channel in order), all starting at once: when each part is complete, in picoseconds
+    /// from the start, into `out`. Fluid sharing: every busy channel streams at its own rate
+    /// ([`Dma::channels_gbs`]), all scaled down alike when together they exceed what one put
+    /// moves (the memory's read rate, the link's and the port's: they share them), so a
+    /// channel that finishes early leaves its share to the others.
+    pub(crate) fn channel_finishes(&self, parts: &[usize], out: &mut Vec<Ps>) {
+        let one = [self.dma.read_gbs];
+        let channels: &[f64] = if self.dma.channels_gbs.is_empty() {
+            &one
+        } else {
+            &self.dma.channels_gbs
+        };
+        let cap = self.link.gbs.min(self.link.port_gbs).min(self.dma.read_gbs);
+        out.clear();
+        out.resize(parts.len(), 0);
+        let nch = channels.len().max(1);
+        // Per channel: bytes moved so far, and the cumulative end of each of its parts in order.
+        let mut moved = vec![0f64; nch];
+        let mut next = vec![0usize; nch];
+        let queue = |c: usize| (c..parts.len()).step_by(nch).collect::<Vec<_>>();
+        let queues: Vec<Vec<usize>> = (0..nch).map(queue).collect();
+        let ends: Vec<Vec<f64>> = queues
+            .iter()
+            .map(|q| {
+                q.iter()
+                    .scan(0f64, |acc, &i| {
+                        *acc += parts[i] as f64;
+                        Some(*acc)
+                    })
+                    .collect()
+            })
+            .collect();
+        let mut t = 0f64; // ns
+        loop {
+            // Channels with bytes left; parts that end where the channel stands are done.
+            for c in 0..nch {
+                while next[c] < ends[c].len() && ends[c][next[c]] <= moved[c] {
+                    out[queues[c][next[c]]] = ps(t);
+                    next[c] += 1;
+                }
+            }
+            let busy: Vec<usize> = (0..nch).filter(|&c| next[c] < ends[c].len()).collect();
+            if busy.is_empty() {
+                return;
+            }
+            let want: f64 = busy.iter().map(|&c| channels[c]).sum();
+            let scale = (cap / want).min(1.0);
+            // Until the first busy channel reaches the end of its current part (bytes per ns is
+            // GB/s).
+            let dt = busy
+                .iter()
+                .map(|&c| (ends[c][next[c]] - moved[c]) / (channels[c] * scale))
+                .fold(f64::INFINITY, f64::min);
+            for &c in &busy {
+                let r = channels[c] * scale;
+                moved[c] = (moved[c] + r * dt).min(ends[c][next[c]]);
+            }
+            // The channel that set `dt` lands exactly on its end (no rounding left behind).
+            if let Some(&c) = busy.iter().min_by(|&&a, &&b| {
+                let ta = (ends[a][next[a]] - moved[a]).abs();
+                let tb = (ends[b][next[b]] - moved[b]).abs();
+                ta.total_cmp(&tb)
+            }) {
+                moved[c] = ends[c][next[c]];
+            }
+            t += dt;
         }
     }
 
@@ -613,6 +701,52 @@ mod tests {
             t.dma.descriptor_ns * 1e-3
         ));
         assert!(close(t.cost_model().delta, t.dma.latency_ns * 1e-3));
+    }
+
+    #[test]
+    fn dma_channels_share_the_port_as_a_fluid() {
+        let mut n = Network::load("peach2-2x8-gpu").unwrap();
+        assert_eq!(n.dma.channels_gbs, [2.9, 1.3, 0.7, 0.7]);
+        // Together at most what one put moves: the GPU's read rate, under the 4 GB/s link.
+        let cap = 2.8;
+        assert_eq!(n.dma.read_gbs, cap);
+        let mut f = Vec::new();
+        // One channel alone streams at its own rate (channel 0 capped by the port).
+        for (c, g) in [2.9f64, 1.3, 0.7, 0.7].into_iter().enumerate() {
+            let mut parts = [0usize; 4];
+            parts[c] = 1 << 20;
+            n.channel_finishes(&parts, &mut f);
+            assert_eq!(f[c], ps((1 << 20) as f64 / g.min(cap)), "channel {c}");
+            assert!(f.iter().enumerate().all(|(i, &t)| i == c || t == 0));
+        }
+        // All four at their rates ask 5.6 GB/s: scaled alike, they end together at the cap.
+        let total = 5_600_000usize;
+        let parts = [2_900_000, 1_300_000, 700_000, 700_000];
+        n.channel_finishes(&parts, &mut f);
+        let end = total as f64 / cap;
+        assert!(f.iter().all(|&t| t.abs_diff(ps(end)) <= 2), "{f:?}");
+        // Two equal halves on channels 0 and 1 (4.2 GB/s asked): channel 0 ends first, then
+        // channel 1 goes on alone at its own 1.3 GB/s.
+        let h = 1_000_000usize;
+        n.channel_finishes(&[h, h], &mut f);
+        let s = cap / 4.2;
+        let t0 = h as f64 / (2.9 * s);
+        let left = h as f64 - 1.3 * s * t0;
+        assert!(f[0].abs_diff(ps(t0)) <= 2, "{f:?}");
+        assert!(f[1].abs_diff(ps(t0 + left / 1.3)) <= 2, "{f:?}");
+        // More parts than channels queue round-robin: parts 0 and 4 on channel 0, in order.
+        n.channel_finishes(&[h, 0, 0, 0, h], &mut f);
+        assert_eq!(f[4], ps(2.0 * h as f64 / cap));
+        assert!(f[0] < f[4]);
+        // No channels listed: one at the read rate, so splitting gains nothing.
+        n.dma.channels_gbs.clear();
+        n.channel_finishes(&[h, h, h], &mut f);
+        assert_eq!(f[2], ps(3.0 * h as f64 / cap));
+        // Bad lists are refused when a model is loaded.
+        n.dma.channels_gbs = vec![1.0; 9];
+        assert!(n.check().unwrap_err().contains("at most 8"));
+        n.dma.channels_gbs = vec![1.0, 0.0];
+        assert!(n.check().unwrap_err().contains("channels_gbs"));
     }
 
     #[test]
