@@ -7,7 +7,9 @@
 //! dimension — so on a torus the node sends and receives in D directions at once (B' = D B in seed
 //! 002's estimates, eq. 12 and 16). In two directions the parts share no directed link when every
 //! dimension is longer than 2 (a test checks it; along a dimension of 2 one step forwards and one
-//! backwards reach the same rank); in three, parts 0 and 2 both go forwards and share some. Every
+//! backwards reach the same rank); in three, the part whose tree spreads over a plane of a
+//! dimension goes the other way round it, so the parts share only the lines through the root
+//! (a test checks it). Every
 //! part is pipelined chunk by chunk, as the 1-D chain is: a rank forwards chunk i of a part to its
 //! children as soon as it has it.
 //!
@@ -56,14 +58,23 @@ impl<const D: usize> Place<D> {
             .fold(0, |acc, (&a, &n)| acc * n + a)
     }
 
-    /// Part `k`'s order of dimensions (a rotation), and its direction: odd parts go the
-    /// other way round each dimension.
-    fn order(k: usize) -> ([usize; D], bool) {
+    /// Part `k`'s order of dimensions (a rotation), and its direction in each dimension
+    /// (`true`: the other way round). In two directions odd parts go the other way round
+    /// both dimensions. In three, a part's tree covers a line in its first dimension, a plane
+    /// in its second and the whole grid in its third, and each dimension is some part's
+    /// first, another's second and the third's last: the part whose plane it is goes the
+    /// other way round it, so no plane's links are shared, only the one line through the
+    /// root that the first part walks.
+    fn order(k: usize) -> ([usize; D], [bool; D]) {
         let mut o = [0; D];
         for (j, x) in o.iter_mut().enumerate() {
             *x = (k + j) % D;
         }
-        (o, k % 2 == 1)
+        let mut back = [D == 2 && k % 2 == 1; D];
+        if D == 3 {
+            back[o[1]] = true;
+        }
+        (o, back)
     }
 
     /// The distance from the root along dimension `d` in part `k`'s direction.
@@ -80,7 +91,7 @@ impl<const D: usize> Place<D> {
     /// counted in the part's direction.
     fn depth(&self, k: usize) -> usize {
         let back = Self::order(k).1;
-        (0..D).map(|d| self.step(d, back)).sum()
+        (0..D).map(|d| self.step(d, back[d])).sum()
     }
 
     /// The coordinates one step further along `d` in the part's direction.
@@ -102,12 +113,14 @@ impl<const D: usize> Place<D> {
     /// later one.
     fn tree(&self, k: usize) -> (Option<usize>, [Option<usize>; D]) {
         let (order, back) = Self::order(k);
-        let last = (0..D).rev().find(|&j| self.step(order[j], back) > 0);
+        let last = (0..D)
+            .rev()
+            .find(|&j| self.step(order[j], back[order[j]]) > 0);
         let parent = last.map(|j| {
             let d = order[j];
             let mut c = self.at;
             let n = self.dims[d];
-            c[d] = if back {
+            c[d] = if back[d] {
                 (c[d] + 1) % n
             } else {
                 (c[d] + n - 1) % n
@@ -117,8 +130,8 @@ impl<const D: usize> Place<D> {
         let mut children = [None; D];
         for j in last.unwrap_or(0)..D {
             let d = order[j];
-            if self.step(d, back) + 1 < self.dims[d] {
-                children[j] = Some(self.rank(&self.moved(d, back)));
+            if self.step(d, back[d]) + 1 < self.dims[d] {
+                children[j] = Some(self.rank(&self.moved(d, back[d])));
             }
         }
         (parent, children)
@@ -264,6 +277,25 @@ mod tests {
             check::<3>(p);
         }
         check::<3>(384);
+    }
+
+    /// In three directions on a torus the parts share directed links only along the lines
+    /// through the root (at most one line's links per dimension), never a plane's.
+    #[test]
+    fn three_parts_share_at_most_the_lines_through_the_root() {
+        let p = 384;
+        let dims = grid::<3>(p);
+        let mut uses = std::collections::HashMap::new();
+        for k in 0..3 {
+            for v in 0..p {
+                for &q in Place::<3>::new(p, v).tree(k).1.iter().flatten() {
+                    *uses.entry((v, q)).or_insert(0) += 1;
+                }
+            }
+        }
+        let shared = uses.values().filter(|&&n| n > 1).count();
+        let lines: usize = dims.iter().map(|n| n - 1).sum();
+        assert!(shared <= lines, "{shared} links shared, lines {lines}");
     }
 
     /// In two directions the parts use opposite directions of each dimension: on a torus no
