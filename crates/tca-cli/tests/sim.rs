@@ -135,6 +135,11 @@ fn reproduce_prints_every_seed_000_and_001_figure() {
         assert!(err.abs() < 5.0, "{l}");
     }
     assert!(!out.contains("not reproduced: seed 001"), "{out}");
+    // The model's gains (deterministic): four channels share the port, so none at 256 KB
+    // (as the paper) and a small loss at 8 KB to the extra descriptors (the paper: 1.4x).
+    let gain = |l: &str| -> f64 { l.split_whitespace().rev().nth(1).unwrap().parse().unwrap() };
+    assert!((0.8..1.0).contains(&gain(ch[4])), "{}", ch[4]);
+    assert!((gain(ch[5]) - 1.0).abs() < 0.05, "{}", ch[5]);
 }
 
 /// Auto on a simulated network chooses with the network's own model, not the calibration file

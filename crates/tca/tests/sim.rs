@@ -474,8 +474,18 @@ fn a_put_split_over_the_dma_channels_is_priced_per_channel() {
     let run = sim::run(&Options::new(net), 2, |w: &World| {
         let c = Comm::world(w)?;
         let ep = tca::am::Endpoint::new(&c, tca::am::Table::new(), n)?;
-        ep.set_channels(4)?;
         let data: Vec<u8> = (0..n).map(|i| (i % 251) as u8).collect();
+        // Bad input: channels off, weights for other channels than there are, a put to the
+        // rank's own segment (no network carries it, nothing to split).
+        let peer = 1 - c.rank();
+        let e = ep.put_weighted(peer, 0, &data, &[1.0]).unwrap_err();
+        assert!(e.to_string().contains("set_channels"), "{e}");
+        ep.set_channels(4)?;
+        let e = ep.put_weighted(peer, 0, &data, &[1.0, 1.0]).unwrap_err();
+        assert!(e.to_string().contains("2 weights for 4 channels"), "{e}");
+        let e = ep.put_weighted(c.rank(), 0, &data, &[1.0; 4]).unwrap_err();
+        assert!(e.to_string().contains("own segment"), "{e}");
+        c.barrier()?;
         let mut alone = Vec::new();
         let mut tuned = 0.0;
         if c.rank() == 0 {
@@ -539,6 +549,45 @@ fn a_panicking_rank_is_named_in_its_own_and_the_others_errors() {
         let e = all[r].as_ref().unwrap_err();
         assert_eq!(e.rank(), Some(1), "rank {r}: {e}");
     }
+}
+
+#[test]
+fn a_rank_unwinding_a_panic_keeps_its_turn_until_it_leaves() {
+    // Ranks share one thread, and with it `std::thread::panicking()`. Rank 1 panics with
+    // sends still queued for rank 0 (its communicator tries to deliver them as it drops): it
+    // must leave before any other rank runs, so ranks that end well are not taken for
+    // failed, and the rank waiting for rank 1 is told it was rank 1 that failed.
+    let all = sim::run_each(&peach2(), 4, |w: &World| {
+        let c = Comm::world(w)?;
+        let mut one = [0u8; 8];
+        match w.rank() {
+            1 => {
+                c.send(&[3u8; 8], 0, 1)?;
+                c.send(&[3u8; 8], 3, 1)?;
+                for _ in 0..64 {
+                    drop(c.isend(&[7u8; 1024], 0, 2)?);
+                }
+                panic!("rank one gives up");
+            }
+            2 => {
+                c.recv(&mut one, 1, 1)?;
+            }
+            r => {
+                c.recv(&mut one, 1, 1)?;
+                // Still here while rank 1 unwinds, if it gave its turn away.
+                for _ in 0..100 {
+                    w.progress()?;
+                }
+                let _ = r;
+            }
+        }
+        Ok(())
+    })
+    .unwrap()
+    .0;
+    assert!(all[0].is_ok() && all[3].is_ok(), "{all:?}");
+    let e = all[2].as_ref().unwrap_err();
+    assert_eq!(e.rank(), Some(1), "{e}");
 }
 
 #[test]

@@ -214,7 +214,8 @@ impl Channels {
     }
 
     /// Puts `src` at `off` in `dst` (member `q`'s segment) over the channels, when it is long
-    /// enough and `dst` is memory of this node; tunes the pattern's weights from the parts'
+    /// enough and `dst` is memory of this node (or another rank of a simulated network); tunes
+    /// the pattern's weights from the parts'
     /// times. Returns `false` (nothing done) otherwise.
     pub(crate) fn put(
         &self,
@@ -261,7 +262,7 @@ impl Channels {
 
     /// Puts `src` at `off` in `dst` split at `weights` (one per channel), outside any tuning;
     /// each channel's time until its part was in place, or `None` when `dst` is not reached
-    /// by split puts (across a real network).
+    /// by split puts (across a real network, or this rank's own segment on a simulated one).
     pub(crate) fn put_weighted(
         &self,
         w: &World,

@@ -98,8 +98,9 @@
 //! - **BtoB**, through the ring, two copies, any memory: Medium payloads, packed VIS pieces,
 //!   software gets of up to a packet (across a network, or with direct gets off).
 //! - **Several channels** ([`Endpoint::set_channels`], `channels`): a put of at least
-//!   [`SPLIT_MIN`] bytes into memory of this node split over copy engines, weights tuned per
-//!   transfer pattern from measured bandwidth and frozen after [`TUNING`] transfers.
+//!   [`SPLIT_MIN`] bytes into memory of this node split over copy engines (on a simulated
+//!   network, over the model's DMA channels), weights tuned per transfer pattern from measured
+//!   bandwidth and frozen after [`TUNING`] transfers.
 //! - BtoM (staging into the destination segment through alternating buffers) and MtoB (a
 //!   segment source into the receiver's ring) are not separate paths: within a node a put
 //!   from ordinary memory needs no staging, and across a network the libfabric transport
@@ -722,7 +723,8 @@ impl<'c, 'w> Endpoint<'c, 'w> {
 
     /// Starts a put completed by [`Endpoint::wait_syncnbi_puts`]. With channels on
     /// ([`Endpoint::set_channels`]), a put of at least [`SPLIT_MIN`] bytes into memory of
-    /// this node is split over them (and complete when this returns).
+    /// this node, or to another rank of a simulated network, is split over them (and
+    /// complete when this returns).
     pub fn put_nbi(&self, to: u32, off: usize, data: &[u8]) -> Result<()> {
         self.outside("a put")?;
         let q = rank(self.core, to)?;
@@ -735,7 +737,8 @@ impl<'c, 'w> Endpoint<'c, 'w> {
         self.w().put(&self.core.segs[q], off, data)
     }
 
-    /// Splits puts of at least [`SPLIT_MIN`] bytes into memory of this node over `n`
+    /// Splits puts of at least [`SPLIT_MIN`] bytes into memory of this node (or to another
+    /// rank of a simulated network, below) over `n`
     /// channels (seed 001's DMA channels): this thread and `n - 1` copy-engine threads copy
     /// one part each, at once, with per-channel weights tuned per transfer pattern (target
     /// and length) from each channel's measured bandwidth and frozen after [`TUNING`]
@@ -780,12 +783,13 @@ impl<'c, 'w> Endpoint<'c, 'w> {
         })?;
         ch.put_weighted(self.w(), &self.core.segs[q], off, data, weights)?
             .ok_or_else(|| {
-                Error::new(
-                    ErrorKind::InvalidArgument,
-                    format!(
-                        "rank {to} is across a network, where puts are not split over channels"
-                    ),
-                )
+                let why = if self.w().simulated().is_some() {
+                    "is this rank: on a simulated network a put to its own segment crosses no \
+                     network and is not split"
+                } else {
+                    "is across a network, where puts are not split over channels"
+                };
+                Error::new(ErrorKind::InvalidArgument, format!("rank {to} {why}"))
             })
     }
 

@@ -8,9 +8,12 @@
 //! that runs the job: a rank that waits [`suspend`]s back to [`run`]'s loop, which resumes
 //! whichever rank the baton names.
 //!
-//! A consequence for code run on the simulated network: a rank must not block on anything but
-//! tca (a `std::sync::Barrier` or channel between ranks would wait for a rank that cannot run),
-//! and the ranks share the thread's thread-locals.
+//! Consequences for code run on the simulated network: a rank must not block on anything but
+//! tca (a `std::sync::Barrier` or channel between ranks would wait for a rank that cannot run);
+//! the ranks share the thread's thread-locals, and `std::thread::panicking()` (so a rank that
+//! panics keeps its turn until it has left: `Sim::op`); Rust's panic message names the job's
+//! thread, not the rank (the rank's error names it); a rank that overflows its stack stops the
+//! process with a segmentation fault (`stack_bytes`).
 
 #![allow(unsafe_code)] // the coroutines' borrowed bodies and the running one's yielder
 
@@ -24,9 +27,17 @@ use crate::error::{Error, ErrorKind, Result};
 
 type Baton = Yielder<(), ()>;
 
-/// Stack of each rank's coroutine (address space; pages are touched only as used). Twice a
-/// spawned thread's default, as a rank used to be one.
-const STACK: usize = 4 << 20;
+/// Stack of each rank's coroutine (address space; pages are touched only as used): twice a
+/// spawned thread's default (a rank used to be one), or `RUST_MIN_STACK` if larger. A rank
+/// that overflows it hits the guard page below it (a segmentation fault, without the message
+/// Rust prints for a thread's overflow).
+fn stack_bytes() -> usize {
+    let asked = std::env::var("RUST_MIN_STACK")
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .unwrap_or(0);
+    asked.clamp(4 << 20, 1 << 30)
+}
 
 thread_local! {
     /// The yielder of the coroutine running on this thread, null outside one.
@@ -40,16 +51,22 @@ pub(crate) type Body<'a, R> = Box<dyn FnOnce() -> R + 'a>;
 /// baton stopped at nobody while it waited: a scheduling fault, reported, never a hang).
 pub(crate) type Outcome<R> = Option<std::thread::Result<R>>;
 
+/// Fails outside a rank's coroutine (where [`suspend`] could not wait for a turn).
+pub(crate) fn inside() -> Result<()> {
+    if CURRENT.get().is_null() {
+        return Err(Error::new(
+            ErrorKind::Transport,
+            "a simulated rank's operation outside the simulation's scheduler",
+        ));
+    }
+    Ok(())
+}
+
 /// Gives the thread back to [`run`]'s loop; returns when this rank is resumed. Fails outside a
 /// rank's coroutine.
 pub(crate) fn suspend() -> Result<()> {
+    inside()?;
     let y = CURRENT.get();
-    if y.is_null() {
-        return Err(Error::new(
-            ErrorKind::Transport,
-            "a simulated rank waited for its turn outside the simulation's scheduler",
-        ));
-    }
     // SAFETY: CURRENT is non-null only while the coroutine whose yielder it holds runs on this
     // thread: each coroutine sets it to its own yielder when it starts and again whenever it is
     // resumed (below), and `run` clears it whenever a coroutine gives the thread back. The
@@ -69,15 +86,16 @@ pub(crate) fn run<R>(
     type Co<R> = Coroutine<(), (), std::thread::Result<R>, DefaultStack>;
     let n = bodies.len();
     let mut cos: Vec<Option<Co<R>>> = Vec::with_capacity(n);
+    let bytes = stack_bytes();
     for (rank, body) in bodies.into_iter().enumerate() {
         let Some(body) = body else {
             cos.push(None);
             continue;
         };
-        let stack = DefaultStack::new(STACK).map_err(|e| {
+        let stack = DefaultStack::new(bytes).map_err(|e| {
             Error::os(
                 ErrorKind::Launch,
-                format!("a {STACK}-byte stack for simulated rank {rank}"),
+                format!("a {bytes}-byte stack for simulated rank {rank}"),
                 e,
             )
         })?;
@@ -91,8 +109,15 @@ pub(crate) fn run<R>(
         cos.push(Some(unsafe { Co::with_stack_unchecked(stack, co_body) }));
     }
     let mut out: Vec<Outcome<R>> = (0..n).map(|_| None).collect();
-    // A rank's body may itself run a simulation: its yielder comes back after this one.
-    let outer = CURRENT.replace(std::ptr::null());
+    // A rank's body may itself run a simulation: its yielder comes back after this one,
+    // however this one ends (never left pointing into a dropped coroutine's stack).
+    struct Restore(*const Baton);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            CURRENT.set(self.0);
+        }
+    }
+    let _restore = Restore(CURRENT.replace(std::ptr::null()));
     let mut next_new = 0;
     loop {
         let (r, starting) = if next_new < n {
@@ -118,7 +143,7 @@ pub(crate) fn run<R>(
             cos[r] = None;
         }
     }
+    CURRENT.set(std::ptr::null());
     drop(cos);
-    CURRENT.set(outer);
     Ok(out)
 }

@@ -2,9 +2,8 @@
 //!
 //! Every rank is a coroutine on one thread ([`super::coroutines`]), and **only the rank holding
 //! the baton runs**; the others are suspended until the baton word names them. The baton always
-//! goes to whatever is
-//! earliest in virtual time: the next event (a message arriving, an atomic applied, a
-//! timer) or the ready rank whose clock is lowest (events first on a tie, then lower rank,
+//! goes to whatever is earliest in virtual time: the next event (a message arriving, an atomic
+//! applied, a timer) or the ready rank whose clock is lowest (events first on a tie, then lower rank,
 //! then the order things were queued). So the whole run is one sequence fixed by virtual
 //! times, ranks and queue order alone — never by host timing, load or thread scheduling —
 //! and the same job prints the same virtual times on every run and every machine
@@ -228,7 +227,7 @@ impl Engine {
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        // A rank thread that panicked while holding the lock leaves consistent state (every
+        // A rank that panicked while holding the lock leaves consistent state (every
         // update below completes before anything can panic), so a poisoned lock is usable.
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -378,7 +377,9 @@ impl Engine {
     /// `from` to `to` split over the model's DMA channels ([`Network::channel_finishes`]),
     /// one descriptor each, and waits until all have arrived: complete on return, like a
     /// split put on shared memory. Returns each part's arrival after the call began (0 for an
-    /// empty part).
+    /// empty part). The parts hold the route's links and ports together, from the first
+    /// part's start until the last part is done, as one message would (a slow channel still
+    /// sending keeps other traffic off them: the model's choice of simplicity).
     pub(crate) fn send_parts(
         &self,
         from: u32,

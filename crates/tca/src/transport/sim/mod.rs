@@ -166,8 +166,19 @@ impl Sim {
         }
     }
 
-    /// Runs one operation: computation charged first, host clock restarted after.
+    /// Runs one operation: computation charged first, host clock restarted after. Refused
+    /// (before anything changes in the engine) outside this rank's turn as a coroutine, and
+    /// while the rank unwinds a panic: a panicking rank must keep its turn until it leaves,
+    /// since every rank shares the thread, and with it `std::thread::panicking()`, which
+    /// would make the others leave as failed too.
     fn op<T>(&self, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        if std::thread::panicking() {
+            return Err(Error::new(
+                ErrorKind::Aborted,
+                format!("simulated rank {} is unwinding a panic", self.rank),
+            ));
+        }
+        coroutines::inside()?;
         self.charge();
         let r = f();
         self.last.set(Instant::now());
@@ -176,6 +187,9 @@ impl Sim {
 
     /// This rank's virtual time in seconds.
     pub(crate) fn now(&self) -> f64 {
+        if std::thread::panicking() || coroutines::inside().is_err() {
+            return self.engine.clock(self.rank) as f64 / 1e12;
+        }
         self.charge();
         self.last.set(Instant::now());
         self.engine.clock(self.rank) as f64 / 1e12
@@ -316,6 +330,7 @@ impl Sim {
     ) -> Result<()> {
         let region = shm.resolve(dst)?;
         let at = region.range(off, src.len())?;
+        secs.fill(0.0);
         let mut parts = Vec::with_capacity(cuts.len());
         let mut writes = Vec::with_capacity(cuts.len());
         for c in cuts.windows(2) {

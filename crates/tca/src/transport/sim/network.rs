@@ -37,7 +37,8 @@ use serde::Deserialize;
 
 use crate::error::{Error, ErrorKind, Result};
 
-/// The most nodes a model may have (one rank each; a simulated job's ranks are threads).
+/// The most nodes a model may have (one rank each; a simulated job's ranks are coroutines of
+/// one thread).
 pub const MAX_NODES: u32 = 1 << 16;
 
 /// Virtual time in picoseconds.
@@ -176,7 +177,8 @@ pub struct Dma {
     /// list queued behind the earlier ones round-robin). Running together they read the
     /// sender's memory through one port, so together they move at most what a put does
     /// (`read_gbs`, the link and the port). Empty (the default): one channel at `read_gbs`,
-    /// so a split put costs what the whole put would.
+    /// so a split put moves at the whole put's rate (and each further part costs its
+    /// descriptor).
     #[serde(default)]
     pub channels_gbs: Vec<f64>,
 }
