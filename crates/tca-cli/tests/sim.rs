@@ -107,39 +107,30 @@ fn networks_are_listed() {
 #[test]
 fn reproduce_prints_every_seed_000_and_001_figure() {
     let out = ok(&["sim", "reproduce"]);
-    let lines: Vec<&str> = out.lines().filter(|l| l.starts_with("seed 000")).collect();
+    let seed = |s: &str| -> Vec<&str> { out.lines().filter(|l| l.starts_with(s)).collect() };
+    // A line's last columns: "... paper simulated error%".
+    let col = |l: &str, back: usize| -> f64 {
+        let v = l.split_whitespace().rev().nth(back).unwrap();
+        v.trim_end_matches('%').parse().unwrap()
+    };
+    let lines = seed("seed 000");
     assert_eq!(lines.len(), 8, "{out}");
     for l in &lines[..4] {
-        let err: f64 = l
-            .split_whitespace()
-            .last()
-            .unwrap()
-            .trim_end_matches('%')
-            .parse()
-            .unwrap();
-        assert!(err.abs() < 5.0, "{l}");
+        assert!(col(l, 0).abs() < 5.0, "{l}");
     }
     assert!(out.contains("chosen"), "{out}");
     // Seed 001: each DMA channel alone comes back at its rate (the model's input, channel 0
     // under the port's), and the multi-channel gains are printed.
-    let ch: Vec<&str> = out.lines().filter(|l| l.starts_with("seed 001")).collect();
+    let ch = seed("seed 001");
     assert_eq!(ch.len(), 6, "{out}");
     for l in &ch[..4] {
-        let err: f64 = l
-            .split_whitespace()
-            .last()
-            .unwrap()
-            .trim_end_matches('%')
-            .parse()
-            .unwrap();
-        assert!(err.abs() < 5.0, "{l}");
+        assert!(col(l, 0).abs() < 5.0, "{l}");
     }
     assert!(!out.contains("not reproduced: seed 001"), "{out}");
     // The model's gains (deterministic): four channels share the port, so none at 256 KB
     // (as the paper) and a small loss at 8 KB to the extra descriptors (the paper: 1.4x).
-    let gain = |l: &str| -> f64 { l.split_whitespace().rev().nth(1).unwrap().parse().unwrap() };
-    assert!((0.8..1.0).contains(&gain(ch[4])), "{}", ch[4]);
-    assert!((gain(ch[5]) - 1.0).abs() < 0.05, "{}", ch[5]);
+    assert!((0.8..1.0).contains(&col(ch[4], 1)), "{}", ch[4]);
+    assert!((col(ch[5], 1) - 1.0).abs() < 0.05, "{}", ch[5]);
 }
 
 /// Auto on a simulated network chooses with the network's own model, not the calibration file

@@ -18,8 +18,14 @@
 //! of 4 L_S). Blocks of an allgatherv may have any sizes and places: in a stage where some
 //! group's are not adjacent, every group travels as its blocks, one exchange each, in rank
 //! order.
+//! Long groups (each half at least a chunk) go both ways round a stage's line at once: the
+//! first half of every group around the ring forwards, the second half backwards, their
+//! chunks interleaved, so each direction of each link carries half the bytes (seed 002's
+//! long-message regime drives several links: 2 directions here, where K's multi-ring drove
+//! 3-4).
 //! Cost: (n0 + n1 + n2 - 3) ring steps, each exchanging a group of the earlier dimensions'
-//! blocks (as one message): p - 1 blocks sent and received.
+//! blocks (as one message, or two halves of as many chunks in all): p - 1 blocks sent and
+//! received.
 //! Reuse: channel flow control.
 
 use crate::coll::registry::{CostModel, Work};
@@ -71,9 +77,55 @@ pub(crate) async fn run<M: Mode>(
         // A group's bytes, where its blocks are adjacent.
         let span =
             |g: std::ops::Range<usize>| displs[g.start]..displs[g.end - 1] + counts[g.end - 1];
+        // Long groups go both ways round the line at once (seed 002's long-message regime
+        // drives several links): the first half of every group around the forward ring, the
+        // second half around the backward ring, chunk by chunk interleaved. Every rank of the
+        // line decides alike (from the same groups' sizes): when each half fills a chunk.
+        let both = whole
+            && (0..n)
+                .map(|g| span(group(&dims, &at, d, g)).len())
+                .min()
+                .is_some_and(|m| c.chunks(m) >= 2);
         for s in 0..n.saturating_sub(1) {
             let out = group(&dims, &at, d, (at[d] + n - s) % n);
             let inn = group(&dims, &at, d, (at[d] + 2 * n - s - 1) % n);
+            if both {
+                // Backward: this rank sends to its left what it took from its right a step
+                // ago, starting with its own group.
+                let back_out = group(&dims, &at, d, (at[d] + s) % n);
+                let back_in = group(&dims, &at, d, (at[d] + s + 1) % n);
+                let lo = |r: std::ops::Range<usize>| r.start..r.start + r.len() / 2;
+                let hi = |r: std::ops::Range<usize>| r.start + r.len() / 2..r.end;
+                let ranges = [
+                    lo(span(out)),
+                    hi(span(back_out)),
+                    lo(span(inn)),
+                    hi(span(back_in)),
+                ];
+                // Distinct groups, or the two halves of one: never overlapping.
+                let [fo, bo, fi, bi] = buf.get_disjoint_mut(ranges).map_err(|e| {
+                    crate::error::Error::new(
+                        crate::error::ErrorKind::InvalidArgument,
+                        format!("allgather ring_3d: overlapping group halves ({e})"),
+                    )
+                })?;
+                let k = [fo.len(), bo.len(), fi.len(), bi.len()].map(|l| c.chunks(l));
+                for i in 0..k.iter().copied().max().unwrap_or(0) {
+                    if i < k[0] {
+                        c.send_chunk(right, fo, i).await?;
+                    }
+                    if i < k[1] {
+                        c.send_chunk(left, bo, i).await?;
+                    }
+                    if i < k[2] {
+                        c.recv_chunk(left, fi, i, None).await?;
+                    }
+                    if i < k[3] {
+                        c.recv_chunk(right, bi, i, None).await?;
+                    }
+                }
+                continue;
+            }
             if whole {
                 let (msg, dst) = split2(buf, span(out), span(inn));
                 c.ch_sendrecv(right, msg, left, dst, None).await?;
@@ -108,6 +160,58 @@ pub(crate) fn work(m: &CostModel, p: usize, n: usize) -> Work {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// With groups going both ways round each line (first halves forwards, second halves
+    /// backwards), every rank ends with both halves of every block, and every half it
+    /// forwards is one it holds: simulated on the owners of the halves, every rank count to
+    /// 64.
+    #[test]
+    #[allow(clippy::needless_range_loop)] // ranks index both the old and the new holdings
+    fn both_rings_gather_both_halves_of_every_block() {
+        for p in 1..=64usize {
+            let dims = grid::<D>(p);
+            let coords = |me: usize| coords(&dims, me);
+            // has[half][rank][block]
+            let mut has: [Vec<Vec<bool>>; 2] = std::array::from_fn(|_| {
+                (0..p).map(|me| (0..p).map(|b| b == me).collect()).collect()
+            });
+            let mut stride = 1;
+            for d in 0..D {
+                let n = dims[d];
+                for s in 0..n.saturating_sub(1) {
+                    let mut next = has.clone();
+                    for me in 0..p {
+                        let at = coords(me);
+                        let on = |g: usize| me - at[d] * stride + (g % n) * stride;
+                        // (half, sender, the sender's group, this rank's group)
+                        let (left, right) = (on(at[d] + n - 1), on(at[d] + 1));
+                        let (lat, rat) = (coords(left), coords(right));
+                        for (half, from, sent, got) in [
+                            (0, left, (lat[d] + n - s) % n, (at[d] + 2 * n - s - 1) % n),
+                            (1, right, (rat[d] + s) % n, (at[d] + s + 1) % n),
+                        ] {
+                            let fa = coords(from);
+                            let sent: Vec<usize> = group(&dims, &fa, d, sent).collect();
+                            let got: Vec<usize> = group(&dims, &at, d, got).collect();
+                            assert_eq!(sent, got, "p {p} stage {d} step {s} half {half}");
+                            for &b in &sent {
+                                assert!(has[half][from][b], "p {p}: {from} lacks {b}/{half}");
+                                next[half][me][b] = true;
+                            }
+                        }
+                    }
+                    has = next;
+                }
+                stride *= n;
+            }
+            for h in &has {
+                assert!(
+                    h.iter().all(|r| r.iter().all(|&x| x)),
+                    "p {p}: a half missing"
+                );
+            }
+        }
+    }
 
     /// After the three stages every rank holds every block: simulated on the blocks' owners
     /// alone, for every rank count to 64.
