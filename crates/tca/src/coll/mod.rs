@@ -1008,6 +1008,33 @@ pub(crate) fn block(n_bytes: usize, elem: usize, p: usize, b: usize) -> std::ops
     start * elem..(start + len) * elem
 }
 
+/// `N` disjoint parts of one buffer, each exclusive, in the order of `ranges` (which may come
+/// in any order of position); `None` if two overlap or one lies outside `buf`. (The slice
+/// method that does this needs a newer Rust than the crate's minimum.)
+pub(crate) fn disjoint_mut<const N: usize>(
+    buf: &mut [u8],
+    ranges: [std::ops::Range<usize>; N],
+) -> Option<[&mut [u8]; N]> {
+    let mut order: [usize; N] = std::array::from_fn(|i| i);
+    order.sort_by_key(|&i| (ranges[i].start, ranges[i].end));
+    let mut parts: [Option<&mut [u8]>; N] = std::array::from_fn(|_| None);
+    let (mut rest, mut at) = (buf, 0usize);
+    for i in order {
+        let r = &ranges[i];
+        if r.start < at || r.end < r.start {
+            return None;
+        }
+        let tail = std::mem::take(&mut rest);
+        let (_, from) = tail.split_at_mut_checked(r.start - at)?;
+        let (part, after) = from.split_at_mut_checked(r.end - r.start)?;
+        parts[i] = Some(part);
+        rest = after;
+        at = r.end;
+    }
+    // Every index was placed above (`order` is a permutation of 0..N).
+    Some(parts.map(Option::unwrap_or_default))
+}
+
 /// Two disjoint parts of one buffer: a shared `a` and an exclusive `b` (either may be empty,
 /// wherever it points). Callers pass ranges that do not overlap (blocks of one layout,
 /// validated on entry).
@@ -1029,5 +1056,21 @@ pub(crate) fn split2(
         debug_assert!(b.end <= a.start, "ranges {a:?} and {b:?} overlap");
         let (x, y) = buf.split_at_mut(a.start);
         (&y[..a.end - a.start], &mut x[b])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::disjoint_mut;
+
+    #[test]
+    fn disjoint_parts_come_back_in_the_order_asked() {
+        let mut b: Vec<u8> = (0..10).collect();
+        let [x, y, z] = disjoint_mut(&mut b, [6..8, 0..2, 3..3]).unwrap();
+        assert_eq!((&*x, &*y, z.len()), (&[6u8, 7][..], &[0u8, 1][..], 0));
+        x[0] = 60;
+        assert_eq!(b[6], 60);
+        assert!(disjoint_mut(&mut b, [0..4, 3..5]).is_none(), "overlap");
+        assert!(disjoint_mut(&mut b, [8..11]).is_none(), "past the end");
     }
 }

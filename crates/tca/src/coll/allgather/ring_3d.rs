@@ -30,7 +30,7 @@
 
 use crate::coll::registry::{CostModel, Work};
 use crate::coll::step::{Mode, Steps};
-use crate::coll::{coords, grid, split2};
+use crate::coll::{coords, disjoint_mut, grid, split2};
 use crate::error::Result;
 
 const D: usize = 3;
@@ -103,10 +103,10 @@ pub(crate) async fn run<M: Mode>(
                     hi(span(back_in)),
                 ];
                 // Distinct groups, or the two halves of one: never overlapping.
-                let [fo, bo, fi, bi] = buf.get_disjoint_mut(ranges).map_err(|e| {
+                let [fo, bo, fi, bi] = disjoint_mut(buf, ranges.clone()).ok_or_else(|| {
                     crate::error::Error::new(
                         crate::error::ErrorKind::InvalidArgument,
-                        format!("allgather ring_3d: overlapping group halves ({e})"),
+                        format!("allgather ring_3d: group halves {ranges:?} overlap"),
                     )
                 })?;
                 let k = [fo.len(), bo.len(), fi.len(), bi.len()].map(|l| c.chunks(l));
