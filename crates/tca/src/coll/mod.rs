@@ -1018,10 +1018,22 @@ pub(crate) fn disjoint_mut<const N: usize>(
     let mut order: [usize; N] = std::array::from_fn(|i| i);
     order.sort_by_key(|&i| (ranges[i].start, ranges[i].end));
     let mut parts: [Option<&mut [u8]>; N] = std::array::from_fn(|_| None);
+    let len = buf.len();
     let (mut rest, mut at) = (buf, 0usize);
     for i in order {
         let r = &ranges[i];
-        if r.start < at || r.end < r.start {
+        if r.end < r.start {
+            return None;
+        }
+        if r.is_empty() {
+            // Overlaps nothing, wherever it points inside the buffer.
+            if r.start > len {
+                return None;
+            }
+            parts[i] = Some(&mut []);
+            continue;
+        }
+        if r.start < at {
             return None;
         }
         let tail = std::mem::take(&mut rest);
@@ -1071,6 +1083,18 @@ mod tests {
         x[0] = 60;
         assert_eq!(b[6], 60);
         assert!(disjoint_mut(&mut b, [0..4, 3..5]).is_none(), "overlap");
-        assert!(disjoint_mut(&mut b, [8..11]).is_none(), "past the end");
+        assert!(
+            disjoint_mut(&mut b, [0..1, 8..11]).is_none(),
+            "past the end"
+        );
+        // Empty ranges overlap nothing; equal starts are told apart by their ends.
+        let [e, w] = disjoint_mut(&mut b, [2..2, 0..4]).unwrap();
+        assert_eq!((e.len(), w.len()), (0, 4));
+        let [e, w] = disjoint_mut(&mut b, [4..4, 4..6]).unwrap();
+        assert_eq!((e.len(), &*w), (0, &[4u8, 5][..]));
+        assert!(
+            disjoint_mut(&mut b, [0..1, 11..11]).is_none(),
+            "empty, past the end"
+        );
     }
 }

@@ -18,7 +18,7 @@
 //! of 4 L_S). Blocks of an allgatherv may have any sizes and places: in a stage where some
 //! group's are not adjacent, every group travels as its blocks, one exchange each, in rank
 //! order.
-//! Long groups (each half at least a chunk) go both ways round a stage's line at once: the
+//! Long groups (every group of the stage longer than one chunk) go both ways round a stage's line at once: the
 //! first half of every group around the ring forwards, the second half backwards, their
 //! chunks interleaved, so each direction of each link carries half the bytes (seed 002's
 //! long-message regime drives several links: 2 directions here, where K's multi-ring drove
@@ -80,7 +80,8 @@ pub(crate) async fn run<M: Mode>(
         // Long groups go both ways round the line at once (seed 002's long-message regime
         // drives several links): the first half of every group around the forward ring, the
         // second half around the backward ring, chunk by chunk interleaved. Every rank of the
-        // line decides alike (from the same groups' sizes): when each half fills a chunk.
+        // line decides alike (from the same groups' sizes): when every group is longer than
+        // one chunk.
         let both = whole
             && (0..n)
                 .map(|g| span(group(&dims, &at, d, g)).len())
@@ -143,15 +144,22 @@ pub(crate) async fn run<M: Mode>(
 
 /// This rank's block into place, then per stage d (n_d - 1) rounds, each exchanging a group
 /// of the earlier dimensions' size in blocks of n bytes, as one message (an allgather's
-/// blocks are adjacent): p - 1 blocks each way in all.
+/// blocks are adjacent), or as two halves (one each way round) when the group is longer than
+/// a chunk: p - 1 blocks each way in all.
 pub(crate) fn work(m: &CostModel, p: usize, n: usize) -> Work {
     let dims = grid::<D>(p);
     let nf = n as f64;
+    let chunk = crate::coll::channel::chunk_bytes(p) as f64;
     let mut s = m.sched(p).local(nf);
     let mut inner = 1.0;
     for &k in &dims {
         let steps = k.saturating_sub(1) as f64;
-        s = s.exchange(steps, inner * nf);
+        let group = inner * nf;
+        s = if group > chunk {
+            s.exchange(2.0 * steps, group / 2.0)
+        } else {
+            s.exchange(steps, group)
+        };
         inner *= k as f64;
     }
     s.symmetric()

@@ -85,6 +85,16 @@ pub(crate) fn run<R>(
 ) -> Result<Vec<Outcome<R>>> {
     type Co<R> = Coroutine<(), (), std::thread::Result<R>, DefaultStack>;
     let n = bodies.len();
+    // A rank's body may itself run a simulation: its yielder comes back after this one,
+    // however this one ends (never left pointing into a dropped coroutine's stack), and only
+    // after every coroutine of this run is gone (declared before them, dropped after).
+    struct Restore(*const Baton);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            CURRENT.set(self.0);
+        }
+    }
+    let _restore = Restore(CURRENT.get());
     let mut cos: Vec<Option<Co<R>>> = Vec::with_capacity(n);
     let bytes = stack_bytes();
     for (rank, body) in bodies.into_iter().enumerate() {
@@ -109,15 +119,7 @@ pub(crate) fn run<R>(
         cos.push(Some(unsafe { Co::with_stack_unchecked(stack, co_body) }));
     }
     let mut out: Vec<Outcome<R>> = (0..n).map(|_| None).collect();
-    // A rank's body may itself run a simulation: its yielder comes back after this one,
-    // however this one ends (never left pointing into a dropped coroutine's stack).
-    struct Restore(*const Baton);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            CURRENT.set(self.0);
-        }
-    }
-    let _restore = Restore(CURRENT.replace(std::ptr::null()));
+    CURRENT.set(std::ptr::null());
     let mut next_new = 0;
     loop {
         let (r, starting) = if next_new < n {
