@@ -204,8 +204,12 @@ impl<'w> Comm<'w> {
         // costs microseconds there, not tens of nanoseconds, which changes the choice).
         // Rank 0's view decides, as its table is the one every member takes below.
         // On a simulated network, the network's own model (deterministic on any host).
+        // The others only wait for it: pricing every algorithm at every size is the larger part
+        // of a communicator's creation (a tenth of a 384-rank simulation's host time when every
+        // member built its own).
         let network = spans_network(world, &ranks);
         let table = match world.sim_cost_model() {
+            _ if me != 0 => model::Table::unset(),
             Some(m) => model::Table::new(&model::Calibration::single(m, true), ranks.len(), true),
             None => model::Table::new(&model::active().calibration, ranks.len(), network),
         };

@@ -18,9 +18,9 @@
 //! of 4 L_S). Blocks of an allgatherv may have any sizes and places: in a stage where some
 //! group's are not adjacent, every group travels as its blocks, one exchange each, in rank
 //! order.
-//! Long groups (every group of the stage longer than one chunk) go both ways round a stage's line at once: the
-//! first half of every group around the ring forwards, the second half backwards, their
-//! chunks interleaved, so each direction of each link carries half the bytes (seed 002's
+//! Long groups (every group of the stage longer than one chunk) go both ways round a stage's
+//! line at once: the first half of every group around the ring forwards, the second half
+//! backwards, their chunks interleaved, so each direction of each link carries half the bytes (seed 002's
 //! long-message regime drives several links: 2 directions here, where K's multi-ring drove
 //! 3-4).
 //! Cost: (n0 + n1 + n2 - 3) ring steps, each exchanging a group of the earlier dimensions'

@@ -4,8 +4,8 @@
 //! and the message is cut into D parts. Part k travels its own spanning tree: along its first
 //! dimension from the root, then from every rank reached along its second, then its third — the
 //! dimensions taken in a rotated order (k, k+1, ...) and, in two directions, for odd k the other
-//! way round each dimension (in three, see below) — so on a torus the node sends and receives in D directions at once (B' = D B in seed
-//! 002's estimates, eq. 12 and 16). In two directions the parts share no directed link when every
+//! way round each dimension (in three, see below) — so on a torus the node sends and receives
+//! in D directions at once (B' = D B in seed 002's estimates, eq. 12 and 16). In two directions the parts share no directed link when every
 //! dimension is longer than 2 (a test checks it; along a dimension of 2 one step forwards and one
 //! backwards reach the same rank); in three, the part whose tree spreads over a plane of a
 //! dimension goes the other way round it, so the parts share only the lines through the root

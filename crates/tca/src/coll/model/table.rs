@@ -127,6 +127,15 @@ impl Table {
         Table { choice }
     }
 
+    /// A table to receive rank 0's into (every entry 0, which [`Table::check`] refuses for
+    /// most collectives): what the other members of a new communicator hold until rank 0's
+    /// table arrives.
+    pub(crate) fn unset() -> Table {
+        Table {
+            choice: vec![0u8; Collective::ALL.len() * BUCKETS].into_boxed_slice(),
+        }
+    }
+
     /// The algorithm for `collective` on `bytes` bytes.
     #[inline]
     pub fn get(&self, collective: Collective, bytes: usize) -> &'static Algorithm {

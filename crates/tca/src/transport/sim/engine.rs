@@ -3,8 +3,8 @@
 //! Every rank is a coroutine on one thread ([`super::coroutines`]), and **only the rank holding
 //! the baton runs**; the others are suspended until the baton word names them. The baton always
 //! goes to whatever is earliest in virtual time: the next event (a message arriving, an atomic
-//! applied, a timer) or the ready rank whose clock is lowest (events first on a tie, then lower rank,
-//! then the order things were queued). So the whole run is one sequence fixed by virtual
+//! applied, a timer) or the ready rank whose clock is lowest (events first on a tie, then
+//! lower rank, then the order things were queued). So the whole run is one sequence fixed by virtual
 //! times, ranks and queue order alone — never by host timing, load or thread scheduling —
 //! and the same job prints the same virtual times on every run and every machine
 //! (floating-point work is only the model's pricing, done in the same order each time).
