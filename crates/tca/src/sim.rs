@@ -148,49 +148,9 @@ where
     let compute = opts.compute;
     let t0 = std::time::Instant::now();
     // The ranks join as threads (the node's start-up is a rendezvous of running threads),
-    // then run as coroutines of this thread, where handing the baton over costs a stack switch
-    // instead of a thread switch (`transport::sim::coroutines`).
+    // then the world runs them in the simulation, one at a time.
     let joined = crate::threads::run_ranks(n, |_, joined| joined, Ok);
-    let f = crate::threads::lent(f);
-    let mut all: Vec<Option<Result<T>>> = (0..n).map(|_| None).collect();
-    let mut bodies = Vec::with_capacity(n as usize);
-    for (rank, w) in (0..n).zip(joined) {
-        match w {
-            Err(e) => {
-                engine.leave(rank, true);
-                all[rank as usize] = Some(Err(e));
-                bodies.push(None);
-            }
-            Ok(mut w) => {
-                let (engine, f) = (&engine, &f);
-                let body = move || {
-                    w.start_sim(engine.clone(), compute).inspect_err(|_| {
-                        engine.leave(rank, true);
-                    })?;
-                    f(w)
-                };
-                bodies.push(Some(
-                    Box::new(body) as crate::transport::SimBody<'_, Result<T>>
-                ));
-            }
-        }
-    }
-    let outcomes = crate::transport::run_sim_ranks(bodies, || engine.baton())?;
-    let all = (0..n)
-        .zip(all.into_iter().zip(outcomes))
-        .map(|(rank, (early, outcome))| match (early, outcome) {
-            (Some(r), _) | (None, Some(Ok(r))) => r,
-            (None, Some(Err(p))) => Err(crate::error::Error::peer(
-                crate::error::ErrorKind::PeerDied,
-                rank,
-                format!("rank {rank} panicked: {}", crate::error::panic_message(&*p)),
-            )),
-            (None, None) => Err(crate::error::Error::new(
-                crate::error::ErrorKind::Aborted,
-                format!("simulated rank {rank} never got its turn back (the simulation stalled)"),
-            )),
-        })
-        .collect();
+    let all = World::run_simulated(joined, &engine, compute, &crate::threads::lent(f))?;
     let host_s = t0.elapsed().as_secs_f64();
     let (stats, now) = engine.stats();
     Ok((all, stats, now as f64 / 1e12, host_s))

@@ -497,9 +497,63 @@ impl World {
         })
     }
 
+    /// Runs `f` on every joined world (by rank) as a rank of the simulated job `engine`, the
+    /// ranks taking turns as coroutines of this thread (the simulated transport's scheduler:
+    /// handing the turn over is a stack switch, not a thread switch). A rank that failed to
+    /// join leaves the job failed. Each rank's result, or the panic or stall that ended it as
+    /// an error naming it; fails only if a rank's stack cannot be made.
+    pub(crate) fn run_simulated<T>(
+        joined: Vec<Result<World>>,
+        engine: &Arc<crate::transport::SimEngine>,
+        compute: crate::transport::Compute,
+        f: &(impl Fn(World) -> Result<T> + Sync),
+    ) -> Result<Vec<Result<T>>> {
+        let mut early: Vec<Option<Error>> = Vec::with_capacity(joined.len());
+        let mut bodies = Vec::with_capacity(joined.len());
+        for (rank, w) in (0u32..).zip(joined) {
+            match w {
+                Err(e) => {
+                    engine.leave(rank, true);
+                    early.push(Some(e));
+                    bodies.push(None);
+                }
+                Ok(mut w) => {
+                    let body = move || {
+                        w.start_sim(engine.clone(), compute)
+                            .inspect_err(|_| engine.leave(rank, true))?;
+                        f(w)
+                    };
+                    early.push(None);
+                    bodies.push(Some(
+                        Box::new(body) as crate::transport::SimBody<'_, Result<T>>
+                    ));
+                }
+            }
+        }
+        let outcomes = crate::transport::run_sim_ranks(bodies, || engine.baton())?;
+        Ok((0u32..)
+            .zip(early.into_iter().zip(outcomes))
+            .map(|(rank, (early, outcome))| match (early, outcome) {
+                (Some(e), _) => Err(e),
+                (None, Some(Ok(r))) => r,
+                (None, Some(Err(p))) => Err(Error::peer(
+                    ErrorKind::PeerDied,
+                    rank,
+                    format!("rank {rank} panicked: {}", crate::error::panic_message(&*p)),
+                )),
+                (None, None) => Err(Error::new(
+                    ErrorKind::Aborted,
+                    format!(
+                        "simulated rank {rank} never got its turn back (the simulation stalled)"
+                    ),
+                )),
+            })
+            .collect())
+    }
+
     /// Makes this rank one of a simulated job (every other rank is reached through the
     /// simulated network) and waits until every rank has joined it.
-    pub(crate) fn start_sim(
+    fn start_sim(
         &mut self,
         engine: std::sync::Arc<crate::transport::SimEngine>,
         compute: crate::transport::Compute,

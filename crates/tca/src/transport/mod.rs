@@ -67,7 +67,7 @@ pub(crate) use shm::wait::{Patience, Progress};
 pub(crate) use sim::Sim as SimRank;
 /// Runs a simulated job's ranks as coroutines of the calling thread.
 pub(crate) use sim::coroutines::{Body as SimBody, run as run_sim_ranks};
-/// One simulated job's engine (what `World::start_sim` joins a rank to).
+/// One simulated job's engine (what `World::run_simulated` runs the ranks in).
 pub(crate) use sim::engine::Engine as SimEngine;
 /// The simulated network's models and settings, for `crate::sim` (the user's entry): what a
 /// simulated job is made of, without reaching into the transport's modules.

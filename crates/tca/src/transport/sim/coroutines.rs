@@ -145,7 +145,8 @@ pub(crate) fn run<R>(
             cos[r] = None;
         }
     }
-    CURRENT.set(std::ptr::null());
+    // CURRENT is null here (cleared after every resume): a stalled coroutine unwound by the
+    // drop finds no turn to wait for.
     drop(cos);
     Ok(out)
 }
