@@ -6,30 +6,44 @@
 //! ```text
 //! 0                     credit words, one 128-byte block per peer q: how many of my packets
 //!                       q has consumed                              writer: q
-//! P*128 + q*K*S         the K slots in which peer q sends to me; slot s at + s*S:
-//!   +0   payload of small packets (<= 40 bytes)
-//!   +40  meta (8 bytes, the framing's: a tag, a kind ...)
-//!   +48  packet length (u32), aux (u32, the framing's: a message length ...)
-//!   +56  sequence word (u64)                                        writer: q
-//!   +64  payload of larger packets (up to CH bytes)
+//! P*128 + (q*K + j)*S   the K slots in which peer q sends to me, S = (L/K)*64 + CH each;
+//!                       slot j holds L/K header lines, line i of peer q being line u = i / K
+//!                       of slot i mod K, then the payload of larger packets (up to CH bytes):
+//!   +u*64      header line u:
+//!     +0   payload of small packets (<= 40 bytes)
+//!     +40  meta (8 bytes, the framing's: a tag, a kind ...)
+//!     +48  packet length (u32), aux (u32, the framing's: a message length ...)
+//!     +56  sequence word (u64)                                     writer: q
+//!   +(L/K)*64  the payload: whole for a packet over CH*K/L bytes; line u's part, at
+//!              + u*CH*K/L, for a smaller one
 //! ```
-//! with S = 64 + CH. A packet of at most [`INLINE`] bytes travels in one cache line with its
-//! sequence word (the layout of [`fabric::line`](super::line)), so a small message costs one
-//! line transfer; a larger one is one put into the slot, then the header line. On a network
+//! A packet of at most [`INLINE`] bytes travels in one cache line with its sequence word (the
+//! layout of [`fabric::line`](super::line)), so a small message costs one line transfer; a
+//! larger one is one put into the slot's payload, then the header line, a little before it
+//! (the same pages; and slots that do not all begin on the same cache sets, as payloads a
+//! power of two apart would). Lines outnumber slots (L >=
+//! K) where memory cut the slots: a sender then runs L packets ahead with packets that fit a
+//! line or a line's part of a payload (64 lines and 4 KiB parts of 64 KiB chunks at 8 ranks),
+//! at 64 bytes per extra line, and K ahead with larger ones. On a network
 //! either is one operation (`Memory::put_packet`) where it fits: libfabric sends a payload
 //! past the header line and the line as one two-range message up to its largest message
 //! (32 KiB on `net`, 8 KiB on layered providers; beyond, an RMA write and then the line), the
 //! simulated network always as chained descriptors.
 //!
 //! # Flow control
-//! Packet n (counting from 1) from q to me goes in slot (n - 1) mod K and raises the slot's
-//! sequence word to n. I consume packets in order and, after each, set q's credit word for me
-//! to n. q writes packet n only when that credit word is at least n - K, so a slot is never
-//! overwritten before its reader has consumed it: back-to-back operations, with ranks at any
-//! speed, cannot corrupt each other (the rule of `SHM.md`, "Reuse without overwriting").
-//! Credits are returned every [`ACK_EVERY`] packets: a sender blocked at packet n has sent every
-//! packet before n, and the receiver, consuming them, acknowledges at least n - ACK_EVERY >=
-//! n - K, so the sender always gets going again.
+//! Packet n (counting from 1) from q to me goes in line (n - 1) mod L and raises the line's
+//! sequence word to n; a payload past its line goes in the payload of slot (n - 1) mod K, its
+//! line's part or the whole. I consume packets in order and, after each, set q's credit word for
+//! me to n. q writes packet n only when that credit word is at least n - L (which frees the line
+//! and the line's part, last written by packet n - L at the latest) and, for a payload, at least
+//! the number of the last packet of that slot that wrote what it will write: the last whole
+//! payload for a part, the last payload of any size for a whole one (either at most n - K). So
+//! neither a line nor a payload byte is overwritten before its reader has consumed it:
+//! back-to-back operations, with ranks at any speed, cannot corrupt each other (the rule of
+//! `SHM.md`, "Reuse without overwriting"). Credits are returned every [`ACK_EVERY`] packets: a
+//! sender blocked at packet n has sent every packet before n, and the receiver, consuming them,
+//! acknowledges at least n - ACK_EVERY >= n - K >= n - L, so the sender always gets going
+//! again.
 //!
 //! # Credits off the critical path
 //! Writing a credit is a store into the sender's memory that must complete before anything
@@ -46,11 +60,12 @@
 //! nodes").
 //!
 //! # Memory
-//! Per rank and group of P ranks: `P*128 + P*K*(64 + CH)` bytes, with K = 32 / P rounded down to a
-//! power of two within 4..=16 slots ([`collective_slots`]: 16 at P = 2, 8 at P = 3 and 4, 4 from
-//! P = 5 on) and CH = clamp(8 MiB / (P*4), 4 KiB, 64 KiB) rounded to 64 bytes: 1.25-2 MiB from P = 2
-//! to 8, about 9 MiB up to P = 512 and P x 16.4 KiB beyond. It does not depend on message size:
-//! larger messages stream through the slots (or, for two-sided messages, go by rendezvous).
+//! Per rank and group of P ranks: `P*128 + P*L*64 + P*K*CH` bytes, with K = 32 / P rounded down
+//! to a power of two within 4..=16 slots ([`collective_slots`]: 16 at P = 2, 8 at P = 3 and 4, 4
+//! from P = 5 on), L = 16 lines at P = 2 and 64 from P = 3 on ([`collective_lines`]), and CH =
+//! clamp(8 MiB / (P*4), 4 KiB, 64 KiB) rounded to 64 bytes: 1.25-2.05 MiB from P = 2 to 8, 8.3-10.1
+//! MiB from 64 to 512 and P x 20.1 KiB beyond. It does not depend on message size: larger
+//! messages stream through the slots (or, for two-sided messages, go by rendezvous).
 
 use std::cell::RefCell;
 
@@ -69,9 +84,17 @@ pub const MAX_SLOTS: usize = 16;
 /// other small message. Safe for any `ACK_EVERY <= SLOTS` (see "Flow control").
 pub const ACK_EVERY: u64 = 2;
 
-/// A ring's dimensions: slots per pair, how often credits go back, packet capacity.
+/// Header lines per ordered pair of the collectives' rings where their payload slots are fewer
+/// than [`MAX_SLOTS`] (from 3 ranks on; see [`collective_lines`]).
+pub const LINES: usize = 64;
+
+/// A ring's dimensions: header lines and payload slots per pair, how often credits go back,
+/// packet capacity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Shape {
+    /// Header lines per ordered pair: packets in flight (a power of two, at least `slots`).
+    pub lines: usize,
+    /// Payload slots per ordered pair: packets over [`INLINE`] bytes in flight.
     pub slots: usize,
     pub ack_every: u64,
     pub chunk: usize,
@@ -86,8 +109,10 @@ impl Shape {
     /// The collectives' rings with chunks of `chunk` bytes where the job sets them (a
     /// simulated network: seed 002's segment size), else [`chunk_bytes`].
     pub(crate) fn collectives_with(p: usize, chunk: Option<usize>) -> Self {
+        let slots = collective_slots(p);
         Self {
-            slots: collective_slots(p),
+            lines: collective_lines(p),
+            slots,
             ack_every: ACK_EVERY,
             chunk: chunk.unwrap_or_else(|| chunk_bytes(p)),
         }
@@ -99,15 +124,21 @@ impl Shape {
     /// sends) pays a credit line once per four messages instead of two.
     pub(crate) fn messages(p: usize) -> Self {
         Self {
+            lines: 2 * SLOTS,
             slots: 2 * SLOTS,
             ack_every: 2 * ACK_EVERY,
             chunk: (chunk_bytes(p) / 2).max(LINE) / LINE * LINE,
         }
     }
 
+    /// Bytes of one slot: its header lines, then a payload.
+    fn stride(&self) -> usize {
+        self.lines / self.slots * LINE + self.chunk
+    }
+
     /// Bytes of ring area one rank registers for a group of `p` ranks.
     pub(crate) fn bytes(&self, p: usize) -> usize {
-        p * CREDIT + p * self.slots * (LINE + self.chunk)
+        p * CREDIT + p * self.slots * self.stride()
     }
 }
 /// Payload bytes that travel in the header line.
@@ -127,6 +158,20 @@ pub fn collective_slots(p: usize) -> usize {
     // 2 MiB / (p x 64 KiB), a power of two, as the ring's sequence arithmetic needs.
     let k = (32 / p.max(1)).clamp(SLOTS, MAX_SLOTS);
     1 << k.ilog2()
+}
+
+/// Header lines per ordered pair of the collectives' rings in a group of `p` ranks: how many
+/// packets a sender may have in flight to one receiver when they ride in their line. As many as
+/// the payload slots at 2 ranks (16), [`LINES`] (64) where memory cut the slots to 8 or 4: a line
+/// costs 64 bytes where a slot costs a chunk. With more ranks than cores, a root streaming small
+/// broadcasts (or children streaming small gathers and reduces to it) then runs 64 calls ahead of
+/// a descheduled peer instead of 4: at 8 ranks on 2 cores an 8-byte broadcast took 0.2x the time
+/// of 4 lines, and 16 lines 0.4x. At 2 ranks (a core each) 64 lines over 16 slots bought nothing
+/// in the builds tried and cost 1 KiB broadcasts 1.1-1.2x (BENCHMARKS.md, "Deeper lines for
+/// small packets").
+pub fn collective_lines(p: usize) -> usize {
+    let k = collective_slots(p);
+    if k >= MAX_SLOTS { k } else { LINES }
 }
 
 /// The packet capacity (largest payload) for a group of `p` ranks.
@@ -174,6 +219,12 @@ struct Counters {
     /// path".
     owed: Vec<u64>,
     owing: bool,
+    /// Per member and slot, the number of the last packet that put a payload there: the
+    /// credit that frees the whole payload (for a packet over `Protocol::part` bytes).
+    slot_seq: Vec<u64>,
+    /// Per member and slot, the number of the last packet over `Protocol::part` bytes there:
+    /// the credit that frees a line's part of the payload.
+    whole_seq: Vec<u64>,
 }
 
 /// This rank's ring area as the ring protocol reads it: words, bytes, bytes in place. A
@@ -390,16 +441,17 @@ impl Ring {
             .try_send_parts(&self.mem(w), to, parts, aux, meta)
     }
 
-    /// Whether a packet to member `to` would go now (its slots have room).
+    /// Whether a packet of any size to member `to` would go now (a line and a payload slot
+    /// have room).
     #[inline]
     pub(crate) fn can_send(&self, w: &World, to: usize) -> Result<bool> {
         let mut c = self.proto.c.borrow_mut();
-        let seq = c.sent[to] + 1;
-        self.proto.has_credit(&self.mem(w), &mut c, to, seq)
+        let need = self.proto.needed(&c, to, usize::MAX);
+        self.proto.has_credit(&self.mem(w), &mut c, to, need)
     }
 
     /// The credit word a sender blocked on member `to` sleeps on, and the value that lets
-    /// its next packet go: what a waiter that cannot send sleeps on.
+    /// its next packet go, whatever its size: what a waiter that cannot send sleeps on.
     pub(crate) fn credit_word(&self, to: usize) -> (usize, u64) {
         self.proto.credit_word(to)
     }
@@ -489,8 +541,17 @@ struct Protocol {
     me: usize,
     p: usize,
     ch: usize,
-    slot: usize,
+    lines: usize,
     slots: usize,
+    /// log2(slots): a line's place in its slot is a shift, not a division, on every packet.
+    slot_bits: u32,
+    /// Bytes of a slot ([`Shape::stride`]).
+    stride: usize,
+    /// Where a slot's payload begins in it: past its lines.
+    payload: usize,
+    /// Bytes of a line's part of its slot's payload (the payload split evenly between the
+    /// slot's lines, in whole lines; the whole payload where a slot has one line).
+    part: usize,
     ack_every: u64,
     c: RefCell<Counters>,
 }
@@ -498,18 +559,31 @@ struct Protocol {
 impl Protocol {
     fn new(p: usize, me: usize, shape: Shape) -> Self {
         let ch = shape.chunk;
+        let tracked = if shape.lines == shape.slots {
+            0
+        } else {
+            p * shape.slots
+        };
         assert!(
-            shape.slots.is_power_of_two()
+            shape.lines.is_power_of_two()
+                && shape.slots.is_power_of_two()
                 && shape.ack_every.is_power_of_two()
-                && shape.ack_every <= shape.slots as u64,
-            "ring shape {shape:?}: slots and ack interval are powers of two, ack <= slots"
+                && shape.ack_every <= shape.slots as u64
+                && shape.slots <= shape.lines
+                && ch % LINE == 0,
+            "ring shape {shape:?}: lines, slots and ack interval are powers of two, \
+             ack <= slots <= lines, chunks whole lines"
         );
         Self {
             me,
             p,
             ch,
-            slot: LINE + ch,
+            lines: shape.lines,
             slots: shape.slots,
+            slot_bits: shape.slots.trailing_zeros(),
+            stride: shape.stride(),
+            payload: shape.lines / shape.slots * LINE,
+            part: ch / (shape.lines / shape.slots) / LINE * LINE,
             ack_every: shape.ack_every,
             c: RefCell::new(Counters {
                 sent: vec![0; p],
@@ -517,26 +591,92 @@ impl Protocol {
                 credit: vec![0; p],
                 owed: vec![0; p],
                 owing: false,
+                // Kept only where a slot has several lines (`needed`).
+                slot_seq: vec![0; tracked],
+                whole_seq: vec![0; tracked],
             }),
         }
     }
 
-    fn slot_off(&self, sender: usize, seq: u64) -> usize {
-        // Only the bits below `slots` (a usize) survive the mask: truncation loses nothing.
+    /// Line (mod `lines`) of packet `seq`.
+    fn line_index(&self, seq: u64) -> usize {
+        // Only the bits below `lines` (a usize) survive the mask: truncation loses nothing.
         #[allow(clippy::cast_possible_truncation)]
-        let slot = (seq - 1) as usize & (self.slots - 1);
-        self.p * CREDIT + sender * self.slots * self.slot + slot * self.slot
+        let line = (seq - 1) as usize & (self.lines - 1);
+        line
     }
 
-    /// Whether packet `seq` to `to` fits the slots `to` has handed back, re-reading the
-    /// credit word when the cached credit says no.
+    /// Where `sender`'s slot `slot` begins.
+    fn slot_start(&self, sender: usize, slot: usize) -> usize {
+        self.p * CREDIT + (sender * self.slots + slot) * self.stride
+    }
+
+    /// The header line of packet `seq` from `sender`: line i / K of slot i mod K.
+    fn line_off(&self, sender: usize, seq: u64) -> usize {
+        let i = self.line_index(seq);
+        self.slot_start(sender, i & (self.slots - 1)) + (i >> self.slot_bits) * LINE
+    }
+
+    /// Where the payload of packet `seq`, `len` bytes, its line at `line` (`line_off`), goes if
+    /// it does not ride in its line: its line's part of the slot's payload if it fits one, else
+    /// the slot's payload from its start.
+    fn payload_off(&self, seq: u64, line: usize, len: usize) -> usize {
+        let sub = self.line_index(seq) >> self.slot_bits;
+        let start = line - sub * LINE + self.payload;
+        if len <= self.part {
+            start + sub * self.part
+        } else {
+            start
+        }
+    }
+
+    /// The credit (packets `to` has consumed) that the next packet of `len` bytes to `to`
+    /// needs: its line free and, past [`INLINE`] bytes, the payload it takes: its line's part
+    /// (last written by a packet in the same line, or by a whole-payload packet of its slot),
+    /// or past [`Protocol::part`] bytes the slot's whole payload. Where a slot has one line, its
+    /// line's credit implies the rest.
     #[inline(always)]
-    fn has_credit(&self, io: &impl Area, c: &mut Counters, to: usize, seq: u64) -> Result<bool> {
-        if seq <= c.credit[to] + self.slots as u64 {
+    fn needed(&self, c: &Counters, to: usize, len: usize) -> u64 {
+        let seq = c.sent[to] + 1;
+        let line = seq.saturating_sub(self.lines as u64);
+        if len <= INLINE || self.lines == self.slots {
+            return line;
+        }
+        line.max(self.payload_needs(c, to, seq, len))
+    }
+
+    /// What a payload needs, for [`Protocol::needed`], out of line: at 2 ranks (a line per
+    /// slot) no packet comes here, and the send path stays as small as it was.
+    #[inline(never)]
+    fn payload_needs(&self, c: &Counters, to: usize, seq: u64, len: usize) -> u64 {
+        let at = to * self.slots + (self.line_index(seq) & (self.slots - 1));
+        if len <= self.part {
+            c.whole_seq[at]
+        } else {
+            c.slot_seq[at]
+        }
+    }
+
+    /// Notes that packet `seq` of `len` bytes (over [`INLINE`]) to `to` wrote its slot's
+    /// payload, for [`Protocol::payload_needs`].
+    #[inline(never)]
+    fn wrote_payload(&self, c: &mut Counters, to: usize, seq: u64, len: usize) {
+        let at = to * self.slots + (self.line_index(seq) & (self.slots - 1));
+        c.slot_seq[at] = seq;
+        if len > self.part {
+            c.whole_seq[at] = seq;
+        }
+    }
+
+    /// Whether `to` has consumed `need` packets, re-reading the credit word when the cached
+    /// credit says no.
+    #[inline(always)]
+    fn has_credit(&self, io: &impl Area, c: &mut Counters, to: usize, need: u64) -> Result<bool> {
+        if need <= c.credit[to] {
             return Ok(true);
         }
         c.credit[to] = io.value(to * CREDIT)?;
-        Ok(seq <= c.credit[to] + self.slots as u64)
+        Ok(need <= c.credit[to])
     }
 
     #[inline(always)]
@@ -550,19 +690,19 @@ impl Protocol {
     ) -> Result<bool> {
         {
             let mut c = self.c.borrow_mut();
-            let seq = c.sent[to] + 1;
-            if !self.has_credit(io, &mut c, to, seq)? {
+            let len = parts.iter().map(|p| p.len()).sum();
+            let need = self.needed(&c, to, len);
+            if !self.has_credit(io, &mut c, to, need)? {
                 return Ok(false);
             }
-            self.put_packet(io, &mut c, to, seq, parts, aux, meta)?;
+            self.put_packet(io, &mut c, to, parts, len, aux, meta)?;
         }
         self.pay(io)?;
         Ok(true)
     }
 
     fn credit_word(&self, to: usize) -> (usize, u64) {
-        let seq = self.c.borrow().sent[to] + 1;
-        (to * CREDIT, seq.saturating_sub(self.slots as u64))
+        (to * CREDIT, self.needed(&self.c.borrow(), to, usize::MAX))
     }
 
     #[inline(always)]
@@ -579,7 +719,7 @@ impl Protocol {
             let Some(hook) = wait else {
                 return Ok(false);
             };
-            let (off, v) = self.credit_word(to);
+            let (off, v) = (to * CREDIT, self.needed(&self.c.borrow(), to, data.len()));
             let seen = self
                 .wait_word(io, off, v, hook)
                 .map_err(|e| waited_for(io, e, to, "a free slot"))?;
@@ -588,8 +728,9 @@ impl Protocol {
         Ok(true)
     }
 
-    /// Writes packet `seq` (credit checked by the caller) into `to`'s slot: payload (the
-    /// `parts` back to back), header, then the sequence word.
+    /// Writes `to`'s next packet, `len` bytes in `parts` (credit checked by the caller): the
+    /// payload (the parts back to back) into its slot, the header into its line, then the
+    /// sequence word.
     #[inline(always)]
     #[allow(clippy::too_many_arguments)] // one packet's full description
     fn put_packet(
@@ -597,14 +738,15 @@ impl Protocol {
         io: &impl Memory,
         c: &mut Counters,
         to: usize,
-        seq: u64,
         parts: &[&[u8]],
+        len: usize,
         aux: u32,
         meta: [u8; 8],
     ) -> Result<()> {
-        let len: usize = parts.iter().map(|p| p.len()).sum();
         debug_assert!(len <= self.ch);
-        let off = self.slot_off(self.me, seq);
+        let seq = c.sent[to] + 1;
+        let off = self.line_off(self.me, seq);
+        let data = self.payload_off(seq, off, len);
         let mut line = [0u8; SIGNAL];
         line[META..LEN].copy_from_slice(&meta);
         // At most a chunk, and no shape has chunks over 64 KiB (`chunk_bytes`).
@@ -620,9 +762,9 @@ impl Protocol {
             }
             None
         } else if let [p] = parts {
-            Some((off + LINE, *p))
+            Some((data, *p))
         } else {
-            let mut at = off + LINE;
+            let mut at = data;
             for p in parts {
                 io.put(to, at, p)?;
                 at += p.len();
@@ -649,6 +791,9 @@ impl Protocol {
         }
         r?;
         c.sent[to] = seq;
+        if len > INLINE && self.lines != self.slots {
+            self.wrote_payload(c, to, seq, len);
+        }
         Ok(())
     }
 
@@ -666,7 +811,7 @@ impl Protocol {
     #[inline]
     fn peek(&self, io: &impl Area, from: usize) -> Result<Option<Head>> {
         let seq = self.c.borrow().recvd[from] + 1;
-        let off = self.slot_off(from, seq);
+        let off = self.line_off(from, seq);
         if io.value(off + SIGNAL)? < seq {
             return Ok(None);
         }
@@ -682,7 +827,7 @@ impl Protocol {
         accept: impl FnOnce(&Head) -> Option<usize>,
     ) -> Result<Option<Head>> {
         let seq = self.c.borrow().recvd[from] + 1;
-        let off = self.slot_off(from, seq);
+        let off = self.line_off(from, seq);
         if io.value(off + SIGNAL)? < seq {
             return Ok(None);
         }
@@ -691,7 +836,7 @@ impl Protocol {
             return Ok(None);
         };
         let n = n.min(h.len).min(dst.len());
-        io.read(Self::data_off(off, h.len), &mut dst[..n])?;
+        io.read(self.data_off(seq, off, h.len), &mut dst[..n])?;
         self.consumed(io, from, seq)?;
         Ok(Some(h))
     }
@@ -699,7 +844,7 @@ impl Protocol {
     #[inline(always)]
     fn wait(&self, io: &impl Memory, from: usize, hook: Hook<'_>) -> Result<Head> {
         let seq = self.c.borrow().recvd[from] + 1;
-        let off = self.slot_off(from, seq);
+        let off = self.line_off(from, seq);
         self.wait_word(io, off + SIGNAL, seq, hook)
             .map_err(|e| waited_for(io, e, from, "a packet"))?;
         self.head_at(io, off)
@@ -717,15 +862,15 @@ impl Protocol {
 
     fn next_word(&self, from: usize) -> (usize, u64) {
         let seq = self.c.borrow().recvd[from] + 1;
-        (self.slot_off(from, seq) + SIGNAL, seq)
+        (self.line_off(from, seq) + SIGNAL, seq)
     }
 
     #[inline]
     fn take(&self, io: &impl Memory, from: usize, h: &Head, dst: &mut [u8]) -> Result<()> {
         let seq = self.c.borrow().recvd[from] + 1;
-        let off = self.slot_off(from, seq);
+        let off = self.line_off(from, seq);
         let n = dst.len().min(h.len);
-        io.read(Self::data_off(off, h.len), &mut dst[..n])?;
+        io.read(self.data_off(seq, off, h.len), &mut dst[..n])?;
         self.consumed(io, from, seq)
     }
 
@@ -738,20 +883,27 @@ impl Protocol {
         f: impl FnOnce(&[u8]) -> R,
     ) -> Result<R> {
         let seq = self.c.borrow().recvd[from] + 1;
-        let off = self.slot_off(from, seq);
+        let off = self.line_off(from, seq);
         #[allow(unsafe_code)]
-        // SAFETY: the sender wrote this slot completely before raising its sequence word to
-        // `seq` (the caller saw it arrive), and writes it again only for packet seq + slots,
-        // which it sends only once our credit word says we consumed packet `seq` ("Flow
-        // control" above). That credit is written by `consumed` below, after `f` is done
-        // with the bytes, so nothing writes them while `f` holds them.
-        let r = unsafe { io.look(Self::data_off(off, h.len), h.len, f)? };
+        // SAFETY: the sender wrote this packet's line and payload completely before raising
+        // its sequence word to `seq` (the caller saw it arrive), and writes the line again only
+        // for packet seq + lines and the payload only for a later packet, both of which it
+        // sends only once our credit word says we consumed packet `seq` ("Flow control"
+        // above). That credit is written by `consumed` below, after `f` is done with the
+        // bytes, so nothing writes them while `f` holds them.
+        let r = unsafe { io.look(self.data_off(seq, off, h.len), h.len, f)? };
         self.consumed(io, from, seq)?;
         Ok(r)
     }
 
-    fn data_off(off: usize, len: usize) -> usize {
-        if len <= INLINE { off } else { off + LINE }
+    /// Where the payload of packet `seq` from `from` lies, `len` bytes, its line at `off`: in
+    /// the line, or in its slot's payload (`payload_off`).
+    fn data_off(&self, seq: u64, off: usize, len: usize) -> usize {
+        if len <= INLINE {
+            off
+        } else {
+            self.payload_off(seq, off, len)
+        }
     }
 
     #[inline]
@@ -816,8 +968,8 @@ fn waited_for(io: &impl Memory, e: Error, q: usize, what: &str) -> Error {
 mod tests {
     use super::*;
 
-    /// The collectives' slots are a power of two from 4 to 16 at every rank count, hold the
-    /// ring area near 2 MiB up to 8 ranks, and leave larger groups as they were.
+    /// The collectives' slots are a power of two from 4 to 16 at every rank count, their lines a
+    /// power of two and at least as many, and the ring area stays near 2 MiB up to 8 ranks.
     #[test]
     fn slots_by_rank_count() {
         let counts = (0..=1024).chain([usize::MAX / 2, usize::MAX]);
@@ -831,6 +983,14 @@ mod tests {
         let want = [(1, 16), (2, 16), (3, 8), (4, 8), (5, 4), (8, 4), (64, 4)];
         for (p, k) in want {
             assert_eq!(collective_slots(p), k, "{p} ranks");
+        }
+        for p in 0..=1024 {
+            let (k, l) = (collective_slots(p), collective_lines(p));
+            assert!(l.is_power_of_two() && l >= k, "{p}: {l} lines, {k} slots");
+        }
+        let lines = [(2, 16), (3, 64), (8, 64), (512, 64)];
+        for (p, l) in lines {
+            assert_eq!(collective_lines(p), l, "{p} ranks");
         }
         for p in 2..=8 {
             let area = Shape::collectives(p).bytes(p);
@@ -852,9 +1012,17 @@ mod model {
     /// Two slots of 64 bytes, credits every second packet (the most a shape allows): laps
     /// come round quickly.
     const SHAPE: Shape = Shape {
+        lines: 2,
         slots: 2,
         ack_every: 2,
         chunk: 64,
+    };
+    /// More lines than slots: small packets run ahead in lines, packets of up to 64 bytes in
+    /// their line's half of a slot's 128-byte payload, larger ones take the whole payload.
+    const DEEP: Shape = Shape {
+        lines: 4,
+        chunk: 128,
+        ..SHAPE
     };
     /// The same with a credit after every packet.
     const EVERY: Shape = Shape {
@@ -886,8 +1054,8 @@ mod model {
             let mut signal = vec![false; shape.bytes(P) / 8];
             for q in 0..P {
                 signal[q * CREDIT / 8] = true;
-                for seq in 1..=shape.slots as u64 {
-                    signal[(layout.slot_off(q, seq) + SIGNAL) / 8] = true;
+                for seq in 1..=shape.lines as u64 {
+                    signal[(layout.line_off(q, seq) + SIGNAL) / 8] = true;
                 }
             }
             Self {
@@ -1033,20 +1201,43 @@ mod model {
         }
     }
 
-    /// Packet `i`: inline (8 bytes) or in the slot's body (48 bytes), every byte `i`.
+    /// Packet `i`: inline (8 bytes, every fourth) or in a payload slot (48 bytes), every byte
+    /// `i`.
     fn packet(i: u8) -> Vec<u8> {
-        vec![i; if i % 2 == 0 { 8 } else { 48 }]
+        vec![i; if i % 4 == 0 { 8 } else { 48 }]
     }
 
+    /// Packet `i` for [`DEEP`]: inline, in a line's part of a payload, or the whole payload,
+    /// every byte `i`. Packet 3 (whole) must wait for packet 1 (a part of the same slot) to be
+    /// read, and packet 5 (a part) for packet 3, while their lines are free.
+    fn mixed(i: u8) -> Vec<u8> {
+        vec![
+            i;
+            match i % 4 {
+                0 => 8,
+                1 | 2 => 48,
+                _ => 100,
+            }
+        ]
+    }
+
+    /// Packet `i` of a stream of small packets only: every one in its line.
+    fn small(i: u8) -> Vec<u8> {
+        vec![i; 8]
+    }
+
+    /// How a test makes packet `i`.
+    type Make = fn(u8) -> Vec<u8>;
+
     /// Receives packet `i` from `from` by one of the three ways of consuming, and checks it.
-    fn receive(ring: &Protocol, mem: &Mem, from: usize, i: u8) {
+    fn receive(ring: &Protocol, mem: &Mem, from: usize, i: u8, make: Make) {
         let h = ring.wait(mem, from, None).expect("wait");
         assert_eq!(
             (h.aux, h.meta),
             (u32::from(i), [i; 8]),
             "packet {i}: its header"
         );
-        let want = packet(i);
+        let want = make(i);
         let got = match i % 3 {
             0 => {
                 let mut b = vec![0; h.len];
@@ -1066,8 +1257,8 @@ mod model {
         assert_eq!(got, want, "packet {i}: its payload");
     }
 
-    fn send(ring: &Protocol, mem: &Mem, to: usize, i: u8) {
-        let sent = ring.send(mem, to, &packet(i), u32::from(i), [i; 8], Some(None));
+    fn send(ring: &Protocol, mem: &Mem, to: usize, i: u8, make: Make) {
+        let sent = ring.send(mem, to, &make(i), u32::from(i), [i; 8], Some(None));
         assert!(sent.expect("send"), "a waiting send returns when sent");
     }
 
@@ -1081,31 +1272,39 @@ mod model {
         (mem(0), mem(1))
     }
 
-    /// Rank 0 streams `n` packets to rank 1 (two laps of the slots and more): they arrive
-    /// whole and in order, and no slot is rewritten while rank 1 reads it.
-    fn stream(n: u8, shape: Shape, fault: Fault) {
+    /// Rank 0 streams `n` packets made by `make` to rank 1 (two laps of the slots and more):
+    /// they arrive whole and in order, and no slot is rewritten while rank 1 reads it.
+    fn stream(n: u8, shape: Shape, fault: Fault, make: Make) {
         let (m0, m1) = ranks(shape, fault);
         let receiver = loom::thread::spawn(move || {
             let ring = Protocol::new(P, 1, shape);
             for i in 0..n {
-                receive(&ring, &m1, 0, i);
+                receive(&ring, &m1, 0, i, make);
             }
         });
         let ring = Protocol::new(P, 0, shape);
         for i in 0..n {
-            send(&ring, &m0, 1, i);
+            send(&ring, &m0, 1, i, make);
         }
         receiver.join().unwrap();
     }
 
     #[test]
     fn a_stream_laps_the_slots_without_overwriting() {
-        assert!(explore(2, || stream(5, SHAPE, Fault::None)) > 1);
+        assert!(explore(2, || stream(5, SHAPE, Fault::None, packet)) > 1);
+    }
+
+    /// With more lines than slots: parts and whole payloads take turns in a slot (`mixed`),
+    /// and parts of one slot's payload are in flight at once (`packet`: packets 1 and 3).
+    #[test]
+    fn a_stream_with_more_lines_than_payload_slots() {
+        assert!(explore(2, || stream(6, DEEP, Fault::None, mixed)) > 1);
+        assert!(explore(2, || stream(5, DEEP, Fault::None, packet)) > 1);
     }
 
     #[test]
     fn a_stream_with_a_credit_per_packet() {
-        assert!(explore(2, || stream(4, EVERY, Fault::None)) > 1);
+        assert!(explore(2, || stream(4, EVERY, Fault::None, packet)) > 1);
     }
 
     /// Both ranks send and receive in turn (a ping-pong's pattern, where credits travel
@@ -1117,14 +1316,14 @@ mod model {
             let other = loom::thread::spawn(move || {
                 let ring = Protocol::new(P, 1, SHAPE);
                 for i in 0..3 {
-                    send(&ring, &m1, 0, i);
-                    receive(&ring, &m1, 0, i);
+                    send(&ring, &m1, 0, i, packet);
+                    receive(&ring, &m1, 0, i, packet);
                 }
             });
             let ring = Protocol::new(P, 0, SHAPE);
             for i in 0..3 {
-                send(&ring, &m0, 1, i);
-                receive(&ring, &m0, 1, i);
+                send(&ring, &m0, 1, i, packet);
+                receive(&ring, &m0, 1, i, packet);
             }
             other.join().unwrap();
         });
@@ -1135,18 +1334,22 @@ mod model {
     /// reader at bytes still being written.
     #[test]
     fn a_signal_before_its_data_is_caught() {
-        let e = failure(|| stream(3, SHAPE, Fault::SignalFirst));
+        let e = failure(|| stream(3, SHAPE, Fault::SignalFirst, packet));
         assert!(e.contains("Causality violation"), "{e}");
     }
 
-    /// ... and a credit one packet ahead lets the sender overwrite a slot before it is read
-    /// (loom sees the racing accesses, or the reader a later packet's bytes).
+    /// ... and a credit one packet ahead lets the sender overwrite a payload or a line
+    /// before it is read (loom sees the racing accesses, or the reader a later packet's
+    /// bytes): lines and payloads in step, and small packets running ahead in more lines.
     #[test]
     fn a_credit_ahead_of_the_reader_is_caught() {
-        let e = failure(|| stream(5, SHAPE, Fault::CreditAhead));
-        assert!(
-            e.contains("Causality violation") || e.contains("packet 0: its"),
-            "{e}"
-        );
+        let cases: [(Shape, Make); 2] = [(SHAPE, packet), (DEEP, small)];
+        for (shape, make) in cases {
+            let e = failure(move || stream(6, shape, Fault::CreditAhead, make));
+            assert!(
+                e.contains("Causality violation") || e.contains(": its"),
+                "{shape:?}: {e}"
+            );
+        }
     }
 }
