@@ -14,19 +14,19 @@
 //!     +40  meta (8 bytes, the framing's: a tag, a kind ...)
 //!     +48  packet length (u32), aux (u32, the framing's: a message length ...)
 //!     +56  sequence word (u64)                                     writer: q
-//!   +(L/K)*64  the payload: whole for a packet over CH*K/L bytes; line u's part, at
-//!              + u*CH*K/L, for a smaller one
+//!   +(L/K)*64  the payload: whole for a packet over PT bytes; line u's part, at + u*PT, for a
+//!              smaller one (PT = CH*K/L rounded down to whole lines)
 //! ```
 //! A packet of at most [`INLINE`] bytes travels in one cache line with its sequence word (the
 //! layout of [`fabric::line`](super::line)), so a small message costs one line transfer; a
-//! larger one is one put into the slot's payload, then the header line, a little before it
-//! (the same pages; and slots that do not all begin on the same cache sets, as payloads a
-//! power of two apart would). Lines outnumber slots (L >=
-//! K) where memory cut the slots: a sender then runs L packets ahead with packets that fit a
-//! line or a line's part of a payload (64 lines and 4 KiB parts of 64 KiB chunks at 8 ranks),
-//! at 64 bytes per extra line, and K ahead with larger ones. On a network
+//! larger one is one put into the slot's payload, then the header line (the slot's lines lie
+//! just before its payload, and slots do not all begin on the same cache sets, as payloads a
+//! power of two apart would). Lines outnumber slots (L > K) where memory cut the slots: a
+//! sender then runs L packets ahead with packets that fit a line or a line's part of a payload
+//! (64 lines at 3 ranks and more; 8 KiB parts of 64 KiB chunks at 3-4 ranks, 4 KiB from 5 on), at
+//! 64 bytes per extra line, and K ahead with larger ones. On a network
 //! either is one operation (`Memory::put_packet`) where it fits: libfabric sends a payload
-//! past the header line and the line as one two-range message up to its largest message
+//! not in the header line and the line as one two-range message up to its largest message
 //! (32 KiB on `net`, 8 KiB on layered providers; beyond, an RMA write and then the line), the
 //! simulated network always as chained descriptors.
 //!
@@ -63,7 +63,7 @@
 //! Per rank and group of P ranks: `P*128 + P*L*64 + P*K*CH` bytes, with K = 32 / P rounded down
 //! to a power of two within 4..=16 slots ([`collective_slots`]: 16 at P = 2, 8 at P = 3 and 4, 4
 //! from P = 5 on), L = 16 lines at P = 2 and 64 from P = 3 on ([`collective_lines`]), and CH =
-//! clamp(8 MiB / (P*4), 4 KiB, 64 KiB) rounded to 64 bytes: 1.25-2.05 MiB from P = 2 to 8, 8.3-10.1
+//! clamp(8 MiB / (P*4), 4 KiB, 64 KiB) rounded to 64 bytes: 1.27-2.03 MiB from P = 2 to 8, 8.3-10.1
 //! MiB from 64 to 512 and P x 20.1 KiB beyond. It does not depend on message size: larger
 //! messages stream through the slots (or, for two-sided messages, go by rendezvous).
 
@@ -94,14 +94,16 @@ pub const LINES: usize = 64;
 pub(crate) struct Shape {
     /// Header lines per ordered pair: packets in flight (a power of two, at least `slots`).
     pub lines: usize,
-    /// Payload slots per ordered pair: packets over [`INLINE`] bytes in flight.
+    /// Payload slots per ordered pair: packets too large for a line's part of a payload in
+    /// flight (where `lines == slots`, every packet over [`INLINE`] bytes).
     pub slots: usize,
     pub ack_every: u64,
     pub chunk: usize,
 }
 
 impl Shape {
-    /// The collectives' rings: [`collective_slots`] slots of [`chunk_bytes`].
+    /// The collectives' rings: [`collective_slots`] slots of [`chunk_bytes`],
+    /// [`collective_lines`] lines.
     pub(crate) fn collectives(p: usize) -> Self {
         Self::collectives_with(p, None)
     }
@@ -165,10 +167,10 @@ pub fn collective_slots(p: usize) -> usize {
 /// the payload slots at 2 ranks (16), [`LINES`] (64) where memory cut the slots to 8 or 4: a line
 /// costs 64 bytes where a slot costs a chunk. With more ranks than cores, a root streaming small
 /// broadcasts (or children streaming small gathers and reduces to it) then runs 64 calls ahead of
-/// a descheduled peer instead of 4: at 8 ranks on 2 cores an 8-byte broadcast took 0.2x the time
-/// of 4 lines, and 16 lines 0.4x. At 2 ranks (a core each) 64 lines over 16 slots bought nothing
-/// in the builds tried and cost 1 KiB broadcasts 1.1-1.2x (BENCHMARKS.md, "Deeper lines for
-/// small packets").
+/// a descheduled peer instead of 8 or 4: at 8 ranks on 2 cores an 8-byte broadcast took 0.2x the
+/// time of 4 lines, and 16 lines 0.4x. At 2 ranks (a core each) a build with 64 lines there too
+/// gained nothing and took 1.17-1.24x the time for 1 KiB broadcasts (BENCHMARKS.md, "Deeper lines
+/// for small packets").
 pub fn collective_lines(p: usize) -> usize {
     let k = collective_slots(p);
     if k >= MAX_SLOTS { k } else { LINES }
@@ -749,7 +751,7 @@ impl Protocol {
         let data = self.payload_off(seq, off, len);
         let mut line = [0u8; SIGNAL];
         line[META..LEN].copy_from_slice(&meta);
-        // At most a chunk, and no shape has chunks over 64 KiB (`chunk_bytes`).
+        // At most a chunk: 64 KiB at most from `chunk_bytes`, 1 MiB from a simulated job.
         #[allow(clippy::cast_possible_truncation)]
         let len32 = len as u32;
         line[LEN..LEN + 4].copy_from_slice(&len32.to_le_bytes());

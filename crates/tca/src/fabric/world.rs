@@ -61,7 +61,7 @@ pub enum AtomicOp {
 /// in the destination segment.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Packet<'a> {
-    /// The payload past the header line (a packet over `ring::INLINE` bytes), written first.
+    /// The payload not in the header line (a packet over `ring::INLINE` bytes), written first.
     pub body: Option<(usize, &'a [u8])>,
     /// The header line (with the payload of a small packet), written after the body.
     pub line: (usize, &'a [u8]),
