@@ -248,6 +248,7 @@ pub static ALGORITHMS: &[Algorithm] = &[
         "a power-of-two rank count"
     ),
     alg!("bruck", Allgather, allgather::bruck, any, ""),
+    alg!("flat", Allgather, allgather::flat, any, ""),
     alg!("ring", Allgather, allgather::ring, any, ""),
     alg!(forced "ring_3d", Allgather, allgather::ring_3d, any, ""),
     alg!(
