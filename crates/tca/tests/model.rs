@@ -366,17 +366,30 @@ fn each_algorithm_wins_where_its_model_says_it_should() {
     let bin = with(&[("alpha", 1.0), ("beta_send", 1.0)]);
     assert_eq!(name(&uniform(bin), Collective::Broadcast, 4, 8), "pipeline");
 
-    // Allgather: the same bytes for all three, so the rounds decide: log p beats p - 1, and
-    // recursive doubling (first in the table) wins the tie with Bruck on powers of two.
-    assert_eq!(
-        name(&delta, Collective::Allgather, 8, 1024),
-        "recursive_doubling"
-    );
-    assert_eq!(name(&delta, Collective::Allgather, 6, 1024), "bruck");
+    // Allgather: the same bytes for all four, so the rounds decide: flat's one round wins
+    // (at 2 ranks every algorithm is one round, and the first in the table, recursive
+    // doubling, wins the tie), and among the others log p beats p - 1, recursive doubling
+    // winning the tie with Bruck on powers of two.
+    for p in [6usize, 8] {
+        assert_eq!(name(&delta, Collective::Allgather, p, 1024), "flat", "{p}");
+    }
     assert_eq!(
         name(&delta, Collective::Allgather, 2, 1024),
         "recursive_doubling"
     );
+    let ag = |a: &str, p: usize| delta.predict(alg(Collective::Allgather, a), p, 1024);
+    assert!(ag("recursive_doubling", 8) <= ag("bruck", 8));
+    assert!(ag("bruck", 8) < ag("ring", 8));
+    assert!(ag("bruck", 6) < ag("ring", 6));
+    // Every allgather here sends each of the p - 1 blocks it passes on as a message of its
+    // own, so pricing messages too does not change that (unlike the allreduce's flat against
+    // dissemination, above).
+    for p in [3usize, 16, 64] {
+        assert_eq!(
+            name(&rounds_and_chunks, Collective::Allgather, p, 8),
+            "flat"
+        );
+    }
 
     // Alltoall and reduce_scatter: one round (flat) against p - 1 (pairwise, ring).
     assert_eq!(name(&delta, Collective::Alltoall, 8, 64), "flat");
