@@ -367,9 +367,10 @@ fn each_algorithm_wins_where_its_model_says_it_should() {
     assert_eq!(name(&uniform(bin), Collective::Broadcast, 4, 8), "pipeline");
 
     // Allgather: the same bytes for all four, so the rounds decide: flat's one round wins
-    // (at 2 ranks every algorithm is one round, and the first in the table, recursive
-    // doubling, wins the tie), and among the others log p beats p - 1, recursive doubling
-    // winning the tie with Bruck on powers of two.
+    // for blocks up to its `AUTO_MAX` of 1 KiB (at 2 ranks every algorithm is one round, and
+    // the first in the table, recursive doubling, wins the tie), and among the others log p
+    // beats p - 1, recursive doubling winning the tie with Bruck on powers of two. Past 1 KiB
+    // flat is priced with the ring's rounds, so the log-step ones take over.
     for p in [6usize, 8] {
         assert_eq!(name(&delta, Collective::Allgather, p, 1024), "flat", "{p}");
     }
@@ -377,8 +378,15 @@ fn each_algorithm_wins_where_its_model_says_it_should() {
         name(&delta, Collective::Allgather, 2, 1024),
         "recursive_doubling"
     );
+    for n in [2048, 1 << 20] {
+        assert_eq!(
+            name(&delta, Collective::Allgather, 8, n),
+            "recursive_doubling"
+        );
+    }
+    assert_eq!(name(&delta, Collective::Allgather, 6, 1 << 20), "bruck");
     let ag = |a: &str, p: usize| delta.predict(alg(Collective::Allgather, a), p, 1024);
-    assert!(ag("recursive_doubling", 8) <= ag("bruck", 8));
+    assert_eq!(ag("recursive_doubling", 8), ag("bruck", 8));
     assert!(ag("bruck", 8) < ag("ring", 8));
     assert!(ag("bruck", 6) < ag("ring", 6));
     // Every allgather here sends each of the p - 1 blocks it passes on as a message of its

@@ -1,9 +1,10 @@
-//! Flat allgather (latency): every rank writes its block to every other rank in one step,
+//! Flat allgather (small blocks): every rank writes its block to every other rank in one step,
 //! chunk i to every rank, then takes chunk i of every other block. One step deep: where ranks
 //! outnumber cores each dependent step is a trip through the scheduler, and the log-step and
 //! ring algorithms pay 3-7 of them at 8 ranks. Blocks go straight to their places (per-rank
 //! counts and displacements, as every allgather here).
-//! Cost: α + (p - 1) n β for blocks of n bytes. Reuse: channel flow control.
+//! Cost: α + (p - 1) n β for blocks of n bytes, and the contention of p - 1 blocks arriving
+//! at once, which the models leave out (hence [`AUTO_MAX`]). Reuse: channel flow control.
 
 use crate::coll::registry::{CostModel, Work};
 use crate::coll::step::{Mode, Steps};
@@ -37,13 +38,24 @@ pub(crate) async fn run<M: Mode>(
     Ok(())
 }
 
-/// This rank's block into place, then one round that sends its block to p - 1 ranks and
-/// receives p - 1 blocks of n.
+/// The largest block for which Auto may take it: every rank then has p - 1 blocks coming in at
+/// once, a contention the cost models leave out (on a network, for the links into each node).
+/// Up to 1 KiB the one round wins everywhere it was measured: 0.26-0.39x the log-step
+/// algorithms' time at 8 ranks on 2 cores, 0.3-0.85x on the simulated PEACH2 and Tofu at 16
+/// ranks; at 2 KiB PEACH2's 16 ranks took 1.6x the ring's time, at 4 KiB 2.8x (BENCHMARKS.md,
+/// "A flat allgather").
+pub(crate) const AUTO_MAX: usize = 1 << 10;
+
+/// This rank's block into place, then its block to p - 1 ranks and p - 1 blocks of n in, in
+/// one round: for blocks up to [`AUTO_MAX`]. Past it, priced with the ring's p - 1 rounds (for
+/// the contention above), so Auto takes a log-step algorithm; forced, it runs at any size.
 pub(crate) fn work(m: &CostModel, p: usize, n: usize) -> Work {
-    let (q, n) = (p.saturating_sub(1) as f64, n as f64);
+    let q = p.saturating_sub(1) as f64;
+    let rounds = if n <= AUTO_MAX { 1.0 } else { q };
+    let n = n as f64;
     m.sched(p)
         .local(n)
-        .rounds(1.0)
+        .rounds(rounds)
         .send(q, n)
         .recv(q, n)
         .symmetric()
