@@ -40,10 +40,10 @@ pub(crate) async fn run<M: Mode>(
 
 /// The largest block for which Auto may take it: every rank then has p - 1 blocks coming in at
 /// once, a contention the cost models leave out (on a network, for the links into each node).
-/// Up to 1 KiB the one round wins everywhere it was measured: 0.26-0.39x the log-step
-/// algorithms' time at 8 ranks on 2 cores, 0.3-0.85x on the simulated PEACH2 and Tofu at 16
-/// ranks; at 2 KiB PEACH2's 16 ranks took 1.6x the ring's time, at 4 KiB 2.8x (BENCHMARKS.md,
-/// "A flat allgather").
+/// Up to 1 KiB the one round wins everywhere it was measured: 0.26-0.41x the log-step
+/// algorithms' time at 8 ranks on 2 cores, 0.22-0.87x the best other's on the simulated PEACH2
+/// and Tofu at 16 ranks; at 2 KiB PEACH2's 16 ranks took 1.6x the ring's time, at 4 KiB 2.8x
+/// (BENCHMARKS.md, "A flat allgather").
 pub(crate) const AUTO_MAX: usize = 1 << 10;
 
 /// This rank's block into place, then its block to p - 1 ranks and p - 1 blocks of n in, in
