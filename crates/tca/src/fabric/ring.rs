@@ -748,7 +748,6 @@ impl Protocol {
         debug_assert!(len <= self.ch);
         let seq = c.sent[to] + 1;
         let off = self.line_off(self.me, seq);
-        let data = self.payload_off(seq, off, len);
         let mut line = [0u8; SIGNAL];
         line[META..LEN].copy_from_slice(&meta);
         // At most a chunk: 64 KiB at most from `chunk_bytes`, 1 MiB from a simulated job.
@@ -764,9 +763,9 @@ impl Protocol {
             }
             None
         } else if let [p] = parts {
-            Some((data, *p))
+            Some((self.payload_off(seq, off, len), *p))
         } else {
-            let mut at = data;
+            let mut at = self.payload_off(seq, off, len);
             for p in parts {
                 io.put(to, at, p)?;
                 at += p.len();
