@@ -1,8 +1,13 @@
 #!/bin/sh
 # A remote-shell agent for Open MPI and MPICH over the namespaces of scripts/netns.sh: the "host" is an
-# address, the command a shell line (as ssh would get it). Leading option words without an
-# argument (MPICH's hydra passes -x) are skipped.
+# address (10.77.9.K: namespace K, tca-a for 1), the command a shell line (as ssh would get
+# it). Leading option words without an argument (MPICH's hydra passes -x) are skipped.
 while [ "${1#-}" != "$1" ]; do shift; done
-case "$1" in 10.77.9.1) ns=tca-a ;; 10.77.9.2) ns=tca-b ;; *) echo "unknown host $1" >&2; exit 1 ;; esac
+case "$1" in
+10.77.9.[1-9]) ns=tca-$(echo abcdefghi | cut -c "${1#10.77.9.}") ;;
+*) echo "unknown host $1" >&2; exit 1 ;;
+esac
 shift
-exec ip netns exec "$ns" /bin/sh -c "$*"
+# A host name of its own per namespace (a new UTS namespace): Open MPI takes processes with one
+# host name for one node, and its TCP transport failed between namespaces that shared one.
+exec ip netns exec "$ns" unshare --uts /bin/sh -c "hostname $ns && $*"

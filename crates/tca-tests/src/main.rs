@@ -98,11 +98,14 @@ fn main() -> ExitCode {
         "sigkill-in-single-copy" => sigkill_in_single_copy(&world, arg(&args, 1, 1) as u32),
         "p2p" => p2p(&world, arg(&args, 1, 20)),
         "env" => {
+            let node: Vec<String> = world.node_ranks().iter().map(u32::to_string).collect();
             println!(
-                "rank {} size {} via {}",
+                "rank {} size {} via {} node {} on {}",
                 world.rank(),
                 world.size(),
-                world.launched_by()
+                world.launched_by(),
+                node.join(","),
+                world.transport()
             );
             Ok(true)
         }

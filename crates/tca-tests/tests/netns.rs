@@ -1,6 +1,7 @@
-//! Two "nodes" on one machine: two network namespaces joined by a veth pair, ranks started in
-//! each through `tca`'s launcher (`--hosts A:2,B:2` with `ip netns exec` as the remote-shell
-//! agent), libfabric's tcp provider between them, shared memory inside each.
+//! "Nodes" on one machine: network namespaces, each with one end of a veth pair whose other
+//! end is a port of a bridge (in a namespace of its own), ranks started in each through
+//! `tca`'s launcher (`--hosts A:2,B:2` with `ip netns exec` as the remote-shell agent),
+//! libfabric's tcp provider between them, shared memory inside each.
 //!
 //! Needs root and iproute2 (CI has both) and the `ofi` feature; elsewhere each test says why
 //! it did not run. The namespaces are removed however a test ends (a guard's `Drop`, which
@@ -22,74 +23,78 @@ fn ip(args: &[&str]) -> bool {
         .is_ok_and(|s| s.success())
 }
 
-/// Two namespaces `a` and `b` with addresses 10.77.k.1 and 10.77.k.2 on a veth pair.
+/// Namespaces `A`, `B`, `C`, ... with addresses 10.77.k.1, 10.77.k.2, ... on one switch: a
+/// bridge in namespace `bridge`, one veth pair per node.
 struct Nodes {
-    a: String,
-    b: String,
-    addr_a: String,
-    addr_b: String,
+    /// The nodes' namespaces, in host-letter order.
+    ns: Vec<String>,
+    /// Their addresses.
+    addr: Vec<String>,
+    /// Node i's interface (its end of the veth pair), in its namespace.
+    dev: Vec<String>,
+    bridge: String,
 }
 
 impl Nodes {
-    fn make(k: u8) -> Option<Self> {
+    /// `count` nodes (at most 26) on network 10.77.k.0/24; `None` (the test skipped) without
+    /// root or iproute2.
+    fn make(k: u8, count: usize) -> Option<Self> {
         if !rustix::process::geteuid().is_root() || !ip(&["netns", "list"]) {
             eprintln!("skipped: needs root and iproute2 (`ip netns`)");
             return None;
         }
+        assert!((1..=26).contains(&count));
         let id = std::process::id() % 10_000;
-        let (a, b) = (format!("tca-a{id}-{k}"), format!("tca-b{id}-{k}"));
-        // Leftovers of a killed run.
-        let _ = ip(&["netns", "del", &a]);
-        let _ = ip(&["netns", "del", &b]);
+        let letter = |i: usize| char::from(b'a' + i as u8);
         let me = Self {
-            a: a.clone(),
-            b: b.clone(),
-            addr_a: format!("10.77.{k}.1"),
-            addr_b: format!("10.77.{k}.2"),
+            ns: (0..count)
+                .map(|i| format!("tca-{}{id}-{k}", letter(i)))
+                .collect(),
+            addr: (0..count).map(|i| format!("10.77.{k}.{}", i + 1)).collect(),
+            dev: (0..count)
+                .map(|i| format!("tv{}{id}{k}", letter(i)))
+                .collect(),
+            bridge: format!("tca-s{id}-{k}"),
         };
-        let (va, vb) = (format!("tva{id}{k}"), format!("tvb{id}{k}"));
-        let ok = ip(&["netns", "add", &a])
-            && ip(&["netns", "add", &b])
-            && ip(&["link", "add", &va, "type", "veth", "peer", "name", &vb])
-            && ip(&["link", "set", &va, "netns", &a])
-            && ip(&["link", "set", &vb, "netns", &b])
-            && ip(&[
-                "-n",
-                &a,
-                "addr",
-                "add",
-                &format!("10.77.{k}.1/24"),
-                "dev",
-                &va,
-            ])
-            && ip(&[
-                "-n",
-                &b,
-                "addr",
-                "add",
-                &format!("10.77.{k}.2/24"),
-                "dev",
-                &vb,
-            ])
-            && ip(&["-n", &a, "link", "set", &va, "up"])
-            && ip(&["-n", &b, "link", "set", &vb, "up"])
-            && ip(&["-n", &a, "link", "set", "lo", "up"])
-            && ip(&["-n", &b, "link", "set", "lo", "up"]);
-        assert!(ok, "could not build the two namespaces");
+        // Leftovers of a killed run.
+        for ns in me.ns.iter().chain([&me.bridge]) {
+            let _ = ip(&["netns", "del", ns]);
+        }
+        let br = &me.bridge;
+        let mut ok = ip(&["netns", "add", br])
+            && ip(&["-n", br, "link", "add", "sw", "type", "bridge"])
+            && ip(&["-n", br, "link", "set", "sw", "up"]);
+        for i in 0..count {
+            let (ns, dev, port) = (&me.ns[i], &me.dev[i], format!("p{i}"));
+            let cidr = format!("{}/24", me.addr[i]);
+            ok = ok
+                && ip(&["netns", "add", ns])
+                && ip(&[
+                    "link", "add", dev, "netns", ns, "type", "veth", "peer", "name", &port,
+                    "netns", br,
+                ])
+                && ip(&["-n", br, "link", "set", &port, "master", "sw", "up"])
+                && ip(&["-n", ns, "addr", "add", &cidr, "dev", dev])
+                && ip(&["-n", ns, "link", "set", dev, "up"])
+                && ip(&["-n", ns, "link", "set", "lo", "up"]);
+        }
+        assert!(ok, "could not build {count} namespaces on a bridge");
         Some(me)
     }
 
-    /// Starts `tca-rankprog launch N ARGS` in namespace `a`, spreading ranks over a and b.
+    /// Starts `tca-rankprog launch N ARGS` in the first namespace, spreading ranks over the
+    /// nodes as `slots` says (`A:2,B:1`: letters name the nodes).
     fn launch(&self, n: u32, slots: &str, args: &[&str], extra: &[(&str, &str)]) -> Child {
+        let mut hosts = slots.to_string();
+        for (i, ns) in self.ns.iter().enumerate() {
+            hosts = hosts.replace(char::from(b'A' + i as u8), ns);
+        }
         let mut c = Command::new("ip");
-        c.args(["netns", "exec", &self.a, PROG, "launch", &n.to_string()])
+        c.args(["netns", "exec", &self.ns[0], PROG, "launch", &n.to_string()])
             .args(args)
-            .env(
-                "RANKPROG_HOSTS",
-                slots.replace('A', &self.a).replace('B', &self.b),
-            )
+            .env("RANKPROG_HOSTS", hosts)
             .env("RANKPROG_RSH", "ip netns exec")
-            .env("RANKPROG_KV_HOST", &self.addr_a)
+            .env("RANKPROG_KV_HOST", &self.addr[0])
             .env("FI_PROVIDER", "tcp")
             .env_remove("TCA_BOARD_FD")
             .stdout(Stdio::piped())
@@ -111,18 +116,24 @@ impl Nodes {
             .filter_map(|p| p.parse().ok())
             .collect()
     }
+
+    /// Kills every process in node i's namespace.
+    fn kill_all(&self, i: usize) {
+        for p in Self::pids(&self.ns[i]) {
+            if let Some(pid) = rustix::process::Pid::from_raw(p) {
+                let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+            }
+        }
+    }
 }
 
 impl Drop for Nodes {
     fn drop(&mut self) {
-        for ns in [&self.a, &self.b] {
-            for p in Self::pids(ns) {
-                if let Some(pid) = rustix::process::Pid::from_raw(p) {
-                    let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
-                }
-            }
+        for (i, ns) in self.ns.iter().enumerate() {
+            self.kill_all(i);
             let _ = ip(&["netns", "del", ns]);
         }
+        let _ = ip(&["netns", "del", &self.bridge]);
     }
 }
 
@@ -171,7 +182,7 @@ fn wait_ready(c: &mut Child, n: usize) -> std::io::Lines<BufReader<std::process:
 
 #[test]
 fn collectives_across_two_namespaces_match_the_reference() {
-    let Some(n) = Nodes::make(1) else { return };
+    let Some(n) = Nodes::make(1, 2) else { return };
     // Every collective algorithm at 4 ranks (2 + 2), checked against a sequential reference.
     let (code, out, err) = finish(
         n.launch(4, "A:2,B:2", &["coll", "5"], &[]),
@@ -187,15 +198,69 @@ fn collectives_across_two_namespaces_match_the_reference() {
 }
 
 #[test]
+fn jobs_span_three_and_four_namespaces() {
+    let Some(n) = Nodes::make(5, 4) else { return };
+    // Each rank starts on the node its host entry names, knows its node's ranks, and talks
+    // through shared memory to them and libfabric to the rest (a node of one: libfabric only).
+    let (code, out, err) = finish(
+        n.launch(6, "A:2,B:1,C:3", &["env"], &[]),
+        Duration::from_secs(60),
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    for (r, node, on) in [
+        (0, "0,1", "shm+ofi"),
+        (1, "0,1", "shm+ofi"),
+        (2, "2", "ofi"),
+        (3, "3,4,5", "shm+ofi"),
+        (4, "3,4,5", "shm+ofi"),
+        (5, "3,4,5", "shm+ofi"),
+    ] {
+        let line = format!("rank {r} size 6 via tca run node {node} on {on}");
+        assert!(out.lines().any(|l| l == line), "no `{line}` in {out}{err}");
+    }
+    // Every collective algorithm against the sequential reference: three uneven nodes, then
+    // four nodes of one rank (every pair over the network).
+    for (np, slots) in [(6, "A:2,B:1,C:3"), (4, "A:1,B:1,C:1,D:1")] {
+        let (code, out, err) = finish(
+            n.launch(np, slots, &["coll", "2"], &[]),
+            Duration::from_secs(240),
+        );
+        assert_eq!(code, 0, "{slots}: {out}{err}");
+    }
+    // Eight ranks on four nodes: puts and signals around a ring, every other hop between
+    // nodes; then two-sided messages of random lengths between pairs on different nodes.
+    for (np, slots, args) in [
+        (8, "A:2,B:2,C:2,D:2", ["ring", "50"]),
+        (4, "A:1,B:1,C:1,D:1", ["p2p", "20"]),
+    ] {
+        let (code, out, err) = finish(n.launch(np, slots, &args, &[]), Duration::from_secs(120));
+        assert_eq!(code, 0, "{slots} {args:?}: {out}{err}");
+    }
+}
+
+#[test]
+fn a_dead_node_is_named_by_the_others() {
+    let Some(n) = Nodes::make(6, 3) else { return };
+    let mut c = n.launch(3, "A:1,B:1,C:1", &["wait-forever"], &[]);
+    let lines = wait_ready(&mut c, 3);
+    n.kill_all(2);
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let (code, _, err) = finish(c, Duration::from_secs(60));
+    assert_ne!(code, 0);
+    // Ranks 0 and 1 are alive on nodes a and b; whichever reports before the launcher stops
+    // it names rank 2 (node c), never the other live rank; the launcher names rank 2 too.
+    let named: Vec<&String> = rest.iter().filter(|l| l.starts_with("peer-died")).collect();
+    assert!(!named.is_empty(), "{rest:?} {err}");
+    assert!(named.iter().all(|l| *l == "peer-died 2"), "{rest:?} {err}");
+    assert!(err.contains("rank 2 "), "{err}");
+}
+
+#[test]
 fn killing_one_namespaces_ranks_is_named_on_the_other() {
-    let Some(n) = Nodes::make(2) else { return };
+    let Some(n) = Nodes::make(2, 2) else { return };
     let mut c = n.launch(4, "A:2,B:2", &["wait-forever"], &[]);
     let lines = wait_ready(&mut c, 4);
-    for p in Nodes::pids(&n.b) {
-        if let Some(pid) = rustix::process::Pid::from_raw(p) {
-            let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
-        }
-    }
+    n.kill_all(1);
     let rest: Vec<String> = lines.map_while(Result::ok).collect();
     let (code, _, err) = finish(c, Duration::from_secs(60));
     assert_ne!(code, 0);
@@ -209,13 +274,11 @@ fn killing_one_namespaces_ranks_is_named_on_the_other() {
 
 #[test]
 fn a_node_that_becomes_unreachable_is_named() {
-    let Some(n) = Nodes::make(3) else { return };
+    let Some(n) = Nodes::make(3, 2) else { return };
     let mut c = n.launch(4, "A:2,B:2", &["wait-forever"], &[("TCA_KV_SILENCE", "2")]);
     let lines = wait_ready(&mut c, 4);
-    // Cut the cable: namespace b's end of the veth pair goes down, no packet says goodbye.
-    // (Deleting it would delete both ends, and namespace a's address with them.)
-    let vb = format!("tvb{}{}", std::process::id() % 10_000, 3);
-    assert!(ip(&["-n", &n.b, "link", "set", &vb, "down"]));
+    // Cut the cable: namespace b's end of its veth pair goes down, no packet says goodbye.
+    assert!(ip(&["-n", &n.ns[1], "link", "set", &n.dev[1], "down"]));
     let rest: Vec<String> = lines.map_while(Result::ok).collect();
     let (code, _, err) = finish(c, Duration::from_secs(60));
     assert_ne!(code, 0);
@@ -229,7 +292,7 @@ fn a_node_that_becomes_unreachable_is_named() {
 /// Starts `tca-rankprog ARGS` as rank r of `n` directly in namespace a (ranks below n/2) or
 /// b, with the environment a resource manager would give it.
 fn start_as(n: &Nodes, rank: u32, size: u32, env: &[(String, String)], args: &[&str]) -> Child {
-    let ns = if rank < size / 2 { &n.a } else { &n.b };
+    let ns = &n.ns[usize::from(rank >= size / 2)];
     let mut c = Command::new("ip");
     c.args(["netns", "exec", ns, PROG])
         .args(args)
@@ -246,11 +309,11 @@ fn start_as(n: &Nodes, rank: u32, size: u32, env: &[(String, String)], args: &[&
 
 #[test]
 fn slurm_pmix_and_pmi_environments_start_across_namespaces() {
-    let Some(n) = Nodes::make(4) else { return };
-    let b = n.addr_b.clone();
+    let Some(n) = Nodes::make(4, 2) else { return };
+    let (a, b) = (n.addr[0].clone(), n.addr[1].clone());
     let port = 40_000 + std::process::id() % 20_000;
-    let kv = format!("{}:{port}", n.addr_a);
-    let kv2 = format!("{}:{}", n.addr_a, port + 1);
+    let kv = format!("{a}:{port}");
+    let kv2 = format!("{a}:{}", port + 1);
     type EnvOf<'a> = Box<dyn Fn(u32) -> Vec<(String, String)> + 'a>;
     let styles: [(&str, EnvOf<'_>); 3] = [
         (
@@ -263,7 +326,7 @@ fn slurm_pmix_and_pmi_environments_start_across_namespaces() {
                     ("SLURM_JOB_ID", format!("netns{}", std::process::id())),
                     ("SLURM_STEP_ID", "0".into()),
                     ("SLURM_STEP_NUM_NODES", "2".into()),
-                    ("SLURM_STEP_NODELIST", format!("{},{b}", n.addr_a)),
+                    ("SLURM_STEP_NODELIST", format!("{a},{b}")),
                 ]
                 .map(|(k, v)| (k.to_string(), v))
                 .to_vec()
