@@ -372,7 +372,8 @@ impl Core {
                 Ok(false)
             };
             self.pay(w)?;
-            w.wait_polling(ring.seg(), off, v, NAP, &patience, &poll)
+            let by = Some(ring.member_rank(to));
+            w.wait_polling(ring.seg(), off, v, NAP, &patience, &poll, by)
                 .map_err(|e| self.name(e, to, "room in the ring of"))?;
         }
     }
@@ -1067,7 +1068,9 @@ impl Core {
                     return Ok(());
                 }
                 self.pay(w)?;
-                w.wait_polling(self.req.seg(), self.bell, rung + 1, NAP, &patience, &poll)
+                // Any rank may ring the doorbell: no one raiser.
+                let bell = self.bell;
+                w.wait_polling(self.req.seg(), bell, rung + 1, NAP, &patience, &poll, None)
                     .map(|_| ())
             });
             self.set_asleep(false);

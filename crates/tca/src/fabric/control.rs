@@ -69,12 +69,11 @@ impl World {
             let to = ((u64::from(me) + (1u64 << k)) % u64::from(n)) as u32;
             let off = BARRIER + 128 * k;
             self.signal(&self.ctrl[to as usize], off, SignalOp::Set(epoch))?;
-            self.wait_word(own.word(off)?, epoch, None).map_err(|e| {
-                #[allow(clippy::cast_possible_truncation)] // a remainder of `n`, as `to`
-                let from = ((u64::from(me) + u64::from(n) - (1u64 << k) % u64::from(n))
-                    % u64::from(n)) as u32;
-                e.waiting_for(from, format_args!("rank {from} in a barrier"))
-            })?;
+            #[allow(clippy::cast_possible_truncation)] // a remainder of `n`, as `to`
+            let from =
+                ((u64::from(me) + u64::from(n) - (1u64 << k) % u64::from(n)) % u64::from(n)) as u32;
+            self.wait_word(own.word(off)?, epoch, None, Some(from))
+                .map_err(|e| e.waiting_for(from, format_args!("rank {from} in a barrier")))?;
             k += 1;
         }
         Ok(())
@@ -110,7 +109,7 @@ impl World {
             // Pass on the record of rank (me - s + 1), which we hold from the previous step.
             let from = ((me + n + 1 - s) % n) as usize;
             if m > 2 {
-                self.wait_word(own.word(XCHG_CREDIT)?, m - 2, None)
+                self.wait_word(own.word(XCHG_CREDIT)?, m - 2, None, Some(right))
                     .map_err(|e| {
                         e.waiting_for(right, format_args!("rank {right} in an exchange"))
                     })?;
@@ -122,7 +121,7 @@ impl World {
             let dst = &self.ctrl[right as usize];
             self.put_signal(dst, slot, &out, dst, XCHG_SEQ, SignalOp::Set(m))?;
             // Take the record of rank (me - s) from the left neighbour.
-            self.wait_word(own.word(XCHG_SEQ)?, m, None)
+            self.wait_word(own.word(XCHG_SEQ)?, m, None, Some(left))
                 .map_err(|e| e.waiting_for(left, format_args!("rank {left} in an exchange")))?;
             let mut len = [0u8; 8];
             own.map.read(own.range(slot, 8)?, &mut len)?;

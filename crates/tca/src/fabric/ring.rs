@@ -287,8 +287,9 @@ pub(crate) trait Memory: Area {
     }
     /// Sets the word at `off` in member `q`'s area to `v`.
     fn set(&self, q: usize, off: usize, v: u64) -> Result<()>;
-    /// Waits until this rank's word at `off` is at least `v`, running `hook` meanwhile.
-    fn wait(&self, off: usize, v: u64, hook: Hook<'_>) -> Result<u64>;
+    /// Waits until this rank's word at `off` is at least `v`, running `hook` meanwhile; member
+    /// `by` is the one rank that raises that word (a packet's sender, a credit's receiver).
+    fn wait(&self, off: usize, v: u64, by: usize, hook: Hook<'_>) -> Result<u64>;
     /// Member `q`'s world rank, to name it in errors.
     fn rank(&self, q: usize) -> u32;
 }
@@ -344,22 +345,25 @@ impl Memory for Fabric<'_> {
         self.w.signal(&self.handles[q], off, SignalOp::Set(v))
     }
 
-    fn wait(&self, off: usize, v: u64, hook: Hook<'_>) -> Result<u64> {
+    fn wait(&self, off: usize, v: u64, by: usize, hook: Hook<'_>) -> Result<u64> {
         match hook {
             // Asked only if the word is not there yet.
             Some(h) if h.busy() => {
                 let poll = || h.poll(self.w).map(|()| false);
                 let patience = Patience::default();
                 loop {
+                    let by = Some(self.handles[by].rank());
                     let seen = self
                         .w
-                        .wait_polling(self.seg, off, v, HOOK_NAP, &patience, &poll)?;
+                        .wait_polling(self.seg, off, v, HOOK_NAP, &patience, &poll, by)?;
                     if seen >= v {
                         return Ok(seen);
                     }
                 }
             }
-            _ => self.w.wait_until(self.seg, off, v),
+            _ => self
+                .w
+                .wait_raised_by(self.seg, off, v, self.handles[by].rank()),
         }
     }
 
@@ -500,6 +504,11 @@ impl Ring {
     #[inline(always)]
     pub(crate) fn wait(&self, w: &World, from: usize, hook: Hook<'_>) -> Result<Head> {
         self.proto.wait(&self.mem(w), from, hook)
+    }
+
+    /// Member `q`'s world rank.
+    pub(crate) fn member_rank(&self, q: usize) -> u32 {
+        self.handles[q].rank()
     }
 
     /// The sequence word the next packet from `from` will raise, and the value it will carry:
@@ -723,7 +732,7 @@ impl Protocol {
             };
             let (off, v) = (to * CREDIT, self.needed(&self.c.borrow(), to, data.len()));
             let seen = self
-                .wait_word(io, off, v, hook)
+                .wait_word(io, off, v, to, hook)
                 .map_err(|e| waited_for(io, e, to, "a free slot"))?;
             self.c.borrow_mut().credit[to] = seen;
         }
@@ -846,19 +855,26 @@ impl Protocol {
     fn wait(&self, io: &impl Memory, from: usize, hook: Hook<'_>) -> Result<Head> {
         let seq = self.c.borrow().recvd[from] + 1;
         let off = self.line_off(from, seq);
-        self.wait_word(io, off + SIGNAL, seq, hook)
+        self.wait_word(io, off + SIGNAL, seq, from, hook)
             .map_err(|e| waited_for(io, e, from, "a packet"))?;
         self.head_at(io, off)
     }
 
     #[inline(always)]
-    fn wait_word(&self, io: &impl Memory, off: usize, v: u64, hook: Hook<'_>) -> Result<u64> {
+    fn wait_word(
+        &self,
+        io: &impl Memory,
+        off: usize,
+        v: u64,
+        by: usize,
+        hook: Hook<'_>,
+    ) -> Result<u64> {
         let seen = io.value(off)?;
         if seen >= v {
             return Ok(seen);
         }
         self.pay(io)?;
-        io.wait(off, v, hook)
+        io.wait(off, v, by, hook)
     }
 
     fn next_word(&self, from: usize) -> (usize, u64) {
@@ -1192,7 +1208,7 @@ mod model {
             Ok(())
         }
 
-        fn wait(&self, off: usize, v: u64, _hook: Hook<'_>) -> Result<u64> {
+        fn wait(&self, off: usize, v: u64, _by: usize, _hook: Hook<'_>) -> Result<u64> {
             let a = &self.areas[self.me];
             Ok(model::wait(a.signal(off), &a.sleepers, v))
         }

@@ -1161,7 +1161,23 @@ impl World {
     #[inline]
     pub fn wait_until(&self, seg: &Segment, off: usize, value: u64) -> Result<u64> {
         let word = self.own_word(seg, off)?;
-        self.wait_word(word, value, None)
+        self.wait_word(word, value, None, None)
+    }
+
+    /// [`World::wait_until`] for a word that only rank `by` raises (a ring's packet or credit
+    /// word): when `by` is on another node, the wait sleeps on the network, which wakes it as
+    /// soon as something arrives, rather than on the word's futex, which only this node's
+    /// ranks can wake.
+    #[inline]
+    pub(crate) fn wait_raised_by(
+        &self,
+        seg: &Segment,
+        off: usize,
+        value: u64,
+        by: u32,
+    ) -> Result<u64> {
+        let word = self.own_word(seg, off)?;
+        self.wait_word(word, value, None, Some(by))
     }
 
     /// How long a blocking wait without a deadline of its own may sleep before it gives up
@@ -1192,7 +1208,7 @@ impl World {
         if let Some(s) = &self.sim {
             return s.wait(word, value, Some(timeout), None);
         }
-        self.wait_word(word, value, Instant::now().checked_add(timeout))
+        self.wait_word(word, value, Instant::now().checked_add(timeout), None)
     }
 
     #[inline]
@@ -1214,13 +1230,15 @@ impl World {
 
     /// Waits until `word` (in this rank's memory) reaches `value`: the node transport's one
     /// wait loop, polling the network transport (if any) through its progress hook, and
-    /// asking the job monitor (a job spanning nodes) after every sleep slice.
+    /// asking the job monitor (a job spanning nodes) after every sleep slice. `by`, if known,
+    /// is the one rank that raises the word.
     #[inline]
     pub(crate) fn wait_word(
         &self,
         word: &AtomicU64,
         value: u64,
         deadline: Option<Instant>,
+        by: Option<u32>,
     ) -> Result<u64> {
         if let Some(s) = &self.sim {
             // A host deadline means nothing in virtual time: the one caller with a timeout
@@ -1230,12 +1248,24 @@ impl World {
         }
         #[cfg(feature = "ofi")]
         if let Some(net) = &self.net {
-            return self.wait_with_network(net, word, value, deadline);
+            return self.wait_with_network(net, word, value, deadline, by);
         }
+        #[cfg(not(feature = "ofi"))]
+        let _ = by; // only a network sleeps elsewhere than on the word
         self.shm
             .wait_word(word, value, deadline, None, None, |verdict| {
                 verdict.and_then(|()| self.check_monitor())
             })
+    }
+
+    /// Whether a wait for a word that `by` raises (if known) sleeps on the network rather than
+    /// on the word's futex. When a rank of this node may raise the word, the futex (their
+    /// wake-ups are immediate), polling the network between naps; when only ranks of other
+    /// nodes can, the network, whose arrivals wake the sleeper at once. (A word whose raiser
+    /// is known has one: a ring's packet or credit word, a barrier's or exchange's step.)
+    #[cfg(feature = "ofi")]
+    fn sleeps_on_network(&self, by: Option<u32>) -> bool {
+        network_wakes(self.node.len(), by.map(|r| self.is_local(r)))
     }
 
     #[cfg(feature = "ofi")]
@@ -1246,6 +1276,7 @@ impl World {
         word: &AtomicU64,
         value: u64,
         deadline: Option<Instant>,
+        by: Option<u32>,
     ) -> Result<u64> {
         use std::sync::atomic::Ordering;
         let poll = || net.progress(&self.shm).map(|()| false);
@@ -1253,9 +1284,9 @@ impl World {
         let progress = crate::transport::Progress {
             poll: &poll,
             nap: crate::transport::ofi::NAP,
-            // When ranks of this node may also raise the word, sleep on its futex (their
-            // wake-ups are immediate) and poll the network between naps.
-            block: (self.node.len() == 1).then_some(&block as &dyn Fn(Duration)),
+            block: self
+                .sleeps_on_network(by)
+                .then_some(&block as &dyn Fn(Duration)),
         };
         self.shm
             .wait_word(word, value, deadline, None, Some(&progress), |verdict| {
@@ -1284,7 +1315,10 @@ impl World {
     /// progress on everything else meanwhile. Returns the word's value when it ended.
     /// `patience` is the blocking operation's `TCA_TIMEOUT` clock: an operation that calls
     /// this in a loop passes the same one each time, so the timeout counts from its first
-    /// sleep.
+    /// sleep. `by`, if known, is the rank that raises the word: on another node, the wait
+    /// sleeps on the network rather than on the word (see [`World::wait_raised_by`]); the
+    /// other events `poll` watches for are then seen within a nap.
+    #[allow(clippy::too_many_arguments)] // one wait's full description
     pub(crate) fn wait_polling(
         &self,
         seg: &Segment,
@@ -1293,6 +1327,7 @@ impl World {
         nap: Duration,
         patience: &Patience,
         poll: &dyn Fn() -> Result<bool>,
+        by: Option<u32>,
     ) -> Result<u64> {
         let word = self.own_word(seg, off)?;
         if let Some(s) = &self.sim {
@@ -1301,23 +1336,31 @@ impl World {
         // With a network, its progress comes first on every turn, and naps are short enough
         // for it.
         #[cfg(feature = "ofi")]
-        let both;
+        let (both, block);
         #[cfg(feature = "ofi")]
-        let (poll, nap): (&dyn Fn() -> Result<bool>, Duration) = match &self.net {
+        let (poll, nap, block): (_, _, Option<&dyn Fn(Duration)>) = match &self.net {
             Some(net) => {
                 both = move || {
                     net.progress(&self.shm)?;
                     poll()
                 };
-                (&both, nap.min(crate::transport::ofi::NAP))
+                block = |d: Duration| net.sleep(d);
+                let on_net = self.sleeps_on_network(by);
+                let nap = nap.min(crate::transport::ofi::NAP);
+                (
+                    &both as &dyn Fn() -> Result<bool>,
+                    nap,
+                    on_net.then_some(&block as _),
+                )
             }
-            None => (poll, nap),
+            None => (poll, nap, None),
         };
-        let progress = crate::transport::Progress {
-            poll,
-            nap,
-            block: None,
+        #[cfg(not(feature = "ofi"))]
+        let block = {
+            let _ = by; // only a network sleeps elsewhere than on the word
+            None
         };
+        let progress = crate::transport::Progress { poll, nap, block };
         self.shm.wait_word(
             word,
             value,
@@ -1510,5 +1553,31 @@ impl RemoteWord {
     /// sleep slice). Use [`World::atomic`] to change a word that others wait on.
     pub fn node_local(&self) -> Option<&AtomicU64> {
         self.region.as_ref()?.word(self.off).ok()
+    }
+}
+
+/// The rule of `World::sleeps_on_network`: on a node of `node_ranks` ranks, a wait for a word
+/// whose raiser is (`Some(true)`) or is not (`Some(false)`) on this node, or is unknown
+/// (`None`), sleeps on the network.
+#[cfg_attr(not(feature = "ofi"), allow(dead_code))] // the rule is tested in every build
+fn network_wakes(node_ranks: usize, raiser_local: Option<bool>) -> bool {
+    match raiser_local {
+        Some(local) => !local,
+        None => node_ranks == 1,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::network_wakes;
+
+    #[test]
+    fn a_wait_sleeps_where_its_raiser_can_wake_it() {
+        // A raiser on another node wakes only the network; one on this node, the futex.
+        assert!(network_wakes(4, Some(false)));
+        assert!(!network_wakes(4, Some(true)));
+        // Raiser unknown: the futex, unless no other rank shares this node.
+        assert!(!network_wakes(2, None));
+        assert!(network_wakes(1, None));
     }
 }

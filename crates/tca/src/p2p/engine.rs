@@ -99,6 +99,11 @@ const BY_ADDRESS: u64 = u64::MAX;
 const NAP: Duration = Duration::from_micros(200);
 /// While a wait spins, one turn in this many runs a full progress pass.
 const POLL_EVERY: u32 = 16;
+
+/// A word a waiter sleeps on in its own ring segment, the value that ends the sleep, and the
+/// member that raises it (which decides whether the sleep is on the word or on the network).
+type Hint = (usize, u64, usize);
+
 /// How long a communicator being dropped waits for its undelivered sends to move.
 pub(crate) const DRAIN_PATIENCE: Duration = Duration::from_secs(2);
 /// How often such a wait asks whether every peer is still alive (a poll of their pidfds): a
@@ -1136,18 +1141,18 @@ impl Engine {
         let round = self.st.borrow().chans[to][c]
             .as_ref()
             .map_or(0, |ch| ch.round);
-        self.block_on(w, (self.chan_addr_off(to, c) + 56, 2 * round), || {
+        self.block_on(w, (self.chan_addr_off(to, c) + 56, 2 * round, to), || {
             Ok(self.chan_sent(to, c))
         })
         .map_err(|e| self.chan_err(e, to, "the receive of"))?
     }
 
     /// Progress until `ready` has an answer, sleeping on `word` between passes (the waits of
-    /// bound channels, whose events are one word each).
+    /// bound channels, whose events are one word each, raised by one member).
     fn block_on<T>(
         &self,
         w: &World,
-        word: (usize, u64),
+        word: Hint,
         ready: impl Fn() -> Result<Option<T>>,
     ) -> Result<T> {
         let patience = Patience::default();
@@ -1198,7 +1203,7 @@ impl Engine {
 
     /// Waits for round `round` of a bound channel receive.
     pub(crate) fn chan_recv_wait(&self, w: &World, b: &Bound, round: u64) -> Result<()> {
-        self.block_on(w, (self.chan_done_off(b.q, b.chan), round), || {
+        self.block_on(w, (self.chan_done_off(b.q, b.chan), round, b.q), || {
             Ok(self.chan_arrived(b, round)?.then_some(()))
         })
         .map_err(|e| self.chan_err(e, b.q, "the data of"))
@@ -1882,14 +1887,15 @@ impl Engine {
         Ok(None)
     }
 
-    /// The word a waiter on `id` sleeps on, and the value that ends its sleep.
-    fn hint(&self, w: &World, id: Id, turn: usize) -> Result<(usize, u64)> {
+    /// The word a waiter on `id` sleeps on, the value that ends its sleep, and the member
+    /// that raises it.
+    fn hint(&self, w: &World, id: Id, turn: usize) -> Result<Hint> {
         let st = self.st.borrow();
         Ok(match st.reqs[id.idx as usize].st {
             St::RecvPosted {
                 src: Source::Rank(q),
                 ..
-            } => self.ring.next_word(q as usize),
+            } => self.next_word(q as usize),
             St::RecvRdv {
                 env, slot, epoch, ..
             } => {
@@ -1897,21 +1903,30 @@ impl Engine {
                 // A flag an earlier transfer left on the slot's word already reads as at
                 // least `epoch`: sleeping on the word would not sleep.
                 match self.ring.seg().signal_value(off) {
-                    Ok(v) if v & DONE_FLAGS == 0 => (off, epoch),
-                    _ => self.ring.next_word(env.src),
+                    Ok(v) if v & DONE_FLAGS == 0 => (off, epoch, env.src),
+                    _ => self.next_word(env.src),
                 }
             }
             St::RecvBound {
                 env, chan, round, ..
-            } => (self.chan_done_off(env.src, chan), round),
+            } => (self.chan_done_off(env.src, chan), round, env.src),
             St::SendCts {
                 to, slot, epoch, ..
-            } => (self.rab_off(to, slot) + 56, epoch),
+            } => (self.rab_off(to, slot) + 56, epoch, to),
             // Queued for credit: the receiver's next credit lets it go. (Queued behind the
             // rendezvous slots instead: they free as transfers finish, seen by progress.)
-            St::SendQueued { to, .. } if !self.ring.can_send(w, to)? => self.ring.credit_word(to),
-            _ => self.ring.next_word(turn % self.p),
+            St::SendQueued { to, .. } if !self.ring.can_send(w, to)? => {
+                let (off, v) = self.ring.credit_word(to);
+                (off, v, to)
+            }
+            _ => self.next_word(turn % self.p),
         })
+    }
+
+    /// [`Ring::next_word`] with the member that raises it.
+    fn next_word(&self, q: usize) -> Hint {
+        let (off, v) = self.ring.next_word(q);
+        (off, v, q)
     }
 
     /// One sleep of a message-engine wait: pays owed credits, then runs the fabric's one wait
@@ -1923,7 +1938,7 @@ impl Engine {
     fn sleep_on(
         &self,
         w: &World,
-        (off, v): (usize, u64),
+        (off, v, q): Hint,
         patience: &Patience,
         pass: impl Fn() -> Result<bool>,
     ) -> Result<()> {
@@ -1938,7 +1953,8 @@ impl Engine {
             pass()
         };
         self.ring.pay(w)?;
-        w.wait_polling(self.ring.seg(), off, v, NAP, patience, &poll)
+        let by = Some(self.ring.member_rank(q));
+        w.wait_polling(self.ring.seg(), off, v, NAP, patience, &poll, by)
             .map(|_| ())
     }
 
@@ -1988,7 +2004,7 @@ impl Engine {
             if arrived {
                 return Ok(None);
             }
-            self.sleep_on(w, self.ring.next_word(q), &patience, || {
+            self.sleep_on(w, self.next_word(q), &patience, || {
                 self.progress(w, &mut Hand::None, None)?;
                 Ok(!idle(&self.st.borrow()))
             })
@@ -2149,8 +2165,8 @@ impl Engine {
                 return Ok(s);
             }
             let hint = match src {
-                Source::Rank(q) => self.ring.next_word(q as usize),
-                Source::Any => self.ring.next_word(turn % self.p),
+                Source::Rank(q) => self.next_word(q as usize),
+                Source::Any => self.next_word(turn % self.p),
             };
             turn += 1;
             self.sleep_on(w, hint, &patience, || {
