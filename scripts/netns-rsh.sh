@@ -10,4 +10,4 @@ esac
 shift
 # A host name of its own per namespace (a new UTS namespace): Open MPI takes processes with one
 # host name for one node, and its TCP transport failed between namespaces that shared one.
-exec ip netns exec "$ns" unshare --uts /bin/sh -c "hostname $ns && $*"
+exec ip netns exec "$ns" unshare --uts /bin/sh -c "echo $ns > /proc/sys/kernel/hostname && $*"

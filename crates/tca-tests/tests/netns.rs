@@ -54,7 +54,8 @@ impl Nodes {
             dev: (0..count)
                 .map(|i| format!("tv{}{id}{k}", letter(i)))
                 .collect(),
-            bridge: format!("tca-s{id}-{k}"),
+            // Two letters before the id: no node's name (one letter) can be it.
+            bridge: format!("tca-sw{id}-{k}"),
         };
         // Leftovers of a killed run.
         for ns in me.ns.iter().chain([&me.bridge]) {

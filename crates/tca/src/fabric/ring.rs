@@ -351,8 +351,8 @@ impl Memory for Fabric<'_> {
             Some(h) if h.busy() => {
                 let poll = || h.poll(self.w).map(|()| false);
                 let patience = Patience::default();
+                let by = Some(self.handles[by].rank());
                 loop {
-                    let by = Some(self.handles[by].rank());
                     let seen = self
                         .w
                         .wait_polling(self.seg, off, v, HOOK_NAP, &patience, &poll, by)?;

@@ -1259,13 +1259,19 @@ impl World {
     }
 
     /// Whether a wait for a word that `by` raises (if known) sleeps on the network rather than
-    /// on the word's futex. When a rank of this node may raise the word, the futex (their
-    /// wake-ups are immediate), polling the network between naps; when only ranks of other
-    /// nodes can, the network, whose arrivals wake the sleeper at once. (A word whose raiser
-    /// is known has one: a ring's packet or credit word, a barrier's or exchange's step.)
+    /// on the word's futex. A word raised through shared memory is raised by its writer, who
+    /// wakes the futex at once; one raised through the network lands only when this rank
+    /// polls, and a futex sleep would end at its nap. So: the network when the raiser is
+    /// reached through it (`World::is_remote`), or, the raiser unknown, when every other rank
+    /// is; the futex otherwise. (A word whose raiser is known has one: a ring's packet or
+    /// credit word, a barrier's or exchange's step, a two-sided request's hint.)
     #[cfg(feature = "ofi")]
-    fn sleeps_on_network(&self, by: Option<u32>) -> bool {
-        network_wakes(self.node.len(), by.map(|r| self.is_local(r)))
+    fn sleeps_on_network(&self, net: &crate::transport::ofi::Ofi, by: Option<u32>) -> bool {
+        network_wakes(
+            by.map(|r| self.is_remote(r)),
+            self.name == "ofi",
+            net.can_block(),
+        )
     }
 
     #[cfg(feature = "ofi")]
@@ -1285,7 +1291,7 @@ impl World {
             poll: &poll,
             nap: crate::transport::ofi::NAP,
             block: self
-                .sleeps_on_network(by)
+                .sleeps_on_network(net, by)
                 .then_some(&block as &dyn Fn(Duration)),
         };
         self.shm
@@ -1345,7 +1351,7 @@ impl World {
                     poll()
                 };
                 block = |d: Duration| net.sleep(d);
-                let on_net = self.sleeps_on_network(by);
+                let on_net = self.sleeps_on_network(net, by);
                 let nap = nap.min(crate::transport::ofi::NAP);
                 (
                     &both as &dyn Fn() -> Result<bool>,
@@ -1556,15 +1562,17 @@ impl RemoteWord {
     }
 }
 
-/// The rule of `World::sleeps_on_network`: on a node of `node_ranks` ranks, a wait for a word
-/// whose raiser is (`Some(true)`) or is not (`Some(false)`) on this node, or is unknown
-/// (`None`), sleeps on the network.
+/// The rule of `World::sleeps_on_network`: a wait for a word whose raiser is reached through
+/// the network (`Some(true)`), through shared memory (`Some(false)`) or is unknown (`None`),
+/// on a rank that reaches every other rank through the network (`all_remote`) or not, with a
+/// network that can block a sleeper until something arrives (`can_block`: it offers a
+/// descriptor) or not. A rank that shares its node sleeps on the network only if that wakes
+/// it (else it would spin where it used to nap on the futex); a rank alone on its node (or in
+/// `TCA_TRANSPORT=ofi`) has no futex waker, and always did.
 #[cfg_attr(not(feature = "ofi"), allow(dead_code))] // the rule is tested in every build
-fn network_wakes(node_ranks: usize, raiser_local: Option<bool>) -> bool {
-    match raiser_local {
-        Some(local) => !local,
-        None => node_ranks == 1,
-    }
+fn network_wakes(raiser_remote: Option<bool>, all_remote: bool, can_block: bool) -> bool {
+    let remote = raiser_remote.unwrap_or(all_remote);
+    remote && (all_remote || can_block)
 }
 
 #[cfg(test)]
@@ -1573,11 +1581,17 @@ mod tests {
 
     #[test]
     fn a_wait_sleeps_where_its_raiser_can_wake_it() {
-        // A raiser on another node wakes only the network; one on this node, the futex.
-        assert!(network_wakes(4, Some(false)));
-        assert!(!network_wakes(4, Some(true)));
-        // Raiser unknown: the futex, unless no other rank shares this node.
-        assert!(!network_wakes(2, None));
-        assert!(network_wakes(1, None));
+        // A raiser through the network wakes only the network; one through shared memory, the
+        // futex.
+        assert!(network_wakes(Some(true), false, true));
+        assert!(!network_wakes(Some(false), false, true));
+        // Raiser unknown: the futex, unless every other rank is across the network.
+        assert!(!network_wakes(None, false, true));
+        assert!(network_wakes(None, true, true));
+        assert!(network_wakes(Some(true), true, true));
+        // A network without a descriptor to sleep on: a rank that shares its node naps on the
+        // futex; one that does not has nothing else (it polls, as before).
+        assert!(!network_wakes(Some(true), false, false));
+        assert!(network_wakes(None, true, false));
     }
 }

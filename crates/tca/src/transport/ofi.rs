@@ -116,9 +116,9 @@ const NONE: u32 = u32::MAX;
 /// How long a leaving rank keeps polling after its last send completed (see `Ofi::drain`).
 const LINGER: std::time::Duration = std::time::Duration::from_millis(10);
 
-/// How long a wait on the network sleeps before it polls again: the tcp provider's
-/// completion-queue descriptor does not wake for data that still needs progress to become a
-/// completion, so a sleeping rank polls every half millisecond.
+/// How long a wait on the network sleeps before it polls again: a provider's completion-queue
+/// descriptor need not wake for data that still needs progress to become a completion (the
+/// tcp provider's does not always), so a sleeping rank polls every half millisecond.
 pub(crate) const NAP: std::time::Duration = std::time::Duration::from_micros(500);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1553,6 +1553,11 @@ impl Ofi {
                 }
             }
         }
+    }
+
+    /// Whether [`Ofi::sleep`] can block: the provider offers a descriptor to sleep on.
+    pub(crate) fn can_block(&self) -> bool {
+        self.ep.wait_fd().is_some()
     }
 
     /// Blocks until the completion queue has something or `timeout` passes (when the
