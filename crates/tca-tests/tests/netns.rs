@@ -239,15 +239,29 @@ fn jobs_span_three_and_four_namespaces() {
     }
 }
 
+/// Runs a `wait-forever` job of `np` ranks over `slots`, lets `lose` take something away once
+/// every rank is ready, and returns the job's remaining output lines and its stderr; the job
+/// must fail.
+fn job_losing(
+    n: &Nodes,
+    np: u32,
+    slots: &str,
+    extra: &[(&str, &str)],
+    lose: impl FnOnce(),
+) -> (Vec<String>, String) {
+    let mut c = n.launch(np, slots, &["wait-forever"], extra);
+    let lines = wait_ready(&mut c, np as usize);
+    lose();
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let (code, _, err) = finish(c, Duration::from_secs(60));
+    assert_ne!(code, 0, "{rest:?} {err}");
+    (rest, err)
+}
+
 #[test]
 fn a_dead_node_is_named_by_the_others() {
     let Some(n) = Nodes::make(6, 3) else { return };
-    let mut c = n.launch(3, "A:1,B:1,C:1", &["wait-forever"], &[]);
-    let lines = wait_ready(&mut c, 3);
-    n.kill_all(2);
-    let rest: Vec<String> = lines.map_while(Result::ok).collect();
-    let (code, _, err) = finish(c, Duration::from_secs(60));
-    assert_ne!(code, 0);
+    let (rest, err) = job_losing(&n, 3, "A:1,B:1,C:1", &[], || n.kill_all(2));
     // Ranks 0 and 1 are alive on nodes a and b; whichever reports before the launcher stops
     // it names rank 2 (node c), never the other live rank; the launcher names rank 2 too.
     let named: Vec<&String> = rest.iter().filter(|l| l.starts_with("peer-died")).collect();
@@ -259,12 +273,7 @@ fn a_dead_node_is_named_by_the_others() {
 #[test]
 fn killing_one_namespaces_ranks_is_named_on_the_other() {
     let Some(n) = Nodes::make(2, 2) else { return };
-    let mut c = n.launch(4, "A:2,B:2", &["wait-forever"], &[]);
-    let lines = wait_ready(&mut c, 4);
-    n.kill_all(1);
-    let rest: Vec<String> = lines.map_while(Result::ok).collect();
-    let (code, _, err) = finish(c, Duration::from_secs(60));
-    assert_ne!(code, 0);
+    let (rest, err) = job_losing(&n, 4, "A:2,B:2", &[], || n.kill_all(1));
     // The ranks of namespace a (0 and 1) name a rank of namespace b (2 or 3).
     let named: Vec<&String> = rest.iter().filter(|l| l.starts_with("peer-died")).collect();
     assert!(
@@ -276,13 +285,9 @@ fn killing_one_namespaces_ranks_is_named_on_the_other() {
 #[test]
 fn a_node_that_becomes_unreachable_is_named() {
     let Some(n) = Nodes::make(3, 2) else { return };
-    let mut c = n.launch(4, "A:2,B:2", &["wait-forever"], &[("TCA_KV_SILENCE", "2")]);
-    let lines = wait_ready(&mut c, 4);
     // Cut the cable: namespace b's end of its veth pair goes down, no packet says goodbye.
-    assert!(ip(&["-n", &n.ns[1], "link", "set", &n.dev[1], "down"]));
-    let rest: Vec<String> = lines.map_while(Result::ok).collect();
-    let (code, _, err) = finish(c, Duration::from_secs(60));
-    assert_ne!(code, 0);
+    let cut = || assert!(ip(&["-n", &n.ns[1], "link", "set", &n.dev[1], "down"]));
+    let (rest, err) = job_losing(&n, 4, "A:2,B:2", &[("TCA_KV_SILENCE", "2")], cut);
     assert!(
         rest.iter()
             .any(|l| l == "peer-died 2" || l == "peer-died 3"),
