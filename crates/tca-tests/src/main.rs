@@ -95,6 +95,7 @@ fn main() -> ExitCode {
         "publish" => publish(&world, &args[1]),
         "steal" => steal(&world, &args[1]),
         "coll" => coll(&world, arg(&args, 1, 200)),
+        "sleep-where" => sleep_where(&world),
         "sigkill-in-single-copy" => sigkill_in_single_copy(&world, arg(&args, 1, 1) as u32),
         "p2p" => p2p(&world, arg(&args, 1, 20)),
         "env" => {
@@ -376,6 +377,43 @@ fn v(rank: usize, i: usize) -> f64 {
 
 /// Every registered algorithm that supports the job size, on several sizes and roots, checked
 /// against sequential references; then `rounds` back-to-back mixed calls.
+/// On 4 ranks, nodes {0, 1} and {2, 3}: a binomial broadcast from rank 2 after it slept
+/// 100 ms. Rank 0 waits for rank 2 (another node) and must sleep on the network; rank 1 waits
+/// for rank 0 (its own node) and must sleep on the shared word, not on the network.
+fn sleep_where(w: &World) -> tca::Result<bool> {
+    use tca::{Collective, Comm};
+    let c = Comm::world(w)?;
+    if c.size() != 4 || w.is_local(2) == w.is_local(1) {
+        eprintln!("sleep-where needs 4 ranks on two nodes of two");
+        return Ok(false);
+    }
+    c.force(Collective::Broadcast, Some("binomial"))?;
+    let mut b = [0u64];
+    c.barrier()?;
+    let before = w.network_sleeps();
+    if w.rank() == 2 {
+        std::thread::sleep(Duration::from_millis(100));
+        b[0] = 7;
+    }
+    c.broadcast(&mut b, 2)?;
+    let slept = w.network_sleeps() - before;
+    println!("rank {} network-sleeps {slept}", w.rank());
+    let ok = b[0] == 7
+        && match w.rank() {
+            0 => slept > 0,
+            1 => slept == 0,
+            _ => true,
+        };
+    if !ok {
+        eprintln!(
+            "rank {}: got {}, {slept} sleeps on the network in the broadcast",
+            w.rank(),
+            b[0]
+        );
+    }
+    Ok(ok)
+}
+
 fn coll(w: &World, rounds: u64) -> tca::Result<bool> {
     use tca::coll::ALGORITHMS;
     use tca::{Collective, Comm, Op};

@@ -621,6 +621,17 @@ fn launcher_over_two_hosts() {
 }
 
 #[test]
+fn a_wait_for_another_node_sleeps_on_the_network() {
+    if !cfg!(feature = "ofi") {
+        return; // ranks on two hosts need the network transport
+    }
+    // Ranks 0 and 1 on host a, 2 and 3 on b: rank 0 waits for rank 2 and must sleep on the
+    // network, rank 1 waits for rank 0 and must not (the scenario checks both).
+    let o = launch_hosts(4, "a:2,b:2", &["sleep-where"]);
+    assert_eq!(o.status(), 0, "{o:?}");
+}
+
+#[test]
 fn a_rank_killed_on_another_host_is_named_everywhere() {
     if !cfg!(feature = "ofi") {
         return; // ranks on two hosts need the network transport

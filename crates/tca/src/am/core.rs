@@ -1069,9 +1069,16 @@ impl Core {
                 }
                 self.pay(w)?;
                 // Any rank may ring the doorbell: no one raiser.
-                let bell = self.bell;
-                w.wait_polling(self.req.seg(), bell, rung + 1, NAP, &patience, &poll, None)
-                    .map(|_| ())
+                w.wait_polling(
+                    self.req.seg(),
+                    self.bell,
+                    rung + 1,
+                    NAP,
+                    &patience,
+                    &poll,
+                    None,
+                )
+                .map(|_| ())
             });
             self.set_asleep(false);
             r?;

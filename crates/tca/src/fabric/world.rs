@@ -169,6 +169,8 @@ pub struct World {
     pub(crate) own_ctrl: Arc<Region>,
     pub(crate) barrier_epoch: Cell<u64>,
     pub(crate) xchg_epoch: Cell<u64>,
+    /// Sleeps of this rank's waits on the network ([`World::network_sleeps`]).
+    net_sleeps: Cell<u64>,
 }
 
 impl World {
@@ -236,6 +238,7 @@ impl World {
             own_ctrl,
             barrier_epoch: Cell::new(0),
             xchg_epoch: Cell::new(0),
+            net_sleeps: Cell::new(0),
         }
     }
 
@@ -1165,9 +1168,9 @@ impl World {
     }
 
     /// [`World::wait_until`] for a word that only rank `by` raises (a ring's packet or credit
-    /// word): when `by` is on another node, the wait sleeps on the network, which wakes it as
-    /// soon as something arrives, rather than on the word's futex, which only this node's
-    /// ranks can wake.
+    /// word): when `by` is reached through the network, the wait sleeps on the network, which
+    /// wakes it when something arrives, rather than on the word's futex, which only ranks
+    /// writing through shared memory wake (see `World::sleeps_on_network`).
     #[inline]
     pub(crate) fn wait_raised_by(
         &self,
@@ -1274,6 +1277,21 @@ impl World {
         )
     }
 
+    /// One sleep of a wait on the network, counted.
+    #[cfg(feature = "ofi")]
+    fn sleep_on_network(&self, net: &crate::transport::ofi::Ofi, d: Duration) {
+        self.net_sleeps.set(self.net_sleeps.get() + 1);
+        net.sleep(d);
+    }
+
+    /// How many times this rank's waits have slept on the network (its completion queue's
+    /// descriptor) rather than on a word's futex: a diagnostic of where waits sleep (a rank
+    /// sleeps on the network when the rank it waits for is reached through it; see
+    /// `World::sleeps_on_network`). 0 without a network.
+    pub fn network_sleeps(&self) -> u64 {
+        self.net_sleeps.get()
+    }
+
     #[cfg(feature = "ofi")]
     #[inline(never)]
     fn wait_with_network(
@@ -1286,7 +1304,7 @@ impl World {
     ) -> Result<u64> {
         use std::sync::atomic::Ordering;
         let poll = || net.progress(&self.shm).map(|()| false);
-        let block = |d: Duration| net.sleep(d);
+        let block = |d: Duration| self.sleep_on_network(net, d);
         let progress = crate::transport::Progress {
             poll: &poll,
             nap: crate::transport::ofi::NAP,
@@ -1350,7 +1368,7 @@ impl World {
                     net.progress(&self.shm)?;
                     poll()
                 };
-                block = |d: Duration| net.sleep(d);
+                block = |d: Duration| self.sleep_on_network(net, d);
                 let on_net = self.sleeps_on_network(net, by);
                 let nap = nap.min(crate::transport::ofi::NAP);
                 (
