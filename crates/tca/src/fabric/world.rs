@@ -1277,11 +1277,13 @@ impl World {
         )
     }
 
-    /// One sleep of a wait on the network, counted.
+    /// One turn of a wait's sleep on the network ([`Ofi::sleep_turn`]), counted.
+    ///
+    /// [`Ofi::sleep_turn`]: crate::transport::ofi::Ofi::sleep_turn
     #[cfg(feature = "ofi")]
-    fn sleep_on_network(&self, net: &crate::transport::ofi::Ofi, d: Duration) {
+    fn sleep_on_network(&self, net: &crate::transport::ofi::Ofi, d: Duration, woke: &Cell<u32>) {
         self.net_sleeps.set(self.net_sleeps.get() + 1);
-        net.sleep(d);
+        net.sleep_turn(d, woke);
     }
 
     /// How many times this rank's waits have slept on the network (its completion queue's
@@ -1304,7 +1306,8 @@ impl World {
     ) -> Result<u64> {
         use std::sync::atomic::Ordering;
         let poll = || net.progress(&self.shm).map(|()| false);
-        let block = |d: Duration| self.sleep_on_network(net, d);
+        let woke = Cell::new(0);
+        let block = |d: Duration| self.sleep_on_network(net, d, &woke);
         let progress = crate::transport::Progress {
             poll: &poll,
             nap: crate::transport::ofi::NAP,
@@ -1360,7 +1363,7 @@ impl World {
         // With a network, its progress comes first on every turn, and naps are short enough
         // for it.
         #[cfg(feature = "ofi")]
-        let (both, block);
+        let (both, block, woke);
         #[cfg(feature = "ofi")]
         let (poll, nap, block): (_, _, Option<&dyn Fn(Duration)>) = match &self.net {
             Some(net) => {
@@ -1368,7 +1371,8 @@ impl World {
                     net.progress(&self.shm)?;
                     poll()
                 };
-                block = |d: Duration| self.sleep_on_network(net, d);
+                woke = Cell::new(0);
+                block = |d: Duration| self.sleep_on_network(net, d, &woke);
                 let on_net = self.sleeps_on_network(net, by);
                 let nap = nap.min(crate::transport::ofi::NAP);
                 (

@@ -120,6 +120,12 @@ const LINGER: std::time::Duration = std::time::Duration::from_millis(10);
 /// descriptor need not wake for data that still needs progress to become a completion (the
 /// tcp provider's does not always), so a sleeping rank polls every half millisecond.
 pub(crate) const NAP: std::time::Duration = std::time::Duration::from_micros(500);
+/// Turns of one wait on the network that may return without sleeping before each further turn
+/// sleeps [`POLL_SLEEP`] ([`Ofi::sleep_turn`]): about 100 us of polling where the descriptor
+/// never blocks, which covers a round trip over TCP.
+const POLLS_BEFORE_SLEEP: u32 = 64;
+/// A turn's sleep once a wait has polled [`POLLS_BEFORE_SLEEP`] times in a row.
+const POLL_SLEEP: std::time::Duration = std::time::Duration::from_micros(50);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
@@ -798,8 +804,12 @@ impl Ofi {
     /// the error that explains the stall — a dead peer, an aborted job.
     fn stalled(&self, shm: &Shm, turns: &mut u32) -> Result<()> {
         *turns += 1;
-        if *turns > 2048 {
-            self.sleep(std::time::Duration::from_millis(1));
+        // A descriptor that never blocks (see `Ofi::sleep_turn`) gets a plain sleep instead.
+        if *turns > 2048
+            && self.sleep(std::time::Duration::from_millis(1))
+            && *turns > 2048 + POLLS_BEFORE_SLEEP
+        {
+            std::thread::sleep(POLL_SLEEP);
         }
         if *turns % 256 == 0 {
             shm.check_peers(false)?;
@@ -865,7 +875,8 @@ impl Ofi {
         // Requests go one at a time (handlers never send one), so "answered" only grows: the
         // wait is the transports' one wait loop, on that counter, polling this transport.
         let poll = || self.progress(shm).map(|()| false);
-        let block = |d: std::time::Duration| self.sleep(d);
+        let woke = std::cell::Cell::new(0);
+        let block = |d: std::time::Duration| self.sleep_turn(d, &woke);
         let progress = Progress {
             poll: &poll,
             nap: NAP,
@@ -1560,9 +1571,26 @@ impl Ofi {
         self.ep.wait_fd().is_some()
     }
 
+    /// One turn of a wait's sleep on the network: [`Ofi::sleep`] for `d`, unless this wait
+    /// (whose turns `woke` counts: those in a row that returned without sleeping) has already
+    /// had [`POLLS_BEFORE_SLEEP`] of them; then a plain sleep of [`POLL_SLEEP`] (at most `d`).
+    /// A descriptor that keeps reading ready while nothing completes (libfabric 1.17's `net`
+    /// provider's does) would otherwise make a long wait a busy poll.
+    pub(crate) fn sleep_turn(&self, d: std::time::Duration, woke: &std::cell::Cell<u32>) {
+        if woke.get() >= POLLS_BEFORE_SLEEP {
+            std::thread::sleep(d.min(POLL_SLEEP));
+        } else if self.sleep(d) {
+            woke.set(woke.get() + 1);
+        } else {
+            woke.set(0);
+        }
+    }
+
     /// Blocks until the completion queue has something or `timeout` passes (when the
-    /// provider offers a file descriptor to sleep on; otherwise yields).
-    pub(crate) fn sleep(&self, timeout: std::time::Duration) {
+    /// provider offers a file descriptor to sleep on; otherwise yields). Returns whether it
+    /// returned without sleeping: the descriptor was ready, or the provider said completions
+    /// may be pending, or it has no descriptor.
+    fn sleep(&self, timeout: std::time::Duration) -> bool {
         use rustix::event::{PollFd, PollFlags, poll};
         match self.ep.wait_fd() {
             Some(fd) if self.ep.trywait() => {
@@ -1571,9 +1599,12 @@ impl Ofi {
                 let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
                 let mut fds = [PollFd::new(&fd, PollFlags::IN)];
                 let ts = crate::cast::timespec(timeout);
-                let _ = poll(&mut fds, Some(&ts));
+                !matches!(poll(&mut fds, Some(&ts)), Ok(0))
             }
-            _ => std::thread::yield_now(),
+            _ => {
+                std::thread::yield_now();
+                true
+            }
         }
     }
 }
