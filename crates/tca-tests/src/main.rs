@@ -375,18 +375,23 @@ fn v(rank: usize, i: usize) -> f64 {
     ((rank * 7 + i * 3) % 11) as f64 + 1.0
 }
 
-/// Every registered algorithm that supports the job size, on several sizes and roots, checked
-/// against sequential references; then `rounds` back-to-back mixed calls.
 /// On 4 ranks, nodes {0, 1} and {2, 3}: a binomial broadcast from rank 2 after it slept
 /// 100 ms. Rank 0 waits for rank 2 (another node) and must sleep on the network, and really
-/// sleep: after 64 turns that return at once, each turn sleeps at least 50 us, so its turns
-/// stay under 64 + 1 per 50 us waited whatever the provider's descriptor does. Rank 1 waits
-/// for rank 0 (its own node) and must sleep on the shared word, not on the network.
+/// sleep: every turn of a wait but its first 64 quick ones takes at least 50 us
+/// (`Ofi::sleep_turn`), so its turns stay under 65 + 1 per 50 us waited whatever the
+/// provider's descriptor does. Rank 1 waits for rank 0 (its own node) and must sleep on the
+/// shared word, not on the network.
 fn sleep_where(w: &World) -> tca::Result<bool> {
     use tca::{Collective, Comm};
     let c = Comm::world(w)?;
-    if c.size() != 4 || w.is_local(2) == w.is_local(1) {
-        eprintln!("sleep-where needs 4 ranks on two nodes of two");
+    // Shared memory within each node and the network between them (not TCA_TRANSPORT=ofi),
+    // and a provider whose completion queue has a descriptor to sleep on (tcp, net).
+    if c.size() != 4 || w.is_local(2) == w.is_local(1) || w.transport() != "shm+ofi" {
+        eprintln!(
+            "sleep-where needs 4 ranks on two nodes of two over shm+ofi, got {} on {}",
+            c.size(),
+            w.transport()
+        );
         return Ok(false);
     }
     c.force(Collective::Broadcast, Some("binomial"))?;
@@ -418,6 +423,8 @@ fn sleep_where(w: &World) -> tca::Result<bool> {
     Ok(ok)
 }
 
+/// Every registered algorithm that supports the job size, on several sizes and roots, checked
+/// against sequential references; then `rounds` back-to-back mixed calls.
 fn coll(w: &World, rounds: u64) -> tca::Result<bool> {
     use tca::coll::ALGORITHMS;
     use tca::{Collective, Comm, Op};

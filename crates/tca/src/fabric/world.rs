@@ -1286,10 +1286,13 @@ impl World {
         net.sleep_turn(d, woke);
     }
 
-    /// How many times this rank's waits have slept on the network (its completion queue's
-    /// descriptor) rather than on a word's futex: a diagnostic of where waits sleep (a rank
-    /// sleeps on the network when the rank it waits for is reached through it; see
-    /// `World::sleeps_on_network`). 0 without a network.
+    /// How many sleep turns this rank's waits for a word (signal, packet, credit, request
+    /// hint) have spent on the network rather than on the word's futex: each a poll of the
+    /// completion queue's descriptor, or after a wait's first 64 turns that returned at once,
+    /// a 50 us sleep. A diagnostic of where waits sleep: a rank sleeps on the network when the
+    /// rank it waits for is reached through it (see `World::sleeps_on_network`). The network
+    /// transport's own waits (remote atomics, gets, `quiet`) are not counted. 0 without a
+    /// network.
     pub fn network_sleeps(&self) -> u64 {
         self.net_sleeps.get()
     }

@@ -120,12 +120,16 @@ const LINGER: std::time::Duration = std::time::Duration::from_millis(10);
 /// descriptor need not wake for data that still needs progress to become a completion (the
 /// tcp provider's does not always), so a sleeping rank polls every half millisecond.
 pub(crate) const NAP: std::time::Duration = std::time::Duration::from_micros(500);
-/// Turns of one wait on the network that may return without sleeping before each further turn
-/// sleeps [`POLL_SLEEP`] ([`Ofi::sleep_turn`]): about 100 us of polling where the descriptor
-/// never blocks, which covers a round trip over TCP.
+/// Turns of one wait on the network that may return at once before each further turn sleeps
+/// [`POLL_SLEEP`] ([`Ofi::sleep_turn`]): about 100 us of polling where the descriptor never
+/// blocks, which covers a round trip over TCP.
 const POLLS_BEFORE_SLEEP: u32 = 64;
 /// A turn's sleep once a wait has polled [`POLLS_BEFORE_SLEEP`] times in a row.
 const POLL_SLEEP: std::time::Duration = std::time::Duration::from_micros(50);
+/// A descriptor poll that returned ready within this long counts as one that did not sleep
+/// (one that returns at once takes about 1 us here); as long as [`POLL_SLEEP`], so that every
+/// other turn takes at least that.
+const AT_ONCE: std::time::Duration = POLL_SLEEP;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
@@ -804,7 +808,8 @@ impl Ofi {
     /// the error that explains the stall — a dead peer, an aborted job.
     fn stalled(&self, shm: &Shm, turns: &mut u32) -> Result<()> {
         *turns += 1;
-        // A descriptor that never blocks (see `Ofi::sleep_turn`) gets a plain sleep instead.
+        // Past that, a descriptor poll that returned at once (see `Ofi::sleep_turn`) is
+        // followed by a plain sleep, so a descriptor that never blocks does not spin.
         if *turns > 2048
             && self.sleep(std::time::Duration::from_millis(1))
             && *turns > 2048 + POLLS_BEFORE_SLEEP
@@ -1572,24 +1577,25 @@ impl Ofi {
     }
 
     /// One turn of a wait's sleep on the network: [`Ofi::sleep`] for `d`, unless this wait
-    /// (whose turns `woke` counts: those in a row that returned without sleeping) has already
-    /// had [`POLLS_BEFORE_SLEEP`] of them; then a plain sleep of [`POLL_SLEEP`] (at most `d`).
-    /// A descriptor that keeps reading ready while nothing completes (libfabric 1.17's `net`
-    /// provider's does) would otherwise make a long wait a busy poll.
+    /// (whose turns that returned at once, within [`AT_ONCE`], `woke` counts) has already had
+    /// [`POLLS_BEFORE_SLEEP`] of them; then a plain sleep of [`POLL_SLEEP`] (at most `d`; the
+    /// kernel's timer slack makes it about 120 us here). A descriptor that keeps reading ready
+    /// while nothing completes (libfabric 1.17's `net` provider's does) would otherwise make
+    /// a long wait a busy poll. So every turn of a wait but its first 64 quick ones takes at
+    /// least [`AT_ONCE`] (or `d`, if shorter); a descriptor that sleeps until something
+    /// arrives reaches the count only by 64 arrivals that come at once.
     pub(crate) fn sleep_turn(&self, d: std::time::Duration, woke: &std::cell::Cell<u32>) {
         if woke.get() >= POLLS_BEFORE_SLEEP {
             std::thread::sleep(d.min(POLL_SLEEP));
         } else if self.sleep(d) {
             woke.set(woke.get() + 1);
-        } else {
-            woke.set(0);
         }
     }
 
     /// Blocks until the completion queue has something or `timeout` passes (when the
     /// provider offers a file descriptor to sleep on; otherwise yields). Returns whether it
-    /// returned without sleeping: the descriptor was ready, or the provider said completions
-    /// may be pending, or it has no descriptor.
+    /// returned at once: the descriptor was ready within [`AT_ONCE`], or the provider said
+    /// completions may be pending, or it has no descriptor.
     fn sleep(&self, timeout: std::time::Duration) -> bool {
         use rustix::event::{PollFd, PollFlags, poll};
         match self.ep.wait_fd() {
@@ -1599,7 +1605,9 @@ impl Ofi {
                 let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
                 let mut fds = [PollFd::new(&fd, PollFlags::IN)];
                 let ts = crate::cast::timespec(timeout);
-                !matches!(poll(&mut fds, Some(&ts)), Ok(0))
+                let start = std::time::Instant::now();
+                let ready = !matches!(poll(&mut fds, Some(&ts)), Ok(0));
+                ready && start.elapsed() < AT_ONCE
             }
             _ => {
                 std::thread::yield_now();
