@@ -169,7 +169,7 @@ pub struct World {
     pub(crate) own_ctrl: Arc<Region>,
     pub(crate) barrier_epoch: Cell<u64>,
     pub(crate) xchg_epoch: Cell<u64>,
-    /// Sleeps of this rank's waits on the network ([`World::network_sleeps`]).
+    /// Sleep turns of this rank's waits on the network ([`World::network_sleeps`]).
     net_sleeps: Cell<u64>,
 }
 
@@ -1345,9 +1345,10 @@ impl World {
     /// progress on everything else meanwhile. Returns the word's value when it ended.
     /// `patience` is the blocking operation's `TCA_TIMEOUT` clock: an operation that calls
     /// this in a loop passes the same one each time, so the timeout counts from its first
-    /// sleep. `by`, if known, is the rank that raises the word: on another node, the wait
-    /// sleeps on the network rather than on the word (see [`World::wait_raised_by`]); the
-    /// other events `poll` watches for are then seen within a nap.
+    /// sleep. `by`, if known, is the rank that raises the word: when it is reached through
+    /// the network, the wait sleeps on the network rather than on the word (see
+    /// [`World::wait_raised_by`]); the other events `poll` watches for are then seen within a
+    /// nap.
     #[allow(clippy::too_many_arguments)] // one wait's full description
     pub(crate) fn wait_polling(
         &self,

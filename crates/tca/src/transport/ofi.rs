@@ -124,7 +124,7 @@ pub(crate) const NAP: std::time::Duration = std::time::Duration::from_micros(500
 /// [`POLL_SLEEP`] ([`Ofi::sleep_turn`]): about 100 us of polling where the descriptor never
 /// blocks, which covers a round trip over TCP.
 const POLLS_BEFORE_SLEEP: u32 = 64;
-/// A turn's sleep once a wait has polled [`POLLS_BEFORE_SLEEP`] times in a row.
+/// A turn's sleep once a wait has had [`POLLS_BEFORE_SLEEP`] turns that returned at once.
 const POLL_SLEEP: std::time::Duration = std::time::Duration::from_micros(50);
 /// A descriptor poll that returned ready within this long counts as one that did not sleep
 /// (one that returns at once takes about 1 us here); as long as [`POLL_SLEEP`], so that every
