@@ -346,24 +346,28 @@ impl Memory for Fabric<'_> {
     }
 
     fn wait(&self, off: usize, v: u64, by: usize, hook: Hook<'_>) -> Result<u64> {
+        let by = self.rank(by);
         match hook {
             // Asked only if the word is not there yet.
             Some(h) if h.busy() => {
                 let poll = || h.poll(self.w).map(|()| false);
                 let patience = Patience::default();
-                let by = Some(self.handles[by].rank());
                 loop {
-                    let seen = self
-                        .w
-                        .wait_polling(self.seg, off, v, HOOK_NAP, &patience, &poll, by)?;
+                    let seen = self.w.wait_polling(
+                        self.seg,
+                        off,
+                        v,
+                        HOOK_NAP,
+                        &patience,
+                        &poll,
+                        Some(by),
+                    )?;
                     if seen >= v {
                         return Ok(seen);
                     }
                 }
             }
-            _ => self
-                .w
-                .wait_raised_by(self.seg, off, v, self.handles[by].rank()),
+            _ => self.w.wait_raised_by(self.seg, off, v, by),
         }
     }
 
