@@ -512,7 +512,7 @@ proptest! {
         let ranks: Vec<_> = (0..2u32)
             .map(|r| {
                 std::thread::spawn(move || {
-                    let mut c = KvClient::connect(addr, KV_JOB, r, 2, (None, "test".into()), deadline)?;
+                    let mut c = KvClient::connect(&[addr], KV_JOB, r, 2, (None, "test".into()), deadline)?;
                     let all = c.allgather(&[r as u8; 3], deadline)?;
                     c.leave();
                     Ok::<_, tca::Error>(all)

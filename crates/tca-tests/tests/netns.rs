@@ -380,3 +380,102 @@ fn slurm_pmix_and_pmi_environments_start_across_namespaces() {
         }
     }
 }
+
+/// The real launchers, started in the first namespace with `scripts/netns-rsh.sh` as their
+/// remote shell: 2 + 2 ranks, and no `TCA_KV` — rank 0 publishes its rendezvous through the
+/// launcher's directory (MPICH's Hydra: PMI-1 over `PMI_FD`; Open MPI's mpirun: PMIx, with
+/// the `pmix` feature). A launcher that is not installed is skipped, saying so.
+#[test]
+fn mpirun_and_hydra_start_jobs_across_namespaces_without_tca_kv() {
+    let Some(n) = Nodes::make(6, 2) else { return };
+    let rsh = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/netns-rsh.sh");
+    let map: Vec<String> = n
+        .addr
+        .iter()
+        .zip(&n.ns)
+        .map(|(a, ns)| format!("{a}={ns}"))
+        .collect();
+    let hosts = format!("{}:2,{}:2", n.addr[0], n.addr[1]);
+    let has = |bin: &str| {
+        Command::new(bin)
+            .arg("--version")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok()
+    };
+    let run = |launcher: &[&str], args: &[&str]| {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &n.ns[0]])
+            .args(launcher)
+            .args(["-n", "4", PROG])
+            .args(args)
+            .env("NETNS_MAP", map.join(","))
+            .env("FI_PROVIDER", "tcp")
+            .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+            .env_remove("TCA_KV")
+            .env_remove("TCA_BOARD_FD")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        finish(c.spawn().expect("ip netns exec"), Duration::from_secs(120))
+    };
+    let hydra = [
+        "mpiexec.hydra",
+        "-launcher",
+        "ssh",
+        "-launcher-exec",
+        rsh,
+        "-localhost",
+        &n.addr[0],
+        "-hosts",
+        &hosts,
+    ];
+    let subnet = format!("{}.0/24", n.addr[0].rsplit_once('.').unwrap().0);
+    let ompi = [
+        "mpirun",
+        "--host",
+        &hosts,
+        "--mca",
+        "plm_rsh_agent",
+        rsh,
+        "--bind-to",
+        "none",
+        "--mca",
+        "oob_tcp_if_include",
+        &subnet,
+        "-x",
+        "FI_PROVIDER",
+    ];
+    let mut launchers: Vec<(&str, &[&str])> = Vec::new();
+    if has("mpiexec.hydra") {
+        launchers.push(("Hydra", &hydra));
+    } else {
+        eprintln!("Hydra skipped: no mpiexec.hydra (Debian: mpich)");
+    }
+    if cfg!(feature = "pmix") && has("mpirun") {
+        launchers.push(("mpirun", &ompi));
+    } else {
+        eprintln!("Open MPI's mpirun skipped: needs the `pmix` feature and openmpi-bin");
+    }
+    for (name, launcher) in launchers {
+        // Who is where, and through which transport.
+        let (code, out, err) = run(launcher, &["env"]);
+        assert_eq!(code, 0, "{name}: {out}{err}");
+        let mut lines: Vec<&str> = out.lines().filter(|l| l.starts_with("rank")).collect();
+        lines.sort();
+        assert_eq!(lines.len(), 4, "{name}: {out}{err}");
+        for (r, l) in lines.iter().enumerate() {
+            let node = if r < 2 { "node 0,1" } else { "node 2,3" };
+            assert!(
+                l.starts_with(&format!("rank {r} size 4 ")) && l.contains(node),
+                "{name}: {l}"
+            );
+            assert!(l.ends_with("on shm+ofi"), "{name}: {l}");
+        }
+        // Every collective algorithm against the reference, over the mix.
+        let (code, out, err) = run(launcher, &["coll", "2"]);
+        assert_eq!(code, 0, "{name}: {out}{err}");
+        assert_eq!(out.matches("coll ok").count(), 4, "{name}: {out}{err}");
+    }
+}

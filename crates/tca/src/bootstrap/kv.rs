@@ -610,30 +610,37 @@ pub fn fuzz_client(data: &[u8]) -> Option<bool> {
 }
 
 impl KvClient {
-    /// Connects to the server at `addr` as `rank` of `size`, retrying until `deadline`.
-    /// `owner` names the server's owner in errors.
+    /// Connects to the server at one of `addrs` (tried in turn) as `rank` of `size`,
+    /// retrying until `deadline`. `owner` names the server's owner in errors.
     pub fn connect(
-        addr: SocketAddr,
+        addrs: &[SocketAddr],
         job: u64,
         rank: u32,
         size: u32,
         owner: (Option<u32>, String),
         deadline: Instant,
     ) -> Result<Self> {
-        let mut stream = loop {
-            let e = match TcpStream::connect_timeout(&addr, Duration::from_millis(500)) {
-                Ok(s) => break s,
-                Err(e) => e,
-            };
+        let (mut stream, addr) = 'found: loop {
+            let mut last = None;
+            for &a in addrs {
+                match TcpStream::connect_timeout(&a, Duration::from_millis(500)) {
+                    Ok(s) => break 'found (s, a),
+                    Err(e) => last = Some(e),
+                }
+            }
             if Instant::now() >= deadline {
+                let list: Vec<String> = addrs.iter().map(ToString::to_string).collect();
+                let why = last.map_or_else(|| "no address to try".to_string(), |e| e.to_string());
                 return Err(Error::new(
                     ErrorKind::Bootstrap,
                     format!(
-                        "rank {rank}: the rendezvous of {} at {addr} did not answer before the \
-                         start-up timeout ({e}; is it running, is a firewall in the way, is {} \
-                         right? set {} to wait longer)",
+                        "rank {rank}: the rendezvous of {} at {} did not answer before the \
+                         start-up timeout ({why}; is it running, is a firewall in the way, is \
+                         {} (or {} on rank 0's node) right? set {} to wait longer)",
                         owner.1,
+                        list.join(" or "),
                         crate::env::KV,
+                        crate::env::KV_HOST,
                         crate::env::BOOT_TIMEOUT
                     ),
                 ));
@@ -860,8 +867,9 @@ mod tests {
             let hs: Vec<_> = (0..3u32)
                 .map(|r| {
                     s.spawn(move || {
-                        let mut c = KvClient::connect(addr, 7, r, 3, (None, "test".into()), soon())
-                            .unwrap();
+                        let mut c =
+                            KvClient::connect(&[addr], 7, r, 3, (None, "test".into()), soon())
+                                .unwrap();
                         let a = c.allgather(&[u8::try_from(r).unwrap(); 3], soon()).unwrap();
                         let b = c.allgather(format!("r{r}").as_bytes(), soon()).unwrap();
                         c.leave();
@@ -881,12 +889,13 @@ mod tests {
     #[test]
     fn wrong_job_and_duplicate_rank_are_refused() {
         let srv = KvServer::start(local(), 7, 2).unwrap();
-        let mut c = KvClient::connect(srv.addr(), 8, 0, 2, (None, "test".into()), soon()).unwrap();
+        let mut c =
+            KvClient::connect(&[srv.addr()], 8, 0, 2, (None, "test".into()), soon()).unwrap();
         let e = c.allgather(b"x", soon()).unwrap_err();
         assert!(e.to_string().contains("job"), "{e}");
-        let _a = KvClient::connect(srv.addr(), 7, 1, 2, (None, "t".into()), soon()).unwrap();
+        let _a = KvClient::connect(&[srv.addr()], 7, 1, 2, (None, "t".into()), soon()).unwrap();
         std::thread::sleep(Duration::from_millis(100));
-        let mut b = KvClient::connect(srv.addr(), 7, 1, 2, (None, "t".into()), soon()).unwrap();
+        let mut b = KvClient::connect(&[srv.addr()], 7, 1, 2, (None, "t".into()), soon()).unwrap();
         let e = b.allgather(b"x", soon()).unwrap_err();
         assert!(e.to_string().contains("already joined"), "{e}");
     }
@@ -896,11 +905,11 @@ mod tests {
         let srv = KvServer::start(local(), 9, 2).unwrap();
         let addr = srv.addr();
         let t = std::thread::spawn(move || {
-            let mut c = KvClient::connect(addr, 9, 1, 2, (None, "t".into()), soon()).unwrap();
+            let mut c = KvClient::connect(&[addr], 9, 1, 2, (None, "t".into()), soon()).unwrap();
             c.allgather(b"b", soon()).unwrap();
             // Dropped without leaving: as if the process died.
         });
-        let mut c = KvClient::connect(addr, 9, 0, 2, (None, "t".into()), soon()).unwrap();
+        let mut c = KvClient::connect(&[addr], 9, 0, 2, (None, "t".into()), soon()).unwrap();
         c.allgather(b"a", soon()).unwrap();
         c.watch().unwrap();
         t.join().unwrap();
@@ -919,7 +928,7 @@ mod tests {
         let addr = l.local_addr().unwrap();
         drop(l);
         let e = KvClient::connect(
-            addr,
+            &[addr],
             1,
             0,
             2,

@@ -11,12 +11,15 @@
 //! Under 2-4 the ranks of one node meet through a named board in `/dev/shm` (see `transport::NodeBoard`).
 //! A job that spans nodes (`tca run --hosts`, a Slurm step on several nodes, `mpirun` over
 //! several hosts) meets at a TCP rendezvous ([`kv`]): the launcher's, or rank 0's at `TCA_KV`
-//! (under Slurm by default the step's first node and a port derived from the job id); each
-//! node's first rank then makes the node's board and announces it there.
+//! (under Slurm by default the step's first node and a port derived from the job id; under
+//! Open MPI's `mpirun` and MPICH's Hydra by default a port rank 0 picks and publishes
+//! through the launcher's key-value directory, PMIx or PMI-1: [`pmi`]); each node's first
+//! rank then makes the node's board and announces it there.
 
 pub mod bind;
 pub mod kv;
 pub mod launcher;
+pub mod pmi;
 
 use std::time::{Duration, Instant};
 
@@ -26,12 +29,32 @@ use crate::error::{Error, ErrorKind, Result};
 /// Where ranks on different nodes meet (see [`kv`]).
 #[derive(Debug, Clone)]
 pub struct Rendezvous {
-    /// `host:port` of the server.
-    pub addr: String,
+    /// Where the server listens.
+    pub at: Meet,
     /// Whether this rank runs the server (rank 0 when no launcher of ours does).
     pub serve: bool,
     /// Who runs it, for errors: `Some(0)` for rank 0, `None` for the launcher.
     pub owner: Option<u32>,
+}
+
+/// How the ranks learn where the rendezvous listens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Meet {
+    /// At `host:port` (`TCA_KV`, the launcher's, Slurm's default).
+    Addr(String),
+    /// Rank 0 listens on a port of its choosing and publishes its addresses through the
+    /// launcher's key-value directory ([`pmi`]).
+    Published(pmi::Directory),
+}
+
+impl Meet {
+    /// The address, if one was given.
+    pub fn addr(&self) -> Option<&str> {
+        match self {
+            Self::Addr(a) => Some(a),
+            Self::Published(_) => None,
+        }
+    }
 }
 
 /// Where the job's board comes from.
@@ -127,22 +150,33 @@ fn boot_deadline(vars: &dyn Vars) -> Result<Instant> {
 }
 
 /// The rendezvous of a job that `source` spread over nodes: `TCA_KV` if set, else `default`
-/// (a host the launcher names and a port derived from the job), else an error saying what to set.
-fn spread(vars: &dyn Vars, source: &str, rank: u32, default: Option<String>) -> Result<Rendezvous> {
-    let addr = var(vars, env::KV).or(default).ok_or_else(|| {
-        Error::new(
-            ErrorKind::Bootstrap,
-            format!(
-                "{source} spread this job over several nodes; tell the ranks where rank 0 listens \
-                 for start-up: set {}=HOST:PORT (HOST: rank 0's node, PORT: any free port; with \
-                 mpirun: `-x {}=node1:29500`)",
-                env::KV,
-                env::KV
-            ),
-        )
-    })?;
+/// (a host the launcher names and a port derived from the job), else published through the
+/// launcher's directory `dir`, else an error saying what to set.
+fn spread(
+    vars: &dyn Vars,
+    source: &str,
+    rank: u32,
+    default: Option<String>,
+    dir: Option<pmi::Directory>,
+) -> Result<Rendezvous> {
+    let at = match (var(vars, env::KV).or(default), dir) {
+        (Some(addr), _) => Meet::Addr(addr),
+        (None, Some(dir)) => Meet::Published(dir),
+        (None, None) => {
+            return Err(Error::new(
+                ErrorKind::Bootstrap,
+                format!(
+                    "{source} spread this job over several nodes; tell the ranks where rank 0 \
+                     listens for start-up: set {}=HOST:PORT (HOST: rank 0's node, PORT: any \
+                     free port; with mpirun: `-x {}=node1:29500`)",
+                    env::KV,
+                    env::KV
+                ),
+            ));
+        }
+    };
     Ok(Rendezvous {
-        addr,
+        at,
         serve: rank == 0,
         owner: Some(0),
     })
@@ -227,7 +261,7 @@ pub(crate) fn detect_in(
             source: "tca run",
             boot_deadline: boot,
             kv: Some(Rendezvous {
-                addr,
+                at: Meet::Addr(addr),
                 serve: false,
                 owner: None,
             }),
@@ -285,6 +319,7 @@ pub(crate) fn detect_in(
                 "Slurm",
                 rank,
                 host.map(|h| format!("{h}:{port}")),
+                None,
             )?);
             job.board = BoardSource::Node;
         }
@@ -305,7 +340,9 @@ pub(crate) fn detect_in(
             });
         let mut job = named(rank, size, &format!("ompi-{name}"), "Open MPI", boot);
         if spans || var(vars, env::KV).is_some() {
-            job.kv = Some(spread(vars, "Open MPI's mpirun", rank, None)?);
+            // Open MPI's mpirun is a PMIx server (PMIX_RANK, PMIX_SERVER_URI*).
+            let dir = var(vars, "PMIX_RANK").map(|_| pmi::Directory::Pmix);
+            job.kv = Some(spread(vars, "Open MPI's mpirun", rank, None, dir)?);
             job.board = BoardSource::Node;
         }
         return Ok(job);
@@ -320,7 +357,11 @@ pub(crate) fn detect_in(
         });
         let mut job = named(rank, size, &format!("pmi-{name}"), "PMI", boot);
         if spans || var(vars, env::KV).is_some() {
-            job.kv = Some(spread(vars, "the PMI launcher", rank, None)?);
+            // Hydra hands each process a socket for PMI-1's wire protocol.
+            let dir = num(vars, "PMI_FD")?
+                .and_then(|fd| i32::try_from(fd).ok())
+                .map(|fd| pmi::Directory::Pmi1 { fd });
+            job.kv = Some(spread(vars, "the PMI launcher", rank, None, dir)?);
             job.board = BoardSource::Node;
         }
         return Ok(job);
@@ -391,7 +432,9 @@ pub fn fuzz_detect(data: &[u8]) -> bool {
         );
     }
     if let Some(rv) = &job.kv {
-        assert!(!rv.addr.trim().is_empty(), "empty rendezvous from {vars:?}");
+        if let Meet::Addr(a) = &rv.at {
+            assert!(!a.trim().is_empty(), "empty rendezvous from {vars:?}");
+        }
         assert!(
             !rv.serve || (job.rank == 0 && rv.owner == Some(0)),
             "rank {} serves the rendezvous from {vars:?}",
@@ -402,13 +445,8 @@ pub fn fuzz_detect(data: &[u8]) -> bool {
         .and_then(checked)
         .expect("detected once, detected again");
     assert_eq!(
-        (
-            again.rank,
-            again.size,
-            again.source,
-            again.kv.map(|k| k.addr)
-        ),
-        (job.rank, job.size, job.source, job.kv.map(|k| k.addr)),
+        (again.rank, again.size, again.source, again.kv.map(|k| k.at)),
+        (job.rank, job.size, job.source, job.kv.map(|k| k.at)),
         "two detections from {vars:?}"
     );
     if job.source != "singleton" {
@@ -494,7 +532,8 @@ mod tests {
         };
         let (a, b) = (spread("0"), spread("2"));
         let (ka, kb) = (a.kv.unwrap(), b.kv.unwrap());
-        assert!(ka.addr.starts_with("node03:") && ka.addr == kb.addr);
+        let addr = ka.at.addr().unwrap();
+        assert!(addr.starts_with("node03:") && ka.at == kb.at);
         assert!(ka.serve && !kb.serve);
         // A rank outside the job, an empty job, garbage: errors, whichever source says so.
         for (r, n) in [("4", "4"), ("0", "0")] {
@@ -539,6 +578,35 @@ mod tests {
         ]))
         .unwrap_err();
         assert!(e.to_string().contains("TCA_KV"), "{e}");
+        // ... unless a launcher's directory can carry rank 0's address: PMIx under mpirun,
+        // PMI-1's socket under Hydra; TCA_KV still wins.
+        let ompi = |r: &str, kv: Option<&str>| {
+            let mut v = vars(&[
+                ("OMPI_COMM_WORLD_RANK", r),
+                ("OMPI_COMM_WORLD_SIZE", "4"),
+                ("OMPI_COMM_WORLD_LOCAL_SIZE", "2"),
+                ("PMIX_RANK", r),
+            ]);
+            if let Some(kv) = kv {
+                v.insert("TCA_KV".into(), Ok(kv.into()));
+            }
+            detect(&v).unwrap().kv.unwrap()
+        };
+        let (k0, k1) = (ompi("0", None), ompi("1", None));
+        assert_eq!(k0.at, super::Meet::Published(super::pmi::Directory::Pmix));
+        assert!(k0.serve && !k1.serve && k0.at == k1.at);
+        assert_eq!(ompi("1", Some("h:1")).at, super::Meet::Addr("h:1".into()));
+        let hydra = detect(&vars(&[
+            ("PMI_RANK", "3"),
+            ("PMI_SIZE", "4"),
+            ("MPI_LOCALNRANKS", "2"),
+            ("PMI_FD", "9"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            hydra.kv.unwrap().at,
+            super::Meet::Published(super::pmi::Directory::Pmi1 { fd: 9 })
+        );
         // The launcher's variables come first; its board is opened, and a failure says whose.
         let e = detect(&vars(&[
             ("TCA_BOARD_FD", "5"),

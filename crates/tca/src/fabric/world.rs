@@ -245,22 +245,41 @@ impl World {
     /// Start-up of a job that spans nodes: meet at the rendezvous, learn who shares this
     /// node, make or open the node's board, then exchange network addresses.
     fn join_nodes(mut env: JobEnv, rv: crate::bootstrap::Rendezvous, mode: Mode) -> Result<Self> {
+        use crate::bootstrap::Meet;
         use crate::bootstrap::kv::{KvClient, KvServer, resolve};
-        let (rank, size, job, source) = (env.rank, env.size, env.job, env.source);
+        let (rank, size, mut job, source) = (env.rank, env.size, env.job, env.source);
         let deadline = env.boot_deadline;
         let owner_name = match rv.owner {
             Some(r) => format!("rank {r}"),
             None => "the launcher".to_string(),
         };
         let server = if rv.serve {
-            let at = resolve(&rv.addr)?;
-            let any: std::net::SocketAddr = ([0, 0, 0, 0], at.port()).into();
-            Some(KvServer::start(any, job, size)?)
+            // On the given address's port, or one the kernel picks when rank 0 publishes it.
+            let port = match &rv.at {
+                Meet::Addr(a) => resolve(a)?.port(),
+                Meet::Published(_) => 0,
+            };
+            Some(KvServer::start(([0, 0, 0, 0], port).into(), job, size)?)
         } else {
             None
         };
-        let addr = resolve(&rv.addr)?;
-        let mut kv = KvClient::connect(addr, job, rank, size, (rv.owner, owner_name), deadline)?;
+        let addrs = match &rv.at {
+            Meet::Addr(a) => vec![resolve(a)?],
+            Meet::Published(dir) => {
+                let (addrs, job0) = crate::bootstrap::pmi::meet(
+                    *dir,
+                    (rank, job),
+                    &node_name(),
+                    server.as_ref().map(|s| s.addr().port()),
+                    deadline,
+                )?;
+                // Rank 0's job id is the job's (see `pmi::Published::job`).
+                job = job0;
+                env.job = job0;
+                addrs
+            }
+        };
+        let mut kv = KvClient::connect(&addrs, job, rank, size, (rv.owner, owner_name), deadline)?;
         // Round 1: which node is each rank on?
         let names = kv.allgather(node_name().as_bytes(), deadline)?;
         let mine = &names[rank as usize];
