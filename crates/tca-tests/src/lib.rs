@@ -24,6 +24,7 @@ pub const TARGETS: &[Target] = &[
     ("attach", attach),
     ("board", board),
     ("rendezvous", rendezvous),
+    ("pmi", pmi),
     ("env", env),
     ("launch", launch),
 ];
@@ -133,6 +134,13 @@ pub fn board(data: &[u8]) {
 /// kind and length; accepted records are one per rank.
 pub fn rendezvous(data: &[u8]) {
     let _ended = tca::bootstrap::kv::fuzz_client(data);
+}
+
+/// What a launcher's PMI-1 socket (`PMI_FD`, MPICH's Hydra) sends a rank at start-up:
+/// answers of any shape; an accepted rendezvous has addresses
+/// (`tca::bootstrap::pmi::fuzz_replies`).
+pub fn pmi(data: &[u8]) {
+    let _accepted = tca::bootstrap::pmi::fuzz_replies(data);
 }
 
 /// The hand-written parsers of environment values: Slurm host lists (`SLURM_STEP_NODELIST`,

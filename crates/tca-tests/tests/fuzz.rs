@@ -403,6 +403,35 @@ proptest! {
     }
 }
 
+proptest! {
+    /// Start-up through PMI-1 against whatever a launcher sends: mutated real answers and
+    /// arbitrary bytes (`tca::bootstrap::pmi::fuzz_replies`).
+    #[test]
+    fn pmi_replies_never_panic(
+        seed in prop::sample::select(vec!["rank0", "rank1", "refused"]),
+        edits in prop::collection::vec((0usize..200, any::<u8>()), 0..4),
+        junk in prop::collection::vec(any::<u8>(), 0..64),
+    ) {
+        let b = edited(&corpus("pmi", seed), &edits);
+        tca_tests::pmi(&b);
+        tca_tests::pmi(&junk);
+    }
+}
+
+/// The PMI-1 seeds reach both outcomes: both ranks get their addresses from Hydra's
+/// answers; a refused put is an error.
+#[test]
+fn pmi_seeds_reach_both_outcomes() {
+    let replies = tca::bootstrap::pmi::fuzz_replies;
+    assert!(replies(&corpus("pmi", "rank0")));
+    assert!(replies(&corpus("pmi", "rank1")));
+    assert!(!replies(&corpus("pmi", "refused")));
+    // Rank 1's answers read as rank 0's: a get_result where the put's answer belongs.
+    let mut swapped = corpus("pmi", "rank1");
+    swapped[0] = 0;
+    assert!(!replies(&swapped));
+}
+
 /// The rendezvous seeds end their round as a server meant: records, a refusal, an abort.
 #[test]
 fn rendezvous_seeds_end_their_rounds() {

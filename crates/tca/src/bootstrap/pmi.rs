@@ -394,6 +394,43 @@ impl Open for Pmi1 {
     }
 }
 
+/// Start-up through PMI-1 against arbitrary replies: the fuzz targets' entry (a launcher's
+/// socket is outside input). `data`: its first byte picks the rank (even: rank 0, which
+/// puts; odd: rank 1, which gets), the rest is everything the launcher sends (at most
+/// 64 KiB), then it closes. Runs [`meet`] to its end: an accepted rendezvous has addresses,
+/// every error says what it was doing. Returns whether start-up got its addresses. Not
+/// part of the API (feature `fuzzing`).
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub fn fuzz_replies(data: &[u8]) -> bool {
+    let Some((&first, replies)) = data.split_first() else {
+        return false;
+    };
+    let (ours, mut theirs) = UnixStream::pair().expect("a socket pair");
+    let replies = &replies[..replies.len().min(64 << 10)];
+    theirs.write_all(replies).expect("room for the replies");
+    theirs
+        .shutdown(std::net::Shutdown::Write)
+        .expect("shutdown");
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&ours);
+    let (rank, port) = if first % 2 == 0 {
+        (0, Some(4000))
+    } else {
+        (1, None)
+    };
+    let soon = Instant::now() + Duration::from_secs(5);
+    match meet(Directory::Pmi1 { fd }, (rank, 1), "fuzz", port, soon) {
+        Ok((addrs, _job)) => {
+            assert!(!addrs.is_empty(), "no address from {replies:?}");
+            true
+        }
+        Err(e) => {
+            assert!(e.to_string().contains("PMI-1"), "{e}");
+            false
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
