@@ -163,6 +163,9 @@ pub struct World {
     /// Keeps the rendezvous served while this rank lives (rank 0 under Slurm and mpirun).
     _kv_server: Option<crate::bootstrap::kv::KvServer>,
     name: &'static str,
+    /// Whether every other rank is reached through the network (set when it starts): a
+    /// wait that names no raiser then sleeps on it (`World::sleeps_on_network`).
+    all_remote: bool,
     /// Every rank's control segment (barrier words, exchange inbox; see `control`).
     pub(crate) ctrl: Vec<Handle>,
     /// This rank's own control segment.
@@ -231,6 +234,7 @@ impl World {
             watch: None,
             _kv_server: server,
             name: "shm",
+            all_remote: false,
             ctrl: ctrl
                 .into_iter()
                 .map(|c| c.unwrap_or(Handle::new(job, 0, 0, u32::MAX, 0)))
@@ -420,16 +424,12 @@ impl World {
                 self.remote[r as usize] = r != self.rank;
             }
         }
-        self.name = if self
+        self.all_remote = self
             .remote
             .iter()
             .enumerate()
-            .all(|(r, &x)| x || r == self.rank as usize)
-        {
-            "ofi"
-        } else {
-            "shm+ofi"
-        };
+            .all(|(r, &x)| x || r == self.rank as usize);
+        self.name = if self.all_remote { "ofi" } else { "shm+ofi" };
         self.net = Some(net);
         self.networked = true;
         // Nobody writes into a peer before that peer's endpoint is ready.
@@ -1291,7 +1291,7 @@ impl World {
     fn sleeps_on_network(&self, net: &crate::transport::ofi::Ofi, by: Option<u32>) -> bool {
         network_wakes(
             by.map(|r| self.is_remote(r)),
-            self.name == "ofi",
+            self.all_remote,
             net.can_block(),
         )
     }
