@@ -3,6 +3,7 @@
 use std::cell::RefCell;
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use std::fmt;
+use std::mem::MaybeUninit;
 use std::os::fd::RawFd;
 use std::ptr::{self, NonNull};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -1253,13 +1254,16 @@ impl Endpoint {
         if n == 0 {
             return Ok(0);
         }
-        let mut raw = [sys::fi_cq_data_entry::default(); CQ_BATCH];
+        // Not zeroed: this runs on every poll of every wait, and zeroing 64 entries (2.5 KiB)
+        // was 5% of a polling rank's time (`perf`, a ping-pong across namespaces).
+        let mut raw = [const { MaybeUninit::<sys::fi_cq_data_entry>::uninit() }; CQ_BATCH];
         // SAFETY: the CQ is open with FI_CQ_FORMAT_DATA, and `raw` has room for n entries.
         let ret = unsafe { sys::tca_fi_cq_read(self.cq, raw.as_mut_ptr().cast(), n) };
         if ret >= 0 {
             let got = (ret as usize).min(n);
             for (o, r) in out.iter_mut().zip(&raw[..got]) {
-                *o = Completion::from_raw(r);
+                // SAFETY: fi_cq_read returns how many entries it wrote, from the first on.
+                *o = Completion::from_raw(unsafe { r.assume_init_ref() });
             }
             return Ok(got);
         }
