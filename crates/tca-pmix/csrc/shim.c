@@ -17,9 +17,13 @@ int tca_pmix_init(uint32_t *rank, uint32_t *size) {
     PMIX_LOAD_PROCID(&job, me.nspace, PMIX_RANK_WILDCARD);
     pmix_value_t *v = NULL;
     rc = PMIx_Get(&job, PMIX_JOB_SIZE, NULL, 0, &v);
-    if (rc != PMIX_SUCCESS) return rc;
+    if (rc != PMIX_SUCCESS) {
+        PMIx_Finalize(NULL, 0);
+        return rc;
+    }
     if (v->type != PMIX_UINT32) {
         PMIX_VALUE_RELEASE(v);
+        PMIx_Finalize(NULL, 0);
         return PMIX_ERR_TYPE_MISMATCH;
     }
     *size = v->data.uint32;
@@ -89,6 +93,14 @@ int tca_pmix_get(uint32_t rank, const char *key, char *buf, size_t len) {
 
 int tca_pmix_finalize(void) {
     return PMIx_Finalize(NULL, 0);
+}
+
+int tca_pmix_err_timeout(void) {
+    return PMIX_ERR_TIMEOUT;
+}
+
+size_t tca_pmix_max_keylen(void) {
+    return PMIX_MAX_KEYLEN;
 }
 
 const char *tca_pmix_error(int rc) {

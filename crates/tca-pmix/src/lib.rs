@@ -1,7 +1,8 @@
 //! A small, audited binding of the system PMIx client, for tca's start-up.
 //!
-//! PMIx is how Open MPI's `mpirun` (and Slurm's `srun --mpi=pmix`, PRRTE's `prterun`) give
-//! the processes they start a key-value store shared by the whole job: a process puts keys,
+//! PMIx is how Open MPI's `mpirun` (also Slurm's `srun --mpi=pmix` and PRRTE, which tca's
+//! start-up does not use it under) gives the processes it starts a key-value store shared by
+//! the whole job: a process puts keys,
 //! every process commits and meets at a fence, and then any process gets any other's keys.
 //! tca uses it for one thing: rank 0 of a job that spans nodes puts the address of the
 //! start-up rendezvous it listens on, and the other ranks get it after the fence — so

@@ -12,6 +12,8 @@ unsafe extern "C" {
     fn tca_pmix_get(rank: u32, key: *const c_char, buf: *mut c_char, len: usize) -> c_int;
     fn tca_pmix_finalize() -> c_int;
     fn tca_pmix_error(rc: c_int) -> *const c_char;
+    fn tca_pmix_err_timeout() -> c_int;
+    fn tca_pmix_max_keylen() -> usize;
 }
 
 /// The longest value [`Client::get`] returns, in bytes.
@@ -32,6 +34,14 @@ pub struct Error {
     pub status: i32,
     /// What went wrong.
     pub text: String,
+}
+
+impl Error {
+    /// Whether PMIx gave up waiting (`PMIX_ERR_TIMEOUT`: a fence some process never reached).
+    pub fn is_timeout(&self) -> bool {
+        // SAFETY: returns a constant.
+        self.status != 0 && self.status == unsafe { tca_pmix_err_timeout() }
+    }
 }
 
 impl std::fmt::Display for Error {
@@ -72,6 +82,19 @@ fn refused(call: &'static str, text: impl Into<String>) -> Error {
 
 fn c_string(call: &'static str, s: &str) -> Result<CString, Error> {
     CString::new(s).map_err(|_| refused(call, format!("{s:?} contains a NUL byte")))
+}
+
+/// A key as PMIx takes it: no NUL, at most `PMIX_MAX_KEYLEN` bytes (PMIx would cut it).
+fn c_key(call: &'static str, key: &str) -> Result<CString, Error> {
+    // SAFETY: returns a constant.
+    let max = unsafe { tca_pmix_max_keylen() };
+    if key.len() > max {
+        return Err(refused(
+            call,
+            format!("key {key:?} is longer than PMIx's {max} bytes"),
+        ));
+    }
+    c_string(call, key)
 }
 
 /// This process's connection to its launcher's PMIx server. Finalized on drop.
@@ -129,7 +152,7 @@ impl Client {
     /// Puts string `value` under `key` for every process of the job (`PMIx_Put`, global
     /// scope); others see it after the next [`Client::fence`].
     pub fn put(&self, key: &str, value: &str) -> Result<(), Error> {
-        let (k, v) = (c_string("PMIx_Put", key)?, c_string("PMIx_Put", value)?);
+        let (k, v) = (c_key("PMIx_Put", key)?, c_string("PMIx_Put", value)?);
         // SAFETY: both are NUL-terminated strings that outlive the call; PMIx copies them.
         check("PMIx_Put", unsafe { tca_pmix_put(k.as_ptr(), v.as_ptr()) })
     }
@@ -146,7 +169,7 @@ impl Client {
 
     /// The string that process `rank` put under `key` (`PMIx_Get`).
     pub fn get(&self, rank: u32, key: &str) -> Result<String, Error> {
-        let k = c_string("PMIx_Get", key)?;
+        let k = c_key("PMIx_Get", key)?;
         let mut buf = vec![0 as c_char; VALUE_MAX + 1];
         // SAFETY: `k` is NUL-terminated; `buf` is buf.len() writable bytes, and the shim
         // writes at most that many, NUL included.

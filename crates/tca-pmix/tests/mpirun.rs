@@ -17,13 +17,13 @@ fn example() -> PathBuf {
 
 #[test]
 fn every_process_gets_every_key_after_the_fence() {
-    let out = Command::new("mpirun")
+    let out = Command::new("mpirun.openmpi")
         .args(["--oversubscribe", "-n", "3"])
         .arg(example())
         .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
         .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
         .output()
-        .expect("mpirun (Debian: openmpi-bin)");
+        .expect("mpirun.openmpi (Debian: openmpi-bin)");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),

@@ -98,6 +98,9 @@ fn main() -> ExitCode {
         "sleep-where" => sleep_where(&world),
         "sigkill-in-single-copy" => sigkill_in_single_copy(&world, arg(&args, 1, 1) as u32),
         "p2p" => p2p(&world, arg(&args, 1, 20)),
+        // Odd ranks outlive their world (and the even ranks' processes) by a second, then
+        // say so: nothing may kill them meanwhile (Hydra does, unless PMI was finalized).
+        "linger" => world.barrier().map(|()| true),
         "env" => {
             let node: Vec<String> = world.node_ranks().iter().map(u32::to_string).collect();
             println!(
@@ -115,9 +118,16 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let rank = world.rank();
     match r {
         Ok(true) => match world.finalize() {
-            Ok(()) => ExitCode::SUCCESS,
+            Ok(()) => {
+                if scenario == "linger" && rank % 2 == 1 {
+                    std::thread::sleep(Duration::from_secs(1));
+                    println!("lingered rank {rank}");
+                }
+                ExitCode::SUCCESS
+            }
             Err(e) => report(e),
         },
         Ok(false) => ExitCode::from(1),

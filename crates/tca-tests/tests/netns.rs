@@ -384,9 +384,10 @@ fn slurm_pmix_and_pmi_environments_start_across_namespaces() {
 /// The real launchers, started in the first namespace with `scripts/netns-rsh.sh` as their
 /// remote shell: 2 + 2 ranks, and no `TCA_KV` — rank 0 publishes its rendezvous through the
 /// launcher's directory (MPICH's Hydra: PMI-1 over `PMI_FD`; Open MPI's mpirun: PMIx, with
-/// the `pmix` feature). A launcher that is not installed is skipped, saying so.
+/// the `pmix` feature). A launcher that is not installed is skipped, saying so (unless
+/// `TCA_TEST_LAUNCHERS=all`, as in CI).
 #[test]
-fn mpirun_and_hydra_start_jobs_across_namespaces_without_tca_kv() {
+fn mpirun_and_hydra_start_jobs_across_namespaces() {
     let Some(n) = Nodes::make(6, 2) else { return };
     let rsh = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/netns-rsh.sh");
     let map: Vec<String> = n
@@ -404,7 +405,7 @@ fn mpirun_and_hydra_start_jobs_across_namespaces_without_tca_kv() {
             .status()
             .is_ok()
     };
-    let run = |launcher: &[&str], args: &[&str]| {
+    let run_with = |launcher: &[&str], args: &[&str], kv: Option<&str>| {
         let mut c = Command::new("ip");
         c.args(["netns", "exec", &n.ns[0]])
             .args(launcher)
@@ -418,8 +419,12 @@ fn mpirun_and_hydra_start_jobs_across_namespaces_without_tca_kv() {
             .env_remove("TCA_BOARD_FD")
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
+        if let Some(kv) = kv {
+            c.env("TCA_KV", kv);
+        }
         finish(c.spawn().expect("ip netns exec"), Duration::from_secs(120))
     };
+    let run = |launcher: &[&str], args: &[&str]| run_with(launcher, args, None);
     let hydra = [
         "mpiexec.hydra",
         "-launcher",
@@ -433,7 +438,7 @@ fn mpirun_and_hydra_start_jobs_across_namespaces_without_tca_kv() {
     ];
     let subnet = format!("{}.0/24", n.addr[0].rsplit_once('.').unwrap().0);
     let ompi = [
-        "mpirun",
+        "mpirun.openmpi",
         "--host",
         &hosts,
         "--mca",
@@ -447,16 +452,23 @@ fn mpirun_and_hydra_start_jobs_across_namespaces_without_tca_kv() {
         "-x",
         "FI_PROVIDER",
     ];
+    // CI installs both launchers and builds with `pmix`, and sets TCA_TEST_LAUNCHERS=all so
+    // that a missing one fails rather than skips.
+    let all = std::env::var("TCA_TEST_LAUNCHERS").is_ok_and(|v| v == "all");
+    let skip = |why: &str| {
+        assert!(!all, "TCA_TEST_LAUNCHERS=all: {why}");
+        eprintln!("{why}");
+    };
     let mut launchers: Vec<(&str, &[&str])> = Vec::new();
     if has("mpiexec.hydra") {
         launchers.push(("Hydra", &hydra));
     } else {
-        eprintln!("Hydra skipped: no mpiexec.hydra (Debian: mpich)");
+        skip("Hydra skipped: no mpiexec.hydra (Debian: mpich)");
     }
-    if cfg!(feature = "pmix") && has("mpirun") {
+    if cfg!(feature = "pmix") && has("mpirun.openmpi") {
         launchers.push(("mpirun", &ompi));
     } else {
-        eprintln!("Open MPI's mpirun skipped: needs the `pmix` feature and openmpi-bin");
+        skip("Open MPI's mpirun skipped: needs the `pmix` feature and openmpi-bin");
     }
     for (name, launcher) in launchers {
         // Who is where, and through which transport.
@@ -477,5 +489,20 @@ fn mpirun_and_hydra_start_jobs_across_namespaces_without_tca_kv() {
         let (code, out, err) = run(launcher, &["coll", "2"]);
         assert_eq!(code, 0, "{name}: {out}{err}");
         assert_eq!(out.matches("coll ok").count(), 4, "{name}: {out}{err}");
+        // With TCA_KV, rank 0 listens there; the ranks still agree on the job (Hydra names
+        // it nowhere: the directory carries rank 0's id).
+        let kv = format!("{}:{}", n.addr[0], 40_000 + std::process::id() % 20_000);
+        let (code, out, err) = run_with(launcher, &["ring", "5"], Some(&kv));
+        assert_eq!(code, 0, "{name} with TCA_KV: {out}{err}");
+        assert_eq!(out.matches("ring ok").count(), 4, "{name}: {out}{err}");
+        // A rank that outlives its world and its node's other rank is not killed.
+        let (code, out, err) = run(launcher, &["linger"]);
+        assert_eq!(code, 0, "{name}: {out}{err}");
+        for r in [1, 3] {
+            assert!(
+                out.contains(&format!("lingered rank {r}")),
+                "{name}: {out}{err}"
+            );
+        }
     }
 }

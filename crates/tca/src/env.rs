@@ -20,7 +20,7 @@
 //! | `TCA_KV` | launcher, user | `host:port` of the start-up rendezvous of a job that spans nodes (`tca run --hosts` sets it; under Slurm it defaults to the step's first node) |
 //! | `TCA_KV_SILENCE` | user | seconds a rank or the rendezvous may be silent before its node is declared unreachable (default 5) |
 //! | `TCA_HOSTS` | user | hosts for the ranks that `tca bench`, `tca cg` and `tca model calibrate` start themselves (`h1:2,h2:2`, as `tca run --hosts`) |
-//! | `TCA_KV_HOST` | user | the address other hosts reach the start-up rendezvous at: the launcher's (as `tca run --kv-host`), or rank 0's when it publishes it under `mpirun`/Hydra (default: every IPv4 address of rank 0's interfaces but loopback's) |
+//! | `TCA_KV_HOST` | user | the address other hosts reach the start-up rendezvous at: the launcher's (as `tca run --kv-host`), or rank 0's when it publishes it under `mpirun`/Hydra (used there only if it is an address of rank 0's node; default: every address of rank 0's interfaces but loopback and link-local ones) |
 //! | `TCA_RSH` | user | the remote-shell agent of `tca run --hosts` (default `ssh -o BatchMode=yes`) |
 //! | `TCA_NODE` | user | overrides this rank's node name (ranks with the same node name share memory; default: host name and network namespace) |
 //! | `TCA_JOB_RESULT` | `tca bench`, `tca cg` | file where rank 0 of a job they started writes its result |

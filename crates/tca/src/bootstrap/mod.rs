@@ -42,17 +42,23 @@ pub struct Rendezvous {
 pub enum Meet {
     /// At `host:port` (`TCA_KV`, the launcher's, Slurm's default).
     Addr(String),
-    /// Rank 0 listens on a port of its choosing and publishes its addresses through the
-    /// launcher's key-value directory ([`pmi`]).
-    Published(pmi::Directory),
+    /// Through the launcher's key-value directory ([`pmi`]): rank 0 listens at `at`'s port
+    /// (`TCA_KV`) or one of its choosing, and publishes `at` or its node's addresses, and
+    /// its job id, which every rank takes.
+    Published {
+        /// The directory.
+        dir: pmi::Directory,
+        /// `TCA_KV`, if set.
+        at: Option<String>,
+    },
 }
 
 impl Meet {
     /// The address, if one was given.
     pub fn addr(&self) -> Option<&str> {
         match self {
-            Self::Addr(a) => Some(a),
-            Self::Published(_) => None,
+            Self::Addr(a) | Self::Published { at: Some(a), .. } => Some(a),
+            Self::Published { at: None, .. } => None,
         }
     }
 }
@@ -149,9 +155,10 @@ fn boot_deadline(vars: &dyn Vars) -> Result<Instant> {
         .unwrap_or(now + Duration::from_secs(365 * 86_400)))
 }
 
-/// The rendezvous of a job that `source` spread over nodes: `TCA_KV` if set, else `default`
-/// (a host the launcher names and a port derived from the job), else published through the
-/// launcher's directory `dir`, else an error saying what to set.
+/// The rendezvous of a job that `source` spread over nodes: through the launcher's
+/// directory `dir` if there is one (with `TCA_KV`'s address if set), else at `TCA_KV`, else
+/// at `default` (a host the launcher names and a port derived from the job), else an error
+/// saying what to set.
 fn spread(
     vars: &dyn Vars,
     source: &str,
@@ -159,16 +166,17 @@ fn spread(
     default: Option<String>,
     dir: Option<pmi::Directory>,
 ) -> Result<Rendezvous> {
-    let at = match (var(vars, env::KV).or(default), dir) {
-        (Some(addr), _) => Meet::Addr(addr),
-        (None, Some(dir)) => Meet::Published(dir),
+    let at = match (dir, var(vars, env::KV).or(default)) {
+        (Some(dir), at) => Meet::Published { dir, at },
+        (None, Some(addr)) => Meet::Addr(addr),
         (None, None) => {
             return Err(Error::new(
                 ErrorKind::Bootstrap,
                 format!(
                     "{source} spread this job over several nodes; tell the ranks where rank 0 \
                      listens for start-up: set {}=HOST:PORT (HOST: rank 0's node, PORT: any \
-                     free port; with mpirun: `-x {}=node1:29500`)",
+                     free port; with mpirun: `-x {}=node1:29500`), or build tca with the \
+                     `pmix` feature",
                     env::KV,
                     env::KV
                 ),
@@ -340,8 +348,12 @@ pub(crate) fn detect_in(
             });
         let mut job = named(rank, size, &format!("ompi-{name}"), "Open MPI", boot);
         if spans || var(vars, env::KV).is_some() {
-            // Open MPI's mpirun is a PMIx server (PMIX_RANK, PMIX_SERVER_URI*).
-            let dir = var(vars, "PMIX_RANK").map(|_| pmi::Directory::Pmix);
+            // Open MPI's mpirun is a PMIx server (PMIX_RANK, PMIX_SERVER_URI*). With TCA_KV
+            // it is not needed: the job's name (PMIX_NAMESPACE) is the same on every node,
+            // and Open MPI's own MPI_Init fails after another PMIx client (see `pmi`).
+            let dir = var(vars, "PMIX_RANK")
+                .filter(|_| cfg!(feature = "pmix") && var(vars, env::KV).is_none())
+                .map(|_| pmi::Directory::Pmix);
             job.kv = Some(spread(vars, "Open MPI's mpirun", rank, None, dir)?);
             job.board = BoardSource::Node;
         }
@@ -357,7 +369,8 @@ pub(crate) fn detect_in(
         });
         let mut job = named(rank, size, &format!("pmi-{name}"), "PMI", boot);
         if spans || var(vars, env::KV).is_some() {
-            // Hydra hands each process a socket for PMI-1's wire protocol.
+            // Hydra hands each process a socket for PMI-1's wire protocol; it also carries
+            // the job id, as Hydra names the job nowhere in the environment.
             let dir = num(vars, "PMI_FD")?
                 .and_then(|fd| i32::try_from(fd).ok())
                 .map(|fd| pmi::Directory::Pmi1 { fd });
@@ -592,9 +605,15 @@ mod tests {
             }
             detect(&v).unwrap().kv.unwrap()
         };
-        let (k0, k1) = (ompi("0", None), ompi("1", None));
-        assert_eq!(k0.at, super::Meet::Published(super::pmi::Directory::Pmix));
-        assert!(k0.serve && !k1.serve && k0.at == k1.at);
+        if cfg!(feature = "pmix") {
+            let (k0, k1) = (ompi("0", None), ompi("1", None));
+            let pmix = super::Meet::Published {
+                dir: super::pmi::Directory::Pmix,
+                at: None,
+            };
+            assert_eq!(k0.at, pmix);
+            assert!(k0.serve && !k1.serve && k0.at == k1.at);
+        }
         assert_eq!(ompi("1", Some("h:1")).at, super::Meet::Addr("h:1".into()));
         let hydra = detect(&vars(&[
             ("PMI_RANK", "3"),
@@ -605,7 +624,10 @@ mod tests {
         .unwrap();
         assert_eq!(
             hydra.kv.unwrap().at,
-            super::Meet::Published(super::pmi::Directory::Pmi1 { fd: 9 })
+            super::Meet::Published {
+                dir: super::pmi::Directory::Pmi1 { fd: 9 },
+                at: None
+            }
         );
         // The launcher's variables come first; its board is opened, and a failure says whose.
         let e = detect(&vars(&[

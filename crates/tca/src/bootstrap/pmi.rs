@@ -1,43 +1,60 @@
 //! The launcher's key-value directory: how rank 0 of a job that spans nodes tells the other
-//! ranks where its start-up rendezvous ([`super::kv`]) listens, when no `TCA_KV` names it.
+//! ranks where its start-up rendezvous ([`super::kv`]) listens, and which job id they share.
 //!
 //! MPI launchers give the processes they start a small key-value store shared by the job
 //! (the "PMI"): a process puts a key, all meet at a barrier (a fence), then any process
-//! reads any key. tca uses it once, at start-up, the way NCCL passes its unique id:
-//! 1. rank 0 starts the rendezvous on a port the kernel picks, on every interface;
-//! 2. it puts `tca-kv` = its node's id and the addresses it listens at (`TCA_KV_HOST` if
-//!    set, else every IPv4 address of its interfaces but loopback's);
-//! 3. every rank meets the others at the fence, and the others read the value;
+//! reads any key. tca uses it once per world, at start-up, the way NCCL passes its unique id:
+//! 1. rank 0 starts the rendezvous on a port the kernel picks (or `TCA_KV`'s), on every
+//!    interface (IPv6 and IPv4 where the node has IPv6, else IPv4);
+//! 2. it puts `tca-kv-N` (N counts the worlds this process made) = its node's id, its job
+//!    id and the addresses it listens at: `TCA_KV`'s if given, else `TCA_KV_HOST` if that is
+//!    an address of rank 0's node, else every address of its interfaces but loopback and
+//!    link-local ones (within PMI-1's 1,024-byte values);
+//! 3. every rank meets the others at the fence, and the others read the value and take rank
+//!    0's job id (Hydra gives the nodes no common job name to derive one from);
 //! 4. each rank connects to the rendezvous: at loopback if it shares rank 0's node, else at
 //!    rank 0's addresses that are not also its own (a bridge such as docker0 has the same
 //!    address on every host), in turn, until one answers or start-up times out.
 //!
 //! Two directories:
-//! - **PMI-1** over the descriptor `PMI_FD` (MPICH's Hydra, `mpiexec`; Intel MPI's), the
-//!   "simple PMI" wire protocol: lines of `cmd=... key=value` over a socket to the
-//!   launcher's proxy. Pure Rust, always built.
-//! - **PMIx** (Open MPI's `mpirun`, PRRTE, `srun --mpi=pmix`) through the system client
-//!   library, behind the cargo feature `pmix` (crate `tca-pmix`).
+//! - **PMI-1** over the descriptor `PMI_FD` (MPICH's Hydra, `mpiexec`), the "simple PMI"
+//!   wire protocol: lines of `cmd=... key=value` over a socket to the launcher's proxy. Pure
+//!   Rust, always built. Under Hydra it also carries the job id when `TCA_KV` names the
+//!   address.
+//! - **PMIx** (Open MPI's `mpirun`) through the system client library, behind the cargo
+//!   feature `pmix` (crate `tca-pmix`).
 //!
-//! # Living beside an MPI in the same program
-//! - PMI-1 is not finalized: Hydra closes a process's connection at `finalize`, so an
-//!   `MPI_Init` after it would fail, while a process that never sends it exits cleanly.
-//!   MPICH's `MPI_Init` works before and after tca's start-up (both checked with
-//!   `mpiexec.hydra -n 2` and a C program that speaks the wire protocol beside MPICH 4.0).
+//! # Leaving, and living beside an MPI in the same program
+//! - A process that used PMI-1 must send `finalize` before it exits: Hydra's proxy kills the
+//!   other processes of its node (and the job fails) when one closes its connection without
+//!   (checked: `mpiexec.hydra -n 2` and a C program). So the world keeps the connection and
+//!   sends `finalize` when it is dropped ([`Held`]). Hydra closes the connection then: in a
+//!   program that also uses MPICH, drop the world after `MPI_Finalize` (MPICH's own
+//!   `finalize` would find the connection closed). MPICH's `MPI_Init` before or after tca's
+//!   start-up both worked with a C program that speaks the wire protocol beside MPICH 4.0.
 //! - PMIx is finalized when start-up is done. Open MPI 4.1's `MPI_Init` fails in a process
 //!   that initialised PMIx before it (`orte_init`: "getting local rank failed"), and works
-//!   when it came first: a program that uses both calls `MPI_Init` before it joins a tca
-//!   world that spans nodes, or sets `TCA_KV`.
+//!   when it came first (both checked with C programs): a program that uses both calls
+//!   `MPI_Init` before it joins a tca world that spans nodes, or sets `TCA_KV`.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, ErrorKind, Result};
 
-/// The key rank 0 puts its rendezvous under.
+/// The key rank 0 puts its rendezvous under (with the world's number in this process).
 pub const KEY: &str = "tca-kv";
+
+/// Worlds this process has met its job through a directory for: every rank makes its worlds
+/// in the same order, so the N-th world of each uses key `tca-kv-N` (a directory may refuse
+/// a key put twice).
+static WORLDS: AtomicU32 = AtomicU32::new(0);
+
+/// The longest value rank 0 puts: Hydra's PMI-1 values hold 1,024 bytes.
+const VALUE_MAX: usize = 1000;
 
 /// A launcher's key-value directory, as start-up found it in the environment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,123 +78,160 @@ impl Directory {
     }
 }
 
-/// An open directory: put, fence, get, then dropped (PMIx's is finalized then).
-trait Open {
-    fn put(&mut self, key: &str, value: &str) -> Result<()>;
-    fn fence(&mut self, deadline: Instant) -> Result<()>;
-    fn get(&mut self, rank: u32, key: &str) -> Result<String>;
-}
-
 /// What rank 0 publishes: the id of its node, its job id, then where it listens.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Published {
     /// [`super::hash`] of rank 0's node name (`fabric::world::node_name`).
     pub node: u64,
-    /// Rank 0's job id, which every rank takes (a launcher may give nodes no common name
-    /// to derive one from: Hydra sets no `PMI_KVSNAME`).
+    /// Rank 0's job id, which every rank takes.
     pub job: u64,
-    /// Rank 0's addresses, with the rendezvous's port.
+    /// Rank 0's addresses other nodes may reach, with the rendezvous's port (empty: none).
     pub addrs: Vec<SocketAddr>,
+    /// The rendezvous's port, for ranks of rank 0's node (loopback).
+    pub port: u16,
 }
 
 impl Published {
-    /// `NODE@JOB@A:P,B:P`: no spaces, `=` or `;` (PMI-1 splits on them).
+    /// `NODE@JOB@PORT@A:P,B:P`: no spaces, `=` or `;` (PMI-1 splits on them).
     fn encode(&self) -> String {
         let addrs: Vec<String> = self.addrs.iter().map(ToString::to_string).collect();
-        format!("{:016x}@{:016x}@{}", self.node, self.job, addrs.join(","))
+        format!(
+            "{:016x}@{:016x}@{}@{}",
+            self.node,
+            self.job,
+            self.port,
+            addrs.join(",")
+        )
     }
 
     fn decode(s: &str) -> Option<Self> {
-        let mut it = s.trim().splitn(3, '@');
-        let (node, job, addrs) = (it.next()?, it.next()?, it.next()?);
+        let mut it = s.trim().splitn(4, '@');
+        let (node, job, port, addrs) = (it.next()?, it.next()?, it.next()?, it.next()?);
         let node = u64::from_str_radix(node, 16).ok()?;
         let job = u64::from_str_radix(job, 16).ok()?;
-        let addrs: Vec<SocketAddr> = addrs
-            .split(',')
-            .map(str::parse)
-            .collect::<std::result::Result<_, _>>()
-            .ok()?;
-        (!addrs.is_empty()).then_some(Self { node, job, addrs })
+        let port = port.parse().ok()?;
+        let addrs: Vec<SocketAddr> = if addrs.is_empty() {
+            Vec::new()
+        } else {
+            addrs
+                .split(',')
+                .map(str::parse)
+                .collect::<std::result::Result<_, _>>()
+                .ok()?
+        };
+        Some(Self {
+            node,
+            job,
+            addrs,
+            port,
+        })
     }
 
     /// The addresses a rank on node `mine` (its [`super::hash`]), whose own interfaces have
     /// `own` addresses, tries, in order: loopback on rank 0's node; elsewhere rank 0's
-    /// addresses that are not also this host's (all of them if every one is).
+    /// addresses but loopback and those that are this host's too (all of those if every one
+    /// is). Empty when rank 0 gave none another node can use.
     pub(crate) fn candidates(&self, mine: u64, own: &[IpAddr]) -> Vec<SocketAddr> {
-        let port = self.addrs[0].port();
         if mine == self.node {
-            return vec![SocketAddr::from((Ipv4Addr::LOCALHOST, port))];
+            return vec![SocketAddr::from((Ipv4Addr::LOCALHOST, self.port))];
         }
-        let theirs: Vec<SocketAddr> = self
+        let usable: Vec<SocketAddr> = self
             .addrs
+            .iter()
+            .copied()
+            .filter(|a| !a.ip().is_loopback())
+            .collect();
+        let theirs: Vec<SocketAddr> = usable
             .iter()
             .copied()
             .filter(|a| !own.contains(&a.ip()))
             .collect();
-        if theirs.is_empty() {
-            self.addrs.clone()
-        } else {
-            theirs
-        }
+        if theirs.is_empty() { usable } else { theirs }
     }
 }
 
-/// This host's IPv4 addresses but loopback's, from its interfaces.
-pub(crate) fn own_addrs() -> Vec<IpAddr> {
+/// This host's addresses other hosts may reach: IPv4 but loopback, and with `v6` IPv6 but
+/// loopback and link-local (which need an interface to name).
+pub(crate) fn own_addrs(v6: bool) -> Vec<IpAddr> {
     if_addrs::get_if_addrs()
         .map(|ifs| {
             ifs.into_iter()
                 .map(|i| i.ip())
-                .filter(|ip| ip.is_ipv4() && !ip.is_loopback())
+                .filter(|ip| match ip {
+                    IpAddr::V4(a) => !a.is_loopback(),
+                    IpAddr::V6(a) => v6 && !a.is_loopback() && (a.segments()[0] & 0xffc0) != 0xfe80,
+                })
                 .collect()
         })
         .unwrap_or_default()
 }
 
-/// Through `dir`: rank 0 publishes `port` (its rendezvous's) and `job` on node `node` (its
-/// name, as start-up tells nodes apart); every rank meets the others at the fence; returns
-/// the addresses this rank tries, in order, and rank 0's job id.
+/// What rank 0 listens at, for [`meet`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Listening {
+    /// The rendezvous's port.
+    pub port: u16,
+    /// Whether it accepts IPv6 too.
+    pub v6: bool,
+    /// The one address to publish (`TCA_KV`'s), else this node's.
+    pub at: Option<SocketAddr>,
+}
+
+/// What start-up keeps of the directory until the world is dropped: Hydra's PMI-1
+/// connection, which must say `finalize` before the process exits (see the module doc).
+#[derive(Debug, Default)]
+pub(crate) struct Held(Option<Pmi1>);
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if let Some(p) = &mut self.0 {
+            // Best effort: after MPICH's own finalize the launcher has closed the connection.
+            let _ = p.call(
+                "cmd=finalize",
+                "finalize_ack",
+                Some(Instant::now() + Duration::from_secs(2)),
+            );
+        }
+    }
+}
+
+/// Through `dir`, for the world of rank `rank` whose job id is `job` on node `node` (its
+/// name, as start-up tells nodes apart): rank 0 publishes where it listens (`listen`, `Some`
+/// on rank 0 only); every rank meets the others at the fence; returns the addresses this
+/// rank tries, in order, rank 0's job id, and what to keep until the world ends.
 pub(crate) fn meet(
     dir: Directory,
     (rank, job): (u32, u64),
     node: &str,
-    port: Option<u16>,
+    listen: Option<Listening>,
     deadline: Instant,
-) -> Result<(Vec<SocketAddr>, u64)> {
+) -> Result<(Vec<SocketAddr>, u64, Held)> {
     let node = super::hash(node);
-    let mut open = open(dir)?;
+    let key = format!("{KEY}-{}", WORLDS.fetch_add(1, Ordering::Relaxed));
     let fail = |e: Error| {
+        let what = if rank == 0 {
+            "publishing rank 0's start-up address"
+        } else {
+            "reading rank 0's start-up address"
+        };
         Error::new(
             e.kind(),
             format!(
-                "rank {rank}: publishing rank 0's start-up address through the launcher's \
-                 {}: {e}",
+                "rank {rank}: {what} through the launcher's {}: {e}",
                 dir.name()
             ),
         )
     };
-    let mine = match port {
-        Some(port) => {
-            let ips = match std::env::var(crate::env::KV_HOST) {
-                Ok(h) if !h.trim().is_empty() => super::kv::resolve(&format!("{}:0", h.trim()))
-                    .map(|a| vec![a.ip()])
-                    .map_err(fail)?,
-                _ => own_addrs(),
-            };
-            let ips = if ips.is_empty() {
-                vec![IpAddr::V4(Ipv4Addr::LOCALHOST)]
-            } else {
-                ips
-            };
+    let mut open = open(dir).map_err(fail)?;
+    let mine = match listen {
+        Some(l) => {
             let p = Published {
                 node,
                 job,
-                addrs: ips
-                    .into_iter()
-                    .map(|ip| SocketAddr::new(ip, port))
-                    .collect(),
+                addrs: publishable(l),
+                port: l.port,
             };
-            open.put(KEY, &p.encode()).map_err(fail)?;
+            open.put(&key, &p.encode()).map_err(fail)?;
             Some(p)
         }
         None => None,
@@ -186,7 +240,7 @@ pub(crate) fn meet(
     let p = match mine {
         Some(p) => p,
         None => {
-            let v = open.get(0, KEY).map_err(fail)?;
+            let v = open.get(0, &key).map_err(fail)?;
             Published::decode(&v).ok_or_else(|| {
                 fail(Error::peer(
                     ErrorKind::Bootstrap,
@@ -196,25 +250,69 @@ pub(crate) fn meet(
             })?
         }
     };
-    drop(open);
-    Ok((p.candidates(node, &own_addrs()), p.job))
+    let held = open.keep();
+    let addrs = p.candidates(node, &own_addrs(true));
+    if addrs.is_empty() {
+        return Err(Error::peer(
+            ErrorKind::Bootstrap,
+            0,
+            format!(
+                "rank {rank}: rank 0's node has no address another node can reach (only \
+                 loopback, or link-local IPv6); set {}=HOST:PORT (an address of rank 0's node \
+                 and a free port)",
+                crate::env::KV
+            ),
+        ));
+    }
+    Ok((addrs, p.job, held))
 }
 
-fn open(dir: Directory) -> Result<Box<dyn Open>> {
+/// The addresses rank 0 publishes (see the module doc), within [`VALUE_MAX`] once encoded.
+fn publishable(l: Listening) -> Vec<SocketAddr> {
+    if let Some(at) = l.at {
+        return vec![at];
+    }
+    let own = own_addrs(l.v6);
+    let named = std::env::var(crate::env::KV_HOST)
+        .ok()
+        .and_then(|h| super::kv::resolve(&format!("{}:0", h.trim())).ok())
+        .map(|a| a.ip())
+        .filter(|ip| own.contains(ip));
+    let ips = named.map_or(own, |ip| vec![ip]);
+    let mut out = Vec::new();
+    let mut len = 60;
+    for ip in ips {
+        let a = SocketAddr::new(ip, l.port);
+        len += a.to_string().len() + 1;
+        if len > VALUE_MAX {
+            break;
+        }
+        out.push(a);
+    }
+    out
+}
+
+/// An open directory.
+enum Opened {
+    Pmi1(Pmi1),
+    #[cfg(feature = "pmix")]
+    Pmix(tca_pmix::Client),
+}
+
+fn open(dir: Directory) -> Result<Opened> {
     match dir {
-        Directory::Pmi1 { fd } => Ok(Box::new(Pmi1::open(fd)?)),
+        Directory::Pmi1 { fd } => Ok(Opened::Pmi1(Pmi1::open(fd)?)),
         Directory::Pmix => open_pmix(),
     }
 }
 
 #[cfg(feature = "pmix")]
-fn open_pmix() -> Result<Box<dyn Open>> {
-    let c = tca_pmix::Client::init().map_err(pmix_err)?;
-    Ok(Box::new(Pmix(c)))
+fn open_pmix() -> Result<Opened> {
+    tca_pmix::Client::init().map(Opened::Pmix).map_err(pmix_err)
 }
 
 #[cfg(not(feature = "pmix"))]
-fn open_pmix() -> Result<Box<dyn Open>> {
+fn open_pmix() -> Result<Opened> {
     Err(Error::new(
         ErrorKind::Bootstrap,
         format!(
@@ -227,31 +325,70 @@ fn open_pmix() -> Result<Box<dyn Open>> {
 
 #[cfg(feature = "pmix")]
 fn pmix_err(e: tca_pmix::Error) -> Error {
-    Error::new(ErrorKind::Bootstrap, e.to_string())
+    let kind = if e.is_timeout() {
+        ErrorKind::Timeout
+    } else {
+        ErrorKind::Bootstrap
+    };
+    Error::new(kind, e.to_string())
 }
 
-/// An open PMIx client.
-#[cfg(feature = "pmix")]
-struct Pmix(tca_pmix::Client);
-
-#[cfg(feature = "pmix")]
-impl Open for Pmix {
+impl Opened {
     fn put(&mut self, key: &str, value: &str) -> Result<()> {
-        self.0.put(key, value).map_err(pmix_err)
+        match self {
+            Self::Pmi1(p) => {
+                let cmd = format!("cmd=put kvsname={} key={key} value={value}", p.kvs);
+                p.call(&cmd, "put_result", None).map(drop)
+            }
+            #[cfg(feature = "pmix")]
+            Self::Pmix(c) => c.put(key, value).map_err(pmix_err),
+        }
     }
 
     fn fence(&mut self, deadline: Instant) -> Result<()> {
-        let left = deadline.saturating_duration_since(Instant::now());
-        self.0.fence(left).map_err(pmix_err)
+        match self {
+            Self::Pmi1(p) => p
+                .call("cmd=barrier_in", "barrier_out", Some(deadline))
+                .map(drop),
+            #[cfg(feature = "pmix")]
+            Self::Pmix(c) => c
+                .fence(deadline.saturating_duration_since(Instant::now()))
+                .map_err(pmix_err),
+        }
     }
 
     fn get(&mut self, rank: u32, key: &str) -> Result<String> {
-        self.0.get(rank, key).map_err(pmix_err)
+        match self {
+            Self::Pmi1(p) => {
+                let _ = rank; // PMI-1's keys are the job's, not a rank's.
+                let cmd = format!("cmd=get kvsname={} key={key}", p.kvs);
+                let r = p.call(&cmd, "get_result", None)?;
+                field(&r, "value").map(str::to_string).ok_or_else(|| {
+                    Error::new(
+                        ErrorKind::Bootstrap,
+                        format!("PMI-1: {cmd:?} answered {r:?}"),
+                    )
+                })
+            }
+            #[cfg(feature = "pmix")]
+            Self::Pmix(c) => c.get(rank, key).map_err(pmix_err),
+        }
+    }
+
+    /// What the world keeps: PMI-1's connection (finalized when the world ends); PMIx is
+    /// finalized now.
+    fn keep(self) -> Held {
+        match self {
+            Self::Pmi1(p) => Held(Some(p)),
+            #[cfg(feature = "pmix")]
+            Self::Pmix(_) => Held(None),
+        }
     }
 }
 
 /// PMI-1's simple wire protocol on the launcher's descriptor.
-struct Pmi1 {
+#[derive(Debug)]
+pub(crate) struct Pmi1 {
     reader: BufReader<UnixStream>,
     kvs: String,
 }
@@ -261,8 +398,7 @@ const LINE_MAX: usize = 4096;
 
 impl Pmi1 {
     fn open(fd: i32) -> Result<Self> {
-        let own = dup(fd)?;
-        let s = UnixStream::from(own);
+        let s = UnixStream::from(dup(fd)?);
         let mut p = Self {
             reader: BufReader::new(s),
             kvs: String::new(),
@@ -280,7 +416,7 @@ impl Pmi1 {
     }
 
     /// Sends `cmd` and reads the answer `want` (`cmd=want ...`), failing on a non-zero `rc`
-    /// or silence past `deadline`.
+    /// or silence past `deadline` (a minute without one).
     fn call(&mut self, cmd: &str, want: &str, deadline: Option<Instant>) -> Result<String> {
         let io = |what: &str, e: std::io::Error| {
             Error::new(ErrorKind::Bootstrap, format!("PMI-1 {what} ({cmd:?}): {e}"))
@@ -291,8 +427,14 @@ impl Pmi1 {
                 .max(Duration::from_millis(1))
         })))
         .map_err(|e| io("timeout", e))?;
-        s.write_all(format!("{cmd}\n").as_bytes())
-            .map_err(|e| io("write", e))?;
+        // Not write(2): a launcher that closed the connection must not raise SIGPIPE here.
+        let line = format!("{cmd}\n");
+        let mut rest = line.as_bytes();
+        while !rest.is_empty() {
+            let n = rustix::net::send(&*s, rest, rustix::net::SendFlags::NOSIGNAL)
+                .map_err(|e| io("write", e.into()))?;
+            rest = &rest[n..];
+        }
         let mut line = String::new();
         let n = std::io::Read::take(&mut self.reader, LINE_MAX as u64)
             .read_line(&mut line)
@@ -347,11 +489,9 @@ fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
     })
 }
 
-/// A duplicate of this process's descriptor `fd`, checked to be a socket. Taken through a
-/// pidfd of this very process (`pidfd_getfd`), which needs no `unsafe` borrow of a raw
-/// descriptor number.
+/// A duplicate of this process's descriptor `fd` (the launcher's), checked to be a socket.
+#[allow(unsafe_code)] // borrowing a descriptor number from the environment
 fn dup(fd: i32) -> Result<std::os::fd::OwnedFd> {
-    use rustix::process::{PidfdFlags, PidfdGetfdFlags, pidfd_getfd, pidfd_open};
     let bad = |why: String| {
         Error::new(
             ErrorKind::Bootstrap,
@@ -361,48 +501,21 @@ fn dup(fd: i32) -> Result<std::os::fd::OwnedFd> {
     if fd < 0 {
         return Err(bad("negative".into()));
     }
-    let me = pidfd_open(rustix::process::getpid(), PidfdFlags::empty())
-        .map_err(|e| bad(e.to_string()))?;
-    let own = pidfd_getfd(&me, fd, PidfdGetfdFlags::empty()).map_err(|e| bad(e.to_string()))?;
-    let st = rustix::fs::fstat(&own).map_err(|e| bad(e.to_string()))?;
+    // SAFETY: the descriptor is borrowed only for the two calls below, and tca never closes
+    // it (the launcher opened it for this process; a program that closes it concurrently has
+    // no PMI either). If `fd` is not open, both calls fail with EBADF and nothing else.
+    let b = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    let st = rustix::fs::fstat(b).map_err(|e| bad(e.to_string()))?;
     if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::Socket {
         return Err(bad("not a socket".into()));
     }
-    Ok(own)
+    rustix::io::fcntl_dupfd_cloexec(b, 0).map_err(|e| bad(e.to_string()))
 }
 
-impl Open for Pmi1 {
-    fn put(&mut self, key: &str, value: &str) -> Result<()> {
-        let cmd = format!("cmd=put kvsname={} key={key} value={value}", self.kvs);
-        self.call(&cmd, "put_result", None).map(drop)
-    }
-
-    fn fence(&mut self, deadline: Instant) -> Result<()> {
-        self.call("cmd=barrier_in", "barrier_out", Some(deadline))
-            .map(drop)
-    }
-
-    fn get(&mut self, _rank: u32, key: &str) -> Result<String> {
-        let cmd = format!("cmd=get kvsname={} key={key}", self.kvs);
-        let r = self.call(&cmd, "get_result", None)?;
-        field(&r, "value").map(str::to_string).ok_or_else(|| {
-            Error::new(
-                ErrorKind::Bootstrap,
-                format!("PMI-1: {cmd:?} answered {r:?}"),
-            )
-        })
-    }
-}
-
-/// Start-up through PMI-1 against arbitrary replies: the fuzz targets' entry (a launcher's
-/// socket is outside input). `data`: its first byte picks the rank (even: rank 0, which
-/// puts; odd: rank 1, which gets), the rest is everything the launcher sends (at most
-/// 64 KiB), then it closes. Runs [`meet`] to its end: an accepted rendezvous has addresses,
-/// every error says what it was doing. Returns whether start-up got its addresses. Not
-/// part of the API (feature `fuzzing`).
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub fn fuzz_replies(data: &[u8]) -> bool {
+    use std::io::Write;
     let Some((&first, replies)) = data.split_first() else {
         return false;
     };
@@ -413,19 +526,25 @@ pub fn fuzz_replies(data: &[u8]) -> bool {
         .shutdown(std::net::Shutdown::Write)
         .expect("shutdown");
     let fd = std::os::fd::AsRawFd::as_raw_fd(&ours);
-    let (rank, port) = if first % 2 == 0 {
-        (0, Some(4000))
+    let (rank, listen) = if first % 2 == 0 {
+        let l = Listening {
+            port: 4000,
+            v6: false,
+            at: None,
+        };
+        (0, Some(l))
     } else {
         (1, None)
     };
     let soon = Instant::now() + Duration::from_secs(5);
-    match meet(Directory::Pmi1 { fd }, (rank, 1), "fuzz", port, soon) {
-        Ok((addrs, _job)) => {
+    match meet(Directory::Pmi1 { fd }, (rank, 1), "fuzz", listen, soon) {
+        Ok((addrs, _job, _held)) => {
             assert!(!addrs.is_empty(), "no address from {replies:?}");
             true
         }
         Err(e) => {
-            assert!(e.to_string().contains("PMI-1"), "{e}");
+            let m = e.to_string();
+            assert!(m.contains("PMI-1") || m.contains("rank 0"), "{e}");
             false
         }
     }
@@ -434,6 +553,7 @@ pub fn fuzz_replies(data: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Write;
 
     #[test]
     fn published_addresses_round_trip_and_order_by_node() {
@@ -443,7 +563,9 @@ mod tests {
             addrs: vec![
                 "10.0.0.1:4000".parse().unwrap(),
                 "172.17.0.1:4000".parse().unwrap(),
+                "[fd00::2]:4000".parse().unwrap(),
             ],
+            port: 4000,
         };
         let s = p.encode();
         assert!(!s.contains([' ', '=', ';']), "{s}");
@@ -455,6 +577,9 @@ mod tests {
             "abc@1@10.0.0.1",
             "abc@10.0.0.1:1",
             "abc",
+            "abc@1@x@",
+            "abc@1@1@10.0.0.1",
+            "abc@1@70000@",
         ] {
             assert_eq!(Published::decode(bad), None, "{bad}");
         }
@@ -467,10 +592,25 @@ mod tests {
         let own: Vec<IpAddr> = vec!["172.17.0.1".parse().unwrap()];
         assert_eq!(
             p.candidates(1, &own),
-            vec!["10.0.0.1:4000".parse().unwrap()]
+            vec![
+                "10.0.0.1:4000".parse().unwrap(),
+                "[fd00::2]:4000".parse().unwrap()
+            ]
         );
         let all: Vec<IpAddr> = p.addrs.iter().map(SocketAddr::ip).collect();
         assert_eq!(p.candidates(1, &all), p.addrs);
+        // Nothing another node can use: none (loopback is never offered across nodes).
+        let none = Published {
+            addrs: vec!["127.0.0.1:4000".parse().unwrap()],
+            ..p.clone()
+        };
+        assert!(none.candidates(1, &[]).is_empty());
+        let empty = Published {
+            addrs: Vec::new(),
+            ..p
+        };
+        assert_eq!(Published::decode(&empty.encode()), Some(empty.clone()));
+        assert!(empty.candidates(1, &[]).is_empty());
     }
 
     /// A fake launcher on the other end of a socket pair, answering PMI-1 as Hydra does.
@@ -488,12 +628,14 @@ mod tests {
                     "put" if fail_put => "cmd=put_result rc=-1 msg=duplicate_key".into(),
                     "put" => "cmd=put_result rc=0 msg=success".into(),
                     "barrier_in" => "cmd=barrier_out".into(),
+                    "finalize" => "cmd=finalize_ack".into(),
                     "get" => format!(
                         "cmd=get_result rc=0 msg=success value={}",
                         Published {
                             node: 9,
                             job: 0x77,
                             addrs: vec!["10.1.2.3:555".parse().unwrap()],
+                            port: 555,
                         }
                         .encode()
                     ),
@@ -507,45 +649,76 @@ mod tests {
         (fd, t, ours)
     }
 
+    fn listen(port: u16) -> Option<Listening> {
+        Some(Listening {
+            port,
+            v6: false,
+            at: None,
+        })
+    }
+
     #[test]
-    fn pmi1_put_fence_and_get_as_hydra_expects() {
+    fn pmi1_put_fence_get_and_finalize_as_hydra_expects() {
         let soon = Instant::now() + Duration::from_secs(10);
-        // Rank 1: reads rank 0's value after the barrier.
+        // Rank 1: reads rank 0's value after the barrier; finalizes when the world ends.
         let (fd, t, ours) = launcher(false);
-        let got = meet(Directory::Pmi1 { fd }, (1, 5), "b", None, soon).unwrap();
+        let (addrs, job, held) = meet(Directory::Pmi1 { fd }, (1, 5), "b", None, soon).unwrap();
+        assert_eq!(addrs, vec!["10.1.2.3:555".parse().unwrap()]);
+        assert_eq!(job, 0x77);
+        drop(held);
         drop(ours);
-        assert_eq!(got, (vec!["10.1.2.3:555".parse().unwrap()], 0x77));
         let seen = t.join().unwrap();
+        assert_eq!(seen.len(), 5, "{seen:?}");
         assert_eq!(
-            seen,
+            seen[..3],
             [
                 "cmd=init pmi_version=1 pmi_subversion=1",
                 "cmd=get_my_kvsname",
                 "cmd=barrier_in",
-                "cmd=get kvsname=kvs_7_0 key=tca-kv",
             ]
         );
-        // Rank 0: puts, then meets the others; on its own node it connects at loopback.
-        let (fd, t, ours) = launcher(false);
-        let got = meet(Directory::Pmi1 { fd }, (0, 0x42), "a", Some(4242), soon).unwrap();
-        drop(ours);
-        assert_eq!(got, (vec!["127.0.0.1:4242".parse().unwrap()], 0x42));
-        let seen = t.join().unwrap();
         assert!(
-            seen[2].starts_with(&format!(
-                "cmd=put kvsname=kvs_7_0 key=tca-kv value={:016x}@0000000000000042@",
-                super::super::hash("a")
-            )),
+            seen[3].starts_with("cmd=get kvsname=kvs_7_0 key=tca-kv-"),
             "{seen:?}"
         );
-        assert_eq!(seen[3..], ["cmd=barrier_in"]);
+        assert_eq!(seen[4], "cmd=finalize");
+        // Rank 0: puts, then meets the others; on its own node it connects at loopback.
+        let (fd, t, ours) = launcher(false);
+        let (addrs, job, held) =
+            meet(Directory::Pmi1 { fd }, (0, 0x42), "a", listen(4242), soon).unwrap();
+        assert_eq!(addrs, vec!["127.0.0.1:4242".parse().unwrap()]);
+        assert_eq!(job, 0x42);
+        drop(held);
+        drop(ours);
+        let seen = t.join().unwrap();
+        let put = format!(
+            "value={:016x}@0000000000000042@4242@",
+            super::super::hash("a")
+        );
+        assert!(
+            seen[2].starts_with("cmd=put kvsname=kvs_7_0 key=tca-kv-") && seen[2].contains(&put),
+            "{seen:?}"
+        );
+        assert_eq!(seen[3..], ["cmd=barrier_in", "cmd=finalize"]);
+        // A world's TCA_KV address is published as it is.
+        let (fd, t, ours) = launcher(false);
+        let at = Some("10.9.9.9:7000".parse().unwrap());
+        let l = Some(Listening {
+            port: 7000,
+            v6: false,
+            at,
+        });
+        drop(meet(Directory::Pmi1 { fd }, (0, 1), "a", l, soon).unwrap());
+        drop(ours);
+        let seen = t.join().unwrap();
+        assert!(seen[2].ends_with("@7000@10.9.9.9:7000"), "{seen:?}");
     }
 
     #[test]
     fn pmi1_failures_are_errors_that_say_what_failed() {
         let soon = Instant::now() + Duration::from_secs(10);
         let (fd, t, ours) = launcher(true);
-        let e = meet(Directory::Pmi1 { fd }, (0, 1), "a", Some(1), soon).unwrap_err();
+        let e = meet(Directory::Pmi1 { fd }, (0, 1), "a", listen(1), soon).unwrap_err();
         drop(ours);
         t.join().unwrap();
         assert!(

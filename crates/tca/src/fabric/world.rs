@@ -165,6 +165,7 @@ pub struct World {
     name: &'static str,
     /// Whether every other rank is reached through the network (set when it starts): a
     /// wait that names no raiser then sleeps on it (`World::sleeps_on_network`).
+    #[cfg(feature = "ofi")]
     all_remote: bool,
     /// Every rank's control segment (barrier words, exchange inbox; see `control`).
     pub(crate) ctrl: Vec<Handle>,
@@ -174,6 +175,9 @@ pub struct World {
     pub(crate) xchg_epoch: Cell<u64>,
     /// Sleep turns of this rank's waits on the network ([`World::network_sleeps`]).
     net_sleeps: Cell<u64>,
+    /// The launcher's directory as start-up left it (Hydra's PMI-1 connection, which says
+    /// `finalize` when dropped). Last: dropped after everything else of the world.
+    pmi: crate::bootstrap::pmi::Held,
 }
 
 impl World {
@@ -234,6 +238,7 @@ impl World {
             watch: None,
             _kv_server: server,
             name: "shm",
+            #[cfg(feature = "ofi")]
             all_remote: false,
             ctrl: ctrl
                 .into_iter()
@@ -243,6 +248,7 @@ impl World {
             barrier_epoch: Cell::new(0),
             xchg_epoch: Cell::new(0),
             net_sleeps: Cell::new(0),
+            pmi: crate::bootstrap::pmi::Held::default(),
         }
     }
 
@@ -253,35 +259,46 @@ impl World {
         use crate::bootstrap::kv::{KvClient, KvServer, resolve};
         let (rank, size, mut job, source) = (env.rank, env.size, env.job, env.source);
         let deadline = env.boot_deadline;
+        let mut pmi = crate::bootstrap::pmi::Held::default();
         let owner_name = match rv.owner {
             Some(r) => format!("rank {r}"),
             None => "the launcher".to_string(),
         };
-        let server = if rv.serve {
-            // On the given address's port, or one the kernel picks when rank 0 publishes it.
-            let port = match &rv.at {
-                Meet::Addr(a) => resolve(a)?.port(),
-                Meet::Published(_) => 0,
-            };
-            Some(KvServer::start(([0, 0, 0, 0], port).into(), job, size)?)
+        let given = rv.at.addr().map(resolve).transpose()?;
+        let published = matches!(rv.at, Meet::Published { .. });
+        let (server, v6) = if rv.serve {
+            // On the given address's port, or one the kernel picks when rank 0 publishes it
+            // (then on IPv6 too where the node has it).
+            let port = given.map_or(0, |a| a.port());
+            let dual = (published && given.is_none())
+                .then(|| KvServer::start((std::net::Ipv6Addr::UNSPECIFIED, 0).into(), job, size))
+                .and_then(std::result::Result::ok);
+            match dual {
+                Some(s) => (Some(s), true),
+                None => (
+                    Some(KvServer::start(([0, 0, 0, 0], port).into(), job, size)?),
+                    false,
+                ),
+            }
         } else {
-            None
+            (None, false)
         };
-        let addrs = match &rv.at {
-            Meet::Addr(a) => vec![resolve(a)?],
-            Meet::Published(dir) => {
-                let (addrs, job0) = crate::bootstrap::pmi::meet(
-                    *dir,
-                    (rank, job),
-                    &node_name(),
-                    server.as_ref().map(|s| s.addr().port()),
-                    deadline,
-                )?;
+        let addrs = match (&rv.at, given) {
+            (Meet::Published { dir, .. }, _) => {
+                let listen = server.as_ref().map(|s| crate::bootstrap::pmi::Listening {
+                    port: s.addr().port(),
+                    v6,
+                    at: given,
+                });
+                let (addrs, job0, held) =
+                    crate::bootstrap::pmi::meet(*dir, (rank, job), &node_name(), listen, deadline)?;
                 // Rank 0's job id is the job's (see `pmi::Published::job`).
                 job = job0;
                 env.job = job0;
+                pmi = held;
                 addrs
             }
+            (Meet::Addr(_), given) => given.into_iter().collect(),
         };
         let mut kv = KvClient::connect(&addrs, job, rank, size, (rv.owner, owner_name), deadline)?;
         // Round 1: which node is each rank on?
@@ -373,6 +390,7 @@ impl World {
         kv.watch()?;
         w.watch = Some(kv.watcher());
         w.kv = Some(kv);
+        w.pmi = pmi;
         Ok(w)
     }
 
