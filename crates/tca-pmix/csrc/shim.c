@@ -72,13 +72,22 @@ int tca_pmix_fence(int timeout_s) {
 }
 
 /* The string `key` that process `rank` of this job put, copied into buf (len bytes,
- * NUL-terminated). Returns PMIX_ERR_TYPE_MISMATCH for a value that is not a string and
- * PMIX_ERR_BAD_PARAM if it does not fit. */
-int tca_pmix_get(uint32_t rank, const char *key, char *buf, size_t len) {
+ * NUL-terminated); gives up after timeout_s seconds (PMIX_ERR_TIMEOUT) when it is positive
+ * (a server may hold a get for a key nobody put). Returns PMIX_ERR_TYPE_MISMATCH for a
+ * value that is not a string and PMIX_ERR_BAD_PARAM if it does not fit. */
+int tca_pmix_get(uint32_t rank, const char *key, int timeout_s, char *buf, size_t len) {
     pmix_proc_t p;
     PMIX_LOAD_PROCID(&p, me.nspace, rank);
+    pmix_info_t info;
+    PMIX_INFO_CONSTRUCT(&info);
+    size_t n = 0;
+    if (timeout_s > 0) {
+        PMIX_INFO_LOAD(&info, PMIX_TIMEOUT, &timeout_s, PMIX_INT);
+        n = 1;
+    }
     pmix_value_t *v = NULL;
-    pmix_status_t rc = PMIx_Get(&p, key, NULL, 0, &v);
+    pmix_status_t rc = PMIx_Get(&p, key, n ? &info : NULL, n, &v);
+    PMIX_INFO_DESTRUCT(&info);
     if (rc != PMIX_SUCCESS) return rc;
     if (v->type != PMIX_STRING || v->data.string == NULL) {
         rc = PMIX_ERR_TYPE_MISMATCH;

@@ -14,7 +14,9 @@ fn main() {
     let run = || -> Result<String, tca_pmix::Error> {
         c.put("tca-test", &format!("from-{}-of-{}", c.rank(), c.size()))?;
         c.fence(std::time::Duration::from_secs(30))?;
-        let all: Result<Vec<String>, _> = (0..c.size()).map(|r| c.get(r, "tca-test")).collect();
+        let all: Result<Vec<String>, _> = (0..c.size())
+            .map(|r| c.get(r, "tca-test", std::time::Duration::from_secs(30)))
+            .collect();
         Ok(all?.join(","))
     };
     match run() {

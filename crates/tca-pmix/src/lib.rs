@@ -10,8 +10,9 @@
 //!
 //! # Why a C shim
 //! PMIx's values, process ids and infos are C structs with unions and are built by macros
-//! (`PMIX_LOAD_PROCID`, `PMIX_INFO_LOAD`). `csrc/shim.c` wraps the five calls used in
-//! functions over integers and C strings only, so the Rust declarations below are short
+//! (`PMIX_LOAD_PROCID`, `PMIX_INFO_LOAD`). `csrc/shim.c` wraps the calls used (init, put,
+//! commit and fence, get, finalize, and the constants and error strings their results need)
+//! in functions over integers and C strings only, so the Rust declarations below are short
 //! enough to check by eye, and no bindgen is needed.
 //!
 //! # Feature `link`

@@ -9,7 +9,13 @@ unsafe extern "C" {
     fn tca_pmix_nspace(buf: *mut c_char, len: usize);
     fn tca_pmix_put(key: *const c_char, value: *const c_char) -> c_int;
     fn tca_pmix_fence(timeout_s: c_int) -> c_int;
-    fn tca_pmix_get(rank: u32, key: *const c_char, buf: *mut c_char, len: usize) -> c_int;
+    fn tca_pmix_get(
+        rank: u32,
+        key: *const c_char,
+        timeout_s: c_int,
+        buf: *mut c_char,
+        len: usize,
+    ) -> c_int;
     fn tca_pmix_finalize() -> c_int;
     fn tca_pmix_error(rc: c_int) -> *const c_char;
     fn tca_pmix_err_timeout() -> c_int;
@@ -78,6 +84,11 @@ fn refused(call: &'static str, text: impl Into<String>) -> Error {
         status: 0,
         text: text.into(),
     }
+}
+
+/// `limit` as PMIx's `PMIX_TIMEOUT` takes it: whole seconds, rounded up, at least 1.
+fn whole_secs(limit: Duration) -> c_int {
+    c_int::try_from(limit.as_secs().saturating_add(1)).unwrap_or(c_int::MAX)
 }
 
 fn c_string(call: &'static str, s: &str) -> Result<CString, Error> {
@@ -161,19 +172,22 @@ impl Client {
     /// (`PMIx_Commit`, `PMIx_Fence` collecting the data), at most `limit` (rounded up to
     /// whole seconds; PMIx's `PMIX_ERR_TIMEOUT` after it).
     pub fn fence(&self, limit: Duration) -> Result<(), Error> {
-        let secs = c_int::try_from(limit.as_secs().saturating_add(1)).unwrap_or(c_int::MAX);
+        let secs = whole_secs(limit);
         // SAFETY: a plain integer argument; the client is initialized (this `Client`
         // exists).
         check("PMIx_Fence", unsafe { tca_pmix_fence(secs) })
     }
 
-    /// The string that process `rank` put under `key` (`PMIx_Get`).
-    pub fn get(&self, rank: u32, key: &str) -> Result<String, Error> {
+    /// The string that process `rank` put under `key` (`PMIx_Get`), waiting at most `limit`
+    /// (rounded up to whole seconds; PMIx's `PMIX_ERR_TIMEOUT` after it) for a key the
+    /// server does not have yet.
+    pub fn get(&self, rank: u32, key: &str, limit: Duration) -> Result<String, Error> {
         let k = c_key("PMIx_Get", key)?;
+        let secs = whole_secs(limit);
         let mut buf = vec![0 as c_char; VALUE_MAX + 1];
         // SAFETY: `k` is NUL-terminated; `buf` is buf.len() writable bytes, and the shim
         // writes at most that many, NUL included.
-        let rc = unsafe { tca_pmix_get(rank, k.as_ptr(), buf.as_mut_ptr(), buf.len()) };
+        let rc = unsafe { tca_pmix_get(rank, k.as_ptr(), secs, buf.as_mut_ptr(), buf.len()) };
         check("PMIx_Get", rc)?;
         // SAFETY: on success the shim wrote a NUL-terminated string into `buf`.
         Ok(unsafe { CStr::from_ptr(buf.as_ptr()) }

@@ -9,6 +9,8 @@
 
 use tca_model::{imb, record, size};
 
+pub mod netfuzz;
+
 /// A target: its name on the command line and the function that takes an input.
 pub type Target = (&'static str, fn(&[u8]));
 

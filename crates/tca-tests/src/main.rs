@@ -74,6 +74,25 @@ fn main() -> ExitCode {
             }
         };
     }
+    if scenario == "twice" {
+        // Two worlds in turn in one process, each meeting the job afresh (under mpirun and
+        // Hydra: through the launcher's directory, whose connection outlives the first).
+        for _ in 0..2 {
+            let w = match tca::init() {
+                Ok(w) => w,
+                Err(e) => return report(e),
+            };
+            match ring(&w, 3) {
+                Ok(true) => {}
+                Ok(false) => return ExitCode::from(1),
+                Err(e) => return report(e),
+            }
+            if let Err(e) = w.finalize() {
+                return report(e);
+            }
+        }
+        return ExitCode::SUCCESS;
+    }
     let world = match tca::init() {
         Ok(w) => w,
         Err(e) => return report(e),
@@ -98,6 +117,8 @@ fn main() -> ExitCode {
         "sleep-where" => sleep_where(&world),
         "sigkill-in-single-copy" => sigkill_in_single_copy(&world, arg(&args, 1, 1) as u32),
         "p2p" => p2p(&world, arg(&args, 1, 20)),
+        #[cfg(feature = "ofi")]
+        "net-garbage" => net_garbage(&world, arg(&args, 1, 2000), arg(&args, 2, 1)),
         // Odd ranks outlive their world (and the even ranks' processes) by a second, then
         // say so: nothing may kill them meanwhile (Hydra does, unless PMI was finalized).
         "linger" => world.barrier().map(|()| true),
@@ -682,4 +703,100 @@ fn wait_forever(w: &World) -> tca::Result<bool> {
     let _ = std::io::stdout().flush();
     w.wait_until(&seg, 0, 1)?;
     Ok(false)
+}
+
+/// `net-garbage CASES SEED` (2 ranks over the network transport): rank 1 sends rank 0 CASES
+/// messages a confused or hostile peer could send (`tca_tests::netfuzz`: writes in and out
+/// of bounds, wrong keys, misaligned and unknown signals and atomics, forged answers and
+/// refusals, lying lengths, noise), then its model of what rank 0's target segment must
+/// hold. Rank 0 checks the segment against it byte for byte, and that its other segment is
+/// untouched; rank 1 that its refused writes were reported to it; both that the job still
+/// works (a request each way, a barrier).
+#[cfg(feature = "ofi")]
+fn net_garbage(w: &World, cases: u64, seed: u64) -> tca::Result<bool> {
+    use tca_tests::netfuzz::{Gen, Target};
+    const LEN: usize = 4096;
+    let me = w.rank();
+    if w.size() != 2 || w.transport() != "ofi" {
+        eprintln!("net-garbage needs 2 ranks that talk through the network");
+        return Ok(false);
+    }
+    let pattern = |salt: usize| -> Vec<u8> { (0..LEN).map(|i| (i * 31 + salt) as u8).collect() };
+    let target = w.alloc_symmetric(LEN)?;
+    let canary = w.alloc_symmetric(LEN)?;
+    let done = w.alloc_symmetric(LEN + 64)?;
+    target.local().write(0, &pattern(7))?;
+    canary.local().write(0, &pattern(11))?;
+    w.barrier()?;
+    if me == 0 {
+        // From here rank 0 writes nothing to rank 1 (its go-ahead is a request, an atomic):
+        // a refusal of a write that rank 1 sends is a forgery, and must not be taken.
+        w.quiet()?;
+        w.remote_word(done.handle(1)?, 16)?.store(w, 1)?;
+    } else {
+        w.wait_until(done.local(), 16, 1)?;
+    }
+    if me == 1 {
+        let t = target.handle(0)?;
+        let to = *done.handle(0)?;
+        // A first real write, so the refusals of the garbage below are this rank's to hear.
+        w.put(&to, 64, &[1])?;
+        let goal = Target {
+            seg: t.segment(),
+            key: t.key(),
+            len: LEN,
+        };
+        let mut g = Gen::new(seed, goal, canary.handle(0)?.segment(), pattern(7));
+        for _ in 0..cases {
+            w.fuzz_send_raw(0, &g.message())?;
+        }
+        // The model, then the signal that all is sent (messages between a pair stay in order).
+        w.put_signal(&to, 64, &g.image, &to, 0, SignalOp::Set(1))?;
+        let first = w.quiet();
+        match (&first, g.refusals) {
+            (Err(e), n) if n > 0 && e.message().contains("refused") => {}
+            (Ok(()), 0) => {}
+            _ => {
+                eprintln!(
+                    "rank 1: {} refusals expected, quiet said {first:?}",
+                    g.refusals
+                );
+                return Ok(false);
+            }
+        }
+        w.quiet()?;
+        println!(
+            "net-garbage sent {} ({} writes applied, {} refused, {} dropped) seed {seed}",
+            g.sent, g.applied, g.refusals, g.dropped
+        );
+    } else {
+        w.wait_until(done.local(), 0, 1)?;
+        let (mut got, mut want) = (vec![0u8; LEN], vec![0u8; LEN]);
+        target.local().read(0, &mut got)?;
+        done.local().read(64, &mut want)?;
+        if let Some(i) = (0..LEN).find(|&i| got[i] != want[i]) {
+            eprintln!(
+                "rank 0: target byte {i} is {} where the model says {} (seed {seed})",
+                got[i], want[i]
+            );
+            return Ok(false);
+        }
+        canary.local().read(0, &mut got)?;
+        if got != pattern(11) {
+            eprintln!("rank 0: the canary segment was written (seed {seed})");
+            return Ok(false);
+        }
+    }
+    // Requests still work both ways after the garbage (forged answers were not taken): the
+    // peer's canary, which nobody wrote, answers its own bytes.
+    let word = w.remote_word(canary.handle(1 - me)?, 8)?;
+    let got = word.fetch_add(w, 0)?;
+    let want = u64::from_le_bytes(pattern(11)[8..16].try_into().expect("8 bytes"));
+    if got != want {
+        eprintln!("rank {me}: the peer's canary word reads {got:#x}, not {want:#x}");
+        return Ok(false);
+    }
+    w.barrier()?;
+    println!("net-garbage ok rank {me}");
+    Ok(true)
 }

@@ -693,3 +693,27 @@ fn rank_out_of_range_in_environment_is_refused() {
         out[0].2
     );
 }
+
+/// A peer is untrusted input over the network too: rank 1 sends rank 0 thousands of messages
+/// of the network transport's format that a confused or hostile peer could send (writes in
+/// and out of bounds, wrong keys, misaligned and unknown signals and atomics, forged answers
+/// and refusals, lying lengths, noise; `tca_tests::netfuzz`), and rank 0's memory must then
+/// hold exactly what the model of the receiver's checks says, its other segment untouched,
+/// the refused writes reported to the sender, and requests still answered both ways. Three
+/// seeds, 2 processes over libfabric (`TCA_TRANSPORT=ofi`; the provider from `FI_PROVIDER`).
+#[cfg(feature = "ofi")]
+#[test]
+fn a_peer_sending_garbage_over_the_network_writes_only_what_it_may() {
+    for seed in ["1", "20261129", "77"] {
+        let out = Command::new(PROG)
+            .args(["launch", "2", "net-garbage", "3000", seed])
+            .env("TCA_TRANSPORT", "ofi")
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&out.stdout);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "seed {seed}: {said}{err}");
+        assert_eq!(said.matches("net-garbage ok").count(), 2, "{said}{err}");
+        assert!(said.contains("net-garbage sent 3000"), "{said}");
+    }
+}

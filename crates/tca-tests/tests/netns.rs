@@ -388,7 +388,7 @@ fn slurm_pmix_and_pmi_environments_start_across_namespaces() {
 /// `TCA_TEST_LAUNCHERS=all`, as in CI).
 #[test]
 fn mpirun_and_hydra_start_jobs_across_namespaces() {
-    let Some(n) = Nodes::make(6, 2) else { return };
+    let Some(n) = Nodes::make(7, 2) else { return };
     let rsh = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/netns-rsh.sh");
     let map: Vec<String> = n
         .addr
@@ -495,6 +495,11 @@ fn mpirun_and_hydra_start_jobs_across_namespaces() {
         let (code, out, err) = run_with(launcher, &["ring", "5"], Some(&kv));
         assert_eq!(code, 0, "{name} with TCA_KV: {out}{err}");
         assert_eq!(out.matches("ring ok").count(), 4, "{name}: {out}{err}");
+        // Two worlds in turn in each process: the second meets the job through the same
+        // directory (Hydra closes a PMI-1 connection after `finalize`; PMIx is opened again).
+        let (code, out, err) = run(launcher, &["twice"]);
+        assert_eq!(code, 0, "{name}, two worlds: {out}{err}");
+        assert_eq!(out.matches("ring ok").count(), 8, "{name}: {out}{err}");
         // A rank that outlives its world and its node's other rank is not killed.
         let (code, out, err) = run(launcher, &["linger"]);
         assert_eq!(code, 0, "{name}: {out}{err}");

@@ -215,6 +215,25 @@ impl Shared {
     }
 }
 
+/// A listening socket on `bind`, as `TcpListener::bind` makes it (address reuse, close on
+/// exec), and dual-stack when `bind` is the IPv6 wildcard.
+fn listen(bind: SocketAddr) -> std::io::Result<TcpListener> {
+    use rustix::net::{AddressFamily, SocketFlags, SocketType, sockopt};
+    let family = if bind.is_ipv6() {
+        AddressFamily::INET6
+    } else {
+        AddressFamily::INET
+    };
+    let fd = rustix::net::socket_with(family, SocketType::STREAM, SocketFlags::CLOEXEC, None)?;
+    sockopt::set_socket_reuseaddr(&fd, true)?;
+    if bind.is_ipv6() && bind.ip().is_unspecified() {
+        sockopt::set_ipv6_v6only(&fd, false)?;
+    }
+    rustix::net::bind(&fd, &bind)?;
+    rustix::net::listen(&fd, 128)?;
+    Ok(TcpListener::from(fd))
+}
+
 /// The rendezvous server: a thread that accepts the ranks and then watches them.
 #[derive(Debug)]
 pub struct KvServer {
@@ -223,10 +242,11 @@ pub struct KvServer {
 }
 
 impl KvServer {
-    /// Listens on `bind` (port 0: any free port) for the `size` ranks of job `job`.
+    /// Listens on `bind` (port 0: any free port) for the `size` ranks of job `job`. An IPv6
+    /// wildcard `bind` takes IPv4 connections too (as mapped addresses), whatever the
+    /// system's default (`net.ipv6.bindv6only`).
     pub fn start(bind: SocketAddr, job: u64, size: u32) -> Result<Self> {
-        let listener =
-            TcpListener::bind(bind).map_err(|e| io_err(format!("listening on {bind}"), e))?;
+        let listener = listen(bind).map_err(|e| io_err(format!("listening on {bind}"), e))?;
         let addr = listener
             .local_addr()
             .map_err(|e| io_err("reading the rendezvous address", e))?;

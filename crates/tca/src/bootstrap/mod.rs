@@ -170,13 +170,18 @@ fn spread(
         (Some(dir), at) => Meet::Published { dir, at },
         (None, Some(addr)) => Meet::Addr(addr),
         (None, None) => {
+            // Only under Open MPI does a PMIx build find the way by itself.
+            let pmix = if source.contains("Open MPI") && !cfg!(feature = "pmix") {
+                ", or build tca with the `pmix` feature"
+            } else {
+                ""
+            };
             return Err(Error::new(
                 ErrorKind::Bootstrap,
                 format!(
                     "{source} spread this job over several nodes; tell the ranks where rank 0 \
                      listens for start-up: set {}=HOST:PORT (HOST: rank 0's node, PORT: any \
-                     free port; with mpirun: `-x {}=node1:29500`), or build tca with the \
-                     `pmix` feature",
+                     free port; with mpirun: `-x {}=node1:29500`){pmix}",
                     env::KV,
                     env::KV
                 ),

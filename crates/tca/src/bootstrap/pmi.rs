@@ -27,20 +27,25 @@
 //! # Leaving, and living beside an MPI in the same program
 //! - A process that used PMI-1 must send `finalize` before it exits: Hydra's proxy kills the
 //!   other processes of its node (and the job fails) when one closes its connection without
-//!   (checked: `mpiexec.hydra -n 2` and a C program). So the world keeps the connection and
-//!   sends `finalize` when it is dropped ([`Held`]). Hydra closes the connection then: in a
-//!   program that also uses MPICH, drop the world after `MPI_Finalize` (MPICH's own
-//!   `finalize` would find the connection closed). MPICH's `MPI_Init` before or after tca's
-//!   start-up both worked with a C program that speaks the wire protocol beside MPICH 4.0.
-//! - PMIx is finalized when start-up is done. Open MPI 4.1's `MPI_Init` fails in a process
-//!   that initialised PMIx before it (`orte_init`: "getting local rank failed"), and works
-//!   when it came first (both checked with C programs): a program that uses both calls
+//!   (checked: `mpiexec.hydra -n 2` and a C program), and closes the connection once it has.
+//!   So the connection is the process's, not a world's: opened by the first world that needs
+//!   it, kept for the worlds after it (a process may make several in turn), and finalized when
+//!   the process exits (an `atexit` handler, as MPICH's own client finalizes in
+//!   `MPI_Finalize`). A program that also uses MPICH may therefore drop its worlds before or
+//!   after `MPI_Finalize`; whichever finalize comes second finds the connection closed and is
+//!   ignored. MPICH's `MPI_Init` before or after tca's start-up both worked with a C program
+//!   that speaks the wire protocol beside MPICH 4.0. tca never changes the shared socket's
+//!   options (it waits for answers with `poll`), so MPICH's own client reads it as before.
+//! - PMIx is finalized when a world's start-up is done. Open MPI 4.1's `MPI_Init` fails in a
+//!   process that initialised PMIx before it (`orte_init`: "getting local rank failed"), and
+//!   works when it came first (both checked with C programs): a program that uses both calls
 //!   `MPI_Init` before it joins a tca world that spans nodes, or sets `TCA_KV`.
 
-use std::io::{BufRead, BufReader};
+use std::io::Read;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, Once, PoisonError, TryLockError};
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, ErrorKind, Result};
@@ -150,15 +155,16 @@ impl Published {
     }
 }
 
-/// This host's addresses other hosts may reach: IPv4 but loopback, and with `v6` IPv6 but
-/// loopback and link-local (which need an interface to name).
+/// This host's addresses other hosts may reach: IPv4 but loopback and link-local
+/// (169.254/16, which every host may have), and with `v6` IPv6 but loopback and link-local
+/// (which need an interface to name).
 pub(crate) fn own_addrs(v6: bool) -> Vec<IpAddr> {
     if_addrs::get_if_addrs()
         .map(|ifs| {
             ifs.into_iter()
                 .map(|i| i.ip())
                 .filter(|ip| match ip {
-                    IpAddr::V4(a) => !a.is_loopback(),
+                    IpAddr::V4(a) => !a.is_loopback() && !a.is_link_local(),
                     IpAddr::V6(a) => v6 && !a.is_loopback() && (a.segments()[0] & 0xffc0) != 0xfe80,
                 })
                 .collect()
@@ -177,38 +183,70 @@ pub(crate) struct Listening {
     pub at: Option<SocketAddr>,
 }
 
-/// What start-up keeps of the directory until the world is dropped: Hydra's PMI-1
-/// connection, which must say `finalize` before the process exits (see the module doc).
-#[derive(Debug, Default)]
-pub(crate) struct Held(Option<Pmi1>);
+/// This process's PMI-1 connection, once a world has opened it: kept for the process's
+/// life and finalized at its exit (see the module doc).
+static PMI1: Mutex<Option<Pmi1>> = Mutex::new(None);
+/// Registers [`finalize_at_exit`] once.
+static AT_EXIT: Once = Once::new();
 
-impl Drop for Held {
-    fn drop(&mut self) {
-        if let Some(p) = &mut self.0 {
-            // Best effort: after MPICH's own finalize the launcher has closed the connection.
-            let _ = p.call(
-                "cmd=finalize",
-                "finalize_ack",
-                Some(Instant::now() + Duration::from_secs(2)),
-            );
+/// Says `finalize` on this process's PMI-1 connection, if one was opened; run by the C
+/// library when the process exits (returning from `main`, `std::process::exit`). Never
+/// blocks on another thread (a process may exit while one is inside start-up) and never
+/// unwinds into C.
+extern "C" fn finalize_at_exit() {
+    let _ = std::panic::catch_unwind(|| {
+        let mut held = match PMI1.try_lock() {
+            Ok(g) => g,
+            Err(TryLockError::Poisoned(g)) => g.into_inner(),
+            Err(TryLockError::WouldBlock) => return,
+        };
+        if let Some(mut p) = held.take() {
+            p.finalize();
         }
-    }
+    });
 }
 
 /// Through `dir`, for the world of rank `rank` whose job id is `job` on node `node` (its
 /// name, as start-up tells nodes apart): rank 0 publishes where it listens (`listen`, `Some`
 /// on rank 0 only); every rank meets the others at the fence; returns the addresses this
-/// rank tries, in order, rank 0's job id, and what to keep until the world ends.
+/// rank tries, in order, and rank 0's job id. Every call to the launcher ends by `deadline`.
+#[allow(unsafe_code)] // registering the exit handler that says `finalize`
 pub(crate) fn meet(
     dir: Directory,
     (rank, job): (u32, u64),
     node: &str,
     listen: Option<Listening>,
     deadline: Instant,
-) -> Result<(Vec<SocketAddr>, u64, Held)> {
-    let node = super::hash(node);
+) -> Result<(Vec<SocketAddr>, u64)> {
     let key = format!("{KEY}-{}", WORLDS.fetch_add(1, Ordering::Relaxed));
-    let fail = |e: Error| {
+    let fail = failing(dir, rank);
+    match dir {
+        Directory::Pmi1 { fd } => {
+            let mut held = PMI1.lock().unwrap_or_else(PoisonError::into_inner);
+            if held.is_none() {
+                *held = Some(Pmi1::open(fd, deadline).map_err(&fail)?);
+                // SAFETY: `atexit` only records the address of a function that takes no
+                // arguments and never unwinds (it catches panics); it runs on the exiting
+                // thread, after `main`, and takes the connection's lock without waiting.
+                AT_EXIT.call_once(|| unsafe {
+                    libc::atexit(finalize_at_exit);
+                });
+            }
+            match held.as_mut() {
+                Some(p) => exchange(p, &key, (rank, job), node, listen, deadline).map_err(fail),
+                None => Err(fail(Error::new(
+                    ErrorKind::Bootstrap,
+                    "the connection was not opened",
+                ))),
+            }
+        }
+        Directory::Pmix => meet_pmix(&key, (rank, job), node, listen, deadline).map_err(fail),
+    }
+}
+
+/// How [`meet`]'s errors say what rank `rank` was doing through `dir`.
+fn failing(dir: Directory, rank: u32) -> impl Fn(Error) -> Error {
+    move |e: Error| {
         let what = if rank == 0 {
             "publishing rank 0's start-up address"
         } else {
@@ -221,8 +259,19 @@ pub(crate) fn meet(
                 dir.name()
             ),
         )
-    };
-    let mut open = open(dir).map_err(fail)?;
+    }
+}
+
+/// [`meet`] once the directory is open.
+fn exchange(
+    dir: &mut impl Kv,
+    key: &str,
+    (rank, job): (u32, u64),
+    node: &str,
+    listen: Option<Listening>,
+    deadline: Instant,
+) -> Result<(Vec<SocketAddr>, u64)> {
+    let node = super::hash(node);
     let mine = match listen {
         Some(l) => {
             let p = Published {
@@ -231,26 +280,25 @@ pub(crate) fn meet(
                 addrs: publishable(l),
                 port: l.port,
             };
-            open.put(&key, &p.encode()).map_err(fail)?;
+            dir.put(key, &p.encode(), deadline)?;
             Some(p)
         }
         None => None,
     };
-    open.fence(deadline).map_err(fail)?;
+    dir.fence(deadline)?;
     let p = match mine {
         Some(p) => p,
         None => {
-            let v = open.get(0, &key).map_err(fail)?;
+            let v = dir.get(0, key, deadline)?;
             Published::decode(&v).ok_or_else(|| {
-                fail(Error::peer(
+                Error::peer(
                     ErrorKind::Bootstrap,
                     0,
                     format!("rank 0 published {v:?}, which is no rendezvous address"),
-                ))
+                )
             })?
         }
     };
-    let held = open.keep();
     let addrs = p.candidates(node, &own_addrs(true));
     if addrs.is_empty() {
         return Err(Error::peer(
@@ -258,13 +306,13 @@ pub(crate) fn meet(
             0,
             format!(
                 "rank {rank}: rank 0's node has no address another node can reach (only \
-                 loopback, or link-local IPv6); set {}=HOST:PORT (an address of rank 0's node \
+                 loopback, or link-local); set {}=HOST:PORT (an address of rank 0's node \
                  and a free port)",
                 crate::env::KV
             ),
         ));
     }
-    Ok((addrs, p.job, held))
+    Ok((addrs, p.job))
 }
 
 /// The addresses rank 0 publishes (see the module doc), within [`VALUE_MAX`] once encoded.
@@ -292,27 +340,34 @@ fn publishable(l: Listening) -> Vec<SocketAddr> {
     out
 }
 
-/// An open directory.
-enum Opened {
-    Pmi1(Pmi1),
-    #[cfg(feature = "pmix")]
-    Pmix(tca_pmix::Client),
+/// An open directory: put, fence, get, each ending by a deadline.
+trait Kv {
+    fn put(&mut self, key: &str, value: &str, deadline: Instant) -> Result<()>;
+    fn fence(&mut self, deadline: Instant) -> Result<()>;
+    fn get(&mut self, rank: u32, key: &str, deadline: Instant) -> Result<String>;
 }
 
-fn open(dir: Directory) -> Result<Opened> {
-    match dir {
-        Directory::Pmi1 { fd } => Ok(Opened::Pmi1(Pmi1::open(fd)?)),
-        Directory::Pmix => open_pmix(),
-    }
-}
-
+/// [`meet`] through PMIx: a client for this world's start-up, finalized when it is done.
 #[cfg(feature = "pmix")]
-fn open_pmix() -> Result<Opened> {
-    tca_pmix::Client::init().map(Opened::Pmix).map_err(pmix_err)
+fn meet_pmix(
+    key: &str,
+    me: (u32, u64),
+    node: &str,
+    listen: Option<Listening>,
+    deadline: Instant,
+) -> Result<(Vec<SocketAddr>, u64)> {
+    let mut c = tca_pmix::Client::init().map_err(pmix_err)?;
+    exchange(&mut c, key, me, node, listen, deadline)
 }
 
 #[cfg(not(feature = "pmix"))]
-fn open_pmix() -> Result<Opened> {
+fn meet_pmix(
+    _key: &str,
+    _me: (u32, u64),
+    _node: &str,
+    _listen: Option<Listening>,
+    _deadline: Instant,
+) -> Result<(Vec<SocketAddr>, u64)> {
     Err(Error::new(
         ErrorKind::Bootstrap,
         format!(
@@ -333,63 +388,53 @@ fn pmix_err(e: tca_pmix::Error) -> Error {
     Error::new(kind, e.to_string())
 }
 
-impl Opened {
-    fn put(&mut self, key: &str, value: &str) -> Result<()> {
-        match self {
-            Self::Pmi1(p) => {
-                let cmd = format!("cmd=put kvsname={} key={key} value={value}", p.kvs);
-                p.call(&cmd, "put_result", None).map(drop)
-            }
-            #[cfg(feature = "pmix")]
-            Self::Pmix(c) => c.put(key, value).map_err(pmix_err),
-        }
+#[cfg(feature = "pmix")]
+impl Kv for tca_pmix::Client {
+    fn put(&mut self, key: &str, value: &str, _deadline: Instant) -> Result<()> {
+        tca_pmix::Client::put(self, key, value).map_err(pmix_err)
     }
 
     fn fence(&mut self, deadline: Instant) -> Result<()> {
-        match self {
-            Self::Pmi1(p) => p
-                .call("cmd=barrier_in", "barrier_out", Some(deadline))
-                .map(drop),
-            #[cfg(feature = "pmix")]
-            Self::Pmix(c) => c
-                .fence(deadline.saturating_duration_since(Instant::now()))
-                .map_err(pmix_err),
-        }
+        tca_pmix::Client::fence(self, deadline.saturating_duration_since(Instant::now()))
+            .map_err(pmix_err)
     }
 
-    fn get(&mut self, rank: u32, key: &str) -> Result<String> {
-        match self {
-            Self::Pmi1(p) => {
-                let _ = rank; // PMI-1's keys are the job's, not a rank's.
-                let cmd = format!("cmd=get kvsname={} key={key}", p.kvs);
-                let r = p.call(&cmd, "get_result", None)?;
-                field(&r, "value").map(str::to_string).ok_or_else(|| {
-                    Error::new(
-                        ErrorKind::Bootstrap,
-                        format!("PMI-1: {cmd:?} answered {r:?}"),
-                    )
-                })
-            }
-            #[cfg(feature = "pmix")]
-            Self::Pmix(c) => c.get(rank, key).map_err(pmix_err),
-        }
+    fn get(&mut self, rank: u32, key: &str, deadline: Instant) -> Result<String> {
+        let limit = deadline.saturating_duration_since(Instant::now());
+        tca_pmix::Client::get(self, rank, key, limit).map_err(pmix_err)
+    }
+}
+
+impl Kv for Pmi1 {
+    fn put(&mut self, key: &str, value: &str, deadline: Instant) -> Result<()> {
+        let cmd = format!("cmd=put kvsname={} key={key} value={value}", self.kvs);
+        self.call(&cmd, "put_result", deadline).map(drop)
     }
 
-    /// What the world keeps: PMI-1's connection (finalized when the world ends); PMIx is
-    /// finalized now.
-    fn keep(self) -> Held {
-        match self {
-            Self::Pmi1(p) => Held(Some(p)),
-            #[cfg(feature = "pmix")]
-            Self::Pmix(_) => Held(None),
-        }
+    fn fence(&mut self, deadline: Instant) -> Result<()> {
+        self.call("cmd=barrier_in", "barrier_out", deadline)
+            .map(drop)
+    }
+
+    fn get(&mut self, _rank: u32, key: &str, deadline: Instant) -> Result<String> {
+        // PMI-1's keys are the job's, not a rank's.
+        let cmd = format!("cmd=get kvsname={} key={key}", self.kvs);
+        let r = self.call(&cmd, "get_result", deadline)?;
+        field(&r, "value").map(str::to_string).ok_or_else(|| {
+            Error::new(
+                ErrorKind::Bootstrap,
+                format!("PMI-1: {cmd:?} answered {r:?}"),
+            )
+        })
     }
 }
 
 /// PMI-1's simple wire protocol on the launcher's descriptor.
 #[derive(Debug)]
 pub(crate) struct Pmi1 {
-    reader: BufReader<UnixStream>,
+    sock: UnixStream,
+    /// Bytes read past the last answer's end.
+    pending: Vec<u8>,
     kvs: String,
 }
 
@@ -397,70 +442,44 @@ pub(crate) struct Pmi1 {
 const LINE_MAX: usize = 4096;
 
 impl Pmi1 {
-    fn open(fd: i32) -> Result<Self> {
-        let s = UnixStream::from(dup(fd)?);
+    fn open(fd: i32, deadline: Instant) -> Result<Self> {
         let mut p = Self {
-            reader: BufReader::new(s),
+            sock: UnixStream::from(dup(fd)?),
+            pending: Vec::with_capacity(LINE_MAX),
             kvs: String::new(),
         };
         p.call(
             "cmd=init pmi_version=1 pmi_subversion=1",
             "response_to_init",
-            None,
+            deadline,
         )?;
-        let r = p.call("cmd=get_my_kvsname", "my_kvsname", None)?;
+        let r = p.call("cmd=get_my_kvsname", "my_kvsname", deadline)?;
         p.kvs = field(&r, "kvsname")
             .ok_or_else(|| Error::new(ErrorKind::Bootstrap, format!("PMI-1 answered {r:?}")))?
             .to_string();
         Ok(p)
     }
 
+    /// Says `finalize` and waits up to 2 s for the acknowledgement. Best effort: after
+    /// MPICH's own finalize the launcher has closed the connection.
+    fn finalize(&mut self) {
+        let soon = Instant::now() + Duration::from_secs(2);
+        let _ = self.call("cmd=finalize", "finalize_ack", soon);
+    }
+
     /// Sends `cmd` and reads the answer `want` (`cmd=want ...`), failing on a non-zero `rc`
-    /// or silence past `deadline` (a minute without one).
-    fn call(&mut self, cmd: &str, want: &str, deadline: Option<Instant>) -> Result<String> {
-        let io = |what: &str, e: std::io::Error| {
-            Error::new(ErrorKind::Bootstrap, format!("PMI-1 {what} ({cmd:?}): {e}"))
-        };
-        let s = self.reader.get_mut();
-        s.set_read_timeout(Some(deadline.map_or(Duration::from_secs(60), |d| {
-            d.saturating_duration_since(Instant::now())
-                .max(Duration::from_millis(1))
-        })))
-        .map_err(|e| io("timeout", e))?;
+    /// or silence past `deadline`.
+    fn call(&mut self, cmd: &str, want: &str, deadline: Instant) -> Result<String> {
         // Not write(2): a launcher that closed the connection must not raise SIGPIPE here.
         let line = format!("{cmd}\n");
         let mut rest = line.as_bytes();
         while !rest.is_empty() {
-            let n = rustix::net::send(&*s, rest, rustix::net::SendFlags::NOSIGNAL)
-                .map_err(|e| io("write", e.into()))?;
+            let n = rustix::net::send(&self.sock, rest, rustix::net::SendFlags::NOSIGNAL).map_err(
+                |e| Error::new(ErrorKind::Bootstrap, format!("PMI-1 write ({cmd:?}): {e}")),
+            )?;
             rest = &rest[n..];
         }
-        let mut line = String::new();
-        let n = std::io::Read::take(&mut self.reader, LINE_MAX as u64)
-            .read_line(&mut line)
-            .map_err(|e| {
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) {
-                    Error::new(
-                        ErrorKind::Timeout,
-                        format!(
-                            "PMI-1: no answer to {cmd:?} before the start-up timeout (a rank \
-                             that never arrived? set {} to wait longer)",
-                            crate::env::BOOT_TIMEOUT
-                        ),
-                    )
-                } else {
-                    io("read", e)
-                }
-            })?;
-        if n == 0 {
-            return Err(Error::new(
-                ErrorKind::Bootstrap,
-                format!("PMI-1: the launcher closed the connection at {cmd:?}"),
-            ));
-        }
+        let line = self.read_line(cmd, deadline)?;
         if field(&line, "cmd") != Some(want) {
             return Err(Error::new(
                 ErrorKind::Bootstrap,
@@ -476,6 +495,71 @@ impl Pmi1 {
                     field(&line, "msg").unwrap_or("")
                 ),
             )),
+        }
+    }
+
+    /// The next line from the launcher (the answer to `cmd`), waiting with `poll` until
+    /// `deadline`: the socket is shared with an MPI's own PMI client in the same process, so
+    /// its options (blocking, timeouts) stay as the launcher made them. A line longer than
+    /// [`LINE_MAX`] is an error, not a cut: its rest would be read as the next answer.
+    fn read_line(&mut self, cmd: &str, deadline: Instant) -> Result<String> {
+        use rustix::event::{PollFd, PollFlags, Timespec, poll};
+        let mut chunk = [0u8; 1024];
+        loop {
+            if let Some(end) = self.pending.iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = self.pending.drain(..=end).collect();
+                return Ok(String::from_utf8_lossy(&line).into_owned());
+            }
+            if self.pending.len() > LINE_MAX {
+                return Err(Error::new(
+                    ErrorKind::Bootstrap,
+                    format!("PMI-1: the answer to {cmd:?} is longer than {LINE_MAX} bytes"),
+                ));
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(Error::new(
+                    ErrorKind::Timeout,
+                    format!(
+                        "PMI-1: no answer to {cmd:?} before the start-up timeout (a rank that \
+                         never arrived? set {} to wait longer)",
+                        crate::env::BOOT_TIMEOUT
+                    ),
+                ));
+            }
+            let wait = Timespec::try_from(left.min(Duration::from_secs(1))).unwrap_or_default();
+            let mut fds = [PollFd::new(&self.sock, PollFlags::IN)];
+            match poll(&mut fds, Some(&wait)) {
+                Ok(0) | Err(rustix::io::Errno::INTR) => continue,
+                Ok(_) => {}
+                Err(e) => {
+                    return Err(Error::new(
+                        ErrorKind::Bootstrap,
+                        format!("PMI-1 poll ({cmd:?}): {e}"),
+                    ));
+                }
+            }
+            match (&self.sock).read(&mut chunk) {
+                Ok(0) => {
+                    return Err(Error::new(
+                        ErrorKind::Bootstrap,
+                        format!("PMI-1: the launcher closed the connection at {cmd:?}"),
+                    ));
+                }
+                Ok(n) => self.pending.extend_from_slice(&chunk[..n]),
+                // Readable, then not (another reader of the shared socket): poll again.
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::Interrupted | std::io::ErrorKind::WouldBlock
+                    ) => {}
+                Err(e) => {
+                    return Err(Error::new(
+                        ErrorKind::Bootstrap,
+                        format!("PMI-1 read ({cmd:?}): {e}"),
+                    ));
+                }
+            }
         }
     }
 }
@@ -512,6 +596,24 @@ fn dup(fd: i32) -> Result<std::os::fd::OwnedFd> {
     rustix::io::fcntl_dupfd_cloexec(b, 0).map_err(|e| bad(e.to_string()))
 }
 
+/// [`meet`] through PMI-1 on a connection of its own (not the process's, which lives until
+/// the process exits), finalized before it returns: for the fuzz target and the tests,
+/// which speak to a fake launcher per call.
+#[cfg(any(test, feature = "fuzzing"))]
+fn meet_once(
+    fd: i32,
+    (rank, job): (u32, u64),
+    node: &str,
+    listen: Option<Listening>,
+    deadline: Instant,
+) -> Result<(Vec<SocketAddr>, u64)> {
+    let fail = failing(Directory::Pmi1 { fd }, rank);
+    let mut p = Pmi1::open(fd, deadline).map_err(&fail)?;
+    let met = exchange(&mut p, "tca-kv-0", (rank, job), node, listen, deadline).map_err(fail);
+    p.finalize();
+    met
+}
+
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub fn fuzz_replies(data: &[u8]) -> bool {
@@ -537,8 +639,8 @@ pub fn fuzz_replies(data: &[u8]) -> bool {
         (1, None)
     };
     let soon = Instant::now() + Duration::from_secs(5);
-    match meet(Directory::Pmi1 { fd }, (rank, 1), "fuzz", listen, soon) {
-        Ok((addrs, _job, _held)) => {
+    match meet_once(fd, (rank, 1), "fuzz", listen, soon) {
+        Ok((addrs, _job)) => {
             assert!(!addrs.is_empty(), "no address from {replies:?}");
             true
         }
@@ -553,7 +655,7 @@ pub fn fuzz_replies(data: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::Write;
+    use std::io::{BufRead, BufReader, Write};
 
     #[test]
     fn published_addresses_round_trip_and_order_by_node() {
@@ -660,12 +762,11 @@ mod tests {
     #[test]
     fn pmi1_put_fence_get_and_finalize_as_hydra_expects() {
         let soon = Instant::now() + Duration::from_secs(10);
-        // Rank 1: reads rank 0's value after the barrier; finalizes when the world ends.
+        // Rank 1: reads rank 0's value after the barrier; finalizes at the end.
         let (fd, t, ours) = launcher(false);
-        let (addrs, job, held) = meet(Directory::Pmi1 { fd }, (1, 5), "b", None, soon).unwrap();
+        let (addrs, job) = meet_once(fd, (1, 5), "b", None, soon).unwrap();
         assert_eq!(addrs, vec!["10.1.2.3:555".parse().unwrap()]);
         assert_eq!(job, 0x77);
-        drop(held);
         drop(ours);
         let seen = t.join().unwrap();
         assert_eq!(seen.len(), 5, "{seen:?}");
@@ -684,11 +785,9 @@ mod tests {
         assert_eq!(seen[4], "cmd=finalize");
         // Rank 0: puts, then meets the others; on its own node it connects at loopback.
         let (fd, t, ours) = launcher(false);
-        let (addrs, job, held) =
-            meet(Directory::Pmi1 { fd }, (0, 0x42), "a", listen(4242), soon).unwrap();
+        let (addrs, job) = meet_once(fd, (0, 0x42), "a", listen(4242), soon).unwrap();
         assert_eq!(addrs, vec!["127.0.0.1:4242".parse().unwrap()]);
         assert_eq!(job, 0x42);
-        drop(held);
         drop(ours);
         let seen = t.join().unwrap();
         let put = format!(
@@ -708,7 +807,7 @@ mod tests {
             v6: false,
             at,
         });
-        drop(meet(Directory::Pmi1 { fd }, (0, 1), "a", l, soon).unwrap());
+        meet_once(fd, (0, 1), "a", l, soon).unwrap();
         drop(ours);
         let seen = t.join().unwrap();
         assert!(seen[2].ends_with("@7000@10.9.9.9:7000"), "{seen:?}");
@@ -718,7 +817,7 @@ mod tests {
     fn pmi1_failures_are_errors_that_say_what_failed() {
         let soon = Instant::now() + Duration::from_secs(10);
         let (fd, t, ours) = launcher(true);
-        let e = meet(Directory::Pmi1 { fd }, (0, 1), "a", listen(1), soon).unwrap_err();
+        let e = meet_once(fd, (0, 1), "a", listen(1), soon).unwrap_err();
         drop(ours);
         t.join().unwrap();
         assert!(
@@ -728,9 +827,9 @@ mod tests {
         // Not a socket, not open.
         let f = std::fs::File::open("/dev/null").unwrap();
         let fd = std::os::fd::AsRawFd::as_raw_fd(&f);
-        let e = meet(Directory::Pmi1 { fd }, (1, 5), "b", None, soon).unwrap_err();
+        let e = meet_once(fd, (1, 5), "b", None, soon).unwrap_err();
         assert!(e.to_string().contains("not a socket"), "{e}");
-        let e = meet(Directory::Pmi1 { fd: -3 }, (1, 1), "b", None, soon).unwrap_err();
+        let e = meet_once(-3, (1, 1), "b", None, soon).unwrap_err();
         assert!(e.to_string().contains("PMI_FD=-3"), "{e}");
         // A launcher that never lets the barrier out: a timeout, not a hang.
         let (ours, theirs) = UnixStream::pair().unwrap();
@@ -747,9 +846,59 @@ mod tests {
             }
         });
         let quick = Instant::now() + Duration::from_millis(300);
-        let e = meet(Directory::Pmi1 { fd }, (1, 1), "b", None, quick).unwrap_err();
+        let e = meet_once(fd, (1, 1), "b", None, quick).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
         drop(ours);
         t.join().unwrap();
+        // An answer longer than a line may be: an error, not a cut (its rest would be read as
+        // the next answer).
+        let (ours, theirs) = UnixStream::pair().unwrap();
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&ours);
+        let t = std::thread::spawn(move || {
+            let mut w = theirs.try_clone().unwrap();
+            let mut r = BufReader::new(theirs);
+            let mut line = String::new();
+            r.read_line(&mut line).unwrap();
+            let long = "x".repeat(2 * LINE_MAX);
+            let _ = writeln!(w, "cmd=response_to_init rc=0 msg={long}");
+        });
+        let e = meet_once(fd, (1, 1), "b", None, soon).unwrap_err();
+        assert!(e.to_string().contains("longer than"), "{e}");
+        drop(ours);
+        t.join().unwrap();
+    }
+
+    /// The process's connection: opened once, kept for the worlds after the first (Hydra
+    /// closes it after `finalize`), finalized at exit; the socket's options untouched.
+    #[test]
+    fn worlds_in_turn_share_the_process_connection_finalized_at_exit() {
+        let soon = Instant::now() + Duration::from_secs(10);
+        let (fd, t, ours) = launcher(false);
+        for _ in 0..2 {
+            let (addrs, job) = meet(Directory::Pmi1 { fd }, (1, 5), "b", None, soon).unwrap();
+            assert_eq!((addrs.len(), job), (1, 0x77));
+        }
+        let held = PMI1.lock().unwrap();
+        let sock = &held.as_ref().unwrap().sock;
+        assert_eq!(sock.read_timeout().unwrap(), None);
+        drop(held);
+        finalize_at_exit();
+        assert!(PMI1.lock().unwrap().is_none());
+        drop(ours);
+        let seen = t.join().unwrap();
+        let cmds: Vec<&str> = seen.iter().map(|l| field(l, "cmd").unwrap()).collect();
+        assert_eq!(
+            cmds,
+            [
+                "init",
+                "get_my_kvsname",
+                "barrier_in",
+                "get",
+                "barrier_in",
+                "get",
+                "finalize"
+            ]
+        );
+        assert_ne!(seen[3], seen[5], "a key per world");
     }
 }

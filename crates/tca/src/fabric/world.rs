@@ -175,9 +175,6 @@ pub struct World {
     pub(crate) xchg_epoch: Cell<u64>,
     /// Sleep turns of this rank's waits on the network ([`World::network_sleeps`]).
     net_sleeps: Cell<u64>,
-    /// The launcher's directory as start-up left it (Hydra's PMI-1 connection, which says
-    /// `finalize` when dropped). Last: dropped after everything else of the world.
-    pmi: crate::bootstrap::pmi::Held,
 }
 
 impl World {
@@ -248,7 +245,6 @@ impl World {
             barrier_epoch: Cell::new(0),
             xchg_epoch: Cell::new(0),
             net_sleeps: Cell::new(0),
-            pmi: crate::bootstrap::pmi::Held::default(),
         }
     }
 
@@ -259,7 +255,6 @@ impl World {
         use crate::bootstrap::kv::{KvClient, KvServer, resolve};
         let (rank, size, mut job, source) = (env.rank, env.size, env.job, env.source);
         let deadline = env.boot_deadline;
-        let mut pmi = crate::bootstrap::pmi::Held::default();
         let owner_name = match rv.owner {
             Some(r) => format!("rank {r}"),
             None => "the launcher".to_string(),
@@ -290,12 +285,11 @@ impl World {
                     v6,
                     at: given,
                 });
-                let (addrs, job0, held) =
+                let (addrs, job0) =
                     crate::bootstrap::pmi::meet(*dir, (rank, job), &node_name(), listen, deadline)?;
                 // Rank 0's job id is the job's (see `pmi::Published::job`).
                 job = job0;
                 env.job = job0;
-                pmi = held;
                 addrs
             }
             (Meet::Addr(_), given) => given.into_iter().collect(),
@@ -390,7 +384,6 @@ impl World {
         kv.watch()?;
         w.watch = Some(kv.watcher());
         w.kv = Some(kv);
-        w.pmi = pmi;
         Ok(w)
     }
 
@@ -667,6 +660,21 @@ impl World {
         match &self.sim {
             Some(s) => s.now(),
             None => epoch().elapsed().as_secs_f64(),
+        }
+    }
+
+    /// Sends `bytes` to `rank`, across the network, as one message of the network transport,
+    /// whatever they are: what a confused or hostile peer can send. For the fuzz test of the
+    /// receiving side (`crates/tca-tests`, scenario `net-garbage`); not for programs.
+    #[cfg(all(feature = "ofi", feature = "fuzzing"))]
+    #[doc(hidden)]
+    pub fn fuzz_send_raw(&self, rank: u32, bytes: &[u8]) -> Result<()> {
+        match (&self.net, self.is_remote(rank)) {
+            (Some(n), true) => n.send_raw(&self.shm, rank, bytes),
+            _ => Err(Error::new(
+                ErrorKind::InvalidArgument,
+                format!("rank {rank} is not reached through the network"),
+            )),
         }
     }
 

@@ -325,6 +325,10 @@ pub(crate) struct Ofi {
     remote: RefCell<HashMap<(u32, u32), Remote>>,
     replies: RefCell<HashMap<u64, Reply>>,
     next_req: Cell<u64>,
+    /// The request in flight (requests go one at a time) and the rank it went to: the only
+    /// answer or refusal taken. Any other, from a confused or hostile peer, is dropped; it
+    /// could otherwise complete a later request with a wrong value or none.
+    asked: Cell<Option<(u32, u64)>>,
     /// The highest request id answered (or refused): what `request` waits on.
     answered: AtomicU64,
     /// Sleeper count of that wait (nobody else raises the counter: it stays 0 or 1).
@@ -454,6 +458,7 @@ impl Ofi {
             remote: RefCell::new(HashMap::new()),
             replies: RefCell::new(HashMap::new()),
             next_req: Cell::new(1),
+            asked: Cell::new(None),
             answered: AtomicU64::new(0),
             answer_sleepers: AtomicU32::new(0),
             touched: RefCell::new(vec![false; size as usize]),
@@ -628,11 +633,39 @@ impl Ofi {
     /// Sends a message whose payload is `payload` then `more` (a [`PUT2`] message's two
     /// ranges), copied once into the send buffer.
     fn send2(&self, shm: &Shm, to: u32, h: &Header, payload: &[u8], more: &[u8]) -> Result<()> {
-        let len = payload.len() + more.len();
-        debug_assert!(len <= EAGER_MAX);
+        debug_assert!(payload.len() + more.len() <= EAGER_MAX);
         if h.kind != Kind::Revoke as u8 {
             self.sweep_freed(shm)?;
         }
+        let mut head = [0u8; HDR_MAX];
+        h.encode(&mut head);
+        self.send_bytes(shm, to, &head[..h.size()], payload, more)
+    }
+
+    /// Sends `bytes` to `to` as one message, whatever they are: what a confused or hostile
+    /// peer can send (the fuzz test of [`Ofi::handle`] through the network). At most a send
+    /// buffer's length.
+    #[cfg(feature = "fuzzing")]
+    pub(crate) fn send_raw(&self, shm: &Shm, to: u32, bytes: &[u8]) -> Result<()> {
+        if bytes.len() > BUF || to as usize >= self.addrs.len() {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                format!("a raw message of {} bytes to rank {to}", bytes.len()),
+            ));
+        }
+        self.send_bytes(shm, to, bytes, &[], &[])
+    }
+
+    /// Sends `head`, `payload` and `more` as one message, copied once into a send buffer.
+    fn send_bytes(
+        &self,
+        shm: &Shm,
+        to: u32,
+        head: &[u8],
+        payload: &[u8],
+        more: &[u8],
+    ) -> Result<()> {
+        let len = payload.len() + more.len();
         let mut turns = 0;
         let slot = loop {
             if let Some(s) = self.tx_free.borrow_mut().pop() {
@@ -646,11 +679,8 @@ impl Ofi {
             e
         };
         self.dest.borrow_mut()[slot] = to;
-        let hl = h.size();
+        let hl = head.len();
         let n = hl + len;
-        let mut head = [0u8; HDR_MAX];
-        h.encode(&mut head);
-        let head = &head[..hl];
         let at = self.pool.range(slot * BUF, n).map_err(give_back)?;
         self.pool
             .map
@@ -660,7 +690,7 @@ impl Ofi {
             .map_err(give_back)?;
         let dest = self.addrs[to as usize];
         loop {
-            let r = if n <= self.eager_inject && len <= 64 {
+            let r = if n <= self.eager_inject && len <= 64 && hl <= HDR_MAX {
                 let mut small = [0u8; HDR_MAX + 64];
                 small[..hl].copy_from_slice(head);
                 small[hl..hl + payload.len()].copy_from_slice(payload);
@@ -876,7 +906,22 @@ impl Ofi {
         let req = self.next_req();
         // The request id rides in the destination offset (compare-exchange uses both values).
         h.dst_off = req;
-        self.send(shm, to, &h, &[])?;
+        self.asked.set(Some((to, req)));
+        let r = self
+            .send(shm, to, &h, &[])
+            .and_then(|()| self.await_answer(shm, to, req, deadline));
+        self.asked.set(None);
+        r
+    }
+
+    /// Makes progress until request `req` to `to` is answered or refused.
+    fn await_answer(
+        &self,
+        shm: &Shm,
+        to: u32,
+        req: u64,
+        deadline: Option<std::time::Instant>,
+    ) -> Result<Header> {
         // Requests go one at a time (handlers never send one), so "answered" only grows: the
         // wait is the transports' one wait loop, on that counter, polling this transport.
         let poll = || self.progress(shm).map(|()| false);
@@ -1539,8 +1584,10 @@ impl Ofi {
                 ..Header::default()
             }),
             Kind::Answer => {
-                self.replies.borrow_mut().insert(h.value2, Reply::Value(h));
-                self.answered.fetch_max(h.value2, Ordering::Release);
+                if self.asked.get() == Some((from, h.value2)) {
+                    self.replies.borrow_mut().insert(h.value2, Reply::Value(h));
+                    self.answered.fetch_max(h.value2, Ordering::Release);
+                }
             }
             Kind::Revoke => {
                 let mut remote = self.remote.borrow_mut();
@@ -1554,11 +1601,14 @@ impl Ofi {
             Kind::Refuse => {
                 let why = String::from_utf8_lossy(payload).into_owned();
                 if h.value2 != 0 {
-                    self.replies
-                        .borrow_mut()
-                        .insert(h.value2, Reply::Refused(why));
-                    self.answered.fetch_max(h.value2, Ordering::Release);
-                } else {
+                    if self.asked.get() == Some((from, h.value2)) {
+                        self.replies
+                            .borrow_mut()
+                            .insert(h.value2, Reply::Refused(why));
+                        self.answered.fetch_max(h.value2, Ordering::Release);
+                    }
+                } else if self.touched.borrow().get(from as usize) == Some(&true) {
+                    // Only a rank written to since the last quiet can have refused a write.
                     self.refused.borrow_mut().get_or_insert_with(|| {
                         Error::peer(
                             ErrorKind::InvalidHandle,
