@@ -31,10 +31,11 @@
 //!   So the connection is the process's, not a world's: opened by the first world that needs
 //!   it, kept for the worlds after it (a process may make several in turn), and finalized when
 //!   the process exits (an `atexit` handler, as MPICH's own client finalizes in
-//!   `MPI_Finalize`). A program that also uses MPICH may therefore drop its worlds before or
-//!   after `MPI_Finalize`; whichever finalize comes second finds the connection closed and is
-//!   ignored. MPICH's `MPI_Init` before or after tca's start-up both worked with a C program
-//!   that speaks the wire protocol beside MPICH 4.0. tca never changes the shared socket's
+//!   `MPI_Finalize`). In a program that also uses MPICH, MPICH's `MPI_Finalize` (before
+//!   `main` returns) says it first, and the word at exit finds the connection closed and is
+//!   ignored (reasoned from the protocol; not tried beside MPICH). MPICH's `MPI_Init` before
+//!   or after tca's start-up both worked with a C program that speaks the wire protocol
+//!   beside MPICH 4.0. tca never changes the shared socket's
 //!   options (it waits for answers with `poll`), so MPICH's own client reads it as before.
 //! - PMIx is finalized when a world's start-up is done. Open MPI 4.1's `MPI_Init` fails in a
 //!   process that initialised PMIx before it (`orte_init`: "getting local rank failed"), and
