@@ -1326,15 +1326,20 @@ impl World {
     ///
     /// [`Ofi::sleep_turn`]: crate::transport::ofi::Ofi::sleep_turn
     #[cfg(feature = "ofi")]
-    fn sleep_on_network(&self, net: &crate::transport::ofi::Ofi, d: Duration, woke: &Cell<u32>) {
+    fn sleep_on_network(
+        &self,
+        net: &crate::transport::ofi::Ofi,
+        d: Duration,
+        turns: &crate::transport::ofi::QuickTurns,
+    ) {
         self.net_sleeps.set(self.net_sleeps.get() + 1);
-        net.sleep_turn(d, woke);
+        net.sleep_turn(d, turns);
     }
 
     /// How many sleep turns this rank's waits for a word (signal, packet, credit, request
     /// hint) have spent on the network rather than on the word's futex: each a poll of the
-    /// completion queue's descriptor, or after a wait's first 64 turns that returned at once,
-    /// a 50 us sleep. A diagnostic of where waits sleep: a rank sleeps on the network when the
+    /// completion queue's descriptor, or, once a wait's turns that returned at once look like
+    /// a descriptor that never blocks (64 of them after 2 ms, or 4,096), a 50 us sleep. A diagnostic of where waits sleep: a rank sleeps on the network when the
     /// rank it waits for is reached through it (see `World::sleeps_on_network`). The network
     /// transport's own waits (remote atomics, gets, `quiet`) are not counted. 0 without a
     /// network.
@@ -1354,8 +1359,8 @@ impl World {
     ) -> Result<u64> {
         use std::sync::atomic::Ordering;
         let poll = || net.progress(&self.shm).map(|()| false);
-        let woke = Cell::new(0);
-        let block = |d: Duration| self.sleep_on_network(net, d, &woke);
+        let turns = crate::transport::ofi::QuickTurns::default();
+        let block = |d: Duration| self.sleep_on_network(net, d, &turns);
         let progress = crate::transport::Progress {
             poll: &poll,
             nap: crate::transport::ofi::NAP,
@@ -1412,7 +1417,7 @@ impl World {
         // With a network, its progress comes first on every turn, and naps are short enough
         // for it.
         #[cfg(feature = "ofi")]
-        let (both, block, woke);
+        let (both, block, turns);
         #[cfg(feature = "ofi")]
         let (poll, nap, block): (_, _, Option<&dyn Fn(Duration)>) = match &self.net {
             Some(net) => {
@@ -1420,8 +1425,8 @@ impl World {
                     net.progress(&self.shm)?;
                     poll()
                 };
-                woke = Cell::new(0);
-                block = |d: Duration| self.sleep_on_network(net, d, &woke);
+                turns = crate::transport::ofi::QuickTurns::default();
+                block = |d: Duration| self.sleep_on_network(net, d, &turns);
                 let on_net = self.sleeps_on_network(net, by);
                 let nap = nap.min(crate::transport::ofi::NAP);
                 (

@@ -121,15 +121,32 @@ const LINGER: std::time::Duration = std::time::Duration::from_millis(10);
 /// tcp provider's does not always), so a sleeping rank polls every half millisecond.
 pub(crate) const NAP: std::time::Duration = std::time::Duration::from_micros(500);
 /// Turns of one wait on the network that may return at once before each further turn sleeps
-/// [`POLL_SLEEP`] ([`Ofi::sleep_turn`]): about 100 us of polling where the descriptor never
-/// blocks, which covers a round trip over TCP.
+/// [`POLL_SLEEP`] ([`Ofi::sleep_turn`]), however long the wait has lasted: about 100 us of
+/// polling where the descriptor never blocks, which covers a round trip over TCP.
 const POLLS_BEFORE_SLEEP: u32 = 64;
+/// How long a wait on the network may keep polling a descriptor that returns at once before
+/// its turns sleep ([`Ofi::sleep_turn`]), and at most how many such turns: a large put into
+/// this rank lands only as fast as it polls (libfabric's TCP providers move the bytes in the
+/// target's progress), and a 1-4 MiB put over TCP takes 0.5-2 ms here. Sleeping after the
+/// first 64 quick turns cost the 1 MiB and 4 MiB PingPong 1.2-1.5x their time (BENCHMARKS.md,
+/// "Across nodes", 2026-11-29).
+const QUICK_FOR: std::time::Duration = std::time::Duration::from_millis(2);
+/// See [`QUICK_FOR`].
+pub(crate) const QUICK_MAX: u32 = 4096;
 /// A turn's sleep once a wait has had [`POLLS_BEFORE_SLEEP`] turns that returned at once.
 const POLL_SLEEP: std::time::Duration = std::time::Duration::from_micros(50);
 /// A descriptor poll that returned ready within this long counts as one that did not sleep
 /// (one that returns at once takes about 1 us here); as long as [`POLL_SLEEP`], so that every
 /// other turn takes at least that.
 const AT_ONCE: std::time::Duration = POLL_SLEEP;
+
+/// One wait's sleep turns on the network ([`Ofi::sleep_turn`]): those that returned at once,
+/// and when the first began.
+#[derive(Debug, Default)]
+pub(crate) struct QuickTurns {
+    quick: Cell<u32>,
+    since: Cell<Option<std::time::Instant>>,
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
@@ -925,8 +942,8 @@ impl Ofi {
         // Requests go one at a time (handlers never send one), so "answered" only grows: the
         // wait is the transports' one wait loop, on that counter, polling this transport.
         let poll = || self.progress(shm).map(|()| false);
-        let woke = std::cell::Cell::new(0);
-        let block = |d: std::time::Duration| self.sleep_turn(d, &woke);
+        let turns = QuickTurns::default();
+        let block = |d: std::time::Duration| self.sleep_turn(d, &turns);
         let progress = Progress {
             poll: &poll,
             nap: NAP,
@@ -1626,19 +1643,28 @@ impl Ofi {
         self.ep.wait_fd().is_some()
     }
 
-    /// One turn of a wait's sleep on the network: [`Ofi::sleep`] for `d`, unless this wait
-    /// (whose turns that returned at once, within [`AT_ONCE`], `woke` counts) has already had
-    /// [`POLLS_BEFORE_SLEEP`] of them; then a plain sleep of [`POLL_SLEEP`] (at most `d`; the
-    /// kernel's timer slack makes it about 120 us here). A descriptor that keeps reading ready
-    /// while nothing completes (libfabric 1.17's `net` provider's does) would otherwise make
-    /// a long wait a busy poll. So every turn of a wait but its first 64 quick ones takes at
-    /// least [`AT_ONCE`] (or `d`, if shorter); a descriptor that sleeps until something
-    /// arrives reaches the count only by 64 arrivals that come at once.
-    pub(crate) fn sleep_turn(&self, d: std::time::Duration, woke: &std::cell::Cell<u32>) {
-        if woke.get() >= POLLS_BEFORE_SLEEP {
+    /// One turn of a wait's sleep on the network: [`Ofi::sleep`] for `d`, unless this wait's
+    /// turns that returned at once (within [`AT_ONCE`]; `turns` counts them) look like a
+    /// descriptor that never blocks: [`POLLS_BEFORE_SLEEP`] of them once the wait's turns
+    /// have lasted [`QUICK_FOR`], or [`QUICK_MAX`] of them; then a plain sleep of
+    /// [`POLL_SLEEP`] (at most `d`; the kernel's timer slack makes it about 120 us here). A
+    /// descriptor that keeps reading ready while nothing completes (libfabric 1.17's `net`
+    /// provider's does) would otherwise make a long wait a busy poll; polling it for the
+    /// first 2 ms keeps a large put into this rank streaming. So a wait's turns that return
+    /// at once are at most `QUICK_MAX`, plus those within its first 2 ms, plus one per
+    /// `AT_ONCE` after; a descriptor that sleeps until something arrives gets there only by
+    /// arrivals that come at once.
+    pub(crate) fn sleep_turn(&self, d: std::time::Duration, turns: &QuickTurns) {
+        let since = turns.since.get().unwrap_or_else(|| {
+            let now = std::time::Instant::now();
+            turns.since.set(Some(now));
+            now
+        });
+        let quick = turns.quick.get();
+        if quick >= QUICK_MAX || (quick >= POLLS_BEFORE_SLEEP && since.elapsed() >= QUICK_FOR) {
             std::thread::sleep(d.min(POLL_SLEEP));
         } else if self.sleep(d) {
-            woke.set(woke.get() + 1);
+            turns.quick.set(quick + 1);
         }
     }
 
