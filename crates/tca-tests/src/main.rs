@@ -408,9 +408,10 @@ fn v(rank: usize, i: usize) -> f64 {
 
 /// On 4 ranks, nodes {0, 1} and {2, 3}: a binomial broadcast from rank 2 after it slept
 /// 100 ms. Rank 0 waits for rank 2 (another node) and must sleep on the network, and really
-/// sleep: once a wait's quick turns look like a descriptor that never blocks (64 after 2
-/// ms, or 4,096), every turn takes at least 50 us (`Ofi::sleep_turn`), so its turns stay
-/// under 4,097 + 1 per 50 us waited whatever the provider's descriptor does. Rank 1 waits for rank 0 (its own node) and must sleep on the
+/// sleep: once a wait's turns look like a descriptor that never blocks (64 quick ones over
+/// 2 ms with nothing completed, or 4,096 in all), every turn takes at least 50 us
+/// (`Ofi::sleep_turn`), so its turns stay under 4,097 + 1 per 50 us waited whatever the
+/// provider's descriptor does. Rank 1 waits for rank 0 (its own node) and must sleep on the
 /// shared word, not on the network.
 fn sleep_where(w: &World) -> tca::Result<bool> {
     use tca::{Collective, Comm};

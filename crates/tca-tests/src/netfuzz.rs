@@ -13,8 +13,9 @@
 //! - a signal or atomic changes a word exactly when, in addition, the offset is a multiple
 //!   of 8 and the word lies inside; a signal's second word (flag `SET2`) is set first, and a
 //!   refused one stops the message;
-//! - every refused write of a put or signal is reported back to the sender (the model counts
-//!   them); requests (atomics, descriptions) are answered or refused to their request id;
+//! - a refused write of a put or signal is reported back to the sender (the model counts
+//!   them; the sender's next quiet reports the first); requests (atomics, descriptions) are
+//!   answered or refused to their request id;
 //! - anything else (a short, padded or cut message, an unknown kind, a rank that is not a
 //!   peer, answers and refusals nobody asked for) is dropped, and changes nothing.
 

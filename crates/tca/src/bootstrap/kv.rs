@@ -230,7 +230,8 @@ fn listen(bind: SocketAddr) -> std::io::Result<TcpListener> {
         sockopt::set_ipv6_v6only(&fd, false)?;
     }
     rustix::net::bind(&fd, &bind)?;
-    rustix::net::listen(&fd, 128)?;
+    // Every rank connects at once: the kernel's largest backlog (Linux caps -1 at somaxconn).
+    rustix::net::listen(&fd, -1)?;
     Ok(TcpListener::from(fd))
 }
 

@@ -42,7 +42,6 @@
 //!   works when it came first (both checked with C programs): a program that uses both calls
 //!   `MPI_Init` before it joins a tca world that spans nodes, or sets `TCA_KV`.
 
-use std::io::Read;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -190,10 +189,11 @@ static PMI1: Mutex<Option<Pmi1>> = Mutex::new(None);
 /// Registers [`finalize_at_exit`] once.
 static AT_EXIT: Once = Once::new();
 
-/// Says `finalize` on this process's PMI-1 connection, if one was opened; run by the C
-/// library when the process exits (returning from `main`, `std::process::exit`). Never
-/// blocks on another thread (a process may exit while one is inside start-up) and never
-/// unwinds into C.
+/// Says `finalize` on this process's PMI-1 connection, if one was opened by this process;
+/// run by the C library when the process exits (returning from `main`, or
+/// `std::process::exit` from any thread). A forked child inherits the handler and the
+/// connection but is not the launcher's process: it says nothing. Never blocks on another
+/// thread (a process may exit while one is inside start-up) and never unwinds into C.
 extern "C" fn finalize_at_exit() {
     let _ = std::panic::catch_unwind(|| {
         let mut held = match PMI1.try_lock() {
@@ -202,7 +202,9 @@ extern "C" fn finalize_at_exit() {
             Err(TryLockError::WouldBlock) => return,
         };
         if let Some(mut p) = held.take() {
-            p.finalize();
+            if p.pid == std::process::id() {
+                p.finalize();
+            }
         }
     });
 }
@@ -226,14 +228,31 @@ pub(crate) fn meet(
             let mut held = PMI1.lock().unwrap_or_else(PoisonError::into_inner);
             if held.is_none() {
                 *held = Some(Pmi1::open(fd, deadline).map_err(&fail)?);
-                // SAFETY: `atexit` only records the address of a function that takes no
-                // arguments and never unwinds (it catches panics); it runs on the exiting
-                // thread, after `main`, and takes the connection's lock without waiting.
-                AT_EXIT.call_once(|| unsafe {
-                    libc::atexit(finalize_at_exit);
+                AT_EXIT.call_once(|| {
+                    // SAFETY: `atexit` only records the address of a function that takes no
+                    // arguments and never unwinds (it catches panics). It runs on the thread
+                    // that exits the process (after `main`, or in `std::process::exit`), takes
+                    // the connection's lock without waiting, and does nothing in a forked
+                    // child (which inherits it).
+                    if unsafe { libc::atexit(finalize_at_exit) } != 0 {
+                        // Without it, Hydra kills this node's other processes when this
+                        // one exits: say so now rather than leave that unexplained.
+                        eprintln!(
+                            "tca: cannot register the PMI-1 finalize at exit (atexit failed): \
+                             the launcher may stop this node's other ranks when this one exits"
+                        );
+                    }
                 });
             }
             match held.as_mut() {
+                Some(p) if p.broken.is_some() => Err(fail(Error::new(
+                    ErrorKind::Bootstrap,
+                    format!(
+                        "the connection to the launcher is out of step since an earlier \
+                         start-up failed ({})",
+                        p.broken.as_deref().unwrap_or_default()
+                    ),
+                ))),
                 Some(p) => exchange(p, &key, (rank, job), node, listen, deadline).map_err(fail),
                 None => Err(fail(Error::new(
                     ErrorKind::Bootstrap,
@@ -437,6 +456,11 @@ pub(crate) struct Pmi1 {
     /// Bytes read past the last answer's end.
     pending: Vec<u8>,
     kvs: String,
+    /// The process that opened it (the launcher's; not a forked child).
+    pid: u32,
+    /// Why a call failed, after which answers may come out of step (a late `barrier_out`,
+    /// a `get_result` that names no key): later worlds are refused, `finalize` still said.
+    broken: Option<String>,
 }
 
 /// Longest line read from the launcher (PMI-1's values are at most 1024 bytes).
@@ -448,6 +472,8 @@ impl Pmi1 {
             sock: UnixStream::from(dup(fd)?),
             pending: Vec::with_capacity(LINE_MAX),
             kvs: String::new(),
+            pid: std::process::id(),
+            broken: None,
         };
         p.call(
             "cmd=init pmi_version=1 pmi_subversion=1",
@@ -469,8 +495,16 @@ impl Pmi1 {
     }
 
     /// Sends `cmd` and reads the answer `want` (`cmd=want ...`), failing on a non-zero `rc`
-    /// or silence past `deadline`.
+    /// or silence past `deadline`; after a failure the connection is marked out of step.
     fn call(&mut self, cmd: &str, want: &str, deadline: Instant) -> Result<String> {
+        let r = self.call_once(cmd, want, deadline);
+        if let Err(e) = &r {
+            self.broken.get_or_insert_with(|| e.to_string());
+        }
+        r
+    }
+
+    fn call_once(&mut self, cmd: &str, want: &str, deadline: Instant) -> Result<String> {
         // Not write(2): a launcher that closed the connection must not raise SIGPIPE here.
         let line = format!("{cmd}\n");
         let mut rest = line.as_bytes();
@@ -507,15 +541,16 @@ impl Pmi1 {
         use rustix::event::{PollFd, PollFlags, Timespec, poll};
         let mut chunk = [0u8; 1024];
         loop {
-            if let Some(end) = self.pending.iter().position(|&b| b == b'\n') {
-                let line: Vec<u8> = self.pending.drain(..=end).collect();
-                return Ok(String::from_utf8_lossy(&line).into_owned());
-            }
-            if self.pending.len() > LINE_MAX {
+            let end = self.pending.iter().position(|&b| b == b'\n');
+            if end.unwrap_or(self.pending.len()) > LINE_MAX {
                 return Err(Error::new(
                     ErrorKind::Bootstrap,
                     format!("PMI-1: the answer to {cmd:?} is longer than {LINE_MAX} bytes"),
                 ));
+            }
+            if let Some(end) = end {
+                let line: Vec<u8> = self.pending.drain(..=end).collect();
+                return Ok(String::from_utf8_lossy(&line).into_owned());
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
@@ -540,20 +575,17 @@ impl Pmi1 {
                     ));
                 }
             }
-            match (&self.sock).read(&mut chunk) {
-                Ok(0) => {
+            // Not a blocking read: another reader of the shared socket may have taken the data.
+            match rustix::net::recv(&self.sock, &mut chunk, rustix::net::RecvFlags::DONTWAIT) {
+                Ok((0, _)) => {
                     return Err(Error::new(
                         ErrorKind::Bootstrap,
                         format!("PMI-1: the launcher closed the connection at {cmd:?}"),
                     ));
                 }
-                Ok(n) => self.pending.extend_from_slice(&chunk[..n]),
-                // Readable, then not (another reader of the shared socket): poll again.
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::Interrupted | std::io::ErrorKind::WouldBlock
-                    ) => {}
+                Ok((n, _)) => self.pending.extend_from_slice(&chunk[..n.min(chunk.len())]),
+                // Readable, then not: poll again.
+                Err(rustix::io::Errno::INTR | rustix::io::Errno::AGAIN) => {}
                 Err(e) => {
                     return Err(Error::new(
                         ErrorKind::Bootstrap,
@@ -610,7 +642,8 @@ fn meet_once(
 ) -> Result<(Vec<SocketAddr>, u64)> {
     let fail = failing(Directory::Pmi1 { fd }, rank);
     let mut p = Pmi1::open(fd, deadline).map_err(&fail)?;
-    let met = exchange(&mut p, "tca-kv-0", (rank, job), node, listen, deadline).map_err(fail);
+    let key = format!("{KEY}-0");
+    let met = exchange(&mut p, &key, (rank, job), node, listen, deadline).map_err(fail);
     p.finalize();
     met
 }
@@ -901,5 +934,17 @@ mod tests {
             ]
         );
         assert_ne!(seen[3], seen[5], "a key per world");
+        // After a failed call the connection is out of step: later worlds are refused at
+        // once, and `finalize` is still said at exit.
+        let (fd, t, ours) = launcher(true);
+        let e = meet(Directory::Pmi1 { fd }, (0, 1), "a", listen(1), soon).unwrap_err();
+        assert!(e.to_string().contains("rc -1"), "{e}");
+        let e = meet(Directory::Pmi1 { fd }, (0, 1), "a", listen(1), soon).unwrap_err();
+        assert!(e.to_string().contains("out of step"), "{e}");
+        finalize_at_exit();
+        drop(ours);
+        let seen = t.join().unwrap();
+        let cmds: Vec<&str> = seen.iter().map(|l| field(l, "cmd").unwrap()).collect();
+        assert_eq!(cmds, ["init", "get_my_kvsname", "put", "finalize"]);
     }
 }

@@ -1338,11 +1338,12 @@ impl World {
 
     /// How many sleep turns this rank's waits for a word (signal, packet, credit, request
     /// hint) have spent on the network rather than on the word's futex: each a poll of the
-    /// completion queue's descriptor, or, once a wait's turns that returned at once look like
-    /// a descriptor that never blocks (64 of them after 2 ms, or 4,096), a 50 us sleep. A diagnostic of where waits sleep: a rank sleeps on the network when the
-    /// rank it waits for is reached through it (see `World::sleeps_on_network`). The network
-    /// transport's own waits (remote atomics, gets, `quiet`) are not counted. 0 without a
-    /// network.
+    /// completion queue's descriptor, or, once a wait's turns look like a descriptor that
+    /// never blocks (64 that returned at once over 2 ms with nothing completed, or 4,096 in
+    /// all), a 50 us sleep. A diagnostic of where waits sleep: a rank sleeps on the network
+    /// when the rank it waits for is reached through it (see `World::sleeps_on_network`). The
+    /// network transport's own waits (remote atomics, gets, `quiet`) are not counted. 0
+    /// without a network.
     pub fn network_sleeps(&self) -> u64 {
         self.net_sleeps.get()
     }

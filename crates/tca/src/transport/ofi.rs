@@ -120,32 +120,39 @@ const LINGER: std::time::Duration = std::time::Duration::from_millis(10);
 /// descriptor need not wake for data that still needs progress to become a completion (the
 /// tcp provider's does not always), so a sleeping rank polls every half millisecond.
 pub(crate) const NAP: std::time::Duration = std::time::Duration::from_micros(500);
-/// Turns of one wait on the network that may return at once before each further turn sleeps
-/// [`POLL_SLEEP`] ([`Ofi::sleep_turn`]), however long the wait has lasted: about 100 us of
-/// polling where the descriptor never blocks, which covers a round trip over TCP.
+/// Turns that returned at once, with no completion read, after which a wait on the network
+/// whose quiet stretch has lasted [`QUICK_FOR`] sleeps [`POLL_SLEEP`] per turn
+/// ([`Ofi::sleep_turn`]).
 const POLLS_BEFORE_SLEEP: u32 = 64;
-/// How long a wait on the network may keep polling a descriptor that returns at once before
-/// its turns sleep ([`Ofi::sleep_turn`]), and at most how many such turns: a large put into
-/// this rank lands only as fast as it polls (libfabric's TCP providers move the bytes in the
-/// target's progress), and a 1-4 MiB put over TCP takes 0.5-2 ms here. Sleeping after the
-/// first 64 quick turns cost the 1 MiB and 4 MiB PingPong 1.2-1.5x their time (BENCHMARKS.md,
-/// "Across nodes", 2026-11-29).
+/// How long a wait on the network keeps polling a descriptor that returns at once while no
+/// completion comes ([`Ofi::sleep_turn`]): a large put into this rank lands only as fast as
+/// it polls (libfabric's TCP providers move the bytes in the target's progress, and a write
+/// completes nothing at its target), and a 1-4 MiB put over TCP takes 0.5-2 ms here. Sleeping
+/// after the first 64 quick turns cost the 1 MiB and 4 MiB PingPong 1.4x their time
+/// (BENCHMARKS.md, "A large put into a waiting rank streams").
 const QUICK_FOR: std::time::Duration = std::time::Duration::from_millis(2);
-/// See [`QUICK_FOR`].
+/// The most turns that return at once one wait on the network takes before every further
+/// turn sleeps [`POLL_SLEEP`], whatever arrives.
 pub(crate) const QUICK_MAX: u32 = 4096;
-/// A turn's sleep once a wait has had [`POLLS_BEFORE_SLEEP`] turns that returned at once.
+/// A turn's sleep once a wait's turns look like a descriptor that never blocks
+/// ([`Ofi::sleep_turn`]), and in the transport's own stalled loops.
 const POLL_SLEEP: std::time::Duration = std::time::Duration::from_micros(50);
 /// A descriptor poll that returned ready within this long counts as one that did not sleep
 /// (one that returns at once takes about 1 us here); as long as [`POLL_SLEEP`], so that every
 /// other turn takes at least that.
 const AT_ONCE: std::time::Duration = POLL_SLEEP;
 
-/// One wait's sleep turns on the network ([`Ofi::sleep_turn`]): those that returned at once,
-/// and when the first began.
+/// One wait's sleep turns on the network ([`Ofi::sleep_turn`]).
 #[derive(Debug, Default)]
 pub(crate) struct QuickTurns {
-    quick: Cell<u32>,
+    /// Turns that returned at once in all.
+    total: Cell<u32>,
+    /// Those since a completion was last read.
+    quiet: Cell<u32>,
+    /// When the stretch without completions began.
     since: Cell<Option<std::time::Instant>>,
+    /// The transport's completion count when last looked at.
+    seen: Cell<u64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -343,9 +350,13 @@ pub(crate) struct Ofi {
     replies: RefCell<HashMap<u64, Reply>>,
     next_req: Cell<u64>,
     /// The request in flight (requests go one at a time) and the rank it went to: the only
-    /// answer or refusal taken. Any other, from a confused or hostile peer, is dropped; it
-    /// could otherwise complete a later request with a wrong value or none.
+    /// answer or refusal taken, and only the first. Any other, from a confused peer (or a
+    /// hostile one that does not forge the rank in its header), is dropped; it could
+    /// otherwise complete a later request with a wrong value or none.
     asked: Cell<Option<(u32, u64)>>,
+    /// Completions read from the queue so far (whether a wait's polls find anything:
+    /// [`Ofi::sleep_turn`]).
+    completions: Cell<u64>,
     /// The highest request id answered (or refused): what `request` waits on.
     answered: AtomicU64,
     /// Sleeper count of that wait (nobody else raises the counter: it stays 0 or 1).
@@ -476,6 +487,7 @@ impl Ofi {
             replies: RefCell::new(HashMap::new()),
             next_req: Cell::new(1),
             asked: Cell::new(None),
+            completions: Cell::new(0),
             answered: AtomicU64::new(0),
             answer_sleepers: AtomicU32::new(0),
             touched: RefCell::new(vec![false; size as usize]),
@@ -1369,7 +1381,11 @@ impl Ofi {
     }
 
     fn read_cq(&self, shm: &Shm, out: &mut [Completion]) -> Result<usize> {
-        self.ep.read_cq(out).map_err(|e| {
+        let got = self.ep.read_cq(out);
+        if let Ok(n) = got {
+            self.completions.set(self.completions.get() + n as u64);
+        }
+        got.map_err(|e| {
             let id = e.id.map_or(usize::MAX, usize_sat);
             let to = self
                 .dest
@@ -1602,6 +1618,7 @@ impl Ofi {
             }),
             Kind::Answer => {
                 if self.asked.get() == Some((from, h.value2)) {
+                    self.asked.set(None);
                     self.replies.borrow_mut().insert(h.value2, Reply::Value(h));
                     self.answered.fetch_max(h.value2, Ordering::Release);
                 }
@@ -1619,6 +1636,7 @@ impl Ofi {
                 let why = String::from_utf8_lossy(payload).into_owned();
                 if h.value2 != 0 {
                     if self.asked.get() == Some((from, h.value2)) {
+                        self.asked.set(None);
                         self.replies
                             .borrow_mut()
                             .insert(h.value2, Reply::Refused(why));
@@ -1644,27 +1662,31 @@ impl Ofi {
     }
 
     /// One turn of a wait's sleep on the network: [`Ofi::sleep`] for `d`, unless this wait's
-    /// turns that returned at once (within [`AT_ONCE`]; `turns` counts them) look like a
-    /// descriptor that never blocks: [`POLLS_BEFORE_SLEEP`] of them once the wait's turns
-    /// have lasted [`QUICK_FOR`], or [`QUICK_MAX`] of them; then a plain sleep of
-    /// [`POLL_SLEEP`] (at most `d`; the kernel's timer slack makes it about 120 us here). A
-    /// descriptor that keeps reading ready while nothing completes (libfabric 1.17's `net`
-    /// provider's does) would otherwise make a long wait a busy poll; polling it for the
-    /// first 2 ms keeps a large put into this rank streaming. So a wait's turns that return
-    /// at once are at most `QUICK_MAX`, plus those within its first 2 ms, plus one per
-    /// `AT_ONCE` after; a descriptor that sleeps until something arrives gets there only by
-    /// arrivals that come at once.
+    /// turns look like a descriptor that never blocks: [`POLLS_BEFORE_SLEEP`] turns that
+    /// returned at once (within [`AT_ONCE`]) with no completion read since, over a stretch of
+    /// [`QUICK_FOR`], or [`QUICK_MAX`] of them in all; then a plain sleep of [`POLL_SLEEP`] (at
+    /// most `d`; the kernel's timer slack makes it about 120 us here). A descriptor that keeps
+    /// reading ready while nothing completes (libfabric 1.17's `net` provider's does) would
+    /// otherwise make a long wait a busy poll; polling it for 2 ms keeps a large put into this
+    /// rank streaming (its bytes complete nothing here), and a descriptor that really blocks
+    /// returns at once only when something arrived. So a wait takes at most `QUICK_MAX` turns
+    /// that return at once, and one more per `AT_ONCE` after them.
     pub(crate) fn sleep_turn(&self, d: std::time::Duration, turns: &QuickTurns) {
-        let since = turns.since.get().unwrap_or_else(|| {
-            let now = std::time::Instant::now();
+        let now = std::time::Instant::now();
+        let done = self.completions.get();
+        if turns.since.get().is_none() || turns.seen.get() != done {
+            // The first turn, or completions came since the last: a new quiet stretch.
+            turns.seen.set(done);
             turns.since.set(Some(now));
-            now
-        });
-        let quick = turns.quick.get();
-        if quick >= QUICK_MAX || (quick >= POLLS_BEFORE_SLEEP && since.elapsed() >= QUICK_FOR) {
+            turns.quiet.set(0);
+        }
+        let since = turns.since.get().unwrap_or(now);
+        let (total, quiet) = (turns.total.get(), turns.quiet.get());
+        if total >= QUICK_MAX || (quiet >= POLLS_BEFORE_SLEEP && now - since >= QUICK_FOR) {
             std::thread::sleep(d.min(POLL_SLEEP));
         } else if self.sleep(d) {
-            turns.quick.set(quick + 1);
+            turns.total.set(total + 1);
+            turns.quiet.set(quiet + 1);
         }
     }
 
