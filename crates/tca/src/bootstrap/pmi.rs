@@ -37,10 +37,13 @@
 //!   or after tca's start-up both worked with a C program that speaks the wire protocol
 //!   beside MPICH 4.0. tca never changes the shared socket's
 //!   options (it waits for answers with `poll`), so MPICH's own client reads it as before.
-//! - PMIx is finalized when a world's start-up is done. Open MPI 4.1's `MPI_Init` fails in a
-//!   process that initialised PMIx before it (`orte_init`: "getting local rank failed"), and
-//!   works when it came first (both checked with C programs): a program that uses both calls
-//!   `MPI_Init` before it joins a tca world that spans nodes, or sets `TCA_KV`.
+//! - PMIx likewise: initialised by the first world, kept, finalized at exit. (Finalized after
+//!   each world's start-up and initialised again for the next, OpenPMIx 4.2's fence timed out
+//!   on one node's processes under `mpirun`: the netns test's two worlds in turn, in CI.)
+//!   Open MPI 4.1's `MPI_Init` fails in a process that initialised PMIx before it
+//!   (`orte_init`: "getting local rank failed"), and works when it came first (both checked
+//!   with C programs): a program that uses both calls `MPI_Init` before it joins a tca world
+//!   that spans nodes, or sets `TCA_KV`.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::os::unix::net::UnixStream;
@@ -186,25 +189,59 @@ pub(crate) struct Listening {
 /// This process's PMI-1 connection, once a world has opened it: kept for the process's
 /// life and finalized at its exit (see the module doc).
 static PMI1: Mutex<Option<Pmi1>> = Mutex::new(None);
+/// This process's PMIx client, once a world has opened it, and the process that did: kept
+/// for the process's life and finalized at its exit (see the module doc).
+#[cfg(feature = "pmix")]
+static PMIX: Mutex<Option<(tca_pmix::Client, u32)>> = Mutex::new(None);
 /// Registers [`finalize_at_exit`] once.
 static AT_EXIT: Once = Once::new();
 
-/// Says `finalize` on this process's PMI-1 connection, if one was opened by this process;
-/// run by the C library when the process exits (returning from `main`, or
+/// Finalizes this process's directory connections (PMI-1's, PMIx's) that this process
+/// opened; run by the C library when the process exits (returning from `main`, or
 /// `std::process::exit` from any thread). A forked child inherits the handler and the
-/// connection but is not the launcher's process: it says nothing. Never blocks on another
+/// connections but is not the launcher's process: it says nothing. Never blocks on another
 /// thread (a process may exit while one is inside start-up) and never unwinds into C.
 extern "C" fn finalize_at_exit() {
+    fn take<T>(m: &Mutex<Option<T>>) -> Option<T> {
+        match m.try_lock() {
+            Ok(mut g) => g.take(),
+            Err(TryLockError::Poisoned(g)) => g.into_inner().take(),
+            Err(TryLockError::WouldBlock) => None,
+        }
+    }
     let _ = std::panic::catch_unwind(|| {
-        let mut held = match PMI1.try_lock() {
-            Ok(g) => g,
-            Err(TryLockError::Poisoned(g)) => g.into_inner(),
-            Err(TryLockError::WouldBlock) => return,
-        };
-        if let Some(mut p) = held.take() {
-            if p.pid == std::process::id() {
+        let me = std::process::id();
+        if let Some(mut p) = take(&PMI1) {
+            if p.pid == me {
                 p.finalize();
             }
+        }
+        #[cfg(feature = "pmix")]
+        if let Some((client, pid)) = take(&PMIX) {
+            if pid == me {
+                drop(client); // PMIx_Finalize
+            } else {
+                std::mem::forget(client); // the parent's, not this child's, to finalize
+            }
+        }
+    });
+}
+
+/// Registers [`finalize_at_exit`] with the C library, once per process.
+#[allow(unsafe_code)] // atexit
+fn finalize_at_exit_once() {
+    AT_EXIT.call_once(|| {
+        // SAFETY: `atexit` only records the address of a function that takes no arguments
+        // and never unwinds (it catches panics). It runs on the thread that exits the process
+        // (after `main`, or in `std::process::exit`), takes the connections' locks without
+        // waiting, and does nothing in a forked child (which inherits it).
+        if unsafe { libc::atexit(finalize_at_exit) } != 0 {
+            // Without it, Hydra kills this node's other processes when this one exits, and
+            // mpirun reports it as a failure: say so now rather than leave that unexplained.
+            eprintln!(
+                "tca: cannot register the launcher directory's finalize at exit (atexit \
+                 failed): the launcher may stop this node's other ranks when this one exits"
+            );
         }
     });
 }
@@ -213,7 +250,6 @@ extern "C" fn finalize_at_exit() {
 /// name, as start-up tells nodes apart): rank 0 publishes where it listens (`listen`, `Some`
 /// on rank 0 only); every rank meets the others at the fence; returns the addresses this
 /// rank tries, in order, and rank 0's job id. Every call to the launcher ends by `deadline`.
-#[allow(unsafe_code)] // registering the exit handler that says `finalize`
 pub(crate) fn meet(
     dir: Directory,
     (rank, job): (u32, u64),
@@ -228,21 +264,7 @@ pub(crate) fn meet(
             let mut held = PMI1.lock().unwrap_or_else(PoisonError::into_inner);
             if held.is_none() {
                 *held = Some(Pmi1::open(fd, deadline).map_err(&fail)?);
-                AT_EXIT.call_once(|| {
-                    // SAFETY: `atexit` only records the address of a function that takes no
-                    // arguments and never unwinds (it catches panics). It runs on the thread
-                    // that exits the process (after `main`, or in `std::process::exit`), takes
-                    // the connection's lock without waiting, and does nothing in a forked
-                    // child (which inherits it).
-                    if unsafe { libc::atexit(finalize_at_exit) } != 0 {
-                        // Without it, Hydra kills this node's other processes when this
-                        // one exits: say so now rather than leave that unexplained.
-                        eprintln!(
-                            "tca: cannot register the PMI-1 finalize at exit (atexit failed): \
-                             the launcher may stop this node's other ranks when this one exits"
-                        );
-                    }
-                });
+                finalize_at_exit_once();
             }
             match held.as_mut() {
                 Some(p) if p.broken.is_some() => Err(fail(Error::new(
@@ -367,7 +389,7 @@ trait Kv {
     fn get(&mut self, rank: u32, key: &str, deadline: Instant) -> Result<String>;
 }
 
-/// [`meet`] through PMIx: a client for this world's start-up, finalized when it is done.
+/// [`meet`] through PMIx: the process's client, initialised by its first world.
 #[cfg(feature = "pmix")]
 fn meet_pmix(
     key: &str,
@@ -376,8 +398,18 @@ fn meet_pmix(
     listen: Option<Listening>,
     deadline: Instant,
 ) -> Result<(Vec<SocketAddr>, u64)> {
-    let mut c = tca_pmix::Client::init().map_err(pmix_err)?;
-    exchange(&mut c, key, me, node, listen, deadline)
+    let mut held = PMIX.lock().unwrap_or_else(PoisonError::into_inner);
+    if held.is_none() {
+        *held = Some((
+            tca_pmix::Client::init().map_err(pmix_err)?,
+            std::process::id(),
+        ));
+        finalize_at_exit_once();
+    }
+    match held.as_mut() {
+        Some((c, _)) => exchange(c, key, me, node, listen, deadline),
+        None => Err(Error::new(ErrorKind::Bootstrap, "PMIx was not initialised")),
+    }
 }
 
 #[cfg(not(feature = "pmix"))]
