@@ -21,6 +21,7 @@ pub const TARGETS: &[Target] = &[
     ("matrix", matrix),
     ("specs", specs),
     ("calibration", calibration),
+    ("network", network),
     ("handle", handle),
     ("hosts", hosts),
     ("attach", attach),
@@ -104,6 +105,12 @@ pub fn calibration(data: &[u8]) {
             }
         }
     }
+}
+
+/// A simulated network's model file (`tca sim --network FILE`): an accepted model is used
+/// as a simulation uses it without a panic (`tca::sim::fuzz_network`).
+pub fn network(data: &[u8]) {
+    let _ = tca::sim::fuzz_network(&text(data));
 }
 
 /// Segment handles as peers send them: an accepted handle round-trips.

@@ -213,6 +213,14 @@ proptest! {
     }
 
     #[test]
+    fn network_models_never_panic(
+        which in 0..tca::sim::BUILT_IN.len(),
+        edits in prop::collection::vec(edit(), 0..10),
+    ) {
+        tca_tests::network(mutate(tca::sim::BUILT_IN[which].1, &edits).as_bytes());
+    }
+
+    #[test]
     fn handles_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..64)) {
         tca_tests::handle(&bytes);
     }
@@ -562,6 +570,22 @@ proptest! {
 /// goes, so that it stays fixed), without a panic — not even one caught inside tca (the
 /// matrix reader catches its library's panics; AFL++ counts them as crashes, and so does this
 /// test).
+/// Every built-in model is accepted and used whole by the target; a model that breaks a
+/// rule is refused before it is used.
+#[test]
+fn network_seeds_reach_both_outcomes() {
+    for (name, text) in tca::sim::BUILT_IN {
+        assert!(tca::sim::fuzz_network(text), "{name}");
+    }
+    let (_, text) = tca::sim::BUILT_IN[0];
+    let huge = format!("{text}\n").replace("dims = [", "dims = [65536, ");
+    assert!(
+        !tca::sim::fuzz_network(&huge),
+        "a torus of more than 65,536 nodes"
+    );
+    assert!(!tca::sim::fuzz_network("not a model"));
+}
+
 #[test]
 fn every_target_takes_its_corpus_and_regressions() {
     thread_local!(static PANICKED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) });

@@ -33,6 +33,9 @@ use crate::error::Result;
 use crate::fabric::World;
 use crate::transport::SimEngine;
 
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub use crate::transport::fuzz_network;
 pub use crate::transport::{
     BUILT_IN, Compute, ComputeRates, Dma, Link, Network, Pio, Software, Stats, Topology,
 };

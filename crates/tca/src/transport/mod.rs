@@ -69,6 +69,9 @@ pub(crate) use sim::Sim as SimRank;
 pub(crate) use sim::coroutines::{Body as SimBody, run as run_sim_ranks};
 /// One simulated job's engine (what `World::run_simulated` runs the ranks in).
 pub(crate) use sim::engine::Engine as SimEngine;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub use sim::network::fuzz_network;
 /// The simulated network's models and settings, for `crate::sim` (the user's entry): what a
 /// simulated job is made of, without reaching into the transport's modules.
 pub use sim::network::{BUILT_IN, ComputeRates, Dma, Link, Pio, Software, Topology};

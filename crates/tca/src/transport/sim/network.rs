@@ -578,6 +578,49 @@ impl Network {
     }
 }
 
+/// The fuzz target `network`: a model file's text (`tca sim --network FILE`), parsed; an
+/// accepted model is then used the way a simulation uses it — routes between its first,
+/// middle and last nodes, messages of 0 B to 1 GiB, a put split over its DMA channels,
+/// reductions and its cost model — none of which may panic, and every link named must be one
+/// of the network's resources. Returns whether the model was accepted.
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub fn fuzz_network(text: &str) -> bool {
+    let Ok(n) = Network::parse(text, "fuzz") else {
+        return false;
+    };
+    let nodes = n.nodes();
+    assert!((1..=MAX_NODES).contains(&nodes), "{nodes} nodes");
+    let _ = n.shape();
+    let resources = n.resources();
+    let mut links = Vec::new();
+    for (a, b) in [(0, nodes - 1), (nodes - 1, 0), (nodes / 2, 0), (0, 0)] {
+        links.clear();
+        let hops = n.links(a, b, &mut links);
+        assert!(links.iter().all(|&l| (l as usize) < resources), "{links:?}");
+        assert!(hops as usize <= links.len(), "{hops} hops over {links:?}");
+        for out in [true, false] {
+            assert!(n.ports(a, out).all(|p| (p as usize) < resources));
+        }
+        for bytes in [0, 8, 4096, 1 << 20, 1 << 30] {
+            let r = n.route(bytes, hops);
+            assert!(r.gbs.is_finite() && r.gbs > 0.0, "{}", r.gbs);
+            let _ = (n.chained_descriptor(bytes), hold(bytes, r.gbs));
+        }
+    }
+    let mut out = Vec::new();
+    for parts in [&[1 << 20][..], &[0, 4096, 64, 1 << 16], &[3, 5, 7, 11, 13]] {
+        n.channel_finishes(parts, &mut out);
+        assert_eq!(out.len(), parts.len());
+    }
+    let _ = n.reduce_time(1 << 30);
+    assert!(
+        n.cost_model().validate().is_ok(),
+        "an accepted model's cost model"
+    );
+    true
+}
+
 /// Picoseconds that `n` bytes hold a resource at `gbs` bytes per ns.
 pub(crate) fn hold(n: usize, gbs: f64) -> Ps {
     ps(n as f64 / gbs)
