@@ -3,8 +3,8 @@
 //! (`tca-rankprog`), which sends them from rank 1 to rank 0 through libfabric and then
 //! checks rank 0's memory against the model byte for byte.
 //!
-//! The wire format is written here from the transport's documentation
-//! (`tca::transport::ofi`, "Header"), not from its code: a message is a 72-byte header
+//! The wire format is written here from what the network transport documents of it (its
+//! "Header" section), not from its code: a message is a 72-byte header
 //! (80 with the two-range flag) and a payload. The receiver trusts nothing in it; the model
 //! says what it must do with each message:
 //! - a write (a put, a signal's payload) lands exactly when the segment id and key are those

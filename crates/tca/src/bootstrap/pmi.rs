@@ -186,13 +186,19 @@ pub(crate) struct Listening {
     pub at: Option<SocketAddr>,
 }
 
-/// This process's PMI-1 connection, once a world has opened it: kept for the process's
-/// life and finalized at its exit (see the module doc).
-static PMI1: Mutex<Option<Pmi1>> = Mutex::new(None);
-/// This process's PMIx client, once a world has opened it, and the process that did: kept
-/// for the process's life and finalized at its exit (see the module doc).
+/// A directory connection of this process, opened by its first world that needs it, kept
+/// for its life and finalized at its exit (see the module doc), and the process that opened
+/// it (a forked child inherits it but is not the launcher's process).
+struct Opened<T> {
+    dir: T,
+    pid: u32,
+}
+
+/// This process's PMI-1 connection.
+static PMI1: Mutex<Option<Opened<Pmi1>>> = Mutex::new(None);
+/// This process's PMIx client.
 #[cfg(feature = "pmix")]
-static PMIX: Mutex<Option<(tca_pmix::Client, u32)>> = Mutex::new(None);
+static PMIX: Mutex<Option<Opened<tca_pmix::Client>>> = Mutex::new(None);
 /// Registers [`finalize_at_exit`] once.
 static AT_EXIT: Once = Once::new();
 
@@ -211,17 +217,15 @@ extern "C" fn finalize_at_exit() {
     }
     let _ = std::panic::catch_unwind(|| {
         let me = std::process::id();
-        if let Some(mut p) = take(&PMI1) {
-            if p.pid == me {
-                p.finalize();
-            }
+        if let Some(mut p) = take(&PMI1).filter(|p| p.pid == me) {
+            p.dir.finalize();
         }
         #[cfg(feature = "pmix")]
-        if let Some((client, pid)) = take(&PMIX) {
-            if pid == me {
-                drop(client); // PMIx_Finalize
+        if let Some(c) = take(&PMIX) {
+            if c.pid == me {
+                drop(c); // PMIx_Finalize
             } else {
-                std::mem::forget(client); // the parent's, not this child's, to finalize
+                std::mem::forget(c); // the parent's, not this child's, to finalize
             }
         }
     });
@@ -258,32 +262,37 @@ pub(crate) fn meet(
     deadline: Instant,
 ) -> Result<(Vec<SocketAddr>, u64)> {
     let key = format!("{KEY}-{}", WORLDS.fetch_add(1, Ordering::Relaxed));
-    let fail = failing(dir, rank);
-    match dir {
-        Directory::Pmi1 { fd } => {
-            let mut held = PMI1.lock().unwrap_or_else(PoisonError::into_inner);
-            if held.is_none() {
-                *held = Some(Pmi1::open(fd, deadline).map_err(&fail)?);
-                finalize_at_exit_once();
-            }
-            match held.as_mut() {
-                Some(p) if p.broken.is_some() => Err(fail(Error::new(
-                    ErrorKind::Bootstrap,
-                    format!(
-                        "the connection to the launcher is out of step since an earlier \
-                         start-up failed ({})",
-                        p.broken.as_deref().unwrap_or_default()
-                    ),
-                ))),
-                Some(p) => exchange(p, &key, (rank, job), node, listen, deadline).map_err(fail),
-                None => Err(fail(Error::new(
-                    ErrorKind::Bootstrap,
-                    "the connection was not opened",
-                ))),
+    let me = (rank, job);
+    let met = match dir {
+        Directory::Pmi1 { fd } => through(
+            &PMI1,
+            || Pmi1::open(fd, deadline),
+            |p| exchange(p, &key, me, node, listen, deadline),
+        ),
+        Directory::Pmix => meet_pmix(&key, me, node, listen, deadline),
+    };
+    met.map_err(failing(dir, rank))
+}
+
+/// `f` on this process's connection in `held`, opened by `open` if no world has yet.
+fn through<T, R>(
+    held: &Mutex<Option<Opened<T>>>,
+    open: impl FnOnce() -> Result<T>,
+    f: impl FnOnce(&mut T) -> Result<R>,
+) -> Result<R> {
+    let mut held = held.lock().unwrap_or_else(PoisonError::into_inner);
+    let opened = match held.take() {
+        Some(o) => o,
+        None => {
+            let dir = open()?;
+            finalize_at_exit_once();
+            Opened {
+                dir,
+                pid: std::process::id(),
             }
         }
-        Directory::Pmix => meet_pmix(&key, (rank, job), node, listen, deadline).map_err(fail),
-    }
+    };
+    f(&mut held.insert(opened).dir)
 }
 
 /// How [`meet`]'s errors say what rank `rank` was doing through `dir`.
@@ -313,6 +322,15 @@ fn exchange(
     listen: Option<Listening>,
     deadline: Instant,
 ) -> Result<(Vec<SocketAddr>, u64)> {
+    if let Some(why) = dir.out_of_step() {
+        return Err(Error::new(
+            ErrorKind::Bootstrap,
+            format!(
+                "the connection to the launcher is out of step since an earlier start-up \
+                 failed ({why})"
+            ),
+        ));
+    }
     let node = super::hash(node);
     let mine = match listen {
         Some(l) => {
@@ -384,6 +402,11 @@ fn publishable(l: Listening) -> Vec<SocketAddr> {
 
 /// An open directory: put, fence, get, each ending by a deadline.
 trait Kv {
+    /// Why the connection is out of step with the launcher, if it is (no later call can be
+    /// trusted).
+    fn out_of_step(&self) -> Option<&str> {
+        None
+    }
     fn put(&mut self, key: &str, value: &str, deadline: Instant) -> Result<()>;
     fn fence(&mut self, deadline: Instant) -> Result<()>;
     fn get(&mut self, rank: u32, key: &str, deadline: Instant) -> Result<String>;
@@ -398,18 +421,10 @@ fn meet_pmix(
     listen: Option<Listening>,
     deadline: Instant,
 ) -> Result<(Vec<SocketAddr>, u64)> {
-    let mut held = PMIX.lock().unwrap_or_else(PoisonError::into_inner);
-    if held.is_none() {
-        *held = Some((
-            tca_pmix::Client::init().map_err(pmix_err)?,
-            std::process::id(),
-        ));
-        finalize_at_exit_once();
-    }
-    match held.as_mut() {
-        Some((c, _)) => exchange(c, key, me, node, listen, deadline),
-        None => Err(Error::new(ErrorKind::Bootstrap, "PMIx was not initialised")),
-    }
+    let open = || tca_pmix::Client::init().map_err(pmix_err);
+    through(&PMIX, open, |c| {
+        exchange(c, key, me, node, listen, deadline)
+    })
 }
 
 #[cfg(not(feature = "pmix"))]
@@ -458,6 +473,10 @@ impl Kv for tca_pmix::Client {
 }
 
 impl Kv for Pmi1 {
+    fn out_of_step(&self) -> Option<&str> {
+        self.broken.as_deref()
+    }
+
     fn put(&mut self, key: &str, value: &str, deadline: Instant) -> Result<()> {
         let cmd = format!("cmd=put kvsname={} key={key} value={value}", self.kvs);
         self.call(&cmd, "put_result", deadline).map(drop)
@@ -488,8 +507,6 @@ pub(crate) struct Pmi1 {
     /// Bytes read past the last answer's end.
     pending: Vec<u8>,
     kvs: String,
-    /// The process that opened it (the launcher's; not a forked child).
-    pid: u32,
     /// Why a call failed, after which answers may come out of step (a late `barrier_out`,
     /// a `get_result` that names no key): later worlds are refused, `finalize` still said.
     broken: Option<String>,
@@ -504,7 +521,6 @@ impl Pmi1 {
             sock: UnixStream::from(dup(fd)?),
             pending: Vec::with_capacity(LINE_MAX),
             kvs: String::new(),
-            pid: std::process::id(),
             broken: None,
         };
         p.call(
@@ -945,7 +961,7 @@ mod tests {
             assert_eq!((addrs.len(), job), (1, 0x77));
         }
         let held = PMI1.lock().unwrap();
-        let sock = &held.as_ref().unwrap().sock;
+        let sock = &held.as_ref().unwrap().dir.sock;
         assert_eq!(sock.read_timeout().unwrap(), None);
         drop(held);
         finalize_at_exit();

@@ -1348,6 +1348,18 @@ impl World {
         self.net_sleeps.get()
     }
 
+    /// The most sleep turns on the network ([`World::network_sleeps`]) that one wait lasting
+    /// `waited` may take, whatever the provider's descriptor does: the turns that may return
+    /// at once, one more, and one per 50 us sleep after them. 0 without a network.
+    pub fn network_sleeps_bound(&self, waited: Duration) -> u64 {
+        #[cfg(feature = "ofi")]
+        if self.net.is_some() {
+            return crate::transport::ofi::turns_bound(waited);
+        }
+        let _ = waited;
+        0
+    }
+
     #[cfg(feature = "ofi")]
     #[inline(never)]
     fn wait_with_network(

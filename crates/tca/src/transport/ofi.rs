@@ -133,7 +133,7 @@ const POLLS_BEFORE_SLEEP: u32 = 64;
 const QUICK_FOR: std::time::Duration = std::time::Duration::from_millis(2);
 /// The most turns that return at once one wait on the network takes before every further
 /// turn sleeps [`POLL_SLEEP`], whatever arrives.
-pub(crate) const QUICK_MAX: u32 = 4096;
+const QUICK_MAX: u32 = 4096;
 /// A turn's sleep once a wait's turns look like a descriptor that never blocks
 /// ([`Ofi::sleep_turn`]), and in the transport's own stalled loops.
 const POLL_SLEEP: std::time::Duration = std::time::Duration::from_micros(50);
@@ -141,6 +141,15 @@ const POLL_SLEEP: std::time::Duration = std::time::Duration::from_micros(50);
 /// (one that returns at once takes about 1 us here); as long as [`POLL_SLEEP`], so that every
 /// other turn takes at least that.
 const AT_ONCE: std::time::Duration = POLL_SLEEP;
+
+/// The most turns one wait lasting `waited` takes in [`Ofi::sleep_turn`]: [`QUICK_MAX`] that
+/// return at once, one more, and one per [`POLL_SLEEP`] after them (each of those sleeps at
+/// least that long).
+pub(crate) fn turns_bound(waited: std::time::Duration) -> u64 {
+    let per = POLL_SLEEP.as_micros().max(1);
+    let slept = u64::try_from(waited.as_micros() / per).unwrap_or(u64::MAX);
+    u64::from(QUICK_MAX) + 1 + slept
+}
 
 /// One wait's sleep turns on the network ([`Ofi::sleep_turn`]).
 #[derive(Debug, Default)]
