@@ -116,11 +116,12 @@ pub const FAULTS: &[Info] = &[
         fatal: true,
         by_rank: false,
         what: "SIGKILL of the launcher",
-        expect: "every rank ends with an error saying the launcher died",
+        expect: "every rank ends with an error saying the launcher died (the first to see \
+                 it aborts the job saying so)",
         victim_may_fail: false,
         victim_kinds: &[],
         survivor_kinds: &["Aborted", "PeerDied"],
-        direct: false,
+        direct: true,
         hidden: false,
     },
     Info {

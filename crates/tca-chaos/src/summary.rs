@@ -53,6 +53,9 @@ pub struct Row {
     pub ran_on: u64,
     /// Jobs whose fault was answered as the library promises (goal: all).
     pub handled: u64,
+    /// Jobs that ended in errors (a fatal fault, or a victim that failed): the jobs the
+    /// naming columns are about.
+    pub in_errors: u64,
     /// Jobs that ended in errors where every survivor named the culprit itself.
     pub named_directly: u64,
     /// Wrong results delivered without an error, in every job, injected or not (goal 0).
@@ -69,12 +72,13 @@ pub struct Row {
 
 /// The counted columns, in the order every format prints them: the table's header, the
 /// CSV's, and the table's width.
-const COUNTED: [(&str, &str, usize); 9] = [
+const COUNTED: [(&str, &str, usize); 10] = [
     ("faults", "faults", 6),
     ("not inj", "not_injected", 7),
     ("hangs", "hangs", 6),
     ("ran on", "ran_on", 6),
     ("handled", "handled", 8),
+    ("in errors", "in_errors", 9),
     ("directly", "named_directly", 8),
     ("wrong", "wrong", 6),
     ("/dev/shm", "shm_left", 9),
@@ -83,13 +87,14 @@ const COUNTED: [(&str, &str, usize); 9] = [
 
 impl Row {
     /// The counted columns' values, in [`COUNTED`]'s order.
-    fn counts(&self) -> [u64; 9] {
+    fn counts(&self) -> [u64; 10] {
         [
             self.faults,
             self.not_injected,
             self.hangs,
             self.ran_on,
             self.handled,
+            self.in_errors,
             self.named_directly,
             self.wrong,
             self.shm_left,
@@ -108,6 +113,7 @@ impl Row {
             hangs: count(&|j| j.hang),
             ran_on: count(&|j| j.ran_on),
             handled: count(&|j| j.verdict.handled && !j.hang),
+            in_errors: count(&|j| j.verdict.named_ms.is_some()),
             named_directly: count(&|j| j.verdict.direct && j.verdict.named_ms.is_some()),
             wrong: jobs.iter().map(|j| j.verdict.wrong.len() as u64).sum(),
             shm_left: jobs.iter().map(|j| j.shm_left.len() as u64).sum(),

@@ -3,17 +3,19 @@
 //! # Naming
 //! A surviving rank *names the culprit* (the faulty rank, or the launcher) if its error names
 //! it, or names a rank that itself ended with an error naming the culprit, and so on: a
-//! chain. The library's errors are chains by design: a rank that times out on a stopped peer
-//! names that peer, then exits with the error, and the launcher (or the shared board) tells
-//! everyone else that *this* rank failed; every step names its cause, and the chain leads to
-//! the culprit. `direct` records the stronger property, every survivor naming the culprit
-//! itself, which holds for dead processes (the pidfd and the board both name them) but not,
-//! by this design, for a stopped one.
+//! chain: a rank that times out on a stopped peer names that peer, then exits with the
+//! error, and every step names its cause. `direct` records the stronger property, every
+//! survivor naming the culprit itself. The library aims at it: a rank that fails on account
+//! of another records the blame on the node's board before its error goes up, so whoever
+//! aborts the job on its account (the launcher seeing it exit, a peer seeing it fail) names
+//! the first cause; and the first rank to see the launcher die aborts the job saying so. A
+//! chain is still accepted where the kind allows one (`direct` false): a rank's error that
+//! the board never sees (a refusal that carries a peer's own reason) can still start one.
 //!
 //! # Per kind
 //! - fatal (`kill-rank`, `stop-rank`, `kill-launcher`): every rank but the victim ends with an
-//!   error of one of the kind's `survivor_kinds` naming the culprit; for `kill-rank`, naming
-//!   it itself (`direct` in [`crate::fault::FAULTS`]).
+//!   error of one of the kind's `survivor_kinds` naming the culprit; for `kill-rank` and
+//!   `kill-launcher`, naming it itself (`direct` in [`crate::fault::FAULTS`]).
 //! - survivable (`alloc-huge`, `fd-limit`, `stale-handle`): the victim inflicted the fault
 //!   (`applied`) and its attempts were answered with the kind's `victim_kinds`; then every
 //!   rank completes with every result verified, or, for the one kind whose victim may fail
@@ -312,8 +314,16 @@ mod tests {
             rep(0, err(Named::Launcher), 10),
             rep(1, err(Named::Rank(0)), 12),
         ];
+        // Through a rank that failed first is not enough: the first rank to see the launcher
+        // die aborts the job saying so.
         let v = judge(Fault::KillLauncher, None, &reports, 0, false);
-        assert!(v.handled && !v.direct, "{v:?}");
+        assert!(!v.handled && !v.direct, "{v:?}");
+        let reports = vec![
+            rep(0, err(Named::Launcher), 10),
+            rep(1, err(Named::Launcher), 12),
+        ];
+        let v = judge(Fault::KillLauncher, None, &reports, 0, false);
+        assert!(v.handled && v.direct, "{v:?}");
         let reports = vec![rep(0, err(Named::Launcher), 10), None];
         assert!(!judge(Fault::KillLauncher, None, &reports, 0, false).handled);
     }

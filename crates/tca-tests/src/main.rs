@@ -110,6 +110,7 @@ fn main() -> ExitCode {
         "wait-forever" => wait_forever(&world),
         "busy-forever" => busy_forever(&world),
         "sigstop" => stuck(&world, arg(&args, 1, 1) as u32),
+        "cascade" => cascade(&world),
         "fd-limit" => fd_limit(&world),
         "publish" => publish(&world, &args[1]),
         "steal" => steal(&world, &args[1]),
@@ -596,6 +597,30 @@ fn stuck(w: &World, victim: u32) -> tca::Result<bool> {
     for _ in 0..1_000_000 {
         c.allreduce(&[1.0f64; 4], &mut out, &tca::Op::Sum)?;
     }
+    Ok(false)
+}
+
+/// A failure caused by another rank: rank 2 frees its copy of a segment that rank 1 still
+/// writes to; rank 1's write is refused naming rank 2, and rank 1 fails (exits) with that
+/// error. The others, waiting in a barrier, end when the launcher aborts the job on rank 1's
+/// account: their errors must name rank 2, the first cause (rank 1 blamed it on the board),
+/// not rank 1.
+fn cascade(w: &World) -> tca::Result<bool> {
+    let seg = w.alloc_symmetric(64)?;
+    let to2 = *seg.handle(2)?;
+    if w.rank() == 1 {
+        w.put(&to2, 0, &[1u8; 8])?;
+    }
+    w.barrier()?;
+    if w.rank() == 2 {
+        drop(seg);
+    }
+    w.barrier()?;
+    if w.rank() == 1 {
+        w.put(&to2, 0, &[2u8; 8])?;
+        return Ok(false);
+    }
+    w.barrier()?;
     Ok(false)
 }
 

@@ -126,6 +126,40 @@ fn rank_error_exit_stops_the_job_with_its_status() {
     );
 }
 
+/// A rank that fails because of another names it, and so does everyone after it: rank 1's
+/// write into a segment rank 2 freed is refused naming rank 2, rank 1 exits with that error,
+/// and the launcher's abort on rank 1's account names rank 2 (the blame rank 1 recorded on
+/// the board): in its own line, and in the error of any rank that sees the abort before the
+/// launcher stops it.
+#[test]
+fn a_failure_caused_by_another_rank_names_the_first_cause() {
+    let _g = shm_lock();
+    let before = tca_shm_entries();
+    let out = Command::new(PROG)
+        .args(["launch", "4", "cascade"])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "rank 1's error: {said}{err}");
+    assert!(
+        err.contains("segment has been freed") && err.contains("rank 2"),
+        "{err}"
+    );
+    assert!(
+        err.contains("tca run: rank 1 ") && err.contains("after a fault of rank 2"),
+        "{err}"
+    );
+    // The launcher stops the others at once (SIGTERM): those that saw the abort first say
+    // whom it names.
+    let named: Vec<&str> = said
+        .lines()
+        .filter(|l| l.starts_with("peer-died"))
+        .collect();
+    assert!(named.iter().all(|&l| l == "peer-died 2"), "{said}{err}");
+    assert_eq!(tca_shm_entries(), before, "shared memory left behind");
+}
+
 /// A rank that is alive but stopped (SIGSTOP) is not a dead peer: without a timeout the
 /// others would wait for ever. With `TCA_TIMEOUT` they end with a timeout that names the
 /// stopped rank itself (not a rank that waits like them), the launcher stops the job (the
@@ -145,11 +179,17 @@ fn a_stopped_rank_ends_the_job_through_the_timeout() {
         "a timeout, not a crash: {out:?}"
     );
     // Each survivor prints how it ended: a timeout naming a rank, or the job's abort after
-    // the first of them failed (naming that one, which the launcher saw exit).
+    // the first of them failed. The abort names rank 2 too, not the rank that timed out
+    // first (which the launcher saw exit): that rank blamed rank 2 on the board.
     let said = String::from_utf8_lossy(&out.stdout);
     let timeouts: Vec<&str> = said.lines().filter(|l| l.starts_with("timeout")).collect();
     assert!(!timeouts.is_empty(), "{said}");
     assert!(timeouts.iter().all(|&l| l == "timeout 2"), "{said}");
+    let aborts: Vec<&str> = said
+        .lines()
+        .filter(|l| l.starts_with("peer-died"))
+        .collect();
+    assert!(aborts.iter().all(|&l| l == "peer-died 2"), "{said}");
     assert_eq!(
         tca_shm_entries(),
         before,

@@ -542,10 +542,17 @@ impl Launch {
                             pid,
                             how,
                         });
-                        control.abort(rank_u32(i), AbortReason::RankFailed, &how.to_string());
+                        let named =
+                            control.abort(rank_u32(i), AbortReason::RankFailed, &how.to_string());
                         let others = ranks.iter().filter(|k| k.exit.is_none()).count();
                         eprintln!(
-                            "tca run: rank {i} (pid {pid}) {how}{}",
+                            "tca run: rank {i} (pid {pid}) {how}{}{}",
+                            match named {
+                                Some(r) if r != rank_u32(i) => {
+                                    format!(", after a fault of rank {r}")
+                                }
+                                _ => String::new(),
+                            },
                             if others > 0 {
                                 format!("; stopping the other {others} rank(s)")
                             } else {
@@ -646,15 +653,21 @@ enum Control<'a> {
 }
 
 impl Control<'_> {
-    fn abort(&self, rank: u32, why: AbortReason, how: &str) {
+    /// Aborts the job on account of `rank`; returns the rank the abort in force names, where
+    /// the board tells it (the first cause of `rank`'s failure, or an earlier abort's rank).
+    fn abort(&self, rank: u32, why: AbortReason, how: &str) -> Option<u32> {
         match self {
-            Control::Board(b) => {
-                b.abort(rank, why);
-            }
-            Control::Kv(k) => match why {
-                AbortReason::Interrupted => k.abort(None, how),
-                _ => k.abort(Some(rank), &format!("rank {rank} {how}")),
+            Control::Board(b) => match b.abort(rank, why) {
+                (r, AbortReason::PeerDied | AbortReason::RankFailed) => Some(r),
+                _ => None,
             },
+            Control::Kv(k) => {
+                match why {
+                    AbortReason::Interrupted | AbortReason::LauncherDied => k.abort(None, how),
+                    _ => k.abort(Some(rank), &format!("rank {rank} {how}")),
+                }
+                None
+            }
         }
     }
 }

@@ -12,10 +12,18 @@
 //! 256    published count (u64): ranks that have published        writers: every rank once
 //! 384    sleeper count (u32) for waits on the words above
 //! 512    one 128-byte entry per rank: state, pid, control segment id and key, an "asleep in
-//!        a wait" flag and a count of finished sleeping waits (for deadlock detection)
-//!                                                                writer: that rank only
+//!        a wait" flag and a count of finished sleeping waits (for deadlock detection), and
+//!        the rank it blames for its failure, if any                writer: that rank only
 //! ```
 //! All shared words are atomics: Release when written, Acquire when read.
+//!
+//! # Blame
+//! A rank that meets a fault of another rank (its death, its failure, its leaving, its
+//! silence past `TCA_TIMEOUT`) writes that rank into its entry's blame word before its error
+//! goes up to its program. So when it fails in turn, whoever aborts the job on its account —
+//! the launcher seeing it exit, a peer seeing it failed — follows the blame from rank to rank
+//! ([`Board::root_of`]) and names the first cause: every rank's error names the rank at the
+//! root of the trouble, not the last rank to fall.
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -57,6 +65,8 @@ pub enum AbortReason {
     RankFailed = 2,
     /// The launcher was interrupted (SIGINT / SIGTERM).
     Interrupted = 3,
+    /// A rank saw the launcher die (the rank named is the one that saw it first).
+    LauncherDied = 4,
 }
 
 #[repr(C)]
@@ -86,6 +96,8 @@ pub struct Entry {
 pub struct Board {
     map: Mapping,
     job: u64,
+    /// Ranks in the job (the header's count, checked at open).
+    size: u32,
     launcher_pid: Option<u32>,
 }
 
@@ -128,6 +140,7 @@ impl Board {
         Ok(Self {
             map,
             job,
+            size,
             launcher_pid,
         })
     }
@@ -178,6 +191,7 @@ impl Board {
         Ok(Self {
             map,
             job: h.job,
+            size,
             launcher_pid,
         })
     }
@@ -332,6 +346,48 @@ impl Board {
         )
     }
 
+    /// Records that `rank` fails on account of `culprit`: the first such record stands (the
+    /// first fault a rank met is the cause of what followed). Ignored for itself or a rank
+    /// outside the job.
+    pub fn blame(&self, rank: u32, culprit: u32) {
+        if culprit == rank || culprit >= self.size() {
+            return;
+        }
+        let _ = self.entry_word(rank, 40).compare_exchange(
+            0,
+            u64::from(culprit) + 1,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+    }
+
+    /// The rank `rank` blames for its failure, if it recorded one.
+    pub fn blamed(&self, rank: u32) -> Option<u32> {
+        let v = self.entry_word(rank, 40).load(Ordering::Acquire);
+        u32::try_from(v.checked_sub(1)?)
+            .ok()
+            .filter(|&r| r < self.size())
+    }
+
+    /// The first cause of `rank`'s trouble: the blame followed from rank to rank until a rank
+    /// that blames nobody. A circle (two ranks timing out on each other) ends at `rank`
+    /// itself.
+    pub fn root_of(&self, rank: u32) -> u32 {
+        let mut at = rank;
+        for _ in 0..self.size() {
+            match self.blamed(at) {
+                Some(next) if next != rank => at = next,
+                Some(_) => return rank,
+                None => return at,
+            }
+        }
+        rank
+    }
+
+    fn size(&self) -> u32 {
+        self.size
+    }
+
     /// Records that `rank` left (cleanly or not). A failure is never overwritten by `Done`.
     pub fn set_state(&self, rank: u32, s: RankState) {
         let w = self.state_word(rank);
@@ -356,8 +412,15 @@ impl Board {
             .expect("sleeper word lies inside the board")
     }
 
-    /// Aborts the job on account of `rank` (first abort wins). Returns the abort in force.
+    /// Aborts the job on account of `rank` — for a peer's death or failure, of the rank at the
+    /// root of it ([`Board::root_of`]) — (first abort wins). Returns the abort in force.
     pub fn abort(&self, rank: u32, reason: AbortReason) -> (u32, AbortReason) {
+        let rank = match reason {
+            AbortReason::PeerDied | AbortReason::RankFailed if rank < self.size() => {
+                self.root_of(rank)
+            }
+            _ => rank,
+        };
         let v = (u64::from(reason as u32) << 32) | u64::from(rank + 1);
         let w = word(&self.map, ABORT);
         match w.compare_exchange(0, v, Ordering::AcqRel, Ordering::Acquire) {
@@ -408,7 +471,7 @@ pub(crate) fn fuzz_board(data: &[u8]) -> bool {
         "a board of {len} bytes accepted for {size} ranks"
     );
     for r in 0..size {
-        let _ = (b.entry(r), b.state(r), b.sleep_state(r));
+        let _ = (b.entry(r), b.state(r), b.sleep_state(r), b.root_of(r));
     }
     let _ = (b.aborted(), b.job(), b.launcher_pid());
     true
@@ -434,6 +497,7 @@ fn decode_abort(v: u64) -> Option<(u32, AbortReason)> {
     let reason = match (v >> 32) as u32 {
         1 => AbortReason::PeerDied,
         2 => AbortReason::RankFailed,
+        4 => AbortReason::LauncherDied,
         _ => AbortReason::Interrupted,
     };
     Some((low_u32(v).wrapping_sub(1), reason))
@@ -500,5 +564,40 @@ mod tests {
         b.set_state(2, RankState::Failed);
         b.set_state(2, RankState::Done);
         assert_eq!(b.state(2), RankState::Failed);
+    }
+
+    #[test]
+    fn an_abort_names_the_first_cause() {
+        let (_fd, b) = Board::create(5, 0xabc, None).unwrap();
+        // Rank 3 timed out on rank 1, rank 4 then met rank 3's failure: rank 1 is the cause.
+        assert_eq!(b.root_of(4), 4);
+        b.blame(3, 1);
+        b.blame(4, 3);
+        b.blame(4, 0); // the first record stands
+        b.blame(2, 2); // nobody blames itself
+        b.blame(2, 9); // nor a rank outside the job
+        assert_eq!((b.blamed(4), b.blamed(2)), (Some(3), None));
+        assert_eq!((b.root_of(4), b.root_of(3), b.root_of(1)), (1, 1, 1));
+        // Two ranks that blame each other: the chain ends where it began.
+        b.blame(0, 2);
+        b.blame(2, 0);
+        assert_eq!((b.root_of(0), b.root_of(2)), (0, 2));
+        // The launcher seeing rank 4 exit names rank 1; a later abort changes nothing.
+        assert_eq!(
+            b.abort(4, AbortReason::RankFailed),
+            (1, AbortReason::RankFailed)
+        );
+        assert_eq!(
+            b.abort(0, AbortReason::PeerDied),
+            (1, AbortReason::RankFailed)
+        );
+        // A launcher's death is about nobody's failure: the rank that saw it is kept.
+        let (_fd, c) = Board::create(3, 0xabd, None).unwrap();
+        c.blame(1, 2);
+        assert_eq!(
+            c.abort(1, AbortReason::LauncherDied),
+            (1, AbortReason::LauncherDied)
+        );
+        assert_eq!(c.aborted(), Some((1, AbortReason::LauncherDied)));
     }
 }

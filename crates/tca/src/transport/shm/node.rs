@@ -398,7 +398,7 @@ impl Shm {
         if cached == Some((true, false)) {
             // This very segment, attached before, and its owner has freed it since: no need to
             // look again (its descriptor number may already name another file).
-            return Err(self.explain_refusal(h, freed(h)));
+            return Err(self.blamed(self.explain_refusal(h, freed(h))));
         }
         if cached.is_some() {
             // A freed segment, or a handle whose id was reused: forget the old mapping.
@@ -412,7 +412,7 @@ impl Shm {
         }
         let region = match Region::attach(h, self.peer(h.rank()).pid) {
             Ok(r) => r,
-            Err(e) => return Err(self.explain_refusal(h, e)),
+            Err(e) => return Err(self.blamed(self.explain_refusal(h, e))),
         };
         cache_insert(&mut self.cache.borrow_mut(), &Arc::new(region));
         Ok(())
@@ -440,11 +440,19 @@ impl Shm {
         }
         // A rank that left has no segment left, whatever the refusal says (its descriptor
         // numbers may already name others' files).
+        // One that left because of another rank's fault (it recorded the blame) names that
+        // rank, the first cause.
         if self.board.state(r) == RankState::Done {
+            let root = self.board.root_of(r);
+            let after = if root == r {
+                String::new()
+            } else {
+                format!(" after a fault of rank {root}")
+            };
             return Error::peer(
                 ErrorKind::InvalidHandle,
-                r,
-                format!("rank {r} has left the job: {}", e.message()),
+                root,
+                format!("rank {r} has left the job{after}: {}", e.message()),
             );
         }
         e
@@ -654,7 +662,7 @@ impl Shm {
         match r {
             Ok(v) if n % BUSY_CLOCK_EVERY == 0 => self.look_while_busy(&mut judge).map(|()| v),
             Err(e) if deadline.is_none() && e.kind() == ErrorKind::Timeout => {
-                Err(self.blame_timeout(e))
+                Err(self.blamed(self.blame_timeout(e)))
             }
             r => r,
         }
@@ -778,12 +786,18 @@ impl Shm {
                 if self.board.state(r) == RankState::Done {
                     continue;
                 }
-                self.board.abort(r, AbortReason::PeerDied);
-                return Err(Error::peer(
-                    ErrorKind::PeerDied,
-                    r,
-                    format!("rank {r} (pid {}) died without leaving the job", p.pid),
-                ));
+                // An abort already in force (a rank that saw the launcher die, then exited)
+                // is the cause to name.
+                return Err(
+                    self.blamed(match self.board.abort(r, AbortReason::PeerDied) {
+                        (a, AbortReason::PeerDied) if a == r => Error::peer(
+                            ErrorKind::PeerDied,
+                            r,
+                            format!("rank {r} (pid {}) died without leaving the job", p.pid),
+                        ),
+                        (a, why) => abort_error(a, why),
+                    }),
+                );
             }
             live += 1;
         }
@@ -805,29 +819,59 @@ impl Shm {
     /// that failed.
     fn check_board(&self) -> Result<()> {
         if let Some((r, why)) = self.board.aborted() {
-            return Err(abort_error(r, why));
+            return Err(self.blamed(abort_error(r, why)));
         }
         let failed = (0..self.size).find(|&r| {
             r != self.rank && self.reaches(r) && self.board.state(r) == RankState::Failed
         });
         if let Some(r) = failed {
-            self.board.abort(r, AbortReason::PeerDied);
-            return Err(Error::peer(
-                ErrorKind::PeerDied,
-                r,
-                format!("rank {r} failed (it panicked or returned an error)"),
-            ));
+            // Named: the first cause, the rank `r` blamed (and so on), if it blamed one; or
+            // an abort already in force.
+            return Err(
+                self.blamed(match self.board.abort(r, AbortReason::PeerDied) {
+                    (a, AbortReason::PeerDied) if a == r => Error::peer(
+                        ErrorKind::PeerDied,
+                        r,
+                        format!("rank {r} failed (it panicked or returned an error)"),
+                    ),
+                    (a, AbortReason::PeerDied) if a == self.board.root_of(r) => Error::peer(
+                        ErrorKind::PeerDied,
+                        a,
+                        format!("rank {r} failed after a fault of rank {a}"),
+                    ),
+                    (a, why) => abort_error(a, why),
+                }),
+            );
         }
         Ok(())
     }
 
+    /// Records on the board that this rank meets `e`, a fault of the rank it names (its death
+    /// or failure, its leaving, its silence), before the error goes up to the program: whoever
+    /// aborts the job on this rank's account later names that rank instead (the board's
+    /// blame). Returns `e`.
+    #[cold]
+    fn blamed(&self, e: Error) -> Error {
+        if let (ErrorKind::PeerDied | ErrorKind::Timeout | ErrorKind::InvalidHandle, Some(r)) =
+            (e.kind(), e.rank())
+        {
+            self.board.blame(self.rank, r);
+        }
+        e
+    }
+
     /// Fails if the launcher that started this rank has died.
+    /// The first rank to see it aborts the job saying so, so that every other rank names the
+    /// launcher too (not this rank, whose exit they might notice first).
     fn check_launcher(&self) -> Result<()> {
         match &self.launcher {
-            Some(l) if l.gone() => Err(Error::launcher(
-                ErrorKind::Aborted,
-                format!("the launcher (pid {}) died", l.pid()),
-            )),
+            Some(l) if l.gone() => {
+                self.board.abort(self.rank, AbortReason::LauncherDied);
+                Err(Error::launcher(
+                    ErrorKind::Aborted,
+                    format!("the launcher (pid {}) died", l.pid()),
+                ))
+            }
             _ => Ok(()),
         }
     }
@@ -990,16 +1034,25 @@ fn abort_error(rank: u32, why: AbortReason) -> Error {
         AbortReason::PeerDied => Error::peer(
             ErrorKind::PeerDied,
             rank,
-            format!("job aborted: rank {rank} died or failed"),
+            format!(
+                "job aborted: rank {rank} died or failed (or another rank failed because of it)"
+            ),
         ),
         AbortReason::RankFailed => Error::peer(
             ErrorKind::PeerDied,
             rank,
-            format!("job aborted by the launcher: rank {rank} failed"),
+            format!(
+                "job aborted by the launcher: rank {rank} failed (or another rank failed \
+                 because of it)"
+            ),
         ),
         AbortReason::Interrupted => Error::launcher(
             ErrorKind::Aborted,
             "job aborted: the launcher was interrupted",
+        ),
+        AbortReason::LauncherDied => Error::launcher(
+            ErrorKind::Aborted,
+            format!("job aborted: the launcher died (rank {rank} saw it first)"),
         ),
     }
 }
