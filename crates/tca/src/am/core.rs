@@ -587,9 +587,14 @@ impl Core {
                 Ok(())
             }
             REFUSED => {
-                // The target's own reason: its kind and its words.
+                // The target's own reason: its kind and its words. Its own resources running
+                // out (`Transport`) are its fault: if this rank fails of it, the job's abort
+                // names the target (the board's blame).
                 let (off, len) = (args[1], args[2]);
                 let why = String::from_utf8_lossy(data);
+                if code_kind(args[6]) == ErrorKind::Transport {
+                    w.blame(self.world[q]);
+                }
                 let e = self.peer_err(
                     code_kind(args[6]),
                     q,

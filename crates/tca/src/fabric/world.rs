@@ -1476,6 +1476,13 @@ impl World {
         self.check_monitor()
     }
 
+    /// Records that this rank meets a fault of `culprit` found above the transports (a peer
+    /// refusing a request for want of its own resources): if this rank fails of it, whoever
+    /// aborts the job on its account names `culprit` (the node board's blame).
+    pub(crate) fn blame(&self, culprit: u32) {
+        self.shm.blame(culprit);
+    }
+
     /// Aborts the whole job: every rank's next wait fails, naming this rank.
     pub fn abort(&self) {
         self.shm.abort();

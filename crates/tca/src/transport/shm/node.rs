@@ -846,6 +846,11 @@ impl Shm {
         Ok(())
     }
 
+    /// Records on the board that this rank meets a fault of `culprit` (see the board's blame).
+    pub(crate) fn blame(&self, culprit: u32) {
+        self.board.blame(self.rank, culprit);
+    }
+
     /// Records on the board that this rank meets `e`, a fault of the rank it names (its death
     /// or failure, its leaving, its silence), before the error goes up to the program: whoever
     /// aborts the job on this rank's account later names that rank instead (the board's
