@@ -192,7 +192,10 @@ pub struct ParseError {
 }
 
 /// Reads every `# Benchmarking` section of IMB-MPI1 text (IMB's own output or tca's).
-/// Lines outside sections (IMB's preamble, `#` comments) are skipped.
+/// Lines outside sections (IMB's preamble, `#` comments) are skipped. Columns past the ones
+/// read are ignored (IMB's Sendrecv and Exchange add `Mbytes/sec` after the times, IMB-P2P's
+/// PingPong `Msg/sec`). Uniband and Biband, which report only a bandwidth and a message rate,
+/// are read as sections without lines.
 pub fn parse(text: &str) -> Result<Vec<Section>, ParseError> {
     let mut out: Vec<Section> = Vec::new();
     let mut cols: Option<Columns> = None;
@@ -238,6 +241,12 @@ pub fn parse(text: &str) -> Result<Vec<Section>, ParseError> {
                 }
             } else if line.contains("t[usec]") {
                 Columns::PointToPoint
+            } else if line.contains("Mbytes/sec") && line.contains("Msg/sec") {
+                // IMB-MPI1's Uniband and Biband: a bandwidth and a message rate over a window
+                // of messages, no time per call. Nothing here to fit: the section stays
+                // empty.
+                cols = None;
+                continue;
             } else {
                 return Err(err(format!("unknown column header `{line}`")));
             };

@@ -58,6 +58,62 @@ const IMB: &str = "#------------------------------------------------------------
          4096         1000         1.10         1.20         1.15
 ";
 
+/// Real IMB-MPI1 output (Intel MPI Benchmarks 2021.11 built from its sources, run under Open
+/// MPI 4.1.4 on the development machine): every benchmark of its default list at 2 ranks,
+/// and at 4 ranks the point-to-point ones with waiting ranks, Uniband, Biband and three
+/// collectives. Also AFL++'s seeds (`fuzz/corpus/results`).
+const REAL_IMB_NP2: &str = include_str!("../../../fuzz/corpus/results/imb-mpi1-2021.11-np2.txt");
+const REAL_IMB_NP4: &str = include_str!("../../../fuzz/corpus/results/imb-mpi1-2021.11-np4.txt");
+
+/// `tca model fit`'s reader takes real IMB-MPI1 output whole: every section with times, and
+/// the bandwidth-only Uniband and Biband as empty sections (they once made it refuse the
+/// whole file: "unknown column header").
+#[test]
+fn real_imb_output_is_read_whole() {
+    use tca_model::{imb, record};
+    let two = imb::parse(REAL_IMB_NP2).unwrap();
+    let names: Vec<&str> = two.iter().map(|s| s.benchmark.as_str()).collect();
+    assert_eq!(names.len(), 19, "{names:?}");
+    assert!(
+        ["PingPong", "Sendrecv", "Exchange", "Alltoallv", "Barrier"]
+            .iter()
+            .all(|b| names.contains(b))
+    );
+    for s in &two {
+        assert_eq!(s.processes, 2, "{}", s.benchmark);
+        let want = if s.benchmark == "Barrier" { 1 } else { 10 };
+        assert!(
+            s.lines.len() >= want,
+            "{}: {} lines",
+            s.benchmark,
+            s.lines.len()
+        );
+        assert!(
+            s.lines
+                .iter()
+                .all(|l| l.t_min <= l.t_avg && l.t_avg <= l.t_max)
+        );
+    }
+    let four = imb::parse(REAL_IMB_NP4).unwrap();
+    let by = |n: &str, p: u32| {
+        four.iter()
+            .find(|s| s.benchmark == n && s.processes == p)
+            .unwrap_or_else(|| panic!("{n} at {p} processes"))
+    };
+    assert_eq!(by("PingPong", 2).waiting, 2);
+    assert!(by("Uniband", 4).lines.is_empty() && by("Biband", 4).lines.is_empty());
+    let sr = by("Sendrecv", 4);
+    assert_eq!(sr.lines.len(), 10);
+    assert_eq!(sr.lines[0].t_avg, 1.11);
+    // As rows: what `tca model fit` fits, 4 ranks for the pair that had 2 waiting.
+    let rows = record::parse_any(REAL_IMB_NP4).unwrap();
+    assert!(
+        rows.iter()
+            .any(|r| r.benchmark == "PingPong" && r.ranks == 4)
+    );
+    assert!(rows.iter().all(|r| r.benchmark != "Uniband"));
+}
+
 /// One edit of a text.
 #[derive(Debug, Clone)]
 enum Edit {
@@ -118,11 +174,13 @@ fn mutate(seed: &str, edits: &[Edit]) -> String {
 
 proptest! {
     #[test]
-    fn result_files_never_panic(edits in prop::collection::vec(edit(), 0..12), which in 0..3u8) {
+    fn result_files_never_panic(edits in prop::collection::vec(edit(), 0..12), which in 0..5u8) {
         let run = seed_run();
         let seed = match which {
             0 => run.to_csv(),
             1 => serde_json::to_string(&run).unwrap(),
+            2 => REAL_IMB_NP2.to_string(),
+            3 => REAL_IMB_NP4.to_string(),
             _ => IMB.to_string(),
         };
         tca_tests::results(mutate(&seed, &edits).as_bytes());
