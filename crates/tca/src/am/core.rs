@@ -13,6 +13,7 @@ use crate::fabric::{Handle, Segment, World};
 use crate::p2p::Engine;
 use crate::transport::Patience;
 
+use super::bell;
 use super::{Handler, Index, MAX_ARGS, MAX_MEDIUM, Msg, Token};
 
 /// Packet kinds (the first byte of a packet's meta).
@@ -381,23 +382,21 @@ impl Core {
     /// Wakes `to` if it sleeps in a wait of this layer: its sleep is on its doorbell, not on
     /// the ring word this packet raised. The packet's sequence word was stored (SeqCst)
     /// before the flag is read, and the sleeper sets the flag before its last look at the
-    /// rings: one of the two sees the other.
+    /// rings: one of the two sees the other (`bell`, model-checked there).
     fn ring_bell(&self, w: &World, to: usize) -> Result<()> {
-        let asleep = self.flags[to]
-            .as_ref()
-            .and_then(|f| f.node_local())
-            .is_some_and(|f| f.load(std::sync::atomic::Ordering::SeqCst) != 0);
-        if asleep {
+        let Some(flag) = self.flags[to].as_ref().and_then(|f| f.node_local()) else {
+            return Ok(());
+        };
+        bell::ring_if_asleep(flag, || {
             w.signal(
                 self.req.handle(to),
                 self.bell,
                 crate::fabric::SignalOp::Add(1),
-            )?;
-        }
-        Ok(())
+            )
+        })
     }
 
-    fn set_asleep(&self, on: bool) {
+    fn set_asleep_flag(&self, on: bool) {
         if let Some(f) = self.flags[self.me].as_ref().and_then(|f| f.node_local()) {
             f.store(u64::from(on), std::sync::atomic::Ordering::SeqCst);
         }
@@ -1060,33 +1059,17 @@ impl Core {
             }
             std::hint::spin_loop();
         }
+        let dozer = Dozer {
+            core: self,
+            w,
+            patience: &patience,
+            poll: &poll,
+        };
         loop {
             if poll()? {
                 return Ok(());
             }
-            let rung = self.req.seg().signal_value(self.bell)?;
-            self.set_asleep(true);
-            // The flag before the last look at the rings (the look is an Acquire load).
-            std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
-            let r = poll().and_then(|stop| {
-                if stop {
-                    return Ok(());
-                }
-                self.pay(w)?;
-                // Any rank may ring the doorbell: no one raiser.
-                w.wait_polling(
-                    self.req.seg(),
-                    self.bell,
-                    rung + 1,
-                    NAP,
-                    &patience,
-                    &poll,
-                    None,
-                )
-                .map(|_| ())
-            });
-            self.set_asleep(false);
-            r?;
+            bell::doze(&dozer, poll)?;
         }
     }
 
@@ -1195,6 +1178,45 @@ impl Core {
         tail[..8].copy_from_slice(&(off as u64).to_le_bytes());
         tail[8..].copy_from_slice(&(payload.len() as u64).to_le_bytes());
         self.send(w, eng, net, to, LONG, idx.0, args, &tail)
+    }
+}
+
+/// A rank of this layer dozing on its doorbell in `Core::wait_until` (see `bell`).
+struct Dozer<'a> {
+    core: &'a Core,
+    w: &'a World,
+    patience: &'a Patience,
+    /// Everything's progress, and whether the wait is over.
+    poll: &'a dyn Fn() -> Result<bool>,
+}
+
+impl bell::Bell for Dozer<'_> {
+    fn rung(&self) -> Result<u64> {
+        self.core.req.seg().signal_value(self.core.bell)
+    }
+
+    fn set_asleep(&self, on: bool) {
+        self.core.set_asleep_flag(on);
+    }
+
+    fn fence(&self) {
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn sleep_until(&self, count: u64) -> Result<()> {
+        self.core.pay(self.w)?;
+        // Any rank may ring the doorbell: no one raiser.
+        self.w
+            .wait_polling(
+                self.core.req.seg(),
+                self.core.bell,
+                count,
+                NAP,
+                self.patience,
+                self.poll,
+                None,
+            )
+            .map(|_| ())
     }
 }
 

@@ -112,6 +112,7 @@
 //! segment asked for, plus pooled buffers that grow to the largest fragmented payload and
 //! reply-packet get in flight, and pooled landing segments of large gets.
 
+mod bell;
 mod channels;
 mod core;
 mod vis;

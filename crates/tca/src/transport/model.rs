@@ -85,6 +85,22 @@ pub(crate) fn set(word: &ModelWord, count: &ModelCount, v: u64) {
     raise(word, count, SignalOp::Set(v));
 }
 
+/// The transport's signal: `v` added to `word`, its owner's sleepers woken.
+pub(crate) fn add(word: &ModelWord, count: &ModelCount, v: u64) {
+    raise(word, count, SignalOp::Add(v));
+}
+
+/// A SeqCst store, as the language orders it (see the module doc), with no wake-up: a word
+/// nobody sleeps on.
+pub(crate) fn store_seqcst(word: &ModelWord, v: u64) {
+    word.store(v, SeqCst);
+}
+
+/// A SeqCst load, as the language orders it.
+pub(crate) fn load_seqcst(word: &ModelWord) -> u64 {
+    word.load(SeqCst)
+}
+
 impl Word for ModelWord {
     fn load(&self, order: Ordering) -> u64 {
         if order == SeqCst {
