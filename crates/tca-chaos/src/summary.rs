@@ -53,8 +53,8 @@ pub struct Row {
     pub ran_on: u64,
     /// Jobs whose fault was answered as the library promises (goal: all).
     pub handled: u64,
-    /// Jobs that ended in errors (a fatal fault, or a victim that failed): the jobs the
-    /// naming columns are about.
+    /// Jobs that ended in errors (a fatal fault, or a rank that did not complete): the jobs
+    /// the naming columns are about.
     pub in_errors: u64,
     /// Jobs that ended in errors where every survivor named the culprit itself.
     pub named_directly: u64,
@@ -113,8 +113,8 @@ impl Row {
             hangs: count(&|j| j.hang),
             ran_on: count(&|j| j.ran_on),
             handled: count(&|j| j.verdict.handled && !j.hang),
-            in_errors: count(&|j| j.verdict.named_ms.is_some()),
-            named_directly: count(&|j| j.verdict.direct && j.verdict.named_ms.is_some()),
+            in_errors: count(&|j| j.verdict.in_errors),
+            named_directly: count(&|j| j.verdict.direct && j.verdict.in_errors),
             wrong: jobs.iter().map(|j| j.verdict.wrong.len() as u64).sum(),
             shm_left: jobs.iter().map(|j| j.shm_left.len() as u64).sum(),
             procs_left: jobs.iter().map(|j| j.procs_left.len() as u64).sum(),

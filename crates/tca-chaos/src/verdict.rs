@@ -35,6 +35,9 @@ use crate::report::{Ending, Named, RankReport};
 pub struct Verdict {
     /// The fault was answered as the library promises (see the module doc).
     pub handled: bool,
+    /// The job ended in errors: a fatal fault, or a rank that did not complete after another
+    /// (whatever the errors say).
+    pub in_errors: bool,
     /// Every survivor's error names the culprit itself (jobs that ended in errors only).
     pub direct: bool,
     /// Wrong results delivered without an error.
@@ -89,6 +92,7 @@ pub fn judge(
         )
     });
     let info = fault.info();
+    v.in_errors = info.fatal || !all_ok;
     if info.hidden {
         v.problems
             .push(format!("{fault}: a self-test, its goal missed on purpose"));

@@ -23,7 +23,7 @@ fn after_help() -> String {
          the victim could not inflict the fault: a goal missed); hangs (still running --hang-after s after the fault, and\n\
          5 s after being told to stop); ran on (never noticed a fatal fault, completed when\n\
          told to stop); handled (answered as promised); in errors (jobs that ended in\n\
-         errors: a fatal fault, or a victim that failed); directly (of those, jobs where every\n\
+         errors: a fatal fault, or a rank that did not complete); directly (of those, jobs where every\n\
          survivor's error names the culprit itself, not through a rank that failed because\n\
          of it); wrong\n\
          results without an error, in every job, injected or not; tca* objects left in /dev/shm; processes left; ms from the\n\

@@ -587,8 +587,10 @@ impl Core {
             }
             REFUSED => {
                 // The target's own reason: its kind and its words. Its own resources running
-                // out (`Transport`) are its fault: if this rank fails of it, the job's abort
-                // names the target (the board's blame).
+                // out (`Transport`: a segment it could not attach, a put that failed on its
+                // side) are its fault: if this rank fails of it, the job's abort names the
+                // target (the board's blame). A malformed request is refused with another
+                // kind.
                 let (off, len) = (args[1], args[2]);
                 let why = String::from_utf8_lossy(data);
                 if code_kind(args[6]) == ErrorKind::Transport {
@@ -870,7 +872,7 @@ impl Core {
             if !self.fits(off, len) || recs.len() - at - 16 < n {
                 let why = if self.fits(off, len) {
                     Error::new(
-                        ErrorKind::Transport,
+                        ErrorKind::InvalidArgument,
                         format!("a packed piece of {len} bytes runs past the end of its packet"),
                     )
                 } else {

@@ -548,7 +548,7 @@ impl Launch {
                         eprintln!(
                             "tca run: rank {i} (pid {pid}) {how}{}{}",
                             match named {
-                                Some(r) if r != rank_u32(i) => {
+                                Some(r) if r != rank_u32(i) && (r as usize) < ranks.len() => {
                                     format!(", after a fault of rank {r}")
                                 }
                                 _ => String::new(),
@@ -657,7 +657,7 @@ impl Control<'_> {
     /// the board tells it (the first cause of `rank`'s failure, or an earlier abort's rank).
     fn abort(&self, rank: u32, why: AbortReason, how: &str) -> Option<u32> {
         match self {
-            Control::Board(b) => match b.abort(rank, why) {
+            Control::Board(b) => match b.abort_at_root(rank, why) {
                 (r, AbortReason::PeerDied | AbortReason::RankFailed) => Some(r),
                 _ => None,
             },

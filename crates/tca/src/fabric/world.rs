@@ -1494,21 +1494,22 @@ impl World {
     /// Aborts the whole job because of `cause`, an error this rank cannot recover from and its
     /// peers would wait on. If it is another rank's doing — its death or failure, or a segment
     /// of its that it freed (or never had) while this rank still wrote to it, as a rank that
-    /// leaves in the middle of a collective does — the abort names that rank, the root of the
-    /// trouble, so that every rank's error names it whichever of them notices first; else
-    /// this rank ([`World::abort`]).
+    /// leaves in the middle of a collective does — the abort names that rank, or the first
+    /// cause of its trouble where it recorded one on its node's board, so that every rank's
+    /// error names the root whichever of them notices first; else this rank
+    /// ([`World::abort`]).
     pub(crate) fn abort_after(&self, cause: &Error) {
         match (cause.kind(), cause.rank()) {
             (ErrorKind::PeerDied | ErrorKind::InvalidHandle, Some(r))
                 if r != self.rank && r < self.size =>
             {
-                self.shm.abort_naming(r);
+                let root = self.shm.abort_naming(r).unwrap_or(r);
                 if let Some(kv) = &self.kv {
-                    // The rank at fault is `r`: the other nodes' errors name it too.
+                    // The rank at fault: the other nodes' errors name it too.
                     kv.report(
-                        r,
+                        root,
                         &format!(
-                            "rank {} aborted the job after rank {r} died or failed",
+                            "rank {} aborted the job after rank {root} died or failed",
                             self.rank
                         ),
                     );

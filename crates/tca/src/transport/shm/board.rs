@@ -18,12 +18,16 @@
 //! All shared words are atomics: Release when written, Acquire when read.
 //!
 //! # Blame
-//! A rank that meets a fault of another rank (its death, its failure, its leaving, its
-//! silence past `TCA_TIMEOUT`) writes that rank into its entry's blame word before its error
-//! goes up to its program. So when it fails in turn, whoever aborts the job on its account —
-//! the launcher seeing it exit, a peer seeing it failed — follows the blame from rank to rank
-//! ([`Board::root_of`]) and names the first cause: every rank's error names the rank at the
-//! root of the trouble, not the last rank to fall.
+//! A rank that meets a fault of another rank writes that rank into its entry's blame word:
+//! at once for the faults that end a rank (the other's death or failure, its silence past
+//! `TCA_TIMEOUT`), and for a write refused because the other freed the segment or left the
+//! job, when that error goes up from the write. So when it fails in turn, whoever aborts the
+//! job on its account — the launcher seeing it exit, a peer seeing it failed, a rank that
+//! gives up on it — follows the blame from rank to rank ([`Board::abort_at_root`]) and names
+//! the first cause: every rank's error names the rank at the root of the trouble, not the last
+//! rank to fall. The first record stands; a rank that survived such an error and later fails
+//! for a reason of its own is still named through it (the board keeps no error, only whom
+//! it blames).
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -370,8 +374,8 @@ impl Board {
     }
 
     /// The first cause of `rank`'s trouble: the blame followed from rank to rank until a rank
-    /// that blames nobody. A circle (two ranks timing out on each other) ends at `rank`
-    /// itself.
+    /// that blames nobody. A circle anywhere along the way (two ranks timing out on each
+    /// other, or a corrupt board) ends at `rank` itself, after at most the job's size steps.
     pub fn root_of(&self, rank: u32) -> u32 {
         let mut at = rank;
         for _ in 0..self.size() {
@@ -412,15 +416,22 @@ impl Board {
             .expect("sleeper word lies inside the board")
     }
 
-    /// Aborts the job on account of `rank` — for a peer's death or failure, of the rank at the
-    /// root of it ([`Board::root_of`]) — (first abort wins). Returns the abort in force.
-    pub fn abort(&self, rank: u32, reason: AbortReason) -> (u32, AbortReason) {
-        let rank = match reason {
-            AbortReason::PeerDied | AbortReason::RankFailed if rank < self.size() => {
-                self.root_of(rank)
-            }
-            _ => rank,
+    /// Aborts the job on account of `rank`'s failure or death, naming the first cause of it
+    /// ([`Board::root_of`]) (first abort wins). Returns the abort in force.
+    /// (Other reasons are about no rank's failure: `rank` is kept.)
+    pub fn abort_at_root(&self, rank: u32, reason: AbortReason) -> (u32, AbortReason) {
+        let failure = matches!(reason, AbortReason::PeerDied | AbortReason::RankFailed);
+        let root = if failure && rank < self.size() {
+            self.root_of(rank)
+        } else {
+            rank
         };
+        self.abort(root, reason)
+    }
+
+    /// Aborts the job on account of `rank` itself (first abort wins). Returns the abort in
+    /// force.
+    pub fn abort(&self, rank: u32, reason: AbortReason) -> (u32, AbortReason) {
         let v = (u64::from(reason as u32) << 32) | u64::from(rank + 1);
         let w = word(&self.map, ABORT);
         match w.compare_exchange(0, v, Ordering::AcqRel, Ordering::Acquire) {
@@ -440,8 +451,8 @@ impl Board {
 /// 64 ranks: what this rank was told), the second the file's length (1 to 4 pages); the rest
 /// is the board's contents, and also the `tca-board` line by which ranks started without the
 /// launcher find the board. Whatever the board holds, opening it refuses it or gives a board
-/// whose every rank's entry, state and sleep record, abort word, job and launcher read
-/// without a panic. Returns whether it was accepted. A board holds no pointer or length that
+/// whose every rank's entry, state, sleep record and blame (followed to its root, and an
+/// abort on its account), abort word, job and launcher read without a panic. Returns whether it was accepted. A board holds no pointer or length that
 /// a rank follows: what a peer publishes there (pid, control segment id and key) is checked
 /// again by attach, the `attach` target's subject.
 #[cfg(feature = "fuzzing")]
@@ -471,9 +482,11 @@ pub(crate) fn fuzz_board(data: &[u8]) -> bool {
         "a board of {len} bytes accepted for {size} ranks"
     );
     for r in 0..size {
-        let _ = (b.entry(r), b.state(r), b.sleep_state(r), b.root_of(r));
+        let _ = (b.entry(r), b.state(r), b.sleep_state(r), b.blamed(r));
+        assert!(b.root_of(r) < size, "a root outside the job");
     }
     let _ = (b.aborted(), b.job(), b.launcher_pid());
+    let _ = b.abort_at_root(size - 1, AbortReason::RankFailed);
     true
 }
 
@@ -584,13 +597,23 @@ mod tests {
         assert_eq!((b.root_of(0), b.root_of(2)), (0, 2));
         // The launcher seeing rank 4 exit names rank 1; a later abort changes nothing.
         assert_eq!(
-            b.abort(4, AbortReason::RankFailed),
+            b.abort_at_root(4, AbortReason::RankFailed),
             (1, AbortReason::RankFailed)
         );
         assert_eq!(
-            b.abort(0, AbortReason::PeerDied),
+            b.abort_at_root(0, AbortReason::PeerDied),
             (1, AbortReason::RankFailed)
         );
+        // A rank aborting in its own name is named as itself, whatever it blamed.
+        let (_fd, d) = Board::create(3, 0xabe, None).unwrap();
+        d.blame(1, 2);
+        assert_eq!(
+            d.abort(1, AbortReason::PeerDied),
+            (1, AbortReason::PeerDied)
+        );
+        // A blame word a corrupt board holds, outside the job, is no blame.
+        d.entry_word(0, 40).store(u64::MAX, Ordering::Release);
+        assert_eq!((d.blamed(0), d.root_of(0)), (None, 0));
         // A launcher's death is about nobody's failure: the rank that saw it is kept.
         let (_fd, c) = Board::create(3, 0xabd, None).unwrap();
         c.blame(1, 2);

@@ -153,7 +153,7 @@ impl Shm {
         // Wait for everyone; a rank that never comes is named in the error.
         let boot_check = || -> Result<()> {
             if let Some((r, why)) = board.aborted() {
-                return Err(abort_error(r, why));
+                return Err(abort_error(r, why, rank));
             }
             if let Some(&r) = local.iter().find(|&&r| board.state(r) == RankState::Failed) {
                 return Err(Error::peer(
@@ -164,6 +164,7 @@ impl Shm {
             }
             if let Some(l) = &launcher {
                 if l.gone() {
+                    board.abort(rank, AbortReason::LauncherDied);
                     return Err(Error::launcher(
                         ErrorKind::Aborted,
                         format!("the launcher (pid {}) died during start-up", l.pid()),
@@ -365,6 +366,14 @@ impl Shm {
         }
     }
 
+    /// [`Shm::ensure`] for a write about to go up to the program: a refusal naming the owner
+    /// (it freed the segment, or left the job) is recorded as its fault on the board. Not for
+    /// attaches that probe (a refusal there is expected, and handled).
+    #[inline]
+    fn ensure_to_write(&self, h: &Handle) -> Result<()> {
+        self.ensure(h).map_err(|e| self.blamed(e))
+    }
+
     /// Checks `h` (job and rank already checked by the caller) and attaches its segment if it
     /// is not attached yet.
     #[inline]
@@ -398,7 +407,7 @@ impl Shm {
         if cached == Some((true, false)) {
             // This very segment, attached before, and its owner has freed it since: no need to
             // look again (its descriptor number may already name another file).
-            return Err(self.blamed(self.explain_refusal(h, freed(h))));
+            return Err(self.explain_refusal(h, freed(h)));
         }
         if cached.is_some() {
             // A freed segment, or a handle whose id was reused: forget the old mapping.
@@ -412,7 +421,7 @@ impl Shm {
         }
         let region = match Region::attach(h, self.peer(h.rank()).pid) {
             Ok(r) => r,
-            Err(e) => return Err(self.blamed(self.explain_refusal(h, e))),
+            Err(e) => return Err(self.explain_refusal(h, e)),
         };
         cache_insert(&mut self.cache.borrow_mut(), &Arc::new(region));
         Ok(())
@@ -440,8 +449,8 @@ impl Shm {
         }
         // A rank that left has no segment left, whatever the refusal says (its descriptor
         // numbers may already name others' files).
-        // One that left because of another rank's fault (it recorded the blame) names that
-        // rank, the first cause.
+        // One that left because of another rank's fault (it recorded the blame) says so; an
+        // abort on account of `r` names that rank.
         if self.board.state(r) == RankState::Done {
             let root = self.board.root_of(r);
             let after = if root == r {
@@ -451,7 +460,7 @@ impl Shm {
             };
             return Error::peer(
                 ErrorKind::InvalidHandle,
-                root,
+                r,
                 format!("rank {r} has left the job{after}: {}", e.message()),
             );
         }
@@ -788,16 +797,16 @@ impl Shm {
                 }
                 // An abort already in force (a rank that saw the launcher die, then exited)
                 // is the cause to name.
-                return Err(
-                    self.blamed(match self.board.abort(r, AbortReason::PeerDied) {
+                return Err(self.blamed(
+                    match self.board.abort_at_root(r, AbortReason::PeerDied) {
                         (a, AbortReason::PeerDied) if a == r => Error::peer(
                             ErrorKind::PeerDied,
                             r,
                             format!("rank {r} (pid {}) died without leaving the job", p.pid),
                         ),
-                        (a, why) => abort_error(a, why),
-                    }),
-                );
+                        (a, why) => abort_error(a, why, self.rank),
+                    },
+                ));
             }
             live += 1;
         }
@@ -819,7 +828,7 @@ impl Shm {
     /// that failed.
     fn check_board(&self) -> Result<()> {
         if let Some((r, why)) = self.board.aborted() {
-            return Err(self.blamed(abort_error(r, why)));
+            return Err(self.blamed(abort_error(r, why, self.rank)));
         }
         let failed = (0..self.size).find(|&r| {
             r != self.rank && self.reaches(r) && self.board.state(r) == RankState::Failed
@@ -828,7 +837,7 @@ impl Shm {
             // Named: the first cause, the rank `r` blamed (and so on), if it blamed one; or
             // an abort already in force.
             return Err(
-                self.blamed(match self.board.abort(r, AbortReason::PeerDied) {
+                self.blamed(match self.board.abort_at_root(r, AbortReason::PeerDied) {
                     (a, AbortReason::PeerDied) if a == r => Error::peer(
                         ErrorKind::PeerDied,
                         r,
@@ -839,7 +848,7 @@ impl Shm {
                         a,
                         format!("rank {r} failed after a fault of rank {a}"),
                     ),
-                    (a, why) => abort_error(a, why),
+                    (a, why) => abort_error(a, why, self.rank),
                 }),
             );
         }
@@ -913,13 +922,20 @@ impl Shm {
 
     /// Aborts the whole job on account of this rank.
     pub(crate) fn abort(&self) {
-        self.abort_naming(self.rank);
+        self.board.set_state(self.rank, RankState::Failed);
+        self.board.abort(self.rank, AbortReason::PeerDied);
     }
 
-    /// Marks this rank failed and aborts the job on account of `rank` (first abort wins).
-    pub(crate) fn abort_naming(&self, rank: u32) {
+    /// Marks this rank failed on account of `rank` (another rank, which it blames on the board
+    /// first) and aborts the job naming the first cause (first abort wins). Returns the rank
+    /// the abort in force names, when it is about a rank.
+    pub(crate) fn abort_naming(&self, rank: u32) -> Option<u32> {
+        self.blame(rank);
         self.board.set_state(self.rank, RankState::Failed);
-        self.board.abort(rank, AbortReason::PeerDied);
+        match self.board.abort_at_root(rank, AbortReason::PeerDied) {
+            (r, AbortReason::PeerDied | AbortReason::RankFailed) => Some(r),
+            _ => None,
+        }
     }
 
     /// Marks this rank failed (it returned an error) and left.
@@ -946,7 +962,7 @@ impl Transport for Shm {
                 return d.map.write(at, src);
             }
         }
-        self.ensure(dst)?;
+        self.ensure_to_write(dst)?;
         let cache = self.cache.borrow();
         let d = self.target(&cache, dst)?;
         let at = d.range(off, src.len())?;
@@ -966,8 +982,8 @@ impl Transport for Shm {
         if let Some(r) = self.put_signal_fast(dst, off, src, sig, sig_off, op) {
             return r;
         }
-        self.ensure(dst)?;
-        self.ensure(sig)?;
+        self.ensure_to_write(dst)?;
+        self.ensure_to_write(sig)?;
         let cache = self.cache.borrow();
         let d = self.target(&cache, dst)?;
         let s = self.target(&cache, sig)?;
@@ -975,7 +991,7 @@ impl Transport for Shm {
     }
 
     fn signal(&self, sig: &Handle, off: usize, op: SignalOp) -> Result<()> {
-        self.ensure(sig)?;
+        self.ensure_to_write(sig)?;
         let cache = self.cache.borrow();
         let word = self.target(&cache, sig)?.word(off)?;
         self.raise(word, sig.rank(), op);
@@ -984,7 +1000,7 @@ impl Transport for Shm {
 
     /// A remote atomic: every operation that changes the word wakes its sleepers.
     fn atomic(&self, h: &Handle, off: usize, op: AtomicOp) -> Result<u64> {
-        self.ensure(h)?;
+        self.ensure_to_write(h)?;
         let cache = self.cache.borrow();
         let word = self.target(&cache, h)?.word(off)?;
         Ok(self.apply_atomic(word, h.rank(), op))
@@ -998,7 +1014,7 @@ impl Transport for Shm {
         s: Strided,
         dst_span: usize,
     ) -> Result<()> {
-        self.ensure(dst)?;
+        self.ensure_to_write(dst)?;
         let cache = self.cache.borrow();
         let d = self.target(&cache, dst)?;
         let at = d.range(off, dst_span)?;
@@ -1034,8 +1050,17 @@ impl Drop for Shm {
     }
 }
 
-fn abort_error(rank: u32, why: AbortReason) -> Error {
+/// The error of an abort in force, as rank `me` meets it. An abort on `me`'s own account (it
+/// is the first cause another rank named) is not news of its own death.
+fn abort_error(rank: u32, why: AbortReason, me: u32) -> Error {
     match why {
+        AbortReason::PeerDied | AbortReason::RankFailed if rank == me => Error::new(
+            ErrorKind::Aborted,
+            format!(
+                "job aborted on account of this rank (rank {rank}): another rank failed \
+                 because of it"
+            ),
+        ),
         AbortReason::PeerDied => Error::peer(
             ErrorKind::PeerDied,
             rank,
