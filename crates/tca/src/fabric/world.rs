@@ -1492,7 +1492,8 @@ impl World {
     }
 
     /// Aborts the whole job because of `cause`, an error this rank cannot recover from and its
-    /// peers would wait on. If it is another rank's doing — its death or failure, or a segment
+    /// peers would wait on. If it is another rank's doing — its death or failure, its silence
+    /// past `TCA_TIMEOUT`, or a segment
     /// of its that it freed (or never had) while this rank still wrote to it, as a rank that
     /// leaves in the middle of a collective does — the abort names that rank, or the first
     /// cause of its trouble where it recorded one on its node's board, so that every rank's
@@ -1500,7 +1501,7 @@ impl World {
     /// ([`World::abort`]).
     pub(crate) fn abort_after(&self, cause: &Error) {
         match (cause.kind(), cause.rank()) {
-            (ErrorKind::PeerDied | ErrorKind::InvalidHandle, Some(r))
+            (ErrorKind::PeerDied | ErrorKind::InvalidHandle | ErrorKind::Timeout, Some(r))
                 if r != self.rank && r < self.size =>
             {
                 let root = self.shm.abort_naming(r).unwrap_or(r);
