@@ -417,8 +417,8 @@ impl Board {
     }
 
     /// Aborts the job on account of `rank`'s failure or death, naming the first cause of it
-    /// ([`Board::root_of`]) (first abort wins). Returns the abort in force.
-    /// (Other reasons are about no rank's failure: `rank` is kept.)
+    /// ([`Board::root_of`]) (first abort wins). Returns the abort in force. Other reasons
+    /// (the launcher's) are about no rank's failure: `rank` is kept.
     pub fn abort_at_root(&self, rank: u32, reason: AbortReason) -> (u32, AbortReason) {
         let failure = matches!(reason, AbortReason::PeerDied | AbortReason::RankFailed);
         let root = if failure && rank < self.size() {
@@ -452,9 +452,10 @@ impl Board {
 /// is the board's contents, and also the `tca-board` line by which ranks started without the
 /// launcher find the board. Whatever the board holds, opening it refuses it or gives a board
 /// whose every rank's entry, state, sleep record and blame (followed to its root, and an
-/// abort on its account), abort word, job and launcher read without a panic. Returns whether it was accepted. A board holds no pointer or length that
-/// a rank follows: what a peer publishes there (pid, control segment id and key) is checked
-/// again by attach, the `attach` target's subject.
+/// abort on its account), abort word, job and launcher read without a panic. Returns whether
+/// it was accepted. A board holds no pointer or length that a rank follows: what a peer
+/// publishes there (pid, control segment id and key) is checked again by attach, the
+/// `attach` target's subject.
 #[cfg(feature = "fuzzing")]
 pub(crate) fn fuzz_board(data: &[u8]) -> bool {
     let Some((&[n, pages], contents)) = data.split_first_chunk::<2>() else {

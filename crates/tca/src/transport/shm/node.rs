@@ -448,9 +448,8 @@ impl Shm {
             return Error::new(e.kind(), e.message());
         }
         // A rank that left has no segment left, whatever the refusal says (its descriptor
-        // numbers may already name others' files).
-        // One that left because of another rank's fault (it recorded the blame) says so; an
-        // abort on account of `r` names that rank.
+        // numbers may already name others' files). One that left because of another rank's
+        // fault (it recorded the blame) says so; an abort on account of `r` names that rank.
         if self.board.state(r) == RankState::Done {
             let root = self.board.root_of(r);
             let after = if root == r {
@@ -843,11 +842,13 @@ impl Shm {
                         r,
                         format!("rank {r} failed (it panicked or returned an error)"),
                     ),
-                    (a, AbortReason::PeerDied) if a == self.board.root_of(r) => Error::peer(
-                        ErrorKind::PeerDied,
-                        a,
-                        format!("rank {r} failed after a fault of rank {a}"),
-                    ),
+                    (a, AbortReason::PeerDied) if a != self.rank && a == self.board.root_of(r) => {
+                        Error::peer(
+                            ErrorKind::PeerDied,
+                            a,
+                            format!("rank {r} failed after a fault of rank {a}"),
+                        )
+                    }
                     (a, why) => abort_error(a, why, self.rank),
                 }),
             );
