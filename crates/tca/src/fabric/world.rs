@@ -1493,12 +1493,11 @@ impl World {
 
     /// Aborts the whole job because of `cause`, an error this rank cannot recover from and its
     /// peers would wait on. If it is another rank's doing — its death or failure, its silence
-    /// past `TCA_TIMEOUT`, or a segment
-    /// of its that it freed (or never had) while this rank still wrote to it, as a rank that
-    /// leaves in the middle of a collective does — the abort names that rank, or the first
-    /// cause of its trouble where it recorded one on its node's board, so that every rank's
-    /// error names the root whichever of them notices first; else this rank
-    /// ([`World::abort`]).
+    /// past `TCA_TIMEOUT`, or a segment of its that it freed (or never had) while this rank
+    /// still wrote to it, as a rank that leaves in the middle of a collective does — the
+    /// abort names that rank, or the first cause of its trouble where it recorded one on its
+    /// node's board, so that every rank's error names the root whichever of them notices
+    /// first; else this rank ([`World::abort`]).
     pub(crate) fn abort_after(&self, cause: &Error) {
         match (cause.kind(), cause.rank()) {
             (ErrorKind::PeerDied | ErrorKind::InvalidHandle | ErrorKind::Timeout, Some(r))
