@@ -354,7 +354,7 @@ impl Board {
     /// first fault a rank met is the cause of what followed). Ignored for itself or a rank
     /// outside the job.
     pub fn blame(&self, rank: u32, culprit: u32) {
-        if culprit == rank || culprit >= self.size() {
+        if culprit == rank || culprit >= self.size {
             return;
         }
         let _ = self.entry_word(rank, 40).compare_exchange(
@@ -370,7 +370,7 @@ impl Board {
         let v = self.entry_word(rank, 40).load(Ordering::Acquire);
         u32::try_from(v.checked_sub(1)?)
             .ok()
-            .filter(|&r| r < self.size())
+            .filter(|&r| r < self.size)
     }
 
     /// The first cause of `rank`'s trouble: the blame followed from rank to rank until a rank
@@ -378,7 +378,7 @@ impl Board {
     /// other, or a corrupt board) ends at `rank` itself, after at most the job's size steps.
     pub fn root_of(&self, rank: u32) -> u32 {
         let mut at = rank;
-        for _ in 0..self.size() {
+        for _ in 0..self.size {
             match self.blamed(at) {
                 Some(next) if next != rank => at = next,
                 Some(_) => return rank,
@@ -386,10 +386,6 @@ impl Board {
             }
         }
         rank
-    }
-
-    fn size(&self) -> u32 {
-        self.size
     }
 
     /// Records that `rank` left (cleanly or not). A failure is never overwritten by `Done`.
@@ -421,7 +417,7 @@ impl Board {
     /// (the launcher's) are about no rank's failure: `rank` is kept.
     pub fn abort_at_root(&self, rank: u32, reason: AbortReason) -> (u32, AbortReason) {
         let failure = matches!(reason, AbortReason::PeerDied | AbortReason::RankFailed);
-        let root = if failure && rank < self.size() {
+        let root = if failure && rank < self.size {
             self.root_of(rank)
         } else {
             rank

@@ -794,18 +794,8 @@ impl Shm {
                 if self.board.state(r) == RankState::Done {
                     continue;
                 }
-                // An abort already in force (a rank that saw the launcher die, then exited)
-                // is the cause to name.
-                return Err(self.blamed(
-                    match self.board.abort_at_root(r, AbortReason::PeerDied) {
-                        (a, AbortReason::PeerDied) if a == r => Error::peer(
-                            ErrorKind::PeerDied,
-                            r,
-                            format!("rank {r} (pid {}) died without leaving the job", p.pid),
-                        ),
-                        (a, why) => abort_error(a, why, self.rank),
-                    },
-                ));
+                let why = format!("rank {r} (pid {}) died without leaving the job", p.pid);
+                return Err(self.abort_for(r, why));
             }
             live += 1;
         }
@@ -833,27 +823,29 @@ impl Shm {
             r != self.rank && self.reaches(r) && self.board.state(r) == RankState::Failed
         });
         if let Some(r) = failed {
-            // Named: the first cause, the rank `r` blamed (and so on), if it blamed one; or
-            // an abort already in force.
-            return Err(
-                self.blamed(match self.board.abort_at_root(r, AbortReason::PeerDied) {
-                    (a, AbortReason::PeerDied) if a == r => Error::peer(
-                        ErrorKind::PeerDied,
-                        r,
-                        format!("rank {r} failed (it panicked or returned an error)"),
-                    ),
-                    (a, AbortReason::PeerDied) if a != self.rank && a == self.board.root_of(r) => {
-                        Error::peer(
-                            ErrorKind::PeerDied,
-                            a,
-                            format!("rank {r} failed after a fault of rank {a}"),
-                        )
-                    }
-                    (a, why) => abort_error(a, why, self.rank),
-                }),
-            );
+            let why = format!("rank {r} failed (it panicked or returned an error)");
+            return Err(self.abort_for(r, why));
         }
         Ok(())
+    }
+
+    /// Aborts the job on account of `r`, a peer of this node that died or failed (`why`), and
+    /// returns this rank's error: naming `r`, or the first cause of `r`'s trouble where `r`
+    /// blamed one, or an abort already in force (a rank that saw the launcher die, then
+    /// exited). Recorded as this rank's blame too.
+    #[cold]
+    fn abort_for(&self, r: u32, why: String) -> Error {
+        self.blamed(match self.board.abort_at_root(r, AbortReason::PeerDied) {
+            (a, AbortReason::PeerDied) if a == r => Error::peer(ErrorKind::PeerDied, r, why),
+            (a, AbortReason::PeerDied) if a != self.rank && a == self.board.root_of(r) => {
+                Error::peer(
+                    ErrorKind::PeerDied,
+                    a,
+                    format!("{why}, after a fault of rank {a}"),
+                )
+            }
+            (a, reason) => abort_error(a, reason, self.rank),
+        })
     }
 
     /// Records on the board that this rank meets a fault of `culprit` (see the board's blame).
