@@ -5,6 +5,12 @@
 //!   line (rank 0 writes odd values, rank 1 answers with the next even one), spinning with
 //!   plain atomic loads, no futex, no checks. One half round trip moves the line once between
 //!   cores: nothing that communicates through shared memory can be faster.
+//! - **Two-line half round trip**: the same with each direction its own word, in the
+//!   receiver's memory (rank 0 writes into rank 1's segment and polls its own, rank 1 the
+//!   other way round): the pattern of lines a put-and-signal ping-pong moves, with raw
+//!   atomics. On the development machine it took about twice the one-line figure
+//!   (BENCHMARKS.md, "The 8-byte path"), and tca's 8-byte put_signal ping-pong 0.7-1.3x it: the
+//!   reference for what a put can reach, not a strict floor.
 //! - **memcpy bandwidth**: one thread copying between two buffers of 4 KiB, 64 KiB, 1 MiB and
 //!   16 MiB, plus 4 MiB to compare with the largest ping-pong (the buffers are reused, as IMB reuses its buffers).
 //!   Both buffers start on a page boundary, as tca's segments and slots do. Two plain `Vec`s
@@ -30,6 +36,11 @@ pub struct Floor {
     pub cacheline_half_rtt_ns: f64,
     /// Median over rounds of the same.
     pub cacheline_half_rtt_ns_median: f64,
+    /// Half round trip with each direction its own line in the receiver's memory (what a put
+    /// moves), nanoseconds, best of rounds.
+    pub two_line_half_rtt_ns: f64,
+    /// Median over rounds of the same.
+    pub two_line_half_rtt_ns_median: f64,
     /// (bytes, GB/s) of single-thread memcpy.
     pub memcpy_gb_s: Vec<(usize, f64)>,
     /// Cross-core streaming, GB/s: rank 0 writes 64 MiB in 256 KiB chunks through a ring of
@@ -43,12 +54,20 @@ pub const MEMCPY_SIZES: [usize; 5] = [4 << 10, 64 << 10, 1 << 20, 4 << 20, 16 <<
 
 /// Runs on two ranks; rank 0 returns the result.
 pub fn run(world: &tca::World, iters: u64, rounds: u32) -> Result<Option<Floor>> {
-    let mut per_round = cacheline_half_rtt(world, iters, rounds)?;
+    let (mut per_round, mut two) = (Vec::new(), Vec::new());
+    let mut line = CacheLine::new(world)?;
+    line.round(world, iters)?; // warm-up
+    line.round_two_lines(world, iters)?;
+    for _ in 0..rounds {
+        per_round.push(line.round(world, iters)?);
+        two.push(line.round_two_lines(world, iters)?);
+    }
     let stream_gb_s = stream(world, 256 << 10, 64 << 20)?;
     if world.rank() != 0 {
         return Ok(None);
     }
     per_round.sort_by(f64::total_cmp);
+    two.sort_by(f64::total_cmp);
     let memcpy_gb_s = MEMCPY_SIZES
         .iter()
         .map(|&n| (n, memcpy_bandwidth(n)))
@@ -57,6 +76,8 @@ pub fn run(world: &tca::World, iters: u64, rounds: u32) -> Result<Option<Floor>>
         machine: Machine::here(),
         cacheline_half_rtt_ns: per_round[0],
         cacheline_half_rtt_ns_median: per_round[per_round.len() / 2],
+        two_line_half_rtt_ns: two[0],
+        two_line_half_rtt_ns_median: two[two.len() / 2],
         memcpy_gb_s,
         stream_gb_s,
     }))
@@ -97,27 +118,15 @@ pub fn stream(world: &tca::World, chunk: usize, total: usize) -> Result<f64> {
     Ok(gbs)
 }
 
-/// Cache-line ping-pong between the ranks of each pair (0-1, 2-3, ...), `rounds` rounds of
-/// `iters` round trips after one warm-up round. Collective. Returns the half round trip of
-/// each round in nanoseconds on pair leaders (even ranks), nothing elsewhere.
-pub fn cacheline_half_rtt(world: &tca::World, iters: u64, rounds: u32) -> Result<Vec<f64>> {
-    let mut line = CacheLine::new(world)?;
-    line.round(world, iters)?; // warm-up
-    let mut per_round = Vec::with_capacity(rounds as usize);
-    for _ in 0..rounds {
-        per_round.push(line.round(world, iters)?);
-    }
-    Ok(if line.measures() {
-        per_round
-    } else {
-        Vec::new()
-    })
-}
-
-/// One shared word per pair (in the pair leader's segment), bounced by plain atomics.
+/// One shared word per pair (in the pair leader's segment), bounced by plain atomics; and
+/// for the two-line round, a word in each rank's own segment that its partner writes.
 #[derive(Debug)]
 pub struct CacheLine {
     word: tca::RemoteWord,
+    /// This rank's word of the two-line round (it polls it)...
+    mine: tca::RemoteWord,
+    /// ... and its partner's (it writes it).
+    theirs: tca::RemoteWord,
     leader: bool,
     active: bool,
     base: u64,
@@ -130,14 +139,57 @@ impl CacheLine {
         let seg = world.alloc_symmetric(4096)?;
         let me = world.rank();
         let pair_leader = me - me % 2;
+        let active = pair_leader + 1 < world.size();
+        let partner = if !active {
+            me
+        } else if me == pair_leader {
+            me + 1
+        } else {
+            pair_leader
+        };
         let word = world.remote_word(seg.handle(pair_leader)?, 0)?;
+        // A line of its own, away from the one-line word and its neighbour line.
+        let mine = world.remote_word(seg.handle(me)?, 256)?;
+        let theirs = world.remote_word(seg.handle(partner)?, 256)?;
         Ok(Self {
             word,
+            mine,
+            theirs,
             leader: me % 2 == 0,
-            active: pair_leader + 1 < world.size(),
+            active,
             base: 0,
             _seg: seg,
         })
+    }
+
+    /// One round of `iters` round trips over two lines (see the module docs) between
+    /// barriers; the half round trip in ns.
+    pub fn round_two_lines(&mut self, world: &tca::World, iters: u64) -> Result<f64> {
+        let local =
+            || anyhow::anyhow!("the cache-line floor needs both ranks of a pair on one node");
+        let mine = self.mine.node_local().ok_or_else(local)?;
+        let theirs = self.theirs.node_local().ok_or_else(local)?;
+        let base = self.base;
+        world.barrier()?;
+        let t0 = Instant::now();
+        if self.active {
+            for i in 0..iters {
+                let v = base + i + 1;
+                if self.leader {
+                    theirs.store(v, Ordering::Release);
+                }
+                while mine.load(Ordering::Acquire) != v {
+                    std::hint::spin_loop();
+                }
+                if !self.leader {
+                    theirs.store(v, Ordering::Release);
+                }
+            }
+        }
+        let ns = t0.elapsed().as_secs_f64() * 1e9 / (2 * iters) as f64;
+        self.base += iters;
+        world.barrier()?;
+        Ok(ns)
     }
 
     /// Whether this rank reports (a pair leader with a partner).
@@ -209,6 +261,10 @@ impl crate::Report for Floor {
         s += &format!(
             "cache-line half round trip (2 processes): {:.1} ns best, {:.1} ns median\n",
             self.cacheline_half_rtt_ns, self.cacheline_half_rtt_ns_median
+        );
+        s += &format!(
+            "two-line half round trip (raw atomics, each direction its own line in the receiver's memory, as a put moves): {:.1} ns best, {:.1} ns median\n",
+            self.two_line_half_rtt_ns, self.two_line_half_rtt_ns_median
         );
         s += &format!(
             "cross-core streaming (one core writes 256 KiB chunks, the other copies them out): {:.2} GB/s\n",

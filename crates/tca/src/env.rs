@@ -9,6 +9,7 @@
 //! | `TCA_JOB_CPUS` | launcher | CPUs the job may use, as the launcher saw them (a bound rank's own mask holds one): whether ranks outnumber cores |
 //! | `TCA_BIND` | user | `auto` (default: bind rank i to the i-th CPU when every rank has one), `core` (always; more ranks than CPUs is an error) or `none` (see `bootstrap::bind`) |
 //! | `TCA_SPIN` | user | spin iterations before a wait yields or sleeps (overrides the adaptive default) |
+//! | `TCA_SIGNAL_FENCE` | user | how a signal on this node is ordered before its writer looks for sleepers: `asymmetric` (default: a plain store; a rank about to sleep calls `membarrier`, see `transport::shm::wait`) or `seqcst` (a locked store on every signal); the same for every rank of a node |
 //! | `TCA_TIMEOUT` | user | seconds (a decimal number) a blocking call may sleep, counted from its first sleep, before it gives up with `ErrorKind::Timeout` naming the culprit: a peer on this node whose process is stopped, else (a job on one node) the only other rank not waiting, else the rank it waited for where the layer knows it (collectives, two-sided, active messages): a peer that is alive but stuck (stopped, spinning in user code) then ends the job with an error instead of a hang; unset or 0: no limit (a dead peer is detected without it) |
 //! | `TCA_BOOT_TIMEOUT` | user | seconds to wait for all ranks at start-up without the launcher (default 60) |
 //! | `TCA_MAX_RANKS` | user | raises or lowers the per-node rank limit (default 1024) |
@@ -61,6 +62,8 @@ pub const BOARD_FD: &str = "TCA_BOARD_FD";
 pub const LAUNCHER_PID: &str = "TCA_LAUNCHER_PID";
 /// Spin iterations before yielding or sleeping in a wait.
 pub const SPIN: &str = "TCA_SPIN";
+/// How a signal's store is ordered before its writer's look for sleepers.
+pub const SIGNAL_FENCE: &str = "TCA_SIGNAL_FENCE";
 /// Seconds a blocking wait may sleep before it gives up, naming its peer (see the table).
 pub const TIMEOUT: &str = "TCA_TIMEOUT";
 /// How the launcher binds ranks to CPUs.
@@ -113,6 +116,7 @@ pub const KNOWN: &[&str] = &[
     BOARD_FD,
     LAUNCHER_PID,
     SPIN,
+    SIGNAL_FENCE,
     TIMEOUT,
     BIND,
     JOB_CPUS,

@@ -579,23 +579,33 @@ impl<'w> TcaBackend<'w> {
         let mut line = CacheLine::new(w)?;
         line.round(w, 20_000)?;
         let iters = 50_000;
-        // Three-way with --two-sided: floor, one-sided put_signal, two-sided send/recv, each
-        // round alternating, so the ratios come from one placement of the ranks.
-        let forms: &[bool] = if self.two_sided {
-            &[false, true]
+        // Floor, one-sided put_signal, the same with SeqCst signal stores (what the default
+        // asymmetric fence saves, `transport::shm::wait`) and with --two-sided two-sided
+        // send/recv, each round alternating, so the ratios come from one placement of the
+        // ranks.
+        #[derive(Clone, Copy, PartialEq)]
+        enum Form {
+            OneSided,
+            SeqCst,
+            TwoSided,
+        }
+        let forms: &[Form] = if self.two_sided {
+            &[Form::OneSided, Form::SeqCst, Form::TwoSided]
         } else {
-            &[false]
+            &[Form::OneSided, Form::SeqCst]
         };
         let mut rounds = Vec::new();
         for _ in 0..7 {
             let f = line.round(w, iters)?;
+            let f2 = line.round_two_lines(w, iters)?;
             let mut ts = Vec::new();
-            for &two in forms {
+            for &form in forms {
                 self.cur = (Kind::PingPong, 8);
+                w.set_seqcst_signals(form == Form::SeqCst)?;
                 w.barrier()?;
                 let t0 = std::time::Instant::now();
                 if w.rank() < 2 {
-                    if two {
+                    if form == Form::TwoSided {
                         self.two_sided(Kind::PingPong, iters)?;
                     } else {
                         self.point_to_point(iters, false)?;
@@ -604,33 +614,34 @@ impl<'w> TcaBackend<'w> {
                 ts.push(t0.elapsed().as_secs_f64() * 1e9 / (2 * iters) as f64);
                 w.barrier()?;
             }
-            rounds.push((f, ts));
+            w.set_seqcst_signals(false)?;
+            rounds.push((f, f2, ts));
         }
         let median = |mut v: Vec<f64>| {
             v.sort_by(f64::total_cmp);
             v[v.len() / 2]
         };
-        let to_floor = median(rounds.iter().map(|(f, t)| t[0] / f).collect());
+        let to_floor = median(rounds.iter().map(|(f, _, t)| t[0] / f).collect());
+        let to_two = median(rounds.iter().map(|(_, f2, t)| t[0] / f2).collect());
         let shown: Vec<String> = rounds
             .iter()
-            .map(|(f, t)| {
+            .map(|(f, f2, t)| {
                 let t: Vec<String> = t.iter().map(|x| format!("{x:.0}")).collect();
-                format!("{}/{f:.0}", t.join("/"))
+                format!("{}/{f:.0}/{f2:.0}", t.join("/"))
             })
             .collect();
+        let fence = median(rounds.iter().map(|(_, _, t)| t[0] / t[1]).collect());
         Ok((w.rank() == 0).then(|| {
-            if self.two_sided {
-                let two = median(rounds.iter().map(|(_, t)| t[1] / t[0]).collect());
-                format!(
-                    "8 B PingPong one-sided/two-sided/floor (cache-line half round trip), 7 alternating rounds, ns: {}; median ratios: one-sided/floor {to_floor:.2}, two-sided/one-sided {two:.2}",
-                    shown.join(" ")
-                )
+            let (forms, two) = if self.two_sided {
+                let two = median(rounds.iter().map(|(_, _, t)| t[2] / t[0]).collect());
+                ("/two-sided", format!(", two-sided/one-sided {two:.2}"))
             } else {
-                format!(
-                    "8 B PingPong / floor (cache-line half round trip), 7 alternating rounds, ns: {}; median ratio {to_floor:.2}",
-                    shown.join(" ")
-                )
-            }
+                ("", String::new())
+            };
+            format!(
+                "8 B PingPong one-sided/one-sided with SeqCst signals{forms}/floor (one cache line)/two-line (raw atomics, a line each way as a put moves), half round trips, 7 alternating rounds, ns: {}; median ratios: one-sided/floor {to_floor:.2}, one-sided/two-line {to_two:.2}, one-sided/SeqCst {fence:.2}{two}",
+                shown.join(" ")
+            )
         }))
     }
 

@@ -380,9 +380,10 @@ impl Core {
     }
 
     /// Wakes `to` if it sleeps in a wait of this layer: its sleep is on its doorbell, not on
-    /// the ring word this packet raised. The packet's sequence word was stored (SeqCst)
-    /// before the flag is read, and the sleeper sets the flag before its last look at the
-    /// rings: one of the two sees the other (`bell`, model-checked there).
+    /// the ring word this packet raised. The packet's sequence word was stored before the
+    /// flag is read (SeqCst, or plain and ordered by the sleeper's `membarrier`), and the
+    /// sleeper sets the flag before its last look at the rings: one of the two sees the other
+    /// (`bell`, model-checked there with SeqCst stores).
     fn ring_bell(&self, w: &World, to: usize) -> Result<()> {
         let Some(flag) = self.flags[to].as_ref().and_then(|f| f.node_local()) else {
             return Ok(());
@@ -1203,6 +1204,10 @@ impl bell::Bell for Dozer<'_> {
 
     fn fence(&self) {
         std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+        // Senders store their packets' sequence words without a fence where the process
+        // could register for `membarrier` (`transport::shm::wait`, `Fence::Asymmetric`): this
+        // orders them too. Where it cannot be done, the sleep is still bounded by NAP.
+        crate::transport::shm::wait::fence_writers();
     }
 
     fn sleep_until(&self, count: u64) -> Result<()> {

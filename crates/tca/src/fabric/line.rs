@@ -11,8 +11,9 @@
 //!                                 offset 0                            offset 56
 //! ```
 //! The writer copies the payload with plain stores, then stores the sequence number with
-//! SeqCst (a locked store: it also orders the payload before it); the reader Acquire-loads the
-//! sequence word and reads the payload from the line it now holds. Slots written by different
+//! Release (ordering the payload before it; a plain store on x86, see `transport::shm::wait`
+//! for how a sleeping reader is still woken); the reader Acquire-loads the sequence word and
+//! reads the payload from the line it now holds. Slots written by different
 //! ranks should be [`SLOT_STRIDE`] apart, so that adjacent-line prefetch does not couple them.
 //!
 //! Use [`World::put_line`](crate::World::put_line) and

@@ -504,6 +504,15 @@ impl World {
         self.name
     }
 
+    /// For measurement: makes this rank's signals into node-local memory SeqCst stores
+    /// (`true`, a locked instruction each) or returns them to the default (`false`: plain
+    /// stores where every rank could register for `membarrier`; `TCA_SIGNAL_FENCE`, see
+    /// `transport::shm::wait`). Both are correct beside any waiter, at any time; `tca bench
+    /// PingPong` alternates them to state what the fence costs.
+    pub fn set_seqcst_signals(&self, on: bool) -> Result<()> {
+        self.shm.set_seqcst_signals(on)
+    }
+
     /// The libfabric provider carrying this rank's network traffic, if any.
     pub fn network_provider(&self) -> Option<&str> {
         #[cfg(feature = "ofi")]

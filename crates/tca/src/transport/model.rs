@@ -30,7 +30,7 @@ use loom::sync::atomic::{AtomicU32, AtomicU64, fence};
 use loom::sync::{Condvar, Mutex};
 use rustix::io::Errno;
 
-use super::shm::wait::{Sleepers, SpinPolicy, Word, raise, wait_ge};
+use super::shm::wait::{Fence, Sleepers, SpinPolicy, Word, raise, wait_ge};
 use crate::fabric::SignalOp;
 
 /// A signal word with a model futex.
@@ -80,14 +80,16 @@ pub(crate) fn wait(word: &ModelWord, count: &ModelCount, target: u64) -> u64 {
     wait_ge(word, count, target, POLICY, None, None, None, || Ok(())).expect("a model wait")
 }
 
-/// The transport's signal: `word` set to `v`, its owner's sleepers woken.
+/// The transport's signal: `word` set to `v`, its owner's sleepers woken. The writer with
+/// [`Fence::SeqCst`]: loom has no `membarrier`, so [`Fence::Asymmetric`]'s argument rests on
+/// the kernel's guarantee (`transport::shm::wait`) and its stress test there, not on a model.
 pub(crate) fn set(word: &ModelWord, count: &ModelCount, v: u64) {
-    raise(word, count, SignalOp::Set(v));
+    raise(word, count, SignalOp::Set(v), Fence::SeqCst);
 }
 
 /// The transport's signal: `v` added to `word`, its owner's sleepers woken.
 pub(crate) fn add(word: &ModelWord, count: &ModelCount, v: u64) {
-    raise(word, count, SignalOp::Add(v));
+    raise(word, count, SignalOp::Add(v), Fence::SeqCst);
 }
 
 /// A SeqCst store, as the language orders it (see the module doc), with no wake-up: a word

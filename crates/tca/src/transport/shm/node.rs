@@ -11,8 +11,9 @@
 //!   this rank has written into. The fast path of a put is one probe of this table: rank, id and
 //!   key must match, and the segment must still be live.
 //!
-//! A put is one `memcpy` into the peer's mapping, a signal one SeqCst store or add followed by a
-//! futex wake when the owner's sleeper count says someone sleeps. Both are complete at the
+//! A put is one `memcpy` into the peer's mapping, a signal one store (Release where the
+//! sleepers' `membarrier` covers it, else SeqCst: `wait`'s module docs) or a SeqCst add,
+//! followed by a futex wake when the owner's sleeper count says someone sleeps. Both are complete at the
 //! target when the call returns, so `quiet` is a full fence.
 
 use std::cell::{Cell, RefCell};
@@ -67,6 +68,10 @@ pub(crate) struct Shm {
     whole_job: bool,
     cache: RefCell<Cache>,
     policy: SpinPolicy,
+    /// How this rank's signals are ordered before it looks for sleepers ([`wait::Fence`]):
+    /// the process's ([`wait::writer_fence`]), or SeqCst while a measurement asks
+    /// ([`Shm::set_seqcst_signals`]).
+    fence: Cell<wait::Fence>,
     /// `TCA_TIMEOUT` (see [`Shm::timeout`]).
     timeout: Cell<Option<Duration>>,
     launcher: Option<Proc>,
@@ -130,6 +135,7 @@ impl Shm {
         let spin = env::parse::<u32>(env::SPIN)?;
         let timeout = env::timeout()?;
         let policy = SpinPolicy::adaptive(size, crate::bootstrap::job_cpus(), spin);
+        let fence = wait::writer_fence()?;
         let launcher = match board.launcher_pid() {
             Some(pid) => Some(Proc::open(pid).map_err(|e| {
                 e.unless_own(|_| {
@@ -278,6 +284,7 @@ impl Shm {
                 whole_job: local.len() == size as usize,
                 cache: RefCell::new(cache),
                 policy,
+                fence: Cell::new(fence),
                 timeout: Cell::new(timeout),
                 launcher,
                 left: Cell::new(false),
@@ -616,7 +623,19 @@ impl Shm {
     /// Applies `op` to `word` (in the memory of rank `owner`) and wakes its sleepers.
     #[inline(always)]
     pub(crate) fn raise(&self, word: &AtomicU64, owner: u32, op: SignalOp) {
-        wait::raise(word, self.sleepers_of(owner), op);
+        wait::raise(word, self.sleepers_of(owner), op, self.fence.get());
+    }
+
+    /// Makes this rank's signals SeqCst stores (`true`) or returns them to the process's
+    /// fence (`false`): a SeqCst writer is correct beside any waiter, so either is safe at any
+    /// time. For measuring what the fence costs in one run.
+    pub(crate) fn set_seqcst_signals(&self, on: bool) -> Result<()> {
+        self.fence.set(if on {
+            wait::Fence::SeqCst
+        } else {
+            wait::writer_fence()?
+        });
+        Ok(())
     }
 
     pub(crate) fn apply_atomic(&self, word: &AtomicU64, owner: u32, op: AtomicOp) -> u64 {
@@ -939,8 +958,8 @@ impl Shm {
 }
 
 /// The shared-memory transport behind the boundary: every put is one `memcpy` into the
-/// peer's mapping, complete on return; signals and atomics are SeqCst operations followed by
-/// a futex wake when the owner's sleeper count says someone sleeps.
+/// peer's mapping, complete on return; signals (see the module docs) and atomics are
+/// followed by a futex wake when the owner's sleeper count says someone sleeps.
 impl Transport for Shm {
     fn attach(&self, h: &Handle) -> Result<()> {
         self.ensure(h)

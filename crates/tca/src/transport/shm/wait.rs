@@ -22,9 +22,29 @@
 //! All four marked operations are SeqCst, so they sit in one total order: either the writer's
 //! load of the count comes after the waiter's increment (and the writer wakes it), or the
 //! waiter's load of the word comes after the writer's store (and the waiter does not sleep).
-//! `futex_wait` itself refuses to sleep if the low half already changed. The writer's common
-//! case (nobody asleep) is a locked store and a load of a line that stays shared in its cache:
-//! no system call.
+//! `futex_wait` itself refuses to sleep if the low half already changed.
+//!
+//! # The writer without a fence ([`Fence::Asymmetric`], the default where the kernel has it)
+//! A SeqCst store is a locked instruction (`xchg` on x86): the writer stalls until the line
+//! is its own, on every signal, for the rare case that someone sleeps. Measured on the
+//! development machine, the 8-byte put_signal ping-pong took 12-28% less time with plain
+//! stores in 12 of 13 runs (BENCHMARKS.md, "The 8-byte path"). So the cost moves to
+//! the side that is about to sleep anyway: every rank registers for
+//! `membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED)` at start, a writer stores with Release
+//! (a plain store) and then looks at the count (only the compiler is fenced between), and a
+//! waiter, after announcing itself and before its last look at the word, calls
+//! `membarrier(GLOBAL_EXPEDITED)`: the kernel runs a full barrier on every CPU that runs a
+//! thread of a registered process. For each writer, that barrier falls before its store (then
+//! its look at the count comes after the waiter's increment: it wakes), or after its store
+//! (then the store is visible before the system call returns: the waiter sees it); a writer
+//! not running has passed a context switch, itself a full barrier. The writer's common case
+//! is then a plain store and a load of a line that stays shared in its cache.
+//!
+//! A process that cannot register (a kernel before 4.16, a seccomp filter) writes SeqCst;
+//! `TCA_SIGNAL_FENCE=seqcst` makes every rank do so (and skip the system call when it
+//! sleeps), for comparison. A waiter whose `membarrier` call fails (registered writers may
+//! exist that it cannot fence) sleeps in slices of [`UNFENCED_SLICE`]: a wake-up lost there is
+//! late by at most that, never lost for good.
 //!
 //! The futex is the shared kind (no `FUTEX_PRIVATE_FLAG`): the word lives in a mapping shared
 //! between processes, and the kernel keys shared futexes by (inode, offset), so every process's
@@ -65,6 +85,64 @@ pub const SPIN_OVERSUBSCRIBED: u32 = 0;
 pub const YIELDS_OVERSUBSCRIBED: u32 = 16;
 /// How long one futex sleep lasts before liveness is checked again.
 pub const SLEEP_SLICE: Duration = Duration::from_millis(10);
+/// The longest sleep of a waiter that could not fence the writers (see the module docs).
+pub const UNFENCED_SLICE: Duration = Duration::from_millis(1);
+
+/// How a signal's writer orders its store of the word before its look at the sleeper count
+/// (the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fence {
+    /// Store SeqCst: a locked instruction on every signal.
+    SeqCst,
+    /// Store Release (plain); the sleeping waiter's `membarrier` orders it.
+    Asymmetric,
+}
+
+/// This process's writer fence, decided once: `TCA_SIGNAL_FENCE` (`asymmetric`, the default,
+/// or `seqcst`), and asymmetric only if the process could register for the waiters'
+/// `membarrier`. An unknown value is an error.
+pub(crate) fn writer_fence() -> Result<Fence> {
+    static FENCE: std::sync::OnceLock<std::result::Result<Fence, String>> =
+        std::sync::OnceLock::new();
+    FENCE
+        .get_or_init(|| {
+            let want = std::env::var(crate::env::SIGNAL_FENCE).unwrap_or_default();
+            match want.as_str() {
+                "seqcst" => Ok(Fence::SeqCst),
+                "" | "asymmetric" => {
+                    use rustix::thread::{MembarrierCommand, membarrier};
+                    Ok(
+                        if membarrier(MembarrierCommand::RegisterGlobalExpedited).is_ok() {
+                            Fence::Asymmetric
+                        } else {
+                            Fence::SeqCst
+                        },
+                    )
+                }
+                other => Err(format!(
+                    "{}={other:?}: expected `asymmetric` or `seqcst`",
+                    crate::env::SIGNAL_FENCE
+                )),
+            }
+        })
+        .clone()
+        .map_err(|m| Error::new(ErrorKind::InvalidArgument, m))
+}
+
+/// The waiter's half of [`Fence::Asymmetric`]: a full barrier on every CPU running a thread of
+/// a registered process. `false` when writers without a fence may exist that this call could
+/// not reach (the caller then sleeps in short slices); `true` when it fenced them, or when
+/// nobody writes without a fence (`TCA_SIGNAL_FENCE=seqcst`, or a kernel without the call,
+/// where no process can have registered).
+pub(crate) fn fence_writers() -> bool {
+    use rustix::thread::{MembarrierCommand, MembarrierQuery, membarrier, membarrier_query};
+    static NEEDED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let needed = *NEEDED.get_or_init(|| {
+        std::env::var(crate::env::SIGNAL_FENCE).as_deref() != Ok("seqcst")
+            && membarrier_query().contains(MembarrierQuery::GLOBAL_EXPEDITED)
+    });
+    !needed || membarrier(MembarrierCommand::GlobalExpedited).is_ok()
+}
 
 /// A signal word as the protocol above uses it: loads, the writer's read-modify-writes, and
 /// a sleep on its low half that refuses to start once that half has changed. Shared memory's
@@ -82,6 +160,12 @@ pub(crate) trait Word {
     fn wake(&self);
     /// Gives the core away once (between spinning and sleeping).
     fn relax();
+    /// The sleeping waiter's half of [`Fence::Asymmetric`], between announcing itself and its
+    /// last look at the word; `false` if it could not be done (see [`UNFENCED_SLICE`]). The
+    /// model checks' words have no asymmetric writers: nothing to do there.
+    fn fence_writers() -> bool {
+        true
+    }
 }
 
 /// A rank's sleeper count: how many waiters on words in its memory are (about to be) asleep.
@@ -118,6 +202,9 @@ impl Word for AtomicU64 {
     }
     fn relax() {
         rustix::thread::sched_yield();
+    }
+    fn fence_writers() -> bool {
+        fence_writers()
     }
 }
 
@@ -320,16 +407,27 @@ fn wait_slow<W: Word + ?Sized, S: Sleepers + ?Sized>(
             continue;
         }
         sleepers.enter();
+        let fenced = W::fence_writers();
         let seen = word.load(Ordering::SeqCst);
         if seen >= target {
             sleepers.leave();
             return Ok(seen);
         }
+        let slice = if fenced {
+            slice
+        } else {
+            slice.min(UNFENCED_SLICE)
+        };
         // Truncation to the low half is the futex ABI: the kernel compares the low 32 bits.
         let r = word.sleep(low_u32(seen), slice);
         sleepers.leave();
         let stop = poll()?;
         let v = word.load(Ordering::Acquire);
+        #[cfg(test)]
+        if v >= target && r == Err(rustix::io::Errno::TIMEDOUT) {
+            // Slept a whole slice while the word reached its target: nobody woke us.
+            tests::LATE.with(|l| l.set(l.get() + 1));
+        }
         if v >= target || stop {
             return Ok(v);
         }
@@ -356,15 +454,23 @@ pub(crate) fn notify<W: Word + ?Sized, S: Sleepers + ?Sized>(word: &W, sleepers:
     }
 }
 
-/// The writer's side of the protocol for a signal: `op` applied to `word` (SeqCst), then its
-/// owner's sleepers woken if there are any.
+/// The writer's side of the protocol for a signal: `op` applied to `word` (a set ordered by
+/// `fence`, an add always SeqCst: a locked instruction either way), then its owner's
+/// sleepers woken if there are any.
 #[inline(always)]
 pub(crate) fn raise<W: Word + ?Sized, S: Sleepers + ?Sized>(
     word: &W,
     sleepers: &S,
     op: crate::fabric::SignalOp,
+    fence: Fence,
 ) {
     match op {
+        crate::fabric::SignalOp::Set(v) if fence == Fence::Asymmetric => {
+            word.store(v, Ordering::Release);
+            // The look at the count stays after the store in the program; the hardware may
+            // still let it pass the store, which the sleeper's `membarrier` covers.
+            std::sync::atomic::compiler_fence(Ordering::SeqCst);
+        }
         crate::fabric::SignalOp::Set(v) => word.store(v, Ordering::SeqCst),
         crate::fabric::SignalOp::Add(v) => {
             word.fetch_add(v, Ordering::SeqCst);
@@ -394,7 +500,56 @@ pub(crate) fn apply_atomic(word: &AtomicU64, op: crate::fabric::AtomicOp) -> (u6
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fabric::SignalOp;
     use std::sync::Arc;
+
+    thread_local! {
+        /// Sleeps of this thread that ran their whole slice although the word reached its
+        /// target meanwhile: wake-ups that never came.
+        pub(super) static LATE: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    }
+
+    /// Two threads hand a signal back and forth 20,000 times, each always asleep when the
+    /// other writes (no spinning, no yielding), with this process's writer fence (plain
+    /// stores where `membarrier` registration works, as on the development machine): no
+    /// sleep may run its slice out, and every hand-off completes.
+    #[test]
+    fn no_wake_up_is_lost_with_the_default_fence() {
+        let fence = writer_fence().unwrap();
+        let words = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
+        let counts = Arc::new([AtomicU32::new(0), AtomicU32::new(0)]);
+        let asleep = SpinPolicy {
+            spins: 0,
+            yields: 0,
+        };
+        let n = 20_000u64;
+        let side = move |me: usize, words: Arc<[AtomicU64; 2]>, counts: Arc<[AtomicU32; 2]>| {
+            let other = 1 - me;
+            for i in 1..=n {
+                if me == 0 {
+                    raise(&words[other], &counts[other], SignalOp::Set(i), fence);
+                }
+                let seen = wait_ge(&words[me], &counts[me], i, asleep, None, None, None, || {
+                    Ok(())
+                })
+                .unwrap();
+                assert_eq!(seen, i);
+                if me == 1 {
+                    raise(&words[other], &counts[other], SignalOp::Set(i), fence);
+                }
+            }
+            LATE.with(std::cell::Cell::get)
+        };
+        let (w, c) = (words.clone(), counts.clone());
+        let b = std::thread::spawn(move || side(1, w, c));
+        let late_a = side(0, words, counts);
+        let late_b = b.join().unwrap();
+        assert_eq!(
+            (late_a, late_b),
+            (0, 0),
+            "wake-ups lost with {fence:?} (sleeps that ran out their slice)"
+        );
+    }
 
     #[test]
     fn policy_adapts_to_oversubscription() {
@@ -573,7 +728,7 @@ mod tests {
                 let count = Arc::new(ModelCount::default());
                 let (w, c) = (word.clone(), count.clone());
                 let waiter = loom::thread::spawn(move || wait(&w, &c, 1));
-                raise(&*word, &*count, SignalOp::Set(1));
+                raise(&*word, &*count, SignalOp::Set(1), Fence::SeqCst);
                 assert_eq!(waiter.join().unwrap(), 1);
             });
             assert!(runs > 1);
@@ -588,8 +743,9 @@ mod tests {
                 let (w, c) = (word.clone(), count.clone());
                 let waiter = loom::thread::spawn(move || wait(&w, &c, 2));
                 let (w, c) = (word.clone(), count.clone());
-                let adder = loom::thread::spawn(move || raise(&*w, &*c, SignalOp::Add(1)));
-                raise(&*word, &*count, SignalOp::Add(1));
+                let adder =
+                    loom::thread::spawn(move || raise(&*w, &*c, SignalOp::Add(1), Fence::SeqCst));
+                raise(&*word, &*count, SignalOp::Add(1), Fence::SeqCst);
                 adder.join().unwrap();
                 assert_eq!(waiter.join().unwrap(), 2);
             });
@@ -608,8 +764,8 @@ mod tests {
                 let on_a = loom::thread::spawn(move || wait(&w, &c, 1));
                 let (w, c) = (b.clone(), count.clone());
                 let on_b = loom::thread::spawn(move || wait(&w, &c, 1));
-                raise(&*b, &*count, SignalOp::Set(1));
-                raise(&*a, &*count, SignalOp::Set(1));
+                raise(&*b, &*count, SignalOp::Set(1), Fence::SeqCst);
+                raise(&*a, &*count, SignalOp::Set(1), Fence::SeqCst);
                 assert_eq!(on_a.join().unwrap(), 1);
                 assert_eq!(on_b.join().unwrap(), 1);
             });
@@ -648,7 +804,7 @@ mod tests {
                 let waiter = loom::thread::spawn(move || {
                     wait_ge(word, &Uncounted, 1, POLICY, None, None, None, || Ok(())).unwrap()
                 });
-                raise(word, &Uncounted, SignalOp::Set(1));
+                raise(word, &Uncounted, SignalOp::Set(1), Fence::SeqCst);
                 waiter.join().unwrap();
             });
         }

@@ -664,7 +664,12 @@ impl Engine {
                 w.land();
                 if let Some((region, off, op)) = &w.signal {
                     if let Ok(word) = region.word(*off) {
-                        crate::transport::shm::wait::raise(word, &NOBODY, *op);
+                        crate::transport::shm::wait::raise(
+                            word,
+                            &NOBODY,
+                            *op,
+                            crate::transport::shm::wait::Fence::SeqCst,
+                        );
                     }
                 }
                 let bytes = std::mem::take(&mut w.bytes);
