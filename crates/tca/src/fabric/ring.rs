@@ -6,23 +6,25 @@
 //! ```text
 //! 0                     credit words, one 128-byte block per peer q: how many of my packets
 //!                       q has consumed                              writer: q
-//! P*128 + (q*K + j)*S   the K slots in which peer q sends to me, S = (L/K)*64 + CH each;
-//!                       slot j holds L/K header lines, line i of peer q being line u = i / K
-//!                       of slot i mod K, then the payload of larger packets (up to CH bytes):
-//!   +u*64      header line u:
+//! P*128 + q*B           peer q's part, B = L*64 + K*(CH + 64) bytes:
+//!   +i*64      header line i (of L), for packets n with (n - 1) mod L = i:
 //!     +0   payload of small packets (<= 40 bytes)
 //!     +40  meta (8 bytes, the framing's: a tag, a kind ...)
 //!     +48  packet length (u32), aux (u32, the framing's: a message length ...)
 //!     +56  sequence word (u64)                                     writer: q
-//!   +(L/K)*64  the payload: whole for a packet over PT bytes; line u's part, at + u*PT, for a
-//!              smaller one (PT = CH*K/L rounded down to whole lines)
+//!   +L*64 + j*(CH + 64)  payload slot j (of K), for packets with (n - 1) mod K = j: whole for
+//!              a packet over PT bytes; line i's part, at + (i / K)*PT, for a smaller one
+//!              (PT = CH*K/L rounded down to whole lines)
 //! ```
 //! A packet of at most [`INLINE`] bytes travels in one cache line with its sequence word (the
 //! layout of [`fabric::line`](super::line)), so a small message costs one line transfer; a
-//! larger one is one put into the slot's payload, then the header line (the slot's lines lie
-//! just before its payload, and slots do not all begin on the same cache sets, as payloads a
-//! power of two apart would). Lines outnumber slots (L > K) where memory cut the slots: a
-//! sender then runs L packets ahead with packets that fit a line or a line's part of a payload
+//! larger one is one put into its payload slot, then the header line. A sender's header lines
+//! lie one after another: a receiver reading a stream of small packets (back-to-back
+//! broadcasts, a window of sends) reads consecutive lines, which the hardware's prefetchers
+//! fetch ahead, where lines a slot apart each cost a miss of their own (BENCHMARKS.md, "The
+//! 8-byte path"). The payload slots are a chunk and a line apart, so that they do not all
+//! begin on the same cache sets, as chunks a power of two apart would. Lines outnumber slots
+//! (L > K) where memory cut the slots: a sender then runs L packets ahead with packets that fit a line or a line's part of a payload
 //! (64 lines at 3 ranks and more; 8 KiB parts of 64 KiB chunks at 3-4 ranks, 4 KiB from 5 on), at
 //! 64 bytes per extra line, and K ahead with larger ones. On a network
 //! either is one operation (`Memory::put_packet`) where it fits: libfabric sends a payload
@@ -60,7 +62,7 @@
 //! nodes").
 //!
 //! # Memory
-//! Per rank and group of P ranks: `P*128 + P*L*64 + P*K*CH` bytes, with K = 32 / P rounded down
+//! Per rank and group of P ranks: `P*128 + P*L*64 + P*K*(CH + 64)` bytes, with K = 32 / P rounded down
 //! to a power of two within 4..=16 slots ([`collective_slots`]: 16 at P = 2, 8 at P = 3 and 4, 4
 //! from P = 5 on), L = 16 lines at P = 2 and 64 from P = 3 on ([`collective_lines`]), and CH =
 //! clamp(8 MiB / (P*4), 4 KiB, 64 KiB) rounded to 64 bytes: 1.27-2.03 MiB from P = 2 to 8, 8.3-10.1
@@ -133,14 +135,20 @@ impl Shape {
         }
     }
 
-    /// Bytes of one slot: its header lines, then a payload.
-    fn stride(&self) -> usize {
-        self.lines / self.slots * LINE + self.chunk
+    /// Bytes from one payload slot to the next: a chunk and a line, so that the slots'
+    /// payloads do not all begin on the same cache sets, as chunks a power of two apart would.
+    fn pitch(&self) -> usize {
+        self.chunk + LINE
+    }
+
+    /// Bytes of one sender's part of the ring: its header lines, then its payload slots.
+    fn block(&self) -> usize {
+        self.lines * LINE + self.slots * self.pitch()
     }
 
     /// Bytes of ring area one rank registers for a group of `p` ranks.
     pub(crate) fn bytes(&self, p: usize) -> usize {
-        p * CREDIT + p * self.slots * self.stride()
+        p * CREDIT + p * self.block()
     }
 }
 /// Payload bytes that travel in the header line.
@@ -560,10 +568,10 @@ struct Protocol {
     slots: usize,
     /// log2(slots): a line's place in its slot is a shift, not a division, on every packet.
     slot_bits: u32,
-    /// Bytes of a slot ([`Shape::stride`]).
-    stride: usize,
-    /// Where a slot's payload begins in it: past its lines.
-    payload: usize,
+    /// Bytes of one sender's part ([`Shape::block`]).
+    block: usize,
+    /// Bytes from one payload slot to the next ([`Shape::pitch`]).
+    pitch: usize,
     /// Bytes of a line's part of its slot's payload (the payload split evenly between the
     /// slot's lines, in whole lines; the whole payload where a slot has one line).
     part: usize,
@@ -596,8 +604,8 @@ impl Protocol {
             lines: shape.lines,
             slots: shape.slots,
             slot_bits: shape.slots.trailing_zeros(),
-            stride: shape.stride(),
-            payload: shape.lines / shape.slots * LINE,
+            block: shape.block(),
+            pitch: shape.pitch(),
             part: ch / (shape.lines / shape.slots) / LINE * LINE,
             ack_every: shape.ack_every,
             c: RefCell::new(Counters {
@@ -621,25 +629,21 @@ impl Protocol {
         line
     }
 
-    /// Where `sender`'s slot `slot` begins.
-    fn slot_start(&self, sender: usize, slot: usize) -> usize {
-        self.p * CREDIT + (sender * self.slots + slot) * self.stride
-    }
-
-    /// The header line of packet `seq` from `sender`: line i / K of slot i mod K.
+    /// The header line of packet `seq` from `sender`: line (seq - 1) mod L of its lines, which
+    /// lie one after another, so a stream of small packets reads consecutive lines.
     fn line_off(&self, sender: usize, seq: u64) -> usize {
-        let i = self.line_index(seq);
-        self.slot_start(sender, i & (self.slots - 1)) + (i >> self.slot_bits) * LINE
+        self.p * CREDIT + sender * self.block + self.line_index(seq) * LINE
     }
 
     /// Where the payload of packet `seq`, `len` bytes, its line at `line` (`line_off`), goes if
-    /// it does not ride in its line: its line's part of the slot's payload if it fits one, else
-    /// the slot's payload from its start.
+    /// it does not ride in its line: in payload slot (seq - 1) mod K, its line's part if it
+    /// fits one, else the slot from its start.
     fn payload_off(&self, seq: u64, line: usize, len: usize) -> usize {
-        let sub = self.line_index(seq) >> self.slot_bits;
-        let start = line - sub * LINE + self.payload;
+        let i = self.line_index(seq);
+        let sender_start = line - i * LINE;
+        let start = sender_start + self.lines * LINE + (i & (self.slots - 1)) * self.pitch;
         if len <= self.part {
-            start + sub * self.part
+            start + (i >> self.slot_bits) * self.part
         } else {
             start
         }
