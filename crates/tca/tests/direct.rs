@@ -83,11 +83,14 @@ fn every_collective(c: &Comm<'_>, heap: Option<usize>) -> tca::Result<(Vec<Strin
         }
         expect("scatter", r[..] == s.1[me * N..(me + 1) * N]);
 
-        // Gather.
+        // Gather (on rank `heap` into ordinary memory too: a root's receive buffer there
+        // makes the others offer theirs instead of writing into it).
         let s = source(N, &|i| v(me, i))?;
         let mut r = c.buffer::<f64>(p * N)?;
+        let mut hr = vec![0.0; p * N];
         if ours {
-            c.gather(&s.1, &mut r, rt)?;
+            c.gather(&s.1, &mut hr, rt)?;
+            r.copy_from_slice(&hr);
         } else {
             c.gather(&s.0[AT..], &mut r, rt)?;
         }
@@ -176,13 +179,11 @@ fn comm(w: &tca::World) -> tca::Result<Comm<'_>> {
 
 /// The same with rank `heap`'s buffers in ordinary memory: per root, the broadcast and the
 /// scatter still go single-copy unless the heap rank is the root (its buffer is the one
-/// read), the gather and both reduces only if it is (no one reads the root's); the
-/// all-to-all forms never.
-fn mixed_count(p: usize, heap: usize) -> u64 {
-    [0, p - 1]
-        .iter()
-        .map(|&root| if root == heap { 3 } else { 2 })
-        .sum()
+/// read), both reduces only if it is (no one reads the root's), the gather always (the
+/// others write into the root's receive buffer, or, where that is the heap rank's, the root
+/// reads theirs); the all-to-all forms never.
+fn mixed_count(p: usize) -> u64 {
+    [0, p - 1].iter().map(|_| 3).sum()
 }
 
 #[test]
@@ -219,11 +220,7 @@ fn ordinary_memory_on_one_rank_falls_back_on_every_rank() {
             .unwrap();
             for (r, ((wrong, calls), single)) in got.into_iter().enumerate() {
                 assert!(wrong.is_empty(), "{wrong:#?}");
-                let want = if single {
-                    mixed_count(p as usize, heap)
-                } else {
-                    0
-                };
+                let want = if single { mixed_count(p as usize) } else { 0 };
                 assert_eq!(calls, want, "p={p} heap={heap} rank {r}: single-copy calls");
             }
         }
@@ -289,6 +286,34 @@ fn mismatched_lengths_are_an_error_on_every_rank() {
     );
     assert_eq!(got[1].0, Err(ErrorKind::InvalidArgument), "{got:?}");
     assert_eq!(got[1].2, 7.0, "rank 1's buffer untouched");
+}
+
+/// A gather's senders write into the root's buffer: one whose block is longer than the
+/// root expects is refused before it writes a byte (every rank fails, the root's buffer holds
+/// only what the root put there).
+#[test]
+fn a_gather_sender_with_a_longer_block_writes_nothing_into_the_root() {
+    let got = threads::run_each(2, |w| {
+        let c = comm(w)?;
+        let n = if c.rank() == 1 { N + 8 } else { N };
+        let s = filled(&c, n, |_| 7.0)?;
+        let mut r = c.buffer::<f64>(2 * N)?;
+        let res = c.gather(&s[AT..], &mut r, 0);
+        Ok((res.map_err(|e| e.kind()), c.single_copy(), r.to_vec()))
+    });
+    let got: Vec<_> = got.into_iter().map(Result::unwrap).collect();
+    if !got[0].1 {
+        return;
+    }
+    assert!(
+        got.iter().all(|(r, _, _)| r.is_err()),
+        "every rank fails: {got:?}"
+    );
+    assert_eq!(got[1].0, Err(ErrorKind::InvalidArgument), "{got:?}");
+    assert!(
+        got[0].2[N..].iter().all(|&x| x == 0.0),
+        "nothing written into the root's buffer past its own block"
+    );
 }
 
 #[test]
@@ -419,8 +444,9 @@ fn started_collectives_over_buffers_go_single_copy() {
         }
     }
     // Rank 1's buffers in ordinary memory: the broadcast (root 0) and the scatter (root 2)
-    // read only their root's buffer and still go single-copy; the gather and the reduce
-    // (which read rank 1's) and the all-to-all forms fall back.
+    // read only their root's buffer and still go single-copy, and so does the gather (rank 1
+    // writes into the root's receive buffer); the reduce (which reads rank 1's) and the
+    // all-to-all forms fall back.
     let got = threads::run(3, |w| {
         let c = comm(w)?;
         let r = started(&c, Some(1))?;
@@ -431,7 +457,7 @@ fn started_collectives_over_buffers_go_single_copy() {
         assert!(wrong.is_empty(), "{wrong:#?}");
         assert_eq!(
             calls,
-            if single { 2 } else { 0 },
+            if single { 3 } else { 0 },
             "heap rank 1: single-copy calls"
         );
     }

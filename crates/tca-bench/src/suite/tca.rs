@@ -857,7 +857,11 @@ impl<'w> Backend for TcaBackend<'w> {
                     && bench.family == super::Family::Imb
                     && self.comm.single_copy_for(coll, b)
                 {
-                    "single copy (peers' buffers read in place)".into()
+                    if coll == tca::Collective::Gather {
+                        "single copy (blocks written into the root's buffer)".into()
+                    } else {
+                        "single copy (peers' buffers read in place)".into()
+                    }
                 } else {
                     self.comm.algorithm(coll, b).name.into()
                 }

@@ -21,8 +21,8 @@
 //! larger one is one put into its payload slot, then the header line. A sender's header lines
 //! lie one after another: a receiver reading a stream of small packets (back-to-back
 //! broadcasts, a window of sends) reads consecutive lines, which the hardware's prefetchers
-//! fetch ahead, where lines a slot apart each cost a miss of their own (BENCHMARKS.md, "The
-//! 8-byte path"). The payload slots are a chunk and a line apart, so that they do not all
+//! fetch ahead, where lines a slot apart each cost a miss of their own (BENCHMARKS.md, "A
+//! sender's ring lines one after another"). The payload slots are a chunk and a line apart, so that they do not all
 //! begin on the same cache sets, as chunks a power of two apart would. Lines outnumber slots
 //! (L > K) where memory cut the slots: a sender then runs L packets ahead with packets that fit a line or a line's part of a payload
 //! (64 lines at 3 ranks and more; 8 KiB parts of 64 KiB chunks at 3-4 ranks, 4 KiB from 5 on), at
@@ -48,9 +48,9 @@
 //! again.
 //!
 //! # Credits off the critical path
-//! Writing a credit is a store into the sender's memory that must complete before anything
-//! else is ordered after it (a locked store: one cache-line transfer of stall), and in a
-//! ping-pong it would sit between taking a message and answering it. So consuming only notes
+//! Writing a credit is a store into the sender's memory (a line moved to the writer, and a
+//! locked store where the process writes its signals SeqCst), and in a ping-pong it would sit
+//! between taking a message and answering it. So consuming only notes
 //! the credit owed; it is written when this rank sends its next packet (after the packet),
 //! before it blocks in any wait, or when the next interval's credit comes due first (a
 //! stream: the sender must not run dry). Liveness is unchanged: a rank that waits has paid, and a
@@ -65,8 +65,8 @@
 //! Per rank and group of P ranks: `P*128 + P*L*64 + P*K*(CH + 64)` bytes, with K = 32 / P rounded down
 //! to a power of two within 4..=16 slots ([`collective_slots`]: 16 at P = 2, 8 at P = 3 and 4, 4
 //! from P = 5 on), L = 16 lines at P = 2 and 64 from P = 3 on ([`collective_lines`]), and CH =
-//! clamp(8 MiB / (P*4), 4 KiB, 64 KiB) rounded to 64 bytes: 1.27-2.03 MiB from P = 2 to 8, 8.3-10.1
-//! MiB from 64 to 512 and P x 20.1 KiB beyond. It does not depend on message size: larger
+//! clamp(8 MiB / (P*4), 4 KiB, 64 KiB) rounded to 64 bytes: 1.27-2.03 MiB from P = 2 to 8, 8.3-10.2
+//! MiB from 64 to 512 and P x 20.4 KiB beyond. It does not depend on message size: larger
 //! messages stream through the slots (or, for two-sided messages, go by rendezvous).
 
 use std::cell::RefCell;
@@ -572,8 +572,8 @@ struct Protocol {
     block: usize,
     /// Bytes from one payload slot to the next ([`Shape::pitch`]).
     pitch: usize,
-    /// Bytes of a line's part of its slot's payload (the payload split evenly between the
-    /// slot's lines, in whole lines; the whole payload where a slot has one line).
+    /// Bytes of a line's part of its payload slot (the slot split evenly between the lines
+    /// that use it, L / K of them, in whole lines; the whole slot where L = K).
     part: usize,
     ack_every: u64,
     c: RefCell<Counters>,

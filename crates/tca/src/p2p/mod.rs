@@ -94,10 +94,11 @@
 //! discarded. Waiting on a finished request is an error.
 //!
 //! # Memory per rank and communicator of P ranks
-//! [`p2p_bytes`]`(P) = P*128 + P*8*(64 + CH/2) + 2*P*(8 + 16)*64`, CH the collectives' chunk (the
-//! ring has 8 slots, `2 * fabric::ring::SLOTS`, of half the collectives' chunk, then the rendezvous
-//! remote address buffers and done words, then the channels' address entries and done words): 0.5
-//! MiB at P = 2, 2 MiB at P = 8, 8-9 MiB from 32 to 512 ranks, P x 19.6 KiB beyond. Plus pooled
+//! [`p2p_bytes`]`(P) = P*128 + P*8*(128 + CH/2) + 2*P*(8 + 16)*64`, CH the collectives' chunk
+//! (the ring has 8 header lines and 8 slots, `2 * fabric::ring::SLOTS`, of half the
+//! collectives' chunk and a line, then the rendezvous remote address buffers and done words,
+//! then the channels' address entries and done words): 0.5 MiB at P = 2, 2 MiB at P = 8, 8-9
+//! MiB from 32 to 512 ranks, P x 20.1 KiB beyond. Plus pooled
 //! stash and landing buffers that grow to the largest messages in flight at once and are reused.
 
 mod engine;
