@@ -276,16 +276,32 @@ fn mismatched_lengths_are_an_error_on_every_rank() {
         let r = c.broadcast(&mut b[AT..], 0);
         Ok((r.map_err(|e| e.kind()), c.single_copy(), b[AT]))
     });
+    let Some(got) = failed_everywhere(got) else {
+        return;
+    };
+    assert_eq!(got[1].2, 7.0, "rank 1's buffer untouched");
+}
+
+/// One rank's end of a call: its result, whether the communicator goes single-copy, and what
+/// its buffer then held.
+type Outcome<T> = (Result<(), ErrorKind>, bool, T);
+
+/// The per-rank results of a call whose arguments rank 1 got wrong: `None` where the call did
+/// not go single-copy (the channels detect it their own way), else the results, having
+/// checked that every rank failed and rank 1 with `InvalidArgument`.
+fn failed_everywhere<T: std::fmt::Debug>(
+    got: Vec<tca::Result<Outcome<T>>>,
+) -> Option<Vec<Outcome<T>>> {
     let got: Vec<_> = got.into_iter().map(Result::unwrap).collect();
     if !got[0].1 {
-        return;
+        return None;
     }
     assert!(
         got.iter().all(|(r, _, _)| r.is_err()),
         "every rank fails: {got:?}"
     );
     assert_eq!(got[1].0, Err(ErrorKind::InvalidArgument), "{got:?}");
-    assert_eq!(got[1].2, 7.0, "rank 1's buffer untouched");
+    Some(got)
 }
 
 /// A gather's senders write into the root's buffer: one whose block is longer than the
@@ -301,15 +317,9 @@ fn a_gather_sender_with_a_longer_block_writes_nothing_into_the_root() {
         let res = c.gather(&s[AT..], &mut r, 0);
         Ok((res.map_err(|e| e.kind()), c.single_copy(), r.to_vec()))
     });
-    let got: Vec<_> = got.into_iter().map(Result::unwrap).collect();
-    if !got[0].1 {
+    let Some(got) = failed_everywhere(got) else {
         return;
-    }
-    assert!(
-        got.iter().all(|(r, _, _)| r.is_err()),
-        "every rank fails: {got:?}"
-    );
-    assert_eq!(got[1].0, Err(ErrorKind::InvalidArgument), "{got:?}");
+    };
     assert!(
         got[0].2[N..].iter().all(|&x| x == 0.0),
         "nothing written into the root's buffer past its own block"

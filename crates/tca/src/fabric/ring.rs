@@ -22,11 +22,12 @@
 //! lie one after another: a receiver reading a stream of small packets (back-to-back
 //! broadcasts, a window of sends) reads consecutive lines, which the hardware's prefetchers
 //! fetch ahead, where lines a slot apart each cost a miss of their own (BENCHMARKS.md, "A
-//! sender's ring lines one after another"). The payload slots are a chunk and a line apart, so that they do not all
-//! begin on the same cache sets, as chunks a power of two apart would. Lines outnumber slots
-//! (L > K) where memory cut the slots: a sender then runs L packets ahead with packets that fit a line or a line's part of a payload
-//! (64 lines at 3 ranks and more; 8 KiB parts of 64 KiB chunks at 3-4 ranks, 4 KiB from 5 on), at
-//! 64 bytes per extra line, and K ahead with larger ones. On a network
+//! sender's ring lines one after another"). The payload slots are a chunk and a line apart,
+//! so that they do not all begin on the same cache sets, as chunks a power of two apart would.
+//! Lines outnumber slots (L > K) where memory cut the slots: a sender then runs L packets
+//! ahead with packets that fit a line or a line's part of a payload (64 lines at 3 ranks and
+//! more; 8 KiB parts of 64 KiB chunks at 3-4 ranks, 4 KiB from 5 on), at 64 bytes per extra
+//! line, and K ahead with larger ones. On a network
 //! either is one operation (`Memory::put_packet`) where it fits: libfabric sends a payload
 //! not in the header line and the line as one two-range message up to its largest message
 //! (32 KiB on `net`, 8 KiB on layered providers; beyond, an RMA write and then the line), the

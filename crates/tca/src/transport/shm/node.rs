@@ -13,8 +13,8 @@
 //!
 //! A put is one `memcpy` into the peer's mapping, a signal one store (Release where the
 //! sleepers' `membarrier` covers it, else SeqCst: `wait`'s module docs) or a SeqCst add,
-//! followed by a futex wake when the owner's sleeper count says someone sleeps. Both are complete at the
-//! target when the call returns, so `quiet` is a full fence.
+//! followed by a futex wake when the owner's sleeper count says someone sleeps. Both are
+//! complete at the target when the call returns, so `quiet` is a full fence.
 
 use std::cell::{Cell, RefCell};
 use std::os::fd::OwnedFd;

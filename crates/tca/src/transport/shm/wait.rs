@@ -450,12 +450,17 @@ fn wait_slow<W: Word + ?Sized, S: Sleepers + ?Sized>(
     }
 }
 
-/// A waiter's announcement in its owner's sleeper count, withdrawn when dropped.
+/// A waiter's announcement in its owner's sleeper count, withdrawn when dropped: on every
+/// return of the wait, errors included. Not while a panic unwinds (the rank is going down; a
+/// count left raised costs its writers a futex wake per signal, nothing else, and the model
+/// checks' atomics must not be touched then).
 struct Counted<'a, S: Sleepers + ?Sized>(&'a S);
 
 impl<S: Sleepers + ?Sized> Drop for Counted<'_, S> {
     fn drop(&mut self) {
-        self.0.leave();
+        if !std::thread::panicking() {
+            self.0.leave();
+        }
     }
 }
 
@@ -521,8 +526,8 @@ mod tests {
     /// waiter's increment of the count, `fence_writers` and then its look at the word. The two
     /// race in 20,000 rounds started together; the outcome the protocol forbids (the writer saw
     /// no sleeper and the waiter saw the old word: a lost wake-up) must never occur. Without
-    /// the fence, x86's store buffer lets it occur (checked by hand: see BENCHMARKS.md, "The
-    /// 8-byte path").
+    /// the fence, x86's store buffer lets it occur (the ignored measurement below: 4-5% of
+    /// rounds on the development machine; BENCHMARKS.md, "The fence, as a litmus test").
     #[test]
     fn the_asymmetric_fence_forbids_the_lost_wake_up() {
         if !fence_writers() || writer_fence().unwrap() != Fence::Asymmetric {
