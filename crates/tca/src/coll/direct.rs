@@ -14,10 +14,11 @@
 //! 1. *Offers*: every rank whose buffer is read sends each reader an offer through the
 //!    channel: the handle of the buffer's segment, the offset and the length of the slice, or
 //!    "not in tca's memory". Who offers to whom is fixed by the collective (the root to all in
-//!    a broadcast and scatter; all to the root in a reduce; all to all otherwise). A gather is
-//!    the one collective whose readers are writers: its root offers its receive buffer and the
-//!    others write their blocks into it (then say done), falling back to offering their own
-//!    buffers to the root when the root's is not in tca's memory.
+//!    a broadcast and scatter; all to the root in a small reduce; all to all otherwise). In a
+//!    gather and a reduce of [`REDUCE_SPLIT_MIN`] bytes and more the readers are also writers:
+//!    the root offers its receive buffer too, and the others write their blocks (a gather) or
+//!    fold their parts (a reduce) into it, then say done; where the root's is not in tca's
+//!    memory, the root reads the others' buffers instead.
 //! 2. *Reads*: a reader with every offer it needs copies (or reduces) from the peers' memory.
 //!    Bounds, key and the offered length (against the length this rank expects: a mismatch
 //!    between ranks is an error here, not a wrong result) are checked first.
@@ -25,10 +26,11 @@
 //!    never changes its buffer under a reader.
 //!
 //! Where an offer says "not in tca's memory", every rank falls back to the communicator's
-//! channel algorithm for the call, having learnt the same thing: in the all-to-all forms
-//! every rank sees every offer; in a broadcast and scatter every reader sees the root's; in
-//! a gather and reduce only the root sees them, and tells the others which way it goes in
-//! the message that would otherwise say "done".
+//! channel algorithm for the call, having learnt the same thing: in the all-to-all forms and
+//! a split reduce every rank sees every offer; in a broadcast and scatter every reader sees
+//! the root's (and in a gather, the root's receive buffer); where a gather's or small
+//! reduce's root reads the others' buffers only the root sees their offers, and tells the
+//! others which way it goes in the message that would otherwise say "done".
 //!
 //! # When
 //! Only in `broadcast`, `scatter`, `gather`, `reduce`, `allgather`, `alltoall`, `allreduce` and
@@ -147,6 +149,22 @@ impl Peer {
     fn write(&self, from: usize, src: &[u8]) -> Result<()> {
         self.check(from, src.len())?;
         self.region.map.write(self.at + from, src)
+    }
+
+    /// Calls `f` with `len` bytes at byte `from` of the peer's slice, in place and writable:
+    /// a split reduce's part of its root's receive buffer.
+    fn with_mut<R>(&self, from: usize, len: usize, f: impl FnOnce(&mut [u8]) -> R) -> Result<R> {
+        self.check(from, len)?;
+        // SAFETY: in range (checked above and by the view), and mapped for as long as the view
+        // lives (`region` holds this rank's mapping). No one else reads or writes these bytes
+        // while the view lives: they are this rank's part of a reduce's result in its root's
+        // `Buffer`, whose other parts the other ranks write; the root itself touches only its
+        // own part until every rank has said it is done, which this rank does after `f`. The
+        // exception is a root that fails inside the protocol (see `with`): the job then ends
+        // in an error on every rank.
+        let v = unsafe { self.region.map.view_mut::<u8>(self.at + from, len) };
+        v.map(f)
+            .ok_or_else(|| Error::new(ErrorKind::OutOfBounds, "a peer's buffer is not mapped here"))
     }
 
     fn check(&self, from: usize, len: usize) -> Result<()> {
@@ -656,7 +674,13 @@ async fn gather_steps<M: Mode>(
     .await
 }
 
-/// Reduce: every rank offers `send`, the root folds them all into `recv`.
+/// Reduce: every rank offers `send`, the root folds them all into `recv`. From
+/// [`REDUCE_SPLIT_MIN`] bytes the fold is split: the root also offers `recv`, every rank offers
+/// `send` to every rank, and rank r folds the r-th of p parts of every rank's `send` straight
+/// into the root's `recv`, all at once, where the root would fold the whole alone (at 2
+/// ranks, 1 MiB took 1.19-1.24x Open MPI's time that way; BENCHMARKS.md, "A reduce folded by
+/// every rank"). If some buffer is not in tca's memory, the root folds alone where every other
+/// rank's `send` is, else the channels run.
 pub(super) async fn reduce<M: Mode>(
     c: Steps<'_, M>,
     send: &[u8],
@@ -664,8 +688,64 @@ pub(super) async fn reduce<M: Mode>(
     red: &Reducer<'_>,
     root: usize,
 ) -> Result<bool> {
-    let r = to_root(c, send, root, |peers| c.fold(peers, send, 0, recv, red)).await;
+    let r = if send.len() >= REDUCE_SPLIT_MIN {
+        reduce_split(c, send, recv, red, root).await
+    } else {
+        to_root(c, send, root, |peers| c.fold(peers, send, 0, recv, red)).await
+    };
     c.direct_end(r)
+}
+
+/// Smallest reduce (bytes) whose fold is split between the ranks: below it the extra round
+/// of offers and "done"s costs more than half a fold saves. At 2 ranks, split / root alone:
+/// 8 KiB 0.73-0.79 / 0.59 us, 16 KiB 0.80-0.82 / 0.82-0.87, 32 KiB 1.06-1.11 / 1.71-1.73
+/// (BENCHMARKS.md, "A reduce folded by every rank").
+pub const REDUCE_SPLIT_MIN: usize = 16 * 1024;
+
+async fn reduce_split<M: Mode>(
+    c: Steps<'_, M>,
+    send: &[u8],
+    recv: &mut [u8],
+    red: &Reducer<'_>,
+    root: usize,
+) -> Result<bool> {
+    let (p, me, n) = (c.p(), c.me, send.len());
+    // The root's `recv`, offered to every other rank (they write their parts into it).
+    let mut target = None;
+    let recv_offered = if me == root {
+        let o = c.offer(recv);
+        for k in 1..p {
+            c.ch_send((root + k) % p, &o).await?;
+        }
+        offered(&o)
+    } else {
+        target = take_offer(c, root, n).await?;
+        target.is_some()
+    };
+    // Every rank's `send` to every rank: each then knows what every other knows.
+    let mut peers = Peers::take(&c)?;
+    let all = offers_all(c, send, n, &mut peers).await?;
+    let others = (0..p).all(|q| q == root || q == me || peers[q].is_some())
+        && (me == root || c.offer(send)[..8] == 1u64.to_le_bytes());
+    if recv_offered && all {
+        // Part r: elements [r * e / p, (r + 1) * e / p) of e.
+        let e = n / red.elem.max(1);
+        let (lo, hi) = (me * e / p * red.elem, (me + 1) * e / p * red.elem);
+        if me == root {
+            c.fold(&peers, send, lo, &mut recv[lo..hi], red)?;
+        } else if let Some(t) = &target {
+            t.with_mut(lo, hi - lo, |out| c.fold(&peers, send, lo, out, red))??;
+        }
+    } else if others {
+        if me == root {
+            c.fold(&peers, send, 0, recv, red)?;
+        }
+    } else {
+        return Ok(false);
+    }
+    drop(peers);
+    done_all(c).await?;
+    Ok(true)
 }
 
 /// Allgather: every rank offers its block `send` to all and reads every peer's into its place
