@@ -102,9 +102,12 @@ fn every_collective(c: &Comm<'_>, heap: Option<usize>) -> tca::Result<(Vec<Strin
         let max: Vec<f64> = (0..N)
             .map(|i| (0..p).map(|q| v(q, i)).fold(0.0, f64::max))
             .collect();
+        let mut hr = vec![0.0; N];
         for (op, want) in [(&Op::Sum, sum(N, 0)), (&Op::Max, max)] {
             if ours {
-                c.reduce(&s.1, &mut r, op, rt)?;
+                // Both buffers in ordinary memory: a root folds alone from the others'.
+                c.reduce(&s.1, &mut hr, op, rt)?;
+                r.copy_from_slice(&hr);
             } else {
                 c.reduce(&s.0[AT..], &mut r, op, rt)?;
             }
@@ -179,9 +182,9 @@ fn comm(w: &tca::World) -> tca::Result<Comm<'_>> {
 
 /// The same with rank `heap`'s buffers in ordinary memory: per root, the broadcast and the
 /// scatter still go single-copy unless the heap rank is the root (its buffer is the one
-/// read), both reduces only if it is (no one reads the root's), the gather always (the
-/// others write into the root's receive buffer, or, where that is the heap rank's, the root
-/// reads theirs); the all-to-all forms never.
+/// read), both reduces only if it is (the root then folds alone from the others' buffers),
+/// the gather always (the others write into the root's receive buffer, or, where that is the
+/// heap rank's, the root reads theirs); the all-to-all forms never.
 fn mixed_count(p: usize) -> u64 {
     [0, p - 1].iter().map(|_| 3).sum()
 }
@@ -324,6 +327,41 @@ fn a_gather_sender_with_a_longer_block_writes_nothing_into_the_root() {
         got[0].2[N..].iter().all(|&x| x == 0.0),
         "nothing written into the root's buffer past its own block"
     );
+}
+
+/// A reduce whose ranks pass lengths on either side of the split's threshold (one rank folds
+/// alone, the other splits) ends in an error on every rank, whichever is the root: it does
+/// not hang with each waiting for a message of the other's protocol.
+#[test]
+fn a_reduce_with_lengths_across_the_split_fails_everywhere() {
+    let small = tca::coll::REDUCE_SPLIT_MIN / 8 - 64;
+    let large = tca::coll::REDUCE_SPLIT_MIN / 8 + 64;
+    for larger in [0u32, 1] {
+        let got = threads::run_each(2, |w| {
+            let c = comm(w)?;
+            let n = if c.rank() == larger { large } else { small };
+            let s = filled(&c, n, |_| 1.0)?;
+            let mut r = c.buffer::<f64>(n)?;
+            let res = c.reduce(&s[AT..], &mut r[..], &Op::Sum, 0);
+            Ok((
+                res.map_err(|e| e.kind()),
+                c.single_copy_for(tca::Collective::Reduce, 8 * small),
+            ))
+        });
+        let got: Vec<_> = got.into_iter().map(Result::unwrap).collect();
+        if !got[0].1 {
+            continue;
+        }
+        assert!(
+            got.iter().all(|(r, _)| r.is_err()),
+            "rank {larger} larger: every rank fails: {got:?}"
+        );
+        assert!(
+            got.iter()
+                .any(|(r, _)| *r == Err(ErrorKind::InvalidArgument)),
+            "rank {larger} larger: the mismatch is named: {got:?}"
+        );
+    }
 }
 
 #[test]

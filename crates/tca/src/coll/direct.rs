@@ -3,9 +3,9 @@
 //! meant for, and a reduction combines the inputs where they lie, piece by piece into the
 //! result (each piece stays in the cache while every input is combined into it). The
 //! channel algorithms copy every byte twice (the sender into a slot of the receiver's ring,
-//! the receiver out of it, chunk by chunk); here each byte is copied once, by its reader, and
-//! the only messages are two small ones per pair (seed 003's remote address buffer: where the
-//! data is; then: done with it). Open MPI's and MPICH's shared-memory transports do the same
+//! the receiver out of it, chunk by chunk); here each byte is copied once, by its reader (or,
+//! in a gather and a large reduce, by its writer), and the only messages are a few small ones
+//! per pair (seed 003's remote address buffer: where the data is; then: done with it). Open MPI's and MPICH's shared-memory transports do the same
 //! with XPMEM or cross-memory attach for ordinary memory; tca's own memory needs neither (and
 //! this machine's kernel copy is a quarter of `memcpy`'s speed: BENCHMARKS.md, "Single-copy
 //! rendezvous by cross-memory attach").
@@ -25,9 +25,11 @@
 //! 3. *Done*: each reader tells each owner it is done; an owner returns only then, so it
 //!    never changes its buffer under a reader.
 //!
-//! Where an offer says "not in tca's memory", every rank falls back to the communicator's
-//! channel algorithm for the call, having learnt the same thing: in the all-to-all forms and
-//! a split reduce every rank sees every offer; in a broadcast and scatter every reader sees
+//! Where an offer says "not in tca's memory", every rank falls back alike, to the
+//! communicator's channel algorithm for the call, or where the root can still read every
+//! buffer it needs (a gather whose root's receive buffer is ordinary memory, a large reduce
+//! whose root's are), to the root reading them; every rank has learnt the same thing: in
+//! the all-to-all forms and a large reduce every rank sees every offer; in a broadcast and scatter every reader sees
 //! the root's (and in a gather, the root's receive buffer); where a gather's or small
 //! reduce's root reads the others' buffers only the root sees their offers, and tells the
 //! others which way it goes in the message that would otherwise say "done".
@@ -145,7 +147,8 @@ impl Peer {
     }
 
     /// Writes `src` at byte `from` of the peer's slice (a gather's root's receive buffer,
-    /// whose owner does not touch this part until this rank says it is done).
+    /// which its owner holds as a `&mut [u8]` for the call but does not touch outside its own
+    /// block until this rank says it is done).
     fn write(&self, from: usize, src: &[u8]) -> Result<()> {
         self.check(from, src.len())?;
         self.region.map.write(self.at + from, src)
@@ -158,8 +161,10 @@ impl Peer {
         // SAFETY: in range (checked above and by the view), and mapped for as long as the view
         // lives (`region` holds this rank's mapping). No one else reads or writes these bytes
         // while the view lives: they are this rank's part of a reduce's result in its root's
-        // `Buffer`, whose other parts the other ranks write; the root itself touches only its
-        // own part until every rank has said it is done, which this rank does after `f`. The
+        // `Buffer`, whose other parts the other ranks write (the parts are cut from the byte
+        // length alone, which every rank checked against every offer, so they do not overlap);
+        // the root, which holds the buffer as a `&mut [u8]` for the call, touches only its own
+        // part until every rank has said it is done, which this rank does after `f`. The
         // exception is a root that fails inside the protocol (see `with`): the job then ends
         // in an error on every rank.
         let v = unsafe { self.region.map.view_mut::<u8>(self.at + from, len) };
@@ -699,7 +704,8 @@ pub(super) async fn reduce<M: Mode>(
 /// Smallest reduce (bytes) whose fold is split between the ranks: below it the extra round
 /// of offers and "done"s costs more than half a fold saves. At 2 ranks, split / root alone:
 /// 8 KiB 0.73-0.79 / 0.59 us, 16 KiB 0.80-0.82 / 0.82-0.87, 32 KiB 1.06-1.11 / 1.71-1.73
-/// (BENCHMARKS.md, "A reduce folded by every rank").
+/// (BENCHMARKS.md, "A reduce folded by every rank"). Measured at 2 ranks with a core each
+/// only: the split's messages grow as p(p - 1), the root's alone as p - 1.
 pub const REDUCE_SPLIT_MIN: usize = 16 * 1024;
 
 async fn reduce_split<M: Mode>(
@@ -710,7 +716,14 @@ async fn reduce_split<M: Mode>(
     root: usize,
 ) -> Result<bool> {
     let (p, me, n) = (c.p(), c.me, send.len());
-    // The root's `recv`, offered to every other rank (they write their parts into it).
+    // Every rank's `send` to every rank first: a rank that took the small path by its own
+    // (mismatched) length then meets an offer of the wrong length, an error, not a wait for
+    // a message that never comes. Each rank then knows what every other knows.
+    let mut peers = Peers::take(&c)?;
+    let all = offers_all(c, send, n, &mut peers).await?;
+    let mine = offered(&c.offer(send));
+    let others = (0..p).all(|q| q == root || if q == me { mine } else { peers[q].is_some() });
+    // Then the root's `recv` to every other rank (they fold their parts into it).
     let mut target = None;
     let recv_offered = if me == root {
         let o = c.offer(recv);
@@ -722,15 +735,18 @@ async fn reduce_split<M: Mode>(
         target = take_offer(c, root, n).await?;
         target.is_some()
     };
-    // Every rank's `send` to every rank: each then knows what every other knows.
-    let mut peers = Peers::take(&c)?;
-    let all = offers_all(c, send, n, &mut peers).await?;
-    let others = (0..p).all(|q| q == root || q == me || peers[q].is_some())
-        && (me == root || c.offer(send)[..8] == 1u64.to_le_bytes());
     if recv_offered && all {
-        // Part r: elements [r * e / p, (r + 1) * e / p) of e.
-        let e = n / red.elem.max(1);
-        let (lo, hi) = (me * e / p * red.elem, (me + 1) * e / p * red.elem);
+        // Rank r's part: whole 64-byte units (every element size divides 64), the last rank
+        // to the end. It depends on the byte length alone, which every rank has checked
+        // against every other's, so the parts never overlap, whatever element type a rank
+        // passes, and no two ranks write one cache line.
+        let units = n / 64;
+        let lo = me * units / p * 64;
+        let hi = if me == p - 1 {
+            n
+        } else {
+            (me + 1) * units / p * 64
+        };
         if me == root {
             c.fold(&peers, send, lo, &mut recv[lo..hi], red)?;
         } else if let Some(t) = &target {

@@ -66,7 +66,9 @@ use std::cell::{Cell, OnceCell, RefCell, RefMut};
 pub use buffer::Buffer;
 pub(crate) use buffer::Registry;
 pub use channel::{chunk_bytes, scratch_bytes};
-pub use direct::{SINGLE_COPY_ALLREDUCE_RANKS, SINGLE_COPY_MIN, SINGLE_COPY_MIN_CROWDED};
+pub use direct::{
+    REDUCE_SPLIT_MIN, SINGLE_COPY_ALLREDUCE_RANKS, SINGLE_COPY_MIN, SINGLE_COPY_MIN_CROWDED,
+};
 pub use gathered::Gathered;
 pub use op::{BitOp, Element, Op, Reducer};
 pub use registry::{ALGORITHMS, Algorithm, Collective};
