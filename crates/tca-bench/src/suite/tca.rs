@@ -580,7 +580,7 @@ impl<'w> TcaBackend<'w> {
         line.round(w, 20_000)?;
         let iters = 50_000;
         // Floor, one-sided put_signal, the same with SeqCst signal stores (what the default
-        // asymmetric fence saves, `transport::shm::wait`) and with --two-sided two-sided
+        // plain stores save, `World::set_seqcst_signals`) and with --two-sided two-sided
         // send/recv, each round alternating, so the ratios come from one placement of the
         // ranks.
         #[derive(Clone, Copy, PartialEq)]

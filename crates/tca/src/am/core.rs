@@ -1204,10 +1204,10 @@ impl bell::Bell for Dozer<'_> {
 
     fn fence(&self) {
         std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
-        // Senders store their packets' sequence words without a fence where the process
-        // could register for `membarrier` (`transport::shm::wait`, `Fence::Asymmetric`): this
-        // orders them too. Where it cannot be done, the sleep is still bounded by NAP.
-        crate::transport::shm::wait::fence_writers();
+        // Senders may store their packets' sequence words without a fence
+        // (`World::set_seqcst_signals`): this orders them before the last look too. Where it
+        // cannot be done, the sleep is still bounded by NAP.
+        self.w.fence_writers();
     }
 
     fn sleep_until(&self, count: u64) -> Result<()> {

@@ -475,13 +475,14 @@ async fn answer_from<M: Mode>(c: Steps<'_, M>, from: usize, fallback: bool) -> R
 }
 
 /// Offers `buf` to every peer, takes every peer's offer of `len` bytes (`peers[me]` stays
-/// `None`): the all-to-all forms' step 1. True if every rank's buffer is in tca's memory.
+/// `None`): the all-to-all forms' step 1. Returns whether every rank's buffer is in tca's
+/// memory, and whether this rank's is.
 async fn offers_all<M: Mode>(
     c: Steps<'_, M>,
     buf: &[u8],
     len: usize,
     peers: &mut Vec<Option<Peer>>,
-) -> Result<bool> {
+) -> Result<(bool, bool)> {
     let mine = c.offer(buf);
     let (p, me) = (c.p(), c.me);
     for k in 1..p {
@@ -494,7 +495,7 @@ async fn offers_all<M: Mode>(
         peers[q] = take_offer(c, q, len).await?;
         all &= peers[q].is_some();
     }
-    Ok(all)
+    Ok((all, offered(&mine)))
 }
 
 /// Step 3 of the all-to-all forms: done to every peer, then every peer's done.
@@ -586,7 +587,7 @@ async fn all_to_all<M: Mode>(
     read: impl FnOnce(&[Option<Peer>]) -> Result<()>,
 ) -> Result<bool> {
     let mut peers = Peers::take(&c)?;
-    if !offers_all(c, send, send.len(), &mut peers).await? {
+    if !offers_all(c, send, send.len(), &mut peers).await?.0 {
         return Ok(false);
     }
     read(&peers)?;
@@ -679,6 +680,13 @@ async fn gather_steps<M: Mode>(
     .await
 }
 
+/// Smallest reduce (bytes) whose fold is split between the ranks: below it the extra round
+/// of offers and "done"s costs more than half a fold saves. At 2 ranks, split / root alone:
+/// 8 KiB 0.73-0.79 / 0.59 us, 16 KiB 0.80-0.82 / 0.82-0.87, 32 KiB 1.06-1.11 / 1.71-1.73
+/// (BENCHMARKS.md, "A reduce folded by every rank"). Measured at 2 ranks with a core each
+/// only: the split's messages grow as p(p - 1), the root's alone as p - 1.
+pub const REDUCE_SPLIT_MIN: usize = 16 * 1024;
+
 /// Reduce: every rank offers `send`, the root folds them all into `recv`. From
 /// [`REDUCE_SPLIT_MIN`] bytes the fold is split: the root also offers `recv`, every rank offers
 /// `send` to every rank, and rank r folds the r-th of p parts of every rank's `send` straight
@@ -693,75 +701,60 @@ pub(super) async fn reduce<M: Mode>(
     red: &Reducer<'_>,
     root: usize,
 ) -> Result<bool> {
-    let r = if send.len() >= REDUCE_SPLIT_MIN {
-        reduce_split(c, send, recv, red, root).await
-    } else {
-        to_root(c, send, root, |peers| c.fold(peers, send, 0, recv, red)).await
-    };
-    c.direct_end(r)
-}
-
-/// Smallest reduce (bytes) whose fold is split between the ranks: below it the extra round
-/// of offers and "done"s costs more than half a fold saves. At 2 ranks, split / root alone:
-/// 8 KiB 0.73-0.79 / 0.59 us, 16 KiB 0.80-0.82 / 0.82-0.87, 32 KiB 1.06-1.11 / 1.71-1.73
-/// (BENCHMARKS.md, "A reduce folded by every rank"). Measured at 2 ranks with a core each
-/// only: the split's messages grow as p(p - 1), the root's alone as p - 1.
-pub const REDUCE_SPLIT_MIN: usize = 16 * 1024;
-
-async fn reduce_split<M: Mode>(
-    c: Steps<'_, M>,
-    send: &[u8],
-    recv: &mut [u8],
-    red: &Reducer<'_>,
-    root: usize,
-) -> Result<bool> {
     let (p, me, n) = (c.p(), c.me, send.len());
-    // Every rank's `send` to every rank first: a rank that took the small path by its own
-    // (mismatched) length then meets an offer of the wrong length, an error, not a wait for
-    // a message that never comes. Each rank then knows what every other knows.
-    let mut peers = Peers::take(&c)?;
-    let all = offers_all(c, send, n, &mut peers).await?;
-    let mine = offered(&c.offer(send));
-    let others = (0..p).all(|q| q == root || if q == me { mine } else { peers[q].is_some() });
-    // Then the root's `recv` to every other rank (they fold their parts into it).
-    let mut target = None;
-    let recv_offered = if me == root {
-        let o = c.offer(recv);
-        for k in 1..p {
-            c.ch_send((root + k) % p, &o).await?;
-        }
-        offered(&o)
-    } else {
-        target = take_offer(c, root, n).await?;
-        target.is_some()
-    };
-    if recv_offered && all {
-        // Rank r's part: whole 64-byte units (every element size divides 64), the last rank
-        // to the end. It depends on the byte length alone, which every rank has checked
-        // against every other's, so the parts never overlap, whatever element type a rank
-        // passes, and no two ranks write one cache line.
-        let units = n / 64;
-        let lo = me * units / p * 64;
-        let hi = if me == p - 1 {
-            n
-        } else {
-            (me + 1) * units / p * 64
-        };
-        if me == root {
-            c.fold(&peers, send, lo, &mut recv[lo..hi], red)?;
-        } else if let Some(t) = &target {
-            t.with_mut(lo, hi - lo, |out| c.fold(&peers, send, lo, out, red))??;
-        }
-    } else if others {
-        if me == root {
-            c.fold(&peers, send, 0, recv, red)?;
-        }
-    } else {
-        return Ok(false);
+    if n < REDUCE_SPLIT_MIN {
+        let r = to_root(c, send, root, |peers| c.fold(peers, send, 0, recv, red)).await;
+        return c.direct_end(r);
     }
-    drop(peers);
-    done_all(c).await?;
-    Ok(true)
+    let r = async {
+        // Every rank's `send` to every rank first: a rank that took the small path by its own
+        // (mismatched) length then meets an offer of the wrong length, an error, not a wait
+        // for a message that never comes. Each rank then knows what every other knows.
+        let mut peers = Peers::take(&c)?;
+        let (all, mine) = offers_all(c, send, n, &mut peers).await?;
+        let others = (0..p).all(|q| q == root || if q == me { mine } else { peers[q].is_some() });
+        // Then the root's `recv` to every other rank (they fold their parts into it).
+        let mut target = None;
+        let recv_offered = if me == root {
+            let o = c.offer(recv);
+            for k in 1..p {
+                c.ch_send((root + k) % p, &o).await?;
+            }
+            offered(&o)
+        } else {
+            target = take_offer(c, root, n).await?;
+            target.is_some()
+        };
+        if recv_offered && all {
+            // Rank r's part: whole 64-byte units (every element size divides 64), the last
+            // rank to the end. It depends on the byte length alone, which every rank has
+            // checked against every other's, so the parts never overlap, whatever element
+            // type a rank passes, and no two ranks write one cache line.
+            let units = n / 64;
+            let lo = me * units / p * 64;
+            let hi = if me == p - 1 {
+                n
+            } else {
+                (me + 1) * units / p * 64
+            };
+            if me == root {
+                c.fold(&peers, send, lo, &mut recv[lo..hi], red)?;
+            } else if let Some(t) = &target {
+                t.with_mut(lo, hi - lo, |out| c.fold(&peers, send, lo, out, red))??;
+            }
+        } else if others {
+            if me == root {
+                c.fold(&peers, send, 0, recv, red)?;
+            }
+        } else {
+            return Ok(false);
+        }
+        drop(peers);
+        done_all(c).await?;
+        Ok(true)
+    }
+    .await;
+    c.direct_end(r)
 }
 
 /// Allgather: every rank offers its block `send` to all and reads every peer's into its place

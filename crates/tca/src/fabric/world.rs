@@ -506,11 +506,20 @@ impl World {
 
     /// For measurement: makes this rank's signals into node-local memory SeqCst stores
     /// (`true`, a locked instruction each) or returns them to the default (`false`: plain
-    /// stores where every rank could register for `membarrier`; `TCA_SIGNAL_FENCE`, see
-    /// `transport::shm::wait`). Both are correct beside any waiter, at any time; `tca bench
-    /// PingPong` alternates them to state what the fence costs.
+    /// stores where every rank could register for `membarrier`, the waiter fencing the
+    /// writers before it sleeps; `TCA_SIGNAL_FENCE`). Both are correct beside any waiter, at
+    /// any time; `tca bench PingPong` alternates them to state what the fence costs.
     pub fn set_seqcst_signals(&self, on: bool) -> Result<()> {
         self.shm.set_seqcst_signals(on)
+    }
+
+    /// For a rank about to sleep after a last look at memory others signal into: orders
+    /// every signal store of this node's ranks before that look, as a SeqCst store would
+    /// (signals into node-local memory are plain stores by default; see
+    /// [`World::set_seqcst_signals`]). `false` if it could not be done; the caller's sleep must
+    /// then be bounded.
+    pub(crate) fn fence_writers(&self) -> bool {
+        self.shm.fence_writers()
     }
 
     /// The libfabric provider carrying this rank's network traffic, if any.

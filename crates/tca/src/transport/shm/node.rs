@@ -629,6 +629,11 @@ impl Shm {
     /// Makes this rank's signals SeqCst stores (`true`) or returns them to the process's
     /// fence (`false`): a SeqCst writer is correct beside any waiter, so either is safe at any
     /// time. For measuring what the fence costs in one run.
+    /// A sleeper's fence of the writers that store without one (see [`wait::fence_writers`]).
+    pub(crate) fn fence_writers(&self) -> bool {
+        wait::fence_writers()
+    }
+
     pub(crate) fn set_seqcst_signals(&self, on: bool) -> Result<()> {
         self.fence.set(if on {
             wait::Fence::SeqCst
