@@ -33,6 +33,7 @@
 //! | `TCA_AM_CHANNELS` | user | channels (copy engines) a large active-message put into memory of this node is split over, weights tuned per transfer pattern (default 1: no split; see `am::Endpoint::set_channels`) |
 //! | `TCA_AM_PACK` | user | pieces of a vector, indexed or strided put shorter than this (bytes) are packed through the active-message ring; longer ones go segment to segment (default `am::PACK_DEFAULT`, capped by the ring's packet size) |
 //! | `TCA_PROGRESS` | user | where communication progresses in `tca bench`'s non-blocking benchmarks and for programs that ask `offload::Progress::from_env`: `caller` (default: in the caller's tca calls) or `thread` (a progress thread per rank owns the world, `offload::Proxy`) |
+//! | `TCA_P2P_PROGRESS` | user | where a communicator's communication progresses while its rank computes in `Comm::overlap`: `caller` (default: nowhere; the computation runs inline) or `thread` (the rank's thread polls while the computation runs on a thread of its own; see `offload`'s `overlap`) |
 //! | `TCA_MODEL_FILE` | user | the collectives' calibrated cost models, written by `tca model calibrate` and read at the first communicator (default: `$XDG_CONFIG_HOME/tca/model.json`, else `~/.config/tca/model.json`; `none`: the built-in defaults) |
 //!
 //! Unknown `TCA_*` names are reported once on stderr by [`warn_unknown`], so a typo such as
@@ -50,6 +51,8 @@ pub const CMA: &str = "TCA_CMA";
 pub const SINGLE_COPY: &str = "TCA_SINGLE_COPY";
 /// Where communication progresses: `caller` or `thread` (`offload::Progress`).
 pub const PROGRESS: &str = "TCA_PROGRESS";
+/// Where a communicator progresses during `Comm::overlap`: `caller` or `thread`.
+pub const P2P_PROGRESS: &str = "TCA_P2P_PROGRESS";
 /// Rank of this process, set by `tca run`.
 pub const RANK: &str = "TCA_RANK";
 /// Number of ranks in the job, set by `tca run`.
@@ -143,6 +146,7 @@ pub const KNOWN: &[&str] = &[
     AM_PACK,
     AM_CHANNELS,
     PROGRESS,
+    P2P_PROGRESS,
 ];
 
 /// Prefixes of families of variables (`TCA_COLL_ALLREDUCE=ring` and the like).

@@ -7,8 +7,8 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use tca::offload::{Proxy, QUEUE_DEPTH, Ticket};
-use tca::{ErrorKind, Op, threads};
+use tca::offload::{Progress, Proxy, QUEUE_DEPTH, Ticket};
+use tca::{Comm, ErrorKind, Op, threads};
 
 mod common;
 use common::{input, rng, val};
@@ -403,4 +403,129 @@ fn a_rank_that_panics_is_an_error_naming_it_not_a_clean_exit() {
     assert!(job.to_string().contains("rank 1"), "{job}");
     let e = seen[0].as_ref().expect("rank 0's allreduce failed");
     assert!(e.to_string().contains("rank 1"), "{e}");
+}
+
+// ---- a plain communicator's progress thread (`Comm::overlap`, `TCA_P2P_PROGRESS=thread`) ----
+
+/// Rank 0 posts an allreduce and a large receive from rank 1, then computes in
+/// `Comm::overlap` without calling tca until every peer has finished (rank 1's rendezvous
+/// send, rank 2's flood of more eager messages than its ring holds, everyone's allreduce) or
+/// `patience` ran out. Whether the peers finished during the computation.
+fn peers_finish_while_rank_0_computes(mode: Progress, patience: Duration) -> bool {
+    const P: u32 = 4;
+    const BIG: usize = 1 << 18; // f64s: 2 MiB, a rendezvous message
+    const FLOOD: u8 = 64; // 1 KiB messages: more than a pair's ring slots
+    let finished = AtomicU32::new(0);
+    let during = std::sync::atomic::AtomicBool::new(false);
+    threads::run(P, |w| {
+        let c = Comm::world(w)?;
+        c.set_progress(mode);
+        let me = c.rank();
+        let mine = input(me as usize, 1000);
+        let mut sum = vec![0.0; 1000];
+        let want: Vec<f64> = (0..1000)
+            .map(|i| (0..P as usize).map(|r| val(r, i)).sum())
+            .collect();
+        let mut big = vec![0.0f64; BIG];
+        let src: Vec<f64> = (0..BIG).map(|i| i as f64).collect();
+        c.scope(|s| {
+            let mut a = s.iallreduce(&mine, &mut sum, &Op::Sum)?;
+            if me == 0 {
+                let mut r = c.irecv(&mut big, 1, 7)?;
+                let all = c.overlap(|| {
+                    let t0 = Instant::now();
+                    let mut x = 1.0f64;
+                    while finished.load(Ordering::Acquire) < P - 1 {
+                        if t0.elapsed() >= patience {
+                            return false;
+                        }
+                        for _ in 0..1000 {
+                            x = std::hint::black_box(x * 0.999_999 + 1e-6);
+                        }
+                    }
+                    true
+                })?;
+                during.store(all, Ordering::Release);
+                a.wait()?;
+                let st = r.wait()?;
+                assert_eq!((st.source, st.tag, st.bytes), (1, 7, BIG * 8));
+                for k in 0..FLOOD {
+                    let mut m = [0u8; 1024];
+                    let st = c.recv(&mut m, 2, 9)?;
+                    assert_eq!(st.bytes, 1024);
+                    assert!(m.iter().all(|&b| b == k), "message {k} in order");
+                }
+            } else {
+                if me == 1 {
+                    c.send(&src, 0, 7)?;
+                }
+                if me == 2 {
+                    for k in 0..FLOOD {
+                        c.send(&[k; 1024], 0, 9)?;
+                    }
+                }
+                a.wait()?;
+                finished.fetch_add(1, Ordering::AcqRel);
+            }
+            Ok(())
+        })?;
+        assert_eq!(sum, want, "rank {me}");
+        if me == 0 {
+            assert_eq!(big, src);
+        }
+        Ok(())
+    })
+    .unwrap();
+    during.load(Ordering::Acquire)
+}
+
+#[test]
+fn a_plain_communicator_progresses_while_its_rank_computes_in_overlap() {
+    assert!(
+        peers_finish_while_rank_0_computes(Progress::Thread, Duration::from_secs(60)),
+        "the peers' rendezvous, flood and allreduce did not complete while rank 0 computed"
+    );
+}
+
+#[test]
+fn without_the_progress_thread_the_peers_wait_for_the_computation() {
+    // The negative control of the test above: the same job with the caller's progress, which
+    // runs the computation inline. Rank 1's rendezvous cannot complete before rank 0 answers
+    // it, so the peers cannot finish during the computation, however long it runs.
+    assert!(!peers_finish_while_rank_0_computes(
+        Progress::Caller,
+        Duration::from_millis(300)
+    ));
+}
+
+#[test]
+fn a_panic_in_the_overlapped_work_resumes_in_the_caller_and_the_communicator_goes_on() {
+    let out = threads::run(2, |w| {
+        let c = Comm::world(w)?;
+        c.set_progress(Progress::Thread);
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            c.overlap(|| -> u32 { panic!("the computation failed") })
+        }));
+        let msg = caught
+            .expect_err("the panic reaches the caller")
+            .downcast::<&str>()
+            .map(|m| m.to_string())
+            .unwrap_or_default();
+        assert_eq!(msg, "the computation failed");
+        // Still usable, and an overlap returns its work's value.
+        let mut x = [c.rank() as f64 + 1.0];
+        c.allreduce_in_place(&mut x, &Op::Sum)?;
+        let k = c.overlap(|| 21 * 2)?;
+        Ok(x[0] + f64::from(k))
+    })
+    .unwrap();
+    assert_eq!(out, vec![45.0, 45.0]);
+}
+
+#[test]
+fn the_progress_mode_parses_and_a_bad_one_is_named() {
+    assert_eq!(Progress::parse("thread").unwrap(), Progress::Thread);
+    assert_eq!(Progress::parse(" caller ").unwrap(), Progress::Caller);
+    let e = Progress::parse("proxy").unwrap_err().to_string();
+    assert!(e.contains("proxy") && e.contains("caller"), "{e}");
 }

@@ -700,3 +700,19 @@ fn a_signal_to_another_rank_follows_the_data() {
         t[1]
     );
 }
+
+#[test]
+fn an_overlapped_computation_runs_inline_on_a_simulated_network() {
+    // A progress loop polling in real time beside the virtual-time schedule would step
+    // outside it: `Comm::overlap` runs its work on the rank's own thread there.
+    let r = sim::run(&peach2(), 2, |w: &World| {
+        let c = Comm::world(w)?;
+        c.set_progress(tca::offload::Progress::Thread);
+        let here = std::thread::current().id();
+        let same = c.overlap(|| std::thread::current().id() == here)?;
+        c.barrier()?;
+        Ok(same)
+    })
+    .unwrap();
+    assert_eq!(r.results, vec![true, true]);
+}

@@ -146,6 +146,8 @@ pub struct Comm<'w> {
     readable: bool,
     /// The resolved offers of a single-copy call (kept empty between calls).
     peers: RefCell<Vec<Option<direct::Peer>>>,
+    /// Where communication progresses while the rank computes in [`Comm::overlap`].
+    pub(crate) progress: Cell<crate::offload::Progress>,
 }
 
 /// Whether some of `ranks` are reached from this rank through a real network (a simulated
@@ -243,6 +245,9 @@ impl<'w> Comm<'w> {
             direct_calls: Cell::new(0),
             readable,
             peers: RefCell::new(Vec::new()),
+            progress: Cell::new(crate::offload::Progress::from_var(
+                crate::env::P2P_PROGRESS,
+            )?),
         };
         // Every member uses rank 0's choices, even if the ranks read different model files
         // (TCA_MODEL_FILE differs, or a calibration was written while the job started): two

@@ -41,11 +41,17 @@
 //! The proxy thread runs on any CPU of the process's cgroup, not on its rank's one CPU (a
 //! bound rank's threads inherit its binding): beside its rank where a core is spare.
 //!
+//! # A plain communicator's progress thread
+//! [`Comm::overlap`] (`TCA_P2P_PROGRESS=thread`) is the same service without handing the world
+//! over: the rank's own thread polls its communicator while the computation runs on a scoped
+//! thread (module `overlap`).
+//!
 //! # Not here
 //! The seed's node proxy — one process per node serving every rank's queues in shared
 //! memory (`tca run --offload`) — is not built; a thread per rank is the proxy.
 //! [`crate::threads::run_offloaded`] runs thread-mode ranks each with its proxy.
 
+mod overlap;
 mod scope;
 mod serve;
 
@@ -100,8 +106,19 @@ impl Progress {
 
     /// `TCA_PROGRESS`, [`Progress::Caller`] when unset.
     pub fn from_env() -> Result<Self> {
-        match std::env::var(crate::env::PROGRESS) {
-            Ok(v) => Self::parse(&v),
+        Self::from_var(crate::env::PROGRESS)
+    }
+
+    /// The environment variable `name` (`TCA_PROGRESS`, `TCA_P2P_PROGRESS`), [`Progress::Caller`]
+    /// when unset; a bad value is an error naming the variable.
+    pub fn from_var(name: &str) -> Result<Self> {
+        match std::env::var(name) {
+            Ok(v) => Self::parse(&v).map_err(|e| {
+                Error::new(
+                    ErrorKind::InvalidArgument,
+                    format!("{name}: {}", e.message()),
+                )
+            }),
             Err(_) => Ok(Self::Caller),
         }
     }

@@ -355,7 +355,7 @@ impl crate::fabric::ring::Progressor for Engine {
     }
 
     fn poll(&self, w: &World) -> Result<()> {
-        self.progress(w, &mut Hand::None, None).map(|_| ())
+        self.poll_any(w).map(|_| ())
     }
 }
 
@@ -1742,6 +1742,12 @@ impl Engine {
     }
 
     // ---- progress and waiting ---------------------------------------------------------------
+
+    /// One pass of progress outside any wait (a collective's wait hook, a progress loop):
+    /// whether anything arrived.
+    pub(crate) fn poll_any(&self, w: &World) -> Result<bool> {
+        self.progress(w, &mut Hand::None, None)
+    }
 
     /// One pass of progress: queued sends, rendezvous addresses and data, and every packet
     /// that has arrived (matched, or queued as unexpected). Returns whether anything arrived.

@@ -77,8 +77,10 @@
 //! the same communicator does the same whenever it owes peers work (queued packets, data
 //! for a ready receiver), and a communicator being dropped delivers its orphaned sends while
 //! peers take them. A rank that computes for a long time between calls delays its peers'
-//! rendezvous until its next call, unless a progress thread owns its world and runs its
-//! sends and receives ([`crate::offload`]: seed 003's polling thread).
+//! rendezvous until its next call, unless it computes inside [`Comm::overlap`] with
+//! `TCA_P2P_PROGRESS=thread` (its thread then polls while the computation runs on another:
+//! seed 003's polling thread), or a progress thread owns its world and runs its sends and
+//! receives ([`crate::offload::Proxy`]).
 //!
 //! A blocking receive from one source, with nothing else posted or queued, watches that
 //! source's ring and copies a matching eager message straight into the buffer: no request is
