@@ -510,3 +510,64 @@ fn started_collectives_over_buffers_go_single_copy() {
         );
     }
 }
+
+#[test]
+fn a_split_broadcast_fills_every_byte_of_every_buffer() {
+    // From `BCAST_SPLIT_MIN` bytes, with few ranks each on a core, every rank copies a part
+    // of the root's buffer into every other rank's: lengths on both sides of the threshold
+    // and not a whole number of 64-byte units (the last part takes the rest), from either
+    // root, with a reader's buffer in ordinary memory (the readers then read it whole).
+    use tca::coll::BCAST_SPLIT_MIN;
+    let lens = [
+        BCAST_SPLIT_MIN - 1,
+        BCAST_SPLIT_MIN,
+        BCAST_SPLIT_MIN + 63,
+        (1 << 20) + 5,
+    ];
+    let pattern = |root: usize, n: usize, i: usize| {
+        u8::try_from((root * 31 + n + i * 7) % 251).expect("under 251")
+    };
+    let got = threads::run(2, |w| {
+        let c = comm(w)?;
+        let me = c.rank() as usize;
+        let mut wrong = Vec::new();
+        for &n in &lens {
+            for root in [0usize, 1] {
+                for heap in [None, Some(1 - root)] {
+                    let mut b = c.buffer::<u8>(n + 3)?;
+                    let mut h = vec![0u8; n];
+                    let fill = |x: &mut [u8]| {
+                        for (i, v) in x.iter_mut().enumerate() {
+                            *v = if me == root {
+                                pattern(root, n, i)
+                            } else {
+                                0xEE
+                            };
+                        }
+                    };
+                    fill(&mut b[3..]);
+                    fill(&mut h);
+                    let rt = u32::try_from(root).expect("2 ranks");
+                    let mine: &mut [u8] = if heap == Some(me) {
+                        &mut h
+                    } else {
+                        &mut b[3..]
+                    };
+                    c.broadcast(mine, rt)?;
+                    if (0..n).any(|i| mine[i] != pattern(root, n, i)) {
+                        wrong.push(format!("n={n} root={root} heap={heap:?} rank {me}"));
+                    }
+                }
+            }
+        }
+        Ok((wrong, c.single_copy_calls(), c.single_copy()))
+    })
+    .unwrap();
+    for (wrong, calls, single) in got {
+        assert!(wrong.is_empty(), "{wrong:#?}");
+        // Every call is over the single-copy threshold: each goes single-copy (a reader's
+        // buffer in ordinary memory does not stop the root's from being read).
+        let want = if single { (lens.len() * 4) as u64 } else { 0 };
+        assert_eq!(calls, want);
+    }
+}

@@ -18,7 +18,9 @@
 //!    gather and a reduce of [`REDUCE_SPLIT_MIN`] bytes and more the readers are also writers:
 //!    the root offers its receive buffer too, and the others write their blocks (a gather) or
 //!    fold their parts (a reduce) into it, then say done; where the root's is not in tca's
-//!    memory, the root reads the others' buffers instead.
+//!    memory, the root reads the others' buffers instead. A broadcast of [`BCAST_SPLIT_MIN`]
+//!    bytes and more among few ranks with a core each is offered all to all, and every rank
+//!    (the root too) copies its part of the root's buffer into every other rank's.
 //! 2. *Reads*: a reader with every offer it needs copies (or reduces) from the peers' memory.
 //!    Bounds, key and the offered length (against the length this rank expects: a mismatch
 //!    between ranks is an error here, not a wrong result) are checked first.
@@ -83,7 +85,8 @@ pub const SINGLE_COPY_ALLREDUCE_RANKS: usize = 4;
 
 /// This rank's single-copy settings for a communicator of `p` ranks: the smallest message
 /// (`TCA_SINGLE_COPY`, else [`SINGLE_COPY_MIN`], or [`SINGLE_COPY_MIN_CROWDED`] with more
-/// ranks than cores) and whether an allreduce may go single-copy. Rank 0's are every member's.
+/// ranks than cores) and whether the ranks are few, each with a core (an allreduce may go
+/// single-copy; a large broadcast splits its copies). Rank 0's are every member's.
 pub(super) fn settings(p: usize) -> Result<(usize, bool)> {
     let crowded = p > crate::bootstrap::job_cpus() as usize;
     let min = match std::env::var(crate::env::SINGLE_COPY) {
@@ -146,9 +149,9 @@ impl Peer {
             .ok_or_else(|| Error::new(ErrorKind::OutOfBounds, "a peer's buffer is not mapped here"))
     }
 
-    /// Writes `src` at byte `from` of the peer's slice (a gather's root's receive buffer,
-    /// which its owner holds as a `&mut [u8]` for the call but does not touch outside its own
-    /// block until this rank says it is done).
+    /// Writes `src` at byte `from` of the peer's slice (a gather's root's receive buffer, a
+    /// split broadcast's reader's buffer, which its owner holds as a `&mut [u8]` for the call
+    /// but does not touch outside its own block or part until every writer says it is done).
     fn write(&self, from: usize, src: &[u8]) -> Result<()> {
         self.check(from, src.len())?;
         self.region.map.write(self.at + from, src)
@@ -219,7 +222,7 @@ impl Comm<'_> {
             && self.forced.borrow()[c as usize].is_none()
             && match c {
                 Collective::Barrier => false,
-                Collective::Allreduce => self.direct_allreduce,
+                Collective::Allreduce => self.direct_few,
                 _ => true,
             }
     }
@@ -596,20 +599,103 @@ async fn all_to_all<M: Mode>(
     Ok(true)
 }
 
+/// Rank `r`'s part of an `n`-byte buffer split between `p` ranks: whole 64-byte units (every
+/// element size divides 64), the last rank to the end. It depends on the byte length alone,
+/// which every rank has checked against every other's offer, so the parts never overlap,
+/// whatever element type a rank passes, and no two ranks write one cache line.
+fn part(n: usize, p: usize, r: usize) -> (usize, usize) {
+    let units = n / 64;
+    let lo = r * units / p * 64;
+    let hi = if r == p - 1 {
+        n
+    } else {
+        (r + 1) * units / p * 64
+    };
+    (lo, hi)
+}
+
+/// Smallest broadcast (bytes) whose copies are split between the ranks, where the ranks are
+/// few and each has a core: below it the extra offers and "done"s cost more than sharing the
+/// copy saves. Measured at 2 ranks (BENCHMARKS.md, "A broadcast copied by every rank").
+pub const BCAST_SPLIT_MIN: usize = 20 * 1024;
+
 /// Broadcast: the root offers `buf`, every other rank reads all of it. False on every rank
 /// if the root's buffer is not in tca's memory (the caller runs the channel algorithm).
+///
+/// From [`BCAST_SPLIT_MIN`] bytes, with few ranks each on a core of its own, the copies are
+/// split instead: every rank offers its `buf` to every rank, and rank r copies the r-th of p
+/// parts of the root's buffer into every other rank's buffer — the root too, which otherwise
+/// only waits. Every core copies (p - 1)/p of a buffer at once, where the readers would each
+/// copy a whole one while the root's core idles: at 2 ranks two cores copy a half each (on
+/// this machine two threads copy 4 MiB 1.3x faster than one). Where only the root's buffer
+/// is in tca's memory, the readers read it whole, as below.
 pub(super) async fn broadcast<M: Mode>(
     c: Steps<'_, M>,
     buf: &mut [u8],
     root: usize,
 ) -> Result<bool> {
     let n = buf.len();
+    if n >= BCAST_SPLIT_MIN && c.direct_few {
+        let r = broadcast_split(c, buf, root).await;
+        return c.direct_end(r);
+    }
     let r = if c.me == root {
         out_of_root(c, buf, n, root, |_| Ok(())).await
     } else {
         out_of_root(c, &[], n, root, |peer| peer.read(0, buf)).await
     };
     c.direct_end(r)
+}
+
+async fn broadcast_split<M: Mode>(c: Steps<'_, M>, buf: &mut [u8], root: usize) -> Result<bool> {
+    let (p, me, n) = (c.p(), c.me, buf.len());
+    // Every rank's `buf` to every rank: each then knows what every other knows, and a rank
+    // that took the other path by a mismatched length meets a message of the wrong kind or
+    // length, an error, not a wait.
+    let mut peers = Peers::take(&c)?;
+    let (all, mine) = offers_all(c, buf, n, &mut peers).await?;
+    if !(if me == root {
+        mine
+    } else {
+        peers[root].is_some()
+    }) {
+        return Ok(false);
+    }
+    if all {
+        let (lo, hi) = part(n, p, me);
+        if me == root {
+            for k in 1..p {
+                let q = (me + k) % p;
+                let dst = peers[q].as_ref().expect("every buffer was offered");
+                dst.write(lo, &buf[lo..hi])?;
+            }
+        } else {
+            let src = peers[root].as_ref().expect("the root's buffer was offered");
+            src.with(lo, hi - lo, |part| -> Result<()> {
+                for k in 0..p {
+                    let q = (me + k) % p;
+                    if q == me {
+                        buf[lo..hi].copy_from_slice(part);
+                    } else if q != root {
+                        let dst = peers[q].as_ref().expect("every buffer was offered");
+                        dst.write(lo, part)?;
+                    }
+                }
+                Ok(())
+            })??;
+        }
+    } else if me != root {
+        // Some reader's buffer is ordinary memory: every reader reads the root's whole.
+        peers[root]
+            .as_ref()
+            .expect("the root's buffer was offered")
+            .read(0, buf)?;
+    }
+    drop(peers);
+    // Each rank's copies are done before it says so, and it leaves only when every rank has
+    // said so: its buffer is whole, and (the root) no one reads it any more.
+    done_all(c).await?;
+    Ok(true)
 }
 
 /// Scatter: the root offers `send`, rank r reads block r (the root copies its own).
@@ -726,17 +812,7 @@ pub(super) async fn reduce<M: Mode>(
             target.is_some()
         };
         if recv_offered && all {
-            // Rank r's part: whole 64-byte units (every element size divides 64), the last
-            // rank to the end. It depends on the byte length alone, which every rank has
-            // checked against every other's, so the parts never overlap, whatever element
-            // type a rank passes, and no two ranks write one cache line.
-            let units = n / 64;
-            let lo = me * units / p * 64;
-            let hi = if me == p - 1 {
-                n
-            } else {
-                (me + 1) * units / p * 64
-            };
+            let (lo, hi) = part(n, p, me);
             if me == root {
                 c.fold(&peers, send, lo, &mut recv[lo..hi], red)?;
             } else if let Some(t) = &target {

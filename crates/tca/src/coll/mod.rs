@@ -67,7 +67,8 @@ pub use buffer::Buffer;
 pub(crate) use buffer::Registry;
 pub use channel::{chunk_bytes, scratch_bytes};
 pub use direct::{
-    REDUCE_SPLIT_MIN, SINGLE_COPY_ALLREDUCE_RANKS, SINGLE_COPY_MIN, SINGLE_COPY_MIN_CROWDED,
+    BCAST_SPLIT_MIN, REDUCE_SPLIT_MIN, SINGLE_COPY_ALLREDUCE_RANKS, SINGLE_COPY_MIN,
+    SINGLE_COPY_MIN_CROWDED,
 };
 pub use gathered::Gathered;
 pub use op::{BitOp, Element, Op, Reducer};
@@ -138,8 +139,10 @@ pub struct Comm<'w> {
     direct: Cell<bool>,
     /// Smallest message that goes single-copy (module `direct`).
     direct_min: Cell<usize>,
-    /// Whether an allreduce may go single-copy (few ranks, a core each).
-    direct_allreduce: bool,
+    /// Few ranks, a core each ([`SINGLE_COPY_ALLREDUCE_RANKS`]): an allreduce may go
+    /// single-copy, and a large broadcast splits its copies between the ranks (module
+    /// `direct`).
+    direct_few: bool,
     /// Collectives that went single-copy so far.
     direct_calls: Cell<u64>,
     /// Whether every member's memory is mapped here (one node, shared memory).
@@ -224,7 +227,7 @@ impl<'w> Comm<'w> {
             && ranks
                 .iter()
                 .all(|&r| r == world.rank() || world.reads_peer(r));
-        let (direct_min, direct_allreduce) = direct::settings(ranks.len())?;
+        let (direct_min, direct_few) = direct::settings(ranks.len())?;
         let mut comm = Self {
             world,
             ranks,
@@ -241,7 +244,7 @@ impl<'w> Comm<'w> {
             buffers: buffer::Registry::default(),
             direct: Cell::new(false),
             direct_min: Cell::new(direct_min),
-            direct_allreduce,
+            direct_few,
             direct_calls: Cell::new(0),
             readable,
             peers: RefCell::new(Vec::new()),
@@ -266,7 +269,7 @@ impl<'w> Comm<'w> {
             // collective would read an offer as data.
             let mut d = [
                 comm.direct_min.get() as u64,
-                u64::from(comm.direct_allreduce),
+                u64::from(comm.direct_few),
                 u64::from(comm.readable),
             ];
             run_blocking(bcast::flat::run(
@@ -276,7 +279,7 @@ impl<'w> Comm<'w> {
             ))?;
             comm.direct_min
                 .set(usize::try_from(d[0]).unwrap_or(usize::MAX));
-            comm.direct_allreduce = d[1] == 1;
+            comm.direct_few = d[1] == 1;
             comm.readable = d[2] == 1;
         }
         // Two-sided messages get a segment of their own (their rings must never carry a
