@@ -516,12 +516,14 @@ async fn done_all<M: Mode>(c: Steps<'_, M>) -> Result<()> {
 /// The rooted scatters' shape (broadcast, scatter): the root offers `send` (`len` bytes) to
 /// every other rank and waits for their "done"; each of those, if the root's buffer is in
 /// tca's memory, runs `read` on it and answers "done". False on every rank where it is not.
+/// The root runs `read(None)` (its own part of the work) between its offers and the waits, so
+/// that it copies while the others read.
 async fn out_of_root<M: Mode>(
     c: Steps<'_, M>,
     send: &[u8],
     len: usize,
     root: usize,
-    read: impl FnOnce(&Peer) -> Result<()>,
+    read: impl FnOnce(Option<&Peer>) -> Result<()>,
 ) -> Result<bool> {
     let p = c.p();
     if c.me == root {
@@ -532,6 +534,7 @@ async fn out_of_root<M: Mode>(
         if !offered(&o) {
             return Ok(false);
         }
+        read(None)?;
         for k in 1..p {
             answer_from(c, (root + k) % p, false).await?;
         }
@@ -540,7 +543,7 @@ async fn out_of_root<M: Mode>(
     let Some(peer) = take_offer(c, root, len).await? else {
         return Ok(false);
     };
-    read(&peer)?;
+    read(Some(&peer))?;
     answer(c, root, DONE).await?;
     Ok(true)
 }
@@ -642,7 +645,11 @@ pub(super) async fn broadcast<M: Mode>(
     let r = if c.me == root {
         out_of_root(c, buf, n, root, |_| Ok(())).await
     } else {
-        out_of_root(c, &[], n, root, |peer| peer.read(0, buf)).await
+        out_of_root(c, &[], n, root, |peer| match peer {
+            Some(x) => x.read(0, buf),
+            None => Ok(()),
+        })
+        .await
     };
     c.direct_end(r)
 }
@@ -698,7 +705,9 @@ async fn broadcast_split<M: Mode>(c: Steps<'_, M>, buf: &mut [u8], root: usize) 
     Ok(true)
 }
 
-/// Scatter: the root offers `send`, rank r reads block r (the root copies its own).
+/// Scatter: the root offers `send`, rank r reads block r, and the root copies its own
+/// meanwhile (after its offers: copied first, it held the readers back by as long, and a
+/// 4 MiB scatter at 2 ranks took two copies' time, 1.05x Open MPI's).
 pub(super) async fn scatter<M: Mode>(
     c: Steps<'_, M>,
     send: &[u8],
@@ -706,10 +715,14 @@ pub(super) async fn scatter<M: Mode>(
     root: usize,
 ) -> Result<bool> {
     let (me, b) = (c.me, recv.len());
-    if me == root {
-        recv.copy_from_slice(&send[root * b..(root + 1) * b]);
-    }
-    let r = out_of_root(c, send, c.p() * b, root, |peer| peer.read(me * b, recv)).await;
+    let r = out_of_root(c, send, c.p() * b, root, |peer| match peer {
+        Some(x) => x.read(me * b, recv),
+        None => {
+            recv.copy_from_slice(&send[root * b..(root + 1) * b]);
+            Ok(())
+        }
+    })
+    .await;
     c.direct_end(r)
 }
 
