@@ -167,7 +167,8 @@ fn direct_count(p: usize) -> u64 {
     2 * 5 + 3 + u64::from(allreduce_too(p))
 }
 
-/// Whether a single-copy allreduce runs on `p` ranks: few ranks, each with a core.
+/// Whether a single-copy allreduce runs on `p` ranks, and an allgather's blocks are pushed:
+/// few ranks, each with a core.
 fn allreduce_too(p: usize) -> bool {
     p <= SINGLE_COPY_ALLREDUCE_RANKS && p <= tca::bootstrap::job_cpus() as usize
 }
@@ -184,9 +185,11 @@ fn comm(w: &tca::World) -> tca::Result<Comm<'_>> {
 /// scatter still go single-copy unless the heap rank is the root (its buffer is the one
 /// read), both reduces only if it is (the root then folds alone from the others' buffers),
 /// the gather always (the others write into the root's receive buffer, or, where that is the
-/// heap rank's, the root reads theirs); the all-to-all forms never.
+/// heap rank's, the root reads theirs); of the all-to-all forms only the allgather, where
+/// few ranks with a core each push their blocks into every receive buffer (all in tca's
+/// memory: only the heap rank's sources are not).
 fn mixed_count(p: usize) -> u64 {
-    [0, p - 1].iter().map(|_| 3).sum()
+    [0, p - 1].iter().map(|_| 3).sum::<u64>() + u64::from(allreduce_too(p))
 }
 
 #[test]

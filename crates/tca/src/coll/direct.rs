@@ -150,8 +150,9 @@ impl Peer {
     }
 
     /// Writes `src` at byte `from` of the peer's slice (a gather's root's receive buffer, a
-    /// split broadcast's reader's buffer, which its owner holds as a `&mut [u8]` for the call
-    /// but does not touch outside its own block or part until every writer says it is done).
+    /// split broadcast's reader's buffer, a pushed allgather's receive buffer, which its owner
+    /// holds as a `&mut [u8]` for the call but does not touch outside its own block or part
+    /// until every writer says it is done).
     fn write(&self, from: usize, src: &[u8]) -> Result<()> {
         self.check(from, src.len())?;
         self.region.map.write(self.at + from, src)
@@ -846,15 +847,75 @@ pub(super) async fn reduce<M: Mode>(
     c.direct_end(r)
 }
 
-/// Allgather: every rank offers its block `send` to all and reads every peer's into its place
-/// in `recv` (this rank's own is already there).
+/// Smallest allgather block (bytes) that every rank writes into every rank's receive buffer
+/// itself, where the ranks are few and each has a core: below it the extra round of offers
+/// costs more than the reads it saves. Measured at 2 ranks (BENCHMARKS.md, "An allgather
+/// written by its senders").
+pub const ALLGATHER_PUSH_MIN: usize = 8 * 1024;
+
+/// Bytes of a pushed allgather's step: the block's piece is read once, into the cache, and
+/// written from there into every rank's receive buffer.
+const PUSH_CHUNK: usize = 16 * 1024;
+
+/// Allgather: every rank's block `send` lands at its place in every rank's `recv`; this
+/// rank's own is placed here on every path, also when it returns false (the channels then
+/// expect it in place).
+///
+/// From [`ALLGATHER_PUSH_MIN`] bytes, among few ranks each with a core, every rank offers its
+/// `recv` to all and writes its block into all of them, a cache-sized piece at a time: the
+/// block is read once and written p times, where readers would read it p times (at 2 ranks,
+/// three quarters of the memory traffic). Where some rank's `recv` is not in tca's memory, and
+/// below that size, every rank offers its `send` and reads every peer's.
 pub(super) async fn allgather<M: Mode>(
     c: Steps<'_, M>,
     send: &[u8],
     recv: &mut [u8],
 ) -> Result<bool> {
-    let b = send.len();
-    let r = all_to_all(c, send, |peers| {
+    let r = async {
+        if send.len() >= ALLGATHER_PUSH_MIN && c.direct_few && allgather_push(c, send, recv).await?
+        {
+            return Ok(true);
+        }
+        allgather_pull(c, send, recv).await
+    }
+    .await;
+    c.direct_end(r)
+}
+
+/// The pushed allgather; false (nothing written but this rank's own block) where some rank's
+/// `recv` is not in tca's memory, on every rank alike.
+async fn allgather_push<M: Mode>(c: Steps<'_, M>, send: &[u8], recv: &mut [u8]) -> Result<bool> {
+    let (p, me, b) = (c.p(), c.me, send.len());
+    let mut peers = Peers::take(&c)?;
+    if !offers_all(c, recv, p * b, &mut peers).await?.0 {
+        recv[me * b..(me + 1) * b].copy_from_slice(send);
+        return Ok(false);
+    }
+    let mut at = 0;
+    while at < b {
+        let end = (at + PUSH_CHUNK).min(b);
+        let piece = &send[at..end];
+        recv[me * b + at..me * b + end].copy_from_slice(piece);
+        for k in 1..p {
+            let q = (me + k) % p;
+            let dst = peers[q].as_ref().expect("every buffer was offered");
+            dst.write(me * b + at, piece)?;
+        }
+        at = end;
+    }
+    drop(peers);
+    // Each rank's writes are done before it says so, and it leaves only when every rank has
+    // said so: its `recv` is whole.
+    done_all(c).await?;
+    Ok(true)
+}
+
+/// The allgather read by its receivers: every rank offers `send` to all, places its own and
+/// reads every peer's into its place in `recv`.
+async fn allgather_pull<M: Mode>(c: Steps<'_, M>, send: &[u8], recv: &mut [u8]) -> Result<bool> {
+    let (me, b) = (c.me, send.len());
+    recv[me * b..(me + 1) * b].copy_from_slice(send);
+    all_to_all(c, send, |peers| {
         for (q, peer) in peers.iter().enumerate() {
             if let Some(x) = peer {
                 x.read(0, &mut recv[q * b..(q + 1) * b])?;
@@ -862,8 +923,7 @@ pub(super) async fn allgather<M: Mode>(
         }
         Ok(())
     })
-    .await;
-    c.direct_end(r)
+    .await
 }
 
 /// Alltoall: every rank offers `send` to all; rank r reads block r of rank q's into block q of

@@ -67,8 +67,8 @@ pub use buffer::Buffer;
 pub(crate) use buffer::Registry;
 pub use channel::{chunk_bytes, scratch_bytes};
 pub use direct::{
-    BCAST_SPLIT_MIN, REDUCE_SPLIT_MIN, SINGLE_COPY_ALLREDUCE_RANKS, SINGLE_COPY_MIN,
-    SINGLE_COPY_MIN_CROWDED,
+    ALLGATHER_PUSH_MIN, BCAST_SPLIT_MIN, REDUCE_SPLIT_MIN, SINGLE_COPY_ALLREDUCE_RANKS,
+    SINGLE_COPY_MIN, SINGLE_COPY_MIN_CROWDED,
 };
 pub use gathered::Gathered;
 pub use op::{BitOp, Element, Op, Reducer};
@@ -724,14 +724,16 @@ impl<'w> Comm<'w> {
             ));
         }
         let n = send.len();
-        let at = self.me * n;
-        recv[at..at + n].copy_from_slice(send);
         let block = std::mem::size_of_val(send);
-        if block > 0
-            && self.direct_on(Collective::Allgather, block)?
-            && self.direct_allgather(bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv))?
-        {
-            return Ok(());
+        // The single-copy path places this rank's own block itself (it may write it with
+        // the copies to the peers), also where it then falls back to the channels.
+        if block > 0 && self.direct_on(Collective::Allgather, block)? {
+            if self.direct_allgather(bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv))? {
+                return Ok(());
+            }
+        } else {
+            let at = self.me * n;
+            recv[at..at + n].copy_from_slice(send);
         }
         let mut sizes = self.sizes.borrow_mut();
         let (counts, displs) = &mut *sizes;

@@ -501,8 +501,8 @@ impl<'s, 'c: 's> Scope<'s, 'c> {
             ))?;
         }
         let n = send.len();
-        recv[c.me * n..(c.me + 1) * n].copy_from_slice(send);
         let bytes = std::mem::size_of_val(send);
+        // The single-copy path places this rank's own block itself (see `Comm::allgather`).
         if bytes > 0 && p > 1 && c.direct_started(Collective::Allgather, bytes)? {
             let f = kernel!(start c, Allgather, bytes);
             let (s, r): (&'s [u8], &'s mut [u8]) =
@@ -516,6 +516,7 @@ impl<'s, 'c: 's> Scope<'s, 'c> {
                 f(c, r, &counts, &displs).await
             }))));
         }
+        recv[c.me * n..(c.me + 1) * n].copy_from_slice(send);
         let counts = vec![bytes; p];
         let displs = (0..p).map(|r| r * bytes).collect();
         self.allgather_bytes(bytemuck::cast_slice_mut(recv), counts, displs)
