@@ -148,6 +148,30 @@ fn every_collective_through_the_proxy_matches_blocking() {
 /// Ranks whose posted collective and rendezvous receive have completed.
 static FINISHED: AtomicU32 = AtomicU32::new(0);
 
+/// A computing rank's job: its allreduce input and zeroed result, the expected sum over `p`
+/// ranks, a zeroed receive buffer of `big` f64s and what rank 1 sends into it.
+struct Buffers {
+    mine: Vec<f64>,
+    sum: Vec<f64>,
+    want: Vec<f64>,
+    big: Vec<f64>,
+    src: Vec<f64>,
+}
+
+impl Buffers {
+    fn new(me: u32, p: u32, big: usize) -> Self {
+        Self {
+            mine: input(me as usize, 1000),
+            sum: vec![0.0; 1000],
+            want: (0..1000)
+                .map(|i| (0..p as usize).map(|r| val(r, i)).sum())
+                .collect(),
+            big: vec![0.0; big],
+            src: (0..big).map(|i| i as f64).collect(),
+        }
+    }
+}
+
 #[test]
 fn a_computing_rank_completes_its_peers_collectives_through_its_proxy() {
     // Rank 0 posts an allreduce and a large receive, then computes without calling tca
@@ -159,13 +183,13 @@ fn a_computing_rank_completes_its_peers_collectives_through_its_proxy() {
     let deadline = Duration::from_secs(30);
     threads::run_offloaded(P, |px| {
         let me = px.rank();
-        let mine = input(me as usize, 1000);
-        let mut sum = vec![0.0; 1000];
-        let want: Vec<f64> = (0..1000)
-            .map(|i| (0..P as usize).map(|r| val(r, i)).sum())
-            .collect();
-        let mut big = vec![0.0f64; BIG];
-        let src: Vec<f64> = (0..BIG).map(|i| i as f64).collect();
+        let Buffers {
+            mine,
+            mut sum,
+            want,
+            mut big,
+            src,
+        } = Buffers::new(me, P, BIG);
         px.scope(|s| {
             let mut a = s.iallreduce(&mine, &mut sum, &Op::Sum)?;
             if me == 0 {
@@ -421,13 +445,13 @@ fn peers_finish_while_rank_0_computes(mode: Progress, patience: Duration) -> boo
         let c = Comm::world(w)?;
         c.set_progress(mode);
         let me = c.rank();
-        let mine = input(me as usize, 1000);
-        let mut sum = vec![0.0; 1000];
-        let want: Vec<f64> = (0..1000)
-            .map(|i| (0..P as usize).map(|r| val(r, i)).sum())
-            .collect();
-        let mut big = vec![0.0f64; BIG];
-        let src: Vec<f64> = (0..BIG).map(|i| i as f64).collect();
+        let Buffers {
+            mine,
+            mut sum,
+            want,
+            mut big,
+            src,
+        } = Buffers::new(me, P, BIG);
         c.scope(|s| {
             let mut a = s.iallreduce(&mine, &mut sum, &Op::Sum)?;
             if me == 0 {
