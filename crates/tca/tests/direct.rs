@@ -159,12 +159,17 @@ fn every_collective(c: &Comm<'_>, heap: Option<usize>) -> tca::Result<(Vec<Strin
 
 /// Calls of `every_collective` that go single-copy when every buffer is in tca's memory:
 /// broadcast, scatter, gather and two reduces per root, then four, the allreduce only up to
-/// `SINGLE_COPY_ALLREDUCE_RANKS` ranks.
+/// `SINGLE_COPY_ALLREDUCE_RANKS` ranks or from `ALLREDUCE_SCATTER_MIN` bytes.
 fn direct_count(p: usize) -> u64 {
     if p == 1 {
         return 0;
     }
-    2 * 5 + 3 + u64::from(allreduce_too(p))
+    2 * 5 + 3 + u64::from(allreduce_direct(p))
+}
+
+/// Whether an allreduce of `N` f64s goes single-copy on `p` ranks.
+fn allreduce_direct(p: usize) -> bool {
+    allreduce_too(p) || N * 8 >= tca::coll::ALLREDUCE_SCATTER_MIN
 }
 
 /// Whether a single-copy allreduce runs on `p` ranks, and an allgather's blocks are pushed:
@@ -487,7 +492,7 @@ fn started_collectives_over_buffers_go_single_copy() {
             // Broadcast, scatter, gather, reduce, allgather, reduce-scatter, alltoall, and
             // the allreduce where it may.
             let want = if single && p > 1 {
-                7 + u64::from(allreduce_too(p as usize))
+                7 + u64::from(allreduce_direct(p as usize))
             } else {
                 0
             };
@@ -497,7 +502,8 @@ fn started_collectives_over_buffers_go_single_copy() {
     // Rank 1's buffers in ordinary memory: the broadcast (root 0) and the scatter (root 2)
     // read only their root's buffer and still go single-copy, and so does the gather (rank 1
     // writes into the root's receive buffer); the reduce (which reads rank 1's) and the
-    // all-to-all forms fall back.
+    // all-to-all forms fall back, but for the allgather where few ranks with a core each
+    // push their blocks (every receive buffer is in tca's memory).
     let got = threads::run(3, |w| {
         let c = comm(w)?;
         let r = started(&c, Some(1))?;
@@ -508,9 +514,59 @@ fn started_collectives_over_buffers_go_single_copy() {
         assert!(wrong.is_empty(), "{wrong:#?}");
         assert_eq!(
             calls,
-            if single { 3 } else { 0 },
+            if single {
+                3 + u64::from(allreduce_too(3))
+            } else {
+                0
+            },
             "heap rank 1: single-copy calls"
         );
+    }
+}
+
+/// A broadcast whose ranks pass lengths on either side of the split's threshold, with either
+/// rank the larger, and the root's buffer in tca's memory or in ordinary memory (its offer
+/// then carries no segment, only its length): an error on every rank, not a wait for a
+/// message of the other protocol. A root that falls back to the channels does not wait for
+/// its reader, so it may learn of the failure only in its next call (a barrier here), as
+/// with any mismatch the channels find on the receiving side.
+#[test]
+fn a_broadcast_with_lengths_across_the_split_fails_everywhere() {
+    use tca::coll::BCAST_SPLIT_MIN;
+    let (small, large) = (BCAST_SPLIT_MIN - 64, BCAST_SPLIT_MIN + 64);
+    for larger in [0u32, 1] {
+        for heap_root in [false, true] {
+            let got = threads::run_each(2, |w| {
+                let c = comm(w)?;
+                let n = if c.rank() == larger { large } else { small };
+                let mut b = c.buffer::<u8>(n)?;
+                let mut h = vec![1u8; n];
+                let buf: &mut [u8] = if heap_root && c.rank() == 0 {
+                    &mut h
+                } else {
+                    &mut b
+                };
+                let res = c.broadcast(buf, 0).and_then(|()| c.barrier());
+                Ok((
+                    res.map_err(|e| e.kind()),
+                    c.single_copy_for(tca::Collective::Broadcast, small),
+                ))
+            });
+            let got: Vec<_> = got.into_iter().map(Result::unwrap).collect();
+            if !got[0].1 {
+                continue;
+            }
+            assert!(
+                got.iter().all(|(r, _)| r.is_err()),
+                "rank {larger} larger, root in ordinary memory {heap_root}: every rank fails: \
+                 {got:?}"
+            );
+            assert!(
+                got.iter()
+                    .any(|(r, _)| *r == Err(ErrorKind::InvalidArgument)),
+                "the mismatch is named: {got:?}"
+            );
+        }
     }
 }
 
@@ -572,5 +628,79 @@ fn a_split_broadcast_fills_every_byte_of_every_buffer() {
         // buffer in ordinary memory does not stop the root's from being read).
         let want = if single { (lens.len() * 4) as u64 } else { 0 };
         assert_eq!(calls, want);
+    }
+}
+
+#[test]
+fn a_large_allreduce_goes_single_copy_at_any_rank_count() {
+    // From `ALLREDUCE_SCATTER_MIN` bytes an allreduce goes single-copy whatever the rank count
+    // (with more ranks than `SINGLE_COPY_ALLREDUCE_RANKS` or than cores as a reduce-scatter
+    // then an allgather over the buffers), blocking and started; a rank whose send buffer is
+    // ordinary memory makes every rank fall back alike, and so does one whose receive buffer
+    // is, in the two halves' form. Lengths that are not a whole number of 64-byte parts per
+    // rank.
+    use tca::coll::ALLREDUCE_SCATTER_MIN;
+    let n = ALLREDUCE_SCATTER_MIN / 8 + 389;
+    for p in 2..=6u32 {
+        let got = threads::run(p, |w| {
+            let c = comm(w)?;
+            let (p, me) = (c.size() as usize, c.rank() as usize);
+            let want: Vec<f64> = (0..n).map(|i| (0..p).map(|q| v(q, i)).sum()).collect();
+            let s = filled(&c, n, |i| v(me, i))?;
+            let mut r = c.buffer::<f64>(n + AT)?;
+            let mut wrong = Vec::new();
+            c.allreduce(&s[AT..], &mut r[AT..], &Op::Sum)?;
+            if r[AT..] != want[..] {
+                wrong.push("blocking");
+            }
+            r.fill(0.0);
+            c.scope(|sc| {
+                sc.iallreduce(&s[AT..], &mut r[AT..], &Op::Sum)?
+                    .wait()
+                    .map(drop)
+            })?;
+            if r[AT..] != want[..] {
+                wrong.push("started");
+            }
+            let direct = c.single_copy_calls();
+            // Rank p - 1's receive buffer, then its send buffer, in ordinary memory.
+            let mut h = vec![0.0; n];
+            let hs = s[AT..].to_vec();
+            if me == p - 1 {
+                c.allreduce(&s[AT..], &mut h, &Op::Sum)?;
+            } else {
+                c.allreduce(&s[AT..], &mut r[AT..], &Op::Sum)?;
+            }
+            if me == p - 1 {
+                c.allreduce(&hs, &mut r[AT..], &Op::Sum)?;
+            } else {
+                c.allreduce(&s[AT..], &mut r[AT..], &Op::Sum)?;
+            }
+            if r[AT..] != want[..] || (me == p - 1 && h != want) {
+                wrong.push("mixed");
+            }
+            Ok((
+                wrong,
+                direct,
+                c.single_copy_calls() - direct,
+                c.single_copy(),
+            ))
+        })
+        .unwrap();
+        for (rank, (wrong, direct, mixed, single)) in got.into_iter().enumerate() {
+            assert!(wrong.is_empty(), "p={p} rank {rank}: {wrong:?}");
+            assert_eq!(
+                direct,
+                if single { 2 } else { 0 },
+                "p={p}: single-copy calls"
+            );
+            // Where every rank reads every send buffer (few ranks, a core each), a receive
+            // buffer in ordinary memory does not matter; a send buffer always does.
+            let want = u64::from(single && allreduce_too(p as usize));
+            assert_eq!(
+                mixed, want,
+                "p={p}: ordinary memory on one rank, calls in one copy"
+            );
+        }
     }
 }

@@ -18,9 +18,12 @@
 //!    gather and a reduce of [`REDUCE_SPLIT_MIN`] bytes and more the readers are also writers:
 //!    the root offers its receive buffer too, and the others write their blocks (a gather) or
 //!    fold their parts (a reduce) into it, then say done; where the root's is not in tca's
-//!    memory, the root reads the others' buffers instead. A broadcast of [`BCAST_SPLIT_MIN`]
-//!    bytes and more among few ranks with a core each is offered all to all, and every rank
-//!    (the root too) copies its part of the root's buffer into every other rank's.
+//!    memory, the root reads the others' buffers instead. Among few ranks with a core each, a
+//!    broadcast of [`BCAST_SPLIT_MIN`] bytes and more is offered all to all, and every rank
+//!    (the root too) copies its part of the root's buffer into every other rank's; an
+//!    allgather's ranks offer their receive buffers and write their blocks into all of them.
+//!    With more ranks, an allreduce of [`ALLREDUCE_SCATTER_MIN`] bytes and more offers both
+//!    buffers, folds a part per rank and then gathers the parts.
 //! 2. *Reads*: a reader with every offer it needs copies (or reduces) from the peers' memory.
 //!    Bounds, key and the offered length (against the length this rank expects: a mismatch
 //!    between ranks is an error here, not a wrong result) are checked first.
@@ -85,8 +88,9 @@ pub const SINGLE_COPY_ALLREDUCE_RANKS: usize = 4;
 
 /// This rank's single-copy settings for a communicator of `p` ranks: the smallest message
 /// (`TCA_SINGLE_COPY`, else [`SINGLE_COPY_MIN`], or [`SINGLE_COPY_MIN_CROWDED`] with more
-/// ranks than cores) and whether the ranks are few, each with a core (an allreduce may go
-/// single-copy; a large broadcast splits its copies). Rank 0's are every member's.
+/// ranks than cores) and whether the ranks are few, each with a core (an allreduce reads
+/// every vector on every rank, a large broadcast splits its copies, an allgather pushes its
+/// blocks). Rank 0's are every member's.
 pub(super) fn settings(p: usize) -> Result<(usize, bool)> {
     let crowded = p > crate::bootstrap::job_cpus() as usize;
     let min = match std::env::var(crate::env::SINGLE_COPY) {
@@ -215,7 +219,8 @@ impl Comm<'_> {
     /// [`Buffer`](super::Buffer)s of this communicator: every member on this node through
     /// shared memory, a buffer allocated ([`Comm::buffer`]), no algorithm forced, from
     /// [`Comm::single_copy_min`] bytes on, and for an allreduce few ranks with a core each
-    /// ([`SINGLE_COPY_ALLREDUCE_RANKS`]). A barrier never does.
+    /// ([`SINGLE_COPY_ALLREDUCE_RANKS`]) or [`ALLREDUCE_SCATTER_MIN`] bytes. A barrier never
+    /// does.
     pub fn single_copy_for(&self, c: Collective, bytes: usize) -> bool {
         self.direct.get()
             && self.readable
@@ -223,7 +228,7 @@ impl Comm<'_> {
             && self.forced.borrow()[c as usize].is_none()
             && match c {
                 Collective::Barrier => false,
-                Collective::Allreduce => self.direct_few,
+                Collective::Allreduce => self.direct_few || bytes >= ALLREDUCE_SCATTER_MIN,
                 _ => true,
             }
     }
@@ -261,31 +266,46 @@ impl Comm<'_> {
 
     // ---- the protocol's messages ----------------------------------------------------------
 
-    /// This rank's offer of `buf`: where it lies, if in one of this communicator's buffers.
+    /// This rank's offer of `buf`: its length, and where it lies if in one of this
+    /// communicator's buffers.
     fn offer(&self, buf: &[u8]) -> [u8; OFFER] {
         let mut o = [0u8; OFFER];
         if let Some((h, off)) = self.buffers.find(buf) {
             o[..8].copy_from_slice(&1u64.to_le_bytes());
             o[8..8 + Handle::BYTES].copy_from_slice(&h.to_bytes());
             o[8 + Handle::BYTES..OFFER - 8].copy_from_slice(&(off as u64).to_le_bytes());
-            o[OFFER - 8..].copy_from_slice(&(buf.len() as u64).to_le_bytes());
         }
+        o[OFFER - 8..].copy_from_slice(&(buf.len() as u64).to_le_bytes());
         o
     }
 
     /// Resolves `from`'s offer `o`, expecting `len` bytes: `None` if its buffer is not in
-    /// tca's memory.
+    /// tca's memory. Another length is an error either way: ranks whose lengths differ may
+    /// have taken different paths by them, and must fail rather than wait for each other.
     fn resolve(&self, from: usize, len: usize, o: &[u8; OFFER]) -> Result<Option<Peer>> {
-        match u64::from_le_bytes(o[..8].try_into().expect("8 bytes")) {
-            0 => return Ok(None),
-            1 => {}
-            x => return Err(self.confused(from, &format!("an offer tagged {x:#x}"))),
-        }
-        let h = Handle::from_bytes(&o[8..8 + Handle::BYTES])?;
         let word = |b: &[u8]| u64::from_le_bytes(b.try_into().expect("8 bytes"));
-        let off = usize::try_from(word(&o[8 + Handle::BYTES..OFFER - 8])).unwrap_or(usize::MAX);
         let n = usize::try_from(word(&o[OFFER - 8..])).unwrap_or(usize::MAX);
         let rank = self.ranks[from];
+        let tagged = match word(&o[..8]) {
+            0 => false,
+            1 => true,
+            x => return Err(self.confused(from, &format!("an offer tagged {x:#x}"))),
+        };
+        if !tagged {
+            if n != len {
+                return Err(Error::peer(
+                    ErrorKind::InvalidArgument,
+                    rank,
+                    format!(
+                        "rank {rank} offered {n} bytes where {len} were expected (mismatched \
+                         collective arguments?)"
+                    ),
+                ));
+            }
+            return Ok(None);
+        }
+        let h = Handle::from_bytes(&o[8..8 + Handle::BYTES])?;
+        let off = usize::try_from(word(&o[8 + Handle::BYTES..OFFER - 8])).unwrap_or(usize::MAX);
         if h.rank() != rank || n != len {
             return Err(Error::peer(
                 ErrorKind::InvalidArgument,
@@ -478,9 +498,9 @@ async fn answer_from<M: Mode>(c: Steps<'_, M>, from: usize, fallback: bool) -> R
     }
 }
 
-/// Offers `buf` to every peer, takes every peer's offer of `len` bytes (`peers[me]` stays
-/// `None`): the all-to-all forms' step 1. Returns whether every rank's buffer is in tca's
-/// memory, and whether this rank's is.
+/// Offers `buf` to every peer, takes every peer's offer of `len` bytes and appends them to
+/// `peers` in rank order (p entries; this rank's stays `None`): the all-to-all forms' step 1.
+/// Returns whether every rank's buffer is in tca's memory, and whether this rank's is.
 async fn offers_all<M: Mode>(
     c: Steps<'_, M>,
     buf: &[u8],
@@ -492,12 +512,13 @@ async fn offers_all<M: Mode>(
     for k in 1..p {
         c.ch_send((me + k) % p, &mine).await?;
     }
-    peers.resize_with(p, || None);
+    let base = peers.len();
+    peers.resize_with(base + p, || None);
     let mut all = offered(&mine);
     for k in 1..p {
         let q = (me + p - k) % p;
-        peers[q] = take_offer(c, q, len).await?;
-        all &= peers[q].is_some();
+        peers[base + q] = take_offer(c, q, len).await?;
+        all &= peers[base + q].is_some();
     }
     Ok((all, offered(&mine)))
 }
@@ -606,7 +627,8 @@ async fn all_to_all<M: Mode>(
 /// Rank `r`'s part of an `n`-byte buffer split between `p` ranks: whole 64-byte units (every
 /// element size divides 64), the last rank to the end. It depends on the byte length alone,
 /// which every rank has checked against every other's offer, so the parts never overlap,
-/// whatever element type a rank passes, and no two ranks write one cache line.
+/// whatever element type a rank passes, and (in buffers that start on a cache line) no two
+/// ranks write one line.
 fn part(n: usize, p: usize, r: usize) -> (usize, usize) {
     let units = n / 64;
     let lo = r * units / p * 64;
@@ -848,9 +870,9 @@ pub(super) async fn reduce<M: Mode>(
 }
 
 /// Smallest allgather block (bytes) that every rank writes into every rank's receive buffer
-/// itself, where the ranks are few and each has a core: below it the extra round of offers
-/// costs more than the reads it saves. Measured at 2 ranks (BENCHMARKS.md, "An allgather
-/// written by its senders").
+/// itself, where the ranks are few and each has a core: the single-copy threshold, since at
+/// 2 ranks pushing was as fast or faster than reading from 8 KiB on, the smallest size
+/// measured (BENCHMARKS.md, "Every core copies").
 pub const ALLGATHER_PUSH_MIN: usize = 8 * 1024;
 
 /// Bytes of a pushed allgather's step: the block's piece is read once, into the cache, and
@@ -882,13 +904,12 @@ pub(super) async fn allgather<M: Mode>(
     c.direct_end(r)
 }
 
-/// The pushed allgather; false (nothing written but this rank's own block) where some rank's
-/// `recv` is not in tca's memory, on every rank alike.
+/// The pushed allgather; false (nothing written) where some rank's `recv` is not in tca's
+/// memory, on every rank alike.
 async fn allgather_push<M: Mode>(c: Steps<'_, M>, send: &[u8], recv: &mut [u8]) -> Result<bool> {
     let (p, me, b) = (c.p(), c.me, send.len());
     let mut peers = Peers::take(&c)?;
     if !offers_all(c, recv, p * b, &mut peers).await?.0 {
-        recv[me * b..(me + 1) * b].copy_from_slice(send);
         return Ok(false);
     }
     let mut at = 0;
@@ -950,14 +971,67 @@ pub(super) async fn alltoall<M: Mode>(
 }
 
 /// Allreduce: every rank offers `send` to all and folds all of them into `recv`.
+///
+/// With more ranks than [`SINGLE_COPY_ALLREDUCE_RANKS`] or than cores, from
+/// [`ALLREDUCE_SCATTER_MIN`] bytes, as a reduce-scatter then an allgather instead
+/// ([`allreduce_scattered`]): every rank reads about 2(p - 1)/p of a vector rather than p - 1
+/// vectors.
 pub(super) async fn allreduce<M: Mode>(
     c: Steps<'_, M>,
     send: &[u8],
     recv: &mut [u8],
     red: &Reducer<'_>,
 ) -> Result<bool> {
-    let r = all_to_all(c, send, |peers| c.fold(peers, send, 0, recv, red)).await;
+    let r = if c.direct_few {
+        all_to_all(c, send, |peers| c.fold(peers, send, 0, recv, red)).await
+    } else {
+        allreduce_scattered(c, send, recv, red).await
+    };
     c.direct_end(r)
+}
+
+/// Smallest allreduce (bytes) that goes single-copy with more ranks than
+/// [`SINGLE_COPY_ALLREDUCE_RANKS`] or than cores, as a reduce-scatter then an allgather
+/// over the ranks' buffers: below it the four rounds of small messages, each a trip through
+/// the scheduler when ranks share cores, cost more than the channels' second copy. Measured
+/// at 4 and 8 ranks on 2 cores (BENCHMARKS.md, "A single-copy allreduce for crowded ranks").
+pub const ALLREDUCE_SCATTER_MIN: usize = 128 * 1024;
+
+/// The single-copy allreduce in two halves: every rank offers `send` and `recv` to all; rank
+/// r folds the r-th of p parts of every rank's `send` into the same part of its own `recv`;
+/// once every rank has said so (no `send` is read after that, every part is whole), rank r
+/// reads every other rank's part from that rank's `recv` into its own. False on every rank
+/// where some rank's `send` or `recv` is not in tca's memory.
+async fn allreduce_scattered<M: Mode>(
+    c: Steps<'_, M>,
+    send: &[u8],
+    recv: &mut [u8],
+    red: &Reducer<'_>,
+) -> Result<bool> {
+    let (p, me, n) = (c.p(), c.me, send.len());
+    let mut peers = Peers::take(&c)?;
+    // Both offers from every rank before anything is read: every rank then knows whether
+    // both halves can run.
+    let sends = offers_all(c, send, n, &mut peers).await?.0;
+    let recvs = offers_all(c, recv, n, &mut peers).await?.0;
+    if !(sends && recvs) {
+        return Ok(false);
+    }
+    let (lo, hi) = part(n, p, me);
+    c.fold(&peers[..p], send, lo, &mut recv[lo..hi], red)?;
+    done_all(c).await?;
+    // Each rank writes only its own part of its `recv` before the round above, and only the
+    // others' parts after it, which is all the others read of it: no byte is read while it
+    // is written.
+    for k in 1..p {
+        let q = (me + k) % p;
+        let (a, b) = part(n, p, q);
+        let src = peers[p + q].as_ref().expect("every buffer was offered");
+        src.read(a, &mut recv[a..b])?;
+    }
+    drop(peers);
+    done_all(c).await?;
+    Ok(true)
 }
 
 /// Reduce-scatter: every rank offers `send` to all; rank r folds block r of all of them into

@@ -67,8 +67,8 @@ pub use buffer::Buffer;
 pub(crate) use buffer::Registry;
 pub use channel::{chunk_bytes, scratch_bytes};
 pub use direct::{
-    ALLGATHER_PUSH_MIN, BCAST_SPLIT_MIN, REDUCE_SPLIT_MIN, SINGLE_COPY_ALLREDUCE_RANKS,
-    SINGLE_COPY_MIN, SINGLE_COPY_MIN_CROWDED,
+    ALLGATHER_PUSH_MIN, ALLREDUCE_SCATTER_MIN, BCAST_SPLIT_MIN, REDUCE_SPLIT_MIN,
+    SINGLE_COPY_ALLREDUCE_RANKS, SINGLE_COPY_MIN, SINGLE_COPY_MIN_CROWDED,
 };
 pub use gathered::Gathered;
 pub use op::{BitOp, Element, Op, Reducer};
@@ -139,9 +139,9 @@ pub struct Comm<'w> {
     direct: Cell<bool>,
     /// Smallest message that goes single-copy (module `direct`).
     direct_min: Cell<usize>,
-    /// Few ranks, a core each ([`SINGLE_COPY_ALLREDUCE_RANKS`]): an allreduce may go
-    /// single-copy, and a large broadcast splits its copies between the ranks (module
-    /// `direct`).
+    /// Few ranks, a core each ([`SINGLE_COPY_ALLREDUCE_RANKS`]): an allreduce reads every
+    /// vector on every rank, a large broadcast splits its copies between the ranks, and an
+    /// allgather's ranks push their blocks (module `direct`).
     direct_few: bool,
     /// Collectives that went single-copy so far.
     direct_calls: Cell<u64>,

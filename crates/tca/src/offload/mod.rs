@@ -80,14 +80,17 @@ pub const QUEUE_DEPTH: usize = 256;
 /// How long an idle proxy with operations in flight sleeps on its work queue between polls.
 pub const NAP: Duration = Duration::from_micros(50);
 
-/// Where communication progresses: in the caller's tca calls, or in a progress thread
-/// ([`Proxy`]). Read from `TCA_PROGRESS` by [`Progress::from_env`].
+/// Where communication progresses: in the caller's tca calls, or in a progress thread. Read
+/// from `TCA_PROGRESS` by [`Progress::from_env`] (the thread is a [`Proxy`] that owns the
+/// world), and from `TCA_P2P_PROGRESS` for a communicator's [`Comm::overlap`] (the thread is
+/// the rank's own, polling while the computation runs on another).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Progress {
     /// In the caller's calls only (tests, waits, blocking calls).
     #[default]
     Caller,
-    /// In a thread of the rank's process that owns the world.
+    /// In a thread of the rank's process: a proxy that owns the world, or the rank's own
+    /// thread during [`Comm::overlap`].
     Thread,
 }
 

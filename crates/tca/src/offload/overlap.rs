@@ -18,9 +18,10 @@
 //! # Cost
 //! One thread started and joined per call (tens of microseconds: `cargo run --release -p tca
 //! --example p2p_overlap` prints it), so the form is for computations of a millisecond and
-//! more. When nothing moved for the wait policy's spins and yields the loop naps [`NAP`] at a
-//! time (the computation's end wakes it at once), so it takes a slice of the computation's
-//! core only as often as that.
+//! more. The computation's thread gets an 8 MiB stack, a main thread's usual size. When
+//! nothing moved for the wait policy's spins the loop naps [`NAP`] at a time (the
+//! computation's end wakes it at once), so it takes a slice of the computation's core only
+//! as often as that.
 //!
 //! The loop and the computation share the rank's CPU where `tca run` bound the rank to one
 //! (the computation's thread inherits the binding). Measured on the development machine (2
@@ -44,6 +45,11 @@ use std::thread::Thread;
 use super::{NAP, Progress};
 use crate::coll::Comm;
 use crate::error::{Error, ErrorKind, Result};
+
+/// Stack of the computation's thread: a process's main thread usually has 8 MiB, and work
+/// that runs there with the caller's progress must not overflow with the thread's (address
+/// space only until touched; `std`'s default for new threads is 2 MiB).
+const COMPUTE_STACK: usize = 8 << 20;
 
 /// Raises the computation's end for the progress loop, however the computation ends.
 struct Finished<'a> {
@@ -111,6 +117,9 @@ impl Comm<'_> {
         if self.progress.get() == Progress::Caller || self.world_ref().simulated().is_some() {
             return Ok(work());
         }
+        // One pass first: a communicator that cannot progress here (called from inside one
+        // of its own reductions, a failed peer) says so before the work starts.
+        self.poll_once()?;
         let done = AtomicBool::new(false);
         let rank = self.world_ref().rank();
         std::thread::scope(|s| {
@@ -120,6 +129,7 @@ impl Comm<'_> {
             };
             let computing = std::thread::Builder::new()
                 .name(format!("tca-compute-{rank}"))
+                .stack_size(COMPUTE_STACK)
                 .spawn_scoped(s, move || {
                     let _finished = finished;
                     work()
@@ -146,12 +156,13 @@ impl Comm<'_> {
         })
     }
 
-    /// Progress passes until `done` is raised: spinning, then yielding, then napping
-    /// [`NAP`] at a time while nothing moves. An error stops the passes; the loop then only
-    /// waits for `done`, and returns the error.
+    /// Progress passes until `done` is raised: back to back while something moves, then the
+    /// wait policy's spins, then a nap of [`NAP`] per pass. No yielding turns: the thread a
+    /// yield hands the core to is the computation, which keeps it for a scheduler slice,
+    /// where a nap's timer brings the loop back within [`NAP`]. An error stops the passes;
+    /// the loop then only waits for `done`, and returns the error.
     fn progress_until(&self, done: &AtomicBool) -> Result<()> {
-        let (spins, yields) = self.world_ref().wait_policy();
-        let patience = spins.saturating_add(yields).min(1 << 20);
+        let spins = self.world_ref().wait_policy().0.min(1 << 20);
         let mut idle = 0u32;
         let mut failed = None;
         while !done.load(Ordering::Acquire) {
@@ -172,8 +183,6 @@ impl Comm<'_> {
             }
             if idle <= spins {
                 std::hint::spin_loop();
-            } else if idle <= patience {
-                std::thread::yield_now();
             } else {
                 std::thread::park_timeout(NAP);
             }
