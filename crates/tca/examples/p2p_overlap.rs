@@ -3,14 +3,16 @@
 //! work (about 10 ms) inside `Comm::overlap`; rank 1 sends, blocking, and times its send.
 //! Alternating rounds with the caller's progress (the work runs inline; rank 1's rendezvous
 //! waits for rank 0's wait) and the progress thread. Also a flood of 256 eager 1 KiB
-//! messages (more than the ring holds), and the cost of one `overlap` with no work.
+//! messages (more than the ring holds), a send that starts 5 ms into the computation (the
+//! loop has been quiet and napping), a computation of 100 ms (what the naps cost it), and
+//! the cost of one `overlap` with no work.
 //!
 //! `cargo run --release -p tca --example p2p_overlap` (two thread ranks), or as processes
 //! bound by the launcher: `tca run --np 2 target/release/examples/p2p_overlap`.
 #![allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // step counts, byte patterns
 
 use std::hint::black_box;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tca::offload::Progress;
 use tca::{Comm, World, threads};
@@ -45,10 +47,20 @@ fn median(v: &mut [f64]) -> f64 {
     v[v.len() / 2]
 }
 
-/// One round: (rank 1's send time, rank 0's receive + computation + wait), in us.
-fn round(c: &Comm, mode: Progress, bytes: Option<usize>, steps: u64) -> tca::Result<[f64; 2]> {
+/// One round: (rank 1's send time, rank 0's receive + computation + wait), in us; rank 1
+/// starts sending `late` after the round starts.
+fn round(
+    c: &Comm,
+    mode: Progress,
+    bytes: Option<usize>,
+    steps: u64,
+    late: Duration,
+) -> tca::Result<[f64; 2]> {
     c.set_progress(mode);
     c.barrier()?;
+    if c.rank() == 1 {
+        std::thread::sleep(late);
+    }
     let t0 = Instant::now();
     let mut out = [0.0; 2];
     match bytes {
@@ -110,20 +122,28 @@ fn body(w: &World) -> tca::Result<()> {
         );
         println!(
             "{:>16} {:>14} {:>14} {:>14} {:>14}",
-            "message", "r1 send caller", "r1 send thread", "r0 all caller", "r0 all thread"
+            "case", "r1 send caller", "r1 send thread", "r0 all caller", "r0 all thread"
         );
     }
-    let cases: [(String, Option<usize>); 4] = [
-        (format!("{FLOOD} x 1 KiB"), None),
-        ("64 KiB".into(), Some(64 << 10)),
-        ("1 MiB".into(), Some(1 << 20)),
-        ("4 MiB".into(), Some(4 << 20)),
+    let now = Duration::ZERO;
+    let cases: [(String, Option<usize>, u64, Duration); 6] = [
+        (format!("{FLOOD} x 1 KiB"), None, steps, now),
+        ("64 KiB".into(), Some(64 << 10), steps, now),
+        ("1 MiB".into(), Some(1 << 20), steps, now),
+        ("4 MiB".into(), Some(4 << 20), steps, now),
+        (
+            "64 KiB, 5 ms in".into(),
+            Some(64 << 10),
+            steps,
+            Duration::from_millis(5),
+        ),
+        ("64 KiB, 100 ms".into(), Some(64 << 10), 10 * steps, now),
     ];
-    for (name, bytes) in cases {
+    for (name, bytes, steps, late) in cases {
         let (mut caller, mut thread) = (Vec::new(), Vec::new());
         for _ in 0..ROUNDS {
-            caller.push(round(&c, Progress::Caller, bytes, steps)?);
-            thread.push(round(&c, Progress::Thread, bytes, steps)?);
+            caller.push(round(&c, Progress::Caller, bytes, steps, late)?);
+            thread.push(round(&c, Progress::Thread, bytes, steps, late)?);
         }
         let col =
             |v: &[[f64; 2]], i: usize| median(&mut v.iter().map(|r| r[i]).collect::<Vec<_>>());

@@ -63,6 +63,7 @@ use std::sync::mpsc::{self, Receiver, SyncSender, TryRecvError, TrySendError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+pub use overlap::MAX_NAP;
 pub use scope::{ProxyScope, Ticket};
 
 use crate::error::{Error, ErrorKind, Result};

@@ -19,9 +19,16 @@
 //! One thread started and joined per call (tens of microseconds: `cargo run --release -p tca
 //! --example p2p_overlap` prints it), so the form is for computations of a millisecond and
 //! more. The computation's thread gets an 8 MiB stack, a main thread's usual size. When
-//! nothing moved for the wait policy's spins the loop naps [`NAP`] at a time (the
-//! computation's end wakes it at once), so it takes a slice of the computation's core only
-//! as often as that.
+//! nothing moved for the wait policy's spins the loop yields (on a shared core: the
+//! computation runs out its slice) and then naps, from [`NAP`] growing to [`MAX_NAP`] while
+//! nothing arrives (the computation's end wakes it at once), so when all is quiet it takes
+//! the computation's core about once a millisecond or a slice, and a message after a long
+//! quiet waits about that long for it. Measured with 2 bound ranks on the development
+//! machine (the example above; BENCHMARKS.md, "A plain communicator's progress thread"):
+//! the computing rank's whole call within -8% to +3% of the caller's progress at 10 and 100
+//! ms of work, a peer's send that starts 5 ms into the work done in 1.4-1.7 ms. Without the
+//! yields (naps alone) the work took up to 7.6% longer; with naps of a fixed 50 us, 26-34%
+//! longer.
 //!
 //! The loop and the computation share the rank's CPU where `tca run` bound the rank to one
 //! (the computation's thread inherits the binding). Measured on the development machine (2
@@ -41,10 +48,18 @@
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::Thread;
+use std::time::Duration;
 
 use super::{NAP, Progress};
 use crate::coll::Comm;
 use crate::error::{Error, ErrorKind, Result};
+
+/// The longest nap of the progress loop while nothing arrives: a message that comes after a
+/// long quiet waits for the loop about this long. Each nap costs the computation sharing
+/// its core two context switches and a pass; at a fixed [`NAP`] of 50 us that took 26-34% of
+/// a bound rank's computation on the development machine (BENCHMARKS.md, "A plain
+/// communicator's progress thread").
+pub const MAX_NAP: Duration = Duration::from_millis(1);
 
 /// Stack of the computation's thread: a process's main thread usually has 8 MiB, and work
 /// that runs there with the caller's progress must not overflow with the thread's (address
@@ -157,22 +172,27 @@ impl Comm<'_> {
     }
 
     /// Progress passes until `done` is raised: back to back while something moves, then the
-    /// wait policy's spins, then a nap of [`NAP`] per pass. No yielding turns: the thread a
-    /// yield hands the core to is the computation, which keeps it for a scheduler slice,
-    /// where a nap's timer brings the loop back within [`NAP`]. An error stops the passes;
-    /// the loop then only waits for `done`, and returns the error.
+    /// wait policy's spins and yields, then a nap per pass, from [`NAP`] doubling to
+    /// [`MAX_NAP`] while nothing arrives (spins, yields and naps start over when something
+    /// does). On a core shared with the computation a yield hands it the core for the rest of
+    /// its slice, the cheapest wait there (see the module docs, "Cost"). An error stops the
+    /// passes; the loop then only waits for `done`, and returns the error.
     fn progress_until(&self, done: &AtomicBool) -> Result<()> {
-        let spins = self.world_ref().wait_policy().0.min(1 << 20);
+        let (spins, yields) = self.world_ref().wait_policy();
+        let spins = spins.min(1 << 20);
+        let patience = spins.saturating_add(yields.min(1 << 20));
         let mut idle = 0u32;
+        let mut nap = NAP;
         let mut failed = None;
         while !done.load(Ordering::Acquire) {
             if failed.is_some() {
-                std::thread::park_timeout(NAP);
+                std::thread::park_timeout(MAX_NAP);
                 continue;
             }
             match self.poll_once() {
                 Ok(true) => {
                     idle = 0;
+                    nap = NAP;
                     continue;
                 }
                 Ok(false) => idle = idle.saturating_add(1),
@@ -183,8 +203,11 @@ impl Comm<'_> {
             }
             if idle <= spins {
                 std::hint::spin_loop();
+            } else if idle <= patience {
+                std::thread::yield_now();
             } else {
-                std::thread::park_timeout(NAP);
+                std::thread::park_timeout(nap);
+                nap = (nap * 2).min(MAX_NAP);
             }
         }
         failed.map_or(Ok(()), Err)
