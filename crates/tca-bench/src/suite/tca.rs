@@ -853,17 +853,14 @@ impl<'w> Backend for TcaBackend<'w> {
             Some(coll) => {
                 let b = bench.selection_bytes(bytes, p);
                 // IMB's blocking collectives over tca's buffers, from the threshold on.
-                if matches!(self.bsend, Mem::Tca(_))
-                    && bench.family == super::Family::Imb
-                    && self.comm.single_copy_for(coll, b)
-                {
-                    if coll == tca::Collective::Gather {
-                        "single copy (blocks written into the root's buffer)".into()
-                    } else {
-                        "single copy (peers' buffers read in place)".into()
+                match self.comm.single_copy_path(coll, b) {
+                    Some(path)
+                        if matches!(self.bsend, Mem::Tca(_))
+                            && bench.family == super::Family::Imb =>
+                    {
+                        path.into()
                     }
-                } else {
-                    self.comm.algorithm(coll, b).name.into()
+                    _ => self.comm.algorithm(coll, b).name.into(),
                 }
             }
         }

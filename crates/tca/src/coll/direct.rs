@@ -233,6 +233,31 @@ impl Comm<'_> {
             }
     }
 
+    /// How a call of `c` on `bytes` bytes goes single-copy when every buffer it passes is one
+    /// of this communicator's [`Buffer`](super::Buffer)s, in words (a tool's algorithm
+    /// column), or `None` where it does not ([`Comm::single_copy_for`]).
+    pub fn single_copy_path(&self, c: Collective, bytes: usize) -> Option<&'static str> {
+        if !self.single_copy_for(c, bytes) {
+            return None;
+        }
+        Some(match c {
+            Collective::Gather => "single copy (blocks written into the root's buffer)",
+            Collective::Reduce if bytes >= REDUCE_SPLIT_MIN => {
+                "single copy (every rank folds a part into the root's buffer)"
+            }
+            Collective::Broadcast if self.direct_few && bytes >= BCAST_SPLIT_MIN => {
+                "single copy (every rank copies a part into every buffer)"
+            }
+            Collective::Allgather if self.direct_few && bytes >= ALLGATHER_PUSH_MIN => {
+                "single copy (blocks written into every buffer)"
+            }
+            Collective::Allreduce if !self.direct_few => {
+                "single copy (a part folded per rank, then read in place)"
+            }
+            _ => "single copy (peers' buffers read in place)",
+        })
+    }
+
     /// How many collectives on this communicator went single-copy so far (read in place
     /// from [`Buffer`](super::Buffer)s): whether a program's buffers are used as it hopes.
     pub fn single_copy_calls(&self) -> u64 {
