@@ -269,7 +269,7 @@ fn below_the_threshold_and_when_forced_the_channels_run() {
     .unwrap();
     for (small, forced, off, on, single, x) in got {
         assert_eq!((small, forced, off), (0, 0, 0));
-        assert_eq!(on, u64::from(single && allreduce_too(2)));
+        assert_eq!(on, u64::from(single && allreduce_direct(2)));
         assert_eq!(x, 2.0 * v(0, 0));
     }
 }

@@ -153,7 +153,8 @@ impl super::Comm<'_> {
     /// buffer that this communicator's large blocking collectives on one node read in place,
     /// one copy per byte: `broadcast`, `scatter`, `gather`, `reduce`, `allgather`, `alltoall`,
     /// `allreduce` (up to [`SINGLE_COPY_ALLREDUCE_RANKS`](super::SINGLE_COPY_ALLREDUCE_RANKS)
-    /// ranks with a core each) and `reduce_scatter`, from
+    /// ranks with a core each, or from
+    /// [`ALLREDUCE_SCATTER_MIN`](super::ALLREDUCE_SCATTER_MIN) bytes) and `reduce_scatter`, from
     /// [`single_copy_min`](super::Comm::single_copy_min) bytes on
     /// ([`SINGLE_COPY_MIN`](super::SINGLE_COPY_MIN), or
     /// [`SINGLE_COPY_MIN_CROWDED`](super::SINGLE_COPY_MIN_CROWDED) with more ranks than cores;

@@ -22,8 +22,9 @@
 //!    broadcast of [`BCAST_SPLIT_MIN`] bytes and more is offered all to all, and every rank
 //!    (the root too) copies its part of the root's buffer into every other rank's; an
 //!    allgather's ranks offer their receive buffers and write their blocks into all of them.
-//!    With more ranks, an allreduce of [`ALLREDUCE_SCATTER_MIN`] bytes and more offers both
-//!    buffers, folds a part per rank and then gathers the parts.
+//!    With more ranks than [`SINGLE_COPY_ALLREDUCE_RANKS`] or than cores, an allreduce of
+//!    [`ALLREDUCE_SCATTER_MIN`] bytes and more offers both buffers, folds a part per rank and
+//!    then gathers the parts.
 //! 2. *Reads*: a reader with every offer it needs copies (or reduces) from the peers' memory.
 //!    Bounds, key and the offered length (against the length this rank expects: a mismatch
 //!    between ranks is an error here, not a wrong result) are checked first.
@@ -47,9 +48,10 @@
 //! without a message), whose members are all on this node and reached through shared memory (a
 //! simulated or network transport has only writes: the papers' hardware), with no algorithm forced,
 //! and from [`SINGLE_COPY_MIN`] bytes on (`TCA_SINGLE_COPY`, `Comm::set_single_copy_min`). An
-//! allreduce reads every peer's whole vector on every rank, so only up to
-//! [`SINGLE_COPY_ALLREDUCE_RANKS`] ranks, each with a core. With more ranks than cores the
-//! threshold is [`SINGLE_COPY_MIN_CROWDED`]. Rank 0's settings are every member's (sent when the
+//! allreduce whose every rank reads every peer's whole vector runs only up to
+//! [`SINGLE_COPY_ALLREDUCE_RANKS`] ranks, each with a core; beyond, from
+//! [`ALLREDUCE_SCATTER_MIN`] bytes, as a reduce-scatter then an allgather over the buffers.
+//! With more ranks than cores the threshold is [`SINGLE_COPY_MIN_CROWDED`]. Rank 0's settings are every member's (sent when the
 //! communicator is made). An error in the middle of the protocol aborts the job: the peers wait for
 //! this rank's offers or its "done".
 
@@ -79,11 +81,12 @@ pub const SINGLE_COPY_MIN: usize = 8 * 1024;
 /// measured).
 pub const SINGLE_COPY_MIN_CROWDED: usize = 64 * 1024;
 
-/// Most ranks a single-copy allreduce runs on: every rank reduces all p vectors, p times the
-/// reads of one vector, which the channel algorithms (about 2 vectors' worth per rank) should
-/// beat from a few ranks on. An estimate: measured only at 2 ranks with a core each (0.1-0.5x
-/// the channels) and at 4 on 2 cores (1.26-1.71x at 64 KiB, hence none with more ranks than
-/// cores).
+/// Most ranks a single-copy allreduce runs on in the form where every rank reduces all p
+/// vectors, p times the reads of one vector, which the channel algorithms (about 2 vectors'
+/// worth per rank) should beat from a few ranks on. An estimate: measured only at 2 ranks
+/// with a core each (0.1-0.5x the channels) and at 4 on 2 cores (1.26-1.71x at 64 KiB, hence
+/// not with more ranks than cores). Beyond it, an allreduce goes single-copy from
+/// [`ALLREDUCE_SCATTER_MIN`] bytes in two halves (about 2(p - 1)/p of a vector per rank).
 pub const SINGLE_COPY_ALLREDUCE_RANKS: usize = 4;
 
 /// This rank's single-copy settings for a communicator of `p` ranks: the smallest message
@@ -242,7 +245,10 @@ impl Comm<'_> {
         }
         Some(match c {
             Collective::Gather => "single copy (blocks written into the root's buffer)",
-            Collective::Reduce if bytes >= REDUCE_SPLIT_MIN => {
+            Collective::Reduce
+                if bytes >= REDUCE_SPLIT_MIN
+                    && (self.direct_few || bytes >= REDUCE_SPLIT_MIN_CROWDED) =>
+            {
                 "single copy (every rank folds a part into the root's buffer)"
             }
             Collective::Broadcast if self.direct_few && bytes >= BCAST_SPLIT_MIN => {
@@ -834,6 +840,14 @@ async fn gather_steps<M: Mode>(
 /// only: the split's messages grow as p(p - 1), the root's alone as p - 1.
 pub const REDUCE_SPLIT_MIN: usize = 16 * 1024;
 
+/// The smallest reduce whose fold is split (as [`REDUCE_SPLIT_MIN`]) with more ranks than
+/// [`SINGLE_COPY_ALLREDUCE_RANKS`] or than cores: the split's p(p - 1) offers and "done"s are
+/// then trips through the scheduler. At 8 ranks on
+/// 2 cores, split / root alone: 64 KiB 31-61 / 21-24 us, 128 KiB 34-50 / 36-38, 256 KiB
+/// 58-65 / 132-159, 1 MiB 256-261 / 534-559; at 4 ranks 128 KiB 12-25 / 25-30
+/// (BENCHMARKS.md, "A single-copy allreduce for crowded ranks").
+pub const REDUCE_SPLIT_MIN_CROWDED: usize = 128 * 1024;
+
 /// Reduce: every rank offers `send`, the root folds them all into `recv`. From
 /// [`REDUCE_SPLIT_MIN`] bytes the fold is split: the root also offers `recv`, every rank offers
 /// `send` to every rank, and rank r folds the r-th of p parts of every rank's `send` straight
@@ -849,7 +863,7 @@ pub(super) async fn reduce<M: Mode>(
     root: usize,
 ) -> Result<bool> {
     let (p, me, n) = (c.p(), c.me, send.len());
-    if n < REDUCE_SPLIT_MIN {
+    if n < REDUCE_SPLIT_MIN || (!c.direct_few && n < REDUCE_SPLIT_MIN_CROWDED) {
         let r = to_root(c, send, root, |peers| c.fold(peers, send, 0, recv, red)).await;
         return c.direct_end(r);
     }

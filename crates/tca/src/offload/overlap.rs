@@ -18,10 +18,12 @@
 //! # Cost
 //! One thread started and joined per call (tens of microseconds: `cargo run --release -p tca
 //! --example p2p_overlap` prints it), so the form is for computations of a millisecond and
-//! more. The computation's thread gets an 8 MiB stack, a main thread's usual size. When
-//! nothing moved for the wait policy's spins the loop yields (on a shared core: the
-//! computation runs out its slice) and then naps, from [`NAP`] growing to [`MAX_NAP`] while
-//! nothing arrives (the computation's end wakes it at once), so when all is quiet it takes
+//! more. The computation's thread gets an 8 MiB stack (a main thread's usual size; more if
+//! `RUST_MIN_STACK` asks). When nothing moved for the wait policy's spins the loop yields (on
+//! a shared core: the computation runs out its slice) and then naps, from [`NAP`] growing to
+//! [`MAX_NAP`] while
+//! nothing arrives (the computation's end wakes it at once; a collective started in an open
+//! scope keeps them at [`NAP`] while it is in flight), so when all is quiet it takes
 //! the computation's core about once a millisecond or a slice, and a message after a long
 //! quiet waits about that long for it. Measured with 2 bound ranks on the development
 //! machine (the example above; BENCHMARKS.md, "A plain communicator's progress thread"):
@@ -66,6 +68,14 @@ pub const MAX_NAP: Duration = Duration::from_millis(1);
 /// space only until touched; `std`'s default for new threads is 2 MiB).
 const COMPUTE_STACK: usize = 8 << 20;
 
+/// [`COMPUTE_STACK`], or `RUST_MIN_STACK` where that asks for more.
+fn compute_stack() -> usize {
+    std::env::var("RUST_MIN_STACK")
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .map_or(COMPUTE_STACK, |n| n.max(COMPUTE_STACK))
+}
+
 /// Raises the computation's end for the progress loop, however the computation ends.
 struct Finished<'a> {
     flag: &'a AtomicBool,
@@ -101,9 +111,11 @@ impl Comm<'_> {
     /// still waited for afterwards as usual (their waits then find them done).
     ///
     /// A panic in `work` resumes in the caller once the progress loop has stopped; the
-    /// communicator stays usable. An error of the progress itself (a peer died) stops the
-    /// progress, lets `work` finish and is returned instead of its result; the requests in
-    /// flight report it again at their waits.
+    /// communicator stays usable. An error of the progress found before `work` starts (a peer
+    /// already dead, a call from inside one of this communicator's reductions) is returned
+    /// without running it; one found while it runs stops the progress, lets `work` finish and
+    /// is returned instead of its result. The requests in flight report it again at their
+    /// waits.
     ///
     /// ```
     /// use tca::{Comm, threads, offload::Progress};
@@ -144,7 +156,7 @@ impl Comm<'_> {
             };
             let computing = std::thread::Builder::new()
                 .name(format!("tca-compute-{rank}"))
-                .stack_size(COMPUTE_STACK)
+                .stack_size(compute_stack())
                 .spawn_scoped(s, move || {
                     let _finished = finished;
                     work()
@@ -207,7 +219,11 @@ impl Comm<'_> {
                 std::thread::yield_now();
             } else {
                 std::thread::park_timeout(nap);
-                nap = (nap * 2).min(MAX_NAP);
+                // A started collective moves on with every pass but says nothing of it:
+                // while one is in flight the naps stay short.
+                if !self.scope_pending() {
+                    nap = (nap * 2).min(MAX_NAP);
+                }
             }
         }
         failed.map_or(Ok(()), Err)
