@@ -51,9 +51,9 @@
 //! allreduce whose every rank reads every peer's whole vector runs only up to
 //! [`SINGLE_COPY_ALLREDUCE_RANKS`] ranks, each with a core; beyond, from
 //! [`ALLREDUCE_SCATTER_MIN`] bytes, as a reduce-scatter then an allgather over the buffers.
-//! With more ranks than cores the threshold is [`SINGLE_COPY_MIN_CROWDED`]. Rank 0's settings are every member's (sent when the
-//! communicator is made). An error in the middle of the protocol aborts the job: the peers wait for
-//! this rank's offers or its "done".
+//! With more ranks than cores the threshold is [`SINGLE_COPY_MIN_CROWDED`]. Rank 0's settings
+//! are every member's (sent when the communicator is made). An error in the middle of the
+//! protocol aborts the job: the peers wait for this rank's offers or its "done".
 
 #![allow(unsafe_code)] // the views of peers' buffers that reductions read, argued below
 
