@@ -127,7 +127,7 @@ impl Comm<'_> {
     ///     if comm.rank() == 0 {
     ///         let mut buf = vec![0f64; n];
     ///         let mut r = comm.irecv(&mut buf, 1, 0)?;
-    ///         // Rank 1's send completes during this computation.
+    ///         // Rank 1's send can complete during this computation.
     ///         let s = comm.overlap(|| (0..1_000_000u64).map(|i| i % 7).sum::<u64>())?;
     ///         r.wait()?;
     ///         drop(r);
