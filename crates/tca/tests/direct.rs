@@ -356,20 +356,27 @@ fn a_reduce_with_lengths_across_the_split_fails_everywhere() {
                 c.single_copy_for(tca::Collective::Reduce, 8 * small),
             ))
         });
-        let got: Vec<_> = got.into_iter().map(Result::unwrap).collect();
-        if !got[0].1 {
-            continue;
-        }
-        assert!(
-            got.iter().all(|(r, _)| r.is_err()),
-            "rank {larger} larger: every rank fails: {got:?}"
-        );
-        assert!(
-            got.iter()
-                .any(|(r, _)| *r == Err(ErrorKind::InvalidArgument)),
-            "rank {larger} larger: the mismatch is named: {got:?}"
-        );
+        straddle_failed_everywhere(got, &format!("rank {larger} larger"));
     }
+}
+
+/// Checks the per-rank results of a call whose ranks passed lengths on either side of a
+/// threshold (`what` says which case), each with whether the smaller length goes
+/// single-copy: where it does, every rank failed and one named the mismatch.
+fn straddle_failed_everywhere(got: Vec<tca::Result<(Result<(), ErrorKind>, bool)>>, what: &str) {
+    let got: Vec<_> = got.into_iter().map(Result::unwrap).collect();
+    if !got[0].1 {
+        return;
+    }
+    assert!(
+        got.iter().all(|(r, _)| r.is_err()),
+        "{what}: every rank fails: {got:?}"
+    );
+    assert!(
+        got.iter()
+            .any(|(r, _)| *r == Err(ErrorKind::InvalidArgument)),
+        "{what}: the mismatch is named: {got:?}"
+    );
 }
 
 #[test]
@@ -552,19 +559,9 @@ fn a_broadcast_with_lengths_across_the_split_fails_everywhere() {
                     c.single_copy_for(tca::Collective::Broadcast, small),
                 ))
             });
-            let got: Vec<_> = got.into_iter().map(Result::unwrap).collect();
-            if !got[0].1 {
-                continue;
-            }
-            assert!(
-                got.iter().all(|(r, _)| r.is_err()),
-                "rank {larger} larger, root in ordinary memory {heap_root}: every rank fails: \
-                 {got:?}"
-            );
-            assert!(
-                got.iter()
-                    .any(|(r, _)| *r == Err(ErrorKind::InvalidArgument)),
-                "the mismatch is named: {got:?}"
+            straddle_failed_everywhere(
+                got,
+                &format!("rank {larger} larger, root in ordinary memory {heap_root}"),
             );
         }
     }

@@ -158,6 +158,14 @@ struct Buffers {
     src: Vec<f64>,
 }
 
+/// Checks a computing rank's results after its job: the sum everywhere, rank 1's data at rank 0.
+fn check_job(me: u32, b: &Buffers) {
+    assert_eq!(b.sum, b.want, "rank {me}");
+    if me == 0 {
+        assert_eq!(b.big, b.src);
+    }
+}
+
 impl Buffers {
     fn new(me: u32, p: u32, big: usize) -> Self {
         Self {
@@ -183,17 +191,11 @@ fn a_computing_rank_completes_its_peers_collectives_through_its_proxy() {
     let deadline = Duration::from_secs(30);
     threads::run_offloaded(P, |px| {
         let me = px.rank();
-        let Buffers {
-            mine,
-            mut sum,
-            want,
-            mut big,
-            src,
-        } = Buffers::new(me, P, BIG);
+        let mut b = Buffers::new(me, P, BIG);
         px.scope(|s| {
-            let mut a = s.iallreduce(&mine, &mut sum, &Op::Sum)?;
+            let mut a = s.iallreduce(&b.mine, &mut b.sum, &Op::Sum)?;
             if me == 0 {
-                let mut r = s.irecv(&mut big, 1, 7)?;
+                let mut r = s.irecv(&mut b.big, 1, 7)?;
                 let t0 = Instant::now();
                 let mut x = 1.0f64;
                 while FINISHED.load(Ordering::Acquire) < P - 1 {
@@ -213,7 +215,7 @@ fn a_computing_rank_completes_its_peers_collectives_through_its_proxy() {
                 let st = r.wait()?;
                 assert_eq!((st.source, st.tag, st.bytes), (1, 7, BIG * 8));
             } else {
-                let mut snd = (me == 1).then(|| s.isend(&src, 0, 7)).transpose()?;
+                let mut snd = (me == 1).then(|| s.isend(&b.src, 0, 7)).transpose()?;
                 a.wait()?;
                 if let Some(t) = snd.as_mut() {
                     t.wait()?;
@@ -222,10 +224,7 @@ fn a_computing_rank_completes_its_peers_collectives_through_its_proxy() {
             }
             Ok(())
         })?;
-        assert_eq!(sum, want, "rank {me}");
-        if me == 0 {
-            assert_eq!(big, src);
-        }
+        check_job(me, &b);
         Ok(())
     })
     .unwrap();
@@ -445,17 +444,11 @@ fn peers_finish_while_rank_0_computes(mode: Progress, patience: Duration) -> boo
         let c = Comm::world(w)?;
         c.set_progress(mode);
         let me = c.rank();
-        let Buffers {
-            mine,
-            mut sum,
-            want,
-            mut big,
-            src,
-        } = Buffers::new(me, P, BIG);
+        let mut b = Buffers::new(me, P, BIG);
         c.scope(|s| {
-            let mut a = s.iallreduce(&mine, &mut sum, &Op::Sum)?;
+            let mut a = s.iallreduce(&b.mine, &mut b.sum, &Op::Sum)?;
             if me == 0 {
-                let mut r = c.irecv(&mut big, 1, 7)?;
+                let mut r = c.irecv(&mut b.big, 1, 7)?;
                 let all = c.overlap(|| {
                     let t0 = Instant::now();
                     let mut x = 1.0f64;
@@ -481,7 +474,7 @@ fn peers_finish_while_rank_0_computes(mode: Progress, patience: Duration) -> boo
                 }
             } else {
                 if me == 1 {
-                    c.send(&src, 0, 7)?;
+                    c.send(&b.src, 0, 7)?;
                 }
                 if me == 2 {
                     for k in 0..FLOOD {
@@ -493,10 +486,7 @@ fn peers_finish_while_rank_0_computes(mode: Progress, patience: Duration) -> boo
             }
             Ok(())
         })?;
-        assert_eq!(sum, want, "rank {me}");
-        if me == 0 {
-            assert_eq!(big, src);
-        }
+        check_job(me, &b);
         Ok(())
     })
     .unwrap();

@@ -715,11 +715,12 @@ async fn broadcast_split<M: Mode>(c: Steps<'_, M>, buf: &mut [u8], root: usize) 
     // length, an error, not a wait.
     let mut peers = Peers::take(&c)?;
     let (all, mine) = offers_all(c, buf, n, &mut peers).await?;
-    if !(if me == root {
+    let root_offered = if me == root {
         mine
     } else {
         peers[root].is_some()
-    }) {
+    };
+    if !root_offered {
         return Ok(false);
     }
     if all {

@@ -68,12 +68,16 @@ pub const MAX_NAP: Duration = Duration::from_millis(1);
 /// space only until touched; `std`'s default for new threads is 2 MiB).
 const COMPUTE_STACK: usize = 8 << 20;
 
-/// [`COMPUTE_STACK`], or `RUST_MIN_STACK` where that asks for more.
+/// [`COMPUTE_STACK`], or `RUST_MIN_STACK` where that asks for more (read once: the
+/// environment is read under a process-wide lock).
 fn compute_stack() -> usize {
-    std::env::var("RUST_MIN_STACK")
-        .ok()
-        .and_then(|v| v.trim().parse::<usize>().ok())
-        .map_or(COMPUTE_STACK, |n| n.max(COMPUTE_STACK))
+    static STACK: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *STACK.get_or_init(|| {
+        std::env::var("RUST_MIN_STACK")
+            .ok()
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .map_or(COMPUTE_STACK, |n| n.max(COMPUTE_STACK))
+    })
 }
 
 /// Raises the computation's end for the progress loop, however the computation ends.
