@@ -18,6 +18,7 @@
 //! | `TCA_SIM_COMPUTE` | user | how computation costs virtual time under `TCA_TRANSPORT=sim`: `model` (default: reductions at the model's rate) or `measured:SCALE` (host time between calls times SCALE). On a simulated network `TCA_TIMEOUT` and `World::set_timeout` do not apply (a wait no rank can satisfy is a deadlock error there); `World::wait_until_timeout` times out in virtual time |
 //! | `TCA_OFI_PROVIDER` | user | the libfabric provider (`tcp`, `verbs`, `efa`, `cxi`, ...; default: a network's own RDM provider in libfabric's order, else the native RDM over TCP (`net`; `tcp` from libfabric 1.18) before `tcp;ofi_rxm`, the other TCP/UDP layers, `sockets` and `shm`) |
 //! | `TCA_OFI_DOMAIN` | user | the libfabric domain (the tcp provider's: a network interface such as `eth0`; default: the first the provider offers that is not loopback) |
+//! | `TCA_OFI_STAGE` | user | `auto` (default: a put from memory outside this rank's registered segments is copied through two registered staging buffers only where the provider needs local buffers registered) or `always` (every such put is staged: the seed's BtoM, for measuring it) |
 //! | `TCA_KV` | launcher, user | `host:port` of the start-up rendezvous of a job that spans nodes (`tca run --hosts` sets it; under Slurm it defaults to the step's first node) |
 //! | `TCA_KV_SILENCE` | user | seconds a rank or the rendezvous may be silent before its node is declared unreachable (default 5) |
 //! | `TCA_HOSTS` | user | hosts for the ranks that `tca bench`, `tca cg` and `tca model calibrate` start themselves (`h1:2,h2:2`, as `tca run --hosts`) |
@@ -88,6 +89,8 @@ pub const SIM_COMPUTE: &str = "TCA_SIM_COMPUTE";
 pub const OFI_PROVIDER: &str = "TCA_OFI_PROVIDER";
 /// The libfabric domain (for tcp: a network interface).
 pub const OFI_DOMAIN: &str = "TCA_OFI_DOMAIN";
+/// Whether large puts from unregistered memory across the network are staged (`auto`, `always`).
+pub const OFI_STAGE: &str = "TCA_OFI_STAGE";
 /// `host:port` of the start-up rendezvous across nodes.
 pub const KV: &str = "TCA_KV";
 /// Seconds of silence before a node is declared unreachable.
@@ -130,6 +133,7 @@ pub const KNOWN: &[&str] = &[
     SIM_COMPUTE,
     OFI_PROVIDER,
     OFI_DOMAIN,
+    OFI_STAGE,
     KV,
     KV_SILENCE,
     NODE,

@@ -7,7 +7,7 @@ use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
 use proptest::prelude::*;
-use tca::am::{Endpoint, MAX_ARGS, MAX_MEDIUM, Strided, Table};
+use tca::am::{Endpoint, MAX_ARGS, MAX_MEDIUM, Mode, STAGE_BYTES, Strided, Table};
 use tca::{Comm, ErrorKind, threads};
 
 /// The low byte of `x`: test patterns wrap mod 256 on purpose.
@@ -77,7 +77,10 @@ fn round_trips_of_every_kind_and_size() {
             let c = Comm::world(w)?;
             let half = 1 << 20;
             let (t, echo) = echo_table(half);
-            let ep = Endpoint::new(&c, t, 2 * half)?;
+            // Above the two halves peers' Long payloads land in: Medium payloads sent from
+            // this rank's segment.
+            let ep = Endpoint::new(&c, t, 2 * half + MAX_MEDIUM)?;
+            let net = w.transport().contains("ofi");
             assert_eq!(ep.max_args(), MAX_ARGS);
             assert!(ep.max_request_medium() >= 64 << 10);
             let me = c.rank();
@@ -119,6 +122,21 @@ fn round_trips_of_every_kind_and_size() {
                 let (k, a, b) = echo.got.borrow().last().cloned().unwrap();
                 assert_eq!((k, a.as_slice()), (1, &[seed, 7, 8][..]));
                 assert_eq!(b, pattern(seed + 1, n), "medium of {n} bytes");
+                // The same from this rank's segment (MtoB: no copy here).
+                let seed = seed + 50;
+                ep.segment().write(2 * half, &pattern(seed, n))?;
+                let mode = ep.medium_from_mode(to, n)?;
+                assert!(mode == Mode::MtoB || (net && mode == Mode::BtoB), "{mode}");
+                ep.request_medium_from(to, mreq, &[seed, 7, 8], 2 * half, n)?;
+                expect += 1;
+                ep.wait_until(|| echo.got.borrow().len() == expect)?;
+                let (k, a, b) = echo.got.borrow().last().cloned().unwrap();
+                assert_eq!((k, a.as_slice()), (1, &[seed, 7, 8][..]));
+                assert_eq!(
+                    b,
+                    pattern(seed + 1, n),
+                    "medium of {n} bytes from the segment"
+                );
             }
             // Long: up to the half segment, landing at the offset asked.
             let lreq = ep.index("long_req")?;
@@ -268,6 +286,60 @@ fn put_get_forms(direct: bool) {
         let mut lost = vec![0u8; 100_000];
         drop(ep.get_nb(right, 0, &mut lost)?);
         c.barrier()?;
+        Ok(())
+    })
+    .unwrap();
+}
+
+/// Seed 001's data modes, each named as the transport takes it and each delivering every
+/// byte: puts from ordinary memory (MtoM; BtoM when staged; BtoB when a message carries them
+/// across a network) and from this rank's segment (MtoM, no copy). Across a network
+/// (`TCA_TRANSPORT=ofi`) staging is forced in the second round, so the BtoM path (two staging
+/// buffers used alternately, an odd last piece) runs on a provider that needs none.
+#[test]
+fn every_data_mode_delivers_every_byte() {
+    threads::run(2, |w| {
+        let c = Comm::world(w)?;
+        let big = 2 * STAGE_BYTES + STAGE_BYTES / 2 + 4097;
+        let ep = Endpoint::new(&c, Table::new(), 4 * big)?;
+        let (me, peer) = (c.rank(), 1 - c.rank());
+        let net = w.transport().contains("ofi");
+        for (round, staged) in [false, true].into_iter().enumerate() {
+            ep.set_staging(staged);
+            let small = pattern(u64::from(me) + 100 * round as u64, 100);
+            let large = pattern(u64::from(me) + 7 + 100 * round as u64, big);
+            let want_large = match (net, staged) {
+                (false, _) => Mode::MtoM,
+                (true, false) => Mode::MtoM,
+                (true, true) => Mode::BtoM,
+            };
+            let want_small = if net { Mode::BtoB } else { Mode::MtoM };
+            assert_eq!(ep.put_mode(peer, &large)?, want_large, "round {round}");
+            assert_eq!(ep.put_mode(peer, &small)?, want_small, "round {round}");
+            assert_eq!(ep.put_from_mode(peer, big)?, Mode::MtoM);
+            assert_eq!(ep.put_from_mode(peer, 100)?, want_small);
+            // Ordinary memory into the peer's first quarter; this rank's own copy of `large`
+            // in its third quarter goes segment to segment into the peer's second.
+            ep.put(peer, 0, &large)?;
+            ep.put(peer, 3 * big + 8, &small)?;
+            ep.segment().write(2 * big, &large)?;
+            ep.put_from(peer, big, 2 * big, big)?;
+            c.barrier()?;
+            let want = pattern(u64::from(peer) + 7 + 100 * round as u64, big);
+            for at in [0, big] {
+                let mut got = vec![0u8; big];
+                ep.segment().read(at, &mut got)?;
+                let bad = got.iter().zip(&want).position(|(a, b)| a != b);
+                assert_eq!(
+                    bad, None,
+                    "round {round}, staged {staged}, at {at}: first wrong byte"
+                );
+            }
+            let mut got = vec![0u8; 100];
+            ep.segment().read(3 * big + 8, &mut got)?;
+            assert_eq!(got, pattern(u64::from(peer) + 100 * round as u64, 100));
+            c.barrier()?;
+        }
         Ok(())
     })
     .unwrap();
@@ -799,11 +871,28 @@ fn puts_split_over_channels_deliver_every_byte() {
                 assert!(got == want, "{n} channels, {len} bytes at {off}");
                 c.barrier()?;
             }
-            // One pattern, repeated: tuned, then frozen (into memory of this node, or over a
-            // simulated network's DMA channels: puts across a real network are not split).
-            if !ep.on_node(peer)? && w.simulated().is_none() {
-                continue;
+            // Each channel alone carries a whole put (weight 1 on it, 0 on the others): the
+            // caller's copy, a copy engine, a simulated DMA channel, or across a network
+            // this rank's endpoint or one of its lanes.
+            let len = 3 * tca::am::SPLIT_MIN + 100;
+            for k in 0..n {
+                let mut wts = vec![0.0; n];
+                wts[k] = 1.0;
+                let data = pattern(u64::from(me) * 1000 + (n * 10 + k) as u64, len);
+                let secs = ep.put_weighted(peer, 64, &data, &wts)?;
+                ep.wait_syncnbi_puts()?;
+                assert_eq!(secs.len(), n);
+                for (j, t) in secs.iter().enumerate() {
+                    assert_eq!(*t > 0.0, j == k, "{n} channels, all on {k}: times {secs:?}");
+                }
+                c.barrier()?;
+                let mut got = vec![0u8; len];
+                ep.segment().read(64, &mut got)?;
+                let want = pattern(u64::from(peer) * 1000 + (n * 10 + k) as u64, len);
+                assert!(got == want, "{n} channels, all on channel {k}");
+                c.barrier()?;
             }
+            // One pattern, repeated: tuned, then frozen.
             let len = 256 << 10;
             let data = pattern(7, len);
             for k in 0..tca::am::TUNING {

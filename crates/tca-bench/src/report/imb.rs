@@ -107,12 +107,13 @@ pub fn render(out: &Output) -> String {
     s
 }
 
-/// `# Allreduce: 8..64 recursive_doubling, 128.. ring` lines for tca.
+/// `# Allreduce: 8..64 recursive_doubling, 128.. ring` lines for tca (and, for the GASNet
+/// benchmarks, what each size does: `Put: 8..8 put, BtoB, 65536..4194304 put, MtoM`).
 fn algorithm_lines(out: &Output, im: &str) -> String {
     let mut s = String::new();
     for b in BENCHMARKS
         .iter()
-        .filter(|b| b.collective.is_some() || b.lattice())
+        .filter(|b| b.collective.is_some() || b.lattice() || b.gasnet())
     {
         let mut runs: Vec<(u64, u64, &str)> = Vec::new();
         for r in out

@@ -119,6 +119,8 @@ pub enum Kind {
     AmShort,
     /// testam's Medium ping-pong: a Medium request and a Medium reply of the same size.
     AmMedium,
+    /// AM_Medium with the request's payload sent from rank 0's segment (seed 001's MtoB).
+    AmMediumFrom,
     /// testam's Long ping-pong: a Long request and a Long reply of the same size.
     AmLong,
     /// A blocking get by rank 0 from rank 1's segment (within a node a direct read; across a
@@ -126,6 +128,9 @@ pub enum Kind {
     Get,
     /// A blocking put by rank 0 into rank 1's segment.
     Put,
+    /// A blocking put by rank 0 from its own segment into rank 1's: segment to segment
+    /// (seed 001's MtoM; across a network an RMA write straight from the segment).
+    PutFrom,
     /// Seed 001's strided halo exchange of a 3-D array of f64: three faces (contiguous,
     /// block-stride, strided) put into the partner's ghost array by strided puts, both ways.
     VisHalo,
@@ -338,6 +343,13 @@ pub static BENCHMARKS: &[Benchmark] = &[
         about: "GASNet testam: Medium request and reply of the size, round trip (up to 64 KiB)",
     },
     Benchmark {
+        name: "AM_Medium_from",
+        kind: Kind::AmMediumFrom,
+        collective: None,
+        family: Family::Gasnet,
+        about: "AM_Medium with the request's payload sent from rank 0's segment straight into rank 1's ring (seed 001's MtoB)",
+    },
+    Benchmark {
         name: "AM_Long",
         kind: Kind::AmLong,
         collective: None,
@@ -370,7 +382,14 @@ pub static BENCHMARKS: &[Benchmark] = &[
         kind: Kind::Put,
         collective: None,
         family: Family::Gasnet,
-        about: "blocking put into rank 1's segment",
+        about: "blocking put into rank 1's segment (the algorithm column names seed 001's data mode)",
+    },
+    Benchmark {
+        name: "Put_from",
+        kind: Kind::PutFrom,
+        collective: None,
+        family: Family::Gasnet,
+        about: "blocking put from rank 0's segment into rank 1's: segment to segment (MtoM)",
     },
     Benchmark {
         name: "Ibcast",
@@ -475,11 +494,12 @@ impl Benchmark {
             | Kind::OsuBibw
             | Kind::AmShort
             | Kind::AmMedium
+            | Kind::AmMediumFrom
             | Kind::AmLong
             | Kind::Get
             | Kind::VisHalo
             | Kind::VisHaloMtoM => 2.min(p),
-            Kind::Put => 1,
+            Kind::Put | Kind::PutFrom => 1,
             Kind::OsuMbwMr => p / 2 * 2,
             _ => p,
         }
@@ -524,6 +544,7 @@ impl Benchmark {
                 | Kind::OsuBw
                 | Kind::AmShort
                 | Kind::AmMedium
+                | Kind::AmMediumFrom
                 | Kind::AmLong
                 | Kind::Get
         )
@@ -550,10 +571,11 @@ impl Benchmark {
             | Kind::OsuLatency
             | Kind::OsuBw
             | Kind::Get
-            | Kind::Put => 1.0,
+            | Kind::Put
+            | Kind::PutFrom => 1.0,
             Kind::Sendrecv | Kind::OsuBibw | Kind::Halo | Kind::VisHalo | Kind::VisHaloMtoM => 2.0,
             // A round trip carries the size both ways.
-            Kind::AmShort | Kind::AmMedium | Kind::AmLong => 2.0,
+            Kind::AmShort | Kind::AmMedium | Kind::AmMediumFrom | Kind::AmLong => 2.0,
             Kind::Exchange => 4.0,
             Kind::OsuMbwMr => f64::from(p / 2),
             _ => return None,
@@ -592,7 +614,9 @@ impl Benchmark {
             Kind::AmShort => {
                 (requested % 8 == 0 && requested <= 8 * ::tca::am::MAX_ARGS).then_some(requested)
             }
-            Kind::AmMedium => (requested <= ::tca::am::MAX_MEDIUM).then_some(requested),
+            Kind::AmMedium | Kind::AmMediumFrom => {
+                (requested <= ::tca::am::MAX_MEDIUM).then_some(requested)
+            }
             _ => Some(requested),
         }
     }

@@ -364,7 +364,9 @@ impl Backend for MpiBackend {
                 Kind::Put | Kind::Get => {}
                 Kind::AmShort
                 | Kind::AmMedium
+                | Kind::AmMediumFrom
                 | Kind::AmLong
+                | Kind::PutFrom
                 | Kind::VisHalo
                 | Kind::VisHaloMtoM => {
                     unreachable!("tca only: MPI does not run them")

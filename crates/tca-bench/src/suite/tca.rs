@@ -349,7 +349,7 @@ impl<'w> TcaBackend<'w> {
         if self.comm.rank() == 1 {
             let (count, expect, more) = match kind {
                 Kind::Get => (&am.stops, &am.expect[1], 1),
-                Kind::Put => return Ok(()),
+                Kind::Put | Kind::PutFrom => return Ok(()),
                 _ => (&am.pings, &am.expect[0], n),
             };
             let want = expect.get() + more;
@@ -360,7 +360,7 @@ impl<'w> TcaBackend<'w> {
         let args = [7u64; tca::am::MAX_ARGS];
         let name = match kind {
             Kind::AmShort => "ping_short",
-            Kind::AmMedium => "ping_medium",
+            Kind::AmMedium | Kind::AmMediumFrom => "ping_medium",
             Kind::AmLong => "ping_long",
             _ => "stop",
         };
@@ -371,6 +371,7 @@ impl<'w> TcaBackend<'w> {
             match kind {
                 Kind::AmShort => ep.request_short(1, h, &args[..bytes / 8])?,
                 Kind::AmMedium => ep.request_medium(1, h, &[], bs)?,
+                Kind::AmMediumFrom => ep.request_medium_from(1, h, &[], 0, bytes)?,
                 Kind::AmLong => ep.request_long(1, h, &[], bs, 0)?,
                 Kind::Get => {
                     ep.get(1, 0, br)?;
@@ -378,6 +379,10 @@ impl<'w> TcaBackend<'w> {
                 }
                 Kind::Put => {
                     ep.put(1, 0, bs)?;
+                    continue;
+                }
+                Kind::PutFrom => {
+                    ep.put_from(1, 0, 0, bytes)?;
                     continue;
                 }
                 _ => unreachable!("GASNet kinds only"),
@@ -770,7 +775,13 @@ impl<'w> Backend for TcaBackend<'w> {
                 return self.osu(kind, n);
             }
             Kind::Halo => return self.halo(n),
-            Kind::AmShort | Kind::AmMedium | Kind::AmLong | Kind::Get | Kind::Put => {
+            Kind::AmShort
+            | Kind::AmMedium
+            | Kind::AmMediumFrom
+            | Kind::AmLong
+            | Kind::Get
+            | Kind::Put
+            | Kind::PutFrom => {
                 return self.gasnet(kind, n);
             }
             Kind::VisHalo => return self.vis_halo(n, false),
@@ -811,6 +822,13 @@ impl<'w> Backend for TcaBackend<'w> {
             None if bench.gasnet() => match bench.kind {
                 Kind::AmShort => "AM Short".into(),
                 Kind::AmMedium => format!("AM Medium, {} packet(s)", packets(bytes)),
+                Kind::AmMediumFrom => format!(
+                    "AM Medium from the segment, {} packet(s), {}",
+                    packets(bytes),
+                    Endpoint::of(&self.comm)
+                        .and_then(|e| e.medium_from_mode(1, bytes).ok())
+                        .map_or_else(|| "-".into(), |m| m.to_string())
+                ),
                 Kind::AmLong => "AM Long: put + header".into(),
                 Kind::Get
                     if Endpoint::of(&self.comm)
@@ -837,6 +855,15 @@ impl<'w> Backend for TcaBackend<'w> {
                         how(8 * e * e)
                     )
                 }
+                Kind::Put => Endpoint::of(&self.comm)
+                    .and_then(|e| e.put_mode(1, &self.bsend[..bytes]).ok())
+                    .map_or_else(|| "put".into(), |m| format!("put, {m}")),
+                Kind::PutFrom => Endpoint::of(&self.comm)
+                    .and_then(|e| e.put_from_mode(1, bytes).ok())
+                    .map_or_else(
+                        || "put from the segment".into(),
+                        |m| format!("put from the segment, {m}"),
+                    ),
                 _ => "put".into(),
             },
             None if bench.kind == Kind::Halo => match &self.halo {

@@ -8,13 +8,30 @@ use std::time::Duration;
 
 use crate::cast::{rank_u32, usize_sat};
 use crate::error::{Error, ErrorKind, Result};
-use crate::fabric::ring::{Head, Ring};
+use crate::fabric::ring::{Head, Ring, Tail};
 use crate::fabric::{Handle, Segment, World};
 use crate::p2p::Engine;
 use crate::transport::Patience;
 
 use super::bell;
 use super::{Handler, Index, MAX_ARGS, MAX_MEDIUM, Msg, Token};
+
+/// A message's payload: bytes, or `len` bytes at `at` of this rank's segment, written from
+/// there straight into the target's ring (the seed's MtoB).
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Payload<'a> {
+    Bytes(&'a [u8]),
+    Segment { at: usize, len: usize },
+}
+
+impl Payload<'_> {
+    fn len(&self) -> usize {
+        match *self {
+            Payload::Bytes(b) => b.len(),
+            Payload::Segment { len, .. } => len,
+        }
+    }
+}
 
 /// Packet kinds (the first byte of a packet's meta).
 pub(super) const SHORT: u8 = 1;
@@ -296,34 +313,60 @@ impl Core {
         args: &[u64],
         data: &[u8],
     ) -> Result<()> {
+        self.send_payload(w, eng, net, to, (kind, handler), args, Payload::Bytes(data))
+    }
+
+    /// [`Core::send`] of a payload given as bytes or as a range of this rank's segment.
+    #[allow(clippy::too_many_arguments)] // one message's full description
+    pub(super) fn send_payload(
+        &self,
+        w: &World,
+        eng: &Engine,
+        net: Net,
+        to: usize,
+        (kind, handler): (u8, u16),
+        args: &[u64],
+        data: Payload<'_>,
+    ) -> Result<()> {
         if to == self.me {
             self.loopback.set(true);
         }
-        let total = u32::try_from(data.len()).map_err(|_| {
+        let len = data.len();
+        let total = u32::try_from(len).map_err(|_| {
             Error::new(
                 ErrorKind::InvalidArgument,
-                format!(
-                    "{} bytes in one active message: at most {}",
-                    data.len(),
-                    u32::MAX
-                ),
+                format!("{len} bytes in one active message: at most {}", u32::MAX),
             )
         })?;
+        // The bytes of `data` from `at`, `n` long: a slice, or a range of the segment.
+        let piece = |at: usize, n: usize| -> Result<(&[u8], Tail<'_>)> {
+            match data {
+                Payload::Bytes(b) => Ok((&b[at..at + n], None)),
+                Payload::Segment { at: base, .. } => {
+                    let region = &*self.seg.region;
+                    let from = region.range(base + at, n)?;
+                    Ok((&[], Some((region, from, n))))
+                }
+            }
+        };
         let argb: &[u8] = bytemuck::cast_slice(args);
-        let first = data.len().min(self.room(args.len()));
-        let r = self
-            .push(
-                w,
-                eng,
-                net,
-                to,
-                &[argb, &data[..first]],
-                total,
-                meta(kind, args.len(), handler),
-            )
+        let first = len.min(self.room(args.len()));
+        let r = piece(0, first)
+            .and_then(|(bytes, tail)| {
+                self.push(
+                    w,
+                    eng,
+                    net,
+                    to,
+                    (&[argb, bytes], tail),
+                    total,
+                    meta(kind, args.len(), handler),
+                )
+            })
             .and_then(|()| {
-                for part in data[first..].chunks(self.req.capacity()) {
-                    self.push(w, eng, net, to, &[part], 0, meta(CONT, 0, 0))?;
+                for at in (first..len).step_by(self.req.capacity()) {
+                    let (bytes, tail) = piece(at, self.req.capacity().min(len - at))?;
+                    self.push(w, eng, net, to, (&[bytes], tail), 0, meta(CONT, 0, 0))?;
                 }
                 Ok(())
             });
@@ -348,14 +391,14 @@ impl Core {
         eng: &Engine,
         net: Net,
         to: usize,
-        parts: &[&[u8]],
+        (parts, tail): (&[&[u8]], Tail<'_>),
         aux: u32,
         m: [u8; 8],
     ) -> Result<()> {
         let ring = self.ring(net);
         let patience = Patience::default();
         loop {
-            if ring.try_send_parts(w, to, parts, aux, m)? {
+            if ring.try_send_from(w, to, parts, tail, aux, m)? {
                 return self.ring_bell(w, to);
             }
             // No room: sleep on the credit word, running handlers meanwhile. A request waits

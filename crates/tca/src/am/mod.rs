@@ -90,21 +90,37 @@
 //! them in order through reply packets.
 //!
 //! # Data modes (the seed's names)
-//! - **MtoM**, segment to segment, one copy: [`Endpoint::put`] (any local source: within a
-//!   node the put reads it directly), [`Endpoint::put_strided_from`] (the sender's segment,
-//!   each description one chain of puts built once and kept — the seed's descriptor cache),
-//!   [`Endpoint::get_into`] and large gets (the target's chained put into this rank's segment
-//!   or a landing segment), and VIS pieces at or above the packing threshold.
-//! - **BtoB**, through the ring, two copies, any memory: Medium payloads, packed VIS pieces,
-//!   software gets of up to a packet (across a network, or with direct gets off).
-//! - **Several channels** ([`Endpoint::set_channels`], `channels`): a put of at least
-//!   [`SPLIT_MIN`] bytes into memory of this node split over copy engines (on a simulated
-//!   network, over the model's DMA channels), weights tuned per transfer pattern from measured
-//!   bandwidth and frozen after [`TUNING`] transfers.
-//! - BtoM (staging into the destination segment through alternating buffers) and MtoB (a
-//!   segment source into the receiver's ring) are not separate paths: within a node a put
-//!   from ordinary memory needs no staging, and across a network the libfabric transport
-//!   stages puts in its own registered buffers.
+//! [`Mode`] names them; [`Endpoint::put_mode`], [`Endpoint::put_from_mode`] and
+//! [`Endpoint::medium_from_mode`] say which one a transfer takes, chosen by where its source
+//! and destination lie and by size (`tca bench Put Put_from AM_Medium_from` prints them).
+//! - **MtoM**, segment to segment, one copy: [`Endpoint::put`] (within a node the put reads
+//!   any source directly; across a network an RMA write straight from it, where the provider
+//!   reads ordinary memory or the source lies in a registered segment), [`Endpoint::put_from`]
+//!   and [`Endpoint::put_strided_from`] (the sender's segment, each description one chain of
+//!   puts built once and kept — the seed's descriptor cache — and across a network each
+//!   piece an RMA write from the segment, no copy on either side), [`Endpoint::get_into`]
+//!   and large gets (the target's chained put into this rank's segment or a landing
+//!   segment), and VIS pieces at or above the packing threshold.
+//! - **BtoM**, staged: across a network, a put from memory no registration covers on a
+//!   provider that needs local buffers registered (verbs, efa), or with
+//!   `TCA_OFI_STAGE=always` / [`Endpoint::set_staging`]: copied [`STAGE_BYTES`] at a time
+//!   into one of two registered staging buffers while the other's RMA write is in flight.
+//!   Within a node no put needs staging (the CPU stores straight into the peer's memory).
+//! - **MtoB**, segment to ring: [`Endpoint::request_medium_from`], a Medium payload written
+//!   from this rank's segment straight into the target's ring (across a network an RMA
+//!   write from the segment for each packet longer than a message carries: on `tcp;ofi_rxm`
+//!   packets over 8 KiB; `net` carries a whole 32 KiB packet in one message, which is BtoB).
+//! - **BtoB**, through the ring or messages, two copies, any memory: Medium payloads, packed
+//!   VIS pieces, software gets of up to a packet (across a network, or with direct gets off),
+//!   and across a network every put a message carries (up to its eager size).
+//!
+//! # Several channels
+//! [`Endpoint::set_channels`]: a put of at least [`SPLIT_MIN`] bytes split over N channels,
+//! weights tuned per transfer pattern from measured bandwidth and frozen after [`TUNING`]
+//! transfers. Within a node a channel is a copy engine (this thread or one of a pool's);
+//! across a network an endpoint (this rank's and N - 1 further libfabric endpoints, each
+//! part an RMA write; not on providers that need local buffers registered); on a simulated
+//! network one of the model's DMA channels.
 //!
 //! # Memory per rank
 //! Two rings of the two-sided messages' shape (`P*128 + P*8*(64 + CH/2)` bytes each, CH the
@@ -135,9 +151,53 @@ use crate::p2p::Engine;
 pub const MAX_ARGS: usize = 16;
 /// Largest Medium payload, request or reply (`gex_AM_MaxRequestMedium`).
 pub const MAX_MEDIUM: usize = 64 << 10;
+/// Bytes of each of the two staging buffers of [`Mode::BtoM`] puts: a staged put goes in
+/// pieces of this size, one copied while the one before is written.
+pub const STAGE_BYTES: usize = crate::transport::STAGE;
 /// Default packing threshold of vector, indexed and strided puts to a peer across a network
 /// (see [`Endpoint::pack_threshold`]); within a node nothing is packed by default.
 pub const PACK_DEFAULT: usize = 2 << 10;
+
+/// Seed 001's data modes: how a transfer's bytes travel, by where its source and its
+/// destination lie (a segment, registered for the network, or ordinary memory) and by size.
+/// [`Endpoint::put_mode`] and [`Endpoint::put_from_mode`] say which one a put takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Mode {
+    /// Buffer to buffer: inside messages or packets, copied into a send buffer or ring here
+    /// and out of a receive buffer or ring at the target (two copies, any memory). Small
+    /// puts across a network, Medium payloads, packed vector/strided pieces.
+    BtoB,
+    /// Memory to memory: one copy straight into the destination segment — by this thread's
+    /// stores within a node, by an RMA write from the source where it lies across a network
+    /// (the source in this rank's segment, or ordinary memory where the provider reads it).
+    MtoM,
+    /// Buffer to memory: across a network from memory no registration covers, on a provider
+    /// that needs local buffers registered (or with `TCA_OFI_STAGE=always`), the source is
+    /// copied into one of two registered staging buffers while the other is written (RMA)
+    /// into the destination segment.
+    BtoM,
+    /// Memory to buffer: a source in this rank's segment written straight into the
+    /// receiver's ring, which the target copies out of.
+    MtoB,
+}
+
+impl std::fmt::Display for Mode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(self, f)
+    }
+}
+
+impl Mode {
+    /// The mode of a put by the transport's path across a network.
+    fn of_path(p: crate::transport::Path) -> Self {
+        use crate::transport::Path;
+        match p {
+            Path::Message => Mode::BtoB,
+            Path::Registered | Path::Direct => Mode::MtoM,
+            Path::Staged => Mode::BtoM,
+        }
+    }
+}
 
 /// A handler: runs at the target with a token (to reply) and the message.
 pub type Handler = dyn FnMut(&mut Token<'_>, &Msg<'_>) -> Result<()>;
@@ -631,6 +691,53 @@ impl<'c, 'w> Endpoint<'c, 'w> {
         n
     }
 
+    /// The data mode ([`Mode`]) of [`Endpoint::put`] of `data` to `to`: [`Mode::MtoM`]
+    /// within a node and on a simulated network; across a network [`Mode::BtoB`] up to the
+    /// transport's message size, then [`Mode::MtoM`], or [`Mode::BtoM`] where `data` must be
+    /// staged (see [`Endpoint::set_staging`]).
+    pub fn put_mode(&self, to: u32, data: &[u8]) -> Result<Mode> {
+        let q = rank(self.core, to)?;
+        let r = self.core.segs[q].rank();
+        Ok(self
+            .w()
+            .net_put_path(r, data)
+            .map_or(Mode::MtoM, Mode::of_path))
+    }
+
+    /// The data mode of [`Endpoint::put_from`] (and each piece of
+    /// [`Endpoint::put_strided_from`]) of `len` bytes to `to`: [`Mode::MtoM`], segment to
+    /// segment, but for pieces a message carries better across a network ([`Mode::BtoB`]).
+    pub fn put_from_mode(&self, to: u32, len: usize) -> Result<Mode> {
+        let q = rank(self.core, to)?;
+        let r = self.core.segs[q].rank();
+        Ok(self
+            .w()
+            .net_put_from_path(r, len)
+            .map_or(Mode::MtoM, Mode::of_path))
+    }
+
+    /// The data mode of [`Endpoint::request_medium_from`] of `len` bytes to `to`:
+    /// [`Mode::MtoB`], the payload written from this rank's segment into the target's ring,
+    /// but across a network where every packet of it is a message's worth
+    /// ([`Mode::BtoB`]: a message carries it, copied into a send buffer).
+    pub fn medium_from_mode(&self, to: u32, len: usize) -> Result<Mode> {
+        let q = rank(self.core, to)?;
+        let r = self.core.segs[q].rank();
+        let packet = len.min(self.core.room(0));
+        Ok(match self.w().net_put_from_path(r, packet) {
+            Some(crate::transport::Path::Message) => Mode::BtoB,
+            _ => Mode::MtoB,
+        })
+    }
+
+    /// Whether puts across a network from memory outside this rank's segments are always
+    /// staged through two registered buffers ([`Mode::BtoM`], for measuring it; also
+    /// `TCA_OFI_STAGE=always`) or only on providers that need local buffers registered
+    /// (`false`, the default). No effect within a node or on a simulated network.
+    pub fn set_staging(&self, always: bool) {
+        self.w().set_stage_always(always);
+    }
+
     /// Refuses calls from inside a handler, and hands over the error a handler of this rank
     /// returned since the last call (GASNet treats it as fatal; here it is the caller's).
     fn outside(&self, what: &str) -> Result<()> {
@@ -669,6 +776,36 @@ impl<'c, 'w> Endpoint<'c, 'w> {
             q,
             MEDIUM,
             h.0,
+            args,
+            payload,
+        )
+    }
+
+    /// Sends a Medium request to `to` whose payload is `len` bytes of this rank's segment at
+    /// `local_off`, written from there straight into the target's ring (the seed's MtoB: no
+    /// copy here; across a network an RMA write from the segment for each packet longer than
+    /// a message carries, see [`Endpoint::medium_from_mode`]). The handler gets the payload
+    /// as from [`Endpoint::request_medium`]. The range must not change until this returns.
+    pub fn request_medium_from(
+        &self,
+        to: u32,
+        h: Index,
+        args: &[u64],
+        local_off: usize,
+        len: usize,
+    ) -> Result<()> {
+        self.outside("a request")?;
+        let q = rank(self.core, to)?;
+        self.core.check_user(h, args.len())?;
+        self.core.check_medium(len)?;
+        self.core.seg.region.range(local_off, len)?;
+        let payload = self::core::Payload::Segment { at: local_off, len };
+        self.core.send_payload(
+            self.w(),
+            self.eng(),
+            Net::Request,
+            q,
+            (MEDIUM, h.0),
             args,
             payload,
         )
@@ -723,9 +860,9 @@ impl<'c, 'w> Endpoint<'c, 'w> {
     }
 
     /// Starts a put completed by [`Endpoint::wait_syncnbi_puts`]. With channels on
-    /// ([`Endpoint::set_channels`]), a put of at least [`SPLIT_MIN`] bytes into memory of
-    /// this node, or to another rank of a simulated network, is split over them (and
-    /// complete when this returns).
+    /// ([`Endpoint::set_channels`]), a put of at least [`SPLIT_MIN`] bytes to another rank is
+    /// split over them (within a node or on a simulated network complete when this returns;
+    /// across a network when the put is waited for, as any other).
     pub fn put_nbi(&self, to: u32, off: usize, data: &[u8]) -> Result<()> {
         self.outside("a put")?;
         let q = rank(self.core, to)?;
@@ -738,15 +875,19 @@ impl<'c, 'w> Endpoint<'c, 'w> {
         self.w().put(&self.core.segs[q], off, data)
     }
 
-    /// Splits puts of at least [`SPLIT_MIN`] bytes into memory of this node (or to another
-    /// rank of a simulated network, below) over `n`
-    /// channels (seed 001's DMA channels): this thread and `n - 1` copy-engine threads copy
-    /// one part each, at once, with per-channel weights tuned per transfer pattern (target
-    /// and length) from each channel's measured bandwidth and frozen after [`TUNING`]
-    /// transfers at the fastest split seen (see [`Tune`]). `n` = 1 turns splitting off; at
-    /// most [`MAX_CHANNELS`]. `TCA_AM_CHANNELS` sets it when the endpoint is made. Resets the
-    /// tuning. Puts across a network are not split; on a simulated network the parts go over
-    /// the model's DMA channels (`channels_gbs`), in virtual time.
+    /// Splits puts of at least [`SPLIT_MIN`] bytes to another rank over `n` channels (seed
+    /// 001's DMA channels), one part each, all at once, with per-channel weights tuned per
+    /// transfer pattern (target and length) from each channel's measured bandwidth and frozen
+    /// after [`TUNING`] transfers at the fastest split seen (see [`Tune`]). `n` = 1 turns
+    /// splitting off; at most [`MAX_CHANNELS`]. `TCA_AM_CHANNELS` sets it when the endpoint
+    /// is made. Resets the tuning. What a channel is:
+    /// - within a node, a copy engine: this thread and `n - 1` threads of a pool;
+    /// - across a network, an endpoint: this rank's own and `n - 1` further libfabric
+    ///   endpoints of it (opened on the first split put; on a stream provider each its own
+    ///   connection), each part an RMA write. Not on providers that need local buffers
+    ///   registered, where puts go whole;
+    /// - on a simulated network, one of the model's DMA channels (`channels_gbs`), in virtual
+    ///   time.
     pub fn set_channels(&self, n: usize) -> Result<()> {
         self.outside("set_channels")?;
         let ch = if n > 1 {
@@ -764,7 +905,7 @@ impl<'c, 'w> Endpoint<'c, 'w> {
     /// part; virtual time on a simulated network, where the parts go over the model's DMA
     /// channels). For measuring channels, as seed 001 measured each alone (weight 1 on one
     /// channel, 0 on the others). Complete on return. Fails if channels are off, `weights`
-    /// has another length, or `to` is across a real network (where puts are not split).
+    /// has another length, or `to` is not reached by split puts.
     pub fn put_weighted(
         &self,
         to: u32,
@@ -788,10 +929,12 @@ impl<'c, 'w> Endpoint<'c, 'w> {
                     "is this rank: on a simulated network a put to its own segment crosses no \
                      network and is not split"
                 } else {
-                    "is across a network, where puts are not split over channels"
+                    "is across a network whose provider needs local buffers registered, where \
+                     puts are not split over channels"
                 };
                 Error::new(ErrorKind::InvalidArgument, format!("rank {to} {why}"))
             })
+            .and_then(|secs| self.w().quiet().map(|()| secs))
     }
 
     /// Whether [`Endpoint::get`] and [`Endpoint::get_nb`] from a rank of this node read its

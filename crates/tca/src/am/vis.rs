@@ -272,6 +272,27 @@ impl Endpoint<'_, '_> {
         w.start(&chain)
     }
 
+    /// Puts `len` bytes of this rank's segment at `local_off` into `to`'s segment at `off`,
+    /// segment to segment ([`Endpoint::put_from_mode`]: across a network an RMA write
+    /// straight from the segment, no copy on either side), through the descriptor cache as
+    /// [`Endpoint::put_strided_from`]. Returns when the bytes are at the target.
+    pub fn put_from(&self, to: u32, off: usize, local_off: usize, len: usize) -> Result<()> {
+        self.put_from_nbi(to, off, local_off, len)?;
+        self.wait_syncnbi_puts()
+    }
+
+    /// Starts [`Endpoint::put_from`], completed by [`Endpoint::wait_syncnbi_puts`].
+    pub fn put_from_nbi(&self, to: u32, off: usize, local_off: usize, len: usize) -> Result<()> {
+        let one = [len];
+        let s = Strided {
+            elem: len,
+            count: &[1],
+            remote_strides: &one,
+            local_strides: &one,
+        };
+        self.put_strided_from_nbi(to, off, &s, local_off)
+    }
+
     /// Chains in the descriptor cache of [`Endpoint::put_strided_from`].
     pub fn cached_descriptors(&self) -> usize {
         self.core.cached_chains()

@@ -133,10 +133,14 @@ impl World {
                     d.map.copy_from(*at, &o.src.map, o.src_at, o.len)?;
                 }
                 Target::Net(h, off) => {
-                    let mut stage = chain.stage.borrow_mut();
-                    // Cannot fail: `src_at` came from `Region::range` when the op was added.
-                    o.src.map.read(o.src_at, &mut stage[..o.len])?;
-                    self.put(h, *off, &stage[..o.len])?;
+                    // Straight from the segment where the network takes it (MtoM); else (a
+                    // piece a message carries) through a copy.
+                    if !self.put_region_net(h, *off, &o.src, o.src_at, o.len)? {
+                        let mut stage = chain.stage.borrow_mut();
+                        // Cannot fail: `src_at` came from `Region::range` when the op was added.
+                        o.src.map.read(o.src_at, &mut stage[..o.len])?;
+                        self.put(h, *off, &stage[..o.len])?;
+                    }
                 }
             }
         }

@@ -75,7 +75,11 @@ use std::cell::RefCell;
 use crate::error::{Error, ErrorKind, Result};
 use crate::fabric::line::{LINE, SIGNAL};
 use crate::fabric::{Handle, Packet, Segment, SignalOp, World};
-use crate::transport::Patience;
+use crate::transport::{Patience, Region};
+
+/// A packet's last part when it lies in a region of this rank: the region, a mapping offset
+/// (as `Region::range` gives it), a length.
+pub(crate) type Tail<'a> = Option<(&'a Region, usize, usize)>;
 
 /// Slots per ordered pair of ranks: the fewest the collectives' rings have (from 5 ranks
 /// on; see [`collective_slots`]), and half the two-sided rings'.
@@ -294,6 +298,14 @@ pub(crate) trait Memory: Area {
             None => Ok(()),
         }
     }
+    /// Copies `len` bytes at `at` (a mapping offset) of `src`, a region of this rank, to
+    /// `off` in member `q`'s area: what a packet's body from a segment needs (the seed's
+    /// MtoB). By default through a copy; the fabric writes straight from the region.
+    fn put_from(&self, q: usize, off: usize, src: &Region, at: usize, len: usize) -> Result<()> {
+        let mut b = vec![0; len];
+        src.map.read(at, &mut b)?;
+        self.put(q, off, &b)
+    }
     /// Sets the word at `off` in member `q`'s area to `v`.
     fn set(&self, q: usize, off: usize, v: u64) -> Result<()>;
     /// Waits until this rank's word at `off` is at least `v`, running `hook` meanwhile; member
@@ -347,6 +359,10 @@ impl Memory for Fabric<'_> {
     #[inline]
     fn put_packet(&self, q: usize, p: &Packet<'_>) -> Result<()> {
         self.w.put_packet(&self.handles[q], p)
+    }
+
+    fn put_from(&self, q: usize, off: usize, src: &Region, at: usize, len: usize) -> Result<()> {
+        self.w.put_region(&self.handles[q], off, src, at, len)
     }
 
     #[inline]
@@ -446,18 +462,22 @@ impl Ring {
     }
 
     /// [`Ring::try_send`] of a payload given in pieces (a header and a body), written
-    /// back to back into the slot: no staging copy to join them.
+    /// back to back into the slot, no staging copy to join them; the last one, `tail`, may
+    /// lie in a region of this rank (the region, a mapping offset, a length), written
+    /// straight from the region into the slot (the seed's MtoB; across a network an RMA write from it where the packet is
+    /// longer than a message carries).
     #[inline]
-    pub(crate) fn try_send_parts(
+    pub(crate) fn try_send_from(
         &self,
         w: &World,
         to: usize,
         parts: &[&[u8]],
+        tail: Tail<'_>,
         aux: u32,
         meta: [u8; 8],
     ) -> Result<bool> {
         self.proto
-            .try_send_parts(&self.mem(w), to, parts, aux, meta)
+            .try_send_with(&self.mem(w), to, parts, tail, aux, meta)
     }
 
     /// Whether a packet of any size to member `to` would go now (a line and a payload slot
@@ -708,14 +728,29 @@ impl Protocol {
         aux: u32,
         meta: [u8; 8],
     ) -> Result<bool> {
+        self.try_send_with(io, to, parts, None, aux, meta)
+    }
+
+    /// [`Protocol::try_send_parts`] with a last part that lies in a region of this rank
+    /// (`tail`: the region, a mapping offset, a length).
+    #[inline(always)]
+    fn try_send_with(
+        &self,
+        io: &impl Memory,
+        to: usize,
+        parts: &[&[u8]],
+        tail: Tail<'_>,
+        aux: u32,
+        meta: [u8; 8],
+    ) -> Result<bool> {
         {
             let mut c = self.c.borrow_mut();
-            let len = parts.iter().map(|p| p.len()).sum();
+            let len = parts.iter().map(|p| p.len()).sum::<usize>() + tail.map_or(0, |t| t.2);
             let need = self.needed(&c, to, len);
             if !self.has_credit(io, &mut c, to, need)? {
                 return Ok(false);
             }
-            self.put_packet(io, &mut c, to, parts, len, aux, meta)?;
+            self.put_packet(io, &mut c, to, (parts, tail), len, aux, meta)?;
         }
         self.pay(io)?;
         Ok(true)
@@ -758,7 +793,7 @@ impl Protocol {
         io: &impl Memory,
         c: &mut Counters,
         to: usize,
-        parts: &[&[u8]],
+        (parts, tail): (&[&[u8]], Tail<'_>),
         len: usize,
         aux: u32,
         meta: [u8; 8],
@@ -779,14 +814,20 @@ impl Protocol {
                 line[at..at + p.len()].copy_from_slice(p);
                 at += p.len();
             }
+            if let Some((src, from, n)) = tail {
+                src.map.read(from, &mut line[at..at + n])?;
+            }
             None
-        } else if let [p] = parts {
+        } else if let ([p], None) = (parts, tail) {
             Some((self.payload_off(seq, off, len), *p))
         } else {
             let mut at = self.payload_off(seq, off, len);
             for p in parts {
                 io.put(to, at, p)?;
                 at += p.len();
+            }
+            if let Some((src, from, n)) = tail {
+                io.put_from(to, at, src, from, n)?;
             }
             None
         };

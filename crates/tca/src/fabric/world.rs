@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use crate::bootstrap::JobEnv;
 use crate::env;
 use crate::error::{Error, ErrorKind, Result};
-use crate::transport::{Patience, Shm, Transport, Via};
+use crate::transport::{Path, Patience, Shm, Transport, Via};
 
 use super::segment::{Handle, Region, Segment, SymmetricSegment, out_of_bounds};
 
@@ -175,6 +175,9 @@ pub struct World {
     pub(crate) xchg_epoch: Cell<u64>,
     /// Sleep turns of this rank's waits on the network ([`World::network_sleeps`]).
     net_sleeps: Cell<u64>,
+    /// Where [`World::put_region`] copies a segment's bytes that go through a copy (reused;
+    /// as long as the longest such put).
+    copy_out: std::cell::RefCell<Vec<u8>>,
 }
 
 impl World {
@@ -245,6 +248,7 @@ impl World {
             barrier_epoch: Cell::new(0),
             xchg_epoch: Cell::new(0),
             net_sleeps: Cell::new(0),
+            copy_out: std::cell::RefCell::new(Vec::new()),
         }
     }
 
@@ -915,9 +919,12 @@ impl World {
     /// checks can fail one).
     /// Complete on return, like [`World::put`]. On a simulated network the parts go over the
     /// model's DMA channels instead, each its own descriptor, and `secs[i]` is part i's arrival
-    /// in virtual time (`sim::Engine::send_parts`). Returns `false` (nothing done) when `dst`
-    /// is across a real network, or this rank's own memory on a simulated one (which no
-    /// network carries): then a plain put is the way.
+    /// in virtual time (`sim::Engine::send_parts`). Across a real network part i goes on this
+    /// rank's i-th endpoint (a lane: `transport::ofi::lanes`), each an RMA write, and
+    /// `secs[i]` is its local completion; complete at the target on [`World::quiet`] there.
+    /// Returns `false` (nothing done) where puts are not split (this rank's own memory on a
+    /// simulated network, which no network carries; a provider that needs local buffers
+    /// registered): then a plain put is the way.
     pub(crate) fn put_parts(
         &self,
         dst: &Handle,
@@ -928,7 +935,8 @@ impl World {
         secs: &mut [f64],
     ) -> Result<bool> {
         let simulated = self.sim.is_some() && dst.rank() != self.rank;
-        if !simulated && (self.sim.is_some() || self.is_remote(dst.rank())) {
+        let networked = self.sim.is_none() && self.is_remote(dst.rank());
+        if self.sim.is_some() && !simulated {
             return Ok(false);
         }
         let parts = cuts.len().saturating_sub(1);
@@ -954,6 +962,14 @@ impl World {
             sim.put_parts(&self.shm, dst, off, src, cuts, secs)?;
             return Ok(true);
         }
+        if networked {
+            #[cfg(feature = "ofi")]
+            if let Some(n) = &self.net {
+                self.check_handle(dst)?;
+                return n.put_lanes(&self.shm, dst, off, src, cuts, secs);
+            }
+            return Ok(false);
+        }
         let (region, at) = self.mapped(dst, off, src.len())?;
         let map = &region.map;
         let t0 = std::time::Instant::now();
@@ -978,12 +994,97 @@ impl World {
             }
             let (r, dt) = copy(0);
             first_err[0] = r.err();
-            first_sec[0] = dt;
+            first_sec[0] = if cuts[1] > cuts[0] { dt } else { 0.0 };
         });
         match errs.into_iter().flatten().next() {
             Some(e) => Err(e),
             None => Ok(true),
         }
+    }
+
+    /// How a put of `src` into a segment of `rank` leaves this rank where it crosses a real
+    /// network ([`Path`]: the seed's data modes there); `None` where it does not (within a
+    /// node this thread copies it, on a simulated network a DMA channel moves it).
+    pub(crate) fn net_put_path(&self, rank: u32, src: &[u8]) -> Option<Path> {
+        #[cfg(feature = "ofi")]
+        if let (true, Some(n)) = (self.is_remote(rank), &self.net) {
+            return Some(n.put_path(src));
+        }
+        let _ = (rank, src);
+        None
+    }
+
+    /// Puts `len` bytes at `at` (a mapping offset, as `Region::range` gives it) of `src`, a
+    /// segment of this rank, into `dst` at `off` across the network, by an RMA write straight
+    /// from the segment (the seed's MtoM: no copy on either side). `false` (nothing done)
+    /// where `dst` is not across a real network or a message carries the bytes better: the
+    /// caller copies them out and puts the copy.
+    pub(crate) fn put_region_net(
+        &self,
+        dst: &Handle,
+        off: usize,
+        src: &Region,
+        at: usize,
+        len: usize,
+    ) -> Result<bool> {
+        #[cfg(feature = "ofi")]
+        if let (true, Some(n)) = (self.sim.is_none() && self.is_remote(dst.rank()), &self.net) {
+            self.check_handle(dst)?;
+            return n.put_region(&self.shm, dst, off, src, at, len);
+        }
+        let _ = (dst, off, src, at, len);
+        Ok(false)
+    }
+
+    /// Puts `len` bytes at `at` (a mapping offset, as `Region::range` gives it) of `src`, a
+    /// segment of this rank, into `dst` at `off`, straight from the segment: across a network
+    /// an RMA write from it where a message does not carry the bytes better
+    /// ([`World::put_region_net`]), within a node one copy from mapping to mapping; otherwise
+    /// (a message's worth across a network, a simulated network) through a copy. Completes as
+    /// [`World::put`] does.
+    pub(crate) fn put_region(
+        &self,
+        dst: &Handle,
+        off: usize,
+        src: &Region,
+        at: usize,
+        len: usize,
+    ) -> Result<()> {
+        if self.put_region_net(dst, off, src, at, len)? {
+            return Ok(());
+        }
+        if self.sim.is_none() && !self.is_remote(dst.rank()) {
+            let (d, d_at) = self.mapped(dst, off, len)?;
+            return d.map.copy_from(d_at, &src.map, at, len);
+        }
+        let mut copy = self.copy_out.borrow_mut();
+        if copy.len() < len {
+            copy.resize(len, 0);
+        }
+        src.map.read(at, &mut copy[..len])?;
+        self.put(dst, off, &copy[..len])
+    }
+
+    /// [`World::net_put_path`] of `len` bytes from a segment of this rank (a chain's put,
+    /// [`World::put_region_net`]).
+    pub(crate) fn net_put_from_path(&self, rank: u32, len: usize) -> Option<Path> {
+        #[cfg(feature = "ofi")]
+        if let (true, Some(n)) = (self.is_remote(rank), &self.net) {
+            return Some(n.put_from_path(len));
+        }
+        let _ = (rank, len);
+        None
+    }
+
+    /// Whether every put across the network from memory outside this rank's registered
+    /// segments is staged through registered buffers ([`Path::Staged`]; `TCA_OFI_STAGE`
+    /// sets it at start-up), or only where the provider needs local buffers registered.
+    pub(crate) fn set_stage_always(&self, on: bool) {
+        #[cfg(feature = "ofi")]
+        if let Some(n) = &self.net {
+            n.set_stage_always(on);
+        }
+        let _ = on;
     }
 
     /// Whether [`World::read_peer`] reads `rank`'s segments directly: a rank of this node

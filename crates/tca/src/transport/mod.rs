@@ -42,6 +42,31 @@
 
 #[cfg(test)]
 pub(crate) mod model;
+/// How a put's bytes leave this rank for another's segment: the seed's data modes on a
+/// network (`am::Mode` names them for users).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(not(feature = "ofi"), allow(dead_code))] // built by the network transport only
+pub(crate) enum Path {
+    /// Inside messages (each within the provider's message limit): copied into a registered
+    /// send buffer here and out of a receive buffer at the target (BtoB).
+    Message,
+    /// An RMA write straight from the source, which lies in one of this rank's registered
+    /// segments (MtoM).
+    Registered,
+    /// An RMA write straight from the source, ordinary memory, which the provider reads
+    /// where it lies (it needs no local registration; MtoM).
+    Direct,
+    /// Copied into registered staging buffers, two used alternately, and RMA-written from
+    /// there: ordinary memory on a provider that needs local buffers registered, or with
+    /// `TCA_OFI_STAGE=always` (BtoM).
+    Staged,
+}
+
+/// Bytes of each of the two staging buffers of a staged write ([`Path::Staged`]): large
+/// enough that a write's fixed cost is small beside its bytes, small enough that copying
+/// one while the other is written overlaps most of a large put.
+pub(crate) const STAGE: usize = 256 << 10;
+
 #[cfg(feature = "ofi")]
 pub(crate) mod ofi;
 pub(crate) mod shm;

@@ -15,9 +15,14 @@
 //!   of remote CQ data (4 on verbs)? Those bytes cannot name a segment, a word and a 64-bit
 //!   value; a message carrying the signal costs the same one network operation and keeps every
 //!   check at the owner.
-//! - **Large puts** are RMA writes (`fi_write`) straight from the caller's buffer into the
-//!   target's registered segment (memory is registered once, when the segment is allocated);
-//!   a put_signal sends its header after the write. The provider's `FI_ORDER_SAW` (send after
+//! - **Large puts** are RMA writes (`fi_write`) into the target's registered segment (memory
+//!   is registered once, when the segment is allocated), by one of the seed's data modes
+//!   ([`Path`]): straight from the source where it lies in one of this rank's registered
+//!   segments (MtoM, with that registration's descriptor) or where the provider reads any
+//!   memory (tcp, net); otherwise, on a provider that needs local buffers registered (verbs,
+//!   efa) or with `TCA_OFI_STAGE=always`, copied through two registered staging buffers of
+//!   [`STAGE`] bytes used alternately, one filled while the other is written (BtoM: two
+//!   copies, the target's none). A put_signal sends its header after the write. The provider's `FI_ORDER_SAW` (send after
 //!   write) makes the target apply the signal after the data has landed; without it the
 //!   header waits for the write's completion. The provider checks key and bounds of a write
 //!   against the registration; the sender checks them first against the segment's
@@ -70,12 +75,15 @@ use tca_ofi::{Addr, Completion, Config, Endpoint, MemoryRegion, OpContext};
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-use super::shm::Shm;
 use super::shm::region::{FREED_SEGMENTS, Region};
 use super::shm::wait::{self, Progress};
+use super::shm::{HEADER_BYTES, Shm};
+use super::{Path, STAGE};
 use crate::cast::{rank_u32, usize_sat};
 use crate::error::{Error, ErrorKind, Result};
 use crate::fabric::{AtomicOp, Handle, Packet, SignalOp, Strided};
+
+mod lanes;
 
 /// Header bytes in front of every message.
 const HDR: usize = 72;
@@ -322,6 +330,33 @@ enum Reply {
     Refused(String),
 }
 
+/// The two staging buffers of [`Path::Staged`] writes, [`STAGE`] bytes each, and their
+/// registration.
+struct Stage {
+    mr: MemoryRegion,
+    region: Region,
+}
+
+/// `TCA_OFI_STAGE`: `auto` (or unset) stages only where the provider needs it, `always`
+/// stages every write from unregistered memory.
+fn stage_always_from_env() -> Result<bool> {
+    match std::env::var(crate::env::OFI_STAGE)
+        .ok()
+        .as_deref()
+        .map(str::trim)
+    {
+        None | Some("" | "auto") => Ok(false),
+        Some("always") => Ok(true),
+        Some(other) => Err(Error::new(
+            ErrorKind::InvalidArgument,
+            format!(
+                "{}={other:?}: expected auto or always",
+                crate::env::OFI_STAGE
+            ),
+        )),
+    }
+}
+
 /// The libfabric transport of one rank.
 ///
 /// Field order is drop order: the endpoint (which closes every registration made on it)
@@ -381,6 +416,15 @@ pub(crate) struct Ofi {
     next_key: Cell<u64>,
     /// The job monitor's verdict, checked while waiting for answers.
     watch: RefCell<Option<crate::bootstrap::kv::Watch>>,
+    /// The staging buffers, made on the first staged write (after `ep`: dropped after it).
+    stage: RefCell<Option<Stage>>,
+    /// Whether every write from memory no registration covers is staged ([`Path::Staged`]).
+    stage_always: Cell<bool>,
+    job: u64,
+    /// Every rank's endpoint address, as exchanged at start-up (for lanes to connect).
+    names: Vec<Vec<u8>>,
+    /// This rank's further endpoints, the channels of split puts (`lanes`).
+    lanes: RefCell<Vec<lanes::Lane>>,
 }
 
 impl std::fmt::Debug for Ofi {
@@ -507,6 +551,11 @@ impl Ofi {
             dest: RefCell::new(vec![u32::MAX; TX + RX + WR]),
             next_key: Cell::new(2),
             watch: RefCell::new(None),
+            stage: RefCell::new(None),
+            stage_always: Cell::new(stage_always_from_env()?),
+            job,
+            names: Vec::new(),
+            lanes: RefCell::new(Vec::new()),
             ep,
         };
         for i in 0..RX {
@@ -523,6 +572,7 @@ impl Ofi {
     /// Inserts every rank's endpoint address (indexed by rank).
     pub(crate) fn connect(&mut self, names: &[Vec<u8>]) -> Result<()> {
         let refs: Vec<&[u8]> = names.iter().map(Vec::as_slice).collect();
+        self.names = names.to_vec();
         self.addrs = self
             .ep
             .insert(&refs)
@@ -765,61 +815,126 @@ impl Ofi {
         }
     }
 
-    /// RMA-writes `src` to `raddr` of rank `to` and waits until the source may be reused.
-    fn write(&self, shm: &Shm, to: u32, d: &Remote, off: usize, src: &[u8]) -> Result<()> {
+    /// RMA-writes `src` at `off` of rank `to`'s segment `d`, by the path its source allows
+    /// ([`Path`]), and waits until the source may be reused.
+    fn rma(&self, shm: &Shm, to: u32, d: &Remote, off: usize, src: &[u8]) -> Result<()> {
+        match self.path_of(src) {
+            (Path::Registered, desc) => self.write(shm, to, d, off, src, desc),
+            (Path::Staged, _) => self.write_staged(shm, to, d, off, src),
+            _ => self.write(shm, to, d, off, src, std::ptr::null_mut()),
+        }
+    }
+
+    /// How an RMA write of `src` (longer than a message carries) leaves this rank, with the
+    /// local descriptor of the registration it lies in ([`Path::Registered`]).
+    fn path_of(&self, src: &[u8]) -> (Path, *mut std::ffi::c_void) {
+        let (at, n) = (src.as_ptr() as usize, src.len());
+        let regs = self.regs.borrow();
+        let holder = regs.values().find(|(r, _, _)| {
+            let (base, len) = r.data_ptr();
+            let base = base as usize;
+            at >= base && at - base <= len && n <= len - (at - base)
+        });
+        match holder {
+            Some((_, mr, _)) => (Path::Registered, mr.desc()),
+            None if self.local_mr || self.stage_always.get() => {
+                (Path::Staged, std::ptr::null_mut())
+            }
+            None => (Path::Direct, std::ptr::null_mut()),
+        }
+    }
+
+    /// The path a put of `src` into a segment of another rank takes from this rank.
+    pub(crate) fn put_path(&self, src: &[u8]) -> Path {
+        if src.len() <= self.eager || !self.order_saw {
+            return Path::Message;
+        }
+        self.path_of(src).0
+    }
+
+    /// The path of [`Ofi::put_region`] of `len` bytes (a message carries what fits one).
+    pub(crate) fn put_from_path(&self, len: usize) -> Path {
+        if len <= self.eager || !self.order_saw {
+            Path::Message
+        } else {
+            Path::Registered
+        }
+    }
+
+    /// Stages every RMA write whose source lies outside this rank's registered segments
+    /// (`true`; `TCA_OFI_STAGE=always`), or only on providers that need local buffers
+    /// registered (`false`, the default).
+    pub(crate) fn set_stage_always(&self, on: bool) {
+        self.stage_always.set(on);
+    }
+
+    /// Posts one RMA write of `len` bytes at `src` (registration `desc`, or null) to `raddr`
+    /// (key `rkey`) of rank `to` and returns its context slot. On failure it first waits for
+    /// the `outstanding` writes (see [`Ofi::settle`]).
+    ///
+    /// # Safety
+    /// `src..src + len` must stay allocated and unchanged until the slot's completion.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn post_write(
+        &self,
+        shm: &Shm,
+        to: u32,
+        src: *const u8,
+        len: usize,
+        desc: *mut std::ffi::c_void,
+        (raddr, rkey): (u64, u64),
+        outstanding: &[usize],
+    ) -> Result<usize> {
         let dest = self.addrs[to as usize];
-        let mut outstanding = Vec::new();
-        let max = 1usize << 30;
-        for (k, part) in src.chunks(max).enumerate() {
-            let at = d.addr + (off + k * max) as u64;
-            let mut turns = 0;
-            let slot = loop {
-                if let Some(s) = self.wr_free.borrow_mut().pop() {
-                    break s;
-                }
-                if let Err(e) = self
+        let mut turns = 0;
+        let slot = loop {
+            if let Some(s) = self.wr_free.borrow_mut().pop() {
+                break s;
+            }
+            if let Err(e) = self
+                .poll_cq(shm)
+                .and_then(|()| self.stalled(shm, &mut turns))
+            {
+                self.settle(outstanding);
+                return Err(e);
+            }
+        };
+        loop {
+            // SAFETY: the caller keeps the source as the contract says; the context is ours
+            // until the completion returns the slot to `wr_free`.
+            let r = unsafe {
+                self.ep.write(
+                    src,
+                    len,
+                    desc,
+                    dest,
+                    raddr,
+                    rkey,
+                    std::ptr::from_ref(&self.ctx[slot]).cast_mut(),
+                )
+            };
+            let failed = match r {
+                Ok(()) => break,
+                Err(e) if e.is_again() => self
                     .poll_cq(shm)
                     .and_then(|()| self.stalled(shm, &mut turns))
-                {
-                    self.settle(&outstanding);
-                    return Err(e);
-                }
+                    .err(),
+                Err(e) => Some(ofi_err(e, self.ep.provider(), Some(to))),
             };
-            loop {
-                // SAFETY: `part` borrows the caller's slice, which outlives this call, and this
-                // call does not return before the write's completion (below); the context is
-                // ours until then.
-                let r = unsafe {
-                    self.ep.write(
-                        part.as_ptr(),
-                        part.len(),
-                        std::ptr::null_mut(),
-                        dest,
-                        at,
-                        d.rkey,
-                        std::ptr::from_ref(&self.ctx[slot]).cast_mut(),
-                    )
-                };
-                let failed = match r {
-                    Ok(()) => break,
-                    Err(e) if e.is_again() => self
-                        .poll_cq(shm)
-                        .and_then(|()| self.stalled(shm, &mut turns))
-                        .err(),
-                    Err(e) => Some(ofi_err(e, self.ep.provider(), Some(to))),
-                };
-                if let Some(e) = failed {
-                    self.wr_free.borrow_mut().push(slot);
-                    self.settle(&outstanding);
-                    return Err(e);
-                }
+            if let Some(e) = failed {
+                self.wr_free.borrow_mut().push(slot);
+                self.settle(outstanding);
+                return Err(e);
             }
-            self.dest.borrow_mut()[slot] = to;
-            outstanding.push(slot);
         }
-        // The source must stay untouched until the provider is done with it. (A dead peer
-        // turns into an error here, but the provider may still read the source until the
-        // endpoint closes: the job is being torn down then.)
+        self.dest.borrow_mut()[slot] = to;
+        Ok(slot)
+    }
+
+    /// Waits for the completions of the writes in `outstanding` (their sources may be
+    /// reused then). (A dead peer turns into an error here, but the provider may still read
+    /// the sources until the endpoint closes: the job is being torn down then.)
+    fn finish_writes(&self, shm: &Shm, outstanding: &[usize]) -> Result<()> {
         let mut turns = 0;
         while outstanding
             .iter()
@@ -829,10 +944,187 @@ impl Ofi {
                 .poll_cq(shm)
                 .and_then(|()| self.stalled(shm, &mut turns))
             {
-                self.settle(&outstanding);
+                self.settle(outstanding);
                 return Err(e);
             }
         }
+        Ok(())
+    }
+
+    /// RMA-writes `src` (registration `desc`, or null where the provider reads any memory)
+    /// at `off` of `d`, straight from where it lies: the seed's MtoM. Waits until the source
+    /// may be reused.
+    fn write(
+        &self,
+        shm: &Shm,
+        to: u32,
+        d: &Remote,
+        off: usize,
+        src: &[u8],
+        desc: *mut std::ffi::c_void,
+    ) -> Result<()> {
+        // SAFETY: `src` borrows the caller's slice, which outlives this call.
+        unsafe { self.write_raw(shm, to, d, off, (src.as_ptr(), src.len()), desc) }
+    }
+
+    /// [`Ofi::write`] of `len` bytes at `src`.
+    ///
+    /// # Safety
+    /// `src..src + len` must stay allocated until this returns (it returns only after every
+    /// posted write's completion: `finish_writes`, or `settle` on an error).
+    unsafe fn write_raw(
+        &self,
+        shm: &Shm,
+        to: u32,
+        d: &Remote,
+        off: usize,
+        (src, len): (*const u8, usize),
+        desc: *mut std::ffi::c_void,
+    ) -> Result<()> {
+        let mut outstanding = Vec::new();
+        let max = 1usize << 30;
+        for at in (0..len).step_by(max) {
+            let n = max.min(len - at);
+            // SAFETY: within the caller's range, kept as the contract says.
+            let slot = unsafe {
+                self.post_write(
+                    shm,
+                    to,
+                    src.wrapping_add(at),
+                    n,
+                    desc,
+                    (d.addr + (off + at) as u64, d.rkey),
+                    &outstanding,
+                )
+            }?;
+            outstanding.push(slot);
+        }
+        self.finish_writes(shm, &outstanding)
+    }
+
+    /// Puts `len` bytes at `at` (an offset in its mapping, as [`Region::range`] gives it) of
+    /// `src`, one of this rank's registered segments, into `dst`
+    /// at `off` by an RMA write straight from the segment (MtoM: no copy here, none at the
+    /// target); complete at the target on [`Ofi::quiet`], like a put. `false` (nothing done)
+    /// where a message carries it better (at most [`Ofi::eager`] bytes) or the segment is not
+    /// registered here: then the caller copies it out and puts the copy.
+    pub(crate) fn put_region(
+        &self,
+        shm: &Shm,
+        dst: &Handle,
+        off: usize,
+        src: &Region,
+        at: usize,
+        len: usize,
+    ) -> Result<bool> {
+        if len <= self.eager || !self.order_saw {
+            return Ok(false);
+        }
+        let desc = match self.regs.borrow().get(&src.handle.segment()) {
+            Some((r, mr, _)) if r.handle == src.handle => mr.desc(),
+            _ => return Ok(false),
+        };
+        // `at` is where the bytes lie in the mapping, as `Region::range` gives it.
+        let from = at.checked_sub(HEADER_BYTES).ok_or_else(|| {
+            Error::new(
+                ErrorKind::OutOfBounds,
+                "a put's source offset before its segment's data",
+            )
+        })?;
+        src.range(from, len)?;
+        let d = self.describe(shm, dst)?;
+        Self::check_range(dst, &d, off, len)?;
+        self.touched.borrow_mut()[dst.rank() as usize] = true;
+        // SAFETY: `src` is mapped while the caller's borrow of it lives, which outlasts this
+        // call; `range` checked that the bytes lie inside it. The provider reads them without
+        // a Rust reference, as it writes into segments that peers read.
+        unsafe {
+            self.write_raw(
+                shm,
+                dst.rank(),
+                &d,
+                off,
+                (src.data_ptr().0.wrapping_add(from), len),
+                desc,
+            )
+        }?;
+        Ok(true)
+    }
+
+    /// RMA-writes `src`, memory no registration covers, at `off` of `d` through this rank's
+    /// two registered staging buffers: [`STAGE`] bytes are copied into one while the other's
+    /// write is in flight (the seed's BtoM, its two staging buffers used alternately).
+    /// Waits until every write is complete.
+    fn write_staged(&self, shm: &Shm, to: u32, d: &Remote, off: usize, src: &[u8]) -> Result<()> {
+        self.open_stage()?;
+        let stage = self.stage.borrow();
+        let Some(stage) = stage.as_ref() else {
+            unreachable!("open_stage made it")
+        };
+        let base = stage.region.data_ptr().0;
+        let mut busy: [Option<usize>; 2] = [None, None];
+        let in_flight = |busy: &[Option<usize>; 2]| -> ([usize; 2], usize) {
+            let mut s = [0; 2];
+            let mut n = 0;
+            for b in busy.iter().flatten() {
+                s[n] = *b;
+                n += 1;
+            }
+            (s, n)
+        };
+        for (k, part) in src.chunks(STAGE).enumerate() {
+            let b = k % 2;
+            if let Some(slot) = busy[b].take() {
+                self.finish_writes(shm, &[slot]).inspect_err(|_| {
+                    let (s, n) = in_flight(&busy);
+                    self.settle(&s[..n]);
+                })?;
+            }
+            let copied = stage
+                .region
+                .range(b * STAGE, part.len())
+                .and_then(|at| stage.region.map.write(at, part));
+            if let Err(e) = copied {
+                let (s, n) = in_flight(&busy);
+                self.settle(&s[..n]);
+                return Err(e);
+            }
+            let (s, n) = in_flight(&busy);
+            // SAFETY: staging buffer `b` is this transport's registered memory, mapped while
+            // it lives, and is written again only after this write's completion (`busy[b]`
+            // is waited for first, here or below).
+            let slot = unsafe {
+                self.post_write(
+                    shm,
+                    to,
+                    base.wrapping_add(b * STAGE),
+                    part.len(),
+                    stage.mr.desc(),
+                    (d.addr + (off + k * STAGE) as u64, d.rkey),
+                    &s[..n],
+                )
+            }?;
+            busy[b] = Some(slot);
+        }
+        let (s, n) = in_flight(&busy);
+        self.finish_writes(shm, &s[..n])
+    }
+
+    /// Makes the staging buffers of [`Ofi::write_staged`] on first use: 2 x [`STAGE`] bytes,
+    /// registered once.
+    fn open_stage(&self) -> Result<()> {
+        if self.stage.borrow().is_some() {
+            return Ok(());
+        }
+        let region = Region::create(self.rank, self.job, 2 * STAGE, "ofi-stage")?;
+        let (base, len) = region.data_ptr();
+        let key = self.next_key.get();
+        self.next_key.set(key + 1);
+        // SAFETY: the region is kept beside its registration in `stage`, which is dropped
+        // after the endpoint (declared first), whose closing closes the registration.
+        let mr = unsafe { self.ep.register(base, len, key, false) }
+            .map_err(|e| ofi_err(e, self.ep.provider(), None))?;
+        *self.stage.borrow_mut() = Some(Stage { mr, region });
         Ok(())
     }
 
@@ -1097,7 +1389,7 @@ impl Ofi {
         if src.is_empty() {
             return Ok(());
         }
-        if src.len() <= self.eager || self.local_mr || !self.order_saw {
+        if src.len() <= self.eager || !self.order_saw {
             for (k, part) in src.chunks(self.eager).enumerate() {
                 let h = Header {
                     kind: Kind::Put as u8,
@@ -1113,7 +1405,7 @@ impl Ofi {
             }
             return Ok(());
         }
-        self.write(shm, dst.rank(), &d, off, src)
+        self.rma(shm, dst.rank(), &d, off, src)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -1137,11 +1429,11 @@ impl Ofi {
             self.quiet(shm)?;
             return self.signal(shm, sig, sig_off, sop);
         }
-        // Without send-after-write ordering, or where local buffers must be registered, data
-        // goes as eager messages (ordered among themselves) rather than as RMA.
-        let eager = src.len() <= self.eager || self.local_mr || !self.order_saw;
+        // Without send-after-write ordering, data goes as eager messages (ordered among
+        // themselves) rather than as RMA.
+        let eager = src.len() <= self.eager || !self.order_saw;
         if !eager {
-            self.write(shm, dst.rank(), &d, off, src)?;
+            self.rma(shm, dst.rank(), &d, off, src)?;
             if !self.order_saw {
                 self.quiet(shm)?;
             }
@@ -1153,7 +1445,7 @@ impl Ofi {
             (NONE, 0, &[][..])
         };
         if eager && src.len() > self.eager {
-            // Providers that need local registration: the data goes as eager chunks first.
+            // Providers without send-after-write ordering: the data goes as eager chunks first.
             self.put(shm, dst, off, src)?;
             return self.signal(shm, sig, sig_off, sop);
         }
@@ -1330,6 +1622,7 @@ impl Ofi {
             // Only a rank that answered is quiet: after an error the rest stay to do.
             self.touched.borrow_mut()[r as usize] = false;
         }
+        self.quiet_lanes(shm, deadline)?;
         match self.refused.borrow_mut().take() {
             Some(e) => Err(e),
             None => Ok(()),
@@ -1352,6 +1645,9 @@ impl Ofi {
     fn progress_inner(&self, shm: &Shm) -> Result<()> {
         let mut got = [Completion::EMPTY; 16];
         loop {
+            if !self.lanes.borrow().is_empty() {
+                self.poll_lanes()?;
+            }
             let n = self.read_cq(shm, &mut got)?;
             self.complete_all(shm, &got[..n])?;
             let mut answers = std::mem::take(&mut *self.deferred.borrow_mut());
