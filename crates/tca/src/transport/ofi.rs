@@ -425,6 +425,12 @@ pub(crate) struct Ofi {
     names: Vec<Vec<u8>>,
     /// This rank's further endpoints, the channels of split puts (`lanes`).
     lanes: RefCell<Vec<lanes::Lane>>,
+    /// The quiet requests sent through lanes and not answered yet: (rank, request id).
+    lane_asked: RefCell<Vec<(u32, u64)>>,
+    /// Answers to lanes' quiet requests so far (what their quiet waits on).
+    lane_answered: AtomicU64,
+    /// Sleeper count of that wait.
+    lane_sleepers: AtomicU32,
 }
 
 impl std::fmt::Debug for Ofi {
@@ -556,6 +562,9 @@ impl Ofi {
             job,
             names: Vec::new(),
             lanes: RefCell::new(Vec::new()),
+            lane_asked: RefCell::new(Vec::new()),
+            lane_answered: AtomicU64::new(0),
+            lane_sleepers: AtomicU32::new(0),
             ep,
         };
         for i in 0..RX {
@@ -1244,16 +1253,16 @@ impl Ofi {
         r
     }
 
-    /// Makes progress until request `req` to `to` is answered or refused.
-    fn await_answer(
+    /// Makes progress until `counter` (with its sleeper count) reaches `target`, failing
+    /// when a rank of `peers` leaves the job, a peer dies, or `deadline` passes.
+    fn await_count(
         &self,
         shm: &Shm,
-        to: u32,
-        req: u64,
+        (counter, sleepers): (&AtomicU64, &AtomicU32),
+        target: u64,
+        peers: &[u32],
         deadline: Option<std::time::Instant>,
-    ) -> Result<Header> {
-        // Requests go one at a time (handlers never send one), so "answered" only grows: the
-        // wait is the transports' one wait loop, on that counter, polling this transport.
+    ) -> Result<()> {
         let poll = || self.progress(shm).map(|()| false);
         let turns = QuickTurns::default();
         let block = |d: std::time::Duration| self.sleep_turn(d, &turns);
@@ -1264,9 +1273,9 @@ impl Ofi {
         };
         let patience = wait::Patience::default();
         wait::wait_ge(
-            &self.answered,
-            &self.answer_sleepers,
-            req,
+            counter,
+            sleepers,
+            target,
             shm.policy(),
             deadline,
             shm.timeout().map(|t| (t, &patience)),
@@ -1276,8 +1285,28 @@ impl Ofi {
                 if let Some(w) = self.watch.borrow().as_ref() {
                     w.check()?;
                 }
-                self.check_left(shm, to)
+                peers.iter().try_for_each(|&to| self.check_left(shm, to))
             },
+        )?;
+        Ok(())
+    }
+
+    /// Makes progress until request `req` to `to` is answered or refused.
+    fn await_answer(
+        &self,
+        shm: &Shm,
+        to: u32,
+        req: u64,
+        deadline: Option<std::time::Instant>,
+    ) -> Result<Header> {
+        // Requests go one at a time (handlers never send one), so "answered" only grows: the
+        // wait is the transports' one wait loop, on that counter, polling this transport.
+        self.await_count(
+            shm,
+            (&self.answered, &self.answer_sleepers),
+            req,
+            &[to],
+            deadline,
         )?;
         let reply = self.replies.borrow_mut().remove(&req);
         if matches!(reply, Some(Reply::Refused(_))) {
@@ -1604,6 +1633,8 @@ impl Ofi {
             self.poll_cq(shm)?;
             self.stalled(shm, &mut turns)?;
         }
+        // The lanes' quiet requests go first, so that their round trips overlap this one's.
+        let lanes = self.start_lane_quiets(shm)?;
         let ranks: Vec<u32> = {
             let t = self.touched.borrow();
             (0..rank_u32(t.len())).filter(|&r| t[r as usize]).collect()
@@ -1622,7 +1653,7 @@ impl Ofi {
             // Only a rank that answered is quiet: after an error the rest stay to do.
             self.touched.borrow_mut()[r as usize] = false;
         }
-        self.quiet_lanes(shm, deadline)?;
+        self.finish_lane_quiets(shm, lanes, deadline)?;
         match self.refused.borrow_mut().take() {
             Some(e) => Err(e),
             None => Ok(()),
@@ -1926,6 +1957,12 @@ impl Ofi {
                     self.asked.set(None);
                     self.replies.borrow_mut().insert(h.value2, Reply::Value(h));
                     self.answered.fetch_max(h.value2, Ordering::Release);
+                } else {
+                    let mut lane_asked = self.lane_asked.borrow_mut();
+                    if let Some(i) = lane_asked.iter().position(|&a| a == (from, h.value2)) {
+                        lane_asked.swap_remove(i);
+                        self.lane_answered.fetch_add(1, Ordering::Release);
+                    }
                 }
             }
             Kind::Revoke => {

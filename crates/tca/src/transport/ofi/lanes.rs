@@ -300,37 +300,81 @@ impl Ofi {
         }
     }
 
-    /// The lanes' part of [`Ofi::quiet`]: a `Quiet` request through every lane to every rank
-    /// it wrote to since the last quiet; each answer means the lane's writes there landed.
-    pub(super) fn quiet_lanes(&self, shm: &Shm, deadline: Option<Instant>) -> Result<()> {
+    /// The lanes' part of [`Ofi::quiet`], begun: a `Quiet` request through every lane to
+    /// every rank it wrote to since the last quiet, all at once. Returns what
+    /// [`Ofi::finish_lane_quiets`] waits for.
+    pub(super) fn start_lane_quiets(&self, shm: &Shm) -> Result<Option<(u64, Vec<u32>)>> {
         let n = self.lanes.borrow().len();
-        for i in 0..n {
-            let ranks: Vec<u32> = {
-                let lanes = self.lanes.borrow();
-                let t = lanes[i].touched.borrow();
-                (0..t.len())
-                    .filter(|&r| t[r])
-                    .map(crate::cast::rank_u32)
-                    .collect()
-            };
-            for r in ranks {
-                let req = self.next_req();
-                let h = Header {
-                    kind: Kind::Quiet as u8,
-                    src: self.rank,
-                    dst_off: req,
-                    ..Header::default()
-                };
-                self.asked.set(Some((r, req)));
-                let got = self
-                    .lane_send(shm, i, r, &h)
-                    .and_then(|()| self.await_answer(shm, r, req, deadline));
-                self.asked.set(None);
-                got?;
-                self.lanes.borrow()[i].touched.borrow_mut()[r as usize] = false;
-            }
+        if n == 0 {
+            return Ok(None);
         }
-        Ok(())
+        let mut sent = 0;
+        let mut peers = Vec::new();
+        let r = (|| {
+            for i in 0..n {
+                let ranks: Vec<u32> = {
+                    let lanes = self.lanes.borrow();
+                    let mut t = lanes[i].touched.borrow_mut();
+                    let ranks = (0..t.len())
+                        .filter(|&r| t[r])
+                        .map(crate::cast::rank_u32)
+                        .collect();
+                    t.fill(false);
+                    ranks
+                };
+                for r in ranks {
+                    let req = self.next_req();
+                    let h = Header {
+                        kind: Kind::Quiet as u8,
+                        src: self.rank,
+                        dst_off: req,
+                        ..Header::default()
+                    };
+                    self.lane_asked.borrow_mut().push((r, req));
+                    self.lane_send(shm, i, r, &h)?;
+                    sent += 1;
+                    if !peers.contains(&r) {
+                        peers.push(r);
+                    }
+                }
+            }
+            Ok(())
+        })();
+        if let Err(e) = r {
+            // Answers still on their way to requests of this round must not count later.
+            self.lane_asked.borrow_mut().clear();
+            return Err(e);
+        }
+        let base = self
+            .lane_answered
+            .load(std::sync::atomic::Ordering::Acquire);
+        let asked = u64::try_from(self.lane_asked.borrow().len()).unwrap_or(u64::MAX);
+        // Answers that came already are in `base`; the rest are still asked.
+        Ok((sent > 0).then(|| (base + asked, peers)))
+    }
+
+    /// Waits for the answers to [`Ofi::start_lane_quiets`]' requests: then every lane's
+    /// writes before them have landed.
+    pub(super) fn finish_lane_quiets(
+        &self,
+        shm: &Shm,
+        asked: Option<(u64, Vec<u32>)>,
+        deadline: Option<Instant>,
+    ) -> Result<()> {
+        let Some((target, peers)) = asked else {
+            return Ok(());
+        };
+        let r = self.await_count(
+            shm,
+            (&self.lane_answered, &self.lane_sleepers),
+            target,
+            &peers,
+            deadline,
+        );
+        if r.is_err() {
+            self.lane_asked.borrow_mut().clear();
+        }
+        r
     }
 
     /// Sends header `h` to rank `to`'s main endpoint through lane `i` (its completion is read
