@@ -696,8 +696,7 @@ impl<'c, 'w> Endpoint<'c, 'w> {
     /// transport's message size, then [`Mode::MtoM`], or [`Mode::BtoM`] where `data` must be
     /// staged (see [`Endpoint::set_staging`]).
     pub fn put_mode(&self, to: u32, data: &[u8]) -> Result<Mode> {
-        let q = rank(self.core, to)?;
-        let r = self.core.segs[q].rank();
+        let r = self.world_rank(to)?;
         Ok(self
             .w()
             .net_put_path(r, data)
@@ -708,12 +707,16 @@ impl<'c, 'w> Endpoint<'c, 'w> {
     /// [`Endpoint::put_strided_from`]) of `len` bytes to `to`: [`Mode::MtoM`], segment to
     /// segment, but for pieces a message carries better across a network ([`Mode::BtoB`]).
     pub fn put_from_mode(&self, to: u32, len: usize) -> Result<Mode> {
-        let q = rank(self.core, to)?;
-        let r = self.core.segs[q].rank();
+        let r = self.world_rank(to)?;
         Ok(self
             .w()
             .net_put_from_path(r, len)
             .map_or(Mode::MtoM, Mode::of_path))
+    }
+
+    /// Member `to`'s rank in the world (checked).
+    fn world_rank(&self, to: u32) -> Result<u32> {
+        Ok(self.core.segs[rank(self.core, to)?].rank())
     }
 
     /// The data mode of [`Endpoint::request_medium_from`] of `len` bytes to `to`:
@@ -721,8 +724,7 @@ impl<'c, 'w> Endpoint<'c, 'w> {
     /// but across a network where every packet of it is a message's worth
     /// ([`Mode::BtoB`]: a message carries it, copied into a send buffer).
     pub fn medium_from_mode(&self, to: u32, len: usize) -> Result<Mode> {
-        let q = rank(self.core, to)?;
-        let r = self.core.segs[q].rank();
+        let r = self.world_rank(to)?;
         let packet = len.min(self.core.room(0));
         Ok(match self.w().net_put_from_path(r, packet) {
             Some(crate::transport::Path::Message) => Mode::BtoB,
