@@ -127,7 +127,15 @@ fn round_trips_of_every_kind_and_size() {
                 ep.segment().write(2 * half, &pattern(seed, n))?;
                 let mode = ep.medium_from_mode(to, n)?;
                 assert!(mode == Mode::MtoB || (net && mode == Mode::BtoB), "{mode}");
+                let before = w.net_transfers().registered_bytes;
                 ep.request_medium_from(to, mreq, &[seed, 7, 8], 2 * half, n)?;
+                // Across a network, MtoB writes packets straight from the segment.
+                let rma = w.net_transfers().registered_bytes - before;
+                assert_eq!(
+                    rma > 0,
+                    net && mode == Mode::MtoB,
+                    "{mode}, {rma} bytes of {n}"
+                );
                 expect += 1;
                 ep.wait_until(|| echo.got.borrow().len() == expect)?;
                 let (k, a, b) = echo.got.borrow().last().cloned().unwrap();
@@ -319,11 +327,33 @@ fn every_data_mode_delivers_every_byte() {
             assert_eq!(ep.put_from_mode(peer, big)?, Mode::MtoM);
             assert_eq!(ep.put_from_mode(peer, 100)?, want_small);
             // Ordinary memory into the peer's first quarter; this rank's own copy of `large`
-            // in its third quarter goes segment to segment into the peer's second.
-            ep.put(peer, 0, &large)?;
-            ep.put(peer, 3 * big + 8, &small)?;
+            // in its third quarter goes segment to segment into the peer's second. Across a
+            // network each put's bytes are counted on the path its mode names.
+            let moved = |f: &dyn Fn() -> tca::Result<()>| -> tca::Result<[u64; 4]> {
+                let (a, _) = (w.net_transfers(), f()?);
+                let b = w.net_transfers();
+                Ok([
+                    b.message_bytes - a.message_bytes,
+                    b.direct_bytes - a.direct_bytes,
+                    b.registered_bytes - a.registered_bytes,
+                    b.staged_bytes - a.staged_bytes,
+                ])
+            };
+            let n = big as u64;
+            let by_path = |mode: Mode, bytes: u64| match (net, mode) {
+                (false, _) => [0; 4],
+                (true, Mode::BtoB) => [bytes, 0, 0, 0],
+                (true, Mode::BtoM) => [0, 0, 0, bytes],
+                (true, _) => [0, bytes, 0, 0],
+            };
+            assert_eq!(moved(&|| ep.put(peer, 0, &large))?, by_path(want_large, n));
+            assert_eq!(
+                moved(&|| ep.put(peer, 3 * big + 8, &small))?,
+                by_path(want_small, 100)
+            );
             ep.segment().write(2 * big, &large)?;
-            ep.put_from(peer, big, 2 * big, big)?;
+            let from = moved(&|| ep.put_from(peer, big, 2 * big, big))?;
+            assert_eq!(from, if net { [0, 0, n, 0] } else { [0; 4] }, "put_from");
             c.barrier()?;
             let want = pattern(u64::from(peer) + 7 + 100 * round as u64, big);
             for at in [0, big] {
@@ -879,7 +909,12 @@ fn puts_split_over_channels_deliver_every_byte() {
                 let mut wts = vec![0.0; n];
                 wts[k] = 1.0;
                 let data = pattern(u64::from(me) * 1000 + (n * 10 + k) as u64, len);
+                let lanes = w.net_transfers().lane_bytes;
                 let secs = ep.put_weighted(peer, 64, &data, &wts)?;
+                // Across a network a part on channel k > 0 goes on one of the rank's lanes.
+                let on_lanes = w.net_transfers().lane_bytes - lanes;
+                let net = w.transport().contains("ofi");
+                assert_eq!(on_lanes, if net && k > 0 { len as u64 } else { 0 });
                 ep.wait_syncnbi_puts()?;
                 assert_eq!(secs.len(), n);
                 for (j, t) in secs.iter().enumerate() {

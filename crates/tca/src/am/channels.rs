@@ -8,7 +8,8 @@
 //! proportional to those bandwidths; weights are kept per transfer pattern (target and
 //! length), and after [`TUNING`] transfers a pattern is frozen at the split that finished
 //! fastest. On shared memory a channel is a copy engine: channel 0 is the caller, the others
-//! threads of a pool made when channels are turned on ([`World::put_parts`] runs the parts).
+//! threads of a pool made when channels are turned on ([`World::put_parts`] runs the parts);
+//! across a network an endpoint of the rank (`transport::ofi::lanes`).
 //!
 //! Cuts fall on cache lines (64 bytes), so no two engines write one line; a part may be empty
 //! (its channel then keeps a small share, [`MIN_SHARE`], so that it is measured again).
@@ -214,9 +215,9 @@ impl Channels {
     }
 
     /// Puts `src` at `off` in `dst` (member `q`'s segment) over the channels, when it is long
-    /// enough and `dst` is memory of this node (or another rank of a simulated network); tunes
-    /// the pattern's weights from the parts'
-    /// times. Returns `false` (nothing done) otherwise.
+    /// enough and split puts reach `dst` ([`World::put_parts`]: memory of this node, another
+    /// rank of a simulated network, a rank across a network whose provider allows it); tunes
+    /// the pattern's weights from the parts' times. Returns `false` (nothing done) otherwise.
     pub(crate) fn put(
         &self,
         w: &World,
@@ -261,8 +262,9 @@ impl Channels {
     }
 
     /// Puts `src` at `off` in `dst` split at `weights` (one per channel), outside any tuning;
-    /// each channel's time until its part was in place, or `None` when `dst` is not reached
-    /// by split puts (across a real network, or this rank's own segment on a simulated one).
+    /// each channel's time until its part was in place (across a network: until its write
+    /// completed here), or `None` when `dst` is not reached by split puts (this rank's own
+    /// segment on a simulated network; a network provider that does not allow them).
     pub(crate) fn put_weighted(
         &self,
         w: &World,

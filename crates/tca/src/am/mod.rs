@@ -864,7 +864,8 @@ impl<'c, 'w> Endpoint<'c, 'w> {
     /// Starts a put completed by [`Endpoint::wait_syncnbi_puts`]. With channels on
     /// ([`Endpoint::set_channels`]), a put of at least [`SPLIT_MIN`] bytes to another rank is
     /// split over them (within a node or on a simulated network complete when this returns;
-    /// across a network when the put is waited for, as any other).
+    /// across a network when the put is waited for, as any other: its parts travel on other
+    /// endpoints, ordered with nothing else this rank sends until that wait).
     pub fn put_nbi(&self, to: u32, off: usize, data: &[u8]) -> Result<()> {
         self.outside("a put")?;
         let q = rank(self.core, to)?;
@@ -931,8 +932,9 @@ impl<'c, 'w> Endpoint<'c, 'w> {
                     "is this rank: on a simulated network a put to its own segment crosses no \
                      network and is not split"
                 } else {
-                    "is across a network whose provider needs local buffers registered, where \
-                     puts are not split over channels"
+                    "is across a network where puts are not split over channels (a provider \
+                     that needs local buffers registered or lacks send-after-write ordering, \
+                     every put staged, or a part of 1 GiB or more)"
                 };
                 Error::new(ErrorKind::InvalidArgument, format!("rank {to} {why}"))
             })

@@ -8,6 +8,7 @@ pub(crate) mod ring;
 mod segment;
 mod world;
 
+pub use crate::transport::NetTransfers;
 pub use chain::{Chain, ChainBuilder};
 pub use control::EXCHANGE_MAX;
 pub(crate) use segment::SegmentPool;

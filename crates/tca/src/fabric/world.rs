@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use crate::bootstrap::JobEnv;
 use crate::env;
 use crate::error::{Error, ErrorKind, Result};
-use crate::transport::{Path, Patience, Shm, Transport, Via};
+use crate::transport::{NetTransfers, Path, Patience, Shm, Transport, Via};
 
 use super::segment::{Handle, Region, Segment, SymmetricSegment, out_of_bounds};
 
@@ -921,10 +921,11 @@ impl World {
     /// model's DMA channels instead, each its own descriptor, and `secs[i]` is part i's arrival
     /// in virtual time (`sim::Engine::send_parts`). Across a real network part i goes on this
     /// rank's i-th endpoint (a lane: `transport::ofi::lanes`), each an RMA write, and
-    /// `secs[i]` is its local completion; complete at the target on [`World::quiet`] there.
-    /// Returns `false` (nothing done) where puts are not split (this rank's own memory on a
-    /// simulated network, which no network carries; a provider that needs local buffers
-    /// registered): then a plain put is the way.
+    /// `secs[i]` is its local completion; complete at the target on [`World::quiet`] there,
+    /// and ordered with nothing else this rank sends until then (not even a later signal to
+    /// the same rank). Returns `false` (nothing done) where puts are not split (this rank's own
+    /// memory on a simulated network, which no network carries; across a network see
+    /// `transport::ofi::lanes`): then a plain put is the way.
     pub(crate) fn put_parts(
         &self,
         dst: &Handle,
@@ -1465,6 +1466,17 @@ impl World {
     /// without a network.
     pub fn network_sleeps(&self) -> u64 {
         self.net_sleeps.get()
+    }
+
+    /// Bytes this rank has put across the network so far, by the path they took (the seed's
+    /// data modes: [`NetTransfers`]); all 0 without a network. Puts of this layer and of
+    /// every layer above it (rings, collectives, active messages) count.
+    pub fn net_transfers(&self) -> NetTransfers {
+        #[cfg(feature = "ofi")]
+        if let Some(n) = &self.net {
+            return n.transfers();
+        }
+        NetTransfers::default()
     }
 
     /// The most sleep turns on the network ([`World::network_sleeps`]) that one wait lasting

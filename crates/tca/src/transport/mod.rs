@@ -62,6 +62,23 @@ pub(crate) enum Path {
     Staged,
 }
 
+/// Bytes this rank has put across the network, by the path they took ([`Path`]; the seed's
+/// data modes): what `World::net_transfers` reports, for seeing which mode a program's
+/// transfers really take. Puts into rings count as puts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NetTransfers {
+    /// Carried inside messages (BtoB).
+    pub message_bytes: u64,
+    /// RMA-written straight from ordinary memory the provider reads (MtoM).
+    pub direct_bytes: u64,
+    /// RMA-written straight from one of this rank's registered segments (MtoM, MtoB).
+    pub registered_bytes: u64,
+    /// Copied through the staging buffers, then RMA-written (BtoM).
+    pub staged_bytes: u64,
+    /// RMA-written by this rank's further endpoints, the parts of split puts (channels).
+    pub lane_bytes: u64,
+}
+
 /// Bytes of each of the two staging buffers of a staged write ([`Path::Staged`]): large
 /// enough that a write's fixed cost is small beside its bytes, small enough that copying
 /// one while the other is written overlaps most of a large put.

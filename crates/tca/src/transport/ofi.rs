@@ -78,7 +78,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use super::shm::region::{FREED_SEGMENTS, Region};
 use super::shm::wait::{self, Progress};
 use super::shm::{HEADER_BYTES, Shm};
-use super::{Path, STAGE};
+use super::{NetTransfers, Path, STAGE};
 use crate::cast::{rank_u32, usize_sat};
 use crate::error::{Error, ErrorKind, Result};
 use crate::fabric::{AtomicOp, Handle, Packet, SignalOp, Strided};
@@ -425,12 +425,14 @@ pub(crate) struct Ofi {
     names: Vec<Vec<u8>>,
     /// This rank's further endpoints, the channels of split puts (`lanes`).
     lanes: RefCell<Vec<lanes::Lane>>,
-    /// The quiet requests sent through lanes and not answered yet: (rank, request id).
-    lane_asked: RefCell<Vec<(u32, u64)>>,
+    /// The quiet requests sent through lanes and not answered yet: (lane, rank, request id).
+    lane_asked: RefCell<Vec<(usize, u32, u64)>>,
     /// Answers to lanes' quiet requests so far (what their quiet waits on).
     lane_answered: AtomicU64,
     /// Sleeper count of that wait.
     lane_sleepers: AtomicU32,
+    /// Bytes put by each path so far.
+    transfers: Cell<NetTransfers>,
 }
 
 impl std::fmt::Debug for Ofi {
@@ -565,6 +567,7 @@ impl Ofi {
             lane_asked: RefCell::new(Vec::new()),
             lane_answered: AtomicU64::new(0),
             lane_sleepers: AtomicU32::new(0),
+            transfers: Cell::new(NetTransfers::default()),
             ep,
         };
         for i in 0..RX {
@@ -853,6 +856,25 @@ impl Ofi {
         }
     }
 
+    /// Adds `n` bytes to the count of `path` ([`Ofi::transfers`]; lanes: `None`).
+    fn count(&self, path: Option<Path>, n: usize) {
+        let mut t = self.transfers.get();
+        let n = n as u64;
+        match path {
+            Some(Path::Message) => t.message_bytes += n,
+            Some(Path::Direct) => t.direct_bytes += n,
+            Some(Path::Registered) => t.registered_bytes += n,
+            Some(Path::Staged) => t.staged_bytes += n,
+            None => t.lane_bytes += n,
+        }
+        self.transfers.set(t);
+    }
+
+    /// Bytes this rank has put across the network so far, by path.
+    pub(crate) fn transfers(&self) -> NetTransfers {
+        self.transfers.get()
+    }
+
     /// The path a put of `src` into a segment of another rank takes from this rank.
     pub(crate) fn put_path(&self, src: &[u8]) -> Path {
         if src.len() <= self.eager || !self.order_saw {
@@ -990,6 +1012,13 @@ impl Ofi {
         (src, len): (*const u8, usize),
         desc: *mut std::ffi::c_void,
     ) -> Result<()> {
+        // Counted by what is written: a registration's descriptor or the bytes where they lie.
+        let path = if desc.is_null() {
+            Path::Direct
+        } else {
+            Path::Registered
+        };
+        self.count(Some(path), len);
         let mut outstanding = Vec::new();
         let max = 1usize << 30;
         for at in (0..len).step_by(max) {
@@ -1015,8 +1044,9 @@ impl Ofi {
     /// `src`, one of this rank's registered segments, into `dst`
     /// at `off` by an RMA write straight from the segment (MtoM: no copy here, none at the
     /// target); complete at the target on [`Ofi::quiet`], like a put. `false` (nothing done)
-    /// where a message carries it better (at most [`Ofi::eager`] bytes) or the segment is not
-    /// registered here: then the caller copies it out and puts the copy.
+    /// where a message carries it better (at most [`Ofi::eager`] bytes, or every put on a
+    /// provider without send-after-write ordering) or the segment is not registered here:
+    /// then the caller copies it out and puts the copy.
     pub(crate) fn put_region(
         &self,
         shm: &Shm,
@@ -1029,10 +1059,7 @@ impl Ofi {
         if len <= self.eager || !self.order_saw {
             return Ok(false);
         }
-        let desc = match self.regs.borrow().get(&src.handle.segment()) {
-            Some((r, mr, _)) if r.handle == src.handle => mr.desc(),
-            _ => return Ok(false),
-        };
+
         // `at` is where the bytes lie in the mapping, as `Region::range` gives it.
         let from = at.checked_sub(HEADER_BYTES).ok_or_else(|| {
             Error::new(
@@ -1043,6 +1070,11 @@ impl Ofi {
         src.range(from, len)?;
         let d = self.describe(shm, dst)?;
         Self::check_range(dst, &d, off, len)?;
+        // After `describe`, whose progress may sweep freed segments' registrations.
+        let desc = match self.regs.borrow().get(&src.handle.segment()) {
+            Some((r, mr, _)) if r.handle == src.handle => mr.desc(),
+            _ => return Ok(false),
+        };
         self.touched.borrow_mut()[dst.rank() as usize] = true;
         // SAFETY: `src` is mapped while the caller's borrow of it lives, which outlasts this
         // call; `range` checked that the bytes lie inside it. The provider reads them without
@@ -1066,6 +1098,7 @@ impl Ofi {
     /// Waits until every write is complete.
     fn write_staged(&self, shm: &Shm, to: u32, d: &Remote, off: usize, src: &[u8]) -> Result<()> {
         self.open_stage()?;
+        self.count(Some(Path::Staged), src.len());
         let stage = self.stage.borrow();
         let Some(stage) = stage.as_ref() else {
             unreachable!("open_stage made it")
@@ -1419,6 +1452,7 @@ impl Ofi {
             return Ok(());
         }
         if src.len() <= self.eager || !self.order_saw {
+            self.count(Some(Path::Message), src.len());
             for (k, part) in src.chunks(self.eager).enumerate() {
                 let h = Header {
                     kind: Kind::Put as u8,
@@ -1639,7 +1673,7 @@ impl Ofi {
             let t = self.touched.borrow();
             (0..rank_u32(t.len())).filter(|&r| t[r as usize]).collect()
         };
-        for r in ranks {
+        let own = ranks.into_iter().try_for_each(|r| {
             self.request(
                 shm,
                 r,
@@ -1652,6 +1686,11 @@ impl Ofi {
             )?;
             // Only a rank that answered is quiet: after an error the rest stay to do.
             self.touched.borrow_mut()[r as usize] = false;
+            Ok(())
+        });
+        if let Err(e) = own {
+            self.abandon_lane_quiets();
+            return Err(e);
         }
         self.finish_lane_quiets(shm, lanes, deadline)?;
         match self.refused.borrow_mut().take() {
@@ -1959,7 +1998,8 @@ impl Ofi {
                     self.answered.fetch_max(h.value2, Ordering::Release);
                 } else {
                     let mut lane_asked = self.lane_asked.borrow_mut();
-                    if let Some(i) = lane_asked.iter().position(|&a| a == (from, h.value2)) {
+                    let asked = |&(_, r, req): &(usize, u32, u64)| (r, req) == (from, h.value2);
+                    if let Some(i) = lane_asked.iter().position(asked) {
                         lane_asked.swap_remove(i);
                         self.lane_answered.fetch_add(1, Ordering::Release);
                     }

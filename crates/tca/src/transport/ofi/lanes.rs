@@ -5,10 +5,14 @@
 //! own queue pair. Each part's time, from the call until its write's completion, tunes the
 //! weights (`am::Tune`) as a DMA channel's did in the seed.
 //!
-//! A lane only writes, into the target's segments as the target registered them (a target's
-//! registrations belong to its domain, reached through any of the peer's connections). Lanes
-//! are opened on the first split put, on the provider and domain of this rank's endpoint, and
-//! stay open.
+//! A lane writes into the target's segments as the target registered them (a target's
+//! registrations belong to its domain, reached through any of the peer's connections), and
+//! sends only quiet requests. Lanes are opened on the first split put, on the provider and
+//! domain of this rank's endpoint, and stay open.
+//!
+//! A lane's writes are ordered with nothing else this rank sends: two puts to overlapping
+//! bytes, or a put and a signal that should follow it, need a quiet between them (as the
+//! active-message layer's puts promise completion only at a wait or quiet).
 //!
 //! Completion at the target: a write's local completion says only that the source may be
 //! reused. Writes from the main endpoint are ordered before its later messages (`Quiet`, a
@@ -18,8 +22,8 @@
 //! after everything earlier on that connection, the lane's writes included.
 //!
 //! Not split: on providers that need local buffers registered (each lane is its own domain,
-//! where the source is not registered), without send-after-write ordering, and parts of 1 GiB
-//! or more; the caller puts those whole.
+//! where the source is not registered), without send-after-write ordering, with every put
+//! staged (`TCA_OFI_STAGE=always`), and parts of 1 GiB or more; the caller puts those whole.
 
 #![allow(unsafe_code)] // posting writes and sends on the lanes' endpoints; each call argued
 
@@ -28,7 +32,7 @@ use std::time::Instant;
 
 use tca_ofi::{Addr, Completion, Config, Endpoint, OpContext};
 
-use super::{HDR, Header, Kind, Ofi, ofi_err};
+use super::{HDR, Header, Kind, Ofi, Path, ofi_err};
 use crate::error::{Error, ErrorKind, Result};
 use crate::fabric::Handle;
 use crate::transport::shm::Shm;
@@ -93,8 +97,9 @@ impl Lane {
 
 impl Ofi {
     /// Opens lanes until there are `n` (on the provider and domain of this rank's endpoint),
-    /// each with every rank's main endpoint in its address vector.
-    fn open_lanes(&self, n: usize) -> Result<()> {
+    /// each with every rank's main endpoint in its address vector; `false` if a lane's
+    /// endpoint lacks send-after-write ordering or needs local buffers registered.
+    fn open_lanes(&self, n: usize) -> Result<bool> {
         let cfg = Config {
             provider: Some(self.ep.provider().to_string()),
             domain: Some(self.ep.domain_name().to_string()),
@@ -112,6 +117,12 @@ impl Ofi {
                     ),
                 ));
             }
+            let caps = ep.caps();
+            if !caps.order_saw || caps.needs_local_mr {
+                // Its quiet would not follow its writes, or its parts would need registering
+                // in its own domain: this rank's puts go whole.
+                return Ok(false);
+            }
             let addrs = ep
                 .insert(&names)
                 .map_err(|e| ofi_err(e, self.ep.provider(), None))?;
@@ -125,7 +136,7 @@ impl Ofi {
                 touched: RefCell::new(vec![false; self.names.len()]),
             });
         }
-        Ok(())
+        Ok(true)
     }
 
     /// Reads every lane's completions (inside every progress of this transport).
@@ -158,12 +169,13 @@ impl Ofi {
         let parts = cuts.len() - 1;
         if self.local_mr
             || !self.order_saw
+            || self.stage_always.get()
             || parts < 2
             || cuts.windows(2).any(|c| c[1] - c[0] >= PART_MAX)
+            || !self.open_lanes(parts - 1)?
         {
             return Ok(false);
         }
-        self.open_lanes(parts - 1)?;
         let d = self.describe(shm, dst)?;
         Self::check_range(dst, &d, off, src.len())?;
         let to = dst.rank();
@@ -179,6 +191,7 @@ impl Ofi {
             }
             lane.touched.borrow_mut()[to as usize] = true;
             lane.dest[WRITE].set(to);
+            self.count(None, part.len());
             let raddr = d.addr + (off + cuts[k + 1]) as u64;
             posted =
                 self.post_lane_write(shm, lane, part, lane.addrs[to as usize], (raddr, d.rkey));
@@ -191,6 +204,7 @@ impl Ofi {
         secs[0] = 0.0;
         let mut main = None;
         if posted.is_ok() && !first.is_empty() {
+            self.count(Some(Path::Direct), first.len());
             // SAFETY: `first` borrows the caller's slice, and this call returns only after
             // the write's completion (below, or `settle` on an error).
             match unsafe {
@@ -302,25 +316,23 @@ impl Ofi {
 
     /// The lanes' part of [`Ofi::quiet`], begun: a `Quiet` request through every lane to
     /// every rank it wrote to since the last quiet, all at once. Returns what
-    /// [`Ofi::finish_lane_quiets`] waits for.
+    /// [`Ofi::finish_lane_quiets`] waits for. On an error the lanes' ranks stay to be
+    /// quieted ([`Ofi::abandon_lane_quiets`]).
     pub(super) fn start_lane_quiets(&self, shm: &Shm) -> Result<Option<(u64, Vec<u32>)>> {
         let n = self.lanes.borrow().len();
         if n == 0 {
             return Ok(None);
         }
-        let mut sent = 0;
         let mut peers = Vec::new();
         let r = (|| {
             for i in 0..n {
                 let ranks: Vec<u32> = {
                     let lanes = self.lanes.borrow();
-                    let mut t = lanes[i].touched.borrow_mut();
-                    let ranks = (0..t.len())
+                    let t = lanes[i].touched.borrow();
+                    (0..t.len())
                         .filter(|&r| t[r])
                         .map(crate::cast::rank_u32)
-                        .collect();
-                    t.fill(false);
-                    ranks
+                        .collect()
                 };
                 for r in ranks {
                     let req = self.next_req();
@@ -330,9 +342,11 @@ impl Ofi {
                         dst_off: req,
                         ..Header::default()
                     };
-                    self.lane_asked.borrow_mut().push((r, req));
+                    // Asked before it is sent (its answer may come inside the send), and no
+                    // longer touched: `abandon_lane_quiets` marks it again if this fails.
+                    self.lane_asked.borrow_mut().push((i, r, req));
+                    self.lanes.borrow()[i].touched.borrow_mut()[r as usize] = false;
                     self.lane_send(shm, i, r, &h)?;
-                    sent += 1;
                     if !peers.contains(&r) {
                         peers.push(r);
                     }
@@ -341,16 +355,18 @@ impl Ofi {
             Ok(())
         })();
         if let Err(e) = r {
-            // Answers still on their way to requests of this round must not count later.
-            self.lane_asked.borrow_mut().clear();
+            self.abandon_lane_quiets();
             return Err(e);
+        }
+        if peers.is_empty() {
+            return Ok(None);
         }
         let base = self
             .lane_answered
             .load(std::sync::atomic::Ordering::Acquire);
         let asked = u64::try_from(self.lane_asked.borrow().len()).unwrap_or(u64::MAX);
-        // Answers that came already are in `base`; the rest are still asked.
-        Ok((sent > 0).then(|| (base + asked, peers)))
+        // Answers that came already are in `base` (and no longer asked); the rest are asked.
+        Ok(Some((base + asked, peers)))
     }
 
     /// Waits for the answers to [`Ofi::start_lane_quiets`]' requests: then every lane's
@@ -372,9 +388,21 @@ impl Ofi {
             deadline,
         );
         if r.is_err() {
-            self.lane_asked.borrow_mut().clear();
+            self.abandon_lane_quiets();
         }
         r
+    }
+
+    /// After a quiet failed between [`Ofi::start_lane_quiets`] and its finish: the requests
+    /// still unanswered are dropped (a late answer to one counts for nothing) and their lanes'
+    /// ranks marked written to again, so that the next quiet asks them once more.
+    pub(super) fn abandon_lane_quiets(&self) {
+        let lanes = self.lanes.borrow();
+        for (i, r, _) in self.lane_asked.borrow_mut().drain(..) {
+            if let Some(t) = lanes.get(i) {
+                t.touched.borrow_mut()[r as usize] = true;
+            }
+        }
     }
 
     /// Sends header `h` to rank `to`'s main endpoint through lane `i` (its completion is read
@@ -385,7 +413,7 @@ impl Ofi {
         let mut turns = 0;
         while lane.busy[SEND].get() {
             lane.poll(self.ep.provider())?;
-            self.stalled(shm, &mut turns)?;
+            self.stalled_on(shm, &mut turns, lane.dest[SEND].get())?;
         }
         h.encode(&mut lane.buf.borrow_mut()[..]);
         let buf = lane.buf.borrow().as_ptr();
