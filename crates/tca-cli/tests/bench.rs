@@ -204,17 +204,22 @@ fn imb_nbc_benchmarks() {
 
 /// OSU's tests and the halo exchange, named (they are not in the default run): their sections,
 /// sizes and pairs; osu_mbw_mr on two pairs; Halo one row per lattice with its grid.
-/// GASNet's testam-style benchmarks over tca's active messages: every kind, get and put, at
-/// the sizes each takes (Short: 8 bytes per argument, up to 16; Medium: up to 64 KiB).
+/// GASNet's testam-style benchmarks over tca's active messages: every kind, get and put
+/// (blocking, non-blocking windows, from the segment), at the sizes each takes (Short: 8
+/// bytes per argument, up to 16; Medium: up to 64 KiB).
 #[test]
 fn gasnet_benchmarks() {
     let out = ok(&[
         "bench",
         "AM_Short",
         "AM_Medium",
+        "AM_Medium_from",
         "AM_Long",
         "Get",
+        "Get_nbi",
         "Put",
+        "Put_from",
+        "Put_nbi",
         "VIS_Halo",
         "VIS_Halo_MtoM",
         "--sizes",
@@ -238,12 +243,16 @@ fn gasnet_benchmarks() {
         [
             ("AM_Short", vec![8, 128]),
             ("AM_Medium", vec![8, 128, 200]),
+            ("AM_Medium_from", vec![8, 128, 200]),
             ("AM_Long", all.clone()),
             ("Get", all.clone()),
             // Three faces of N*N f64 for N = 16, 32, 64, 128, whatever --sizes says.
             ("VIS_Halo", vec![6144, 24576, 98304, 393216]),
             ("VIS_Halo_MtoM", vec![6144, 24576, 98304, 393216]),
-            ("Put", all),
+            ("Put", all.clone()),
+            ("Put_from", all.clone()),
+            ("Put_nbi", all.clone()),
+            ("Get_nbi", all),
         ],
         "{out}"
     );

@@ -34,8 +34,9 @@ impl Columns {
     pub fn of(name: &str) -> Columns {
         match name {
             "PingPong" | "PingPing" | "Sendrecv" | "Exchange" | "osu_latency" | "osu_bw"
-            | "osu_bibw" | "osu_mbw_mr" | "Halo" | "AM_Short" | "AM_Medium" | "AM_Long" | "Get"
-            | "Put" | "VIS_Halo" | "VIS_Halo_MtoM" => Columns::PointToPoint,
+            | "osu_bibw" | "osu_mbw_mr" | "Halo" | "AM_Short" | "AM_Medium" | "AM_Medium_from"
+            | "AM_Long" | "Get" | "Get_nbi" | "Put" | "Put_from" | "Put_nbi" | "VIS_Halo"
+            | "VIS_Halo_MtoM" => Columns::PointToPoint,
             "Barrier" => Columns::NoBytes,
             "Ibcast" | "Iallgather" | "Igather" | "Iscatter" | "Ialltoall" | "Ireduce"
             | "Ireduce_scatter" | "Iallreduce" => Columns::Overlap,

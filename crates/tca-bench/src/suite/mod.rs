@@ -131,6 +131,12 @@ pub enum Kind {
     /// A blocking put by rank 0 from its own segment into rank 1's: segment to segment
     /// (seed 001's MtoM; across a network an RMA write straight from the segment).
     PutFrom,
+    /// GASNet testlarge's non-blocking put bandwidth: a window of [`OSU_WINDOW`] `put_nbi`s
+    /// by rank 0 into rank 1's segment, then one `wait_syncnbi_puts`.
+    PutNbi,
+    /// The same for gets: a window of `get_nbi_into`s from rank 1's segment into rank 0's,
+    /// then one `wait_syncnbi_gets`.
+    GetNbi,
     /// Seed 001's strided halo exchange of a 3-D array of f64: three faces (contiguous,
     /// block-stride, strided) put into the partner's ghost array by strided puts, both ways.
     VisHalo,
@@ -392,6 +398,20 @@ pub static BENCHMARKS: &[Benchmark] = &[
         about: "blocking put from rank 0's segment into rank 1's: segment to segment (MtoM)",
     },
     Benchmark {
+        name: "Put_nbi",
+        kind: Kind::PutNbi,
+        collective: None,
+        family: Family::Gasnet,
+        about: "GASNet testlarge: 64 non-blocking puts into rank 1's segment, then one sync; time per put",
+    },
+    Benchmark {
+        name: "Get_nbi",
+        kind: Kind::GetNbi,
+        collective: None,
+        family: Family::Gasnet,
+        about: "GASNet testlarge: 64 non-blocking gets from rank 1's segment into rank 0's, then one sync; time per get",
+    },
+    Benchmark {
         name: "Ibcast",
         kind: Kind::Bcast,
         collective: Some(::tca::Collective::Broadcast),
@@ -497,9 +517,10 @@ impl Benchmark {
             | Kind::AmMediumFrom
             | Kind::AmLong
             | Kind::Get
+            | Kind::GetNbi
             | Kind::VisHalo
             | Kind::VisHaloMtoM => 2.min(p),
-            Kind::Put | Kind::PutFrom => 1,
+            Kind::Put | Kind::PutFrom | Kind::PutNbi => 1,
             Kind::OsuMbwMr => p / 2 * 2,
             _ => p,
         }
@@ -547,6 +568,7 @@ impl Benchmark {
                 | Kind::AmMediumFrom
                 | Kind::AmLong
                 | Kind::Get
+                | Kind::GetNbi
         )
     }
 
@@ -555,7 +577,9 @@ impl Benchmark {
     pub fn per_call_divisor(&self) -> f64 {
         match self.kind {
             Kind::PingPong | Kind::OsuLatency => 2.0,
-            Kind::OsuBw | Kind::OsuBibw | Kind::OsuMbwMr => OSU_WINDOW as f64,
+            Kind::OsuBw | Kind::OsuBibw | Kind::OsuMbwMr | Kind::PutNbi | Kind::GetNbi => {
+                OSU_WINDOW as f64
+            }
             _ => 1.0,
         }
     }
@@ -572,7 +596,9 @@ impl Benchmark {
             | Kind::OsuBw
             | Kind::Get
             | Kind::Put
-            | Kind::PutFrom => 1.0,
+            | Kind::PutFrom
+            | Kind::PutNbi
+            | Kind::GetNbi => 1.0,
             Kind::Sendrecv | Kind::OsuBibw | Kind::Halo | Kind::VisHalo | Kind::VisHaloMtoM => 2.0,
             // A round trip carries the size both ways.
             Kind::AmShort | Kind::AmMedium | Kind::AmMediumFrom | Kind::AmLong => 2.0,

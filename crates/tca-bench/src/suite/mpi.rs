@@ -367,6 +367,8 @@ impl Backend for MpiBackend {
                 | Kind::AmMediumFrom
                 | Kind::AmLong
                 | Kind::PutFrom
+                | Kind::PutNbi
+                | Kind::GetNbi
                 | Kind::VisHalo
                 | Kind::VisHaloMtoM => {
                     unreachable!("tca only: MPI does not run them")

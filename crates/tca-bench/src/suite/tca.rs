@@ -348,8 +348,8 @@ impl<'w> TcaBackend<'w> {
         let bytes = self.cur.1;
         if self.comm.rank() == 1 {
             let (count, expect, more) = match kind {
-                Kind::Get => (&am.stops, &am.expect[1], 1),
-                Kind::Put | Kind::PutFrom => return Ok(()),
+                Kind::Get | Kind::GetNbi => (&am.stops, &am.expect[1], 1),
+                Kind::Put | Kind::PutFrom | Kind::PutNbi => return Ok(()),
                 _ => (&am.pings, &am.expect[0], n),
             };
             let want = expect.get() + more;
@@ -385,11 +385,25 @@ impl<'w> TcaBackend<'w> {
                     ep.put_from(1, 0, 0, bytes)?;
                     continue;
                 }
+                Kind::PutNbi => {
+                    for _ in 0..OSU_WINDOW {
+                        ep.put_nbi(1, 0, bs)?;
+                    }
+                    ep.wait_syncnbi_puts()?;
+                    continue;
+                }
+                Kind::GetNbi => {
+                    for _ in 0..OSU_WINDOW {
+                        ep.get_nbi_into(0, 1, 0, bytes)?;
+                    }
+                    ep.wait_syncnbi_gets()?;
+                    continue;
+                }
                 _ => unreachable!("GASNet kinds only"),
             }
             ep.wait_until(|| am.pongs.get() >= want)?;
         }
-        if kind == Kind::Get {
+        if matches!(kind, Kind::Get | Kind::GetNbi) {
             ep.request_short(1, h, &[])?;
         }
         Ok(())
@@ -781,7 +795,9 @@ impl<'w> Backend for TcaBackend<'w> {
             | Kind::AmLong
             | Kind::Get
             | Kind::Put
-            | Kind::PutFrom => {
+            | Kind::PutFrom
+            | Kind::PutNbi
+            | Kind::GetNbi => {
                 return self.gasnet(kind, n);
             }
             Kind::VisHalo => return self.vis_halo(n, false),
@@ -858,6 +874,13 @@ impl<'w> Backend for TcaBackend<'w> {
                 Kind::Put => Endpoint::of(&self.comm)
                     .and_then(|e| e.put_mode(1, &self.bsend[..bytes]).ok())
                     .map_or_else(|| "put".into(), |m| format!("put, {m}")),
+                Kind::PutNbi => Endpoint::of(&self.comm)
+                    .and_then(|e| e.put_mode(1, &self.bsend[..bytes]).ok())
+                    .map_or_else(
+                        || "put_nbi window".into(),
+                        |m| format!("put_nbi window, {m}"),
+                    ),
+                Kind::GetNbi => "get_nbi_into window: the target puts into this segment".into(),
                 Kind::PutFrom => Endpoint::of(&self.comm)
                     .and_then(|e| e.put_from_mode(1, bytes).ok())
                     .map_or_else(
