@@ -9,7 +9,8 @@
 //! length), and after [`TUNING`] transfers a pattern is frozen at the split that finished
 //! fastest. On shared memory a channel is a copy engine: channel 0 is the caller, the others
 //! threads of a pool made when channels are turned on ([`World::put_parts`] runs the parts);
-//! across a network an endpoint of the rank (`transport::ofi::lanes`).
+//! across a network an endpoint of the rank (the world's split put, [`World::put_parts`],
+//! chooses).
 //!
 //! Cuts fall on cache lines (64 bytes), so no two engines write one line; a part may be empty
 //! (its channel then keeps a small share, [`MIN_SHARE`], so that it is measured again).

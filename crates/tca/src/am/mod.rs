@@ -144,7 +144,7 @@ use crate::Comm;
 use crate::cast::rank_u32;
 use crate::error::{Error, ErrorKind, Result};
 use crate::fabric::ring::{Ring, Shape};
-use crate::fabric::{Handle, Segment, World};
+use crate::fabric::{Handle, NetPath, Segment, World};
 use crate::p2p::Engine;
 
 /// Most 64-bit arguments one active message carries (GASNet's `gex_AM_MaxArgs`).
@@ -153,7 +153,7 @@ pub const MAX_ARGS: usize = 16;
 pub const MAX_MEDIUM: usize = 64 << 10;
 /// Bytes of each of the two staging buffers of [`Mode::BtoM`] puts: a staged put goes in
 /// pieces of this size, one copied while the one before is written.
-pub const STAGE_BYTES: usize = crate::transport::STAGE;
+pub const STAGE_BYTES: usize = crate::fabric::STAGE_BYTES;
 /// Default packing threshold of vector, indexed and strided puts to a peer across a network
 /// (see [`Endpoint::pack_threshold`]); within a node nothing is packed by default.
 pub const PACK_DEFAULT: usize = 2 << 10;
@@ -189,12 +189,11 @@ impl std::fmt::Display for Mode {
 
 impl Mode {
     /// The mode of a put by the transport's path across a network.
-    fn of_path(p: crate::transport::Path) -> Self {
-        use crate::transport::Path;
+    fn of_path(p: NetPath) -> Self {
         match p {
-            Path::Message => Mode::BtoB,
-            Path::Registered | Path::Direct => Mode::MtoM,
-            Path::Staged => Mode::BtoM,
+            NetPath::Message => Mode::BtoB,
+            NetPath::Registered | NetPath::Direct => Mode::MtoM,
+            NetPath::Staged => Mode::BtoM,
         }
     }
 }
@@ -727,7 +726,7 @@ impl<'c, 'w> Endpoint<'c, 'w> {
         let r = self.world_rank(to)?;
         let packet = len.min(self.core.room(0));
         Ok(match self.w().net_put_from_path(r, packet) {
-            Some(crate::transport::Path::Message) => Mode::BtoB,
+            Some(NetPath::Message) => Mode::BtoB,
             _ => Mode::MtoB,
         })
     }

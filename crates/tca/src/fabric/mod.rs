@@ -9,6 +9,10 @@ mod segment;
 mod world;
 
 pub use crate::transport::NetTransfers;
+/// How a put leaves this rank across a network, as [`World`] reports it (the seed's data modes).
+pub(crate) use crate::transport::Path as NetPath;
+/// Bytes of each of the two staging buffers of a staged put across a network.
+pub(crate) use crate::transport::STAGE as STAGE_BYTES;
 pub use chain::{Chain, ChainBuilder};
 pub use control::EXCHANGE_MAX;
 pub(crate) use segment::SegmentPool;
