@@ -317,7 +317,10 @@ fn fit(pts: &[&Point], cores: u32) -> Result<Fitted> {
                         ..CostModel::from_params(params, knee, cache).unwrap_or_default()
                     };
                     let q = pts[i];
-                    (q.alg.work)(&m, q.p, q.n).coefficients().to_vec()
+                    q.alg.work(&m, q.p, q.n).map_or_else(
+                        |_| vec![f64::INFINITY; CostModel::PARAMS.len()],
+                        |w| w.coefficients().to_vec(),
+                    )
                 })?;
                 if best
                     .as_ref()
@@ -378,7 +381,7 @@ pub fn fit_rank_count(np: u32, rows: &[Row], cores: u32) -> Result<RankFit> {
                 algorithm: q.alg.name,
                 bytes: q.bytes,
                 measured_us: q.t,
-                model_us: (q.alg.cost)(&m, q.p, q.n),
+                model_us: q.alg.cost(&m, q.p, q.n),
             });
         }
     }

@@ -90,7 +90,7 @@ fn synthetic_rows(m: &CostModel, cores: u32) -> Vec<Row> {
                 } else {
                     bytes as usize
                 };
-                let t = (a.cost)(&on_this_machine, p, n);
+                let t = a.cost(&on_this_machine, p, n);
                 rows.push(Row {
                     implementation: "tca".into(),
                     benchmark: bench.name.into(),

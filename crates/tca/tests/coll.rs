@@ -616,7 +616,7 @@ fn environment_forces_an_algorithm() {
         assert!(c.algorithms().count() >= 1, "{c:?}");
         for a in c.algorithms() {
             assert!(
-                (a.cost)(&Default::default(), 4, 1024) > 0.0,
+                a.cost(&Default::default(), 4, 1024) > 0.0,
                 "{} {}",
                 c.name(),
                 a.name

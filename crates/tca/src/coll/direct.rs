@@ -61,7 +61,7 @@ use std::cell::RefMut;
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 
-use super::step::{Block, Mode, Steps, run_blocking};
+use super::step::{Block, Live, Steps, run_blocking};
 use super::{Collective, Comm, Reducer};
 use crate::error::{Error, ErrorKind, Result};
 use crate::fabric::Handle;
@@ -506,20 +506,20 @@ impl DerefMut for Peers<'_> {
 
 /// Receives `from`'s offer and resolves it, expecting `len` bytes: `None` if its buffer is not
 /// in tca's memory.
-async fn take_offer<M: Mode>(c: Steps<'_, M>, from: usize, len: usize) -> Result<Option<Peer>> {
+async fn take_offer<M: Live>(c: Steps<'_, M>, from: usize, len: usize) -> Result<Option<Peer>> {
     let mut o = [0u8; OFFER];
     c.ch_recv(from, &mut o).await?;
     c.resolve(from, len, &o)
 }
 
-async fn answer<M: Mode>(c: Steps<'_, M>, to: usize, what: u64) -> Result<()> {
+async fn answer<M: Live>(c: Steps<'_, M>, to: usize, what: u64) -> Result<()> {
     let b = what.to_le_bytes();
     c.ch_send(to, &b).await
 }
 
 /// Receives `from`'s answer: `DONE`, or where `fallback` allows it `FALLBACK`; anything else
 /// means the ranks do not run the same collective.
-async fn answer_from<M: Mode>(c: Steps<'_, M>, from: usize, fallback: bool) -> Result<u64> {
+async fn answer_from<M: Live>(c: Steps<'_, M>, from: usize, fallback: bool) -> Result<u64> {
     let mut b = [0u8; 8];
     c.ch_recv(from, &mut b).await?;
     match u64::from_le_bytes(b) {
@@ -532,7 +532,7 @@ async fn answer_from<M: Mode>(c: Steps<'_, M>, from: usize, fallback: bool) -> R
 /// Offers `buf` to every peer, takes every peer's offer of `len` bytes and appends them to
 /// `peers` in rank order (p entries; this rank's stays `None`): the all-to-all forms' step 1.
 /// Returns whether every rank's buffer is in tca's memory, and whether this rank's is.
-async fn offers_all<M: Mode>(
+async fn offers_all<M: Live>(
     c: Steps<'_, M>,
     buf: &[u8],
     len: usize,
@@ -555,7 +555,7 @@ async fn offers_all<M: Mode>(
 }
 
 /// Step 3 of the all-to-all forms: done to every peer, then every peer's done.
-async fn done_all<M: Mode>(c: Steps<'_, M>) -> Result<()> {
+async fn done_all<M: Live>(c: Steps<'_, M>) -> Result<()> {
     let (p, me) = (c.p(), c.me);
     for k in 1..p {
         answer(c, (me + k) % p, DONE).await?;
@@ -571,7 +571,7 @@ async fn done_all<M: Mode>(c: Steps<'_, M>) -> Result<()> {
 /// tca's memory, runs `read` on it and answers "done". False on every rank where it is not.
 /// The root runs `read(None)` (its own part of the work) between its offers and the waits, so
 /// that it copies while the others read.
-async fn out_of_root<M: Mode>(
+async fn out_of_root<M: Live>(
     c: Steps<'_, M>,
     send: &[u8],
     len: usize,
@@ -604,7 +604,7 @@ async fn out_of_root<M: Mode>(
 /// The rooted gathers' shape (gather, reduce): every other rank offers `send` to the root and
 /// waits for its verdict; the root takes the offers and, if all are in tca's memory, runs
 /// `read` over them, then answers "done", else "fall back".
-async fn to_root<M: Mode>(
+async fn to_root<M: Live>(
     c: Steps<'_, M>,
     send: &[u8],
     root: usize,
@@ -640,7 +640,7 @@ async fn to_root<M: Mode>(
 /// offers `send` (`len` bytes expected of every peer's) to all; if every rank's buffer is in
 /// tca's memory, runs `read` over the peers' (this rank's own is `None`) and then the round of
 /// "done".
-async fn all_to_all<M: Mode>(
+async fn all_to_all<M: Live>(
     c: Steps<'_, M>,
     send: &[u8],
     read: impl FnOnce(&[Option<Peer>]) -> Result<()>,
@@ -686,7 +686,7 @@ pub const BCAST_SPLIT_MIN: usize = 20 * 1024;
 /// copy a whole one while the root's core idles: at 2 ranks two cores copy a half each (on
 /// this machine two threads copy 4 MiB 1.3x faster than one). Where only the root's buffer
 /// is in tca's memory, the readers read it whole, as below.
-pub(super) async fn broadcast<M: Mode>(
+pub(super) async fn broadcast<M: Live>(
     c: Steps<'_, M>,
     buf: &mut [u8],
     root: usize,
@@ -708,7 +708,7 @@ pub(super) async fn broadcast<M: Mode>(
     c.direct_end(r)
 }
 
-async fn broadcast_split<M: Mode>(c: Steps<'_, M>, buf: &mut [u8], root: usize) -> Result<bool> {
+async fn broadcast_split<M: Live>(c: Steps<'_, M>, buf: &mut [u8], root: usize) -> Result<bool> {
     let (p, me, n) = (c.p(), c.me, buf.len());
     // Every rank's `buf` to every rank: each then knows what every other knows, and a rank
     // that took the other path by a mismatched length meets a message of the wrong kind or
@@ -763,7 +763,7 @@ async fn broadcast_split<M: Mode>(c: Steps<'_, M>, buf: &mut [u8], root: usize) 
 /// Scatter: the root offers `send`, rank r reads block r, and the root copies its own
 /// meanwhile (after its offers: copied first, it held the readers back by as long, and a
 /// 4 MiB scatter at 2 ranks took two copies' time, 1.05x Open MPI's).
-pub(super) async fn scatter<M: Mode>(
+pub(super) async fn scatter<M: Live>(
     c: Steps<'_, M>,
     send: &[u8],
     recv: &mut [u8],
@@ -787,7 +787,7 @@ pub(super) async fn scatter<M: Mode>(
 /// 1.13-1.17x Open MPI's time that way; BENCHMARKS.md, "A gather written by its senders").
 /// If the root's `recv` is not in tca's memory, the others offer their `send` and the root
 /// reads the blocks where they lie.
-pub(super) async fn gather<M: Mode>(
+pub(super) async fn gather<M: Live>(
     c: Steps<'_, M>,
     send: &[u8],
     recv: &mut [u8],
@@ -797,7 +797,7 @@ pub(super) async fn gather<M: Mode>(
     c.direct_end(r)
 }
 
-async fn gather_steps<M: Mode>(
+async fn gather_steps<M: Live>(
     c: Steps<'_, M>,
     send: &[u8],
     recv: &mut [u8],
@@ -856,7 +856,7 @@ pub const REDUCE_SPLIT_MIN_CROWDED: usize = 128 * 1024;
 /// ranks, 1 MiB took 1.19-1.24x Open MPI's time that way; BENCHMARKS.md, "A reduce folded by
 /// every rank"). If some buffer is not in tca's memory, the root folds alone where every other
 /// rank's `send` is, else the channels run.
-pub(super) async fn reduce<M: Mode>(
+pub(super) async fn reduce<M: Live>(
     c: Steps<'_, M>,
     send: &[u8],
     recv: &mut [u8],
@@ -928,7 +928,7 @@ const PUSH_CHUNK: usize = 16 * 1024;
 /// block is read once and written p times, where readers would read it p times (at 2 ranks,
 /// three quarters of the memory traffic). Where some rank's `recv` is not in tca's memory, and
 /// below that size, every rank offers its `send` and reads every peer's.
-pub(super) async fn allgather<M: Mode>(
+pub(super) async fn allgather<M: Live>(
     c: Steps<'_, M>,
     send: &[u8],
     recv: &mut [u8],
@@ -946,7 +946,7 @@ pub(super) async fn allgather<M: Mode>(
 
 /// The pushed allgather; false (nothing written) where some rank's `recv` is not in tca's
 /// memory, on every rank alike.
-async fn allgather_push<M: Mode>(c: Steps<'_, M>, send: &[u8], recv: &mut [u8]) -> Result<bool> {
+async fn allgather_push<M: Live>(c: Steps<'_, M>, send: &[u8], recv: &mut [u8]) -> Result<bool> {
     let (p, me, b) = (c.p(), c.me, send.len());
     let mut peers = Peers::take(&c)?;
     if !offers_all(c, recv, p * b, &mut peers).await?.0 {
@@ -973,7 +973,7 @@ async fn allgather_push<M: Mode>(c: Steps<'_, M>, send: &[u8], recv: &mut [u8]) 
 
 /// The allgather read by its receivers: every rank offers `send` to all, places its own and
 /// reads every peer's into its place in `recv`.
-async fn allgather_pull<M: Mode>(c: Steps<'_, M>, send: &[u8], recv: &mut [u8]) -> Result<bool> {
+async fn allgather_pull<M: Live>(c: Steps<'_, M>, send: &[u8], recv: &mut [u8]) -> Result<bool> {
     let (me, b) = (c.me, send.len());
     recv[me * b..(me + 1) * b].copy_from_slice(send);
     all_to_all(c, send, |peers| {
@@ -989,7 +989,7 @@ async fn allgather_pull<M: Mode>(c: Steps<'_, M>, send: &[u8], recv: &mut [u8]) 
 
 /// Alltoall: every rank offers `send` to all; rank r reads block r of rank q's into block q of
 /// its `recv`.
-pub(super) async fn alltoall<M: Mode>(
+pub(super) async fn alltoall<M: Live>(
     c: Steps<'_, M>,
     send: &[u8],
     recv: &mut [u8],
@@ -1016,7 +1016,7 @@ pub(super) async fn alltoall<M: Mode>(
 /// [`ALLREDUCE_SCATTER_MIN`] bytes, as a reduce-scatter then an allgather instead
 /// ([`allreduce_scattered`]): every rank reads about 2(p - 1)/p of a vector rather than p - 1
 /// vectors.
-pub(super) async fn allreduce<M: Mode>(
+pub(super) async fn allreduce<M: Live>(
     c: Steps<'_, M>,
     send: &[u8],
     recv: &mut [u8],
@@ -1042,7 +1042,7 @@ pub const ALLREDUCE_SCATTER_MIN: usize = 128 * 1024;
 /// once every rank has said so (no `send` is read after that, every part is whole), rank r
 /// reads every other rank's part from that rank's `recv` into its own. False on every rank
 /// where some rank's `send` or `recv` is not in tca's memory.
-async fn allreduce_scattered<M: Mode>(
+async fn allreduce_scattered<M: Live>(
     c: Steps<'_, M>,
     send: &[u8],
     recv: &mut [u8],
@@ -1076,7 +1076,7 @@ async fn allreduce_scattered<M: Mode>(
 
 /// Reduce-scatter: every rank offers `send` to all; rank r folds block r of all of them into
 /// `recv`.
-pub(super) async fn reduce_scatter<M: Mode>(
+pub(super) async fn reduce_scatter<M: Live>(
     c: Steps<'_, M>,
     send: &[u8],
     recv: &mut [u8],

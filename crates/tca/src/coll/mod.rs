@@ -24,10 +24,10 @@
 macro_rules! kernel {
     ($comm:expr, $coll:ident, $bytes:expr) => {
         kernel!(@form $comm.settle().and_then(|()| $comm.pick(Collective::$coll, $bytes))?,
-            $coll, (f, _), f)
+            $coll, (f, _, _), f)
     };
     (start $comm:expr, $coll:ident, $bytes:expr) => {
-        kernel!(@form $comm.pick(Collective::$coll, $bytes)?, $coll, (_, f), f)
+        kernel!(@form $comm.pick(Collective::$coll, $bytes)?, $coll, (_, f, _), f)
     };
     (@form $alg:expr, $coll:ident, ($($pat:tt)*), $f:ident) => {
         match $alg.kernel {
@@ -49,6 +49,7 @@ mod barrier;
 mod bcast;
 mod buffer;
 mod channel;
+mod count;
 mod direct;
 mod gather;
 mod gathered;

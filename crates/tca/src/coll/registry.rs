@@ -1,8 +1,9 @@
 //! The one table of collective algorithms.
 //!
-//! Each entry: name, collective, function, the rank counts it supports, and its cost model
-//! (what it does on the rank that limits it, as a [`Work`], priced by a [`CostModel`]; see
-//! [`model`](super::model)). Selection, `TCA_COLL_<OP>=<name>`,
+//! Each entry: name, collective, function (one `async` description in three forms: blocking,
+//! started, counted) and the rank counts it supports. Its cost model is counted from the
+//! description ([`Algorithm::work`]: what it does, as a [`Work`], priced by a [`CostModel`];
+//! see [`model`](super::model) and `count`). Selection, `TCA_COLL_<OP>=<name>`,
 //! [`Comm::force`](super::Comm::force), the tests and the benchmarks all enumerate this table,
 //! so an algorithm added here is everywhere at once.
 //!
@@ -16,6 +17,7 @@ use super::{
 };
 use std::pin::Pin;
 
+use super::count::{Count, Tally};
 use super::step::{Block, Start, Steps, run_blocking};
 
 use crate::error::{Error, ErrorKind, Result};
@@ -117,19 +119,30 @@ pub(crate) type ReduceScatterStart =
     for<'a> fn(&'a Comm<'a>, &'a mut [u8], &'a mut [u8], &'a Reducer<'a>) -> Run<'a>;
 pub(crate) type AlltoallStart = for<'a> fn(&'a Comm<'a>, &'a [u8], &'a mut [u8]) -> Run<'a>;
 
+pub(crate) type BcastCount = fn(&Tally, &mut [u8], usize) -> Result<()>;
+pub(crate) type ScatterCount = fn(&Tally, &[u8], &mut [u8], usize) -> Result<()>;
+pub(crate) type GatherCount = ScatterCount;
+pub(crate) type ReduceCount = fn(&Tally, &mut [u8], &Reducer<'_>, usize) -> Result<()>;
+pub(crate) type AllgatherCount = fn(&Tally, &mut [u8], &[usize], &[usize]) -> Result<()>;
+pub(crate) type AllreduceCount = fn(&Tally, &mut [u8], &Reducer<'_>) -> Result<()>;
+pub(crate) type BarrierCount = fn(&Tally) -> Result<()>;
+pub(crate) type ReduceScatterCount = fn(&Tally, &mut [u8], &mut [u8], &Reducer<'_>) -> Result<()>;
+pub(crate) type AlltoallCount = fn(&Tally, &[u8], &mut [u8]) -> Result<()>;
+
 /// The function of an algorithm, by collective: one `async` description, run to its end on
-/// the caller's thread (the blocking call) or started and boxed (the non-blocking one).
+/// the caller's thread (the blocking call), started and boxed (the non-blocking one), or
+/// counted (its cost model: [`super::count`]).
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Kernel {
-    Broadcast(BcastFn, BcastStart),
-    Scatter(ScatterFn, ScatterStart),
-    Gather(GatherFn, GatherStart),
-    Reduce(ReduceFn, ReduceStart),
-    Allgather(AllgatherFn, AllgatherStart),
-    Allreduce(AllreduceFn, AllreduceStart),
-    Barrier(BarrierFn, BarrierStart),
-    ReduceScatter(ReduceScatterFn, ReduceScatterStart),
-    Alltoall(AlltoallFn, AlltoallStart),
+    Broadcast(BcastFn, BcastStart, BcastCount),
+    Scatter(ScatterFn, ScatterStart, ScatterCount),
+    Gather(GatherFn, GatherStart, GatherCount),
+    Reduce(ReduceFn, ReduceStart, ReduceCount),
+    Allgather(AllgatherFn, AllgatherStart, AllgatherCount),
+    Allreduce(AllreduceFn, AllreduceStart, AllreduceCount),
+    Barrier(BarrierFn, BarrierStart, BarrierCount),
+    ReduceScatter(ReduceScatterFn, ReduceScatterStart, ReduceScatterCount),
+    Alltoall(AlltoallFn, AlltoallStart, AlltoallCount),
 }
 
 /// One registered algorithm.
@@ -144,19 +157,34 @@ pub struct Algorithm {
     pub supports: fn(usize) -> bool,
     /// What it needs, when `supports` is not "any p".
     pub note: &'static str,
-    /// Predicted time in microseconds for `p` ranks and `bytes` bytes (per rank's block for
-    /// scatter, gather, allgather, reduce_scatter and alltoall; whole buffer otherwise):
-    /// `model.time(work(model, p, bytes))`.
-    pub cost: fn(&CostModel, usize, usize) -> f64,
-    /// What it does for `p` ranks and `bytes` bytes on the rank that limits it (the model is
-    /// needed only to tell which rank that is where it depends on the parameters).
-    pub work: fn(&CostModel, usize, usize) -> Work,
     /// Whether Auto considers it (and `tca model calibrate` measures it). False for algorithms
     /// written for a topology that the cost models do not describe: seed 002's broadcasts
     /// over 2 and 3 directions, 3-D allreduce and multi-ring allgather, for a torus whose
     /// nodes drive several links at once (on shared memory they tie with or lose to the
     /// others). They run when forced (`TCA_COLL_<OP>`, [`Comm::force`](super::Comm::force)).
     pub auto: bool,
+    /// The largest size for which Auto considers it (bytes, in the units of
+    /// [`Algorithm::work`]): past it the algorithm meets what the cost models leave out.
+    pub auto_max: usize,
+}
+
+impl Algorithm {
+    /// What it does for `p` ranks and `bytes` bytes (per rank's block for scatter, gather,
+    /// allgather, reduce_scatter and alltoall; whole buffer otherwise), as the pace of
+    /// back-to-back calls: the busiest rank's work, or with more ranks than the model's
+    /// cores, all ranks' shared over them ([`CostModel::paced`]). Read off the algorithm's
+    /// own description by a counting pass over every rank ([`super::count`]); the model is
+    /// needed to tell which rank is busiest.
+    pub fn work(&self, m: &CostModel, p: usize, bytes: usize) -> Result<Work> {
+        let (busiest, total) = super::count::parts(self, m, p, bytes)?;
+        Ok(m.paced(p, busiest, total))
+    }
+
+    /// Predicted time in microseconds of [`Algorithm::work`] (infinite where it cannot be
+    /// counted).
+    pub fn cost(&self, m: &CostModel, p: usize, bytes: usize) -> f64 {
+        self.work(m, p, bytes).map_or(f64::INFINITY, |w| m.time(&w))
+    }
 }
 
 fn any(_: usize) -> bool {
@@ -167,18 +195,26 @@ fn pow2(p: usize) -> bool {
     p.is_power_of_two()
 }
 
-/// Both forms of an algorithm's `run`: blocking (polled to its end on the stack, no
-/// allocation) and started (boxed, for a non-blocking collective).
+/// The three forms of an algorithm's `run`: blocking (polled to its end on the stack, no
+/// allocation), started (boxed, for a non-blocking collective) and counted (its cost model).
 macro_rules! forms {
     ($coll:ident, $m:ident $(, $a:ident)*) => {
         Kernel::$coll(
             |c $(, $a)*| run_blocking($m::run(Steps::<Block>::new(c) $(, $a)*)),
             |c $(, $a)*| Box::pin($m::run(Steps::<Start>::new(c) $(, $a)*)),
+            |t $(, $a)*| run_blocking($m::run(Steps::<Count>::new(t) $(, $a)*)),
         )
     };
 }
 
 macro_rules! alg {
+    // Auto considers it up to `$max` bytes.
+    (upto $max:expr, $name:literal, $coll:ident, $module:path, $supports:expr, $note:literal) => {
+        Algorithm {
+            auto_max: $max,
+            ..alg!($name, $coll, $module, $supports, $note)
+        }
+    };
     // Run only when forced: Auto never considers it.
     (forced $name:literal, $coll:ident, $module:path, $supports:expr, $note:literal) => {
         Algorithm {
@@ -188,18 +224,14 @@ macro_rules! alg {
     };
     ($name:literal, $coll:ident, $module:path, $supports:expr, $note:literal) => {{
         use $module as alg;
-        fn cost(m: &CostModel, p: usize, n: usize) -> f64 {
-            m.time(&alg::work(m, p, n))
-        }
         Algorithm {
             name: $name,
             collective: Collective::$coll,
             kernel: alg!(@kernel $coll),
             supports: $supports,
             note: $note,
-            cost,
-            work: alg::work,
             auto: true,
+            auto_max: usize::MAX,
         }
     }};
     (@kernel Broadcast) => { forms!(Broadcast, alg, b, root) };
@@ -215,9 +247,11 @@ macro_rules! alg {
 
 /// Every algorithm tca has.
 pub static ALGORITHMS: &[Algorithm] = &[
+    // The pipeline first: where its middle rank does as much as binomial's busiest (a tie
+    // in the models) it was the faster at 4-6 ranks (BENCHMARKS.md, "The counting pass").
+    alg!("pipeline", Broadcast, bcast::pipeline, any, ""),
     alg!("binomial", Broadcast, bcast::binomial, any, ""),
     alg!("flat", Broadcast, bcast::flat, any, ""),
-    alg!("pipeline", Broadcast, bcast::pipeline, any, ""),
     alg!(forced "pipeline_2d", Broadcast, bcast::directions::two, any, ""),
     alg!(forced "pipeline_3d", Broadcast, bcast::directions::three, any, ""),
     alg!(
@@ -248,7 +282,7 @@ pub static ALGORITHMS: &[Algorithm] = &[
         "a power-of-two rank count"
     ),
     alg!("bruck", Allgather, allgather::bruck, any, ""),
-    alg!("flat", Allgather, allgather::flat, any, ""),
+    alg!(upto allgather::flat::AUTO_MAX, "flat", Allgather, allgather::flat, any, ""),
     alg!("ring", Allgather, allgather::ring, any, ""),
     alg!(forced "ring_3d", Allgather, allgather::ring_3d, any, ""),
     alg!(
@@ -313,14 +347,4 @@ pub(crate) fn from_env(collective: Collective) -> Result<Option<&'static Algorit
 /// Evaluates every candidate's model: communicators look their choice up in a table instead.
 pub fn auto(c: Collective, p: usize, bytes: usize) -> &'static Algorithm {
     super::model::active().calibration.choose(c, p, bytes)
-}
-
-/// log2 of `p`, rounded down (p >= 1).
-pub(crate) fn log2f(p: usize) -> f64 {
-    f64::from(usize::BITS - 1 - p.max(1).leading_zeros())
-}
-
-/// log2 of `p`, rounded up.
-pub(crate) fn log2c(p: usize) -> f64 {
-    (p.max(1) as f64).log2().ceil()
 }

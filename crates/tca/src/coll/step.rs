@@ -1,8 +1,10 @@
-//! The steps algorithms are written in, and the two ways they run.
+//! The steps algorithms are written in, and the ways they run.
 //!
 //! Every algorithm is one `async fn run<M: Mode>(c: Steps<'_, M>, ..)`: one description of
-//! its sends, receives and local work. The mode is a type, so each algorithm is compiled
-//! twice from that one source:
+//! its sends, receives and local work (copies and combinations through [`Site`], so that
+//! every mode sees them). The mode is a type, so each algorithm is compiled three times from
+//! that one source: the two below, and the counting pass's [`Count`](super::count::Count),
+//! whose steps count what they would do, for the algorithm's cost model (`count`).
 //!
 //! - [`Block`], the blocking collective: each step waits until it is done and hands back a
 //!   finished future (`std::future::Ready`), so the compiled `run` is, once inlined, close
@@ -24,6 +26,7 @@
 //! finishes the open scope's runs (`Comm::settle`). So a borrow held across an `.await` is
 //! never contended (a run is not polled from inside itself: `nb` refuses that).
 
+use std::cell::RefMut;
 use std::future::{Future, ready};
 use std::marker::PhantomData;
 use std::ops::Deref;
@@ -35,26 +38,33 @@ use crate::error::{Error, ErrorKind, Result};
 
 /// How an algorithm's steps run: see the module's documentation.
 pub(crate) trait Mode: Copy {
+    /// What the steps act on: the communicator ([`Block`], [`Start`]), or the tally of a
+    /// counting pass ([`Count`](super::count::Count)).
+    type On<'a>: Site + Copy;
+
+    /// `on` for a shorter lifetime (what covariance gives each concrete `On`).
+    fn shorten<'a: 'b, 'b>(on: Self::On<'a>) -> Self::On<'b>;
+
     /// Sends `msg` to `to`.
-    fn send<'a>(c: &'a Comm<'a>, to: usize, msg: &'a [u8])
+    fn send<'a>(c: Self::On<'a>, to: usize, msg: &'a [u8])
     -> impl Future<Output = Result<()>> + 'a;
     /// Receives `dst.len()` bytes from `from` into `dst`, copied or combined with `red`.
     fn recv<'a>(
-        c: &'a Comm<'a>,
+        c: Self::On<'a>,
         from: usize,
         dst: &'a mut [u8],
         red: Option<&'a Reducer<'a>>,
     ) -> impl Future<Output = Result<()>> + 'a;
     /// Sends chunk `i` of `msg` to `to`.
     fn send_chunk<'a>(
-        c: &'a Comm<'a>,
+        c: Self::On<'a>,
         to: usize,
         msg: &'a [u8],
         i: usize,
     ) -> impl Future<Output = Result<()>> + 'a;
     /// Receives chunk `i` of a `dst.len()`-byte message from `from`.
     fn recv_chunk<'a>(
-        c: &'a Comm<'a>,
+        c: Self::On<'a>,
         from: usize,
         dst: &'a mut [u8],
         i: usize,
@@ -62,7 +72,7 @@ pub(crate) trait Mode: Copy {
     ) -> impl Future<Output = Result<()>> + 'a;
     /// Sends `msg` to `to` while receiving `dst` from `from`, chunk by chunk.
     fn sendrecv<'a>(
-        c: &'a Comm<'a>,
+        c: Self::On<'a>,
         to: usize,
         msg: &'a [u8],
         from: usize,
@@ -71,7 +81,7 @@ pub(crate) trait Mode: Copy {
     ) -> impl Future<Output = Result<()>> + 'a;
     /// Sends `buf` to `to` and receives the same length from `from` into `buf` itself.
     fn sendrecv_in_place<'a>(
-        c: &'a Comm<'a>,
+        c: Self::On<'a>,
         to: usize,
         from: usize,
         buf: &'a mut [u8],
@@ -88,9 +98,16 @@ pub(crate) struct Block;
 pub(crate) struct Start;
 
 impl Mode for Block {
+    type On<'a> = &'a Comm<'a>;
+
+    #[inline]
+    fn shorten<'a: 'b, 'b>(on: &'a Comm<'a>) -> &'b Comm<'b> {
+        on
+    }
+
     #[inline]
     fn send<'a>(
-        c: &'a Comm<'a>,
+        c: Self::On<'a>,
         to: usize,
         msg: &'a [u8],
     ) -> impl Future<Output = Result<()>> + 'a {
@@ -99,7 +116,7 @@ impl Mode for Block {
 
     #[inline]
     fn recv<'a>(
-        c: &'a Comm<'a>,
+        c: Self::On<'a>,
         from: usize,
         dst: &'a mut [u8],
         red: Option<&'a Reducer<'a>>,
@@ -112,7 +129,7 @@ impl Mode for Block {
 
     #[inline]
     fn send_chunk<'a>(
-        c: &'a Comm<'a>,
+        c: Self::On<'a>,
         to: usize,
         msg: &'a [u8],
         i: usize,
@@ -122,7 +139,7 @@ impl Mode for Block {
 
     #[inline]
     fn recv_chunk<'a>(
-        c: &'a Comm<'a>,
+        c: Self::On<'a>,
         from: usize,
         dst: &'a mut [u8],
         i: usize,
@@ -133,7 +150,7 @@ impl Mode for Block {
 
     #[inline]
     fn sendrecv<'a>(
-        c: &'a Comm<'a>,
+        c: Self::On<'a>,
         to: usize,
         msg: &'a [u8],
         from: usize,
@@ -145,7 +162,7 @@ impl Mode for Block {
 
     #[inline]
     fn sendrecv_in_place<'a>(
-        c: &'a Comm<'a>,
+        c: Self::On<'a>,
         to: usize,
         from: usize,
         buf: &'a mut [u8],
@@ -156,7 +173,14 @@ impl Mode for Block {
 }
 
 impl Mode for Start {
-    async fn send<'a>(c: &'a Comm<'a>, to: usize, msg: &'a [u8]) -> Result<()> {
+    type On<'a> = &'a Comm<'a>;
+
+    #[inline]
+    fn shorten<'a: 'b, 'b>(on: &'a Comm<'a>) -> &'b Comm<'b> {
+        on
+    }
+
+    async fn send<'a>(c: Self::On<'a>, to: usize, msg: &'a [u8]) -> Result<()> {
         for i in 0..c.chunks(msg.len()) {
             Self::send_chunk(c, to, msg, i).await?;
         }
@@ -164,7 +188,7 @@ impl Mode for Start {
     }
 
     async fn recv<'a>(
-        c: &'a Comm<'a>,
+        c: Self::On<'a>,
         from: usize,
         dst: &'a mut [u8],
         red: Option<&'a Reducer<'a>>,
@@ -176,7 +200,7 @@ impl Mode for Start {
     }
 
     fn send_chunk<'a>(
-        c: &'a Comm<'a>,
+        c: Self::On<'a>,
         to: usize,
         msg: &'a [u8],
         i: usize,
@@ -185,7 +209,7 @@ impl Mode for Start {
     }
 
     fn recv_chunk<'a>(
-        c: &'a Comm<'a>,
+        c: Self::On<'a>,
         from: usize,
         dst: &'a mut [u8],
         i: usize,
@@ -195,7 +219,7 @@ impl Mode for Start {
     }
 
     async fn sendrecv<'a>(
-        c: &'a Comm<'a>,
+        c: Self::On<'a>,
         to: usize,
         msg: &'a [u8],
         from: usize,
@@ -215,7 +239,7 @@ impl Mode for Start {
     }
 
     async fn sendrecv_in_place<'a>(
-        c: &'a Comm<'a>,
+        c: Self::On<'a>,
         to: usize,
         from: usize,
         buf: &'a mut [u8],
@@ -261,35 +285,135 @@ fn retry<'a>(
     })
 }
 
-/// An algorithm's handle on its communicator, in mode `M`: the steps, and (through `Deref`)
-/// the communicator's size, rank, scratch buffers and chunking.
-pub(crate) struct Steps<'a, M> {
-    comm: &'a Comm<'a>,
+/// The modes whose steps act on a live communicator ([`Block`], [`Start`]): their [`Steps`]
+/// reach the communicator itself (through `Deref` to `&Comm`), which the single-copy
+/// protocols (`direct`) need; the algorithms of the table stay generic over every [`Mode`],
+/// the counting pass's too, and ask only what [`Site`] offers.
+pub(crate) trait Live: for<'a> Mode<On<'a> = &'a Comm<'a>> {}
+
+impl Live for Block {}
+impl Live for Start {}
+
+/// What an algorithm asks of the communicator besides its steps: its size and rank, its
+/// chunking, its scratch buffers, its grid, and the local work between steps (copies,
+/// combinations), which a counting pass counts instead of doing.
+pub(crate) trait Site {
+    /// Ranks.
+    fn p(&self) -> usize;
+    /// This rank.
+    fn me(&self) -> usize;
+    /// Chunks a message of `n` bytes is sent in, as the chunk loops iterate them.
+    fn chunks(&self, n: usize) -> usize;
+    /// Whether a message of `n` bytes spans more than one of the channel's chunks (a
+    /// decision an algorithm takes by size, the same in every mode).
+    fn spans_chunks(&self, n: usize) -> bool;
+    /// Scratch buffer `i` (1 or 2), at least `n` bytes.
+    fn tmp(&self, i: usize, n: usize) -> RefMut<'_, [u8]>;
+    /// The grid of `D` dimensions the topology-aware algorithms lay the ranks out on.
+    fn grid<const D: usize>(&self) -> [usize; D];
+    /// `dst` = `src`: a copy within the rank.
+    fn copy(&self, dst: &mut [u8], src: &[u8]);
+    /// Rotates `buf` right by `k` bytes: a copy within the rank.
+    fn rotate_right(&self, buf: &mut [u8], k: usize);
+    /// `buf` = block 0 op block 1 op ... op block p-1 of `all`, in that order (`p` blocks of
+    /// `buf.len()` bytes).
+    fn combine_in_order(
+        &self,
+        all: &[u8],
+        buf: &mut [u8],
+        p: usize,
+        red: &Reducer<'_>,
+    ) -> Result<()>;
+}
+
+impl Site for &Comm<'_> {
+    #[inline]
+    fn p(&self) -> usize {
+        Comm::p(self)
+    }
+
+    #[inline]
+    fn me(&self) -> usize {
+        Comm::me(self)
+    }
+
+    #[inline]
+    fn chunks(&self, n: usize) -> usize {
+        Comm::chunks(self, n)
+    }
+
+    #[inline]
+    fn spans_chunks(&self, n: usize) -> bool {
+        Comm::chunks(self, n) >= 2
+    }
+
+    #[inline]
+    fn tmp(&self, i: usize, n: usize) -> RefMut<'_, [u8]> {
+        Comm::tmp(self, i, n)
+    }
+
+    #[inline]
+    fn grid<const D: usize>(&self) -> [usize; D] {
+        Comm::grid(self)
+    }
+
+    #[inline]
+    fn copy(&self, dst: &mut [u8], src: &[u8]) {
+        dst.copy_from_slice(src);
+    }
+
+    #[inline]
+    fn rotate_right(&self, buf: &mut [u8], k: usize) {
+        buf.rotate_right(k);
+    }
+
+    fn combine_in_order(
+        &self,
+        all: &[u8],
+        buf: &mut [u8],
+        p: usize,
+        red: &Reducer<'_>,
+    ) -> Result<()> {
+        let n = buf.len();
+        self.world_ref().computed(n * p.saturating_sub(1));
+        buf.copy_from_slice(&all[..n]);
+        for q in 1..p {
+            red.apply(buf, &all[q * n..(q + 1) * n])?;
+        }
+        Ok(())
+    }
+}
+
+/// An algorithm's handle on what its steps act on, in mode `M`: the steps, and (through
+/// `Deref` to `M::On`) what it asks besides ([`Site`]: size, rank, chunking, scratch, local
+/// work); in the live modes that is the communicator itself.
+pub(crate) struct Steps<'a, M: Mode> {
+    on: M::On<'a>,
     _mode: PhantomData<M>,
 }
 
-impl<M> Clone for Steps<'_, M> {
+impl<M: Mode> Clone for Steps<'_, M> {
     fn clone(&self) -> Self {
         *self
     }
 }
 
-impl<M> Copy for Steps<'_, M> {}
+impl<M: Mode> Copy for Steps<'_, M> {}
 
-impl<'a, M> Deref for Steps<'a, M> {
-    type Target = Comm<'a>;
+impl<'a, M: Mode> Deref for Steps<'a, M> {
+    type Target = M::On<'a>;
 
     #[inline]
-    fn deref(&self) -> &Comm<'a> {
-        self.comm
+    fn deref(&self) -> &M::On<'a> {
+        &self.on
     }
 }
 
 impl<'a, M: Mode> Steps<'a, M> {
     #[inline]
-    pub(crate) fn new(comm: &'a Comm<'a>) -> Self {
+    pub(crate) fn new(on: M::On<'a>) -> Self {
         Self {
-            comm,
+            on,
             _mode: PhantomData,
         }
     }
@@ -303,7 +427,7 @@ impl<'a, M: Mode> Steps<'a, M> {
     where
         'a: 'b,
     {
-        M::send(self.comm, to, msg)
+        M::send(M::shorten(self.on), to, msg)
     }
 
     #[inline]
@@ -315,7 +439,7 @@ impl<'a, M: Mode> Steps<'a, M> {
     where
         'a: 'b,
     {
-        M::recv(self.comm, from, dst, None)
+        M::recv(M::shorten(self.on), from, dst, None)
     }
 
     #[inline]
@@ -328,7 +452,7 @@ impl<'a, M: Mode> Steps<'a, M> {
     where
         'a: 'b,
     {
-        M::recv(self.comm, from, acc, Some(red))
+        M::recv(M::shorten(self.on), from, acc, Some(red))
     }
 
     #[inline]
@@ -341,7 +465,7 @@ impl<'a, M: Mode> Steps<'a, M> {
     where
         'a: 'b,
     {
-        M::send_chunk(self.comm, to, msg, i)
+        M::send_chunk(M::shorten(self.on), to, msg, i)
     }
 
     #[inline]
@@ -355,7 +479,7 @@ impl<'a, M: Mode> Steps<'a, M> {
     where
         'a: 'b,
     {
-        M::recv_chunk(self.comm, from, dst, i, red)
+        M::recv_chunk(M::shorten(self.on), from, dst, i, red)
     }
 
     /// Sends `msg` to `to` while receiving `dst` from `from`, chunk by chunk (deadlock-free
@@ -372,7 +496,7 @@ impl<'a, M: Mode> Steps<'a, M> {
     where
         'a: 'b,
     {
-        M::sendrecv(self.comm, to, msg, from, dst, red)
+        M::sendrecv(M::shorten(self.on), to, msg, from, dst, red)
     }
 
     /// Sends `buf` to `to` and receives a message of the same length from `from` into `buf`
@@ -389,7 +513,7 @@ impl<'a, M: Mode> Steps<'a, M> {
     where
         'a: 'b,
     {
-        M::sendrecv_in_place(self.comm, to, from, buf, red)
+        M::sendrecv_in_place(M::shorten(self.on), to, from, buf, red)
     }
 }
 

@@ -4,9 +4,8 @@
 //! are known everywhere), so Bruck's final rotation is not needed.
 //! Cost: ceil(log2 p) α + (p - 1) n β. Reuse: channel flow control.
 
-use crate::coll::registry::{CostModel, Work, log2c};
 use crate::coll::split2;
-use crate::coll::step::{Mode, Steps};
+use crate::coll::step::{Mode, Site, Steps};
 use crate::error::Result;
 
 /// The exchange itself, over any block layout.
@@ -36,16 +35,4 @@ pub(crate) async fn run<M: Mode>(
     displs: &[usize],
 ) -> Result<()> {
     exchange(c, buf, |b| displs[b]..displs[b] + counts[b]).await
-}
-
-/// This rank's block into place, then ceil(log2 p) rounds that send and receive p - 1 blocks of n
-/// in all.
-pub(crate) fn work(m: &CostModel, p: usize, n: usize) -> Work {
-    let (q, n) = (p.saturating_sub(1) as f64, n as f64);
-    m.sched(p)
-        .local(n)
-        .rounds(log2c(p))
-        .send(q, n)
-        .recv(q, n)
-        .symmetric()
 }

@@ -6,8 +6,7 @@
 //! Cost: α + (p - 1) n β for blocks of n bytes, and the contention of p - 1 blocks arriving
 //! at once, which the models leave out (hence [`AUTO_MAX`]). Reuse: channel flow control.
 
-use crate::coll::registry::{CostModel, Work};
-use crate::coll::step::{Mode, Steps};
+use crate::coll::step::{Mode, Site, Steps};
 use crate::error::Result;
 
 pub(crate) async fn run<M: Mode>(
@@ -43,20 +42,7 @@ pub(crate) async fn run<M: Mode>(
 /// Up to 1 KiB the one round wins everywhere it was measured: 0.26-0.41x the log-step
 /// algorithms' time at 8 ranks on 2 cores, 0.22-0.87x the best other's on the simulated PEACH2
 /// and Tofu at 16 ranks; at 2 KiB PEACH2's 16 ranks took 1.6x the ring's time, at 4 KiB 2.8x
-/// (BENCHMARKS.md, "A flat allgather").
+/// (BENCHMARKS.md, "A flat allgather"). The registry gives it to Auto as this algorithm's
+/// limit ([`Algorithm::auto_max`](crate::coll::Algorithm::auto_max)); forced, it runs at any
+/// size.
 pub(crate) const AUTO_MAX: usize = 1 << 10;
-
-/// This rank's block into place, then its block to p - 1 ranks and p - 1 blocks of n in, in
-/// one round: for blocks up to [`AUTO_MAX`]. Past it, priced with the ring's p - 1 rounds (for
-/// the contention above), so Auto takes a log-step algorithm; forced, it runs at any size.
-pub(crate) fn work(m: &CostModel, p: usize, n: usize) -> Work {
-    let q = p.saturating_sub(1) as f64;
-    let rounds = if n <= AUTO_MAX { 1.0 } else { q };
-    let n = n as f64;
-    m.sched(p)
-        .local(n)
-        .rounds(rounds)
-        .send(q, n)
-        .recv(q, n)
-        .symmetric()
-}

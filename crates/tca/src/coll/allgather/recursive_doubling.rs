@@ -5,7 +5,7 @@
 //! Cost: log2 p α + (p - 1) n β. Reuse: channel flow control.
 
 use crate::coll::split2;
-use crate::coll::step::{Mode, Steps};
+use crate::coll::step::{Mode, Site, Steps};
 use crate::error::Result;
 
 pub(crate) async fn run<M: Mode>(
@@ -28,7 +28,3 @@ pub(crate) async fn run<M: Mode>(
     }
     Ok(())
 }
-
-/// The same messages as Bruck's allgather in the same ceil(log2 p) rounds (the blocks travel
-/// in another order), so the same schedule: see `bruck::work`.
-pub(crate) use super::bruck::work;

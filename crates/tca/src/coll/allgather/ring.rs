@@ -3,9 +3,8 @@
 //! each rank moves (p - 1) blocks once: bandwidth-optimal for large blocks.
 //! Cost: (p - 1)(α + n β) for blocks of n bytes. Reuse: channel flow control.
 
-use crate::coll::registry::{CostModel, Work};
 use crate::coll::split2;
-use crate::coll::step::{Mode, Steps};
+use crate::coll::step::{Mode, Site, Steps};
 use crate::error::Result;
 
 /// The ring itself, over any block layout: this rank starts by passing block `me + shift`
@@ -36,16 +35,4 @@ pub(crate) async fn run<M: Mode>(
     displs: &[usize],
 ) -> Result<()> {
     exchange(c, buf, 0, |b| displs[b]..displs[b] + counts[b]).await
-}
-
-/// This rank's block into place, then p - 1 rounds that send and receive p - 1 blocks of n
-/// in all.
-pub(crate) fn work(m: &CostModel, p: usize, n: usize) -> Work {
-    let (q, n) = (p.saturating_sub(1) as f64, n as f64);
-    m.sched(p)
-        .local(n)
-        .rounds(q)
-        .send(q, n)
-        .recv(q, n)
-        .symmetric()
 }

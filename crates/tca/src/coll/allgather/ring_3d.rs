@@ -28,9 +28,10 @@
 //! received.
 //! Reuse: channel flow control.
 
-use crate::coll::registry::{CostModel, Work};
-use crate::coll::step::{Mode, Steps};
-use crate::coll::{coords, disjoint_mut, grid, split2};
+#[cfg(test)]
+use crate::coll::grid;
+use crate::coll::step::{Mode, Site, Steps};
+use crate::coll::{coords, disjoint_mut, split2};
 use crate::error::Result;
 
 const D: usize = 3;
@@ -86,7 +87,7 @@ pub(crate) async fn run<M: Mode>(
             && (0..n)
                 .map(|g| span(group(&dims, &at, d, g)).len())
                 .min()
-                .is_some_and(|m| c.chunks(m) >= 2);
+                .is_some_and(|m| c.spans_chunks(m));
         for s in 0..n.saturating_sub(1) {
             let out = group(&dims, &at, d, (at[d] + n - s) % n);
             let inn = group(&dims, &at, d, (at[d] + 2 * n - s - 1) % n);
@@ -140,29 +141,6 @@ pub(crate) async fn run<M: Mode>(
         stride *= n;
     }
     Ok(())
-}
-
-/// This rank's block into place, then per stage d (n_d - 1) rounds, each exchanging a group
-/// of the earlier dimensions' size in blocks of n bytes, as one message (an allgather's
-/// blocks are adjacent), or as two halves (one each way round) when the group is longer than
-/// a chunk: p - 1 blocks each way in all.
-pub(crate) fn work(m: &CostModel, p: usize, n: usize) -> Work {
-    let dims = grid::<D>(p);
-    let nf = n as f64;
-    let chunk = crate::coll::channel::chunk_bytes(p) as f64;
-    let mut s = m.sched(p).local(nf);
-    let mut inner = 1.0;
-    for &k in &dims {
-        let steps = k.saturating_sub(1) as f64;
-        let group = inner * nf;
-        s = if group > chunk {
-            s.exchange(2.0 * steps, group / 2.0)
-        } else {
-            s.exchange(steps, group)
-        };
-        inner *= k as f64;
-    }
-    s.symmetric()
 }
 
 #[cfg(test)]

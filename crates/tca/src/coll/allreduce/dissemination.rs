@@ -7,10 +7,8 @@
 //! Cost: ceil(log2 p) α + (p - 1) n (β + γ). Reuse: channel flow control; contributions are
 //! staged in the communicator's reusable temporary.
 
-use super::flat::combine_in_order;
 use crate::coll::Reducer;
-use crate::coll::registry::{CostModel, Work, log2c};
-use crate::coll::step::{Mode, Steps};
+use crate::coll::step::{Mode, Site, Steps};
 use crate::error::Result;
 
 // The scratch buffer is this run's alone while it runs: see `step`, "Scratch".
@@ -22,7 +20,7 @@ pub(crate) async fn run<M: Mode>(c: Steps<'_, M>, buf: &mut [u8], red: &Reducer<
     // sends one contiguous run (positions 0..) and receives one (positions d..): one message
     // per round, as in the paper, whatever p.
     let mut all = c.tmp(1, p * n);
-    all[..n].copy_from_slice(buf);
+    c.copy(&mut all[..n], buf);
     let mut d = 1;
     while d < p {
         let cnt = d.min(p - d);
@@ -33,22 +31,6 @@ pub(crate) async fn run<M: Mode>(c: Steps<'_, M>, buf: &mut [u8], red: &Reducer<
         d <<= 1;
     }
     // Back to rank order, then the combination in rank order (the same bits everywhere).
-    all[..p * n].rotate_right(me * n);
-    combine_in_order(c.world_ref(), &all, buf, p, red)
-}
-
-/// ceil(log2 p) rounds, each one message each way, p - 1 contributions of n in all; the
-/// combination in order; local copies of n (the front end's, the first contribution's) and
-/// the rotation of p n.
-pub(crate) fn work(m: &CostModel, p: usize, n: usize) -> Work {
-    let (q, n) = (p.saturating_sub(1) as f64, n as f64);
-    let r = log2c(p);
-    let per = if r > 0.0 { q * n / r } else { 0.0 };
-    m.sched(p)
-        .local(2.0 * n + p as f64 * n)
-        .rounds(r)
-        .send(r, per)
-        .recv(r, per)
-        .reduce(q * n)
-        .symmetric()
+    c.rotate_right(&mut all[..p * n], me * n);
+    c.combine_in_order(&all, buf, p, red)
 }

@@ -7,7 +7,7 @@ pub(crate) mod recursive_doubling;
 pub(crate) mod ring;
 
 use crate::coll::Reducer;
-use crate::coll::step::{Mode, Steps};
+use crate::coll::step::{Mode, Site, Steps};
 use crate::error::Result;
 
 /// Folds a non-power-of-two group onto the largest power of two p' <= p (the usual fix-up):

@@ -23,9 +23,10 @@
 //! Reuse: channel flow control.
 
 use crate::coll::Reducer;
-use crate::coll::registry::{CostModel, Work};
-use crate::coll::step::{Mode, Steps};
-use crate::coll::{coords, grid};
+use crate::coll::coords;
+#[cfg(test)]
+use crate::coll::grid;
+use crate::coll::step::{Mode, Site, Steps};
 use crate::error::Result;
 
 const D: usize = 3;
@@ -85,31 +86,6 @@ pub(crate) async fn run<M: Mode>(c: Steps<'_, M>, buf: &mut [u8], red: &Reducer<
         }
     }
     Ok(())
-}
-
-/// Per rank, for each dimension whose chain it joins: the reduce's receive and combine from
-/// the rank further out and its send closer in, the broadcast's receive and send back; the
-/// busiest rank (the origin combines and sends in every dimension) and the total for the
-/// pace of oversubscribed runs; the front end's copy.
-pub(crate) fn work(m: &CostModel, p: usize, n: usize) -> Work {
-    let nf = n as f64;
-    let dims = grid::<D>(p);
-    let mut busiest = m.sched(p).work();
-    let mut total = m.sched(p);
-    for me in 0..p.max(1) {
-        let mut s = m.sched(p).local(nf);
-        for link in chains(dims, me).iter().filter(|l| l.joins) {
-            if link.further.is_some() {
-                s = s.recv_reduce(1.0, nf).send(1.0, nf);
-            }
-            if link.closer.is_some() {
-                s = s.send(1.0, nf).recv(1.0, nf);
-            }
-        }
-        busiest = m.slowest(busiest, s.work());
-        total = total.then(s.work());
-    }
-    m.paced(p, busiest, total.work())
 }
 
 #[cfg(test)]

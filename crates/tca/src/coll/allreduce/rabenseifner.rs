@@ -7,8 +7,7 @@
 //! Reuse: channel flow control.
 
 use super::{fold, unfold, unfolded};
-use crate::coll::registry::{CostModel, Work};
-use crate::coll::step::{Mode, Steps};
+use crate::coll::step::{Mode, Site, Steps};
 use crate::coll::{Reducer, block, split2};
 use crate::error::Result;
 
@@ -47,20 +46,4 @@ pub(crate) async fn run<M: Mode>(c: Steps<'_, M>, buf: &mut [u8], red: &Reducer<
         }
     }
     unfold(c, buf).await
-}
-
-/// Halving: in round j a combining exchange of n / 2^j; doubling: the same sizes back; plus
-/// the fold and unfold when p is not a power of two, and the front end's copy.
-pub(crate) fn work(m: &CostModel, p: usize, n: usize) -> Work {
-    let nf = n as f64;
-    let mut s = m.sched(p).local(nf);
-    let mut half = nf;
-    for _ in 0..p.max(1).ilog2() {
-        half /= 2.0;
-        s = s.exchange_reduce(1.0, half).exchange(1.0, half);
-    }
-    if p.is_power_of_two() {
-        return s.symmetric();
-    }
-    s.rounds(2.0).recv_reduce(1.0, nf).send(1.0, nf).symmetric()
 }

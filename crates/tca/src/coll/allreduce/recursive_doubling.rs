@@ -7,8 +7,7 @@
 
 use super::{fold, unfold, unfolded};
 use crate::coll::Reducer;
-use crate::coll::registry::{CostModel, Work, log2f};
-use crate::coll::step::{Mode, Steps};
+use crate::coll::step::{Mode, Site, Steps};
 use crate::error::Result;
 
 pub(crate) async fn run<M: Mode>(c: Steps<'_, M>, buf: &mut [u8], red: &Reducer<'_>) -> Result<()> {
@@ -24,15 +23,4 @@ pub(crate) async fn run<M: Mode>(c: Steps<'_, M>, buf: &mut [u8], red: &Reducer<
         }
     }
     unfold(c, buf).await
-}
-
-/// log2 p' combining exchange rounds of the whole buffer, plus the fold (a combining receive)
-/// and the unfold (a send) when p is not a power of two; the front end's copy.
-pub(crate) fn work(m: &CostModel, p: usize, n: usize) -> Work {
-    let (k, n) = (log2f(p), n as f64);
-    let s = m.sched(p).local(n).exchange_reduce(k, n);
-    if p.is_power_of_two() {
-        return s.symmetric();
-    }
-    s.rounds(2.0).recv_reduce(1.0, n).send(1.0, n).symmetric()
 }

@@ -2,14 +2,13 @@
 //! chunk i to every rank, then takes chunk i from every rank. One step deep.
 //! Cost: α + (p - 1) n β. Reuse: channel flow control.
 
-use crate::coll::registry::{CostModel, Work};
-use crate::coll::step::{Mode, Steps};
+use crate::coll::step::{Mode, Site, Steps};
 use crate::error::Result;
 
 pub(crate) async fn run<M: Mode>(c: Steps<'_, M>, send: &[u8], recv: &mut [u8]) -> Result<()> {
     let (p, me) = (c.p(), c.me());
     let b = send.len() / p;
-    recv[me * b..(me + 1) * b].copy_from_slice(&send[me * b..(me + 1) * b]);
+    c.copy(&mut recv[me * b..(me + 1) * b], &send[me * b..(me + 1) * b]);
     for i in 0..c.chunks(b) {
         for k in 1..p {
             let q = (me + k) % p;
@@ -22,15 +21,4 @@ pub(crate) async fn run<M: Mode>(c: Steps<'_, M>, send: &[u8], recv: &mut [u8]) 
         }
     }
     Ok(())
-}
-
-/// One round: p - 1 blocks of n sent and received; this rank's own block copied.
-pub(crate) fn work(m: &CostModel, p: usize, n: usize) -> Work {
-    let (q, n) = (p.saturating_sub(1) as f64, n as f64);
-    m.sched(p)
-        .local(n)
-        .rounds(1.0)
-        .send(q, n)
-        .recv(q, n)
-        .symmetric()
 }

@@ -3,8 +3,7 @@
 //! everyone. Each signal is an empty message: one cache line with its sequence word.
 //! Cost: ceil(log2 p) α. Reuse: channel sequence numbers (nothing to reset).
 
-use crate::coll::registry::{CostModel, Work, log2c};
-use crate::coll::step::{Mode, Steps};
+use crate::coll::step::{Mode, Site, Steps};
 use crate::error::Result;
 
 pub(crate) async fn run<M: Mode>(c: Steps<'_, M>) -> Result<()> {
@@ -16,9 +15,4 @@ pub(crate) async fn run<M: Mode>(c: Steps<'_, M>) -> Result<()> {
         d <<= 1;
     }
     Ok(())
-}
-
-/// ceil(log2 p) exchange rounds of an empty message.
-pub(crate) fn work(m: &CostModel, p: usize, _n: usize) -> Work {
-    m.sched(p).exchange(log2c(p), 0.0).symmetric()
 }

@@ -5,8 +5,7 @@
 //! every smaller j with v + 2^j < p. ceil(log2 p) rounds, any p, any root.
 //! Cost: ceil(log2 p) (α + n β). Reuse: channel flow control (see `channel`).
 
-use crate::coll::registry::{CostModel, Work, log2c};
-use crate::coll::step::{Mode, Steps};
+use crate::coll::step::{Mode, Site, Steps};
 use crate::error::Result;
 
 pub(crate) async fn run<M: Mode>(c: Steps<'_, M>, buf: &mut [u8], root: usize) -> Result<()> {
@@ -28,16 +27,4 @@ pub(crate) async fn run<M: Mode>(c: Steps<'_, M>, buf: &mut [u8], root: usize) -
         mask >>= 1;
     }
     Ok(())
-}
-
-/// Data flows one way, so back-to-back calls overlap and the busier rank sets the pace: the
-/// root, which sends the buffer ceil(log2 p) times, or its first child, which receives it and
-/// sends it on to up to ceil(log2 p) - 1 children. In all, p - 1 sends and receives.
-pub(crate) fn work(m: &CostModel, p: usize, n: usize) -> Work {
-    let (l, q, n) = (log2c(p), p.saturating_sub(1) as f64, n as f64);
-    let busiest = m.slowest(
-        m.sched(p).send(l, n).work(),
-        m.sched(p).recv(1.0, n).send(l - 1.0, n).work(),
-    );
-    m.paced(p, busiest, m.sched(p).send(q, n).recv(q, n).work())
 }

@@ -24,9 +24,10 @@
 //! Cost: the busiest rank's sends and receives (each chunk pipelined as the chain's).
 //! Reuse: channel flow control.
 
-use crate::coll::registry::{CostModel, Work};
-use crate::coll::step::{Mode, Steps};
-use crate::coll::{coords, grid};
+use crate::coll::coords;
+#[cfg(test)]
+use crate::coll::grid;
+use crate::coll::step::{Mode, Site, Steps};
 use crate::error::Result;
 
 /// One rank's place in the trees of the parts.
@@ -180,44 +181,12 @@ async fn run_d<M: Mode, const D: usize>(
     Ok(())
 }
 
-/// Per rank: a receive of each part it is not the root of, and a send of the part to each
-/// of its children. The busiest rank's work (the root's, which sends every part to up to D
-/// children, or a rank that forwards most), and the total over the ranks for the pace of
-/// oversubscribed runs.
-fn work_d<const D: usize>(m: &CostModel, p: usize, n: usize) -> Work {
-    let parts: [f64; D] = std::array::from_fn(|k| part::<D>(n, k).len() as f64);
-    let dims = grid::<D>(p);
-    let mut busiest = m.sched(p).work();
-    let mut total = m.sched(p);
-    for v in 0..p.max(1) {
-        let place = Place::on(dims, v);
-        let mut s = m.sched(p);
-        for (k, &bytes) in parts.iter().enumerate() {
-            let (parent, children) = place.tree(k);
-            let sends = children.iter().flatten().count() as f64;
-            if parent.is_some() {
-                s = s.recv(1.0, bytes);
-            }
-            if sends > 0.0 {
-                s = s.send(sends, bytes);
-            }
-        }
-        busiest = m.slowest(busiest, s.work());
-        total = total.then(s.work());
-    }
-    m.paced(p, busiest, total.work())
-}
-
 /// Over two directions (seed 002's 2-D Bcast, eq. 12).
 pub(crate) mod two {
     use super::*;
 
     pub(crate) async fn run<M: Mode>(c: Steps<'_, M>, buf: &mut [u8], root: usize) -> Result<()> {
         run_d::<M, 2>(c, buf, root).await
-    }
-
-    pub(crate) fn work(m: &CostModel, p: usize, n: usize) -> Work {
-        work_d::<2>(m, p, n)
     }
 }
 
@@ -227,10 +196,6 @@ pub(crate) mod three {
 
     pub(crate) async fn run<M: Mode>(c: Steps<'_, M>, buf: &mut [u8], root: usize) -> Result<()> {
         run_d::<M, 3>(c, buf, root).await
-    }
-
-    pub(crate) fn work(m: &CostModel, p: usize, n: usize) -> Work {
-        work_d::<3>(m, p, n)
     }
 }
 

@@ -4,8 +4,7 @@
 //! Cost: (p - 2 + c)(α + s β) for c chunks of s bytes: about n β + (p - 2) s β for large n.
 //! Reuse: channel flow control (at most K chunks in flight per link).
 
-use crate::coll::registry::{CostModel, Work};
-use crate::coll::step::{Mode, Steps};
+use crate::coll::step::{Mode, Site, Steps};
 use crate::error::Result;
 
 pub(crate) async fn run<M: Mode>(c: Steps<'_, M>, buf: &mut [u8], root: usize) -> Result<()> {
@@ -22,19 +21,4 @@ pub(crate) async fn run<M: Mode>(c: Steps<'_, M>, buf: &mut [u8], root: usize) -
         }
     }
     Ok(())
-}
-
-/// Every link works at once: a middle rank receives and sends every chunk; with two ranks,
-/// the busier of the sender and the receiver. In all, p - 1 sends and receives.
-pub(crate) fn work(m: &CostModel, p: usize, n: usize) -> Work {
-    let (q, n) = (p.saturating_sub(1) as f64, n as f64);
-    let busiest = if p > 2 {
-        m.sched(p).recv(1.0, n).send(1.0, n).work()
-    } else {
-        m.slowest(
-            m.sched(p).send(1.0, n).work(),
-            m.sched(p).recv(1.0, n).work(),
-        )
-    };
-    m.paced(p, busiest, m.sched(p).send(q, n).recv(q, n).work())
 }

@@ -5,8 +5,7 @@
 
 use crate::coll::allgather::ring;
 use crate::coll::block;
-use crate::coll::registry::{CostModel, Work};
-use crate::coll::step::{Mode, Steps};
+use crate::coll::step::{Mode, Site, Steps};
 use crate::error::Result;
 
 pub(crate) async fn run<M: Mode>(c: Steps<'_, M>, buf: &mut [u8], root: usize) -> Result<()> {
@@ -21,14 +20,4 @@ pub(crate) async fn run<M: Mode>(c: Steps<'_, M>, buf: &mut [u8], root: usize) -
         c.ch_recv(root, &mut buf[block(n, 1, p, me)]).await?;
     }
     ring::exchange(c, buf, 0, |b| block(n, 1, p, b)).await
-}
-
-/// The scatter (the busier of the root's p - 1 sends of n/p and a receiver), then p - 1 ring
-/// exchange rounds of n/p on every rank.
-pub(crate) fn work(m: &CostModel, p: usize, n: usize) -> Work {
-    let (q, b) = (p.saturating_sub(1) as f64, n as f64 / p.max(1) as f64);
-    let scatter = m.slowest(m.sched(p).send(q, b).work(), m.sched(p).recv(1.0, b).work());
-    let ring = m.sched(p).exchange(q, b).work();
-    let total = m.sched(p).send(q, b).recv(q, b).then(ring.scaled(p as f64));
-    m.paced(p, m.sched(p).then(scatter).then(ring).work(), total.work())
 }

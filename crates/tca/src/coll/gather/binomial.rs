@@ -4,8 +4,7 @@
 //! Cost: ceil(log2 p) α + (p - 1) n β. Reuse: channel flow control; staging in the
 //! communicator's reusable temporary.
 
-use crate::coll::registry::{CostModel, Work};
-use crate::coll::step::{Mode, Steps};
+use crate::coll::step::{Mode, Site, Steps};
 use crate::coll::subtree;
 use crate::error::Result;
 
@@ -22,7 +21,7 @@ pub(crate) async fn run<M: Mode>(
     let v = (me + p - root) % p;
     let (low, size) = subtree(p, v);
     let mut t = c.tmp(1, size * b);
-    t[..b].copy_from_slice(send);
+    c.copy(&mut t[..b], send);
     let mut m = 1;
     while m < low {
         if v + m < p {
@@ -37,12 +36,7 @@ pub(crate) async fn run<M: Mode>(
     }
     for k in 0..p {
         let q = (root + k) % p;
-        recv[q * b..(q + 1) * b].copy_from_slice(&t[k * b..(k + 1) * b]);
+        c.copy(&mut recv[q * b..(q + 1) * b], &t[k * b..(k + 1) * b]);
     }
     Ok(())
-}
-
-/// One way, to the root: see [`CostModel::binomial_blocks`].
-pub(crate) fn work(m: &CostModel, p: usize, n: usize) -> Work {
-    m.binomial_blocks(p, n, false)
 }

@@ -2,8 +2,7 @@
 //! block to the root, which takes chunk i from every rank in turn, so all senders progress
 //! together. Cost: α + (p - 1) n β. Reuse: channel flow control.
 
-use crate::coll::registry::{CostModel, Work};
-use crate::coll::step::{Mode, Steps};
+use crate::coll::step::{Mode, Site, Steps};
 use crate::error::Result;
 
 pub(crate) async fn run<M: Mode>(
@@ -24,16 +23,6 @@ pub(crate) async fn run<M: Mode>(
                 .await?;
         }
     }
-    recv[me * b..(me + 1) * b].copy_from_slice(send);
+    c.copy(&mut recv[me * b..(me + 1) * b], send);
     Ok(())
-}
-
-/// One way: the busier of the root (p - 1 receives of n, and its own block) and a sender.
-pub(crate) fn work(m: &CostModel, p: usize, n: usize) -> Work {
-    let (q, n) = (p.saturating_sub(1) as f64, n as f64);
-    let busiest = m.slowest(
-        m.sched(p).local(n).recv(q, n).work(),
-        m.sched(p).send(1.0, n).work(),
-    );
-    m.paced(p, busiest, m.sched(p).local(n).recv(q, n).send(q, n).work())
 }

@@ -1,6 +1,6 @@
 //! The cost algebra: [`CostModel`], the parameters that price each count of a [`Work`], and
-//! [`Sched`], with which an algorithm's `work` function builds its [`Work`] out of the channel
-//! operations it performs (messages sent and received, exchange rounds, local copies,
+//! [`Sched`], to which the counting pass (`coll::count`) adds each channel operation an
+//! algorithm performs (messages sent and received, exchange rounds, local copies,
 //! reductions). A prediction is the dot product `Work · CostModel`; [`CostModel::slowest`] and
 //! [`CostModel::paced`] turn the schedules of a rooted collective's ranks into the pace of
 //! back-to-back calls (see the [`model`](super) docs for why).
@@ -8,7 +8,6 @@
 use serde::{Deserialize, Serialize};
 
 use crate::coll::channel::{INLINE, chunk_bytes};
-use crate::coll::subtree;
 use crate::error::{Error, ErrorKind, Result};
 
 /// Parameters of the cost model (see the [`model`](super) docs): times in microseconds, per
@@ -249,47 +248,12 @@ impl CostModel {
         }
     }
 
-    /// A binomial scatter (`outward`: blocks flow from the root) or gather (the mirror) of
-    /// `n`-byte blocks on `p` ranks. Data flows one way: the busier of the root (its p + 1
-    /// staging copies, one message per subtree) and its first child (its block, its subtree's
-    /// message from or to the root, one per subtree of its own); in all, the root's copies and
-    /// every other rank v's block and subtree message (min(lowest set bit of v, p - v)
-    /// blocks), sent once and received once.
-    pub(crate) fn binomial_blocks(&self, p: usize, n: usize, outward: bool) -> Work {
-        let nf = n as f64;
-        // The message to or from relative rank v: its subtree's blocks.
-        let msg = |v: usize| subtree(p, v).1 as f64 * nf;
-        let mut root = self.sched(p).local((p + 1) as f64 * nf);
-        let mut k = 1;
-        while k < p {
-            root = root.message(outward, msg(k));
-            k <<= 1;
-        }
-        let mut child = self.sched(p).local(nf);
-        if p > 1 {
-            // The root's last child, the one with the largest subtree.
-            let h = 1usize << (usize::BITS - 1 - (p - 1).leading_zeros());
-            child = child.message(!outward, msg(h));
-            let mut k = 1;
-            while k < h && h + k < p {
-                child = child.message(outward, msg(h + k));
-                k <<= 1;
-            }
-        }
-        let mut total = self.sched(p).local((p + 1) as f64 * nf);
-        for v in 1..p {
-            total = total.local(nf).send(1.0, msg(v)).recv(1.0, msg(v));
-        }
-        self.paced(p, self.slowest(root.work(), child.work()), total.work())
-    }
-
     /// An empty schedule for `p` ranks, to describe an algorithm's work with.
     pub(crate) fn sched(&self, p: usize) -> Sched {
         Sched {
             chunk: chunk_bytes(p) as f64,
             knee: self.knee,
             cache: self.cache,
-            crowding: self.crowding(p),
             w: Work::default(),
         }
     }
@@ -357,7 +321,6 @@ pub(crate) struct Sched {
     chunk: f64,
     knee: f64,
     cache: f64,
-    crowding: f64,
     w: Work,
 }
 
@@ -415,30 +378,11 @@ impl Sched {
         self
     }
 
-    /// `k` exchange rounds of `x` bytes each way (send and receive with a partner).
-    pub(crate) fn exchange(self, k: f64, x: f64) -> Self {
-        self.rounds(k).send(k, x).recv(k, x)
-    }
-
-    /// [`Sched::exchange`] with the received bytes combined.
-    pub(crate) fn exchange_reduce(self, k: f64, x: f64) -> Self {
-        self.rounds(k).send(k, x).recv_reduce(k, x)
-    }
-
     /// `x` bytes copied within the rank.
     pub(crate) fn local(mut self, x: f64) -> Self {
         self.w.local_bytes += x.max(0.0);
         self.far(1.0, x.max(0.0));
         self
-    }
-
-    /// One message of `x` bytes, sent if `out`, else received.
-    fn message(self, out: bool, x: f64) -> Self {
-        if out {
-            self.send(1.0, x)
-        } else {
-            self.recv(1.0, x)
-        }
     }
 
     /// `x` bytes combined (already at hand).
@@ -466,12 +410,6 @@ impl Sched {
     pub(crate) fn work(self) -> Work {
         self.w
     }
-
-    /// The pace of a collective whose every rank runs this schedule ([`CostModel::paced`] with
-    /// p times these counts as the total).
-    pub(crate) fn symmetric(self) -> Work {
-        self.w.scaled(self.crowding)
-    }
 }
 
 #[cfg(test)]
@@ -489,7 +427,12 @@ mod tests {
         assert_eq!(w.chunks, 3.0);
         assert_eq!(w.small_bytes, 3.0 * 4096.0);
         assert_eq!(w.recv_bytes, 3.0 * ch - 3.0 * 4096.0);
-        let w = m.sched(2).exchange_reduce(2.0, 100.0).work();
+        let w = m
+            .sched(2)
+            .rounds(2.0)
+            .send(2.0, 100.0)
+            .recv_reduce(2.0, 100.0)
+            .work();
         assert_eq!(
             (w.rounds, w.chunks, w.small_bytes, w.reduced_bytes),
             (2.0, 4.0, 400.0, 200.0)
@@ -521,13 +464,22 @@ mod tests {
         };
         let far = |w: Work| w.far_bytes;
         let mib = 1024.0 * 1024.0;
-        assert_eq!(far(m.sched(2).exchange(1.0, mib / 2.0).work()), 0.0);
+        assert_eq!(
+            far(m.sched(2).send(1.0, mib / 2.0).recv(1.0, mib / 2.0).work()),
+            0.0
+        );
         // Sent, received and copied bytes of long messages: all of them, not the excess.
-        assert_eq!(far(m.sched(2).exchange(1.0, mib).work()), 2.0 * mib);
+        assert_eq!(
+            far(m.sched(2).send(1.0, mib).recv(1.0, mib).work()),
+            2.0 * mib
+        );
         assert_eq!(far(m.sched(2).local(mib).send(3.0, 8.0).work()), mib);
         let none = CostModel::default();
         assert_eq!(none.cache, MAX_CACHE);
-        assert_eq!(far(none.sched(2).exchange(1.0, 1e12).work()), 0.0);
+        assert_eq!(
+            far(none.sched(2).send(1.0, 1e12).recv(1.0, 1e12).work()),
+            0.0
+        );
         // The price is added to the others.
         let priced = CostModel {
             beta_far: 1e-3,

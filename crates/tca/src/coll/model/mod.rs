@@ -3,9 +3,12 @@
 //!
 //! # What is modelled (`cost`)
 //!
-//! Every algorithm describes what it does as a [`Work`]: the counts of the things the channel
-//! layer (`channel`) spends time on, on the rank that limits the call. [`CostModel`] prices each
-//! count, so a prediction is the dot product `Work · CostModel`, linear in the parameters:
+//! What an algorithm does is a [`Work`]: the counts of the things the channel layer
+//! (`channel`) spends time on. They are not written by hand: a counting pass runs the
+//! algorithm's own description on every rank of a communicator that does not exist and adds
+//! up what each step would do (`coll::count`), so the model is always that of the code that
+//! runs. [`CostModel`] prices each count, so a prediction is the dot product `Work ·
+//! CostModel`, linear in the parameters:
 //!
 //! | count | parameter | what it is on shared memory |
 //! |---|---|---|
@@ -28,8 +31,8 @@
 //! 25-50% more per byte than the same bytes moved as 2 MiB halves (Rabenseifner), while a
 //! 4 MiB one-way stream (broadcast) does not slow down; being per collective, the fit finds
 //! that threshold for each (and none for broadcast).
-//! The `Cost:` line that opens each algorithm's file is the textbook α-β-γ cost; its `work`
-//! function is the schedule this model prices.
+//! The `Cost:` line that opens each algorithm's file is the textbook α-β-γ cost; the counting
+//! pass gives the schedule this model prices.
 //!
 //! **What time is predicted.** The time per call of back-to-back calls, as IMB and
 //! `tca bench` measure it. In an exchange every rank waits for its partners each round, so the
@@ -96,15 +99,15 @@
 //! per-message step, locality, and the latency of one isolated call. So some algorithms are never predicted to win: the ring
 //! allgather, the ring reduce_scatter and the pairwise alltoall send the same messages as
 //! Bruck's allgather or the one-round flat variants in more rounds; with data flowing one
-//! way, a pipeline's middle rank does no more than binomial's busiest rank (a tie that
-//! table order gives to binomial). They stay in the table for forcing and for the regimes the
+//! way, a pipeline's middle rank often does as much as binomial's busiest rank (a tie that
+//! table order gives to the pipeline, measured the faster at 4-6 ranks). They stay in the table for forcing and for the regimes the
 //! models do not describe. With more ranks than cores, the models see the scheduler through
 //! the total work over the cores and through parameters fitted at that rank count.
 //!
 //! # Layout
 //!
 //! - `cost`: the cost algebra, [`CostModel`] and the [`Work`] it prices (and the schedule
-//!   builder the algorithms' `work` functions use);
+//!   builder the counting pass adds each step to);
 //! - `file`: the calibration file, [`Calibration`] and its parts, and where it is looked for
 //!   ([`default_path`]);
 //! - `cache`: the process-wide model, read once ([`active`]), and where it came from
@@ -120,6 +123,7 @@ mod file;
 mod table;
 
 pub use cache::{Active, Source, active, load_or_default, warn_once};
+pub(crate) use cost::Sched;
 pub use cost::{CostModel, MAX_CACHE, MAX_KNEE, Work};
 pub use file::{
     Calibration, FORMAT, Fitted, Quality, RankModels, VERSION, default_path, model_path,

@@ -4,7 +4,7 @@
 //! when a communicator is created, so a call is one array lookup ([`Table::get`]). A table fits
 //! in one small broadcast, so every member can take rank 0's.
 
-use super::{Calibration, CostModel};
+use super::Calibration;
 use crate::coll::registry::{ALGORITHMS, Algorithm, Collective};
 use crate::error::{Error, ErrorKind, Result};
 
@@ -18,7 +18,7 @@ impl Calibration {
     /// [`Calibration::predict`] with the models of a communicator that spans a network
     /// (`network`, [`Calibration::model_on`]) or lies within one node.
     pub fn predict_on(&self, alg: &Algorithm, p: usize, bytes: usize, network: bool) -> f64 {
-        (alg.cost)(&self.model_on(alg.collective, p, network), p, bytes)
+        alg.cost(&self.model_on(alg.collective, p, network), p, bytes)
     }
 
     /// The supported algorithm of `collective` with the lowest predicted time on `p` ranks and
@@ -26,7 +26,9 @@ impl Calibration {
     /// (which rounding can tell apart) are equal; among equals, the one whose busiest rank has the
     /// least to do (with more ranks than cores several one-way broadcasts predict the same total
     /// over the cores, and the shorter critical path is what sets them apart), then the first in
-    /// table order.
+    /// table order. Sizes past those the counting pass can hand an algorithm (p times `bytes`
+    /// over [`count::REGION`](crate::coll::count::REGION), 64 GiB) are chosen for as the
+    /// largest it can.
     pub fn choose(&self, collective: Collective, p: usize, bytes: usize) -> &'static Algorithm {
         self.choose_on(collective, p, bytes, false)
     }
@@ -41,15 +43,18 @@ impl Calibration {
         network: bool,
     ) -> &'static Algorithm {
         let m = self.model_on(collective, p, network);
-        let own_cores = CostModel { cores: 0.0, ..m };
+        let bytes = bytes.min(crate::coll::count::REGION / p.max(1));
         let below = |a: f64, b: f64| a < b * (1.0 - 1e-9);
         let mut best: Option<(&'static Algorithm, f64, f64)> = None;
         for a in collective
             .algorithms()
-            .filter(|a| a.auto && (a.supports)(p))
+            .filter(|a| a.auto && (a.supports)(p) && bytes <= a.auto_max)
         {
-            let t = (a.cost)(&m, p, bytes);
-            let busiest = (a.cost)(&own_cores, p, bytes);
+            // The busiest rank's time alone is the pace with a core per rank.
+            let (t, busiest) = match crate::coll::count::parts(a, &m, p, bytes) {
+                Ok((b, total)) => (m.time(&m.paced(p, b, total)), m.time(&b)),
+                Err(_) => continue,
+            };
             if best.is_none_or(|(_, bt, bb)| below(t, bt) || (!below(bt, t) && below(busiest, bb)))
             {
                 best = Some((a, t, busiest));

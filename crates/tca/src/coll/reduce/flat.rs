@@ -3,8 +3,7 @@
 //! ranks, small messages). Cost: α + (p - 1) n (β + γ). Reuse: channel flow control.
 
 use crate::coll::Reducer;
-use crate::coll::registry::{CostModel, Work};
-use crate::coll::step::{Mode, Steps};
+use crate::coll::step::{Mode, Site, Steps};
 use crate::error::Result;
 
 pub(crate) async fn run<M: Mode>(
@@ -23,17 +22,4 @@ pub(crate) async fn run<M: Mode>(
         }
     }
     Ok(())
-}
-
-/// One way: the busier of the root (p - 1 combining receives, the front end's copies) and a
-/// sender.
-pub(crate) fn work(m: &CostModel, p: usize, n: usize) -> Work {
-    let (q, n) = (p.saturating_sub(1) as f64, n as f64);
-    let root = m.sched(p).local(2.0 * n).recv_reduce(q, n).work();
-    let busiest = m.slowest(root, m.sched(p).local(n).send(1.0, n).work());
-    m.paced(
-        p,
-        busiest,
-        m.sched(p).then(root).local(q * n).send(q, n).work(),
-    )
 }

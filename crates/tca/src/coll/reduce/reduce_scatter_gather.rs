@@ -3,8 +3,7 @@
 //! root. Each rank moves about 2 n bytes and combines n (p - 1)/p, for large messages.
 //! Cost: 2 (p - 1) α + 2 (p - 1)/p n β + (p - 1)/p n γ. Reuse: channel flow control.
 
-use crate::coll::registry::{CostModel, Work};
-use crate::coll::step::{Mode, Steps};
+use crate::coll::step::{Mode, Site, Steps};
 use crate::coll::{Reducer, block, split2};
 use crate::error::Result;
 
@@ -46,21 +45,4 @@ pub(crate) async fn run<M: Mode>(
         c.ch_recv(q, &mut buf[block(n, red.elem, p, q)]).await?;
     }
     Ok(())
-}
-
-/// The ring reduce-scatter (p - 1 combining exchange rounds of n/p), then the root's p - 1
-/// receives of n/p; and the front end's copies in and out.
-pub(crate) fn work(m: &CostModel, p: usize, n: usize) -> Work {
-    let (q, nf) = (p.saturating_sub(1) as f64, n as f64);
-    let b = nf / p.max(1) as f64;
-    let ring = m.sched(p).exchange_reduce(q, b).work();
-    let root = m.sched(p).local(2.0 * nf).then(ring).recv(q, b).work();
-    // In all: the ring on every rank, the others' copies in and their blocks to the root.
-    let total = m
-        .sched(p)
-        .then(root)
-        .then(ring.scaled(q))
-        .local(q * nf)
-        .send(q, b);
-    m.paced(p, root, total.work())
 }

@@ -3,8 +3,7 @@
 //! Cost: α + (p - 1) n (β + γ) for blocks of n bytes. Reuse: channel flow control.
 
 use crate::coll::Reducer;
-use crate::coll::registry::{CostModel, Work};
-use crate::coll::step::{Mode, Steps};
+use crate::coll::step::{Mode, Site, Steps};
 use crate::error::Result;
 
 pub(crate) async fn run<M: Mode>(
@@ -15,7 +14,7 @@ pub(crate) async fn run<M: Mode>(
 ) -> Result<()> {
     let (p, me) = (c.p(), c.me());
     let b = recv.len();
-    recv.copy_from_slice(&buf[me * b..(me + 1) * b]);
+    c.copy(recv, &buf[me * b..(me + 1) * b]);
     for i in 0..c.chunks(b) {
         for k in 1..p {
             let q = (me + k) % p;
@@ -26,16 +25,4 @@ pub(crate) async fn run<M: Mode>(
         }
     }
     Ok(())
-}
-
-/// One round: p - 1 sends of blocks of n, p - 1 combining receives; the front end's copy of
-/// the p n input and this rank's block.
-pub(crate) fn work(m: &CostModel, p: usize, n: usize) -> Work {
-    let (q, n) = (p.saturating_sub(1) as f64, n as f64);
-    m.sched(p)
-        .local((q + 2.0) * n)
-        .rounds(1.0)
-        .send(q, n)
-        .recv_reduce(q, n)
-        .symmetric()
 }

@@ -5,8 +5,7 @@
 
 use crate::coll::Reducer;
 use crate::coll::reduce::reduce_scatter_gather::ring_reduce_scatter;
-use crate::coll::registry::{CostModel, Work};
-use crate::coll::step::{Mode, Steps};
+use crate::coll::step::{Mode, Site, Steps};
 use crate::error::Result;
 
 pub(crate) async fn run<M: Mode>(
@@ -19,16 +18,6 @@ pub(crate) async fn run<M: Mode>(
     let b = recv.len();
     // Equal blocks: the element-wise split of `block` gives exactly b bytes each.
     ring_reduce_scatter(c, buf, red, p - 1).await?;
-    recv.copy_from_slice(&buf[me * b..(me + 1) * b]);
+    c.copy(recv, &buf[me * b..(me + 1) * b]);
     Ok(())
-}
-
-/// p - 1 combining exchange rounds of blocks of n; the front end's copy of the p n input and
-/// this rank's block.
-pub(crate) fn work(m: &CostModel, p: usize, n: usize) -> Work {
-    let (q, n) = (p.saturating_sub(1) as f64, n as f64);
-    m.sched(p)
-        .local((q + 2.0) * n)
-        .exchange_reduce(q, n)
-        .symmetric()
 }

@@ -4,8 +4,7 @@
 //! Cost: ceil(log2 p) α + (p - 1) n β. Reuse: channel flow control; the subtree staging
 //! buffer is the communicator's reusable temporary.
 
-use crate::coll::registry::{CostModel, Work};
-use crate::coll::step::{Mode, Steps};
+use crate::coll::step::{Mode, Site, Steps};
 use crate::coll::subtree;
 use crate::error::Result;
 
@@ -26,7 +25,7 @@ pub(crate) async fn run<M: Mode>(
     if v == 0 {
         for k in 0..p {
             let q = (root + k) % p;
-            t[k * b..(k + 1) * b].copy_from_slice(&send[q * b..(q + 1) * b]);
+            c.copy(&mut t[k * b..(k + 1) * b], &send[q * b..(q + 1) * b]);
         }
     } else {
         c.ch_recv((v - low + root) % p, &mut t[..size * b]).await?;
@@ -40,11 +39,6 @@ pub(crate) async fn run<M: Mode>(
         }
         m >>= 1;
     }
-    recv.copy_from_slice(&t[..b]);
+    c.copy(recv, &t[..b]);
     Ok(())
-}
-
-/// One way, from the root: see [`CostModel::binomial_blocks`].
-pub(crate) fn work(m: &CostModel, p: usize, n: usize) -> Work {
-    m.binomial_blocks(p, n, true)
 }
