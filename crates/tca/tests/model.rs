@@ -684,3 +684,17 @@ fn communicators_select_from_their_table_and_forcing_still_wins() {
         assert_eq!(x, 6.0);
     }
 }
+
+/// Where the counting pass cannot price any algorithm (here: more ranks than its probes
+/// fit), Auto still takes one that runs on that many ranks and that it would consider.
+#[test]
+fn uncountable_rank_counts_still_choose_an_algorithm_that_runs() {
+    let c = Calibration::builtin();
+    let p = 200_001;
+    for coll in Collective::ALL {
+        let a = c.choose(coll, p, 8);
+        assert!((a.supports)(p), "{} {}", coll.name(), a.name);
+        assert!(a.auto, "{} {}", coll.name(), a.name);
+        assert!(a.work(&CostModel::default(), p, 8).is_err());
+    }
+}

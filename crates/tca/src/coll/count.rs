@@ -2,11 +2,12 @@
 //!
 //! Every algorithm is one `async fn run<M: Mode>` ([`step`](super::step)). Besides running
 //! it blocking ([`Block`](super::step::Block)) or started ([`Start`](super::step::Start)),
-//! the registry runs it in a third mode, [`Count`], once per rank of a communicator that does
-//! not exist: each step, instead of moving bytes, adds what it would do to that rank's
-//! [`Work`] (a [`Sched`] of the model's counts), so the cost model of every algorithm is what
-//! its code does, and no second description can drift from it (one did, before this pass:
-//! the hand-written schedule of an algorithm that had changed).
+//! the registry runs it in a third mode, [`Count`], on the ranks of a communicator that does
+//! not exist (one of each class of ranks that do alike, [`classes`]). Each step, instead of
+//! moving bytes, adds what it would do to that rank's [`Work`] (a [`Sched`] of the model's
+//! counts), so the cost model of every algorithm is what its code does, and no second
+//! description can drift from it (one did, before this pass: the hand-written schedule of an
+//! algorithm that had changed).
 //!
 //! # What is counted
 //! - A send or a receive of `x` bytes: one message of `x` bytes ([`Sched::send`],
@@ -18,14 +19,15 @@
 //!   staged contributions ([`Site::combine_in_order`]).
 //! - **Synchronising rounds** (the model's `rounds`: a wait for a message whose sender waits
 //!   for this rank's, in back-to-back calls). A rank starts a round when it receives from a
-//!   rank it also sends to in the call, having sent since its last round (calls repeat, so a
-//!   call's first receive follows the last call's sends): a flat exchange is one round, a
-//!   fold's partner waits once for the folded rank (whose next fold waits for this call's
-//!   unfold) and the folded rank once for the result; a one-way tree has none. Which ranks a
-//!   rank sends to is found by a first pass. A round also starts at every exchange step ([`Mode::sendrecv`](super::step::Mode)) unless the step continues the
-//!   previous one: the same partners, sending nothing received since the round began (the
-//!   blocks of one of Bruck's or recursive doubling's rounds; a ring's next step sends what
-//!   the last one received, so it is a round of its own).
+//!   rank it also sends to in the call (outside exchange steps), having sent since its last
+//!   round (calls repeat, so a call's first receive follows the last call's sends): a flat
+//!   exchange is one round, a fold's partner waits once for the folded rank (whose next fold
+//!   waits for this call's unfold) and the folded rank once for the result; a one-way tree
+//!   has none. Which ranks a rank sends to is found by a first pass. A round also starts at
+//!   every exchange step ([`Mode::sendrecv`](super::step::Mode)) unless the step continues
+//!   the previous one: the same partners, sending nothing received since the round began
+//!   (the blocks of one of Bruck's or recursive doubling's rounds; a ring's next step sends
+//!   what the last one received, so it is a round of its own).
 //! - The front end's copies, which run outside the algorithm ([`front`]): the send buffer
 //!   into the working buffer (reduce, allreduce, reduce_scatter), this rank's block into
 //!   place (allgather), the result out (reduce's root).
@@ -36,8 +38,9 @@
 //! # Buffers
 //! The pass runs the real code, which slices real buffers, so it needs buffers of the
 //! message's size, and scratch of up to p times it, that it never reads or writes: address
-//! space reserved without memory ([`Phantom`], `MAP_NORESERVE`), [`REGION`] bytes each,
-//! kept in a pool for the next pass. A call whose buffers would not fit is refused.
+//! space reserved without memory ([`Phantom`], `MAP_NORESERVE`), as much as the pass needs
+//! (at most [`REGION`] each), kept in a pool for the next pass. A call whose buffers would
+//! not fit is refused.
 
 use std::cell::{Cell, RefCell, RefMut};
 use std::collections::HashMap;
@@ -48,13 +51,17 @@ use std::sync::{Arc, Mutex};
 use super::Reducer;
 use super::channel::chunk_bytes;
 use super::model::{CostModel, Sched, Work};
-use super::registry::{Algorithm, Collective, Kernel};
+use super::registry::{ALGORITHMS, Algorithm, Collective, Kernel};
 use super::step::{Mode, Site};
 use crate::error::{Error, ErrorKind, Result};
 
 /// Bytes of each buffer the pass can hand an algorithm: a buffer (a whole allgather's, an
 /// alltoall's, a reduce_scatter's: p blocks) or a scratch of up to p times a block.
-pub(crate) const REGION: usize = 1 << 36;
+pub(crate) const REGION: usize = if usize::BITS >= 64 {
+    1 << (usize::BITS - 28)
+} else {
+    1 << 30
+};
 
 /// The counting mode: every step adds to its rank's [`Tally`].
 #[derive(Debug, Clone, Copy)]
@@ -82,7 +89,7 @@ pub(crate) struct Tally {
     /// A hash of every step's kind and size, in order, peers left out: ranks whose passes
     /// hash alike do alike ([`classes`]).
     sig: Cell<u64>,
-    tmp: [RefCell<Phantom>; 2],
+    tmp: [RefCell<Phantom>; 3],
 }
 
 fn span(b: &[u8]) -> (usize, usize) {
@@ -215,7 +222,7 @@ impl Site for &Tally {
     }
 
     fn tmp(&self, i: usize, n: usize) -> RefMut<'_, [u8]> {
-        let cell = &self.tmp[i.clamp(1, 2) - 1];
+        let cell = &self.tmp[i.min(2)];
         RefMut::map(cell.borrow_mut(), |r| r.slice(n))
     }
 
@@ -351,6 +358,21 @@ pub(crate) fn parts(alg: &Algorithm, m: &CostModel, p: usize, n: usize) -> Resul
             ),
         ));
     }
+    // The classes' probes need 6p blocks of 6p bytes; past that no pass fits.
+    if p.checked_mul(6 * p).is_none_or(|b| b > REGION) {
+        return Err(Error::new(
+            ErrorKind::InvalidArgument,
+            format!("cannot count collectives on {p} ranks: too many for the counting pass"),
+        ));
+    }
+    // The front ends return before any algorithm on empty buffers: an empty call is priced as
+    // the smallest that runs (counted at n = 0 every block of an exchange would lie at one
+    // address, and the rounds could not be told apart). A barrier has no bytes.
+    let n = if alg.collective == Collective::Barrier {
+        0
+    } else {
+        n.max(1)
+    };
     let classes = classes(alg, p)?;
     let reps: Vec<usize> = classes.iter().map(|&(r, _)| r).collect();
     let mut busiest = m.sched(p).work();
@@ -365,9 +387,10 @@ pub(crate) fn parts(alg: &Algorithm, m: &CostModel, p: usize, n: usize) -> Resul
 /// Per class of ranks that do alike: one of them, and how many there are.
 type Classes = Arc<[(usize, usize)]>;
 
-/// The sizes at which [`classes`] compares the ranks: multiples of 6p, which every
-/// algorithm splits evenly (p blocks, 2 or 3 parts), one small and one past three chunks
-/// (so that decisions by size show).
+/// The sizes at which [`classes`] compares the ranks: multiples of 6p, which the algorithms
+/// split evenly where they split in p blocks or 2 or 3 parts (Rabenseifner's p' blocks need
+/// not be, which only makes more classes), one small and one past three chunks (so that
+/// decisions by size show).
 fn probes(p: usize) -> [usize; 2] {
     let unit = 6 * p;
     [unit, unit * (3 * chunk_bytes(p) / unit + 1)]
@@ -381,10 +404,19 @@ fn probes(p: usize) -> [usize; 2] {
 /// by the odd bytes of their blocks (under a relative 1e-3 of the time, checked by the
 /// tests). Found once per algorithm and rank count, and kept.
 fn classes(alg: &Algorithm, p: usize) -> Result<Classes> {
-    /// Classes found, by algorithm (its address in the table) and rank count.
+    /// Classes found, by algorithm (its index in the table) and rank count.
     type Known = HashMap<(usize, usize), Classes>;
     static KNOWN: Mutex<Option<Known>> = Mutex::new(None);
-    let key = (std::ptr::from_ref(alg) as usize, p);
+    let index = ALGORITHMS
+        .iter()
+        .position(|a| std::ptr::eq(a, alg))
+        .ok_or_else(|| {
+            Error::new(
+                ErrorKind::InvalidArgument,
+                format!("{} {} is not in the table", alg.collective.name(), alg.name),
+            )
+        })?;
+    let key = (index, p);
     if let Some(c) = KNOWN
         .lock()
         .unwrap_or_else(|e| e.into_inner())
@@ -452,9 +484,12 @@ fn each_rank(
         counts: &counts,
         displs: &displs,
     };
-    let mut set = Pool::take()?;
-    let mut result = Ok(());
+    let mut set = Pool::take();
+    let mut result = set.reserve(whole);
     for (i, &me) in ranks.iter().enumerate() {
+        if result.is_err() {
+            break;
+        }
         // First pass: whom this rank sends to; second: the counts, with that known.
         let counted = pass
             .count(me, &mut set, None)
@@ -503,7 +538,7 @@ impl Pass<'_> {
             displs,
         } = *self;
         let Set { a, b, tmp } = set;
-        let [t1, t2] = std::mem::replace(tmp, [Phantom::none(), Phantom::none()]);
+        let [t0, t1, t2] = std::mem::take(tmp);
         let partners = partners.unwrap_or_else(|| vec![false; p]);
         let t = Tally {
             p,
@@ -517,7 +552,7 @@ impl Pass<'_> {
             got: RefCell::new(Vec::new()),
             local: Cell::new(0),
             sig: Cell::new(0xcbf2_9ce4_8422_2325),
-            tmp: [RefCell::new(t1), RefCell::new(t2)],
+            tmp: [RefCell::new(t0), RefCell::new(t1), RefCell::new(t2)],
         };
         let (before, after) = front(alg.collective, p, me, n);
         t.local(before);
@@ -535,22 +570,24 @@ impl Pass<'_> {
         t.local(after);
         let w = t.work();
         let Tally {
-            tmp: [t1, t2],
+            tmp: [t0, t1, t2],
             targets,
             sig,
             ..
         } = t;
-        *tmp = [t1.into_inner(), t2.into_inner()];
+        *tmp = [t0.into_inner(), t1.into_inner(), t2.into_inner()];
         r?;
         Ok((w, targets.into_inner(), sig.into_inner()))
     }
 }
 
-/// Address space that is never touched: [`REGION`] bytes reserved without memory
-/// (`MAP_NORESERVE`), so a slice of it costs nothing until written, and the counting pass
-/// never writes it.
+/// Address space that is never touched: bytes reserved without memory (`MAP_NORESERVE`), so
+/// a slice of it costs nothing until written, and the counting pass never writes it. Grown
+/// (mapped anew) to what a pass needs before the pass, in powers of two.
+#[derive(Default)]
 struct Phantom {
     base: Option<NonNull<u8>>,
+    len: usize,
 }
 
 // SAFETY: a Phantom owns its mapping; nothing else refers to it.
@@ -558,19 +595,21 @@ struct Phantom {
 unsafe impl Send for Phantom {}
 
 impl Phantom {
-    fn none() -> Self {
-        Self { base: None }
-    }
-
+    /// Makes the mapping at least `n` bytes (at most [`REGION`]: the caller checked).
     #[allow(unsafe_code)]
-    fn map() -> Result<Self> {
+    fn reserve(&mut self, n: usize) -> Result<()> {
+        if n <= self.len {
+            return Ok(());
+        }
+        let len = n.next_power_of_two().max(1 << 20);
+        *self = Self::default();
         use rustix::mm::{MapFlags, ProtFlags};
         // SAFETY: a fresh anonymous private mapping at an address the kernel chooses: it
         // aliases no memory of this process.
         let p = unsafe {
             rustix::mm::mmap_anonymous(
                 std::ptr::null_mut(),
-                REGION,
+                len,
                 ProtFlags::READ | ProtFlags::WRITE,
                 MapFlags::PRIVATE | MapFlags::NORESERVE,
             )
@@ -578,22 +617,21 @@ impl Phantom {
         .map_err(|e| {
             Error::new(
                 ErrorKind::Transport,
-                format!("reserving {REGION} bytes of address space for the counting pass: {e}"),
+                format!("reserving {len} bytes of address space for the counting pass: {e}"),
             )
         })?;
-        Ok(Self {
-            base: NonNull::new(p.cast()),
-        })
+        self.base = NonNull::new(p.cast());
+        self.len = len;
+        Ok(())
     }
 
-    /// The first `n` bytes (at most [`REGION`]: the caller checked); empty without a
-    /// mapping.
+    /// The first `n` bytes, at most as many as are reserved.
     #[allow(unsafe_code)]
     fn slice(&mut self, n: usize) -> &mut [u8] {
         match self.base {
-            // SAFETY: the mapping is REGION bytes, readable and writable, owned by this
-            // Phantom, and borrowed mutably through it alone; n <= REGION.
-            Some(b) => unsafe { std::slice::from_raw_parts_mut(b.as_ptr(), n.min(REGION)) },
+            // SAFETY: the mapping is `len` bytes, readable and writable, owned by this
+            // Phantom, and borrowed mutably through it alone (`&mut self`).
+            Some(b) => unsafe { std::slice::from_raw_parts_mut(b.as_ptr(), n.min(self.len)) },
             None => &mut [],
         }
     }
@@ -603,17 +641,27 @@ impl Drop for Phantom {
     #[allow(unsafe_code)]
     fn drop(&mut self) {
         if let Some(b) = self.base {
-            // SAFETY: this Phantom's own mapping of REGION bytes, no longer borrowed.
-            let _ = unsafe { rustix::mm::munmap(b.as_ptr().cast(), REGION) };
+            // SAFETY: this Phantom's own mapping of `len` bytes, no longer borrowed.
+            let _ = unsafe { rustix::mm::munmap(b.as_ptr().cast(), self.len) };
         }
     }
 }
 
-/// The buffers of one counting pass: two arguments and two scratch buffers.
+/// The buffers of one counting pass: two arguments and the three scratch buffers.
+#[derive(Default)]
 struct Set {
     a: Phantom,
     b: Phantom,
-    tmp: [Phantom; 2],
+    tmp: [Phantom; 3],
+}
+
+impl Set {
+    /// Every buffer at least `n` bytes.
+    fn reserve(&mut self, n: usize) -> Result<()> {
+        self.a.reserve(n)?;
+        self.b.reserve(n)?;
+        self.tmp.iter_mut().try_for_each(|t| t.reserve(n))
+    }
 }
 
 /// Sets left by finished passes, for the next (one per pass running at once).
@@ -622,15 +670,11 @@ struct Pool;
 static POOL: Mutex<Vec<Set>> = Mutex::new(Vec::new());
 
 impl Pool {
-    fn take() -> Result<Set> {
-        if let Some(s) = POOL.lock().unwrap_or_else(|e| e.into_inner()).pop() {
-            return Ok(s);
-        }
-        Ok(Set {
-            a: Phantom::map()?,
-            b: Phantom::map()?,
-            tmp: [Phantom::map()?, Phantom::map()?],
-        })
+    fn take() -> Set {
+        POOL.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pop()
+            .unwrap_or_default()
     }
 
     fn give(s: Set) {
@@ -702,7 +746,13 @@ mod tests {
                     let every: Vec<usize> = (0..p).collect();
                     let mut busiest = m.sched(p).work();
                     let mut total = m.sched(p);
-                    each_rank(alg, &m, p, n, &every, |_, w, _| {
+                    // `parts` prices an empty call as the smallest that runs.
+                    let counted = if alg.collective == Collective::Barrier {
+                        0
+                    } else {
+                        n.max(1)
+                    };
+                    each_rank(alg, &m, p, counted, &every, |_, w, _| {
                         busiest = m.slowest(busiest, w);
                         total = total.then(w);
                     })
@@ -710,7 +760,7 @@ mod tests {
                     let (b, t) = parts(alg, &m, p, n).expect("counted");
                     let what = format!("{} {} p {p} n {n}", alg.collective.name(), alg.name);
                     // Exact where blocks split evenly; within the odd bytes elsewhere.
-                    let tol = if n % (6 * p) == 0 { 1e-9 } else { 1e-3 };
+                    let tol = if counted % (6 * p) == 0 { 1e-9 } else { 1e-3 };
                     for (a, e, which) in [
                         (m.time(&b), m.time(&busiest), "busiest"),
                         (m.time(&t), m.time(&total.work()), "total"),

@@ -220,8 +220,8 @@ impl CostModel {
             .sum()
     }
 
-    /// Of two schedules running side by side (the root and the busiest other rank of a
-    /// rooted collective), the one that takes longer at these parameters.
+    /// Of two schedules running side by side (two ranks of one collective), the one that
+    /// takes longer at these parameters.
     pub fn slowest(&self, a: Work, b: Work) -> Work {
         if self.time(&b) > self.time(&a) { b } else { a }
     }
@@ -259,8 +259,9 @@ impl CostModel {
     }
 }
 
-/// What an algorithm does on the rank that limits it, in the units [`CostModel`] prices (see
-/// the [`model`](super) docs). Counts are real numbers: a block of n/p bytes need not be whole.
+/// What an algorithm does (on one rank, on the busiest, or on all together), in the units
+/// [`CostModel`] prices (see the [`model`](super) docs). Counts are real numbers: totals
+/// scaled by the cores' share need not be whole.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 pub struct Work {
     /// Synchronising rounds.

@@ -96,11 +96,12 @@
 //! # What the models leave out
 //!
 //! Contention (flat algorithms' p - 1 streams into one rank), cache capacity beyond the one
-//! per-message step, locality, and the latency of one isolated call. So some algorithms are never predicted to win: the ring
-//! allgather, the ring reduce_scatter and the pairwise alltoall send the same messages as
-//! Bruck's allgather or the one-round flat variants in more rounds; with data flowing one
-//! way, a pipeline's middle rank often does as much as binomial's busiest rank (a tie that
-//! table order gives to the pipeline, measured the faster at 4-6 ranks). They stay in the table for forcing and for the regimes the
+//! per-message step, locality, and the latency of one isolated call. So some algorithms are
+//! never predicted to win: the ring allgather, the ring reduce_scatter and the pairwise
+//! alltoall send the same messages as Bruck's allgather or the one-round flat variants in
+//! more rounds. And some tie: with data flowing one way, a pipeline's middle rank often does
+//! as much as binomial's busiest rank (a tie that table order gives to the pipeline, measured
+//! the faster at 4-6 ranks). They stay in the table for forcing and for the regimes the
 //! models do not describe. With more ranks than cores, the models see the scheduler through
 //! the total work over the cores and through parameters fitted at that rank count.
 //!
@@ -128,4 +129,4 @@ pub use cost::{CostModel, MAX_CACHE, MAX_KNEE, Work};
 pub use file::{
     Calibration, FORMAT, Fitted, Quality, RankModels, VERSION, default_path, model_path,
 };
-pub use table::Table;
+pub use table::{SELECT_MAX, Table};

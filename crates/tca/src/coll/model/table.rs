@@ -26,9 +26,11 @@ impl Calibration {
     /// (which rounding can tell apart) are equal; among equals, the one whose busiest rank has the
     /// least to do (with more ranks than cores several one-way broadcasts predict the same total
     /// over the cores, and the shorter critical path is what sets them apart), then the first in
-    /// table order. Sizes past those the counting pass can hand an algorithm (p times `bytes`
-    /// over [`count::REGION`](crate::coll::count::REGION), 64 GiB) are chosen for as the
-    /// largest it can.
+    /// table order. Sizes of more than [`SELECT_MAX`] bytes in all (p times `bytes`) are
+    /// chosen for as that size: the counting pass prices every algorithm by running it on
+    /// buffers of those sizes. If no algorithm can be counted (the address space for the pass
+    /// cannot be reserved), the first that Auto considers and that runs on `p` ranks, with a
+    /// warning on stderr, once.
     pub fn choose(&self, collective: Collective, p: usize, bytes: usize) -> &'static Algorithm {
         self.choose_on(collective, p, bytes, false)
     }
@@ -43,7 +45,7 @@ impl Calibration {
         network: bool,
     ) -> &'static Algorithm {
         let m = self.model_on(collective, p, network);
-        let bytes = bytes.min(crate::coll::count::REGION / p.max(1));
+        let bytes = selected(p, bytes);
         let below = |a: f64, b: f64| a < b * (1.0 - 1e-9);
         let mut best: Option<(&'static Algorithm, f64, f64)> = None;
         for a in collective
@@ -53,7 +55,10 @@ impl Calibration {
             // The busiest rank's time alone is the pace with a core per rank.
             let (t, busiest) = match crate::coll::count::parts(a, &m, p, bytes) {
                 Ok((b, total)) => (m.time(&m.paced(p, b, total)), m.time(&b)),
-                Err(_) => continue,
+                Err(e) => {
+                    uncounted(&e);
+                    continue;
+                }
             };
             if best.is_none_or(|(_, bt, bb)| below(t, bt) || (!below(bt, t) && below(busiest, bb)))
             {
@@ -61,9 +66,31 @@ impl Calibration {
             }
         }
         best.map(|(a, _, _)| a)
+            .or_else(|| collective.algorithms().find(|a| a.auto && (a.supports)(p)))
+            .or_else(|| collective.algorithms().find(|a| (a.supports)(p)))
             .or_else(|| collective.algorithms().next())
             .expect("every collective has an algorithm")
     }
+}
+
+/// The most bytes in all (p times a size) at which [`Calibration::choose`] compares the
+/// algorithms; larger sizes take the choice at this one.
+pub const SELECT_MAX: usize = 1 << 30;
+
+/// The size `bytes` on `p` ranks is chosen for as: itself, or at most [`SELECT_MAX`] in all.
+fn selected(p: usize, bytes: usize) -> usize {
+    bytes.min(SELECT_MAX / p.max(1))
+}
+
+/// Says once on stderr that Auto could not count an algorithm's cost.
+fn uncounted(e: &Error) {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        eprintln!(
+            "tca: warning: Auto could not count a collective algorithm's cost ({e}); it takes \
+             the first algorithm that runs where none can be counted"
+        );
+    });
 }
 
 /// Size buckets per octave.
@@ -119,14 +146,24 @@ impl Table {
     pub fn new(calibration: &Calibration, p: usize, network: bool) -> Table {
         let mut choice = vec![0u8; Collective::ALL.len() * BUCKETS].into_boxed_slice();
         for c in Collective::ALL {
+            let mut last = None;
             for b in 0..BUCKETS {
-                let alg = calibration.choose_on(c, p, bucket_floor(b), network);
+                let at = c as usize * BUCKETS + b;
+                // Past SELECT_MAX every bucket is chosen for as the same size: choose once.
+                let size = selected(p, bucket_floor(b));
+                if let Some((s, i)) = last
+                    && s == size
+                {
+                    choice[at] = i;
+                    continue;
+                }
+                let alg = calibration.choose_on(c, p, size, network);
                 let i = ALGORITHMS
                     .iter()
                     .position(|a| std::ptr::eq(a, alg))
                     .expect("chosen from the table");
-                choice[c as usize * BUCKETS + b] =
-                    u8::try_from(i).expect("algorithm index fits a byte");
+                choice[at] = u8::try_from(i).expect("algorithm index fits a byte");
+                last = Some((size, choice[at]));
             }
         }
         Table { choice }
