@@ -49,6 +49,13 @@ pub(crate) enum Cmd {
     /// counts: with the calibration file the library reads (or --file), else the built-in
     /// models; --network for communicators whose members are on different nodes.
     Choices(ChoicesArgs),
+    /// What each collective algorithm does, counted from its own code (the counting pass its
+    /// cost model prices): per algorithm and message size, the busiest rank's synchronising
+    /// rounds, chunks, bytes sent, received, copied and combined; the bytes sent by all ranks;
+    /// the predicted time with the calibration file the library reads (or --file), and which
+    /// one Auto takes.
+    #[command(after_help = size::GRAMMAR)]
+    Counts(CountsArgs),
     /// The presets: seed 002's parameter sets (Tables 3-7) and their Table 1 columns.
     Presets {
         /// Output format.
@@ -305,6 +312,33 @@ pub(crate) struct ChoicesArgs {
     file: Option<PathBuf>,
 }
 
+#[derive(Args, Debug)]
+pub(crate) struct CountsArgs {
+    /// Ranks.
+    #[arg(long, default_value_t = 2)]
+    np: u32,
+    /// Message sizes (a block per rank for scatter, gather, allgather, reduce_scatter and
+    /// alltoall; the whole buffer otherwise): a list, or MIN:MAX for the powers of two.
+    #[arg(long, default_value = "8,1K,64K,1M")]
+    sizes: String,
+    /// Only this collective (broadcast, scatter, gather, reduce, allgather, allreduce,
+    /// barrier, reduce_scatter, alltoall).
+    #[arg(long)]
+    collective: Option<String>,
+    /// Only the algorithm of this name.
+    #[arg(long)]
+    algo: Option<String>,
+    /// For a communicator that spans nodes: the models measured across a network.
+    #[arg(long)]
+    network: bool,
+    /// A calibration file instead of the one the library reads.
+    #[arg(long, value_name = "FILE")]
+    file: Option<PathBuf>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    format: Format,
+}
+
 pub(crate) fn run(cmd: Cmd) -> Result<i32> {
     let (out, code) = match cmd {
         Cmd::Calibrate(a) => return calibrate::run(&a),
@@ -313,6 +347,7 @@ pub(crate) fn run(cmd: Cmd) -> Result<i32> {
         Cmd::Compare(a) => (compare_cmd(&a)?, 0),
         Cmd::Presets { format } => (presets_cmd(format)?, 0),
         Cmd::Choices(a) => (choices_cmd(&a)?, 0),
+        Cmd::Counts(a) => (counts_cmd(&a)?, 0),
     };
     print!("{out}");
     Ok(code)
@@ -1092,9 +1127,10 @@ mod calibrate {
     }
 }
 
-fn choices_cmd(a: &ChoicesArgs) -> Result<String> {
+/// The calibration `file`, or the one the library reads, and where it came from.
+fn calibration_from(file: Option<&PathBuf>) -> Result<(tca::coll::model::Calibration, String)> {
     use tca::coll::model::{Calibration, Source, active};
-    let (calibration, from) = match &a.file {
+    Ok(match file {
         Some(f) => (
             Calibration::load(f).map_err(|e| anyhow::anyhow!("{e}"))?,
             f.display().to_string(),
@@ -1108,13 +1144,126 @@ fn choices_cmd(a: &ChoicesArgs) -> Result<String> {
             };
             (act.calibration.clone(), from)
         }
-    };
+    })
+}
+
+fn choices_cmd(a: &ChoicesArgs) -> Result<String> {
+    let (calibration, from) = calibration_from(a.file.as_ref())?;
     let mut s = format!("models: {from}\n");
     for &p in &a.np {
         if p < 2 {
             bail!("--np: a choice needs at least 2 ranks");
         }
         s += &calibrate::choice_lines(&calibration, p as usize, a.network);
+    }
+    Ok(s)
+}
+
+// ---------------------------------------------------------------------------------------
+// counts
+
+fn counts_cmd(a: &CountsArgs) -> Result<String> {
+    use tca::Collective;
+    use tca::coll::ALGORITHMS;
+    use tca::coll::model::{CostModel, MAX_CACHE};
+    let p = a.np as usize;
+    if p < 1 {
+        bail!("--np: at least 1 rank");
+    }
+    let sizes = size::parse_sizes(&a.sizes).map_err(|e| anyhow::anyhow!("--sizes: {e}"))?;
+    let only = match &a.collective {
+        Some(n) => Some(Collective::from_name(n).with_context(|| {
+            let names: Vec<&str> = Collective::ALL.iter().map(|c| c.name()).collect();
+            format!(
+                "--collective: no collective `{n}` (one of {})",
+                names.join(", ")
+            )
+        })?),
+        None => None,
+    };
+    let algs: Vec<_> = ALGORITHMS
+        .iter()
+        .filter(|x| only.is_none_or(|c| x.collective == c))
+        .filter(|x| a.algo.as_ref().is_none_or(|n| x.name == n))
+        .filter(|x| (x.supports)(p))
+        .collect();
+    if algs.is_empty() {
+        bail!("no algorithm matches --collective, --algo and {p} ranks");
+    }
+    let (calibration, from) = calibration_from(a.file.as_ref())?;
+    let mut rows = Vec::new();
+    for alg in algs {
+        let m = calibration.model_on(alg.collective, p, a.network);
+        // The counts themselves: no knee, no cache step, so bytes are bytes.
+        let plain = CostModel {
+            knee: 0.0,
+            cache: MAX_CACHE,
+            ..m
+        };
+        let bar = if alg.collective == Collective::Barrier {
+            &[0][..]
+        } else {
+            &sizes[..]
+        };
+        for &n in bar {
+            let (busiest, total) = alg
+                .schedule(&plain, p, n)
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            let auto = std::ptr::eq(calibration.choose_on(alg.collective, p, n, a.network), alg);
+            rows.push(serde_json::json!({
+                "collective": alg.collective.name(),
+                "algorithm": alg.name,
+                "bytes": n,
+                "busiest": busiest,
+                "all_ranks": total,
+                "predicted_us": alg.cost(&m, p, n),
+                "auto": auto,
+            }));
+        }
+    }
+    if a.format == Format::Json {
+        let doc = serde_json::json!({"models": from, "ranks": p, "rows": rows});
+        return Ok(serde_json::to_string_pretty(&doc)? + "\n");
+    }
+    let mut s = format!(
+        "models: {from}; {p} ranks; counted from each algorithm's code (busiest rank; sent: all \
+         ranks; *: Auto's choice)\n"
+    );
+    s += &format!(
+        "{:<15} {:<22} {:>10} {:>7} {:>8} {:>12} {:>12} {:>12} {:>12} {:>14} {:>12}\n",
+        "collective",
+        "algorithm",
+        "bytes",
+        "rounds",
+        "chunks",
+        "sent",
+        "received",
+        "copied",
+        "combined",
+        "sent (all)",
+        "predicted us"
+    );
+    for r in &rows {
+        let w = |k: &str, f: &str| r[k][f].as_f64().unwrap_or(0.0);
+        s += &format!(
+            "{:<15} {:<22} {:>10} {:>7} {:>8} {:>12} {:>12} {:>12} {:>12} {:>14} {:>11.3}{}\n",
+            r["collective"].as_str().unwrap_or(""),
+            r["algorithm"].as_str().unwrap_or(""),
+            r["bytes"].as_u64().unwrap_or(0),
+            w("busiest", "rounds"),
+            w("busiest", "chunks"),
+            w("busiest", "sent_bytes"),
+            w("busiest", "recv_bytes"),
+            w("busiest", "local_bytes"),
+            w("busiest", "reduced_bytes"),
+            w("all_ranks", "sent_bytes"),
+            r["predicted_us"].as_f64().unwrap_or(f64::INFINITY),
+            if r["auto"].as_bool() == Some(true) {
+                " *"
+            } else {
+                ""
+            },
+        );
     }
     Ok(s)
 }

@@ -457,3 +457,52 @@ fn calibrate_shares_the_cores_out_when_ranks_outnumber_them() {
         rms(four)
     );
 }
+
+/// `tca model counts` prints what each algorithm's counting pass found and Auto's choice:
+/// the ring allreduce on 4 ranks takes 2 (p - 1) rounds and sends 2 (p - 1) blocks of n/p
+/// per rank; exactly one algorithm per size is Auto's; bad names are clear errors.
+#[test]
+fn counts_show_each_algorithm_s_schedule() {
+    let o = tca(
+        Path::new("none"),
+        &[
+            "model",
+            "counts",
+            "--np",
+            "4",
+            "--collective",
+            "allreduce",
+            "--sizes",
+            "1K,1M",
+            "--format",
+            "json",
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let rows = doc["rows"].as_array().unwrap();
+    let ring = rows
+        .iter()
+        .find(|r| r["algorithm"] == "ring" && r["bytes"] == 1 << 20)
+        .unwrap();
+    assert_eq!(ring["busiest"]["rounds"], 6.0);
+    assert_eq!(ring["busiest"]["sent_bytes"], 6.0 * f64::from(1 << 18));
+    assert_eq!(ring["all_ranks"]["sent_bytes"], 24.0 * f64::from(1 << 18));
+    for n in [1024, 1 << 20] {
+        let autos = rows
+            .iter()
+            .filter(|r| r["bytes"] == n && r["auto"] == true)
+            .count();
+        assert_eq!(autos, 1, "{n}");
+    }
+    let t = tca(
+        Path::new("none"),
+        &["model", "counts", "--np", "8", "--collective", "bcast"],
+    );
+    assert!(!t.status.success());
+    assert!(text(&t.stderr).contains("broadcast"), "{}", text(&t.stderr));
+    let text_out = tca(Path::new("none"), &["model", "counts", "--np", "3"]);
+    assert!(text_out.status.success(), "{}", text(&text_out.stderr));
+    let s = text(&text_out.stdout);
+    assert!(s.contains("recursive_doubling") && s.contains(" *"), "{s}");
+}

@@ -176,8 +176,15 @@ impl Algorithm {
     /// own description by a counting pass over every rank ([`super::count`]); the model is
     /// needed to tell which rank is busiest.
     pub fn work(&self, m: &CostModel, p: usize, bytes: usize) -> Result<Work> {
-        let (busiest, total) = super::count::parts(self, m, p, bytes)?;
+        let (busiest, total) = self.schedule(m, p, bytes)?;
         Ok(m.paced(p, busiest, total))
+    }
+
+    /// The busiest rank's work (by `m`'s prices) and all ranks' together, for `p` ranks and
+    /// `bytes` bytes, the root 0: the two counts [`Algorithm::work`] paces, as the counting
+    /// pass reads them off the algorithm's description.
+    pub fn schedule(&self, m: &CostModel, p: usize, bytes: usize) -> Result<(Work, Work)> {
+        super::count::parts(self, m, p, bytes)
     }
 
     /// Predicted time in microseconds of [`Algorithm::work`] (infinite where it cannot be

@@ -52,8 +52,15 @@ pub const EXCHANGE_MAX: usize = XCHG_SLOT - 8;
 pub const CTRL_BYTES: usize = XCHG_BUF + 2 * XCHG_SLOT;
 
 impl World {
-    /// Blocks until every rank of the world has entered the barrier.
+    /// Blocks until every rank of the world has entered the barrier, each having completed
+    /// its earlier puts and signals first ([`World::quiet`]): after the barrier every rank
+    /// sees every put made before it, as after OpenSHMEM's `shmem_barrier_all`. (Across a
+    /// network a put is complete only at `quiet`, and a barrier's signals need not pass
+    /// through the put's target: rank 0 could leave before rank 2's put to it had landed.)
+    /// On shared memory the quiet is a fence; across a network it asks only the ranks this
+    /// rank put to since its last quiet.
     pub fn barrier(&self) -> Result<()> {
+        self.quiet()?;
         let n = self.size();
         if n == 1 {
             return Ok(());

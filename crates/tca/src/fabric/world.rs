@@ -1654,7 +1654,7 @@ impl World {
     /// without it also leaves cleanly, but without waiting for the others.
     pub fn finalize(self) -> Result<()> {
         // Everything this rank wrote is delivered, then everyone has done the same.
-        let r = self.quiet().and_then(|()| self.barrier());
+        let r = self.barrier();
         if r.is_err() {
             self.mark_failed();
         }
