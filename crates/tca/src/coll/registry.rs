@@ -173,8 +173,8 @@ impl Algorithm {
     /// allgather, reduce_scatter and alltoall; whole buffer otherwise), as the pace of
     /// back-to-back calls: the busiest rank's work, or with more ranks than the model's
     /// cores, all ranks' shared over them ([`CostModel::paced`]). Read off the algorithm's
-    /// own description by a counting pass over every rank ([`super::count`]); the model is
-    /// needed to tell which rank is busiest.
+    /// own description by a counting pass over the ranks, one of each class of ranks that do
+    /// alike ([`super::count`]); the model is needed to tell which rank is busiest.
     pub fn work(&self, m: &CostModel, p: usize, bytes: usize) -> Result<Work> {
         let (busiest, total) = self.schedule(m, p, bytes)?;
         Ok(m.paced(p, busiest, total))

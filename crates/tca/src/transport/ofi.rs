@@ -1281,7 +1281,8 @@ impl Ofi {
         self.asked.set(Some((to, req)));
         let r = self
             .send(shm, to, &h, &[])
-            .and_then(|()| self.await_answer(shm, to, req, deadline));
+            .and_then(|()| self.await_answer(shm, to, req, deadline))
+            .map_err(|e| e.waiting_for(to, format_args!("rank {to} to answer a request")));
         self.asked.set(None);
         r
     }
