@@ -1200,12 +1200,13 @@ fn counts_cmd(a: &CountsArgs) -> Result<String> {
             cache: MAX_CACHE,
             ..m
         };
-        let bar = if alg.collective == Collective::Barrier {
+        // A barrier has no bytes.
+        let at = if alg.collective == Collective::Barrier {
             &[0][..]
         } else {
             &sizes[..]
         };
-        for &n in bar {
+        for &n in at {
             let (busiest, total) = alg
                 .schedule(&plain, p, n)
                 .map_err(|e| anyhow::anyhow!("{e}"))?;

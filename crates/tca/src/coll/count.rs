@@ -71,7 +71,6 @@ pub(crate) struct Count;
 pub(crate) struct Tally {
     p: usize,
     me: usize,
-    chunk: usize,
     sched: Cell<Sched>,
     /// Per rank, whether this rank sends to it in the call (a first pass's `targets`).
     partners: Vec<bool>,
@@ -92,6 +91,18 @@ pub(crate) struct Tally {
     tmp: [RefCell<Phantom>; 3],
 }
 
+/// The kinds of step a [`Tally`]'s signature tells apart.
+#[derive(Clone, Copy)]
+enum Step {
+    Local = 1,
+    Round,
+    Recv,
+    RecvReduce,
+    Send,
+    Exchange,
+    Combine,
+}
+
 fn span(b: &[u8]) -> (usize, usize) {
     let a = b.as_ptr() as usize;
     (a, a + b.len())
@@ -106,15 +117,15 @@ impl Tally {
     fn flush(&self) {
         let x = self.local.replace(0);
         if x > 0 {
-            self.note(1, x);
+            self.note(Step::Local, x);
             self.sched.set(self.sched.get().local(x as f64));
         }
     }
 
     /// Adds a step of kind `k` and `x` bytes to the signature (FNV-1a over the two words).
-    fn note(&self, k: u64, x: usize) {
+    fn note(&self, k: Step, x: usize) {
         let mut h = self.sig.get();
-        for v in [k, x as u64] {
+        for v in [k as u64, x as u64] {
             h = (h ^ v).wrapping_mul(0x0000_0100_0000_01b3);
         }
         self.sig.set(h);
@@ -130,7 +141,7 @@ impl Tally {
         self.sent_since.set(false);
         self.got.borrow_mut().clear();
         self.add(|s| s.rounds(1.0));
-        self.note(2, 0);
+        self.note(Step::Round, 0);
     }
 
     fn received(&self, dst: &[u8]) {
@@ -156,7 +167,10 @@ impl Tally {
     }
 
     fn count_recv(&self, dst: &[u8], reduce: bool) {
-        self.note(3 + u64::from(reduce), dst.len());
+        self.note(
+            if reduce { Step::RecvReduce } else { Step::Recv },
+            dst.len(),
+        );
         let x = dst.len() as f64;
         self.received(dst);
         self.add(|s| {
@@ -174,7 +188,7 @@ impl Tally {
         }
         self.sent_since.set(true);
         self.pair.set(None);
-        self.note(5, msg.len());
+        self.note(Step::Send, msg.len());
         let x = msg.len() as f64;
         self.add(|s| s.send(1.0, x));
     }
@@ -191,7 +205,7 @@ impl Tally {
         if self.pair.get() != Some((to, from)) || self.holds_received(msg) {
             self.new_round();
         }
-        self.note(6, msg.len());
+        self.note(Step::Exchange, msg.len());
         let x = msg.len() as f64;
         self.add(|s| s.send(1.0, x));
         self.count_recv(dst, reduce);
@@ -218,7 +232,7 @@ impl Site for &Tally {
     }
 
     fn spans_chunks(&self, n: usize) -> bool {
-        n > self.chunk
+        n > chunk_bytes(self.p)
     }
 
     fn tmp(&self, i: usize, n: usize) -> RefMut<'_, [u8]> {
@@ -247,7 +261,7 @@ impl Site for &Tally {
     ) -> Result<()> {
         let n = buf.len();
         self.local(n);
-        self.note(7, n * p.saturating_sub(1));
+        self.note(Step::Combine, n * p.saturating_sub(1));
         self.add(|s| s.reduce((n * p.saturating_sub(1)) as f64));
         Ok(())
     }
@@ -543,7 +557,6 @@ impl Pass<'_> {
         let t = Tally {
             p,
             me,
-            chunk: chunk_bytes(p),
             sched: Cell::new(m.sched(p)),
             sent_since: Cell::new(partners.contains(&true)),
             partners,

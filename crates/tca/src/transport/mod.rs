@@ -63,8 +63,9 @@ pub(crate) enum Path {
 }
 
 /// Bytes this rank has put across the network, by the path they took (the seed's data
-/// modes, `am::Mode`): what [`World::net_transfers`](crate::fabric::World::net_transfers) reports, for seeing which mode a program's
-/// transfers really take. Puts into rings count as puts.
+/// modes, `am::Mode`): what [`World::net_transfers`](crate::fabric::World::net_transfers)
+/// reports, for seeing which mode a program's transfers really take. Puts into rings count
+/// as puts.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct NetTransfers {
     /// Carried inside messages (BtoB).
