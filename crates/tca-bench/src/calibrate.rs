@@ -243,7 +243,7 @@ fn rank(sizes: &[usize], rounds: u32) -> Result<()> {
                 two_sided: false,
                 lattices: Vec::new(),
                 test_calls: 0,
-                progress_thread: false,
+                progress: tca::offload::Progress::Caller,
                 // The models describe the channel algorithms, over ordinary memory.
                 heap_buffers: true,
             };

@@ -22,6 +22,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
 use tca::bootstrap::launcher::Launch;
+use tca::offload::Progress;
 use tca_mpi::{Role, join};
 
 pub use report::Format;
@@ -231,15 +232,18 @@ pub fn measure(np: u32, opts: &suite::Options, mpi: Option<&tca_mpi::MpiRun>) ->
             return Err(tca_mpi::not_enabled());
         }
         Role::TcaRank => {
-            let world = join(np)?;
             let mut mine = None;
-            let half = if opts.progress_thread {
+            let half = match opts.progress {
+                // No world here: the node proxy holds it.
+                Progress::Proxy => suite::proxied::run_node(np, opts)?,
                 // The proxy owns the world and leaves the job when the suite is done.
-                suite::proxied::run(world, opts)?
-            } else {
-                let h = suite::tca::run(&world, opts)?;
-                world.finalize()?;
-                h
+                Progress::Thread => suite::proxied::run(join(np)?, opts)?,
+                Progress::Caller => {
+                    let world = join(np)?;
+                    let h = suite::tca::run(&world, opts)?;
+                    world.finalize()?;
+                    h
+                }
             };
             if let Some(half) = half
                 && !tca_mpi::write_result(&half)?
@@ -257,7 +261,8 @@ pub fn measure(np: u32, opts: &suite::Options, mpi: Option<&tca_mpi::MpiRun>) ->
         // Fail before the long tca half if the MPI is missing.
         run.flavour()?;
     }
-    let mut halves = vec![tca_mpi::launch_tca::<suite::Half>(np)?];
+    let offload = opts.progress == Progress::Proxy;
+    let mut halves = vec![tca_mpi::launch_tca_with::<suite::Half>(np, offload)?];
     if let Some(run) = mpi {
         let (_, half) = tca_mpi::launch::<suite::Half>(run)?;
         halves.push(half);

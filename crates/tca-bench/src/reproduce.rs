@@ -271,7 +271,7 @@ fn simulate(run: Run<'_>) -> Result<Vec<Row>> {
         two_sided: false,
         lattices: Vec::new(),
         test_calls: 0,
-        progress_thread: false,
+        progress: tca::offload::Progress::Caller,
         heap_buffers: false,
     };
     let mut sim = tca::sim::Options::new(tca::sim::Network::load(network)?);

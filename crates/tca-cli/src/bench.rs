@@ -108,11 +108,13 @@ pub(crate) struct Args {
     /// the computation (OSU's -t; 0: IMB-NBC's computation, which calls no library).
     #[arg(long, value_name = "N", default_value_t = 0)]
     test_calls: u32,
-    /// Where tca's collectives progress: `caller` (in its own calls) or `thread` (a progress
+    /// Where tca's collectives progress: `caller` (in its own calls), `thread` (a progress
     /// thread per rank owns the world and runs them: blocking collectives as commands,
-    /// non-blocking ones and PingPong's / osu_latency's sends and receives posted to it).
-    /// Default: `$TCA_PROGRESS`, else caller.
-    #[arg(long, value_name = "caller|thread")]
+    /// non-blocking ones and PingPong's / osu_latency's sends and receives posted to it) or
+    /// `proxy` (one node proxy process holds every rank's world, as `tca run --offload`:
+    /// every call posted to it, blocking ones then waited for). Default: `$TCA_PROGRESS`,
+    /// else caller.
+    #[arg(long, value_name = "caller|thread|proxy")]
     progress: Option<String>,
     /// tca's message buffers: `tca` (`Comm::buffer`: large collectives on one node read
     /// them in place, one copy per byte, as a tca program allocates memory it communicates
@@ -223,9 +225,10 @@ pub(crate) fn run(a: Args) -> Result<i32> {
         Some(p) => tca::offload::Progress::parse(p)?,
         None => tca::offload::Progress::from_env()?,
     };
-    let progress_thread = progress == tca::offload::Progress::Thread;
-    if progress_thread && network.is_some() {
-        anyhow::bail!("--progress thread runs on this machine's ranks, not on a simulated network");
+    if progress != tca::offload::Progress::Caller && network.is_some() {
+        anyhow::bail!(
+            "--progress thread and proxy run on this machine's ranks, not on a simulated network"
+        );
     }
     let req = tca_bench::Request {
         np: a.np,
@@ -240,7 +243,7 @@ pub(crate) fn run(a: Args) -> Result<i32> {
             two_sided: a.two_sided,
             lattices,
             test_calls: a.test_calls,
-            progress_thread,
+            progress,
             // The models describe the channel algorithms: predictions are checked over
             // ordinary memory, where those run at every size.
             heap_buffers: a.buffers == "heap" || a.model,

@@ -44,6 +44,9 @@ enum Cmd {
     /// model: `tca bench --network NAME`).
     #[command(subcommand)]
     Sim(sim::Cmd),
+    /// The node proxy process that `tca run --offload` starts (not for direct use).
+    #[command(hide = true)]
+    NodeProxy,
 }
 
 #[derive(Args, Debug)]
@@ -66,6 +69,12 @@ struct RunArgs {
     /// towards the first other host].
     #[arg(long, value_name = "ADDRESS")]
     kv_host: Option<String>,
+    /// Start a node proxy first (seed 004's host proxy): one process that holds every rank's
+    /// world and runs their posted collectives and messages, so a rank that only computes
+    /// still completes them. The ranks connect with `tca::offload::Proxy::connect()`
+    /// (`TCA_PROGRESS=proxy`); one node only.
+    #[arg(long)]
+    offload: bool,
     /// The program and its arguments (after `--`).
     #[arg(
         required = true,
@@ -82,6 +91,10 @@ fn run(cli: Cli) -> Result<i32> {
         Cmd::Cg(a) => cg::run(a),
         Cmd::Chaos(a) => chaos::run(a),
         Cmd::Sim(c) => sim::run(c),
+        Cmd::NodeProxy => {
+            tca::offload::serve_node().context("node proxy")?;
+            Ok(0)
+        }
         Cmd::Run(a) => {
             let mut it = a.command.into_iter();
             let program = it.next().context("no program given after --")?;
@@ -101,6 +114,16 @@ fn run(cli: Cli) -> Result<i32> {
                     .map(|r| r.split_whitespace().map(str::to_string).collect())
                     .unwrap_or_default(),
                 kv_host: a.kv_host,
+                offload: if a.offload {
+                    Some(vec![
+                        std::env::current_exe()
+                            .context("finding this program's path (for the node proxy)")?
+                            .into(),
+                        "node-proxy".into(),
+                    ])
+                } else {
+                    None
+                },
             };
             Ok(launch.run()?.status())
         }

@@ -114,11 +114,11 @@ fn collectives_through_progress_threads() {
     assert!(out.contains("progress thread"), "{out}");
     fails(
         &["bench", "PingPing", "--progress", "thread", "--iters", "5"],
-        "--progress thread runs the collectives",
+        "--progress thread and proxy run the collectives",
     );
     fails(
-        &["bench", "Allreduce", "--progress", "proxy"],
-        "progress mode must be `caller` or `thread`",
+        &["bench", "Allreduce", "--progress", "process"],
+        "progress mode must be `caller`, `thread` or `proxy`",
     );
     fails(
         &[
@@ -130,6 +130,48 @@ fn collectives_through_progress_threads() {
             "peach2-2x8",
         ],
         "not on a simulated network",
+    );
+}
+
+/// `--progress proxy`: the same through the node proxy process (`tca run --offload`), which
+/// holds every rank's world; blocking collectives posted and waited for, forced algorithms
+/// and the algorithm column through control requests.
+#[test]
+fn collectives_through_the_node_proxy() {
+    let out = ok(&[
+        "bench",
+        "Iallreduce",
+        "Allreduce",
+        "Reduce_scatter",
+        "PingPong",
+        "--np",
+        "3",
+        "--sizes",
+        "8,64K",
+        "--iters",
+        "20",
+        "--algo",
+        "Allreduce=ring",
+        "--progress",
+        "proxy",
+    ]);
+    let secs = tca_model::imb::parse(&out).expect("the report parses");
+    let names: Vec<&str> = secs.iter().map(|s| s.benchmark.as_str()).collect();
+    assert_eq!(
+        names,
+        ["PingPong", "Reduce_scatter", "Allreduce", "Iallreduce"],
+        "{out}"
+    );
+    for s in &secs {
+        for l in &s.lines {
+            assert!(l.t_max > 0.0 && l.repetitions == 20, "{l:?}");
+        }
+    }
+    assert!(out.contains("node proxy"), "{out}");
+    assert!(out.contains("Allreduce       8..65536 ring"), "{out}");
+    fails(
+        &["bench", "Sendrecv", "--progress", "proxy", "--iters", "5"],
+        "--progress thread and proxy run the collectives",
     );
 }
 

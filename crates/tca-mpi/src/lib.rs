@@ -187,9 +187,19 @@ fn take_result<T: serde::de::DeserializeOwned>(path: &Path, who: &str) -> Result
 /// them and returns the JSON rank 0 wrote with [`write_result`], decoded. A failing rank's
 /// error has already been printed by the launcher; this returns an error with its status.
 pub fn launch_tca<T: serde::de::DeserializeOwned>(np: u32) -> Result<T> {
+    launch_tca_with(np, false)
+}
+
+/// [`launch_tca`], with `offload`: a node proxy first (`tca run --offload`), this program's
+/// `node-proxy` subcommand (which calls `tca::offload::serve_node`).
+pub fn launch_tca_with<T: serde::de::DeserializeOwned>(np: u32, offload: bool) -> Result<T> {
     let path = result_path("job");
     let _ = std::fs::remove_file(&path);
     let mut launch = tca::bootstrap::launcher::Launch::this_program(np)?;
+    if offload {
+        let exe = std::env::current_exe().context("cannot find this program for the node proxy")?;
+        launch.offload = Some(vec![exe.into(), "node-proxy".into()]);
+    }
     launch
         .env
         .push((TCA_RESULT_ENV.into(), path.clone().into_os_string()));

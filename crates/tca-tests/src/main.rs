@@ -8,6 +8,8 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
+mod offloaded;
+
 use tca::bootstrap::launcher::Launch;
 use tca::{ErrorKind, SignalOp, World};
 
@@ -45,6 +47,13 @@ fn main() -> ExitCode {
                 .map(|r| r.split_whitespace().map(String::from).collect())
                 .unwrap_or_default(),
             kv_host: std::env::var("RANKPROG_KV_HOST").ok(),
+            // `RANKPROG_OFFLOAD=1`: with this program as the node proxy.
+            offload: std::env::var_os("RANKPROG_OFFLOAD").map(|_| {
+                vec![
+                    std::env::current_exe().expect("own path").into(),
+                    "node-proxy".into(),
+                ]
+            }),
         };
         return match launch.run() {
             Ok(o) => ExitCode::from(o.status() as u8),
@@ -92,6 +101,19 @@ fn main() -> ExitCode {
             }
         }
         return ExitCode::SUCCESS;
+    }
+    if scenario == "node-proxy" {
+        // The node proxy of `launch` with RANKPROG_OFFLOAD.
+        return match tca::offload::serve_node() {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("node proxy: {e}");
+                ExitCode::from(1)
+            }
+        };
+    }
+    if let Some(code) = offloaded::run(&scenario, &args) {
+        return code;
     }
     let world = match tca::init() {
         Ok(w) => w,

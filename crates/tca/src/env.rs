@@ -33,7 +33,8 @@
 //! | `TCA_SINGLE_COPY` | user | smallest collective message (bytes; the per-rank block where the collective has blocks) that goes single-copy between `Comm::buffer`s on one node, or `off` (default `coll::SINGLE_COPY_MIN`, `coll::SINGLE_COPY_MIN_CROWDED` with more ranks than cores; an allreduce only up to `coll::SINGLE_COPY_ALLREDUCE_RANKS` ranks with a core each or from `coll::ALLREDUCE_SCATTER_MIN` bytes, whatever the setting; rank 0's value is every member's) |
 //! | `TCA_AM_CHANNELS` | user | channels (copy engines) a large active-message put into memory of this node is split over, weights tuned per transfer pattern (default 1: no split; see `am::Endpoint::set_channels`) |
 //! | `TCA_AM_PACK` | user | pieces of a vector, indexed or strided put shorter than this (bytes) are packed through the active-message ring; longer ones go segment to segment (default `am::PACK_DEFAULT`, capped by the ring's packet size) |
-//! | `TCA_PROGRESS` | user | where communication progresses in `tca bench`'s non-blocking benchmarks and for programs that ask `offload::Progress::from_env`: `caller` (default: in the caller's tca calls) or `thread` (a progress thread per rank owns the world, `offload::Proxy`) |
+//! | `TCA_PROGRESS` | user | where communication progresses in `tca bench`'s non-blocking benchmarks and for programs that ask `offload::Progress::from_env`: `caller` (default: in the caller's tca calls), `thread` (a progress thread per rank owns the world, `offload::Proxy`) or `proxy` (the node's proxy process holds every rank's world; set by `tca run --offload`, `offload::Proxy::connect`) |
+//! | `TCA_PROXY_FD`, `TCA_PROXY_PID` | launcher | the node proxy's channel (the launcher's descriptor) and the proxy's pid, set by `tca run --offload` |
 //! | `TCA_P2P_PROGRESS` | user | where a communicator's communication progresses while its rank computes in `Comm::overlap`: `caller` (default: nowhere; the computation runs inline) or `thread` (the rank's thread polls while the computation runs on a thread of its own; see `offload`'s `overlap`) |
 //! | `TCA_MODEL_FILE` | user | the collectives' calibrated cost models, written by `tca model calibrate` and read at the first communicator (default: `$XDG_CONFIG_HOME/tca/model.json`, else `~/.config/tca/model.json`; `none`: the built-in defaults) |
 //!
@@ -50,8 +51,12 @@ pub const P2P_EAGER: &str = "TCA_P2P_EAGER";
 pub const CMA: &str = "TCA_CMA";
 /// Smallest collective message that goes single-copy between buffers in tca's memory, or `off`.
 pub const SINGLE_COPY: &str = "TCA_SINGLE_COPY";
-/// Where communication progresses: `caller` or `thread` (`offload::Progress`).
+/// Where communication progresses: `caller`, `thread` or `proxy` (`offload::Progress`).
 pub const PROGRESS: &str = "TCA_PROGRESS";
+/// The launcher's descriptor of the node proxy's channel, set by `tca run --offload`.
+pub const PROXY_FD: &str = "TCA_PROXY_FD";
+/// Pid of the node proxy, set by `tca run --offload`.
+pub const PROXY_PID: &str = "TCA_PROXY_PID";
 /// Where a communicator progresses during `Comm::overlap`: `caller` or `thread`.
 pub const P2P_PROGRESS: &str = "TCA_P2P_PROGRESS";
 /// Rank of this process, set by `tca run`.
@@ -150,6 +155,8 @@ pub const KNOWN: &[&str] = &[
     AM_PACK,
     AM_CHANNELS,
     PROGRESS,
+    PROXY_FD,
+    PROXY_PID,
     P2P_PROGRESS,
 ];
 

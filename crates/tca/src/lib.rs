@@ -74,6 +74,9 @@ pub use fabric::{
 /// rank has arrived.
 pub fn init() -> Result<World> {
     env::warn_unknown();
+    if offload::node::offloaded() {
+        return Err(offload::node::no_world_here());
+    }
     // A rank stopped by its launcher must die of the signal, not of a handler that a library
     // linked with libfabric installed before `main` (see `tca_ofi::restore_default_signals`).
     #[cfg(feature = "ofi")]

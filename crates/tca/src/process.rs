@@ -121,6 +121,12 @@ pub fn alive(pid: u32) -> bool {
     stat_fields(pid).is_some_and(|f| f.first().is_some_and(|state| state != "Z"))
 }
 
+/// Whether process `pid` has ended but not been reaped (its main thread a zombie; for a
+/// process with threads, the others may still be ending).
+pub fn zombie(pid: u32) -> bool {
+    stat_fields(pid).is_some_and(|f| f.first().is_some_and(|state| state == "Z"))
+}
+
 /// Makes this process the subreaper of its descendants: orphans (the ranks of a launcher
 /// that was killed) are re-parented to it rather than to init, and it reaps them.
 pub fn become_subreaper() -> Result<()> {

@@ -540,6 +540,29 @@ fn a_panic_in_the_overlapped_work_resumes_in_the_caller_and_the_communicator_goe
 fn the_progress_mode_parses_and_a_bad_one_is_named() {
     assert_eq!(Progress::parse("thread").unwrap(), Progress::Thread);
     assert_eq!(Progress::parse(" caller ").unwrap(), Progress::Caller);
-    let e = Progress::parse("proxy").unwrap_err().to_string();
-    assert!(e.contains("proxy") && e.contains("caller"), "{e}");
+    assert_eq!(Progress::parse("proxy").unwrap(), Progress::Proxy);
+    let e = Progress::parse("process").unwrap_err().to_string();
+    assert!(e.contains("process") && e.contains("caller"), "{e}");
+}
+
+#[test]
+fn control_requests_run_on_the_progress_thread() {
+    threads::run_offloaded(3, |proxy| {
+        let t = proxy.control("transport")?;
+        assert!(["shm", "ofi", "shm+ofi"].contains(&t.as_str()), "{t}");
+        proxy.control("force allreduce ring")?;
+        assert_eq!(proxy.control("algorithm allreduce 8")?, "ring");
+        proxy.control("force allreduce auto")?;
+        let e = proxy.control("force allreduce fastest").unwrap_err();
+        assert_eq!(e.kind(), tca::ErrorKind::InvalidArgument);
+        let e = proxy.control("paint it black").unwrap_err();
+        assert!(e.message().contains("unknown control request"), "{e}");
+        // Buffers from `alloc` are ordinary memory here, and work as any.
+        let mine = proxy.alloc::<f64>(4)?;
+        let mut sum = proxy.alloc::<f64>(4)?;
+        assert!(!mine.is_shared());
+        proxy.scope(|s| s.iallreduce(&mine, &mut sum, &Op::Sum)?.wait().map(drop))?;
+        Ok(())
+    })
+    .unwrap();
 }

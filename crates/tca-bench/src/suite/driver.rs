@@ -390,7 +390,7 @@ mod tests {
             two_sided: false,
             lattices: Vec::new(),
             test_calls: 0,
-            progress_thread: false,
+            progress: tca::offload::Progress::Caller,
             heap_buffers: false,
         }
     }

@@ -705,10 +705,11 @@ pub struct Options {
     /// IMB-NBC's computation without library calls).
     #[serde(default)]
     pub test_calls: u32,
-    /// tca's collectives run through a progress thread per rank (`--progress thread`,
-    /// [`proxied`]); MPI's half is unchanged.
+    /// Where tca's communication progresses (`--progress`): in the caller's calls, in a
+    /// progress thread per rank, or in the node proxy process that holds every rank's world
+    /// (both through [`proxied`]); MPI's half is unchanged.
     #[serde(default)]
-    pub progress_thread: bool,
+    pub progress: ::tca::offload::Progress,
     /// tca's message buffers are ordinary heap memory (`--buffers heap`) instead of
     /// `Comm::buffer`s, which large collectives on one node read in place (single copy).
     #[serde(default)]

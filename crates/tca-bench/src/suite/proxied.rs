@@ -1,13 +1,17 @@
-//! The suite's collectives with a progress thread per rank (`--progress thread`,
-//! `TCA_PROGRESS=thread`): the rank's world belongs to its proxy ([`tca::offload::Proxy`]), the
-//! non-blocking benchmarks post their collective and wait for its ticket, the blocking ones
-//! run as commands on the proxy, the two-sided ping-pongs post their sends and receives.
-//! IMB-NBC's overlap then measures what the proxy moves while the rank computes.
+//! The suite's collectives through a proxy: a progress thread per rank (`--progress thread`,
+//! `TCA_PROGRESS=thread`), whose world belongs to it, or the node proxy process that holds
+//! every rank's world (`--progress proxy`, `tca run --offload`; [`tca::offload::Proxy`]).
+//! The non-blocking benchmarks post their collective and wait for its ticket; the blocking
+//! ones run as commands on a progress thread, and are posted and waited for on the node proxy
+//! (a closure of the rank cannot cross to another process); the two-sided ping-pongs post
+//! their sends and receives. Message buffers come from [`Proxy::alloc`] (memory the node proxy
+//! maps too). IMB-NBC's overlap then measures what the proxy moves while the rank computes.
 
 use std::time::Instant;
 
 use anyhow::{Result, bail};
-use tca::offload::Proxy;
+use tca::coll::Element;
+use tca::offload::{Proxy, ProxyBuf};
 use tca::{Op, World};
 use tca_mpi::{Backend as Lib, CommResult, Staged};
 
@@ -41,19 +45,27 @@ impl Lib for ProxyLib<'_> {
         self.epoch.elapsed().as_secs_f64()
     }
     fn barrier(&mut self) -> CommResult<()> {
-        Ok(self.proxy.scope(|s| s.run(|c| c.barrier()))?)
+        Ok(self.proxy.scope(|s| s.ibarrier()?.wait().map(drop))?)
     }
     fn broadcast_u64(&mut self, buf: &mut [u64]) -> CommResult<()> {
-        Ok(self.proxy.scope(|s| s.run(|c| c.broadcast(buf, 0)))?)
+        let mut b = self.staged(buf)?;
+        self.proxy
+            .scope(|s| s.ibroadcast(&mut b, 0)?.wait().map(drop))?;
+        buf.copy_from_slice(&b);
+        Ok(())
     }
     fn scatter_u64(&mut self, send: &[u64], recv: &mut [u64]) -> CommResult<()> {
-        Ok(self.proxy.scope(|s| s.run(|c| c.scatter(send, recv, 0)))?)
+        self.scatter(send, recv)
     }
     fn scatter_f64(&mut self, send: &[f64], recv: &mut [f64]) -> CommResult<()> {
-        Ok(self.proxy.scope(|s| s.run(|c| c.scatter(send, recv, 0)))?)
+        self.scatter(send, recv)
     }
     fn gather_f64(&mut self, send: &[f64], recv: &mut [f64]) -> CommResult<()> {
-        Ok(self.proxy.scope(|s| s.run(|c| c.gather(send, recv, 0)))?)
+        let (s_in, mut r_in) = (self.staged(send)?, self.staged(recv)?);
+        self.proxy
+            .scope(|s| s.igather(&s_in, &mut r_in, 0)?.wait().map(drop))?;
+        recv.copy_from_slice(&r_in);
+        Ok(())
     }
     fn allgatherv_f64(
         &mut self,
@@ -88,10 +100,27 @@ impl Lib for ProxyLib<'_> {
         })?)
     }
     fn allreduce_sum_f64(&mut self, v: f64) -> CommResult<f64> {
-        let mut b = [v];
+        let mut b = self.staged(&[v])?;
         self.proxy
-            .scope(|s| s.run(|c| c.allreduce_in_place(&mut b, &Op::Sum)))?;
+            .scope(|s| s.iallreduce_in_place(&mut b, &Op::Sum)?.wait().map(drop))?;
         Ok(b[0])
+    }
+}
+
+impl<'p> ProxyLib<'p> {
+    /// A copy of `data` in memory the proxy reaches (the driver's own exchanges, untimed).
+    fn staged<T: Element>(&self, data: &[T]) -> tca::Result<ProxyBuf<'p, T>> {
+        let mut b = self.proxy.alloc(data.len())?;
+        b.copy_from_slice(data);
+        Ok(b)
+    }
+
+    fn scatter<T: Element>(&self, send: &[T], recv: &mut [T]) -> CommResult<()> {
+        let (s_in, mut r_in) = (self.staged(send)?, self.staged(recv)?);
+        self.proxy
+            .scope(|s| s.iscatter(&s_in, &mut r_in, 0)?.wait().map(drop))?;
+        recv.copy_from_slice(&r_in);
+        Ok(())
     }
 }
 
@@ -99,10 +128,10 @@ impl Lib for ProxyLib<'_> {
 #[derive(Debug)]
 pub struct ProxyBackend<'p> {
     lib: ProxyLib<'p>,
-    bsend: Vec<u8>,
-    brecv: Vec<u8>,
-    fsend: Vec<f32>,
-    frecv: Vec<f32>,
+    bsend: ProxyBuf<'p, u8>,
+    brecv: ProxyBuf<'p, u8>,
+    fsend: ProxyBuf<'p, f32>,
+    frecv: ProxyBuf<'p, f32>,
     cur: (Kind, usize),
     nonblocking: bool,
     forced: Vec<(usize, String)>,
@@ -115,26 +144,40 @@ impl<'p> ProxyBackend<'p> {
             b.collective.is_none() && !matches!(b.kind, Kind::PingPong | Kind::OsuLatency)
         }) {
             bail!(
-                "--progress thread runs the collectives (blocking ones as commands on the \
-                 proxy, non-blocking ones posted to it) and the two-sided ping-pongs \
-                 (PingPong, osu_latency: sends and receives posted to it), not {}",
+                "--progress thread and proxy run the collectives (blocking ones as commands on \
+                 a progress thread or posted to the node proxy, non-blocking ones posted) and \
+                 the two-sided ping-pongs (PingPong, osu_latency: sends and receives posted), \
+                 not {}",
                 b.name
             );
         }
         let p = proxy.size() as usize;
         let max = opts.sizes.iter().copied().max().unwrap_or(0).max(8);
         let me = proxy.rank() as usize;
-        let transport = proxy.scope(|s| s.run(|c| Ok(c.world_ref().transport().to_string())))?;
+        let transport = proxy.control("transport")?;
+        let mut bsend = proxy.alloc::<u8>(max * p)?;
+        for (i, b) in bsend.iter_mut().enumerate() {
+            *b = (i + me) as u8;
+        }
+        let mut fsend = proxy.alloc::<f32>(max / 4 + 1)?;
+        for (i, x) in fsend.iter_mut().enumerate() {
+            *x = (i % 7) as f32;
+        }
+        let how = if proxy.is_node_proxy() {
+            "node proxy"
+        } else {
+            "progress thread"
+        };
         Ok(Self {
             lib: ProxyLib {
                 proxy,
                 epoch: Instant::now(),
-                transport: format!("{transport}, progress thread"),
+                transport: format!("{transport}, {how}"),
             },
-            bsend: (0..max * p).map(|i| (i + me) as u8).collect(),
-            brecv: vec![0; max * p],
-            fsend: (0..max / 4 + 1).map(|i| (i % 7) as f32).collect(),
-            frecv: vec![0.0; max / 4 + 1],
+            bsend,
+            brecv: proxy.alloc(max * p)?,
+            fsend,
+            frecv: proxy.alloc(max / 4 + 1)?,
             cur: (Kind::Barrier, 0),
             nonblocking: false,
             forced: opts.algos.clone(),
@@ -202,10 +245,15 @@ impl<'p> ProxyBackend<'p> {
     }
 
     /// `n` blocking calls of the prepared collective, each a command on the proxy (posted,
-    /// run there, answered): what a blocking call costs a rank whose world is its proxy's.
+    /// run there, answered): what a blocking call costs a rank whose world is its proxy's. On
+    /// the node proxy, which runs no closure of this process, each call is posted and waited
+    /// for.
     fn blocking(&mut self, n: u64) -> Result<()> {
         let (kind, bytes) = self.cur;
         let proxy = self.lib.proxy;
+        if proxy.is_node_proxy() {
+            return self.calls_with(n, None).map(drop);
+        }
         for _ in 0..n {
             let bufs = self.buffers();
             proxy.scope(|s| s.run(|c| super::collective(c, kind, bytes, bufs)))?;
@@ -225,14 +273,16 @@ impl<'p> Backend for ProxyBackend<'p> {
         self.cur = (bench.kind, bytes);
         self.nonblocking = bench.nonblocking();
         if let Some(coll) = bench.collective {
-            let name = super::forced_algorithm(&self.forced, bench);
-            self.lib.proxy.scope(|s| s.run(|c| c.force(coll, name)))?;
+            let name = super::forced_algorithm(&self.forced, bench).unwrap_or("auto");
+            self.lib
+                .proxy
+                .control(&format!("force {} {name}", coll.name()))?;
         }
         Ok(())
     }
 
     fn prepare_halo(&mut self, _halo: &Halo) -> Result<()> {
-        bail!("--progress thread does not run the Halo benchmark")
+        bail!("--progress thread and proxy do not run the Halo benchmark")
     }
 
     fn calls(&mut self, n: u64) -> Result<()> {
@@ -258,7 +308,7 @@ impl<'p> Backend for ProxyBackend<'p> {
         let sel = bench.selection_bytes(bytes, p);
         self.lib
             .proxy
-            .scope(|s| s.run(|c| Ok(c.algorithm(coll, sel).name.to_string())))
+            .control(&format!("algorithm {} {sel}", coll.name()))
             .unwrap_or_else(|_| "-".into())
     }
 }
@@ -266,7 +316,37 @@ impl<'p> Backend for ProxyBackend<'p> {
 /// Runs the suite on this rank with a progress thread that owns `world`; rank 0 returns the
 /// result.
 pub fn run(world: World, opts: &Options) -> Result<Option<Half>> {
-    let proxy = Proxy::start(world)?;
+    serve(Proxy::start(world)?, opts)
+}
+
+/// Runs the suite on this rank of a job with a node proxy (`--progress proxy`, `tca run
+/// --offload`), which holds the rank's world; rank 0 returns the result.
+pub fn run_node(np: u32, opts: &Options) -> Result<Option<Half>> {
+    let proxy = Proxy::connect()?;
+    if proxy.size() != np {
+        bail!(
+            "launched with {} ranks but --np {np}: give the same number",
+            proxy.size()
+        );
+    }
+    serve(proxy, opts)
+}
+
+fn serve(proxy: Proxy, opts: &Options) -> Result<Option<Half>> {
+    let note = if proxy.is_node_proxy() {
+        format!(
+            "progress: the node proxy process holds every rank's world and serves its queues \
+             in shared memory (tca::offload::Proxy::connect, tca run --offload); it naps {} us \
+             on a work queue when nothing in flight moved",
+            tca::offload::NAP.as_micros()
+        )
+    } else {
+        format!(
+            "progress: a thread per rank owns its world (tca::offload::Proxy); it naps {} us \
+             on its work queue when nothing in flight moved",
+            tca::offload::NAP.as_micros()
+        )
+    };
     let r = (|| {
         let mut b = ProxyBackend::new(&proxy, opts)?;
         let total: usize = opts.benches().count() * opts.sizes.len();
@@ -277,11 +357,7 @@ pub fn run(world: World, opts: &Options) -> Result<Option<Half>> {
         })?;
         bar.finish_and_clear();
         Ok(half.map(|mut h| {
-            h.notes.push(format!(
-                "progress: a thread per rank owns its world (tca::offload::Proxy); it naps {} us \
-                 on its work queue when nothing in flight moved",
-                tca::offload::NAP.as_micros()
-            ));
+            h.notes.push(note);
             h
         }))
     })();

@@ -16,6 +16,14 @@
 //! - Ranks notice a launcher that dies (even by SIGKILL) through its pidfd, on their next wait.
 //! - Rank i is bound to the i-th CPU the launcher may use when every rank can have one
 //!   (`TCA_BIND`, see [`super::bind`]).
+//! - With a node proxy ([`Launch::offload`], `tca run --offload`) the launcher first starts
+//!   the proxy process (seed 004's host proxy, [`crate::offload::serve_node`]), which joins
+//!   the job as every rank and holds their worlds, with the board's environment and
+//!   `TCA_PROXY_FD`, the launcher's descriptor of the proxy's channel (a memfd with each
+//!   rank's queues); then the ranks, with `TCA_PROGRESS=proxy`, `TCA_PROXY_FD` and
+//!   `TCA_PROXY_PID`, and writes each rank's pid into its slot of the channel (so the proxy
+//!   learns of a rank that is gone). A proxy that fails stops the job (the ranks waiting on it
+//!   fail naming it); the job's status is then the proxy's unless a rank failed first.
 //!
 //! # Several nodes (`hosts`)
 //! With a host list the ranks are spread over the hosts in blocks (`h1:2,h2:2` gives each
@@ -75,6 +83,10 @@ pub struct Launch {
     /// The address ranks on other hosts reach this launcher at (default: found by routing
     /// towards the first other host).
     pub kv_host: Option<String>,
+    /// The node proxy's command (program and arguments; a program that calls
+    /// [`crate::offload::serve_node`], such as `tca node-proxy`): with it, one proxy process
+    /// holds the ranks' worlds and serves their queues (`tca run --offload`). One node only.
+    pub offload: Option<Vec<OsString>>,
 }
 
 /// Parses a host list: `h1,h2` or `h1:2,h2:4` (slots).
@@ -201,16 +213,22 @@ pub struct Outcome {
     pub failure: Option<RankFailure>,
     /// The signal that interrupted the launcher, if any.
     pub interrupted: Option<i32>,
+    /// How the node proxy ended, with one ([`Launch::offload`]).
+    pub proxy: Option<RankExit>,
 }
 
 impl Outcome {
     /// The job's exit status: 128 + signal if interrupted, else the first failure's status,
-    /// else 0.
+    /// else the node proxy's, else 0.
     pub fn status(&self) -> i32 {
         if let Some(s) = self.interrupted {
             return 128 + s;
         }
-        self.failure.map_or(0, |f| f.how.status())
+        match (self.failure, self.proxy) {
+            (Some(f), _) => f.how.status(),
+            (None, Some(p)) => p.status(),
+            (None, None) => 0,
+        }
     }
 }
 
@@ -266,6 +284,7 @@ impl Launch {
             },
             rsh: Vec::new(),
             kv_host: std::env::var(env::KV_HOST).ok().filter(|h| !h.is_empty()),
+            offload: None,
         })
     }
 
@@ -290,6 +309,13 @@ impl Launch {
             ));
         }
         if !self.hosts.is_empty() {
+            if self.offload.is_some() {
+                return Err(Error::new(
+                    ErrorKind::Launch,
+                    "a node proxy (--offload) serves the ranks of this node only: it cannot be \
+                     combined with --hosts",
+                ));
+            }
             return self.run_hosts();
         }
         let cpus = bind::plan(
@@ -302,8 +328,28 @@ impl Launch {
         let (board_fd, board) = NodeBoard::create(self.ranks, job, Some(std::process::id()))?;
 
         let (caught, hooks) = catch_signals()?;
-        let spawn = |r: u32, job_cpus: u32| self.spawn(r, &board_fd, job, job_cpus);
-        let result = self.supervise(&Control::Board(&board), &spawn, &cpus, &caught);
+        let proxy = match &self.offload {
+            Some(cmd) => Some(self.start_proxy(cmd, &board_fd, job)?),
+            None => None,
+        };
+        let spawn = |r: u32, job_cpus: u32| {
+            let child = self.spawn(r, &board_fd, job, job_cpus, proxy.as_ref())?;
+            if let Some(p) = &proxy {
+                p.channel.set_rank_pid(r, child.id())?;
+            }
+            Ok(child)
+        };
+        let result = self.supervise(
+            &Control::Board(&board),
+            &spawn,
+            &cpus,
+            &caught,
+            proxy.as_ref(),
+        );
+        let result = match proxy {
+            Some(p) => p.finish(result, &caught),
+            None => result,
+        };
         for id in hooks {
             signal_hook::low_level::unregister(id);
         }
@@ -401,15 +447,27 @@ impl Launch {
                 )
             })
         };
-        let result = self.supervise(&Control::Kv(&server), &spawn, &[], &caught);
+        let result = self.supervise(&Control::Kv(&server), &spawn, &[], &caught, None);
         for id in hooks {
             signal_hook::low_level::unregister(id);
         }
         result
     }
 
-    fn spawn(&self, rank: u32, board_fd: &OwnedFd, job: u64, job_cpus: u32) -> Result<Child> {
+    fn spawn(
+        &self,
+        rank: u32,
+        board_fd: &OwnedFd,
+        job: u64,
+        job_cpus: u32,
+        proxy: Option<&NodeProxy>,
+    ) -> Result<Child> {
         let mut cmd = Command::new(&self.program);
+        if let Some(p) = proxy {
+            cmd.env(env::PROGRESS, "proxy")
+                .env(env::PROXY_FD, p.channel_fd.as_raw_fd().to_string())
+                .env(env::PROXY_PID, p.proc.pid().to_string());
+        }
         cmd.args(&self.args)
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .env(env::RANK, rank.to_string())
@@ -452,6 +510,7 @@ impl Launch {
         spawn: &dyn Fn(u32, u32) -> Result<Child>,
         cpus: &[usize],
         caught: &AtomicUsize,
+        proxy: Option<&NodeProxy>,
     ) -> Result<Outcome> {
         let mut ranks: Vec<Rank> = Vec::with_capacity(self.ranks as usize);
         let mut pumps = Vec::new();
@@ -510,6 +569,8 @@ impl Launch {
 
         let mut failure: Option<RankFailure> = None;
         let mut interrupted: Option<i32> = None;
+        let mut proxy_exit: Option<RankExit> = None;
+        let mut proxy_failed = false;
         let mut kill_at: Option<Instant> = None;
         let mut term_at: Option<Instant> = None;
         loop {
@@ -525,17 +586,31 @@ impl Launch {
                     .min(Duration::from_millis(50)),
                 None => Duration::from_millis(50),
             };
-            wait_any(&ranks, &running, timeout);
+            wait_any(&ranks, &running, proxy, timeout);
+            if let Some(px) = proxy
+                && proxy_exit.is_none()
+                && let Some(how) = px.ended()
+            {
+                proxy_exit = Some(how);
+                if how.failed() && failure.is_none() && interrupted.is_none() {
+                    let others = ranks.iter().filter(|k| k.exit.is_none()).count();
+                    eprintln!(
+                        "tca run: the node proxy (pid {}) {how}; stopping the {others} rank(s)",
+                        px.pid()
+                    );
+                    // The ranks waiting on it notice within a sleep slice and fail naming
+                    // it: a moment for that, then they are stopped. Their failures are the
+                    // proxy's, not causes of their own.
+                    proxy_failed = true;
+                    term_at.get_or_insert(Instant::now() + NOTICE);
+                }
+            }
             for &i in &running {
                 let rank = &mut ranks[i];
                 if let Ok(Some(st)) = rank.child.try_wait() {
-                    let how = match (st.code(), st.signal()) {
-                        (Some(c), _) => RankExit::Code(c),
-                        (None, Some(s)) => RankExit::Signal(s),
-                        (None, None) => RankExit::Code(1),
-                    };
+                    let how = exit_of(st);
                     rank.exit = Some(how);
-                    if how.failed() && failure.is_none() && interrupted.is_none() {
+                    if how.failed() && failure.is_none() && interrupted.is_none() && !proxy_failed {
                         let pid = rank.child.id();
                         failure = Some(RankFailure {
                             rank: rank_u32(i),
@@ -565,6 +640,9 @@ impl Launch {
                             term_at.get_or_insert(Instant::now() + NOTICE);
                         } else {
                             signal_all(&ranks, Signal::TERM);
+                            if let Some(px) = proxy {
+                                px.signal(Signal::TERM);
+                            }
                             kill_at.get_or_insert(Instant::now() + GRACE);
                         }
                     }
@@ -579,6 +657,9 @@ impl Launch {
                 eprintln!("tca run: caught {}; stopping all ranks", signal_name(sig));
                 let fwd = Signal::from_named_raw(sig).unwrap_or(Signal::TERM);
                 signal_all(&ranks, fwd);
+                if let Some(px) = proxy {
+                    px.signal(fwd);
+                }
                 kill_at.get_or_insert(Instant::now() + GRACE);
             }
             if let (Control::Kv(kv), None, None) = (control, failure, interrupted) {
@@ -599,6 +680,9 @@ impl Launch {
             }
             if kill_at.is_some_and(|t| Instant::now() >= t) {
                 signal_all(&ranks, Signal::KILL);
+                if let Some(px) = proxy {
+                    px.signal(Signal::KILL);
+                }
             }
         }
         // Output pumps end at EOF; a rank's background child holding the pipe must not hang us.
@@ -618,6 +702,7 @@ impl Launch {
                 .collect(),
             failure,
             interrupted,
+            proxy: proxy_exit,
         })
     }
 }
@@ -703,8 +788,141 @@ fn signal_all(ranks: &[Rank], sig: Signal) {
     }
 }
 
-fn wait_any(ranks: &[Rank], running: &[usize], timeout: Duration) {
-    process::wait_any(running.iter().map(|&i| &ranks[i].proc), timeout);
+fn wait_any(ranks: &[Rank], running: &[usize], proxy: Option<&NodeProxy>, timeout: Duration) {
+    // A proxy that has ended is not waited on again (its pidfd stays readable).
+    let proxy = proxy.map(|p| &p.proc).filter(|p| !p.gone());
+    process::wait_any(
+        running.iter().map(|&i| &ranks[i].proc).chain(proxy),
+        timeout,
+    );
+}
+
+/// The node proxy process of a launch with [`Launch::offload`].
+struct NodeProxy {
+    child: std::cell::RefCell<Child>,
+    proc: Proc,
+    channel_fd: OwnedFd,
+    channel: crate::offload::node::Channel,
+}
+
+impl Launch {
+    /// Makes the channel and starts the node proxy `cmd` with the board's environment.
+    fn start_proxy(&self, cmd: &[OsString], board_fd: &OwnedFd, job: u64) -> Result<NodeProxy> {
+        let (program, args) = cmd
+            .split_first()
+            .ok_or_else(|| Error::new(ErrorKind::Launch, "the node proxy's command is empty"))?;
+        let (channel_fd, channel) = crate::offload::node::Channel::create(self.ranks)?;
+        let mut c = Command::new(program);
+        c.args(args)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .env_remove(env::RANK)
+            .env(env::SIZE, self.ranks.to_string())
+            .env(env::JOB_ID, format!("{job:016x}"))
+            .env(env::BOARD_FD, board_fd.as_raw_fd().to_string())
+            .env(env::LAUNCHER_PID, std::process::id().to_string())
+            .env(env::PROXY_FD, channel_fd.as_raw_fd().to_string())
+            .stdin(Stdio::null())
+            .process_group(0);
+        let child = c.spawn().map_err(|e| {
+            Error::new(
+                ErrorKind::Launch,
+                format!(
+                    "cannot start the node proxy `{}`: {e}",
+                    program.to_string_lossy()
+                ),
+            )
+        })?;
+        let proc = match Proc::open(child.id()) {
+            Ok(p) => p,
+            Err(e) => {
+                let mut child = child;
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(Error::new(
+                    ErrorKind::Launch,
+                    format!("cannot watch the node proxy: {e}"),
+                ));
+            }
+        };
+        Ok(NodeProxy {
+            child: std::cell::RefCell::new(child),
+            proc,
+            channel_fd,
+            channel,
+        })
+    }
+}
+
+impl NodeProxy {
+    /// How it ended, once it has.
+    fn exit(&self) -> Option<RankExit> {
+        self.child
+            .borrow_mut()
+            .try_wait()
+            .ok()
+            .flatten()
+            .map(exit_of)
+    }
+
+    /// How it ended, once it has or is ending: a process whose main thread is a zombie is
+    /// waited for (its ranks see it gone as soon as its main thread is, before the kernel
+    /// reports the whole process ended, and they must not be taken for the cause).
+    fn ended(&self) -> Option<RankExit> {
+        if let Some(how) = self.exit() {
+            return Some(how);
+        }
+        if !process::zombie(self.pid()) {
+            return None;
+        }
+        self.child.borrow_mut().wait().ok().map(exit_of)
+    }
+
+    fn pid(&self) -> u32 {
+        self.proc.pid()
+    }
+
+    /// Sends `sig` to the proxy and its process group.
+    fn signal(&self, sig: Signal) {
+        if self.exit().is_none() {
+            let _ = rustix::process::kill_process_group(Pid::from_child(&self.child.borrow()), sig);
+            self.proc.signal(sig);
+        }
+    }
+
+    /// After the ranks: waits for the proxy to leave (it does once every rank has stopped or
+    /// gone), stops it if it does not, and records how it ended.
+    fn finish(self, result: Result<Outcome>, caught: &AtomicUsize) -> Result<Outcome> {
+        let deadline = Instant::now() + 4 * GRACE;
+        let mut child = self.child.into_inner();
+        let status = loop {
+            match child.try_wait() {
+                Ok(Some(st)) => break Some(st),
+                Ok(None) if Instant::now() < deadline && caught.load(Ordering::SeqCst) == 0 => {
+                    process::wait_any([&self.proc], Duration::from_millis(20));
+                }
+                Ok(None) => {
+                    let _ =
+                        rustix::process::kill_process_group(Pid::from_child(&child), Signal::KILL);
+                    self.proc.signal(Signal::KILL);
+                    break child.wait().ok();
+                }
+                Err(_) => break None,
+            }
+        };
+        let how = status.map_or(RankExit::Code(1), exit_of);
+        result.map(|mut o| {
+            o.proxy = Some(how);
+            o
+        })
+    }
+}
+
+fn exit_of(st: std::process::ExitStatus) -> RankExit {
+    match (st.code(), st.signal()) {
+        (Some(c), _) => RankExit::Code(c),
+        (None, Some(s)) => RankExit::Signal(s),
+        (None, None) => RankExit::Code(1),
+    }
 }
 
 /// Copies a rank's output to ours line by line, each line prefixed with `[rank] `.

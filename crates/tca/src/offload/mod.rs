@@ -51,6 +51,8 @@
 //! memory (`tca run --offload`) — is not built; a thread per rank is the proxy.
 //! [`crate::threads::run_offloaded`] runs thread-mode ranks each with its proxy.
 
+pub mod control;
+pub(crate) mod node;
 mod overlap;
 mod scope;
 mod serve;
@@ -63,9 +65,11 @@ use std::sync::mpsc::{self, Receiver, SyncSender, TryRecvError, TrySendError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+pub use node::{ProxyBuf, serve_node};
 pub use overlap::MAX_NAP;
 pub use scope::{ProxyScope, Ticket};
 
+use crate::coll::Element;
 use crate::error::{Error, ErrorKind, Result};
 use crate::fabric::World;
 use crate::p2p::Status;
@@ -81,11 +85,13 @@ pub const QUEUE_DEPTH: usize = 256;
 /// How long an idle proxy with operations in flight sleeps on its work queue between polls.
 pub const NAP: Duration = Duration::from_micros(50);
 
-/// Where communication progresses: in the caller's tca calls, or in a progress thread. Read
-/// from `TCA_PROGRESS` by [`Progress::from_env`] (the thread is a [`Proxy`] that owns the
-/// world), and from `TCA_P2P_PROGRESS` for a communicator's [`Comm::overlap`] (the thread is
-/// the rank's own, polling while the computation runs on another).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// Where communication progresses: in the caller's tca calls, in a progress thread, or in
+/// the node's proxy process. Read from `TCA_PROGRESS` by [`Progress::from_env`] (the thread is
+/// a [`Proxy`] that owns the world; `proxy` is set by `tca run --offload`), and from
+/// `TCA_P2P_PROGRESS` for a communicator's [`Comm::overlap`] (the thread is the rank's own,
+/// polling while the computation runs on another; `caller` or `thread` only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Progress {
     /// In the caller's calls only (tests, waits, blocking calls).
     #[default]
@@ -93,17 +99,21 @@ pub enum Progress {
     /// In a thread of the rank's process: a proxy that owns the world, or the rank's own
     /// thread during [`Comm::overlap`].
     Thread,
+    /// In the node's proxy process, which holds every local rank's world
+    /// ([`Proxy::connect`]).
+    Proxy,
 }
 
 impl Progress {
-    /// Parses `caller` or `thread`.
+    /// Parses `caller`, `thread` or `proxy`.
     pub fn parse(s: &str) -> Result<Self> {
         match s.trim() {
             "caller" => Ok(Self::Caller),
             "thread" => Ok(Self::Thread),
+            "proxy" => Ok(Self::Proxy),
             other => Err(Error::new(
                 ErrorKind::InvalidArgument,
-                format!("progress mode must be `caller` or `thread`, got `{other}`"),
+                format!("progress mode must be `caller`, `thread` or `proxy`, got `{other}`"),
             )),
         }
     }
@@ -114,36 +124,57 @@ impl Progress {
     }
 
     /// The environment variable `name` (`TCA_PROGRESS`, `TCA_P2P_PROGRESS`), [`Progress::Caller`]
-    /// when unset; a bad value is an error naming the variable.
+    /// when unset; a bad value is an error naming the variable. (A communicator's own
+    /// progress, `TCA_P2P_PROGRESS`, has no proxy process: `proxy` is refused there.)
     pub fn from_var(name: &str) -> Result<Self> {
+        let bad = |m: &str| Error::new(ErrorKind::InvalidArgument, format!("{name}: {m}"));
         match std::env::var(name) {
-            Ok(v) => Self::parse(&v).map_err(|e| {
-                Error::new(
-                    ErrorKind::InvalidArgument,
-                    format!("{name}: {}", e.message()),
-                )
-            }),
+            Ok(v) => match Self::parse(&v) {
+                Ok(Self::Proxy) if name == crate::env::P2P_PROGRESS => Err(bad(
+                    "`proxy` is the node proxy of `tca run --offload` (TCA_PROGRESS); a \
+                     communicator's own progress is `caller` or `thread`",
+                )),
+                Ok(p) => Ok(p),
+                Err(e) => Err(bad(e.message())),
+            },
             Err(_) => Ok(Self::Caller),
         }
     }
 }
 
-/// A rank's proxy: the thread that owns its world, and the rank's ends of the queues. Not
-/// `Sync`: one thread of the rank posts and polls.
+/// A rank's proxy: the thread that owns its world ([`Proxy::start`]), or the node's proxy
+/// process that holds it ([`Proxy::connect`], under `tca run --offload`), and the rank's ends
+/// of the queues. Not `Sync`: one thread of the rank posts and polls.
 pub struct Proxy {
     rank: u32,
     size: u32,
-    wq: SyncSender<Work>,
-    cq: Receiver<Done>,
-    shared: Arc<Shared>,
+    link: Link,
     next: Cell<u64>,
     /// Posted, not yet answered.
     pending: RefCell<HashSet<u64>>,
     /// Answered, not yet claimed by a ticket or a scope.
     done: RefCell<HashMap<u64, Result<Status>>>,
-    thread: RefCell<Option<JoinHandle<Result<()>>>>,
     /// Why the proxy ended, once it has.
     ended: RefCell<Option<Error>>,
+}
+
+/// How a rank reaches its proxy.
+enum Link {
+    /// A thread of this process: channels, and the thread to join.
+    Thread {
+        wq: SyncSender<Work>,
+        cq: Receiver<Done>,
+        shared: Arc<Shared>,
+        thread: RefCell<Option<JoinHandle<Result<()>>>>,
+    },
+    /// The node's proxy process: queues in shared memory.
+    Node(node::Client),
+}
+
+/// What a rank posts: a work item for a thread, an entry for the node proxy.
+pub(crate) enum Msg {
+    Work(Work),
+    Entry(node::Entry),
 }
 
 impl std::fmt::Debug for Proxy {
@@ -151,6 +182,13 @@ impl std::fmt::Debug for Proxy {
         f.debug_struct("Proxy")
             .field("rank", &self.rank)
             .field("size", &self.size)
+            .field(
+                "link",
+                &match self.link {
+                    Link::Thread { .. } => "thread",
+                    Link::Node(_) => "node",
+                },
+            )
             .field("pending", &self.pending.borrow().len())
             .finish_non_exhaustive()
     }
@@ -180,7 +218,16 @@ impl Proxy {
         // see this rank leave, and this rank gets the error.)
         let thread = std::thread::Builder::new()
             .name(format!("tca-proxy-{rank}"))
-            .spawn(move || serve::serve(world, work, answer, theirs))
+            .spawn(move || {
+                serve::serve(
+                    world,
+                    &serve::Channels {
+                        work,
+                        answer,
+                        shared: theirs,
+                    },
+                )
+            })
             .map_err(|e| {
                 Error::os(
                     ErrorKind::Launch,
@@ -188,20 +235,51 @@ impl Proxy {
                     e,
                 )
             })?;
+        Self::ready(
+            rank,
+            size,
+            Link::Thread {
+                wq,
+                cq,
+                shared,
+                thread: RefCell::new(Some(thread)),
+            },
+        )
+    }
+
+    /// Connects this rank to its node's proxy process, which holds the rank's world: the rank
+    /// of a job started by `tca run --offload` (`TCA_PROGRESS=proxy`). Waits until the proxy
+    /// has built the rank's communicator. The rank's buffers for posted operations come from
+    /// [`Proxy::alloc`] (memory the proxy maps too); a rank of such a job has no world of its
+    /// own ([`crate::init`] refuses).
+    pub fn connect() -> Result<Proxy> {
+        let (client, rank, size) = node::Client::connect()?;
+        Self::ready(rank, size, Link::Node(client))
+    }
+
+    /// The proxy of this rank as the environment says: [`Proxy::connect`] in a job of
+    /// `tca run --offload`, otherwise a progress thread ([`Proxy::start`]) on the world
+    /// [`crate::init`] joins.
+    pub fn from_env() -> Result<Proxy> {
+        if node::offloaded() {
+            Self::connect()
+        } else {
+            Self::start(crate::init()?)
+        }
+    }
+
+    /// A proxy on `link`, once it has answered id 0: its communicator exists (or the error
+    /// that prevented it).
+    fn ready(rank: u32, size: u32, link: Link) -> Result<Proxy> {
         let p = Proxy {
             rank,
             size,
-            wq,
-            cq,
-            shared,
+            link,
             next: Cell::new(1),
             pending: RefCell::new(HashSet::with_capacity(QUEUE_DEPTH)),
             done: RefCell::new(HashMap::with_capacity(QUEUE_DEPTH)),
-            thread: RefCell::new(Some(thread)),
             ended: RefCell::new(None),
         };
-        // The proxy answers id 0 once its communicator exists (or with the error that
-        // prevented it).
         p.pending.borrow_mut().insert(0);
         p.wait_for(0)?;
         Ok(p)
@@ -217,6 +295,11 @@ impl Proxy {
         self.size
     }
 
+    /// Whether the proxy is the node's proxy process (else a thread of this process).
+    pub fn is_node_proxy(&self) -> bool {
+        matches!(self.link, Link::Node(_))
+    }
+
     /// Runs `f` with a scope in which operations are posted to the proxy; every one posted is
     /// finished before this returns (also when `f` panics). Returns `f`'s error, else the
     /// error of an operation whose ticket was dropped unclaimed.
@@ -225,6 +308,24 @@ impl Proxy {
         f: impl for<'p> FnOnce(&'p ProxyScope<'p, 's>) -> Result<R>,
     ) -> Result<R> {
         scope::run(self, f)
+    }
+
+    /// A buffer of `n` zeroed elements for operations posted to this proxy: memory that the
+    /// node's proxy process maps too (allocated by it on this rank's behalf, the seed's
+    /// command channel), or ordinary memory for a progress thread. Buffers of a node proxy
+    /// must come from here; a thread's may be any.
+    pub fn alloc<T: Element>(&self, n: usize) -> Result<ProxyBuf<'_, T>> {
+        node::alloc(self, n)
+    }
+
+    /// Runs a control request on the proxy with this rank's communicator and returns the
+    /// reply ([`control`]: `transport`, `force COLLECTIVE NAME|auto`, `algorithm COLLECTIVE
+    /// BYTES`). Like a blocking call, it waits for the answer.
+    pub fn control(&self, request: &str) -> Result<String> {
+        match &self.link {
+            Link::Thread { .. } => self.scope(|s| s.run(|c| control::run(c, request))),
+            Link::Node(_) => node::control(self, request),
+        }
     }
 
     /// Operations posted and not yet answered.
@@ -246,44 +347,83 @@ impl Proxy {
     }
 
     fn stop(&self, how: Leave) -> Result<()> {
-        let Some(t) = self.thread.borrow_mut().take() else {
-            return self.ended();
-        };
-        // A proxy that already ended has dropped its end of the queue: nothing to tell it.
-        let _ = self.wq.send(Work::Stop(how));
-        join(self.rank, t)
+        match &self.link {
+            Link::Thread { wq, thread, .. } => {
+                let Some(t) = thread.borrow_mut().take() else {
+                    return self.ended();
+                };
+                // A proxy that already ended has dropped its end of the queue: nothing to
+                // tell it.
+                let _ = wq.send(Work::Stop(how));
+                join(self.rank, t)
+            }
+            Link::Node(c) => {
+                if !c.stop_once() {
+                    return self.ended();
+                }
+                // Answered once the proxy's world has left (after the barrier, to finish).
+                let id = self.post(|id| Msg::Entry(node::Entry::stop(id, how)))?;
+                let r = self.wait_for(id).map(drop);
+                *self.ended.borrow_mut() = Some(c.stopped());
+                r
+            }
+        }
     }
 
-    /// Posts `work` under a new id; waits for room while the queue is full.
-    fn post(&self, work: impl FnOnce(u64) -> Work) -> Result<u64> {
+    /// Posts `msg` under a new id; waits for room while the queue is full.
+    fn post(&self, msg: impl FnOnce(u64) -> Msg) -> Result<u64> {
         self.ended()?;
         let id = self.next.get();
         self.next.set(id + 1);
-        let mut w = work(id);
-        loop {
-            match self.wq.try_send(w) {
-                Ok(()) => break,
-                Err(TrySendError::Full(back)) => {
-                    // The proxy drains the queue as fast as it starts operations: answers
-                    // are collected meanwhile so its completion queue stays short.
-                    w = back;
-                    self.collect(false)?;
-                    std::thread::yield_now();
-                }
-                Err(TrySendError::Disconnected(_)) => {
-                    self.reap();
-                    return self.ended().and(Err(self.gone()));
-                }
-            }
-        }
+        self.send(msg(id))?;
         self.pending.borrow_mut().insert(id);
         Ok(id)
+    }
+
+    /// Hands `m` to the proxy, waiting for room while the queue is full (collecting answers
+    /// meanwhile, so the completion queue stays short).
+    fn send(&self, mut m: Msg) -> Result<()> {
+        loop {
+            let back = match (&self.link, m) {
+                (Link::Thread { wq, .. }, Msg::Work(w)) => match wq.try_send(w) {
+                    Ok(()) => return Ok(()),
+                    Err(TrySendError::Full(back)) => Msg::Work(back),
+                    Err(TrySendError::Disconnected(_)) => {
+                        self.reap();
+                        return self.ended().and(Err(self.gone()));
+                    }
+                },
+                (Link::Node(c), Msg::Entry(e)) => {
+                    if c.try_push(&e)? {
+                        return Ok(());
+                    }
+                    if !c.proxy_alive() {
+                        self.lost()?;
+                        return self.ended().and(Err(self.gone()));
+                    }
+                    Msg::Entry(e)
+                }
+                _ => {
+                    return Err(Error::new(
+                        ErrorKind::InvalidArgument,
+                        "this proxy cannot take that kind of work",
+                    ));
+                }
+            };
+            m = back;
+            self.collect(false)?;
+            std::thread::yield_now();
+        }
     }
 
     /// Asks the proxy to cancel `id` if it is a send or receive still in flight.
     fn cancel(&self, id: u64) {
         // An ended proxy answers nothing more: its pending ids fail in `wait_for`.
-        let _ = self.wq.send(Work::Cancel(id));
+        let m = match self.link {
+            Link::Thread { .. } => Msg::Work(Work::Cancel(id)),
+            Link::Node(_) => Msg::Entry(node::Entry::cancel(id)),
+        };
+        let _ = self.send(m);
     }
 
     /// The answer for `id`, if it has come.
@@ -311,10 +451,17 @@ impl Proxy {
                 ));
             }
             if !self.collect(false)? {
-                self.shared.waiting.store(true, Ordering::Release);
-                let r = self.collect(true);
-                self.shared.waiting.store(false, Ordering::Release);
-                r?;
+                match &self.link {
+                    Link::Thread { shared, .. } => {
+                        shared.waiting.store(true, Ordering::Release);
+                        let r = self.collect(true);
+                        shared.waiting.store(false, Ordering::Release);
+                        r?;
+                    }
+                    Link::Node(_) => {
+                        self.collect(true)?;
+                    }
+                }
             }
         }
     }
@@ -322,28 +469,50 @@ impl Proxy {
     /// Moves the proxy's answers into `done`; with `block`, sleeps until at least one came.
     /// Whether any came. An ended proxy fails every pending operation.
     fn collect(&self, block: bool) -> Result<bool> {
-        let mut got = false;
-        let mut first = if block {
-            match self.cq.recv() {
-                Ok(d) => Some(d),
-                Err(_) => return self.lost(),
+        match &self.link {
+            Link::Thread { cq, .. } => {
+                let mut got = false;
+                let mut first = if block {
+                    match cq.recv() {
+                        Ok(d) => Some(d),
+                        Err(_) => return self.lost(),
+                    }
+                } else {
+                    None
+                };
+                loop {
+                    let d = match first.take() {
+                        Some(d) => d,
+                        None => match cq.try_recv() {
+                            Ok(d) => d,
+                            Err(TryRecvError::Empty) => return Ok(got),
+                            Err(TryRecvError::Disconnected) => return self.lost(),
+                        },
+                    };
+                    got = true;
+                    self.record(d);
+                }
             }
-        } else {
-            None
-        };
-        loop {
-            let d = match first.take() {
-                Some(d) => d,
-                None => match self.cq.try_recv() {
-                    Ok(d) => d,
-                    Err(TryRecvError::Empty) => return Ok(got),
-                    Err(TryRecvError::Disconnected) => return self.lost(),
-                },
-            };
-            got = true;
-            self.pending.borrow_mut().remove(&d.id);
-            self.done.borrow_mut().insert(d.id, d.result);
+            Link::Node(c) => loop {
+                let mut got = false;
+                while let Some(d) = c.try_take()? {
+                    got = true;
+                    self.record(d);
+                }
+                if got || !block {
+                    return Ok(got);
+                }
+                if !c.proxy_alive() {
+                    return self.lost();
+                }
+                c.sleep();
+            },
         }
+    }
+
+    fn record(&self, d: Done) {
+        self.pending.borrow_mut().remove(&d.id);
+        self.done.borrow_mut().insert(d.id, d.result);
     }
 
     /// The proxy ended with operations pending: each gets the reason.
@@ -358,11 +527,20 @@ impl Proxy {
         Ok(true)
     }
 
-    /// Joins an ended proxy thread and keeps its reason.
+    /// Joins an ended proxy thread and keeps its reason; notes that a node proxy has ended.
     fn reap(&self) {
-        if let Some(t) = self.thread.borrow_mut().take() {
-            let r = join(self.rank, t);
-            *self.ended.borrow_mut() = Some(r.err().unwrap_or_else(|| self.gone()));
+        match &self.link {
+            Link::Thread { thread, .. } => {
+                if let Some(t) = thread.borrow_mut().take() {
+                    let r = join(self.rank, t);
+                    *self.ended.borrow_mut() = Some(r.err().unwrap_or_else(|| self.gone()));
+                }
+            }
+            Link::Node(_) => {
+                if self.ended.borrow().is_none() {
+                    *self.ended.borrow_mut() = Some(self.gone());
+                }
+            }
         }
     }
 
@@ -374,11 +552,14 @@ impl Proxy {
     }
 
     fn gone(&self) -> Error {
-        Error::peer(
-            ErrorKind::Aborted,
-            self.rank,
-            format!("rank {}'s progress thread has ended", self.rank),
-        )
+        match &self.link {
+            Link::Thread { .. } => Error::peer(
+                ErrorKind::Aborted,
+                self.rank,
+                format!("rank {}'s progress thread has ended", self.rank),
+            ),
+            Link::Node(c) => c.gone(),
+        }
     }
 }
 

@@ -102,6 +102,8 @@ impl Comm<'_> {
     }
 
     /// Sets [`Comm::progress_mode`] for this rank (a rank's own choice: members may differ).
+    /// Only [`Progress::Thread`] progresses during [`Comm::overlap`]; the others run the
+    /// computation inline.
     pub fn set_progress(&self, mode: Progress) {
         self.progress.set(mode);
     }
@@ -145,7 +147,7 @@ impl Comm<'_> {
     /// # Ok::<(), tca::Error>(())
     /// ```
     pub fn overlap<R: Send>(&self, work: impl FnOnce() -> R + Send) -> Result<R> {
-        if self.progress.get() == Progress::Caller || self.world_ref().simulated().is_some() {
+        if self.progress.get() != Progress::Thread || self.world_ref().simulated().is_some() {
             return Ok(work());
         }
         // One pass first: a communicator that cannot progress here (called from inside one

@@ -14,14 +14,15 @@ use std::cell::RefCell;
 use std::marker::PhantomData;
 use std::ptr::NonNull;
 
-use super::Proxy;
+use super::node::{self, ANY, Entry, What, op_code};
 use super::serve::{CANCELLED, Work};
+use super::{Link, Msg, Proxy};
 use crate::coll::{Comm, Element, Op};
 use crate::error::{Error, ErrorKind, Result};
 use crate::p2p::{Source, Status, Tag};
 
 /// A borrow of the caller's `T` (a buffer, an op) lent to the proxy for a scope.
-struct Lent<T: ?Sized>(NonNull<T>);
+pub(super) struct Lent<T: ?Sized>(NonNull<T>);
 
 // SAFETY: a `Lent<T>` stands for a `&T` moved to the proxy thread, which is `Send` exactly when
 // `T: Sync`.
@@ -37,8 +38,16 @@ impl<T: ?Sized> Lent<T> {
         Self(NonNull::from(r))
     }
 
+    /// Lends what `p` points at: memory of the node proxy's arena.
+    ///
+    /// SAFETY (for callers): `p` is valid for reads of a `T` while the work it goes into
+    /// runs, and nothing writes it meanwhile (the rank lent it for the operation's scope).
+    pub(super) unsafe fn from_raw(p: NonNull<T>) -> Self {
+        Self(p)
+    }
+
     /// The borrow again, on the proxy thread, inside the work it was lent to.
-    fn get<'a>(&self) -> &'a T {
+    pub(super) fn get<'a>(&self) -> &'a T {
         // SAFETY: `new`'s contract: the borrow it came from lives while the work runs;
         // shared borrows may coexist, and `Send` needed `T: Sync` to read it from here.
         unsafe { self.0.as_ref() }
@@ -46,7 +55,7 @@ impl<T: ?Sized> Lent<T> {
 }
 
 /// An exclusive borrow of the caller's `T` lent to the proxy for a scope.
-struct LentMut<T: ?Sized>(NonNull<T>);
+pub(super) struct LentMut<T: ?Sized>(NonNull<T>);
 
 // SAFETY: a `LentMut<T>` stands for a `&mut T` moved to the proxy thread, which is `Send`
 // exactly when `T: Send`.
@@ -60,8 +69,16 @@ impl<T: ?Sized> LentMut<T> {
         Self(NonNull::from(r))
     }
 
+    /// Lends what `p` points at exclusively: memory of the node proxy's arena.
+    ///
+    /// SAFETY (for callers): `p` is valid for reads and writes of a `T` while the work it
+    /// goes into runs, and nothing else reads or writes it meanwhile.
+    pub(super) unsafe fn from_raw(p: NonNull<T>) -> Self {
+        Self(p)
+    }
+
     /// The exclusive borrow again, on the proxy thread, once (`self` is consumed).
-    fn get<'a>(mut self) -> &'a mut T {
+    pub(super) fn get<'a>(mut self) -> &'a mut T {
         // SAFETY: `new`'s contract, and this is the pointer's only use, so the borrow
         // stays unique.
         unsafe { self.0.as_mut() }
@@ -249,8 +266,8 @@ impl<'p, 's> ProxyScope<'p, 's> {
         self.proxy
     }
 
-    fn post(&self, work: impl FnOnce(u64) -> Work) -> Result<Ticket<'p>> {
-        let id = self.proxy.post(work)?;
+    fn post(&self, msg: impl FnOnce(u64) -> Msg) -> Result<Ticket<'p>> {
+        let id = self.proxy.post(msg)?;
         self.posted.borrow_mut().push(id);
         Ok(Ticket {
             proxy: self.proxy,
@@ -269,7 +286,20 @@ impl<'p, 's> ProxyScope<'p, 's> {
         + Send
         + 'static,
     ) -> Result<Ticket<'p>> {
-        self.post(|id| Work::Start(id, Box::new(f)))
+        self.post(|id| Msg::Work(Work::Start(id, Box::new(f))))
+    }
+
+    /// The node proxy's end of this rank, if that is the proxy.
+    fn node(&self) -> Option<&'p node::Client> {
+        match &self.proxy.link {
+            Link::Node(c) => Some(c),
+            Link::Thread { .. } => None,
+        }
+    }
+
+    /// Posts an operation to the node proxy.
+    fn post_entry(&self, e: Entry) -> Result<Ticket<'p>> {
+        self.post(|id| Msg::Entry(Entry { id, ..e }))
     }
 
     /// Runs `f` on the proxy thread with the rank's communicator (the seed's command channel:
@@ -285,17 +315,25 @@ impl<'p, 's> ProxyScope<'p, 's> {
         let mut cell: Command<F, T> = (Some(f), None);
         let lent = Erased(NonNull::from(&mut cell).cast());
         let call: unsafe fn(NonNull<()>, &Comm<'_>) = call_command::<F, T>;
+        if self.node().is_some() {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                "a command (a closure of this process) cannot run on the node proxy, another \
+                 process: post the operation instead (ibarrier, iallreduce, ...), or use a \
+                 progress thread (TCA_PROGRESS=thread)",
+            ));
+        }
         let mut t = self.post(|id| {
-            Work::Run(
+            Msg::Work(Work::Run(
                 id,
                 Box::new(move |c: &Comm<'_>| {
                     let lent = lent;
                     // SAFETY: `lent` points at `cell`, whose frame waits for this work's
                     // answer below; `call` is `call_command` of its own type.
                     unsafe { call(lent.0, c) };
-                    Ok(())
+                    Ok(Status::send())
                 }),
-            )
+            ))
         })?;
         t.wait()?;
         cell.1.unwrap_or_else(|| {
@@ -308,6 +346,13 @@ impl<'p, 's> ProxyScope<'p, 's> {
 
     /// Posts [`Comm::broadcast`].
     pub fn ibroadcast<T: Element>(&self, buf: &'s mut [T], root: u32) -> Result<Ticket<'p>> {
+        if let Some(c) = self.node() {
+            return self.post_entry(Entry {
+                recv: c.place(buf)?,
+                peer: root,
+                ..Entry::start::<T>(What::Broadcast)
+            });
+        }
         // SAFETY: lent for `'s` to work posted in this scope (module docs).
         let buf = unsafe { LentMut::new(buf) };
         self.start(move |s| s.ibroadcast(buf.get(), root))
@@ -320,6 +365,14 @@ impl<'p, 's> ProxyScope<'p, 's> {
         recv: &'s mut [T],
         root: u32,
     ) -> Result<Ticket<'p>> {
+        if let Some(c) = self.node() {
+            return self.post_entry(Entry {
+                send: c.place(send)?,
+                recv: c.place(recv)?,
+                peer: root,
+                ..Entry::start::<T>(What::Scatter)
+            });
+        }
         // SAFETY: lent for `'s` to work posted in this scope (module docs).
         let (send, recv) = unsafe { (Lent::new(send), LentMut::new(recv)) };
         self.start(move |s| s.iscatter(send.get(), recv.get(), root))
@@ -332,6 +385,14 @@ impl<'p, 's> ProxyScope<'p, 's> {
         recv: &'s mut [T],
         root: u32,
     ) -> Result<Ticket<'p>> {
+        if let Some(c) = self.node() {
+            return self.post_entry(Entry {
+                send: c.place(send)?,
+                recv: c.place(recv)?,
+                peer: root,
+                ..Entry::start::<T>(What::Gather)
+            });
+        }
         // SAFETY: lent for `'s` to work posted in this scope (module docs).
         let (send, recv) = unsafe { (Lent::new(send), LentMut::new(recv)) };
         self.start(move |s| s.igather(send.get(), recv.get(), root))
@@ -345,6 +406,15 @@ impl<'p, 's> ProxyScope<'p, 's> {
         op: &'s Op<T>,
         root: u32,
     ) -> Result<Ticket<'p>> {
+        if let Some(c) = self.node() {
+            return self.post_entry(Entry {
+                send: c.place(send)?,
+                recv: c.place(recv)?,
+                op: op_code(op)?,
+                peer: root,
+                ..Entry::start::<T>(What::Reduce)
+            });
+        }
         // SAFETY: lent for `'s` to work posted in this scope (module docs).
         let (send, recv, op) = unsafe { (Lent::new(send), LentMut::new(recv), Lent::new(op)) };
         self.start(move |s| s.ireduce(send.get(), recv.get(), op.get(), root))
@@ -352,6 +422,13 @@ impl<'p, 's> ProxyScope<'p, 's> {
 
     /// Posts [`Comm::allgather`].
     pub fn iallgather<T: Element>(&self, send: &'s [T], recv: &'s mut [T]) -> Result<Ticket<'p>> {
+        if let Some(c) = self.node() {
+            return self.post_entry(Entry {
+                send: c.place(send)?,
+                recv: c.place(recv)?,
+                ..Entry::start::<T>(What::Allgather)
+            });
+        }
         // SAFETY: lent for `'s` to work posted in this scope (module docs).
         let (send, recv) = unsafe { (Lent::new(send), LentMut::new(recv)) };
         self.start(move |s| s.iallgather(send.get(), recv.get()))
@@ -364,6 +441,13 @@ impl<'p, 's> ProxyScope<'p, 's> {
         counts: &'s [usize],
         displs: &'s [usize],
     ) -> Result<Ticket<'p>> {
+        if self.node().is_some() {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                "the node proxy does not take iallgatherv_in_place (its counts and \
+                 displacements are memory of this process); use a progress thread",
+            ));
+        }
         // SAFETY: lent for `'s` to work posted in this scope (module docs).
         let (recv, counts, displs) =
             unsafe { (LentMut::new(recv), Lent::new(counts), Lent::new(displs)) };
@@ -377,6 +461,14 @@ impl<'p, 's> ProxyScope<'p, 's> {
         recv: &'s mut [T],
         op: &'s Op<T>,
     ) -> Result<Ticket<'p>> {
+        if let Some(c) = self.node() {
+            return self.post_entry(Entry {
+                send: c.place(send)?,
+                recv: c.place(recv)?,
+                op: op_code(op)?,
+                ..Entry::start::<T>(What::Allreduce)
+            });
+        }
         // SAFETY: lent for `'s` to work posted in this scope (module docs).
         let (send, recv, op) = unsafe { (Lent::new(send), LentMut::new(recv), Lent::new(op)) };
         self.start(move |s| s.iallreduce(send.get(), recv.get(), op.get()))
@@ -388,6 +480,13 @@ impl<'p, 's> ProxyScope<'p, 's> {
         buf: &'s mut [T],
         op: &'s Op<T>,
     ) -> Result<Ticket<'p>> {
+        if let Some(c) = self.node() {
+            return self.post_entry(Entry {
+                recv: c.place(buf)?,
+                op: op_code(op)?,
+                ..Entry::start::<T>(What::AllreduceInPlace)
+            });
+        }
         // SAFETY: lent for `'s` to work posted in this scope (module docs).
         let (buf, op) = unsafe { (LentMut::new(buf), Lent::new(op)) };
         self.start(move |s| s.iallreduce_in_place(buf.get(), op.get()))
@@ -395,6 +494,9 @@ impl<'p, 's> ProxyScope<'p, 's> {
 
     /// Posts [`Comm::barrier`].
     pub fn ibarrier(&self) -> Result<Ticket<'p>> {
+        if self.node().is_some() {
+            return self.post_entry(Entry::start::<u8>(What::Barrier));
+        }
         self.start(|s| s.ibarrier())
     }
 
@@ -405,6 +507,14 @@ impl<'p, 's> ProxyScope<'p, 's> {
         recv: &'s mut [T],
         op: &'s Op<T>,
     ) -> Result<Ticket<'p>> {
+        if let Some(c) = self.node() {
+            return self.post_entry(Entry {
+                send: c.place(send)?,
+                recv: c.place(recv)?,
+                op: op_code(op)?,
+                ..Entry::start::<T>(What::ReduceScatter)
+            });
+        }
         // SAFETY: lent for `'s` to work posted in this scope (module docs).
         let (send, recv, op) = unsafe { (Lent::new(send), LentMut::new(recv), Lent::new(op)) };
         self.start(move |s| s.ireduce_scatter(send.get(), recv.get(), op.get()))
@@ -412,6 +522,13 @@ impl<'p, 's> ProxyScope<'p, 's> {
 
     /// Posts [`Comm::alltoall`].
     pub fn ialltoall<T: Element>(&self, send: &'s [T], recv: &'s mut [T]) -> Result<Ticket<'p>> {
+        if let Some(c) = self.node() {
+            return self.post_entry(Entry {
+                send: c.place(send)?,
+                recv: c.place(recv)?,
+                ..Entry::start::<T>(What::Alltoall)
+            });
+        }
         // SAFETY: lent for `'s` to work posted in this scope (module docs).
         let (send, recv) = unsafe { (Lent::new(send), LentMut::new(recv)) };
         self.start(move |s| s.ialltoall(send.get(), recv.get()))
@@ -419,6 +536,14 @@ impl<'p, 's> ProxyScope<'p, 's> {
 
     /// Posts a send ([`Comm::isend`]); the proxy copies or sends `buf` while the scope lasts.
     pub fn isend<T: Element>(&self, buf: &'s [T], dst: u32, tag: i32) -> Result<Ticket<'p>> {
+        if let Some(c) = self.node() {
+            return self.post_entry(Entry {
+                send: c.place(buf)?,
+                peer: dst,
+                tag,
+                ..Entry::start::<T>(What::Send)
+            });
+        }
         // SAFETY: lent for `'s` to work posted in this scope (module docs).
         let buf = unsafe { Lent::new(buf) };
         self.start(move |s| s.comm().isend(buf.get(), dst, tag))
@@ -432,6 +557,21 @@ impl<'p, 's> ProxyScope<'p, 's> {
         tag: impl Into<Tag>,
     ) -> Result<Ticket<'p>> {
         let (src, tag) = (src.into(), tag.into());
+        if let Some(c) = self.node() {
+            return self.post_entry(Entry {
+                recv: c.place(buf)?,
+                peer: match src {
+                    Source::Any => ANY,
+                    Source::Rank(r) => r,
+                },
+                tag: match tag {
+                    Tag::Any => 0,
+                    Tag::Is(t) => t,
+                },
+                any_tag: u32::from(tag == Tag::Any),
+                ..Entry::start::<T>(What::Recv)
+            });
+        }
         // SAFETY: lent for `'s` to work posted in this scope (module docs).
         let buf = unsafe { LentMut::new(buf) };
         self.start(move |s| s.comm().irecv(buf.get(), src, tag))

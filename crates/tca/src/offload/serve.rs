@@ -18,8 +18,9 @@ use crate::p2p::{Request, Status};
 pub(crate) type Start =
     Box<dyn for<'r, 'x, 'c> FnOnce(&'r Scope<'x, 'c>) -> Result<Request<'r>> + Send>;
 
-/// A command, run on the proxy with the rank's communicator.
-pub(crate) type Command = Box<dyn for<'c> FnOnce(&Comm<'c>) -> Result<()> + Send>;
+/// A command, run on the proxy with the rank's communicator; its status is the answer's (a
+/// control request's reply length in `bytes`).
+pub(crate) type Command = Box<dyn for<'c> FnOnce(&Comm<'c>) -> Result<Status> + Send>;
 
 /// A work-queue entry.
 pub(crate) enum Work {
@@ -59,16 +60,57 @@ pub(crate) struct Done {
     pub result: Result<Status>,
 }
 
+/// Where a proxy takes its work and leaves its answers: the channels of a progress thread
+/// ([`Channels`]), or a rank's queues in the node proxy's shared memory (`node`).
+pub(crate) trait Queues {
+    /// The next work item, sleeping until one comes (the proxy has nothing in flight);
+    /// `None` when the rank is gone.
+    fn next(&self) -> Option<Work>;
+    /// The next work item if there is one, waiting at most `nap` for it.
+    fn poll(&self, nap: Option<Duration>) -> std::result::Result<Work, TryRecvError>;
+    /// Hands an answer to the rank (never waits for it).
+    fn answer(&self, d: Done);
+    /// Whether the rank is asleep waiting for an answer.
+    fn rank_waiting(&self) -> bool;
+}
+
+/// A progress thread's queues: channels of the rank's process.
+pub(crate) struct Channels {
+    pub work: Receiver<Work>,
+    pub answer: Sender<Done>,
+    pub shared: Arc<Shared>,
+}
+
+impl Queues for Channels {
+    fn next(&self) -> Option<Work> {
+        self.work.recv().ok()
+    }
+
+    fn poll(&self, nap: Option<Duration>) -> std::result::Result<Work, TryRecvError> {
+        match nap {
+            Some(t) => self.work.recv_timeout(t).map_err(|e| match e {
+                RecvTimeoutError::Timeout => TryRecvError::Empty,
+                RecvTimeoutError::Disconnected => TryRecvError::Disconnected,
+            }),
+            None => self.work.try_recv(),
+        }
+    }
+
+    fn answer(&self, d: Done) {
+        // The rank's end is gone only when the rank itself is: nothing left to tell.
+        let _ = self.answer.send(d);
+    }
+
+    fn rank_waiting(&self) -> bool {
+        self.shared.waiting.load(Ordering::Acquire)
+    }
+}
+
 /// How often a proxy with operations in flight that made no progress looks at its peers.
 const LIVENESS_EVERY: Duration = Duration::from_millis(10);
 
 /// The proxy thread's body.
-pub(crate) fn serve(
-    world: World,
-    work: Receiver<Work>,
-    answer: Sender<Done>,
-    shared: Arc<Shared>,
-) -> Result<()> {
+pub(crate) fn serve(world: World, q: &impl Queues) -> Result<()> {
     let rank = world.rank();
     // A rank bound to one CPU by the launcher passed its binding to this thread; the proxy
     // must be free to run beside its rank (on a spare core where there is one), not only
@@ -78,14 +120,14 @@ pub(crate) fn serve(
         let comm = match Comm::world(&world) {
             Ok(c) => c,
             Err(e) => {
-                let _ = answer.send(Done {
+                q.answer(Done {
                     id: 0,
                     result: Err(e.clone()),
                 });
                 return Err(e);
             }
         };
-        let _ = answer.send(Done {
+        q.answer(Done {
             id: 0,
             result: Ok(Status::send()),
         });
@@ -93,15 +135,15 @@ pub(crate) fn serve(
         // the communicator that closes when nothing is left in flight, so a long-lived proxy
         // keeps no record of the collectives it finished.
         loop {
-            let first = match work.recv() {
-                Ok(Work::Stop(how)) => return Ok(how),
-                Ok(Work::Cancel(_)) => continue, // answered already: nothing in flight
-                Ok(w) => w,
-                Err(_) => return Ok(Leave::Drop), // the rank dropped its end unwinding
+            let first = match q.next() {
+                Some(Work::Stop(how)) => return Ok(how),
+                Some(Work::Cancel(_)) => continue, // answered already: nothing in flight
+                Some(w) => w,
+                None => return Ok(Leave::Drop), // the rank dropped its end, or is gone
             };
             let mut stop = None;
             comm.scope(|s| {
-                stop = Burst::new(&world, s, &work, &answer, &shared).serve(first)?;
+                stop = Burst::new(&world, s, q).serve(first)?;
                 Ok(())
             })?;
             if let Some(how) = stop {
@@ -125,7 +167,6 @@ pub(crate) fn serve(
             Err(panicked(rank, &*p))
         }
     }
-    // `answer` drops with this frame: the rank's pending tickets learn that the proxy ended.
 }
 
 /// The error of rank `rank`'s progress thread that panicked with `payload`.
@@ -139,30 +180,20 @@ pub(crate) fn panicked(rank: u32, payload: &(dyn std::any::Any + Send)) -> Error
 }
 
 /// The serving loop's state for one burst of work (from a post to nothing in flight).
-struct Burst<'a, 'r, 'x, 'c> {
+struct Burst<'a, 'r, 'x, 'c, Q> {
     world: &'a World,
     scope: &'r Scope<'x, 'c>,
-    work: &'a Receiver<Work>,
-    answer: &'a Sender<Done>,
-    shared: &'a Shared,
+    q: &'a Q,
     /// Started, not yet answered.
     live: Vec<(u64, Request<'r>)>,
 }
 
-impl<'a, 'r, 'x, 'c> Burst<'a, 'r, 'x, 'c> {
-    fn new(
-        world: &'a World,
-        scope: &'r Scope<'x, 'c>,
-        work: &'a Receiver<Work>,
-        answer: &'a Sender<Done>,
-        shared: &'a Shared,
-    ) -> Self {
+impl<'a, 'r, 'x, 'c, Q: Queues> Burst<'a, 'r, 'x, 'c, Q> {
+    fn new(world: &'a World, scope: &'r Scope<'x, 'c>, q: &'a Q) -> Self {
         Self {
             world,
             scope,
-            work,
-            answer,
-            shared,
+            q,
             // Grown as operations go live (one burst per 8-byte operation when the rank
             // waits for each: no queue-sized allocation per burst).
             live: Vec::new(),
@@ -170,8 +201,7 @@ impl<'a, 'r, 'x, 'c> Burst<'a, 'r, 'x, 'c> {
     }
 
     fn answer(&self, id: u64, result: Result<Status>) {
-        // The rank's end is gone only when the rank itself is: nothing left to tell.
-        let _ = self.answer.send(Done { id, result });
+        self.q.answer(Done { id, result });
     }
 
     /// Starts, runs or cancels one work item; `Some` to stop.
@@ -186,7 +216,7 @@ impl<'a, 'r, 'x, 'c> Burst<'a, 'r, 'x, 'c> {
                 Err(e) => self.answer(id, Err(e)),
             },
             Work::Run(id, f) => {
-                let r = f(self.scope.comm()).map(|()| Status::send());
+                let r = f(self.scope.comm());
                 self.answer(id, r);
             }
             Work::Cancel(id) => {
@@ -228,15 +258,7 @@ impl<'a, 'r, 'x, 'c> Burst<'a, 'r, 'x, 'c> {
             let mut took = false;
             loop {
                 let nap = !took && idle >= patience;
-                let w = if nap {
-                    self.work.recv_timeout(NAP).map_err(|e| match e {
-                        RecvTimeoutError::Timeout => TryRecvError::Empty,
-                        RecvTimeoutError::Disconnected => TryRecvError::Disconnected,
-                    })
-                } else {
-                    self.work.try_recv()
-                };
-                match w {
+                match self.q.poll(nap.then_some(NAP)) {
                     Ok(w) => {
                         took = true;
                         if let Some(how) = self.take(w)? {
@@ -267,7 +289,7 @@ impl<'a, 'r, 'x, 'c> Burst<'a, 'r, 'x, 'c> {
             if idle >= patience {
                 // The stall clock runs while the rank waits for an answer, as a blocking
                 // call's timeout would.
-                if self.shared.waiting.load(Ordering::Acquire) {
+                if self.q.rank_waiting() {
                     stalled.get_or_insert_with(Instant::now);
                 } else {
                     stalled = None;
@@ -283,18 +305,18 @@ impl<'a, 'r, 'x, 'c> Burst<'a, 'r, 'x, 'c> {
     /// Tests every operation in flight, answers the completed ones. Whether any completed.
     fn poll(&mut self) -> bool {
         let before = self.live.len();
-        let answer = self.answer;
+        let q = self.q;
         self.live.retain_mut(|(id, r)| match r.test() {
             Ok(None) => true,
             Ok(Some(s)) => {
-                let _ = answer.send(Done {
+                q.answer(Done {
                     id: *id,
                     result: Ok(s),
                 });
                 false
             }
             Err(e) => {
-                let _ = answer.send(Done {
+                q.answer(Done {
                     id: *id,
                     result: Err(e),
                 });

@@ -1,0 +1,388 @@
+//! Scenarios of ranks served by a node proxy (`tca run --offload`, `RANKPROG_OFFLOAD=1`):
+//! the rank has no world; it posts to its proxy and checks what comes back.
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use tca::offload::Proxy;
+use tca::{ErrorKind, Op, Result};
+
+/// Runs `scenario` if it is one of these (`None`: it is not).
+pub fn run(scenario: &str, args: &[String]) -> Option<ExitCode> {
+    let f: fn(&Proxy, &[String]) -> Result<bool> = match scenario {
+        "offload-coll" => coll,
+        "offload-compute" => compute,
+        "offload-errors" => errors,
+        "offload-exit" => exit,
+        "offload-kill-proxy" => kill_proxy,
+        _ => return None,
+    };
+    let proxy = match Proxy::connect() {
+        Ok(p) => p,
+        Err(e) => return Some(super::report(e)),
+    };
+    Some(match f(&proxy, args) {
+        Ok(true) => match proxy.finish() {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => super::report(e),
+        },
+        Ok(false) => ExitCode::from(1),
+        Err(e) => super::report(e),
+    })
+}
+
+fn arg(args: &[String], i: usize, default: u64) -> u64 {
+    args.get(i).and_then(|s| s.parse().ok()).unwrap_or(default)
+}
+
+fn check(ok: bool, what: &str, rank: u32) -> bool {
+    if !ok {
+        eprintln!("rank {rank}: wrong result: {what}");
+    }
+    ok
+}
+
+/// Every operation the node proxy takes, all outstanding at once, waited for newest first,
+/// `rounds` times with a moving root; each result checked against what this rank computes
+/// alone.
+fn coll(proxy: &Proxy, args: &[String]) -> Result<bool> {
+    let (me, p) = (proxy.rank(), proxy.size());
+    let (mu, pu) = (me as usize, p as usize);
+    let (n, b) = (1000, 8); // long vectors; per-rank blocks
+    let mut ok = true;
+    let mut mine = proxy.alloc::<f64>(n)?;
+    let mut sum = proxy.alloc::<f64>(n)?;
+    let mut bcast = proxy.alloc::<u32>(n)?;
+    let mut ag_in = proxy.alloc::<i64>(b)?;
+    let mut ag_out = proxy.alloc::<i64>(b * pu)?;
+    let mut a2a_in = proxy.alloc::<i64>(b * pu)?;
+    let mut a2a_out = proxy.alloc::<i64>(b * pu)?;
+    let mut red_in = proxy.alloc::<i32>(n)?;
+    let mut red_out = proxy.alloc::<i32>(n)?;
+    let mut sc_src = proxy.alloc::<u16>(b * pu)?;
+    let mut sc_out = proxy.alloc::<u16>(b)?;
+    let mut ga_in = proxy.alloc::<u16>(b)?;
+    let mut ga_out = proxy.alloc::<u16>(b * pu)?;
+    let mut rs_in = proxy.alloc::<f32>(b * pu)?;
+    let mut rs_out = proxy.alloc::<f32>(b)?;
+    let mut xor = proxy.alloc::<u64>(n)?;
+    let mut msg = proxy.alloc::<u8>(70_000)?;
+    let mut got = proxy.alloc::<u8>(70_000)?;
+    let (next, prev) = ((me + 1) % p, (me + p - 1) % p);
+    for round in 0..arg(args, 1, 10) {
+        let root = (round % u64::from(p)) as u32;
+        let rf = round as f64;
+        for (i, x) in mine.iter_mut().enumerate() {
+            *x = (mu * 1000 + i) as f64 + rf;
+        }
+        for (i, x) in bcast.iter_mut().enumerate() {
+            *x = if me == root {
+                i as u32 ^ round as u32
+            } else {
+                0
+            };
+        }
+        for (k, x) in ag_in.iter_mut().enumerate() {
+            *x = (mu * b + k) as i64 - round as i64;
+        }
+        for (j, x) in a2a_in.iter_mut().enumerate() {
+            *x = (mu * 1_000_000 + j) as i64;
+        }
+        for (i, x) in red_in.iter_mut().enumerate() {
+            *x = ((mu * 7 + i + round as usize) % 13) as i32;
+        }
+        for (j, x) in sc_src.iter_mut().enumerate() {
+            *x = j as u16 + round as u16;
+        }
+        ga_in.fill(me as u16 * 3 + round as u16);
+        for (j, x) in rs_in.iter_mut().enumerate() {
+            *x = (mu + j) as f32;
+        }
+        for (i, x) in xor.iter_mut().enumerate() {
+            *x = (1u64 << (mu % 64)) ^ i as u64;
+        }
+        msg.fill((me as u8).wrapping_add(round as u8));
+        let mut status = None;
+        proxy.scope(|s| {
+            let mut recv = s.irecv(&mut got, prev, 5)?;
+            let mut t = vec![
+                s.iallreduce(&mine, &mut sum, &Op::Sum)?,
+                s.ibroadcast(&mut bcast, root)?,
+                s.iallgather(&ag_in, &mut ag_out)?,
+                s.ialltoall(&a2a_in, &mut a2a_out)?,
+                s.ireduce(&red_in, &mut red_out, &Op::Max, root)?,
+                s.iscatter(&sc_src, &mut sc_out, root)?,
+                s.igather(&ga_in, &mut ga_out, root)?,
+                s.ireduce_scatter(&rs_in, &mut rs_out, &Op::Sum)?,
+                s.iallreduce_in_place(&mut xor, &Op::BitXor)?,
+                s.isend(&msg, next, 5)?,
+                s.ibarrier()?,
+            ];
+            while let Some(mut x) = t.pop() {
+                x.wait()?;
+            }
+            status = Some(recv.wait()?);
+            Ok(())
+        })?;
+        ok &= check(
+            status.map(|st| (st.source, st.tag, st.bytes)) == Some((prev, 5, 70_000)),
+            "receive status",
+            me,
+        );
+        let base: f64 = (0..pu).map(|r| (r * 1000) as f64 + rf).sum();
+        ok &= check(
+            sum.iter()
+                .enumerate()
+                .all(|(i, &x)| x == base + (pu * i) as f64),
+            "allreduce",
+            me,
+        );
+        ok &= check(
+            bcast
+                .iter()
+                .enumerate()
+                .all(|(i, &x)| x == i as u32 ^ round as u32),
+            "broadcast",
+            me,
+        );
+        ok &= check(
+            ag_out
+                .iter()
+                .enumerate()
+                .all(|(j, &x)| x == j as i64 - round as i64),
+            "allgather",
+            me,
+        );
+        ok &= check(
+            (0..pu).all(|src| {
+                (0..b).all(|k| a2a_out[src * b + k] == (src * 1_000_000 + mu * b + k) as i64)
+            }),
+            "alltoall",
+            me,
+        );
+        if me == root {
+            ok &= check(
+                red_out.iter().enumerate().all(|(i, &x)| {
+                    x == (0..pu)
+                        .map(|r| ((r * 7 + i + round as usize) % 13) as i32)
+                        .max()
+                        .unwrap_or(0)
+                }),
+                "reduce",
+                me,
+            );
+            ok &= check(
+                ga_out
+                    .iter()
+                    .enumerate()
+                    .all(|(j, &x)| x == (j / b) as u16 * 3 + round as u16),
+                "gather",
+                me,
+            );
+        }
+        ok &= check(
+            sc_out
+                .iter()
+                .enumerate()
+                .all(|(k, &x)| x == (mu * b + k) as u16 + round as u16),
+            "scatter",
+            me,
+        );
+        ok &= check(
+            rs_out
+                .iter()
+                .enumerate()
+                .all(|(k, &x)| x == (0..pu).map(|r| (r + mu * b + k) as f32).sum::<f32>()),
+            "reduce_scatter",
+            me,
+        );
+        let bits = (0..pu).fold(0u64, |a, r| a ^ (1u64 << (r % 64)));
+        let parity = if pu % 2 == 1 { u64::MAX } else { 0 };
+        ok &= check(
+            xor.iter()
+                .enumerate()
+                .all(|(i, &x)| x == bits ^ (i as u64 & parity)),
+            "allreduce in place",
+            me,
+        );
+        ok &= check(
+            got.iter()
+                .all(|&x| x == (prev as u8).wrapping_add(round as u8)),
+            "message",
+            me,
+        );
+    }
+    Ok(ok)
+}
+
+/// `clock_gettime(CLOCK_MONOTONIC)` in nanoseconds: one clock for every process of the node.
+fn now_ns() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
+/// Rank 0 posts an allreduce and then computes for `ms` milliseconds without a tca call;
+/// the other ranks' allreduces complete meanwhile (through the proxy, which runs rank 0's
+/// part): each tells rank 0 when its own completed, and rank 0 checks that was before its
+/// computation ended.
+fn compute(proxy: &Proxy, args: &[String]) -> Result<bool> {
+    let me = proxy.rank();
+    let ms = arg(args, 1, 100);
+    let mut mine = proxy.alloc::<f64>(1 << 16)?;
+    let mut sum = proxy.alloc::<f64>(1 << 16)?;
+    mine.fill(f64::from(me) + 1.0);
+    let mut when = proxy.alloc::<u64>(1)?;
+    let mut ended = 0;
+    proxy.scope(|s| {
+        let mut a = s.iallreduce(&mine, &mut sum, &Op::Sum)?;
+        if me == 0 {
+            let t0 = Instant::now();
+            let mut x = 1.0f64;
+            while t0.elapsed() < Duration::from_millis(ms) {
+                for _ in 0..1000 {
+                    x = std::hint::black_box(x * 0.999_999 + 1e-6);
+                }
+            }
+            ended = now_ns();
+        }
+        a.wait()?;
+        Ok(())
+    })?;
+    let p = proxy.size();
+    let want = f64::from(p * (p + 1) / 2);
+    let mut ok = check(sum.iter().all(|&x| x == want), "allreduce", me);
+    if me == 0 {
+        for src in 1..p {
+            proxy.scope(|s| s.irecv(&mut when, src, 1)?.wait().map(drop))?;
+            ok &= check(
+                when[0] < ended,
+                &format!("rank {src}'s allreduce completed only after rank 0 computed"),
+                me,
+            );
+        }
+    } else {
+        when[0] = now_ns();
+        proxy.scope(|s| s.isend(&when, 0, 1)?.wait().map(drop))?;
+    }
+    Ok(ok)
+}
+
+/// Bad requests get clear errors, and the proxy serves on: a buffer not from `alloc`, a
+/// reduction by a function of this process, a command closure; a receive dropped before it
+/// completed; more operations outstanding than the queues hold.
+fn errors(proxy: &Proxy, _args: &[String]) -> Result<bool> {
+    let me = proxy.rank();
+    let mut ok = true;
+    let plain = vec![1.0f64; 4];
+    let mut out = proxy.alloc::<f64>(4)?;
+    let e = proxy
+        .scope(|s| s.iallreduce(&plain, &mut out, &Op::Sum).map(drop))
+        .unwrap_err();
+    ok &= check(
+        e.kind() == ErrorKind::InvalidArgument && e.message().contains("Proxy::alloc"),
+        "a plain buffer is refused",
+        me,
+    );
+    let ones = proxy.alloc::<f64>(4)?;
+    let mine = Op::custom(|a, b| a + b);
+    let e = proxy
+        .scope(|s| s.iallreduce(&ones, &mut out, &mine).map(drop))
+        .unwrap_err();
+    ok &= check(
+        e.message().contains("own function"),
+        "a custom reduction is refused",
+        me,
+    );
+    let e = proxy.scope(|s| s.run(|c| c.barrier())).unwrap_err();
+    ok &= check(e.message().contains("command"), "a command is refused", me);
+    // A receive that no one answers, its ticket dropped unclaimed: cancelled when the scope
+    // ends (no write into the buffer after it).
+    let mut never = proxy.alloc::<u8>(64)?;
+    proxy.scope(|s| s.irecv(&mut never, (me + 1) % proxy.size(), 99).map(drop))?;
+    // More operations than the queues hold, all outstanding: the posts wait for room
+    // (back-pressure), the proxy keeps what its rank's completion queue cannot take yet.
+    let n = 3 * tca::offload::QUEUE_DEPTH;
+    proxy.scope(|s| {
+        let mut t = Vec::with_capacity(n);
+        for _ in 0..n {
+            t.push(s.ibarrier()?);
+        }
+        for mut x in t {
+            x.wait()?;
+        }
+        Ok(())
+    })?;
+    ok &= check(proxy.in_flight() == 0, "every barrier answered", me);
+    // Control requests cross as text; a bad one is an error, not the proxy's end.
+    let t = proxy.control("transport")?;
+    ok &= check(
+        ["shm", "ofi", "shm+ofi"].contains(&t.as_str()),
+        "transport",
+        me,
+    );
+    proxy.control("force allreduce recursive_doubling")?;
+    ok &= check(
+        proxy.control("algorithm allreduce 8")? == "recursive_doubling",
+        "forced algorithm",
+        me,
+    );
+    proxy.control("force allreduce auto")?;
+    ok &= check(
+        proxy.control("force allreduce fastest").is_err(),
+        "an unknown algorithm is refused",
+        me,
+    );
+    // Still serving: a collective after the refusals.
+    let mut ones = ones;
+    ones.fill(1.0);
+    proxy.scope(|s| s.iallreduce(&ones, &mut out, &Op::Sum)?.wait().map(drop))?;
+    ok &= check(
+        out.iter().all(|&x| x == f64::from(proxy.size())),
+        "allreduce after the refusals",
+        me,
+    );
+    Ok(ok)
+}
+
+/// Rank `who` exits with status `code` after one allreduce; the others then wait in a
+/// second one and must get an error (the launcher stops the job).
+fn exit(proxy: &Proxy, args: &[String]) -> Result<bool> {
+    let (code, who) = (arg(args, 1, 3) as i32, arg(args, 2, 1) as u32);
+    let mine = proxy.alloc::<u64>(8)?;
+    let mut sum = proxy.alloc::<u64>(8)?;
+    proxy.scope(|s| s.iallreduce(&mine, &mut sum, &Op::Sum)?.wait().map(drop))?;
+    if proxy.rank() == who {
+        std::process::exit(code);
+    }
+    proxy.scope(|s| s.iallreduce(&mine, &mut sum, &Op::Sum)?.wait().map(drop))?;
+    eprintln!(
+        "rank {}: a collective completed without rank {who}",
+        proxy.rank()
+    );
+    Ok(false)
+}
+
+/// Rank 0 kills the node proxy while every rank waits in a collective that cannot complete
+/// (rank 0 never joins it): every rank must get an error naming the proxy.
+fn kill_proxy(proxy: &Proxy, _args: &[String]) -> Result<bool> {
+    let mine = proxy.alloc::<u64>(8)?;
+    let mut sum = proxy.alloc::<u64>(8)?;
+    if proxy.rank() == 0 {
+        std::thread::sleep(Duration::from_millis(200));
+        let pid = std::env::var("TCA_PROXY_PID")
+            .ok()
+            .and_then(|p| p.parse::<i32>().ok())
+            .and_then(rustix::process::Pid::from_raw)
+            .expect("TCA_PROXY_PID");
+        let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let e = proxy
+        .scope(|s| s.iallreduce(&mine, &mut sum, &Op::Sum)?.wait().map(drop))
+        .unwrap_err();
+    eprintln!("rank {}: {e}", proxy.rank());
+    if e.message().contains("node proxy") {
+        println!("proxy-gone {}", proxy.rank());
+    }
+    Err(e)
+}

@@ -1,0 +1,112 @@
+//! The node proxy (`tca run --offload`, seed 004's host proxy): ranks with no world of their
+//! own post every operation to one proxy process per node, through queues in shared memory.
+//! Correctness at 1-9 ranks (more than cores from 3 on), a rank that computes while its peers
+//! complete, bad input, a rank that dies, a proxy that dies, and cleanup. No test asserts a
+//! time; the only deadlines are hang guards.
+
+use std::process::Command;
+use std::sync::Mutex;
+
+use tca::bootstrap::launcher::{Launch, RankExit};
+
+const PROG: &str = env!("CARGO_BIN_EXE_tca-rankprog");
+
+/// One job at a time looks at /dev/shm.
+static SHM: Mutex<()> = Mutex::new(());
+
+fn offloaded(n: u32, args: &[&str]) -> tca::bootstrap::launcher::Outcome {
+    Launch {
+        ranks: n,
+        program: PROG.into(),
+        args: args.iter().map(Into::into).collect(),
+        offload: Some(vec![PROG.into(), "node-proxy".into()]),
+        ..Default::default()
+    }
+    .run()
+    .unwrap()
+}
+
+#[test]
+fn every_posted_operation_at_1_to_9_ranks() {
+    let _g = SHM.lock().unwrap_or_else(|p| p.into_inner());
+    let before = tca::transport::shm_entries();
+    for n in 1..=9 {
+        let o = offloaded(n, &["offload-coll", "3"]);
+        assert_eq!(o.status(), 0, "{n} ranks: {o:?}");
+        assert_eq!(o.proxy, Some(RankExit::Code(0)), "{n} ranks: {o:?}");
+    }
+    assert_eq!(
+        tca::transport::shm_entries(),
+        before,
+        "shared memory left behind"
+    );
+}
+
+#[test]
+fn a_rank_that_computes_still_completes_its_peers_collectives() {
+    let o = offloaded(4, &["offload-compute", "100"]);
+    assert_eq!(o.status(), 0, "{o:?}");
+}
+
+#[test]
+fn bad_requests_get_errors_and_the_proxy_serves_on() {
+    let o = offloaded(3, &["offload-errors"]);
+    assert_eq!(o.status(), 0, "{o:?}");
+}
+
+#[test]
+fn a_rank_that_exits_stops_the_job_with_its_status() {
+    let o = offloaded(3, &["offload-exit", "3", "1"]);
+    assert_eq!(o.status(), 3, "{o:?}");
+    assert_eq!(o.failure.map(|f| f.rank), Some(1), "{o:?}");
+}
+
+#[test]
+fn a_killed_proxy_fails_every_waiting_rank_naming_it() {
+    let _g = SHM.lock().unwrap_or_else(|p| p.into_inner());
+    let before = tca::transport::shm_entries();
+    let out = Command::new(PROG)
+        .args(["launch", "3", "offload-kill-proxy"])
+        .env("RANKPROG_OFFLOAD", "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // The job's status is the proxy's death (SIGKILL), not the ranks' errors it caused.
+    assert_eq!(out.status.code(), Some(128 + 9), "{stdout}\n{stderr}");
+    for r in 0..3 {
+        assert!(
+            stdout.lines().any(|l| l == format!("proxy-gone {r}")),
+            "rank {r} did not fail naming the proxy:\n{stdout}\n{stderr}"
+        );
+    }
+    assert!(stderr.contains("the node proxy (pid"), "{stderr}");
+    assert_eq!(tca::transport::shm_entries(), before);
+}
+
+#[test]
+fn an_offloaded_rank_has_no_world_of_its_own() {
+    let out = Command::new(PROG)
+        .args(["launch", "2", "ring", "3"])
+        .env("RANKPROG_OFFLOAD", "1")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("Proxy::connect"), "{stderr}");
+}
+
+#[test]
+fn a_node_proxy_serves_one_node_only() {
+    let e = Launch {
+        ranks: 2,
+        program: PROG.into(),
+        args: vec!["offload-coll".into()],
+        hosts: vec![("localhost".into(), None)],
+        offload: Some(vec![PROG.into(), "node-proxy".into()]),
+        ..Default::default()
+    }
+    .run()
+    .unwrap_err();
+    assert!(e.to_string().contains("--hosts"), "{e}");
+}

@@ -1,0 +1,297 @@
+//! The node proxy (seed 004's host proxy on today's machines): one process per node, started
+//! by the launcher (`tca run --offload`), holds the world of every rank of the node and serves
+//! their queues in shared memory. A rank posts entries to its work queue and takes answers
+//! from its completion queue ([`Proxy::connect`]); it has no world of its own, so a rank that
+//! only computes still completes its collectives: the proxy runs them.
+//!
+//! # Shape
+//! - The **channel** ([`channel`]): one memfd the launcher makes and both sides inherit, a
+//!   slot per rank with its work queue and completion queue (fixed-size entries, a doorbell
+//!   word each, never waiting on the other side except when full).
+//! - The **proxy process** ([`serve_node`]): a serving thread per rank, each joining the job
+//!   as that rank and running the same serving loop as a progress thread
+//!   (`offload::serve`), with the rank's queues decoded from shared memory.
+//! - **Buffers** cannot be pointers into another process, so a rank's buffers come from
+//!   **arenas**: memory the proxy allocates on the rank's behalf through the queues (the
+//!   seed's command channel: [`Proxy::alloc`]) and both map. An operation names its buffers
+//!   as places in the rank's arenas ([`entry::Place`]); the proxy checks every place against
+//!   its own record of the arenas before it touches a byte, and refuses overlapping send and
+//!   receive buffers.
+//! - **Reductions** cross as the code of a built-in operation; a program's own function
+//!   stays with a progress thread.
+//!
+//! # Faults
+//! The launcher writes each rank's pid into its slot; a serving thread whose rank is gone
+//! leaves the job for it (dropped; the launcher has already aborted the job if the rank
+//! failed, so its peers' waits fail naming it). A rank waiting for its proxy looks at the
+//! proxy's pid at every sleep slice; a proxy that died fails every pending operation with an
+//! error naming it, and the launcher stops the job.
+
+mod buf;
+mod channel;
+mod entry;
+mod serve;
+
+use std::cell::{Cell, RefCell};
+use std::time::Duration;
+
+pub use buf::ProxyBuf;
+pub(crate) use channel::{Channel, Queue};
+pub(crate) use entry::{ANY, Entry, What, op_code};
+pub use serve::serve_node;
+
+use super::serve::{Done, Leave};
+use super::{Link, Msg, Proxy};
+use crate::coll::Element;
+use crate::env;
+use crate::error::{Error, ErrorKind, Result};
+use crate::transport::shm::mapping::Mapping;
+use crate::transport::shm::memfd;
+use entry::{Answer, CQ_ENTRY, Kind, Place};
+
+/// How long a rank or a serving thread sleeps on its queue before looking whether the other
+/// side is still alive.
+pub(crate) const SLICE: Duration = Duration::from_millis(10);
+
+/// Whether this process is a rank of a job with a node proxy (`tca run --offload`).
+pub(crate) fn offloaded() -> bool {
+    std::env::var_os(env::PROXY_FD).is_some()
+}
+
+/// The error for a rank of an offloaded job that asks for a world of its own.
+pub(crate) fn no_world_here() -> Error {
+    Error::new(
+        ErrorKind::Bootstrap,
+        "this rank was started by `tca run --offload`: its world lives in the node's proxy \
+         process; connect to it with `tca::offload::Proxy::connect()` (or \
+         `Proxy::from_env()`), or run without --offload",
+    )
+}
+
+fn var_u32(name: &str) -> Result<u32> {
+    let v = std::env::var(name).map_err(|_| {
+        Error::new(
+            ErrorKind::Bootstrap,
+            format!("{name} is not set: this process was not started by `tca run --offload`"),
+        )
+    })?;
+    v.trim().parse().map_err(|_| {
+        Error::new(
+            ErrorKind::Bootstrap,
+            format!("{name}={v:?} is not a number"),
+        )
+    })
+}
+
+/// A rank's end of the node proxy.
+#[derive(Debug)]
+pub(crate) struct Client {
+    channel: Channel,
+    rank: u32,
+    proxy_pid: u32,
+    /// This rank's arenas: (number, address, bytes) of each mapping.
+    arenas: RefCell<Vec<(u32, usize, usize)>>,
+    /// A stop has been posted.
+    stopping: Cell<bool>,
+}
+
+impl Client {
+    /// Opens this rank's slot of the channel the launcher made: (client, rank, size).
+    pub(crate) fn connect() -> Result<(Self, u32, u32)> {
+        let (rank, size) = (var_u32(env::RANK)?, var_u32(env::SIZE)?);
+        let (launcher, fd, proxy_pid) = (
+            var_u32(env::LAUNCHER_PID)?,
+            var_u32(env::PROXY_FD)?,
+            var_u32(env::PROXY_PID)?,
+        );
+        if rank >= size {
+            return Err(Error::new(
+                ErrorKind::Bootstrap,
+                format!("{}={rank} is not below {}={size}", env::RANK, env::SIZE),
+            ));
+        }
+        let channel = Channel::open(launcher, fd, size)?;
+        Ok((
+            Self {
+                channel,
+                rank,
+                proxy_pid,
+                arenas: RefCell::new(Vec::new()),
+                stopping: Cell::new(false),
+            },
+            rank,
+            size,
+        ))
+    }
+
+    pub(crate) fn try_push(&self, e: &Entry) -> Result<bool> {
+        self.channel
+            .queue(self.rank, Queue::Work)?
+            .push(bytemuck::bytes_of(e))
+    }
+
+    /// The next answer, if one has come.
+    pub(crate) fn try_take(&self) -> Result<Option<Done>> {
+        let mut a = [0u8; CQ_ENTRY];
+        if !self
+            .channel
+            .queue(self.rank, Queue::Completion)?
+            .pop(&mut a)?
+        {
+            return Ok(None);
+        }
+        let a: Answer = bytemuck::pod_read_unaligned(&a);
+        Ok(Some(Done {
+            id: a.id,
+            result: a.result(),
+        }))
+    }
+
+    /// Sleeps on the completion queue for at most a slice.
+    pub(crate) fn sleep(&self) {
+        if let Ok(cq) = self.channel.queue(self.rank, Queue::Completion) {
+            cq.sleep(SLICE);
+        }
+    }
+
+    pub(crate) fn proxy_alive(&self) -> bool {
+        crate::process::alive(self.proxy_pid)
+    }
+
+    /// The first call says yes: post the stop.
+    pub(crate) fn stop_once(&self) -> bool {
+        !self.stopping.replace(true)
+    }
+
+    /// Why a stopped proxy takes no more work.
+    pub(crate) fn stopped(&self) -> Error {
+        Error::new(
+            ErrorKind::InvalidArgument,
+            format!("rank {}'s node proxy was stopped", self.rank),
+        )
+    }
+
+    pub(crate) fn gone(&self) -> Error {
+        Error::new(
+            ErrorKind::PeerDied,
+            format!(
+                "the node proxy (pid {}) serving rank {} has ended",
+                self.proxy_pid, self.rank
+            ),
+        )
+    }
+
+    /// Where `s` lies in this rank's arenas.
+    pub(crate) fn place<T>(&self, s: &[T]) -> Result<Place> {
+        let len = std::mem::size_of_val(s);
+        if len == 0 {
+            return Ok(Place::EMPTY);
+        }
+        let at = s.as_ptr() as usize;
+        self.arenas
+            .borrow()
+            .iter()
+            .find(|&&(_, a, n)| at >= a && at + len <= a + n)
+            .map(|&(arena, a, _)| Place::new(arena, (at - a) as u64, len as u64))
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorKind::InvalidArgument,
+                    "a buffer of an operation posted to the node proxy must lie in memory from \
+                     `Proxy::alloc` (the proxy is another process: it reaches only that)",
+                )
+            })?
+    }
+}
+
+impl Entry {
+    pub(crate) fn stop(id: u64, how: Leave) -> Self {
+        Self {
+            id,
+            what: match how {
+                Leave::Finalize => 0,
+                Leave::Drop => 1,
+                Leave::Fail => 2,
+            },
+            ..Self::new(Kind::Stop)
+        }
+    }
+
+    pub(crate) fn cancel(id: u64) -> Self {
+        Self {
+            id,
+            ..Self::new(Kind::Cancel)
+        }
+    }
+}
+
+/// [`Proxy::alloc`].
+pub(super) fn alloc<T: Element>(proxy: &Proxy, n: usize) -> Result<ProxyBuf<'_, T>> {
+    let bytes = n.checked_mul(std::mem::size_of::<T>()).ok_or_else(|| {
+        Error::new(
+            ErrorKind::InvalidArgument,
+            format!("{n} elements of {} overflow the address space", T::NAME),
+        )
+    })?;
+    let Link::Node(c) = &proxy.link else {
+        return Ok(ProxyBuf::heap(proxy, n));
+    };
+    if bytes == 0 {
+        return Ok(ProxyBuf::heap(proxy, 0));
+    }
+    let id = proxy.post(|id| {
+        let mut e = Entry::new(Kind::Alloc);
+        e.id = id;
+        e.send.len = bytes as u64;
+        Msg::Entry(e)
+    })?;
+    // The answer: the arena's number, and the proxy's descriptor of it.
+    let st = proxy.wait_for(id)?;
+    let arena = st.source;
+    let mapped = u32::try_from(st.tag)
+        .map_err(|_| Error::new(ErrorKind::Transport, "the node proxy sent no descriptor"))
+        .and_then(|fd| memfd::open_peer(c.proxy_pid, fd))
+        .and_then(|f| Mapping::map(&f, bytes));
+    let map = match mapped {
+        Ok(m) => m,
+        Err(e) => {
+            free(proxy, arena);
+            return Err(e);
+        }
+    };
+    c.arenas.borrow_mut().push((arena, map.addr(), bytes));
+    Ok(ProxyBuf::arena(proxy, arena, map, n))
+}
+
+/// [`Proxy::control`] through the node proxy: the request and the reply in arenas.
+pub(super) fn control(proxy: &Proxy, request: &str) -> Result<String> {
+    let mut req = alloc::<u8>(proxy, request.len())?;
+    req.copy_from_slice(request.as_bytes());
+    let reply = alloc::<u8>(proxy, super::control::REPLY_MAX)?;
+    let Link::Node(c) = &proxy.link else {
+        return Err(Error::new(ErrorKind::InvalidArgument, "not a node proxy"));
+    };
+    let (send, recv) = (c.place(&req)?, c.place(&reply)?);
+    let id = proxy.post(|id| {
+        let mut e = Entry::new(Kind::Control);
+        (e.id, e.send, e.recv) = (id, send, recv);
+        Msg::Entry(e)
+    })?;
+    let n = proxy.wait_for(id)?.bytes.min(reply.len());
+    Ok(String::from_utf8_lossy(&reply[..n]).into_owned())
+}
+
+/// Gives arena `arena` back to the proxy (its buffer is gone).
+pub(super) fn free(proxy: &Proxy, arena: u32) {
+    let Link::Node(c) = &proxy.link else { return };
+    c.arenas.borrow_mut().retain(|&(a, ..)| a != arena);
+    let posted = proxy.post(|id| {
+        let mut e = Entry::new(Kind::Free);
+        e.id = id;
+        e.send = Place::new(arena, 0, 0).unwrap_or(Place::EMPTY);
+        Msg::Entry(e)
+    });
+    // An ended proxy has let go of everything already.
+    if let Ok(id) = posted {
+        let _ = proxy.wait_for(id);
+    }
+}
