@@ -15,6 +15,7 @@ pub fn run(scenario: &str, args: &[String]) -> Option<ExitCode> {
         "offload-errors" => errors,
         "offload-exit" => exit,
         "offload-kill-proxy" => kill_proxy,
+        "offload-stuck" => stuck,
         _ => return None,
     };
     let proxy = match Proxy::connect() {
@@ -313,6 +314,13 @@ fn errors(proxy: &Proxy, _args: &[String]) -> Result<bool> {
         Ok(())
     })?;
     ok &= check(proxy.in_flight() == 0, "every barrier answered", me);
+    // One connection per rank: a second is refused, naming the first.
+    let e = Proxy::connect().unwrap_err();
+    ok &= check(
+        e.message().contains("connected to its node proxy already"),
+        "a second connect is refused",
+        me,
+    );
     // Control requests cross as text; a bad one is an error, not the proxy's end.
     let t = proxy.control("transport")?;
     ok &= check(
@@ -385,4 +393,17 @@ fn kill_proxy(proxy: &Proxy, _args: &[String]) -> Result<bool> {
         println!("proxy-gone {}", proxy.rank());
     }
     Err(e)
+}
+
+/// Rank 0 waits in an allreduce that the others join only seconds later; with a short
+/// `TCA_TIMEOUT` its serving thread gives up, and rank 0 must get that error (not wait on).
+fn stuck(proxy: &Proxy, _args: &[String]) -> Result<bool> {
+    let mine = proxy.alloc::<u64>(8)?;
+    let mut sum = proxy.alloc::<u64>(8)?;
+    if proxy.rank() != 0 {
+        std::thread::sleep(Duration::from_secs(3));
+    }
+    proxy.scope(|s| s.iallreduce(&mine, &mut sum, &Op::Sum)?.wait().map(drop))?;
+    eprintln!("rank {}: the allreduce completed", proxy.rank());
+    Ok(false)
 }

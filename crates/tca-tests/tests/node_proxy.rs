@@ -85,6 +85,23 @@ fn a_killed_proxy_fails_every_waiting_rank_naming_it() {
 }
 
 #[test]
+fn a_serving_thread_that_gives_up_fails_its_rank() {
+    let o = Launch {
+        ranks: 2,
+        program: PROG.into(),
+        args: vec!["offload-stuck".into()],
+        env: vec![("TCA_TIMEOUT".into(), "0.5".into())],
+        offload: Some(vec![PROG.into(), "node-proxy".into()]),
+        ..Default::default()
+    }
+    .run()
+    .unwrap();
+    // Rank 0's timeout (44), not a hang, and not a rank's own wrong result (1).
+    assert_eq!(o.status(), 44, "{o:?}");
+    assert_eq!(o.failure.map(|f| f.rank), Some(0), "{o:?}");
+}
+
+#[test]
 fn an_offloaded_rank_has_no_world_of_its_own() {
     let out = Command::new(PROG)
         .args(["launch", "2", "ring", "3"])

@@ -39,6 +39,41 @@ pub enum ErrorKind {
     Program,
 }
 
+impl ErrorKind {
+    /// Every kind, in the order of their codes ([`ErrorKind::code`]).
+    const ALL: [ErrorKind; 13] = [
+        ErrorKind::OutOfBounds,
+        ErrorKind::InvalidHandle,
+        ErrorKind::InvalidRank,
+        ErrorKind::InvalidArgument,
+        ErrorKind::Truncated,
+        ErrorKind::PeerDied,
+        ErrorKind::Aborted,
+        ErrorKind::Timeout,
+        ErrorKind::Bootstrap,
+        ErrorKind::Transport,
+        ErrorKind::Launch,
+        ErrorKind::Handler,
+        ErrorKind::Program,
+    ];
+
+    /// A number for this kind (1 and up) where an error crosses to another process as
+    /// bytes (the node proxy's answers).
+    pub(crate) fn code(self) -> u32 {
+        let i = Self::ALL.iter().position(|&k| k == self).unwrap_or(0);
+        u32::try_from(i).map_or(1, |i| i + 1)
+    }
+
+    /// The kind of `code` ([`ErrorKind::code`]); an unknown one is `Transport`.
+    pub(crate) fn from_code(code: u32) -> Self {
+        usize::try_from(code)
+            .ok()
+            .and_then(|c| c.checked_sub(1))
+            .and_then(|i| Self::ALL.get(i).copied())
+            .unwrap_or(ErrorKind::Transport)
+    }
+}
+
 /// The error type of every fallible tca call.
 ///
 /// One pointer wide (its parts are boxed): a `Result<()>` is returned in a register, so the
@@ -244,5 +279,20 @@ mod tests {
         assert_eq!(own.clone().unless_own(blame).kind(), ErrorKind::Transport);
         let other = Error::reaching(ErrorKind::PeerDied, "watching", rustix::io::Errno::SRCH);
         assert_eq!(other.unless_own(blame).rank(), Some(2));
+    }
+}
+
+#[cfg(test)]
+mod kind_codes {
+    use super::ErrorKind;
+
+    #[test]
+    fn every_kind_has_a_code_that_reads_back() {
+        for k in ErrorKind::ALL {
+            assert!(k.code() > 0);
+            assert_eq!(ErrorKind::from_code(k.code()), k);
+        }
+        assert_eq!(ErrorKind::from_code(0), ErrorKind::Transport);
+        assert_eq!(ErrorKind::from_code(999), ErrorKind::Transport);
     }
 }

@@ -327,10 +327,18 @@ impl Launch {
         let job = random_u64();
         let (board_fd, board) = NodeBoard::create(self.ranks, job, Some(std::process::id()))?;
 
-        let (caught, hooks) = catch_signals()?;
         let proxy = match &self.offload {
             Some(cmd) => Some(self.start_proxy(cmd, &board_fd, job)?),
             None => None,
+        };
+        let (caught, hooks) = match catch_signals() {
+            Ok(c) => c,
+            Err(e) => {
+                if let Some(p) = proxy {
+                    p.kill();
+                }
+                return Err(e);
+            }
         };
         let spawn = |r: u32, job_cpus: u32| {
             let child = self.spawn(r, &board_fd, job, job_cpus, proxy.as_ref())?;
@@ -463,11 +471,6 @@ impl Launch {
         proxy: Option<&NodeProxy>,
     ) -> Result<Child> {
         let mut cmd = Command::new(&self.program);
-        if let Some(p) = proxy {
-            cmd.env(env::PROGRESS, "proxy")
-                .env(env::PROXY_FD, p.channel_fd.as_raw_fd().to_string())
-                .env(env::PROXY_PID, p.proc.pid().to_string());
-        }
         cmd.args(&self.args)
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .env(env::RANK, rank.to_string())
@@ -481,6 +484,12 @@ impl Launch {
             } else {
                 Stdio::null()
             });
+        if let Some(p) = proxy {
+            // After the program's own environment: these are the launcher's to say.
+            cmd.env(env::PROGRESS, "proxy")
+                .env(env::PROXY_FD, p.channel_fd.as_raw_fd().to_string())
+                .env(env::PROXY_PID, p.proc.pid().to_string());
+        }
         // Each rank leads its own process group, so stopping a rank also stops whatever it
         // started (a shell's children, helper processes). Exception: rank 0 reading a terminal
         // stays in the foreground group, or the terminal would stop it (SIGTTIN).
@@ -864,17 +873,28 @@ impl NodeProxy {
             .map(exit_of)
     }
 
-    /// How it ended, once it has or is ending: a process whose main thread is a zombie is
-    /// waited for (its ranks see it gone as soon as its main thread is, before the kernel
-    /// reports the whole process ended, and they must not be taken for the cause).
+    /// How it ended, once it has. A process whose main thread is a zombie has ended for its
+    /// ranks (they see it gone at once) while the kernel may still be ending its other
+    /// threads: it is given a moment to be reaped, and looked at again on the next turn
+    /// otherwise, so the ranks' errors are not taken for the cause.
     fn ended(&self) -> Option<RankExit> {
         if let Some(how) = self.exit() {
             return Some(how);
         }
-        if !process::zombie(self.pid()) {
-            return None;
+        let deadline = Instant::now() + Duration::from_millis(50);
+        while process::zombie(self.pid()) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+            if let Some(how) = self.exit() {
+                return Some(how);
+            }
         }
-        self.child.borrow_mut().wait().ok().map(exit_of)
+        None
+    }
+
+    /// Kills it and reaps it (the launch failed part-way).
+    fn kill(self) {
+        self.signal(Signal::KILL);
+        let _ = self.child.into_inner().wait();
     }
 
     fn pid(&self) -> u32 {
@@ -892,6 +912,11 @@ impl NodeProxy {
     /// After the ranks: waits for the proxy to leave (it does once every rank has stopped or
     /// gone), stops it if it does not, and records how it ended.
     fn finish(self, result: Result<Outcome>, caught: &AtomicUsize) -> Result<Outcome> {
+        if result.is_err() {
+            // The ranks did not all start: nothing for the proxy to serve.
+            self.kill();
+            return result;
+        }
         let deadline = Instant::now() + 4 * GRACE;
         let mut child = self.child.into_inner();
         let status = loop {
@@ -901,6 +926,12 @@ impl NodeProxy {
                     process::wait_any([&self.proc], Duration::from_millis(20));
                 }
                 Ok(None) => {
+                    eprintln!(
+                        "tca run: the node proxy (pid {}) has not left {:.1} s after its ranks; \
+                         stopping it",
+                        self.proc.pid(),
+                        (4 * GRACE).as_secs_f64()
+                    );
                     let _ =
                         rustix::process::kill_process_group(Pid::from_child(&child), Signal::KILL);
                     self.proc.signal(Signal::KILL);

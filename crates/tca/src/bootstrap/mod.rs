@@ -146,7 +146,7 @@ fn hash(s: &str) -> u64 {
     })
 }
 
-fn boot_deadline(vars: &dyn Vars) -> Result<Instant> {
+pub(crate) fn boot_deadline(vars: &dyn Vars) -> Result<Instant> {
     let secs = env::parse_in::<u64>(vars, env::BOOT_TIMEOUT)?.unwrap_or(60);
     // A huge timeout means "wait as long as it takes" (a year), not an overflow.
     let now = Instant::now();

@@ -130,6 +130,10 @@ pub struct Comm<'w> {
     /// Whether the algorithm being polled runs non-blocking (its steps try and yield) rather
     /// than blocking (its steps wait): set by a [`nb::Scope`] around its polls.
     nb: Cell<bool>,
+    /// Steps of non-blocking collectives that went through (a chunk sent or taken, a peer's
+    /// signal seen), for pollers that must tell a collective that moves from one that waits
+    /// ([`Comm::steps_taken`]).
+    steps: Cell<u64>,
     /// The scope of non-blocking collectives open on this communicator, if any.
     scope: Cell<Option<nb::OpenScope>>,
     /// Two-sided messages ([`crate::p2p`]): set up with the communicator.
@@ -241,6 +245,7 @@ impl<'w> Comm<'w> {
             sizes: RefCell::new((Vec::new(), Vec::new())),
             broken: Cell::new(false),
             nb: Cell::new(false),
+            steps: Cell::new(0),
             scope: Cell::new(None),
             p2p: OnceCell::new(),
             buffers: buffer::Registry::default(),
@@ -379,6 +384,18 @@ impl<'w> Comm<'w> {
             .expect("this rank is in its own group");
         let ranks = group.iter().map(|&(_, r)| self.ranks[r]).collect();
         Self::assemble(self.world, ranks, me, seg, handles).map(Some)
+    }
+
+    /// How many steps of this communicator's non-blocking collectives have gone through so
+    /// far: a poller (the offload proxy) that sees it grow knows its collectives move, though
+    /// none has completed.
+    pub(crate) fn steps_taken(&self) -> u64 {
+        self.steps.get()
+    }
+
+    /// Counts one step of a non-blocking collective that went through.
+    pub(crate) fn step_taken(&self) {
+        self.steps.set(self.steps.get().wrapping_add(1));
     }
 
     /// Forces `collective` to use the algorithm called `name` (`None`: back to automatic

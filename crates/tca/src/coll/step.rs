@@ -276,7 +276,10 @@ fn retry<'a>(
     mut f: impl FnMut(bool) -> Result<bool> + 'a,
 ) -> impl Future<Output = Result<()>> + 'a {
     std::future::poll_fn(move |_| match f(!c.nb.get()) {
-        Ok(true) => Poll::Ready(Ok(())),
+        Ok(true) => {
+            c.step_taken();
+            Poll::Ready(Ok(()))
+        }
         Ok(false) => match c.ch.pay(c.world) {
             Ok(()) => Poll::Pending,
             Err(e) => Poll::Ready(Err(e)),

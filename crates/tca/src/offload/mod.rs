@@ -364,7 +364,7 @@ impl Proxy {
                 // Answered once the proxy's world has left (after the barrier, to finish).
                 let id = self.post(|id| Msg::Entry(node::Entry::stop(id, how)))?;
                 let r = self.wait_for(id).map(drop);
-                *self.ended.borrow_mut() = Some(c.stopped());
+                self.ended.borrow_mut().get_or_insert_with(|| c.stopped());
                 r
             }
         }
@@ -458,8 +458,11 @@ impl Proxy {
                         shared.waiting.store(false, Ordering::Release);
                         r?;
                     }
-                    Link::Node(_) => {
-                        self.collect(true)?;
+                    Link::Node(c) => {
+                        c.set_waiting(true);
+                        let r = self.collect(true);
+                        c.set_waiting(false);
+                        r?;
                     }
                 }
             }
@@ -511,6 +514,18 @@ impl Proxy {
     }
 
     fn record(&self, d: Done) {
+        if let (Link::Node(c), node::END) = (&self.link, d.id) {
+            // The proxy's serving of this rank has ended (its last answer): what is pending
+            // fails with its reason.
+            let why = match d.result {
+                Err(e) => e,
+                Ok(_) if c.stopping() => c.stopped(),
+                Ok(_) => c.gone(),
+            };
+            self.ended.borrow_mut().get_or_insert(why);
+            let _ = self.lost();
+            return;
+        }
         self.pending.borrow_mut().remove(&d.id);
         self.done.borrow_mut().insert(d.id, d.result);
     }

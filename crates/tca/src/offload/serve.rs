@@ -273,7 +273,10 @@ impl<'a, 'r, 'x, 'c, Q: Queues> Burst<'a, 'r, 'x, 'c, Q> {
                     }
                 }
             }
-            let moved = self.poll() || took;
+            // Progress is a completion, new work, or a step of a collective in flight
+            // (a large one moves for a long time before it completes: no nap meanwhile).
+            let steps = self.scope.comm().steps_taken();
+            let moved = self.poll() || took || self.scope.comm().steps_taken() != steps;
             if self.live.is_empty() {
                 return Ok(None);
             }
@@ -349,11 +352,25 @@ impl<'a, 'r, 'x, 'c, Q: Queues> Burst<'a, 'r, 'x, 'c, Q> {
     }
 
     /// Completes what is in flight before the proxy stops (a rank stops its proxy only
-    /// outside its scopes, so this is empty unless the rank unwound).
+    /// outside its scopes, so this is empty unless the rank unwound or is gone): collectives
+    /// run to their end (the peers wait for them), sends and receives not done are cancelled
+    /// (as dropping their requests does: a receive no one answers must not hold the proxy).
     fn drain(&mut self) -> Result<()> {
         let mut first = Ok(());
         for (id, mut r) in std::mem::take(&mut self.live) {
-            let res = r.wait();
+            let res = if r.is_collective() {
+                r.wait()
+            } else {
+                match r.test() {
+                    Ok(Some(s)) => Ok(s),
+                    Err(e) => Err(e),
+                    Ok(None) => {
+                        drop(r);
+                        self.answer(id, Err(Error::new(ErrorKind::Aborted, CANCELLED)));
+                        continue;
+                    }
+                }
+            };
             if first.is_ok()
                 && let Err(e) = &res
             {

@@ -5,6 +5,8 @@
 //! # Layout of a slot
 //! ```text
 //! 0     rank pid (u64)                                       writer: the launcher
+//! 8     owner: the pid of the process connected as the rank  writer: the rank (once)
+//! 64    waiting: the rank waits for an answer                writer: the rank
 //! 128   work queue:  tail +0 (producer), head +64 (consumer), sleeping +128 (consumer)
 //! 320   completion queue: the same three words
 //! 512   work entries, QUEUE_DEPTH x 64 bytes
@@ -32,15 +34,16 @@ use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use rustix::thread::futex;
-
 use super::entry::{CQ_ENTRY, WQ_ENTRY};
 use crate::error::{Error, ErrorKind, Result};
 use crate::offload::QUEUE_DEPTH;
-use crate::transport::shm::mapping::{Mapping, futex_half};
+use crate::transport::shm::mapping::Mapping;
 use crate::transport::shm::memfd;
+use crate::transport::shm::wait::Word;
 
 const RANK_PID: usize = 0;
+const OWNER: usize = 8;
+const WAITING: usize = 64;
 const WQ_CTL: usize = 128;
 const CQ_CTL: usize = 320;
 const TAIL: usize = 0;
@@ -129,6 +132,39 @@ impl Channel {
         Ok(u32::try_from(self.word(rank, RANK_PID)?.load(Ordering::Acquire)).unwrap_or(0))
     }
 
+    /// Claims rank `rank`'s slot for process `pid`: one connection per rank (a second would
+    /// be a second producer on a single-producer queue).
+    pub(crate) fn claim(&self, rank: u32, pid: u32) -> Result<()> {
+        match self.word(rank, OWNER)?.compare_exchange(
+            0,
+            u64::from(pid),
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            Ok(_) => Ok(()),
+            Err(owner) => Err(Error::new(
+                ErrorKind::InvalidArgument,
+                format!(
+                    "rank {rank} is connected to its node proxy already (by process {owner}): \
+                     one Proxy::connect per rank, for the rank's lifetime"
+                ),
+            )),
+        }
+    }
+
+    /// Says whether rank `rank` waits for an answer (the proxy's stall clock runs only then).
+    pub(crate) fn set_waiting(&self, rank: u32, on: bool) -> Result<()> {
+        self.word(rank, WAITING)?
+            .store(u64::from(on), Ordering::Release);
+        Ok(())
+    }
+
+    /// Whether rank `rank` waits for an answer.
+    pub(crate) fn waiting(&self, rank: u32) -> bool {
+        self.word(rank, WAITING)
+            .is_ok_and(|w| w.load(Ordering::Acquire) != 0)
+    }
+
     /// One of rank `rank`'s queues.
     pub(crate) fn queue(&self, rank: u32, q: Queue) -> Result<Ring<'_>> {
         let (ctl, base, entry) = match q {
@@ -172,7 +208,7 @@ impl Ring<'_> {
         self.map.write(self.at(t), &e[..self.entry.min(e.len())])?;
         self.tail.store(t + 1, Ordering::SeqCst);
         if self.sleeping.load(Ordering::SeqCst) != 0 {
-            let _ = futex::wake(futex_half(self.tail), futex::Flags::empty(), u32::MAX);
+            Word::wake(self.tail);
         }
         Ok(true)
     }
@@ -194,20 +230,10 @@ impl Ring<'_> {
         self.sleeping.store(1, Ordering::SeqCst);
         let t = self.tail.load(Ordering::SeqCst);
         if t == self.head.load(Ordering::Relaxed) {
-            let ts = crate::cast::timespec(slice);
-            let _ = futex::wait(
-                futex_half(self.tail),
-                futex::Flags::empty(),
-                crate::cast::low_u32(t),
-                Some(&ts),
-            );
+            // A sleep on the low half that refuses to start once it moved (the fabric's).
+            let _ = Word::sleep(self.tail, crate::cast::low_u32(t), slice);
         }
         self.sleeping.store(0, Ordering::Relaxed);
-    }
-
-    /// Whether the consumer is asleep on this queue (a rank waiting for an answer).
-    pub(crate) fn consumer_sleeps(&self) -> bool {
-        self.sleeping.load(Ordering::Relaxed) != 0
     }
 }
 
@@ -235,6 +261,18 @@ mod tests {
         // Rank 0's queues are apart from rank 1's.
         assert!(!ch.queue(0, Queue::Work).unwrap().pop(&mut e).unwrap());
         assert!(ch.queue(2, Queue::Work).is_err());
+    }
+
+    #[test]
+    fn a_slot_is_claimed_once() {
+        let (_fd, ch) = Channel::create(2).unwrap();
+        ch.claim(0, 10).unwrap();
+        let e = ch.claim(0, 11).unwrap_err();
+        assert!(e.message().contains("process 10"), "{e}");
+        ch.claim(1, 11).unwrap();
+        assert!(!ch.waiting(1));
+        ch.set_waiting(1, true).unwrap();
+        assert!(ch.waiting(1) && !ch.waiting(0));
     }
 
     #[test]

@@ -5,6 +5,7 @@
 
 use bytemuck::{Pod, Zeroable};
 
+use super::super::serve::Leave;
 use crate::coll::{Element, Op};
 use crate::error::{Error, ErrorKind, Result};
 use crate::p2p::{Source, Status, Tag};
@@ -199,6 +200,28 @@ impl Entry {
     }
 }
 
+/// How a stop asks the rank's world to leave, as an entry's `what`.
+pub(crate) fn leave_code(how: Leave) -> u8 {
+    match how {
+        Leave::Finalize => 0,
+        Leave::Drop => 1,
+        Leave::Fail => 2,
+    }
+}
+
+/// [`leave_code`] read back (an unknown code fails the rank: the safe side).
+pub(crate) fn leave_of(code: u8) -> Leave {
+    match code {
+        0 => Leave::Finalize,
+        1 => Leave::Drop,
+        _ => Leave::Fail,
+    }
+}
+
+/// The id of the last answer of a rank's serving thread, sent when it ends whatever the
+/// reason: the rank's pending operations fail with its result.
+pub(crate) const END: u64 = u64::MAX;
+
 /// The code of a built-in reduction; a user's function has none.
 pub(crate) fn op_code<T: Element>(op: &Op<T>) -> Result<u8> {
     Ok(match op {
@@ -245,7 +268,8 @@ builtin!(u8, i8, u16, i16, u32, i32, u64, i64, f32, f64);
 /// Bytes of an answer's message (a longer one is cut at a character boundary).
 const MESSAGE: usize = 192;
 
-/// A completion-queue entry.
+/// A completion-queue entry. (An allocation's answer carries the arena's number in `source`
+/// and the proxy's descriptor of it in `tag`.)
 #[derive(Debug, Clone, Copy, Pod, Zeroable)]
 #[repr(C)]
 pub(crate) struct Answer {
@@ -257,30 +281,12 @@ pub(crate) struct Answer {
     pub source: u32,
     pub tag: i32,
     pub bytes: u64,
-    /// An allocation's arena and the proxy's descriptor for it.
-    pub arena: u32,
-    pub fd: u32,
+    /// Bytes of the message.
     pub len: u32,
     pub _pad: u32,
-    pub _pad2: [u64; 2],
+    pub _pad2: [u64; 3],
     message: [u64; MESSAGE / 8],
 }
-
-const KINDS: [ErrorKind; 13] = [
-    ErrorKind::OutOfBounds,
-    ErrorKind::InvalidHandle,
-    ErrorKind::InvalidRank,
-    ErrorKind::InvalidArgument,
-    ErrorKind::Truncated,
-    ErrorKind::PeerDied,
-    ErrorKind::Aborted,
-    ErrorKind::Timeout,
-    ErrorKind::Bootstrap,
-    ErrorKind::Transport,
-    ErrorKind::Launch,
-    ErrorKind::Handler,
-    ErrorKind::Program,
-];
 
 impl Answer {
     /// The answer to `id`: its result.
@@ -295,13 +301,7 @@ impl Answer {
                 a.bytes = s.bytes as u64;
             }
             Err(e) => {
-                // 1 + the kind's index: a small number (past the table: read back as
-                // `Transport`).
-                let code = KINDS
-                    .iter()
-                    .position(|k| *k == e.kind())
-                    .map_or(KINDS.len(), |i| i + 1);
-                a.error = u32::try_from(code).unwrap_or(u32::MAX);
+                a.error = e.kind().code();
                 a.rank = e.rank().unwrap_or(ANY);
                 let m = e.message();
                 let mut cut = m.len().min(MESSAGE);
@@ -324,10 +324,7 @@ impl Answer {
                 bytes: usize::try_from(self.bytes).unwrap_or(usize::MAX),
             });
         }
-        let kind = KINDS
-            .get(self.error as usize - 1)
-            .copied()
-            .unwrap_or(ErrorKind::Transport);
+        let kind = ErrorKind::from_code(self.error);
         let len = (self.len as usize).min(MESSAGE);
         let msg = String::from_utf8_lossy(&bytemuck::bytes_of(&self.message)[..len]).into_owned();
         Err(match self.rank {

@@ -37,7 +37,7 @@ use std::time::Duration;
 
 pub use buf::ProxyBuf;
 pub(crate) use channel::{Channel, Queue};
-pub(crate) use entry::{ANY, Entry, What, op_code};
+pub(crate) use entry::{ANY, END, Entry, What, op_code};
 pub use serve::serve_node;
 
 use super::serve::{Done, Leave};
@@ -68,17 +68,12 @@ pub(crate) fn no_world_here() -> Error {
     )
 }
 
-fn var_u32(name: &str) -> Result<u32> {
-    let v = std::env::var(name).map_err(|_| {
+/// The number in `name`, which the launcher sets.
+pub(crate) fn var_u32(name: &str) -> Result<u32> {
+    env::parse::<u32>(name)?.ok_or_else(|| {
         Error::new(
             ErrorKind::Bootstrap,
             format!("{name} is not set: this process was not started by `tca run --offload`"),
-        )
-    })?;
-    v.trim().parse().map_err(|_| {
-        Error::new(
-            ErrorKind::Bootstrap,
-            format!("{name}={v:?} is not a number"),
         )
     })
 }
@@ -89,6 +84,8 @@ pub(crate) struct Client {
     channel: Channel,
     rank: u32,
     proxy_pid: u32,
+    /// The proxy process, watched through its pidfd.
+    proxy: crate::process::Proc,
     /// This rank's arenas: (number, address, bytes) of each mapping.
     arenas: RefCell<Vec<(u32, usize, usize)>>,
     /// A stop has been posted.
@@ -111,11 +108,19 @@ impl Client {
             ));
         }
         let channel = Channel::open(launcher, fd, size)?;
+        let proxy = crate::process::Proc::open(proxy_pid).map_err(|e| {
+            Error::new(
+                ErrorKind::PeerDied,
+                format!("the node proxy (pid {proxy_pid}) is gone: {}", e.message()),
+            )
+        })?;
+        channel.claim(rank, std::process::id())?;
         Ok((
             Self {
                 channel,
                 rank,
                 proxy_pid,
+                proxy,
                 arenas: RefCell::new(Vec::new()),
                 stopping: Cell::new(false),
             },
@@ -155,12 +160,22 @@ impl Client {
     }
 
     pub(crate) fn proxy_alive(&self) -> bool {
-        crate::process::alive(self.proxy_pid)
+        !self.proxy.gone()
+    }
+
+    /// Tells the proxy whether this rank waits for an answer.
+    pub(crate) fn set_waiting(&self, on: bool) {
+        let _ = self.channel.set_waiting(self.rank, on);
     }
 
     /// The first call says yes: post the stop.
     pub(crate) fn stop_once(&self) -> bool {
         !self.stopping.replace(true)
+    }
+
+    /// Whether a stop was posted.
+    pub(crate) fn stopping(&self) -> bool {
+        self.stopping.get()
     }
 
     /// Why a stopped proxy takes no more work.
@@ -207,11 +222,7 @@ impl Entry {
     pub(crate) fn stop(id: u64, how: Leave) -> Self {
         Self {
             id,
-            what: match how {
-                Leave::Finalize => 0,
-                Leave::Drop => 1,
-                Leave::Fail => 2,
-            },
+            what: entry::leave_code(how),
             ..Self::new(Kind::Stop)
         }
     }

@@ -17,10 +17,11 @@ use std::ptr::NonNull;
 use std::sync::mpsc::TryRecvError;
 use std::time::{Duration, Instant};
 
+use super::super::NAP;
 use super::super::scope::{Lent, LentMut};
-use super::super::serve::{self as served, Command, Done, Leave, Queues, Start, Work};
+use super::super::serve::{self as served, Command, Done, Queues, Start, Work};
 use super::channel::{Channel, Queue, Ring};
-use super::entry::{Answer, Builtin, Entry, Kind, NO_ARENA, Place, WQ_ENTRY, What};
+use super::entry::{Answer, Builtin, END, Entry, Kind, NO_ARENA, Place, WQ_ENTRY, What, leave_of};
 use super::{SLICE, var_u32};
 use crate::bootstrap::{BoardSource, JobEnv};
 use crate::coll::Element;
@@ -51,10 +52,9 @@ pub fn serve_node() -> Result<()> {
             )
         })?;
     let channel = Channel::open(launcher, var_u32(env::PROXY_FD)?, size)?;
-    let boot = Instant::now()
-        + Duration::from_secs(
-            crate::env::parse_in::<u64>(&crate::env::Process, env::BOOT_TIMEOUT)?.unwrap_or(60),
-        );
+    let boot = crate::bootstrap::boot_deadline(&crate::env::Process)?;
+    // Every rank's arenas are descriptors of this one process.
+    raise_descriptor_limit();
     let channel = &channel;
     let all: Vec<Result<()>> = std::thread::scope(|s| {
         let threads: Vec<_> = (0..size)
@@ -112,8 +112,9 @@ fn serve_rank(
                 id: 0,
                 result: Err(e.clone()),
             });
-            q.flush_all();
-            return Err(e);
+            let e = Err(e);
+            q.end(&e);
+            return e;
         }
     };
     let r = served::serve(world, &q);
@@ -124,8 +125,18 @@ fn serve_rank(
             result: r.clone().map(|()| Status::send()),
         });
     }
-    q.flush_all();
+    q.end(&r);
     r
+}
+
+/// Raises this process's soft limit of open descriptors to its hard limit.
+fn raise_descriptor_limit() {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let mut l = getrlimit(Resource::Nofile);
+    if l.current != l.maximum {
+        l.current = l.maximum;
+        let _ = setrlimit(Resource::Nofile, l);
+    }
 }
 
 /// A rank's queues as the proxy sees them, and its arenas.
@@ -141,6 +152,8 @@ struct Served<'a> {
     stop: Cell<Option<u64>>,
     /// When the rank's liveness was last looked at.
     looked: Cell<Instant>,
+    /// The rank's process, watched through its pidfd once the launcher has written its pid.
+    proc: RefCell<Option<crate::process::Proc>>,
 }
 
 impl<'a> Served<'a> {
@@ -154,16 +167,24 @@ impl<'a> Served<'a> {
             overflow: RefCell::new(VecDeque::new()),
             stop: Cell::new(None),
             looked: Cell::new(Instant::now()),
+            proc: RefCell::new(None),
         })
     }
 
-    /// Whether the rank's process is still there (0: not yet started, as far as we know).
+    /// Whether the rank's process is still there (not yet started, as far as we know: yes).
     fn rank_alive(&self) -> bool {
-        match self.channel.rank_pid(self.rank) {
-            Ok(0) => true,
-            Ok(pid) => crate::process::alive(pid),
-            Err(_) => false,
+        let mut proc = self.proc.borrow_mut();
+        if proc.is_none() {
+            match self.channel.rank_pid(self.rank) {
+                Ok(0) => return true,
+                Ok(pid) => match crate::process::Proc::open(pid) {
+                    Ok(p) => *proc = Some(p),
+                    Err(_) => return false,
+                },
+                Err(_) => return false,
+            }
         }
+        proc.as_ref().is_some_and(|p| !p.gone())
     }
 
     /// `rank_alive`, looked at no more often than every slice.
@@ -188,9 +209,10 @@ impl<'a> Served<'a> {
         }
     }
 
-    /// Before the thread ends: the last answers into the queue, waiting for room while the
-    /// rank is alive to take them.
-    fn flush_all(&self) {
+    /// The serving thread ends with `r`: its last answer ([`END`]) tells the rank, and every
+    /// answer still held goes into the queue while the rank is alive to take them.
+    fn end(&self, r: &Result<()>) {
+        self.reply(Answer::of(END, &r.clone().map(|()| Status::send())));
         loop {
             self.flush();
             if self.overflow.borrow().is_empty() || !self.rank_alive() {
@@ -227,11 +249,7 @@ impl<'a> Served<'a> {
                 Some(Kind::Cancel) => return Some(Work::Cancel(e.id)),
                 Some(Kind::Stop) => {
                     self.stop.set(Some(e.id));
-                    return Some(Work::Stop(match e.what {
-                        0 => Leave::Finalize,
-                        1 => Leave::Drop,
-                        _ => Leave::Fail,
-                    }));
+                    return Some(Work::Stop(leave_of(e.what)));
                 }
                 Some(Kind::Alloc) => {
                     let r = self.arenas.borrow_mut().alloc(self.rank, e.send.len);
@@ -299,9 +317,6 @@ impl<'a> Served<'a> {
                 format!("the node proxy got an operation of unknown code {}", e.what),
             )
         })?;
-        if what == What::Barrier {
-            return Ok(Box::new(|s| s.ibarrier()));
-        }
         let arenas = self.arenas.borrow();
         macro_rules! typed {
             ($($t:ty),*) => {$(
@@ -370,7 +385,10 @@ impl Queues for Served<'_> {
             if self.rank_gone() {
                 return None;
             }
-            self.wq.sleep(SLICE);
+            // Answers held for room in the completion queue: look again soon (the rank's
+            // takes ring no bell here).
+            let held = !self.overflow.borrow().is_empty();
+            self.wq.sleep(if held { NAP } else { SLICE });
         }
     }
 
@@ -394,7 +412,7 @@ impl Queues for Served<'_> {
     }
 
     fn rank_waiting(&self) -> bool {
-        self.cq.consumer_sleeps()
+        self.channel.waiting(self.rank)
     }
 }
 
