@@ -1,9 +1,10 @@
 //! Offload (seed 004): a rank posts its communication to a work queue and polls a completion
-//! queue; a proxy — here a thread of the rank's own process (`TCA_PROGRESS=thread`) — owns the
-//! rank's [`World`], executes the posted operations and progresses them while the rank
+//! queue; a proxy — a thread of the rank's own process (`TCA_PROGRESS=thread`), or the node's
+//! proxy process that `tca run --offload` starts (`TCA_PROGRESS=proxy`, module `node`) — owns
+//! the rank's [`World`], executes the posted operations and progresses them while the rank
 //! computes, so a rank that does not call tca for a long time still completes its peers'
 //! collectives and rendezvous (seed 003's polling thread and seed 004's host proxy, on one
-//! design).
+//! design: both run the same serving loop, `serve`, over their own queues).
 //!
 //! # Shape
 //! [`Proxy::start`] moves the world into the proxy thread, which builds the world's
@@ -46,10 +47,18 @@
 //! over: the rank's own thread polls its communicator while the computation runs on a scoped
 //! thread (module `overlap`).
 //!
-//! # Not here
-//! The seed's node proxy — one process per node serving every rank's queues in shared
-//! memory (`tca run --offload`) — is not built; a thread per rank is the proxy.
-//! [`crate::threads::run_offloaded`] runs thread-mode ranks each with its proxy.
+//! # The node proxy
+//! With [`Proxy::connect`] the proxy is another process (module `node`): the queues are
+//! fixed-size entries in a shared memfd, buffers come from [`Proxy::alloc`] (arenas the proxy
+//! allocates and both map), reductions are the built-in ones, and commands are text
+//! ([`Proxy::control`]). The rank's side (scopes, tickets, back-pressure, faults) is this
+//! module's, for both kinds of proxy.
+//!
+//! # Which work the proxy takes (measured; BENCHMARKS.md, "The node proxy")
+//! All of it, as the seed's host proxy took the heavy operations: a rank of an offloaded job
+//! has no world to do anything itself. What that costs is a post and two wake-ups per
+//! operation, 3-4 us at 8 bytes against the caller's 0.2 us; a program that wants both keeps
+//! its world and uses a progress thread only while it computes ([`Comm::overlap`]).
 
 pub mod control;
 pub(crate) mod node;
@@ -258,10 +267,10 @@ impl Proxy {
     }
 
     /// The proxy of this rank as the environment says: [`Proxy::connect`] in a job of
-    /// `tca run --offload`, otherwise a progress thread ([`Proxy::start`]) on the world
-    /// [`crate::init`] joins.
+    /// `tca run --offload` (`TCA_PROGRESS=proxy`), otherwise a progress thread
+    /// ([`Proxy::start`]) on the world [`crate::init`] joins.
     pub fn from_env() -> Result<Proxy> {
-        if node::offloaded() {
+        if node::offloaded() || Progress::from_env()? == Progress::Proxy {
             Self::connect()
         } else {
             Self::start(crate::init()?)
@@ -412,6 +421,8 @@ impl Proxy {
             };
             m = back;
             self.collect(false)?;
+            // An answer may have said that the proxy has ended (it takes nothing more).
+            self.ended()?;
             std::thread::yield_now();
         }
     }

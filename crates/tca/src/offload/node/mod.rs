@@ -15,8 +15,11 @@
 //!   **arenas**: memory the proxy allocates on the rank's behalf through the queues (the
 //!   seed's command channel: [`Proxy::alloc`]) and both map. An operation names its buffers
 //!   as places in the rank's arenas ([`entry::Place`]); the proxy checks every place against
-//!   its own record of the arenas before it touches a byte, and refuses overlapping send and
-//!   receive buffers.
+//!   its own record of the arenas before it touches a byte, and refuses an operation whose
+//!   send and receive buffers overlap. That no two operations in flight share a buffer one of
+//!   them writes is the rank's borrow checker's guarantee (scopes borrow what they post), as
+//!   for a progress thread; a process that wrote its queue by hand could break it, as unsafe
+//!   code could.
 //! - **Reductions** cross as the code of a built-in operation; a program's own function
 //!   stays with a progress thread.
 //!
