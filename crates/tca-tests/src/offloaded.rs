@@ -340,6 +340,31 @@ fn errors(proxy: &Proxy, _args: &[String]) -> Result<bool> {
         "an unknown algorithm is refused",
         me,
     );
+    // The arenas are the communicator's buffers: a large allreduce reads them in place
+    // (single copy), and its result is right.
+    let big = 1 << 17;
+    let mut mine = proxy.alloc::<f64>(big)?;
+    for (i, x) in mine.iter_mut().enumerate() {
+        *x = (i % 1000) as f64 + f64::from(me);
+    }
+    let mut sum = proxy.alloc::<f64>(big)?;
+    let before: u64 = proxy.control("single-copy-calls")?.parse().unwrap_or(0);
+    proxy.scope(|s| s.iallreduce(&mine, &mut sum, &Op::Sum)?.wait().map(drop))?;
+    let after: u64 = proxy.control("single-copy-calls")?.parse().unwrap_or(0);
+    let p = proxy.size();
+    let ranks = f64::from(p * (p - 1) / 2);
+    ok &= check(
+        sum.iter()
+            .enumerate()
+            .all(|(i, &x)| x == f64::from(p) * (i % 1000) as f64 + ranks),
+        "large allreduce",
+        me,
+    );
+    ok &= check(
+        t != "shm" || p == 1 || after > before,
+        "a large allreduce over arenas goes single-copy",
+        me,
+    );
     // Still serving: a collective after the refusals.
     let mut ones = ones;
     ones.fill(1.0);

@@ -66,6 +66,16 @@ impl Registry {
             .map(|e| (e.handle, at - e.addr))
     }
 
+    /// Registers `seg`'s data, which lies at `addr` in this process (the node proxy's arenas:
+    /// memory of its rank's world that its collectives read in place, as a [`Buffer`]'s).
+    pub(crate) fn adopt(&self, seg: &Segment, addr: usize) {
+        self.add(Entry {
+            addr,
+            bytes: seg.len(),
+            handle: seg.handle(),
+        });
+    }
+
     fn add(&self, e: Entry) {
         self.0
             .lock()
@@ -73,7 +83,7 @@ impl Registry {
             .push(e);
     }
 
-    fn remove(&self, addr: usize) {
+    pub(crate) fn remove(&self, addr: usize) {
         self.0
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -149,6 +159,15 @@ impl<T: Element> Drop for Buffer<T> {
 }
 
 impl super::Comm<'_> {
+    /// Makes this communicator's large collectives offer registered buffers from now on, as
+    /// [`Comm::buffer`](super::Comm::buffer) does, without its barrier: for a caller that does
+    /// this on every member before any member's next collective (the node proxy, on each
+    /// rank's communicator as it is made). The registry to adopt segments into.
+    pub(crate) fn offer_buffers(&self) -> Registry {
+        self.direct.set(true);
+        self.buffers.clone()
+    }
+
     /// Allocates `len` zeroed elements of `T` in tca's memory: a slice to this program, and a
     /// buffer that this communicator's large blocking collectives on one node read in place,
     /// one copy per byte: `broadcast`, `scatter`, `gather`, `reduce`, `allgather`, `alltoall`,

@@ -47,7 +47,7 @@ mod allreduce;
 mod alltoall;
 mod barrier;
 mod bcast;
-mod buffer;
+pub(crate) mod buffer;
 mod channel;
 mod count;
 mod direct;

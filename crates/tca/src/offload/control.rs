@@ -7,6 +7,7 @@
 //! | `transport` | the rank's transport (`shm`, `ofi`, ...) |
 //! | `force COLLECTIVE NAME` | empty; the communicator's [`Comm::force`] (`auto`: back to automatic selection) |
 //! | `algorithm COLLECTIVE BYTES` | the algorithm a call of that many bytes would use now ([`Comm::algorithm`]) |
+//! | `single-copy-calls` | how many collectives went single-copy so far ([`Comm::single_copy_calls`]) |
 
 use crate::coll::{Collective, Comm};
 use crate::error::{Error, ErrorKind, Result};
@@ -32,6 +33,7 @@ pub(crate) fn run(c: &Comm<'_>, request: &str) -> Result<String> {
     };
     match words.first().copied() {
         Some("transport") if words.len() == 1 => Ok(c.world_ref().transport().to_string()),
+        Some("single-copy-calls") if words.len() == 1 => Ok(c.single_copy_calls().to_string()),
         Some("force") if words.len() == 3 => {
             let name = (words[2] != "auto").then_some(words[2]);
             c.force(collective(words.get(1))?, name)?;
@@ -46,8 +48,8 @@ pub(crate) fn run(c: &Comm<'_>, request: &str) -> Result<String> {
                 .to_string())
         }
         _ => Err(bad(format!(
-            "unknown control request `{request}`: `transport`, `force COLLECTIVE NAME|auto` \
-             or `algorithm COLLECTIVE BYTES`"
+            "unknown control request `{request}`: `transport`, `force COLLECTIVE NAME|auto`, \
+             `algorithm COLLECTIVE BYTES` or `single-copy-calls`"
         ))),
     }
 }

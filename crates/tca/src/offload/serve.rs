@@ -72,6 +72,8 @@ pub(crate) trait Queues {
     fn answer(&self, d: Done);
     /// Whether the rank is asleep waiting for an answer.
     fn rank_waiting(&self) -> bool;
+    /// Sees the rank's communicator once it is made, before anything is served.
+    fn adopt(&self, _c: &Comm<'_>) {}
 }
 
 /// A progress thread's queues: channels of the rank's process.
@@ -127,6 +129,7 @@ pub(crate) fn serve(world: World, q: &impl Queues) -> Result<()> {
                 return Err(e);
             }
         };
+        q.adopt(&comm);
         q.answer(Done {
             id: 0,
             result: Ok(Status::send()),

@@ -12,8 +12,11 @@
 //!   as that rank and running the same serving loop as a progress thread
 //!   (`offload::serve`), with the rank's queues decoded from shared memory.
 //! - **Buffers** cannot be pointers into another process, so a rank's buffers come from
-//!   **arenas**: memory the proxy allocates on the rank's behalf through the queues (the
-//!   seed's command channel: [`Proxy::alloc`]) and both map. An operation names its buffers
+//!   **arenas**: segments of the rank's world that the proxy allocates on the rank's behalf
+//!   through the queues (the seed's command channel: [`Proxy::alloc`]) and both map (the rank
+//!   their data only, not the segment's header). They are registered as buffers of the rank's
+//!   communicator, as [`crate::Comm::buffer`]'s are, so its large collectives read them in
+//!   place (one copy per byte). An operation names its buffers
 //!   as places in the rank's arenas ([`entry::Place`]); the proxy checks every place against
 //!   its own record of the arenas before it touches a byte, and refuses an operation whose
 //!   send and receive buffers overlap. That no two operations in flight share a buffer one of
@@ -49,7 +52,7 @@ use crate::coll::Element;
 use crate::env;
 use crate::error::{Error, ErrorKind, Result};
 use crate::transport::shm::mapping::Mapping;
-use crate::transport::shm::memfd;
+use crate::transport::shm::{HEADER_BYTES, memfd};
 use entry::{Answer, CQ_ENTRY, Kind, Place};
 
 /// How long a rank or a serving thread sleeps on its queue before looking whether the other
@@ -261,10 +264,11 @@ pub(super) fn alloc<T: Element>(proxy: &Proxy, n: usize) -> Result<ProxyBuf<'_, 
     // The answer: the arena's number, and the proxy's descriptor of it.
     let st = proxy.wait_for(id)?;
     let arena = st.source;
+    // A segment of the rank's world in the proxy: its data, past the segment's header.
     let mapped = u32::try_from(st.tag)
         .map_err(|_| Error::new(ErrorKind::Transport, "the node proxy sent no descriptor"))
         .and_then(|fd| memfd::open_peer(c.proxy_pid, fd))
-        .and_then(|f| Mapping::map(&f, bytes));
+        .and_then(|f| Mapping::map_from(&f, HEADER_BYTES, bytes));
     let map = match mapped {
         Ok(m) => m,
         Err(e) => {

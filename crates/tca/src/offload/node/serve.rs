@@ -12,9 +12,9 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
-use std::os::fd::{AsRawFd, OwnedFd};
 use std::ptr::NonNull;
 use std::sync::mpsc::TryRecvError;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use super::super::NAP;
@@ -24,13 +24,14 @@ use super::channel::{Channel, Queue, Ring};
 use super::entry::{Answer, Builtin, END, Entry, Kind, NO_ARENA, Place, WQ_ENTRY, What, leave_of};
 use super::{SLICE, var_u32};
 use crate::bootstrap::{BoardSource, JobEnv};
+use crate::coll::Comm;
 use crate::coll::Element;
+use crate::coll::buffer::Registry;
 use crate::env;
 use crate::error::{Error, ErrorKind, Result};
+use crate::fabric::Segment;
 use crate::fabric::World;
 use crate::p2p::Status;
-use crate::transport::shm::mapping::Mapping;
-use crate::transport::shm::memfd;
 
 /// The body of the node proxy process that `tca run --offload` starts (`tca node-proxy`):
 /// joins the job as every rank of the node, one serving thread each, and serves the ranks'
@@ -145,7 +146,8 @@ struct Served<'a> {
     channel: &'a Channel,
     wq: Ring<'a>,
     cq: Ring<'a>,
-    arenas: RefCell<Arenas>,
+    /// Shared with the allocations the serving loop runs as commands (with the communicator).
+    arenas: Arc<Mutex<Arenas>>,
     /// Answers waiting for room in the completion queue (the proxy never waits for its rank).
     overflow: RefCell<VecDeque<Answer>>,
     /// The id of the rank's stop, once posted.
@@ -163,7 +165,7 @@ impl<'a> Served<'a> {
             channel,
             wq: channel.queue(rank, Queue::Work)?,
             cq: channel.queue(rank, Queue::Completion)?,
-            arenas: RefCell::new(Arenas::default()),
+            arenas: Arc::default(),
             overflow: RefCell::new(VecDeque::new()),
             stop: Cell::new(None),
             looked: Cell::new(Instant::now()),
@@ -252,17 +254,12 @@ impl<'a> Served<'a> {
                     return Some(Work::Stop(leave_of(e.what)));
                 }
                 Some(Kind::Alloc) => {
-                    let r = self.arenas.borrow_mut().alloc(self.rank, e.send.len);
-                    let mut a = Answer::of(
+                    // A segment of the rank's world, so it needs the communicator: a command.
+                    let (arenas, len) = (self.arenas.clone(), e.send.len);
+                    return Some(Work::Run(
                         e.id,
-                        &r.as_ref().map(|_| Status::send()).map_err(Clone::clone),
-                    );
-                    if let Ok((arena, fd)) = r {
-                        // The arena's number and descriptor, as the answer's status.
-                        a.source = arena;
-                        a.tag = i32::try_from(fd).unwrap_or(-1);
-                    }
-                    self.reply(a);
+                        Box::new(move |c| locked(&arenas).alloc(c, len)),
+                    ));
                 }
                 Some(Kind::Control) => match self.control_of(&e) {
                     Ok(f) => return Some(Work::Run(e.id, f)),
@@ -272,7 +269,7 @@ impl<'a> Served<'a> {
                     }),
                 },
                 Some(Kind::Free) => {
-                    let r = self.arenas.borrow_mut().free(e.send.arena());
+                    let r = locked(&self.arenas).free(e.send.arena());
                     self.answer(Done {
                         id: e.id,
                         result: r.map(|()| Status::send()),
@@ -291,7 +288,7 @@ impl<'a> Served<'a> {
 
     /// The control request `e` carries, run with the rank's communicator between polls.
     fn control_of(&self, e: &Entry) -> Result<Command> {
-        let arenas = self.arenas.borrow();
+        let arenas = locked(&self.arenas);
         disjoint(e.send, e.recv)?;
         let request = arenas.lend::<u8>(e.send)?;
         let reply = arenas.lend_mut::<u8>(e.recv)?;
@@ -317,7 +314,7 @@ impl<'a> Served<'a> {
                 format!("the node proxy got an operation of unknown code {}", e.what),
             )
         })?;
-        let arenas = self.arenas.borrow();
+        let arenas = locked(&self.arenas);
         macro_rules! typed {
             ($($t:ty),*) => {$(
                 if e.dtype == <$t as Element>::CODE {
@@ -376,7 +373,7 @@ fn typed<T: Builtin>(what: What, e: &Entry, arenas: &Arenas) -> Result<Start> {
 impl Queues for Served<'_> {
     fn next(&self) -> Option<Work> {
         // Nothing in flight: what the rank freed meanwhile can go now.
-        self.arenas.borrow_mut().retired.clear();
+        locked(&self.arenas).retired.clear();
         loop {
             self.flush();
             if let Some(w) = self.take() {
@@ -414,30 +411,47 @@ impl Queues for Served<'_> {
     fn rank_waiting(&self) -> bool {
         self.channel.waiting(self.rank)
     }
+
+    fn adopt(&self, c: &Comm<'_>) {
+        // Every member's communicator offers buffers before it serves anything, so all take
+        // the same branch of each large collective: the arenas are read in place.
+        locked(&self.arenas).registry = Some(c.offer_buffers());
+    }
+}
+
+/// One arena: a segment of the rank's world, and where its data lies in this process.
+struct Arena {
+    seg: Segment,
+    addr: usize,
 }
 
 /// A rank's arenas, as the proxy maps them.
 #[derive(Default)]
 struct Arenas {
-    live: Vec<Option<(OwnedFd, Mapping)>>,
+    live: Vec<Option<Arena>>,
     /// Freed by the rank while operations were in flight: unmapped once none is (an
     /// operation that named it then could not outlive its memory).
-    retired: Vec<Mapping>,
+    retired: Vec<Arena>,
+    /// The rank's communicator's buffers, where the arenas are registered.
+    registry: Option<Registry>,
+}
+
+/// The arenas, whoever holds them (the serving thread only: the lock is never contended).
+fn locked(a: &Mutex<Arenas>) -> std::sync::MutexGuard<'_, Arenas> {
+    a.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl Arenas {
-    /// A new arena of `len` bytes for `rank`: its number and this process's descriptor.
-    fn alloc(&mut self, rank: u32, len: u64) -> Result<(u32, u32)> {
+    /// A new arena of `len` bytes: a segment of the rank's world, registered as a buffer of
+    /// its communicator (so large collectives read it in place). Answered with its number (in
+    /// `source`) and this process's descriptor of it (in `tag`).
+    fn alloc(&mut self, c: &Comm<'_>, len: u64) -> Result<Status> {
         let bytes = usize::try_from(len).map_err(|_| {
             Error::new(
                 ErrorKind::InvalidArgument,
                 format!("an arena of {len} bytes does not fit this machine"),
             )
         })?;
-        let fd = memfd::create(&format!("arena-{rank}"), bytes)?;
-        let map = Mapping::map(&fd, bytes)?;
-        let raw = u32::try_from(fd.as_raw_fd())
-            .map_err(|_| Error::new(ErrorKind::Transport, "negative descriptor"))?;
         let slot = match self.live.iter().position(Option::is_none) {
             Some(i) => i,
             None if self.live.len() < NO_ARENA as usize => {
@@ -447,21 +461,38 @@ impl Arenas {
             None => {
                 return Err(Error::new(
                     ErrorKind::InvalidArgument,
-                    format!("rank {rank} holds {NO_ARENA} arenas already: free some first"),
+                    format!(
+                        "rank {} holds {NO_ARENA} arenas already: free some first",
+                        c.world_ref().rank()
+                    ),
                 ));
             }
         };
-        self.live[slot] = Some((fd, map));
-        Ok((crate::cast::rank_u32(slot), raw))
+        let seg = c.world_ref().alloc(bytes)?;
+        let addr = seg.region.data_ptr().0 as usize;
+        let fd = i32::try_from(seg.handle().segment())
+            .map_err(|_| Error::new(ErrorKind::Transport, "descriptor out of range"))?;
+        if let Some(r) = &self.registry {
+            r.adopt(&seg, addr);
+        }
+        self.live[slot] = Some(Arena { seg, addr });
+        Ok(Status {
+            source: crate::cast::rank_u32(slot),
+            tag: fd,
+            bytes: 0,
+        })
     }
 
     fn free(&mut self, arena: u32) -> Result<()> {
-        let slot = self
+        let a = self
             .live
             .get_mut(arena as usize)
             .and_then(Option::take)
             .ok_or_else(|| no_arena(arena))?;
-        self.retired.push(slot.1);
+        if let Some(r) = &self.registry {
+            r.remove(a.addr);
+        }
+        self.retired.push(a);
         Ok(())
     }
 
@@ -473,13 +504,13 @@ impl Arenas {
             return Ok(NonNull::slice_from_raw_parts(NonNull::dangling(), 0));
         }
         let (arena, off) = (p.arena(), p.off());
-        let map = match self.live.get(arena as usize) {
-            Some(Some((_, m))) => m,
+        let a = match self.live.get(arena as usize) {
+            Some(Some(a)) => a,
             _ => return Err(no_arena(arena)),
         };
         let fits = off
             .checked_add(p.len)
-            .is_some_and(|end| end <= map.len() as u64);
+            .is_some_and(|end| end <= a.seg.len() as u64);
         let at = usize::try_from(off).unwrap_or(usize::MAX);
         if !fits || at % std::mem::align_of::<T>() != 0 || p.len % size as u64 != 0 {
             return Err(Error::new(
@@ -488,12 +519,12 @@ impl Arenas {
                     "{} bytes at {off} of arena {arena} (of {} bytes) are not whole elements \
                      inside it",
                     p.len,
-                    map.len()
+                    a.seg.len()
                 ),
             ));
         }
         let n = usize::try_from(p.len).unwrap_or(usize::MAX) / size;
-        let start = NonNull::new(map.as_ptr().wrapping_add(at).cast::<T>())
+        let start = NonNull::new((a.addr as *mut u8).wrapping_add(at).cast::<T>())
             .ok_or_else(|| no_arena(arena))?;
         Ok(NonNull::slice_from_raw_parts(start, n))
     }

@@ -42,6 +42,19 @@ impl Mapping {
     /// otherwise whoever holds a descriptor could truncate it and turn our next access into
     /// `SIGBUS`. Every memory object tca maps is a sealed memfd ([`super::memfd::create`]).
     pub fn map(fd: impl AsFd, len: usize) -> Result<Self> {
+        Self::map_from(fd, 0, len)
+    }
+
+    /// Maps `len` bytes of the memfd `fd` from byte `off` (a multiple of the page size),
+    /// shared and read-write, checked as [`Mapping::map`] checks: the part of a segment past
+    /// its header (a node proxy's rank maps its arenas' data so).
+    pub fn map_from(fd: impl AsFd, off: usize, len: usize) -> Result<Self> {
+        let end = off.checked_add(len).ok_or_else(|| {
+            Error::new(
+                ErrorKind::Transport,
+                format!("{len} bytes at {off} overflow"),
+            )
+        })?;
         if len == 0 {
             return Err(Error::new(
                 ErrorKind::Transport,
@@ -62,14 +75,19 @@ impl Mapping {
             ));
         }
         let size = super::memfd::file_len(&fd)?;
-        if size < len {
+        if size < end {
             return Err(Error::new(
                 ErrorKind::Transport,
-                format!("cannot map {len} bytes of a {size}-byte shared memory object"),
+                if off == 0 {
+                    format!("cannot map {len} bytes of a {size}-byte shared memory object")
+                } else {
+                    format!("cannot map {len} bytes at {off} of a {size}-byte shared memory object")
+                },
             ));
         }
         // SAFETY: a fresh mapping at an address the kernel chooses (null hint) cannot alias any
-        // existing Rust object. The fd stays valid for the duration of the call.
+        // existing Rust object. The fd stays valid for the duration of the call; the kernel
+        // refuses an `off` that is not page-aligned.
         let ptr = unsafe {
             rustix::mm::mmap(
                 std::ptr::null_mut(),
@@ -77,10 +95,16 @@ impl Mapping {
                 ProtFlags::READ | ProtFlags::WRITE,
                 MapFlags::SHARED,
                 fd,
-                0,
+                off as u64,
             )
         }
-        .map_err(|e| Error::os(ErrorKind::Transport, format!("mmap of {len} bytes"), e))?;
+        .map_err(|e| {
+            Error::os(
+                ErrorKind::Transport,
+                format!("mmap of {len} bytes at {off}"),
+                e,
+            )
+        })?;
         let base = NonNull::new(ptr.cast::<u8>())
             .ok_or_else(|| Error::new(ErrorKind::Transport, "mmap returned null"))?;
         Ok(Self { base, len })
@@ -89,7 +113,6 @@ impl Mapping {
     /// The mapping's first byte as a raw pointer, for registering the memory with a network
     /// interface (which then writes into it as a peer process would). Making the pointer is
     /// safe; whoever dereferences it answers for the bounds.
-    #[cfg_attr(not(feature = "ofi"), allow(dead_code))]
     pub fn as_ptr(&self) -> *mut u8 {
         self.base.as_ptr()
     }
