@@ -121,6 +121,19 @@ pub fn alive(pid: u32) -> bool {
     stat_fields(pid).is_some_and(|f| f.first().is_some_and(|state| state != "Z"))
 }
 
+/// Whether process `pid` exists (a zombie does), asked without a descriptor (`kill(pid, 0)`):
+/// only "no such process" says no, so a process out of descriptors does not take a live
+/// peer for gone.
+pub fn exists(pid: u32) -> bool {
+    let Some(p) = i32::try_from(pid).ok().and_then(Pid::from_raw) else {
+        return false;
+    };
+    !matches!(
+        rustix::process::test_kill_process(p),
+        Err(rustix::io::Errno::SRCH)
+    )
+}
+
 /// Whether process `pid` has ended but not been reaped (its main thread a zombie; for a
 /// process with threads, the others may still be ending).
 pub fn zombie(pid: u32) -> bool {

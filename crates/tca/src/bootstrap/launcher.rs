@@ -327,15 +327,19 @@ impl Launch {
         let job = random_u64();
         let (board_fd, board) = NodeBoard::create(self.ranks, job, Some(std::process::id()))?;
 
-        let proxy = match &self.offload {
-            Some(cmd) => Some(self.start_proxy(cmd, &board_fd, job)?),
+        let (caught, hooks) = catch_signals()?;
+        // (Signals are caught from here: one that comes while the proxy starts stops the job
+        // as any other.)
+        let proxy = match self
+            .offload
+            .as_ref()
+            .map(|cmd| self.start_proxy(cmd, &board_fd, job))
+        {
             None => None,
-        };
-        let (caught, hooks) = match catch_signals() {
-            Ok(c) => c,
-            Err(e) => {
-                if let Some(p) = proxy {
-                    p.kill();
+            Some(Ok(p)) => Some(p),
+            Some(Err(e)) => {
+                for id in hooks {
+                    signal_hook::low_level::unregister(id);
                 }
                 return Err(e);
             }
@@ -484,11 +488,20 @@ impl Launch {
             } else {
                 Stdio::null()
             });
-        if let Some(p) = proxy {
-            // After the program's own environment: these are the launcher's to say.
-            cmd.env(env::PROGRESS, "proxy")
-                .env(env::PROXY_FD, p.channel_fd.as_raw_fd().to_string())
-                .env(env::PROXY_PID, p.proc.pid().to_string());
+        // After the program's own environment: these are the launcher's to say (and a job
+        // started inside an offloaded rank is not offloaded unless it asks).
+        match proxy {
+            Some(p) => {
+                cmd.env(env::PROGRESS, "proxy")
+                    .env(env::PROXY_FD, p.channel_fd.as_raw_fd().to_string())
+                    .env(env::PROXY_PID, p.proc.pid().to_string());
+            }
+            None => {
+                cmd.env_remove(env::PROXY_FD).env_remove(env::PROXY_PID);
+                if std::env::var(env::PROGRESS).is_ok_and(|v| v.trim() == "proxy") {
+                    cmd.env_remove(env::PROGRESS);
+                }
+            }
         }
         // Each rank leads its own process group, so stopping a rank also stops whatever it
         // started (a shell's children, helper processes). Exception: rank 0 reading a terminal
@@ -830,6 +843,8 @@ impl Launch {
             .env(env::BOARD_FD, board_fd.as_raw_fd().to_string())
             .env(env::LAUNCHER_PID, std::process::id().to_string())
             .env(env::PROXY_FD, channel_fd.as_raw_fd().to_string())
+            .env_remove(env::PROXY_PID)
+            .env_remove(env::PROGRESS)
             .stdin(Stdio::null())
             .process_group(0);
         let child = c.spawn().map_err(|e| {

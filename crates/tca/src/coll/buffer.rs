@@ -50,7 +50,7 @@ struct Entry {
 
 /// The live buffers of one communicator: looked up by address when a large collective
 /// starts and when a rendezvous receive in hand is matched (`Comm::buffer` adds, [`Buffer`]'s
-/// drop removes). A mutex, taken once per such call, because a buffer may be dropped on
+/// drop removes; the node proxy adds and removes its ranks' arenas, `offload::node`). A mutex, taken once per such call, because a buffer may be dropped on
 /// another thread than its communicator's.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct Registry(Arc<Mutex<Vec<Entry>>>);

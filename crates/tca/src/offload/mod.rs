@@ -329,7 +329,8 @@ impl Proxy {
 
     /// Runs a control request on the proxy with this rank's communicator and returns the
     /// reply ([`control`]: `transport`, `force COLLECTIVE NAME|auto`, `algorithm COLLECTIVE
-    /// BYTES`). Like a blocking call, it waits for the answer.
+    /// BYTES`, `single-copy-calls`). Like a blocking call, it waits for the answer. As with
+    /// [`Comm::force`], every rank forces the same algorithm.
     pub fn control(&self, request: &str) -> Result<String> {
         match &self.link {
             Link::Thread { .. } => self.scope(|s| s.run(|c| control::run(c, request))),

@@ -248,13 +248,13 @@ mod tests {
         let mut e = [0u8; WQ_ENTRY];
         for round in 0..3u8 {
             for i in 0..QUEUE_DEPTH {
-                e[0] = i as u8 ^ round;
+                e[0] = i.to_le_bytes()[0] ^ round;
                 assert!(wq.push(&e).unwrap());
             }
             assert!(!wq.push(&e).unwrap(), "a full queue refuses");
             for i in 0..QUEUE_DEPTH {
                 assert!(wq.pop(&mut e).unwrap());
-                assert_eq!(e[0], i as u8 ^ round);
+                assert_eq!(e[0], i.to_le_bytes()[0] ^ round);
             }
             assert!(!wq.pop(&mut e).unwrap());
         }

@@ -115,10 +115,15 @@ impl Client {
         }
         let channel = Channel::open(launcher, fd, size)?;
         let proxy = crate::process::Proc::open(proxy_pid).map_err(|e| {
-            Error::new(
-                ErrorKind::PeerDied,
-                format!("the node proxy (pid {proxy_pid}) is gone: {}", e.message()),
-            )
+            let why = if crate::process::exists(proxy_pid) {
+                format!(
+                    "cannot watch the node proxy (pid {proxy_pid}): {}",
+                    e.message()
+                )
+            } else {
+                format!("the node proxy (pid {proxy_pid}) is gone")
+            };
+            Error::new(ErrorKind::PeerDied, why)
         })?;
         channel.claim(rank, std::process::id())?;
         Ok((

@@ -7,7 +7,10 @@
 //! in flight; the rank's library posts only places its scope borrows for the operation
 //! (shared or exclusive, as the operation reads or writes them) and waits for the answer
 //! before the borrow ends, so nothing else in the rank touches them meanwhile; and an
-//! operation whose send and receive places overlap is refused.
+//! operation whose send and receive places overlap is refused. The `Lent`/`LentMut` made
+//! here is the owner's borrow for the operation; peers (other serving threads of this process,
+//! or other processes) read or write an arena in place only inside such an operation, as for
+//! any buffer of a communicator (`coll::buffer`, "Why the views are sound").
 #![allow(unsafe_code)]
 
 use std::cell::{Cell, RefCell};
@@ -156,6 +159,8 @@ struct Served<'a> {
     looked: Cell<Instant>,
     /// The rank's process, watched through its pidfd once the launcher has written its pid.
     proc: RefCell<Option<crate::process::Proc>>,
+    /// How long an idle thread sleeps while it holds answers the rank has not made room for.
+    held_nap: Cell<Duration>,
 }
 
 impl<'a> Served<'a> {
@@ -170,6 +175,7 @@ impl<'a> Served<'a> {
             stop: Cell::new(None),
             looked: Cell::new(Instant::now()),
             proc: RefCell::new(None),
+            held_nap: Cell::new(NAP),
         })
     }
 
@@ -181,7 +187,9 @@ impl<'a> Served<'a> {
                 Ok(0) => return true,
                 Ok(pid) => match crate::process::Proc::open(pid) {
                     Ok(p) => *proc = Some(p),
-                    Err(_) => return false,
+                    // No pidfd (descriptors short, say): asked without one, and the pidfd
+                    // tried again next time.
+                    Err(_) => return crate::process::exists(pid),
                 },
                 Err(_) => return false,
             }
@@ -383,9 +391,17 @@ impl Queues for Served<'_> {
                 return None;
             }
             // Answers held for room in the completion queue: look again soon (the rank's
-            // takes ring no bell here).
+            // takes ring no bell here), less often the longer the rank takes none.
             let held = !self.overflow.borrow().is_empty();
-            self.wq.sleep(if held { NAP } else { SLICE });
+            let nap = if held { self.held_nap.get() } else { SLICE };
+            self.wq.sleep(nap);
+            let before = self.overflow.borrow().len();
+            self.flush();
+            self.held_nap.set(if self.overflow.borrow().len() < before {
+                NAP
+            } else {
+                (nap * 2).min(SLICE)
+            });
         }
     }
 

@@ -99,11 +99,13 @@ impl Mapping {
             )
         }
         .map_err(|e| {
-            Error::os(
-                ErrorKind::Transport,
-                format!("mmap of {len} bytes at {off}"),
-                e,
-            )
+            let why = if off == 0 {
+                format!("mmap of {len} bytes")
+            } else {
+                // The one way a valid descriptor fails here that its caller can mend.
+                format!("mmap of {len} bytes at {off} (a multiple of the page size?)")
+            };
+            Error::os(ErrorKind::Transport, why, e)
         })?;
         let base = NonNull::new(ptr.cast::<u8>())
             .ok_or_else(|| Error::new(ErrorKind::Transport, "mmap returned null"))?;
