@@ -4,9 +4,10 @@
 //! makes it sound: the mapping is this buffer's own (made for it, unmapped only when it
 //! drops), its length is the slice's, its address is page-aligned (so aligned for every
 //! element type), memfd memory starts zeroed (a valid value of every `Element`, which are
-//! plain old data), and the proxy process touches it only while an operation posted in a
-//! scope runs, for which the scope borrows the buffer (shared or exclusive, as the operation
-//! reads or writes it) and waits for the proxy's answer before it ends.
+//! plain old data), and the proxy process (or a peer reading or writing it in place, as a
+//! communicator's buffer) touches it only while an operation posted in a scope runs, for which
+//! the scope borrows the buffer (shared or exclusive, as the operation reads or writes it) and
+//! waits for the proxy's answer before it ends.
 #![allow(unsafe_code)]
 
 use std::ops::{Deref, DerefMut};

@@ -28,10 +28,13 @@
 //!
 //! # Faults
 //! The launcher writes each rank's pid into its slot; a serving thread whose rank is gone
-//! leaves the job for it (dropped; the launcher has already aborted the job if the rank
-//! failed, so its peers' waits fail naming it). A rank waiting for its proxy looks at the
-//! proxy's pid at every sleep slice; a proxy that died fails every pending operation with an
-//! error naming it, and the launcher stops the job.
+//! cancels the rank's sends and receives and leaves the job for it (dropped; the launcher has
+//! already aborted the job if the rank failed, so its peers' waits fail naming it). A serving
+//! thread that ends for any reason (stopped, or an error of its own such as `TCA_TIMEOUT`)
+//! sends a last answer ([`END`]) that fails whatever its rank still waits for, with that
+//! reason. A rank waiting for its proxy looks at the proxy's pidfd at every sleep slice; a
+//! proxy that died fails every pending operation with an error naming it, and the launcher
+//! stops the job. Each slot is claimed by one connection: a second is refused.
 
 mod buf;
 mod channel;
