@@ -100,26 +100,37 @@ where
         return vec![Err(Error::new(ErrorKind::Transport, "negative descriptor"))];
     };
     let (f, setup) = (&f, &setup);
+    on_rank_threads(n, "tca-rank", |rank| {
+        let joined = open_inherited(std::process::id(), raw).and_then(|fd| {
+            World::join(JobEnv {
+                rank,
+                size: n,
+                job,
+                board: BoardSource::Fd(fd),
+                source: "threads",
+                boot_deadline: std::time::Instant::now() + std::time::Duration::from_secs(60),
+                kv: None,
+            })
+        });
+        f(setup(rank, joined)?)
+    })
+}
+
+/// `f(rank)` on a thread of its own for each rank `0..n` (named `{name}-{rank}`), every result
+/// indexed by rank; a thread that cannot start, or panics, is an error naming its rank. The
+/// one loop of rank threads (thread mode, the node proxy's serving threads).
+pub(crate) fn on_rank_threads<T: Send>(
+    n: u32,
+    name: &str,
+    f: impl Fn(u32) -> Result<T> + Sync,
+) -> Vec<Result<T>> {
+    let f = &f;
     std::thread::scope(|s| {
         let handles: Vec<_> = (0..n)
             .map(|rank| {
                 std::thread::Builder::new()
-                    .name(format!("tca-rank-{rank}"))
-                    .spawn_scoped(s, move || -> Result<T> {
-                        let joined = open_inherited(std::process::id(), raw).and_then(|fd| {
-                            World::join(JobEnv {
-                                rank,
-                                size: n,
-                                job,
-                                board: BoardSource::Fd(fd),
-                                source: "threads",
-                                boot_deadline: std::time::Instant::now()
-                                    + std::time::Duration::from_secs(60),
-                                kv: None,
-                            })
-                        });
-                        f(setup(rank, joined)?)
-                    })
+                    .name(format!("{name}-{rank}"))
+                    .spawn_scoped(s, move || f(rank))
             })
             .collect();
         handles

@@ -138,6 +138,19 @@ impl Segment {
         self.region.handle.len()
     }
 
+    /// How another process of this node reaches this local segment's data: the descriptor
+    /// this process holds it by (opened through `/proc`, `transport::NodeMemory::
+    /// open_segment_data`), and where the data lies in this process.
+    pub(crate) fn node_view(&self) -> Result<(u32, usize)> {
+        let fd = self.region.descriptor().ok_or_else(|| {
+            Error::new(
+                ErrorKind::InvalidArgument,
+                "a peer's segment has no descriptor here to share",
+            )
+        })?;
+        Ok((fd, self.region.data_ptr().0 as usize))
+    }
+
     /// Whether the segment has no bytes.
     pub fn is_empty(&self) -> bool {
         self.len() == 0

@@ -42,6 +42,7 @@
 
 #[cfg(test)]
 pub(crate) mod model;
+mod node_memory;
 /// How a put's bytes leave this rank for another's segment: the seed's data modes on a
 /// network (`am::Mode` names them for users).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -120,6 +121,9 @@ pub use sim::network::fuzz_network;
 pub use sim::network::{BUILT_IN, ComputeRates, Dma, Link, Pio, Software, Topology};
 pub use sim::{Compute, Network, Stats};
 
+/// Memory the processes of a node share outside any world, and its doorbells (the node
+/// proxy's channel and arenas).
+pub(crate) use node_memory::{NodeMemory, sleep_on, wake_all};
 /// The node's transport (shared memory); it also applies, with every check, what network
 /// peers ask of this rank's memory.
 pub(crate) use shm::Shm;

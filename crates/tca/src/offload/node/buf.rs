@@ -14,7 +14,7 @@ use std::ops::{Deref, DerefMut};
 
 use super::super::Proxy;
 use crate::coll::Element;
-use crate::transport::shm::mapping::Mapping;
+use crate::transport::NodeMemory;
 
 /// A buffer of `T` for operations posted to a [`Proxy`] ([`Proxy::alloc`]): memory the node
 /// proxy process maps too, or ordinary memory for a progress thread. Derefs to `[T]`; zeroed
@@ -26,7 +26,11 @@ pub struct ProxyBuf<'p, T: Element> {
 
 enum Held<T> {
     Heap(Box<[T]>),
-    Arena { arena: u32, map: Mapping, n: usize },
+    Arena {
+        arena: u32,
+        map: NodeMemory,
+        n: usize,
+    },
 }
 
 impl<'p, T: Element> ProxyBuf<'p, T> {
@@ -38,7 +42,7 @@ impl<'p, T: Element> ProxyBuf<'p, T> {
     }
 
     /// `n` elements at the start of `map`, arena `arena` of the node proxy.
-    pub(super) fn arena(proxy: &'p Proxy, arena: u32, map: Mapping, n: usize) -> Self {
+    pub(super) fn arena(proxy: &'p Proxy, arena: u32, map: NodeMemory, n: usize) -> Self {
         debug_assert!(map.len() >= n * std::mem::size_of::<T>());
         Self {
             proxy,

@@ -37,9 +37,7 @@ use std::time::Duration;
 use super::entry::{CQ_ENTRY, WQ_ENTRY};
 use crate::error::{Error, ErrorKind, Result};
 use crate::offload::QUEUE_DEPTH;
-use crate::transport::shm::mapping::Mapping;
-use crate::transport::shm::memfd;
-use crate::transport::shm::wait::Word;
+use crate::transport::{NodeMemory, sleep_on, wake_all};
 
 const RANK_PID: usize = 0;
 const OWNER: usize = 8;
@@ -57,7 +55,7 @@ const SLOT: usize = CQ_BASE + QUEUE_DEPTH * CQ_ENTRY;
 /// The channel of a node's ranks and their proxy.
 #[derive(Debug)]
 pub(crate) struct Channel {
-    map: Mapping,
+    map: NodeMemory,
     /// Ranks it has a slot for.
     ranks: u32,
 }
@@ -74,22 +72,18 @@ pub(crate) enum Queue {
 impl Channel {
     /// A new channel for `ranks` ranks, and its descriptor (for the launcher's children).
     pub(crate) fn create(ranks: u32) -> Result<(OwnedFd, Self)> {
-        let bytes = Self::bytes(ranks)?;
-        let fd = memfd::create("proxy-channel", bytes)?;
-        let map = Mapping::map(&fd, bytes)?;
+        let (fd, map) = NodeMemory::create("proxy-channel", Self::bytes(ranks)?)?;
         Ok((fd, Self { map, ranks }))
     }
 
     /// The channel for `ranks` ranks made by the launcher `pid` as its descriptor `fd`.
     pub(crate) fn open(pid: u32, fd: u32, ranks: u32) -> Result<Self> {
-        let bytes = Self::bytes(ranks)?;
-        let fd = memfd::open_peer(pid, fd).map_err(|e| {
+        let map = NodeMemory::open(pid, fd, Self::bytes(ranks)?).map_err(|e| {
             Error::new(
                 ErrorKind::Bootstrap,
                 format!("cannot open the node proxy's channel: {}", e.message()),
             )
         })?;
-        let map = Mapping::map(&fd, bytes)?;
         Ok(Self { map, ranks })
     }
 
@@ -116,7 +110,7 @@ impl Channel {
             ));
         }
         self.map
-            .atomic_u64(rank as usize * SLOT + off)
+            .word(rank as usize * SLOT + off)
             .ok_or_else(|| Error::new(ErrorKind::Transport, "proxy channel word out of range"))
     }
 
@@ -185,7 +179,7 @@ impl Channel {
 /// One queue of a slot (see the module docs).
 #[derive(Debug)]
 pub(crate) struct Ring<'a> {
-    map: &'a Mapping,
+    map: &'a NodeMemory,
     tail: &'a AtomicU64,
     head: &'a AtomicU64,
     sleeping: &'a AtomicU64,
@@ -208,7 +202,7 @@ impl Ring<'_> {
         self.map.write(self.at(t), &e[..self.entry.min(e.len())])?;
         self.tail.store(t + 1, Ordering::SeqCst);
         if self.sleeping.load(Ordering::SeqCst) != 0 {
-            Word::wake(self.tail);
+            wake_all(self.tail);
         }
         Ok(true)
     }
@@ -231,7 +225,7 @@ impl Ring<'_> {
         let t = self.tail.load(Ordering::SeqCst);
         if t == self.head.load(Ordering::Relaxed) {
             // A sleep on the low half that refuses to start once it moved (the fabric's).
-            let _ = Word::sleep(self.tail, crate::cast::low_u32(t), slice);
+            sleep_on(self.tail, crate::cast::low_u32(t), slice);
         }
         self.sleeping.store(0, Ordering::Relaxed);
     }

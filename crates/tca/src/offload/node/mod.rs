@@ -54,8 +54,7 @@ use super::{Link, Msg, Proxy};
 use crate::coll::Element;
 use crate::env;
 use crate::error::{Error, ErrorKind, Result};
-use crate::transport::shm::mapping::Mapping;
-use crate::transport::shm::{HEADER_BYTES, memfd};
+use crate::transport::NodeMemory;
 use entry::{Answer, CQ_ENTRY, Kind, Place};
 
 /// How long a rank or a serving thread sleeps on its queue before looking whether the other
@@ -272,11 +271,10 @@ pub(super) fn alloc<T: Element>(proxy: &Proxy, n: usize) -> Result<ProxyBuf<'_, 
     // The answer: the arena's number, and the proxy's descriptor of it.
     let st = proxy.wait_for(id)?;
     let arena = st.source;
-    // A segment of the rank's world in the proxy: its data, past the segment's header.
+    // A segment of the rank's world in the proxy: its data.
     let mapped = u32::try_from(st.tag)
         .map_err(|_| Error::new(ErrorKind::Transport, "the node proxy sent no descriptor"))
-        .and_then(|fd| memfd::open_peer(c.proxy_pid, fd))
-        .and_then(|f| Mapping::map_from(&f, HEADER_BYTES, bytes));
+        .and_then(|fd| NodeMemory::open_segment_data(c.proxy_pid, fd, bytes));
     let map = match mapped {
         Ok(m) => m,
         Err(e) => {

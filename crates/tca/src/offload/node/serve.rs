@@ -60,30 +60,8 @@ pub fn serve_node() -> Result<()> {
     // Every rank's arenas are descriptors of this one process.
     raise_descriptor_limit();
     let channel = &channel;
-    let all: Vec<Result<()>> = std::thread::scope(|s| {
-        let threads: Vec<_> = (0..size)
-            .map(|rank| {
-                std::thread::Builder::new()
-                    .name(format!("tca-node-proxy-{rank}"))
-                    .spawn_scoped(s, move || {
-                        serve_rank(channel, rank, size, job, (launcher, board), boot)
-                    })
-            })
-            .collect();
-        threads
-            .into_iter()
-            .enumerate()
-            .map(|(rank, t)| match t {
-                Err(e) => Err(Error::os(
-                    ErrorKind::Launch,
-                    format!("starting the node proxy's thread for rank {rank}"),
-                    e,
-                )),
-                Ok(t) => t
-                    .join()
-                    .unwrap_or_else(|p| Err(served::panicked(crate::cast::rank_u32(rank), &*p))),
-            })
-            .collect()
+    let all = crate::threads::on_rank_threads(size, "tca-node-proxy", |rank| {
+        serve_rank(channel, rank, size, job, (launcher, board), boot)
     });
     crate::threads::root_error(all).map(drop)
 }
@@ -485,8 +463,8 @@ impl Arenas {
             }
         };
         let seg = c.world_ref().alloc(bytes)?;
-        let addr = seg.region.data_ptr().0 as usize;
-        let fd = i32::try_from(seg.handle().segment())
+        let (fd, addr) = seg.node_view()?;
+        let fd = i32::try_from(fd)
             .map_err(|_| Error::new(ErrorKind::Transport, "descriptor out of range"))?;
         if let Some(r) = &self.registry {
             r.adopt(&seg, addr);
@@ -583,4 +561,23 @@ fn no_arena(arena: u32) -> Error {
         ErrorKind::InvalidHandle,
         format!("the rank has no arena {arena} at its node proxy"),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overlapping_send_and_receive_places_are_refused() {
+        let p = |arena, off, len| Place::new(arena, off, len).unwrap();
+        assert!(disjoint(p(0, 0, 64), p(0, 64, 64)).is_ok());
+        assert!(disjoint(p(0, 0, 64), p(1, 0, 64)).is_ok());
+        assert!(
+            disjoint(p(0, 0, 64), p(0, 32, 0)).is_ok(),
+            "an empty place overlaps nothing"
+        );
+        assert!(disjoint(Place::EMPTY, p(0, 0, 8)).is_ok());
+        assert!(disjoint(p(0, 0, 65), p(0, 64, 64)).is_err());
+        assert!(disjoint(p(2, 100, 8), p(2, 96, 8)).is_err());
+    }
 }

@@ -180,9 +180,15 @@ impl Region {
         })
     }
 
+    /// The descriptor this process holds the segment by, for a local one.
+    pub(crate) fn descriptor(&self) -> Option<u32> {
+        self._fd
+            .as_ref()
+            .and_then(|f| u32::try_from(std::os::fd::AsRawFd::as_raw_fd(f)).ok())
+    }
+
     /// Where the data area starts in this process and how long it is: what a network
     /// transport registers with its NIC. (Making the pointer is safe; using it is not.)
-    #[cfg_attr(not(feature = "ofi"), allow(dead_code))]
     pub(crate) fn data_ptr(&self) -> (*mut u8, usize) {
         (
             self.map.as_ptr().wrapping_add(HEADER_BYTES),
