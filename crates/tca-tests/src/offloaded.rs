@@ -1,10 +1,11 @@
 //! Scenarios of ranks served by a node proxy (`tca run --offload`, `RANKPROG_OFFLOAD=1`):
-//! the rank has no world; it posts to its proxy and checks what comes back.
+//! the rank has no world; it posts to its proxy and checks what comes back. Without
+//! `--offload` the same scenarios run through a progress thread ([`Proxy::from_env`]).
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use tca::offload::Proxy;
+use tca::offload::{Proxy, ProxyComm};
 use tca::{ErrorKind, Op, Result};
 
 /// Runs `scenario` if it is one of these (`None`: it is not).
@@ -16,9 +17,10 @@ pub fn run(scenario: &str, args: &[String]) -> Option<ExitCode> {
         "offload-exit" => exit,
         "offload-kill-proxy" => kill_proxy,
         "offload-stuck" => stuck,
+        "offload-split" => split,
         _ => return None,
     };
-    let proxy = match Proxy::connect() {
+    let proxy = match Proxy::from_env() {
         Ok(p) => p,
         Err(e) => return Some(super::report(e)),
     };
@@ -431,4 +433,107 @@ fn stuck(proxy: &Proxy, _args: &[String]) -> Result<bool> {
     proxy.scope(|s| s.iallreduce(&mine, &mut sum, &Op::Sum)?.wait().map(drop))?;
     eprintln!("rank {}: the allreduce completed", proxy.rank());
     Ok(false)
+}
+
+/// Communicators the proxy makes on the rank's behalf: split by parity (reversed by key),
+/// with collectives and messages on the part and on the world outstanding at once; a split
+/// of the part with a rank taking no part; a split while an operation is in flight refused;
+/// `rounds` communicators made and dropped in turn (their indices reused).
+fn split(proxy: &Proxy, args: &[String]) -> Result<bool> {
+    let (me, p) = (proxy.rank(), proxy.size());
+    let mut ok = true;
+    let Some(half) = proxy.split(Some(me % 2), -i64::from(me))? else {
+        return Ok(check(false, "a split with a color gave no communicator", me));
+    };
+    // Same parity, highest world rank first.
+    let members: Vec<u32> = (0..p).rev().filter(|r| r % 2 == me % 2).collect();
+    let at = members.iter().position(|&r| r == me).unwrap_or(usize::MAX);
+    ok &= check(
+        half.rank() as usize == at && half.size() as usize == members.len(),
+        "split's rank and size",
+        me,
+    );
+    let (hr, hp) = (half.rank(), half.size());
+    let mut mine = proxy.alloc::<u64>(300)?;
+    let mut sum = proxy.alloc::<u64>(300)?;
+    let mut world = proxy.alloc::<u64>(300)?;
+    let mut wsum = proxy.alloc::<u64>(300)?;
+    let mut root = proxy.alloc::<u32>(17)?;
+    let mut out = proxy.alloc::<u32>(5)?;
+    let mut back = proxy.alloc::<u32>(5)?;
+    mine.fill(u64::from(me) + 1);
+    world.fill(1 << me.min(40));
+    root.fill(if hr == 0 { me * 10 } else { 0 });
+    out.fill(me);
+    let (next, prev) = ((hr + 1) % hp, (hr + hp - 1) % hp);
+    proxy.scope(|w| {
+        half.scope(|s| {
+            let mut all = w.iallreduce(&world, &mut wsum, &Op::BitOr)?;
+            let mut t = vec![
+                s.iallreduce(&mine, &mut sum, &Op::Sum)?,
+                s.ibroadcast(&mut root, 0)?,
+                s.irecv(&mut back, prev, 3)?,
+                s.isend(&out, next, 3)?,
+            ];
+            all.wait()?;
+            for x in &mut t {
+                x.wait()?;
+            }
+            Ok(())
+        })
+    })?;
+    let psum: u64 = members.iter().map(|&r| u64::from(r) + 1).sum();
+    ok &= check(sum.iter().all(|&x| x == psum), "allreduce on the part", me);
+    let bits = (0..p).fold(0u64, |a, r| a | 1 << r.min(40));
+    ok &= check(wsum.iter().all(|&x| x == bits), "allreduce on the world", me);
+    ok &= check(
+        root.iter().all(|&x| x == members[0] * 10),
+        "broadcast on the part",
+        me,
+    );
+    ok &= check(
+        back.iter().all(|&x| x == members[prev as usize]),
+        "message on the part (ranks of the part)",
+        me,
+    );
+    ok &= check(
+        !half.control("transport")?.is_empty(),
+        "a control request on the part",
+        me,
+    );
+    // A split of the part: its rank 0 takes no part.
+    let rest = half.split((hr != 0).then_some(7), 0)?;
+    ok &= check(rest.is_some() == (hr != 0), "a split without a color", me);
+    if let Some(rest) = &rest {
+        ok &= check(rest.size() == hp - 1, "size without rank 0", me);
+        let mut x = proxy.alloc::<u32>(1)?;
+        x[0] = 1;
+        rest.scope(|s| s.iallreduce_in_place(&mut x, &Op::Sum)?.wait())?;
+        ok &= check(x[0] == hp - 1, "allreduce without rank 0", me);
+    }
+    drop(rest);
+    // A split with an operation in flight is refused, and the proxy serves on.
+    let mut lone = proxy.alloc::<u8>(1)?;
+    let refused = proxy.scope(|s| {
+        let _r = s.irecv(&mut lone, me, 99)?;
+        Ok(proxy.split(Some(0), 0).err())
+    })?;
+    ok &= check(
+        refused.is_some_and(|e| e.kind() == ErrorKind::InvalidArgument),
+        "a split with an operation in flight",
+        me,
+    );
+    // Made and dropped in turn: every round's communicator groups ranks by round.
+    for round in 0..arg(args, 1, 20) as u32 {
+        let k = round % 3 + 1;
+        let Some(c): Option<ProxyComm> = proxy.split(Some(me % k), i64::from(round))? else {
+            return Ok(check(false, "a split with a color gave no communicator", me));
+        };
+        let mut x = proxy.alloc::<u32>(3)?;
+        x.fill(me);
+        c.scope(|s| s.iallreduce_in_place(&mut x, &Op::Max)?.wait())?;
+        let top = (0..p).filter(|r| r % k == me % k).max().unwrap_or(0);
+        ok &= check(x.iter().all(|&v| v == top), "a made and dropped communicator", me);
+    }
+    Ok(ok)
 }

@@ -127,3 +127,21 @@ fn a_node_proxy_serves_one_node_only() {
     .unwrap_err();
     assert!(e.to_string().contains("--hosts"), "{e}");
 }
+
+#[test]
+fn communicators_made_by_the_proxy_at_1_to_6_ranks_node_and_thread() {
+    for n in 1..=6 {
+        let o = offloaded(n, &["offload-split", "12"]);
+        assert_eq!(o.status(), 0, "node proxy, {n} ranks: {o:?}");
+        // The same scenario through a progress thread of each rank.
+        let o = Launch {
+            ranks: n,
+            program: PROG.into(),
+            args: vec!["offload-split".into(), "12".into()],
+            ..Default::default()
+        }
+        .run()
+        .unwrap();
+        assert_eq!(o.status(), 0, "progress thread, {n} ranks: {o:?}");
+    }
+}

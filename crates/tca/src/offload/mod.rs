@@ -60,6 +60,7 @@
 //! operation, 3-4 us at 8 bytes against the caller's 0.2 us; a program that wants both keeps
 //! its world and uses a progress thread only while it computes ([`Comm::overlap`]).
 
+mod comm;
 pub mod control;
 pub(crate) mod node;
 mod overlap;
@@ -74,6 +75,7 @@ use std::sync::mpsc::{self, Receiver, SyncSender, TryRecvError, TrySendError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+pub use comm::ProxyComm;
 pub use node::{ProxyBuf, serve_node};
 pub use overlap::MAX_NAP;
 pub use scope::{ProxyScope, Ticket};
@@ -316,7 +318,17 @@ impl Proxy {
         &self,
         f: impl for<'p> FnOnce(&'p ProxyScope<'p, 's>) -> Result<R>,
     ) -> Result<R> {
-        scope::run(self, f)
+        scope::run(self, serve::WORLD, f)
+    }
+
+    /// Splits the job's ranks, as [`Comm::split`] (collective over every rank): ranks with
+    /// the same `color` get a communicator of the proxy, ordered by `key` then by rank;
+    /// `None` takes no part and gets `None`. The proxy makes the communicator on this rank's
+    /// behalf (the seed's command channel) and keeps it until the [`ProxyComm`] drops.
+    /// Refused while this rank has operations in flight (the proxy makes it with nothing in
+    /// flight, so a peer waiting for one of them would wait for ever).
+    pub fn split(&self, color: Option<u32>, key: i64) -> Result<Option<ProxyComm<'_>>> {
+        comm::split(self, serve::WORLD, color, key)
     }
 
     /// A buffer of `n` zeroed elements for operations posted to this proxy: memory that the
@@ -334,7 +346,7 @@ impl Proxy {
     pub fn control(&self, request: &str) -> Result<String> {
         match &self.link {
             Link::Thread { .. } => self.scope(|s| s.run(|c| control::run(c, request))),
-            Link::Node(_) => node::control(self, request),
+            Link::Node(_) => node::control(self, serve::WORLD, request),
         }
     }
 

@@ -15,7 +15,7 @@ use std::marker::PhantomData;
 use std::ptr::NonNull;
 
 use super::node::{self, ANY, Entry, What, op_code};
-use super::serve::{CANCELLED, Work};
+use super::serve::{CANCELLED, CommId, Work};
 use super::{Link, Msg, Proxy};
 use crate::coll::{Comm, Element, Op};
 use crate::error::{Error, ErrorKind, Result};
@@ -113,6 +113,8 @@ where
 /// and the communicator's two-sided calls; each returns a [`Ticket`] at once.
 pub struct ProxyScope<'p, 's> {
     proxy: &'p Proxy,
+    /// The communicator the operations run on.
+    comm: CommId,
     /// Operations posted in this scope.
     posted: RefCell<Vec<u64>>,
     /// Invariant in `'s`, as `std::thread::Scope`.
@@ -244,10 +246,12 @@ impl Drop for Finish<'_, '_> {
 /// [`Proxy::scope`].
 pub(super) fn run<'s, R>(
     proxy: &Proxy,
+    comm: CommId,
     f: impl for<'p> FnOnce(&'p ProxyScope<'p, 's>) -> Result<R>,
 ) -> Result<R> {
     let s = ProxyScope {
         proxy,
+        comm,
         posted: RefCell::new(Vec::new()),
         _s: PhantomData,
     };
@@ -286,7 +290,7 @@ impl<'p, 's> ProxyScope<'p, 's> {
         + Send
         + 'static,
     ) -> Result<Ticket<'p>> {
-        self.post(|id| Msg::Work(Work::Start(id, Box::new(f))))
+        self.post(|id| Msg::Work(Work::Start(id, self.comm, Box::new(f))))
     }
 
     /// The node proxy's end of this rank, if that is the proxy.
@@ -299,7 +303,13 @@ impl<'p, 's> ProxyScope<'p, 's> {
 
     /// Posts an operation to the node proxy.
     fn post_entry(&self, e: Entry) -> Result<Ticket<'p>> {
-        self.post(|id| Msg::Entry(Entry { id, ..e }))
+        self.post(|id| {
+            Msg::Entry(Entry {
+                id,
+                comm: self.comm,
+                ..e
+            })
+        })
     }
 
     /// Runs `f` on the proxy thread with the rank's communicator (the seed's command channel:
@@ -326,6 +336,7 @@ impl<'p, 's> ProxyScope<'p, 's> {
         let mut t = self.post(|id| {
             Msg::Work(Work::Run(
                 id,
+                self.comm,
                 Box::new(move |c: &Comm<'_>| {
                     let lent = lent;
                     // SAFETY: `lent` points at `cell`, whose frame waits for this work's
@@ -568,7 +579,7 @@ impl<'p, 's> ProxyScope<'p, 's> {
                     Tag::Any => 0,
                     Tag::Is(t) => t,
                 },
-                any_tag: u32::from(tag == Tag::Any),
+                any_tag: u16::from(tag == Tag::Any),
                 ..Entry::start::<T>(What::Recv)
             });
         }

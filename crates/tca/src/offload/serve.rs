@@ -22,10 +22,35 @@ pub(crate) type Start =
 /// control request's reply length in `bytes`).
 pub(crate) type Command = Box<dyn for<'c> FnOnce(&Comm<'c>) -> Result<Status> + Send>;
 
+/// A communicator of the rank's proxy, by index: [`WORLD`] the world's, then those the rank
+/// created ([`Work::Split`]). A freed one's index is given to the next one made.
+pub(crate) type CommId = u16;
+
+/// The world's communicator.
+pub(crate) const WORLD: CommId = 0;
+
+/// A split's answer (`source`) for a rank that took no part (no color).
+pub(crate) const NO_COMM: u32 = u32::MAX;
+
 /// A work-queue entry.
 pub(crate) enum Work {
-    Start(u64, Start),
-    Run(u64, Command),
+    /// Start an operation on communicator `.1`.
+    Start(u64, CommId, Start),
+    /// Run a command with communicator `.1`.
+    Run(u64, CommId, Command),
+    /// Split communicator `parent` (collective over its members), as [`Comm::split`]: answered
+    /// with the new communicator's index in `source` ([`NO_COMM`] for a rank without a
+    /// color), the rank's place in it in `tag` and its size in `bytes`. Runs once nothing of
+    /// the rank is in flight.
+    Split {
+        id: u64,
+        parent: CommId,
+        color: Option<u32>,
+        key: i64,
+    },
+    /// Communicator `.1` is no longer the rank's: dropped once nothing is in flight, its
+    /// index free for the next split.
+    Free(u64, CommId),
     /// The ticket of this operation was dropped unclaimed: a send or receive still in flight
     /// is cancelled (as dropping its request does), a collective runs to its end.
     Cancel(u64),
@@ -134,9 +159,14 @@ pub(crate) fn serve(world: World, q: &impl Queues) -> Result<()> {
             id: 0,
             result: Ok(Status::send()),
         });
+        let mut comms = Comms {
+            list: vec![Some(comm)],
+            freed: Vec::new(),
+        };
         // Idle: asleep on the work queue (its doorbell). A burst of work runs in a scope of
-        // the communicator that closes when nothing is left in flight, so a long-lived proxy
-        // keeps no record of the collectives it finished.
+        // each communicator that closes when nothing is left in flight, so a long-lived proxy
+        // keeps no record of the collectives it finished; communicators are made and dropped
+        // between bursts, with no scope open.
         loop {
             let first = match q.next() {
                 Some(Work::Stop(how)) => return Ok(how),
@@ -144,11 +174,17 @@ pub(crate) fn serve(world: World, q: &impl Queues) -> Result<()> {
                 Some(w) => w,
                 None => return Ok(Leave::Drop), // the rank dropped its end, or is gone
             };
-            let mut stop = None;
-            comm.scope(|s| {
-                stop = Burst::new(&world, s, q).serve(first)?;
+            let first = match comms.between(first, q) {
+                Some(w) => w,
+                None => continue,
+            };
+            let (mut stop, mut first) = (None, Some(first));
+            let mut later = Later::default();
+            open_scopes(&comms.list, 0, &[], &mut |scopes| {
+                stop = Burst::new(&world, scopes, q, &mut later).serve(first.take())?;
                 Ok(())
             })?;
+            comms.after(later, q);
             if let Some(how) = stop {
                 return Ok(how);
             }
@@ -172,6 +208,171 @@ pub(crate) fn serve(world: World, q: &impl Queues) -> Result<()> {
     }
 }
 
+/// The rank's communicators in its proxy.
+struct Comms<'w> {
+    /// By [`CommId`]; `None` where one was freed.
+    list: Vec<Option<Comm<'w>>>,
+    /// Indices freed, reused first.
+    freed: Vec<CommId>,
+}
+
+/// What a burst leaves for after it: a split to run, communicators to drop.
+#[derive(Default)]
+struct Later {
+    split: Option<Work>,
+    free: Vec<CommId>,
+}
+
+impl<'w> Comms<'w> {
+    /// Runs `w` if it is a split or a free (with no scope open); otherwise it starts a
+    /// burst.
+    fn between(&mut self, w: Work, q: &impl Queues) -> Option<Work> {
+        match w {
+            Work::Split {
+                id,
+                parent,
+                color,
+                key,
+            } => {
+                let r = self.split(parent, color, key);
+                q.answer(Done { id, result: r });
+                None
+            }
+            Work::Free(id, c) => {
+                let r = self.free(c);
+                q.answer(Done { id, result: r });
+                None
+            }
+            w => Some(w),
+        }
+    }
+
+    /// After a burst: drops what it freed, runs the split it took.
+    fn after(&mut self, later: Later, q: &impl Queues) {
+        for c in later.free {
+            if let Some(slot) = self.list.get_mut(usize::from(c)) {
+                *slot = None;
+                self.freed.push(c);
+            }
+        }
+        if let Some(w) = later.split {
+            let _ = self.between(w, q);
+        }
+    }
+
+    fn get(&self, c: CommId) -> Result<&Comm<'w>> {
+        self.list
+            .get(usize::from(c))
+            .and_then(Option::as_ref)
+            .ok_or_else(|| no_comm(c))
+    }
+
+    fn split(&mut self, parent: CommId, color: Option<u32>, key: i64) -> Result<Status> {
+        let Some(new) = self.get(parent)?.split(color, key)? else {
+            return Ok(Status {
+                source: NO_COMM,
+                tag: 0,
+                bytes: 0,
+            });
+        };
+        let at = match self.freed.pop() {
+            Some(c) => c,
+            None => {
+                let c = CommId::try_from(self.list.len()).map_err(|_| {
+                    Error::new(
+                        ErrorKind::InvalidArgument,
+                        format!(
+                            "rank {} holds {} communicators at its proxy already: free some \
+                             first",
+                            new.world_ref().rank(),
+                            self.list.len()
+                        ),
+                    )
+                })?;
+                self.list.push(None);
+                c
+            }
+        };
+        let st = Status {
+            source: u32::from(at),
+            tag: i32::try_from(new.rank()).unwrap_or(i32::MAX),
+            bytes: new.size() as usize,
+        };
+        self.list[usize::from(at)] = Some(new);
+        Ok(st)
+    }
+
+    fn free(&mut self, c: CommId) -> Result<Status> {
+        if c == WORLD {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                "the world's communicator cannot be freed",
+            ));
+        }
+        self.get(c)?;
+        self.list[usize::from(c)] = None;
+        self.freed.push(c);
+        Ok(Status::send())
+    }
+}
+
+fn no_comm(c: CommId) -> Error {
+    Error::new(
+        ErrorKind::InvalidHandle,
+        format!("the rank has no communicator {c} at its proxy"),
+    )
+}
+
+/// A communicator's open scope, its lifetimes erased, so that the scopes of several
+/// communicators can be held together.
+pub(crate) trait Open {
+    fn start(&self, f: Start) -> Result<Request<'_>>;
+    fn comm(&self) -> &Comm<'_>;
+}
+
+impl<'s, 'c: 's> Open for Scope<'s, 'c> {
+    fn start(&self, f: Start) -> Result<Request<'_>> {
+        f(self)
+    }
+
+    fn comm(&self) -> &Comm<'_> {
+        Scope::comm(self)
+    }
+}
+
+/// The open scopes of a burst, by communicator.
+type Scopes<'r> = [(CommId, &'r dyn Open)];
+
+/// Opens a scope on each communicator of `list` from index `at` on (nested: a scope ends
+/// only once its collectives have), then runs `f` with all of them and `open`'s. One
+/// communicator (the usual case) needs no list.
+fn open_scopes(
+    list: &[Option<Comm<'_>>],
+    at: usize,
+    open: &Scopes<'_>,
+    f: &mut dyn FnMut(&Scopes<'_>) -> Result<()>,
+) -> Result<()> {
+    let Some((k, c)) = list
+        .iter()
+        .enumerate()
+        .skip(at)
+        .find_map(|(k, c)| c.as_ref().map(|c| (k, c)))
+    else {
+        return f(open);
+    };
+    let id = CommId::try_from(k).unwrap_or(CommId::MAX);
+    c.scope(|s| {
+        let last = list[k + 1..].iter().all(Option::is_none);
+        if open.is_empty() && last {
+            return f(&[(id, s)]);
+        }
+        let mut v: Vec<(CommId, &dyn Open)> = Vec::with_capacity(open.len() + 1);
+        v.extend_from_slice(open);
+        v.push((id, s));
+        open_scopes(list, k + 1, &v, f)
+    })
+}
+
 /// The error of rank `rank`'s progress thread that panicked with `payload`.
 pub(crate) fn panicked(rank: u32, payload: &(dyn std::any::Any + Send)) -> Error {
     let msg = crate::error::panic_message(payload);
@@ -183,28 +384,48 @@ pub(crate) fn panicked(rank: u32, payload: &(dyn std::any::Any + Send)) -> Error
 }
 
 /// The serving loop's state for one burst of work (from a post to nothing in flight).
-struct Burst<'a, 'r, 'x, 'c, Q> {
+struct Burst<'a, 'r, Q> {
     world: &'a World,
-    scope: &'r Scope<'x, 'c>,
+    scopes: &'a Scopes<'r>,
     q: &'a Q,
     /// Started, not yet answered.
     live: Vec<(u64, Request<'r>)>,
+    /// A split or frees taken, for after the burst.
+    later: &'a mut Later,
 }
 
-impl<'a, 'r, 'x, 'c, Q: Queues> Burst<'a, 'r, 'x, 'c, Q> {
-    fn new(world: &'a World, scope: &'r Scope<'x, 'c>, q: &'a Q) -> Self {
+impl<'a, 'r, Q: Queues> Burst<'a, 'r, Q> {
+    fn new(world: &'a World, scopes: &'a Scopes<'r>, q: &'a Q, later: &'a mut Later) -> Self {
         Self {
             world,
-            scope,
+            scopes,
             q,
             // Grown as operations go live (one burst per 8-byte operation when the rank
             // waits for each: no queue-sized allocation per burst).
             live: Vec::new(),
+            later,
         }
     }
 
     fn answer(&self, id: u64, result: Result<Status>) {
         self.q.answer(Done { id, result });
+    }
+
+    /// The open scope of communicator `c`, unless the rank freed it.
+    fn scope(&self, c: CommId) -> Result<&'r dyn Open> {
+        self.scopes
+            .iter()
+            .find(|(k, _)| *k == c && !self.later.free.contains(&c))
+            .map(|&(_, s)| s)
+            .ok_or_else(|| no_comm(c))
+    }
+
+    /// Steps of collectives that went through, on every communicator.
+    fn steps(&self) -> u64 {
+        self.scopes
+            .iter()
+            .map(|(_, s)| s.comm().steps_taken())
+            .fold(0, u64::wrapping_add)
     }
 
     /// Starts, runs or cancels one work item; `Some` to stop.
@@ -214,12 +435,27 @@ impl<'a, 'r, 'x, 'c, Q: Queues> Burst<'a, 'r, 'x, 'c, Q> {
                 self.drain()?;
                 return Ok(Some(how));
             }
-            Work::Start(id, f) => match f(self.scope) {
+            Work::Start(id, c, f) => match self.scope(c).and_then(|s| s.start(f)) {
                 Ok(r) => self.live.push((id, r)),
                 Err(e) => self.answer(id, Err(e)),
             },
-            Work::Run(id, f) => {
-                let r = f(self.scope.comm());
+            Work::Run(id, c, f) => {
+                let r = self.scope(c).and_then(|s| f(s.comm()));
+                self.answer(id, r);
+            }
+            w @ Work::Split { .. } => self.later.split = Some(w),
+            Work::Free(id, c) => {
+                let r = if c == WORLD {
+                    Err(Error::new(
+                        ErrorKind::InvalidArgument,
+                        "the world's communicator cannot be freed",
+                    ))
+                } else {
+                    self.scope(c).map(|_| {
+                        self.later.free.push(c);
+                        Status::send()
+                    })
+                };
                 self.answer(id, r);
             }
             Work::Cancel(id) => {
@@ -245,13 +481,15 @@ impl<'a, 'r, 'x, 'c, Q: Queues> Burst<'a, 'r, 'x, 'c, Q> {
 
     /// Serves `first` and what follows until nothing is in flight (`None`) or the proxy is
     /// stopped (how to leave). An error ends the proxy (and fails the rank).
-    fn serve(&mut self, first: Work) -> Result<Option<Leave>> {
+    fn serve(&mut self, first: Option<Work>) -> Result<Option<Leave>> {
         let (spins, yields) = self.world.wait_policy();
         let patience = spins.saturating_add(yields).min(1 << 20);
         let mut idle = 0u32;
         let mut stalled: Option<Instant> = None;
         let mut looked = Instant::now();
-        if let Some(how) = self.take(first)? {
+        if let Some(w) = first
+            && let Some(how) = self.take(w)?
+        {
             return Ok(Some(how));
         }
         loop {
@@ -259,7 +497,8 @@ impl<'a, 'r, 'x, 'c, Q: Queues> Burst<'a, 'r, 'x, 'c, Q> {
             // flight has not moved for a while, the first look naps on the queue (new work
             // ends the nap at once).
             let mut took = false;
-            loop {
+            // After a split, nothing more is taken: it runs once what is in flight is done.
+            while self.later.split.is_none() {
                 let nap = !took && idle >= patience;
                 match self.q.poll(nap.then_some(NAP)) {
                     Ok(w) => {
@@ -278,8 +517,8 @@ impl<'a, 'r, 'x, 'c, Q: Queues> Burst<'a, 'r, 'x, 'c, Q> {
             }
             // Progress is a completion, new work, or a step of a collective in flight
             // (a large one moves for a long time before it completes: no nap meanwhile).
-            let steps = self.scope.comm().steps_taken();
-            let moved = self.poll() || took || self.scope.comm().steps_taken() != steps;
+            let steps = self.steps();
+            let moved = self.poll() || took || self.steps() != steps;
             if self.live.is_empty() {
                 return Ok(None);
             }
@@ -291,6 +530,10 @@ impl<'a, 'r, 'x, 'c, Q: Queues> Burst<'a, 'r, 'x, 'c, Q> {
             idle = idle.saturating_add(1);
             if idle > spins && idle <= patience {
                 std::thread::yield_now();
+            }
+            if idle >= patience && self.later.split.is_some() {
+                // No nap on the queue while a split waits: a plain one.
+                std::thread::sleep(NAP);
             }
             if idle >= patience {
                 // The stall clock runs while the rank waits for an answer, as a blocking

@@ -34,6 +34,11 @@ pub(crate) enum Kind {
     /// The command channel: the control request at `send` (text), its reply into `recv`,
     /// its length in the answer's `bytes`.
     Control = 6,
+    /// The command channel: split communicator `comm` (`peer`: the color, [`ANY`] for none;
+    /// `arg`: the key), answered as `serve::Work::Split` says.
+    Split = 7,
+    /// The command channel: communicator `comm` is no longer the rank's.
+    FreeComm = 8,
 }
 
 /// The operation an entry of kind [`Kind::Start`] starts.
@@ -140,10 +145,13 @@ pub(crate) struct Entry {
     /// A send's or receive's tag.
     pub tag: i32,
     /// A receive of any tag (1) or of `tag` (0).
-    pub any_tag: u32,
+    pub any_tag: u16,
+    /// The communicator (`serve::CommId`): 0 the world's.
+    pub comm: u16,
     pub send: Place,
     pub recv: Place,
-    pub _pad: u64,
+    /// A split's key.
+    pub arg: i64,
 }
 
 /// A receive from any source.
@@ -161,9 +169,10 @@ impl Entry {
             peer: 0,
             tag: 0,
             any_tag: 0,
+            comm: 0,
             send: Place::EMPTY,
             recv: Place::EMPTY,
-            _pad: 0,
+            arg: 0,
         }
     }
 
@@ -178,7 +187,7 @@ impl Entry {
 
     pub(crate) fn kind(&self) -> Option<Kind> {
         use Kind::*;
-        [Start, Cancel, Stop, Alloc, Free, Control]
+        [Start, Cancel, Stop, Alloc, Free, Control, Split, FreeComm]
             .into_iter()
             .find(|k| *k as u8 == self.kind)
     }

@@ -46,16 +46,16 @@ use std::time::Duration;
 
 pub use buf::ProxyBuf;
 pub(crate) use channel::{Channel, Queue};
-pub(crate) use entry::{ANY, END, Entry, What, op_code};
+pub(crate) use entry::{ANY, END, Entry, Kind, What, op_code};
 pub use serve::serve_node;
 
-use super::serve::{Done, Leave};
+use super::serve::{CommId, Done, Leave};
 use super::{Link, Msg, Proxy};
 use crate::coll::Element;
 use crate::env;
 use crate::error::{Error, ErrorKind, Result};
 use crate::transport::NodeMemory;
-use entry::{Answer, CQ_ENTRY, Kind, Place};
+use entry::{Answer, CQ_ENTRY, Place};
 
 /// How long a rank or a serving thread sleeps on its queue before looking whether the other
 /// side is still alive.
@@ -287,7 +287,7 @@ pub(super) fn alloc<T: Element>(proxy: &Proxy, n: usize) -> Result<ProxyBuf<'_, 
 }
 
 /// [`Proxy::control`] through the node proxy: the request and the reply in arenas.
-pub(super) fn control(proxy: &Proxy, request: &str) -> Result<String> {
+pub(super) fn control(proxy: &Proxy, comm: CommId, request: &str) -> Result<String> {
     let mut req = alloc::<u8>(proxy, request.len())?;
     req.copy_from_slice(request.as_bytes());
     let reply = alloc::<u8>(proxy, super::control::REPLY_MAX)?;
@@ -297,7 +297,7 @@ pub(super) fn control(proxy: &Proxy, request: &str) -> Result<String> {
     let (send, recv) = (c.place(&req)?, c.place(&reply)?);
     let id = proxy.post(|id| {
         let mut e = Entry::new(Kind::Control);
-        (e.id, e.send, e.recv) = (id, send, recv);
+        (e.id, e.comm, e.send, e.recv) = (id, comm, send, recv);
         Msg::Entry(e)
     })?;
     let n = proxy.wait_for(id)?.bytes.min(reply.len());

@@ -22,9 +22,11 @@ use std::time::{Duration, Instant};
 
 use super::super::NAP;
 use super::super::scope::{Lent, LentMut};
-use super::super::serve::{self as served, Command, Done, Queues, Start, Work};
+use super::super::serve::{self as served, Command, Done, Queues, Start, WORLD, Work};
 use super::channel::{Channel, Queue, Ring};
-use super::entry::{Answer, Builtin, END, Entry, Kind, NO_ARENA, Place, WQ_ENTRY, What, leave_of};
+use super::entry::{
+    ANY, Answer, Builtin, END, Entry, Kind, NO_ARENA, Place, WQ_ENTRY, What, leave_of,
+};
 use super::{SLICE, var_u32};
 use crate::bootstrap::{BoardSource, JobEnv};
 use crate::coll::Comm;
@@ -228,7 +230,7 @@ impl<'a> Served<'a> {
             let e: Entry = bytemuck::pod_read_unaligned(&raw);
             match e.kind() {
                 Some(Kind::Start) => match self.start_of(&e) {
-                    Ok(f) => return Some(Work::Start(e.id, f)),
+                    Ok(f) => return Some(Work::Start(e.id, e.comm, f)),
                     Err(err) => self.answer(Done {
                         id: e.id,
                         result: Err(err),
@@ -244,16 +246,26 @@ impl<'a> Served<'a> {
                     let (arenas, len) = (self.arenas.clone(), e.send.len);
                     return Some(Work::Run(
                         e.id,
+                        WORLD,
                         Box::new(move |c| locked(&arenas).alloc(c, len)),
                     ));
                 }
                 Some(Kind::Control) => match self.control_of(&e) {
-                    Ok(f) => return Some(Work::Run(e.id, f)),
+                    Ok(f) => return Some(Work::Run(e.id, e.comm, f)),
                     Err(err) => self.answer(Done {
                         id: e.id,
                         result: Err(err),
                     }),
                 },
+                Some(Kind::Split) => {
+                    return Some(Work::Split {
+                        id: e.id,
+                        parent: e.comm,
+                        color: (e.peer != ANY).then_some(e.peer),
+                        key: e.arg,
+                    });
+                }
+                Some(Kind::FreeComm) => return Some(Work::Free(e.id, e.comm)),
                 Some(Kind::Free) => {
                     let r = locked(&self.arenas).free(e.send.arena());
                     self.answer(Done {
