@@ -18,6 +18,7 @@ pub fn run(scenario: &str, args: &[String]) -> Option<ExitCode> {
         "offload-kill-proxy" => kill_proxy,
         "offload-stuck" => stuck,
         "offload-split" => split,
+        "offload-put" => put,
         _ => return None,
     };
     let proxy = match Proxy::from_env() {
@@ -535,5 +536,86 @@ fn split(proxy: &Proxy, args: &[String]) -> Result<bool> {
         let top = (0..p).filter(|r| r % k == me % k).max().unwrap_or(0);
         ok &= check(x.iter().all(|&v| v == top), "a made and dropped communicator", me);
     }
+    Ok(ok)
+}
+
+/// One-sided puts through the node proxy: windows, handles traded by an allgather, a chain
+/// built once and started `rounds` times with a fresh signal value (each put's data checked
+/// by its receiver), a chain of two puts to two peers with an adding signal, and chains the
+/// proxy refuses to build.
+fn put(proxy: &Proxy, args: &[String]) -> Result<bool> {
+    use tca::fabric::{Handle, SignalOp};
+    let (me, p) = (proxy.rank(), proxy.size());
+    let (next, prev) = ((me + 1) % p, (me + p - 1) % p);
+    let mut ok = true;
+    let win = proxy.window(256)?;
+    let src = proxy.window(64)?;
+    let mut mine = proxy.alloc::<u8>(Handle::BYTES)?;
+    let mut all = proxy.alloc::<u8>(Handle::BYTES * p as usize)?;
+    mine.copy_from_slice(&win.handle().to_bytes());
+    proxy.scope(|s| s.iallgather(&mine, &mut all)?.wait())?;
+    let handle = |r: u32| Handle::from_bytes(&all[r as usize * Handle::BYTES..][..Handle::BYTES]);
+    let (to_next, to_prev, to_root) = (handle(next)?, handle(prev)?, handle(0)?);
+    // Word 0 counts rounds; 64..128 takes the previous rank's data.
+    let ring = proxy
+        .chain()
+        .put(&src, 0, &to_next, 64, 64)
+        .signal(&to_next, 0, SignalOp::Set(0))
+        .build()?;
+    ok &= check(
+        ring.len() == 1 && ring.bytes() == 64 && ring.has_signal(),
+        "a chain's shape",
+        me,
+    );
+    for round in 1..=arg(args, 1, 20) {
+        src.write(0, &[(me as u8).wrapping_mul(31).wrapping_add(round as u8); 64])?;
+        proxy.scope(|s| s.istart_with(&ring, SignalOp::Set(round))?.wait())?;
+        let seen = win.wait_until(0, round)?;
+        let mut got = [0u8; 64];
+        win.read(64, &mut got)?;
+        let want = (prev as u8).wrapping_mul(31).wrapping_add(round as u8);
+        ok &= check(seen == round && got == [want; 64], "a chain's put", me);
+        // The next round's put may land only once this one was read.
+        proxy.scope(|s| s.ibarrier()?.wait())?;
+    }
+    // Two puts to two peers, then an adding signal at rank 0: it counts every rank's chain.
+    src.write(0, &(u64::from(me) + 100).to_le_bytes())?;
+    let two = proxy
+        .chain()
+        .put(&src, 0, &to_next, 200, 8)
+        .put(&src, 0, &to_prev, 208, 8)
+        .signal(&to_root, 8, SignalOp::Add(1))
+        .build()?;
+    proxy.scope(|s| s.istart(&two)?.wait())?;
+    if me == 0 {
+        ok &= check(win.wait_until(8, u64::from(p))? == u64::from(p), "an adding signal", me);
+    }
+    proxy.scope(|s| s.ibarrier()?.wait())?;
+    let mut word = [0u8; 8];
+    win.read(200, &mut word)?;
+    ok &= check(u64::from_le_bytes(word) == u64::from(prev) + 100, "first put", me);
+    win.read(208, &mut word)?;
+    ok &= check(u64::from_le_bytes(word) == u64::from(next) + 100, "second put", me);
+    // Refused: a put past the window's end, a forged handle, a misaligned signal word, a
+    // read past the end.
+    let past = proxy.chain().put(&src, 0, &to_next, 250, 8).build();
+    ok &= check(
+        past.is_err_and(|e| e.kind() == ErrorKind::OutOfBounds),
+        "a put past the end",
+        me,
+    );
+    let mut forged = to_next.to_bytes();
+    forged[8] ^= 0x5a; // the key
+    let forged = Handle::from_bytes(&forged)?;
+    let bad = proxy.chain().put(&src, 0, &forged, 0, 8).build();
+    ok &= check(bad.is_err(), "a forged handle", me);
+    ok &= check(win.signal_value(4).is_err(), "a misaligned signal word", me);
+    ok &= check(
+        win.read(250, &mut [0; 8]).is_err_and(|e| e.kind() == ErrorKind::OutOfBounds),
+        "a read past the end",
+        me,
+    );
+    // The proxy serves on.
+    proxy.scope(|s| s.ibarrier()?.wait())?;
     Ok(ok)
 }

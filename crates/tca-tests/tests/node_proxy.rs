@@ -145,3 +145,11 @@ fn communicators_made_by_the_proxy_at_1_to_6_ranks_node_and_thread() {
         assert_eq!(o.status(), 0, "progress thread, {n} ranks: {o:?}");
     }
 }
+
+#[test]
+fn chains_of_puts_through_the_node_proxy_at_1_to_5_ranks() {
+    for n in 1..=5 {
+        let o = offloaded(n, &["offload-put", "20"]);
+        assert_eq!(o.status(), 0, "{n} ranks: {o:?}");
+    }
+}

@@ -76,7 +76,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 pub use comm::ProxyComm;
-pub use node::{ProxyBuf, serve_node};
+pub use node::{ProxyBuf, ProxyChain, ProxyChainBuilder, ProxyWindow, serve_node};
 pub use overlap::MAX_NAP;
 pub use scope::{ProxyScope, Ticket};
 
@@ -337,6 +337,21 @@ impl Proxy {
     /// must come from here; a thread's may be any.
     pub fn alloc<T: Element>(&self, n: usize) -> Result<ProxyBuf<'_, T>> {
         node::alloc(self, n)
+    }
+
+    /// Memory of `bytes` zeroed bytes that peers put into, through the node proxy (an arena
+    /// it makes on this rank's behalf): its [`ProxyWindow::handle`] is what their chains
+    /// name. Node proxy only (a progress thread's rank reaches its world in
+    /// [`ProxyScope::run`]).
+    pub fn window(&self, bytes: usize) -> Result<ProxyWindow<'_>> {
+        node::window(self, bytes)
+    }
+
+    /// Starts building a chain of puts from this rank's windows, with a final signal, that
+    /// the node proxy holds and starts whenever [`ProxyScope::istart`] posts it. Node proxy
+    /// only.
+    pub fn chain(&self) -> ProxyChainBuilder<'_> {
+        ProxyChainBuilder::new(self)
     }
 
     /// Runs a control request on the proxy with this rank's communicator and returns the

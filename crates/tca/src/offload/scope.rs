@@ -14,11 +14,12 @@ use std::cell::RefCell;
 use std::marker::PhantomData;
 use std::ptr::NonNull;
 
-use super::node::{self, ANY, Entry, What, op_code};
+use super::node::{self, ANY, Entry, ProxyChain, What, op_code};
 use super::serve::{CANCELLED, CommId, Work};
 use super::{Link, Msg, Proxy};
 use crate::coll::{Comm, Element, Op};
 use crate::error::{Error, ErrorKind, Result};
+use crate::fabric::SignalOp;
 use crate::p2p::{Source, Status, Tag};
 
 /// A borrow of the caller's `T` (a buffer, an op) lent to the proxy for a scope.
@@ -353,6 +354,33 @@ impl<'p, 's> ProxyScope<'p, 's> {
                 "the proxy answered a command it did not run",
             ))
         })
+    }
+
+    /// Posts a start of `chain` (its puts, then its signal): the ticket completes once its
+    /// puts are in their destinations and the signal raised. Node proxy only.
+    pub fn istart(&self, chain: &'s ProxyChain<'_>) -> Result<Ticket<'p>> {
+        self.istart_op(chain, None)
+    }
+
+    /// [`ProxyScope::istart`] with the chain's final signal's operation replaced by `op`
+    /// (a fresh sequence number per start, say).
+    pub fn istart_with(&self, chain: &'s ProxyChain<'_>, op: SignalOp) -> Result<Ticket<'p>> {
+        self.istart_op(chain, Some(op))
+    }
+
+    fn istart_op(&self, chain: &ProxyChain<'_>, op: Option<SignalOp>) -> Result<Ticket<'p>> {
+        if self.node().is_none() {
+            return Err(node::thread_has_world("a chain"));
+        }
+        if self.comm != super::serve::WORLD {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                "a chain is started in a scope of the proxy (its puts name segments, not \
+                 ranks of a communicator)",
+            ));
+        }
+        let e = chain.start_entry(self.proxy, op)?;
+        self.post_entry(e)
     }
 
     /// Posts [`Comm::broadcast`].

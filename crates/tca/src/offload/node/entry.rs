@@ -7,6 +7,7 @@ use bytemuck::{Pod, Zeroable};
 
 use super::super::serve::Leave;
 use crate::coll::{Element, Op};
+use crate::fabric::{Handle, SignalOp};
 use crate::error::{Error, ErrorKind, Result};
 use crate::p2p::{Source, Status, Tag};
 
@@ -39,6 +40,11 @@ pub(crate) enum Kind {
     Split = 7,
     /// The command channel: communicator `comm` is no longer the rank's.
     FreeComm = 8,
+    /// The command channel: build a chain of the `peer` [`Descriptor`]s at `send`, answered
+    /// with its number in `source`.
+    Chain = 9,
+    /// The command channel: chain `peer` is no longer the rank's.
+    FreeChain = 10,
 }
 
 /// The operation an entry of kind [`Kind::Start`] starts.
@@ -57,6 +63,9 @@ pub(crate) enum What {
     Alltoall = 10,
     Send = 11,
     Recv = 12,
+    /// Start chain `peer`, its signal's operation replaced where `op` says so
+    /// ([`signal_code`]) by one with the value `arg`.
+    StartChain = 13,
 }
 
 impl What {
@@ -75,6 +84,7 @@ impl What {
             Alltoall,
             Send,
             Recv,
+            StartChain,
         ]
         .into_iter()
         .find(|w| *w as u8 == v)
@@ -187,7 +197,9 @@ impl Entry {
 
     pub(crate) fn kind(&self) -> Option<Kind> {
         use Kind::*;
-        [Start, Cancel, Stop, Alloc, Free, Control, Split, FreeComm]
+        [
+            Start, Cancel, Stop, Alloc, Free, Control, Split, FreeComm, Chain, FreeChain,
+        ]
             .into_iter()
             .find(|k| *k as u8 == self.kind)
     }
@@ -274,6 +286,47 @@ macro_rules! builtin {
 }
 builtin!(u8, i8, u16, i16, u32, i32, u64, i64, f32, f64);
 
+/// A signal operation's code in an entry or a descriptor: 0 none (or the chain's own), 1
+/// set, 2 add; its value beside it.
+pub(crate) fn signal_code(op: Option<SignalOp>) -> (u8, u64) {
+    match op {
+        None => (0, 0),
+        Some(SignalOp::Set(v)) => (1, v),
+        Some(SignalOp::Add(v)) => (2, v),
+    }
+}
+
+/// [`signal_code`] read back.
+pub(crate) fn signal_of(code: u8, value: u64) -> Result<Option<SignalOp>> {
+    match code {
+        0 => Ok(None),
+        1 => Ok(Some(SignalOp::Set(value))),
+        2 => Ok(Some(SignalOp::Add(value))),
+        c => Err(Error::new(
+            ErrorKind::InvalidArgument,
+            format!("unknown signal operation code {c}"),
+        )),
+    }
+}
+
+/// One step of a chain as the rank describes it to the node proxy (the seed's DMA
+/// descriptor, written into an arena): a put of `len` bytes at `src_off` of the rank's
+/// arena `src_arena` to `off` of the segment `handle` names, or (`signal` set) the chain's
+/// final signal on the word at `off` of `handle`.
+#[derive(Debug, Clone, Copy, Pod, Zeroable)]
+#[repr(C)]
+pub(crate) struct Descriptor {
+    pub handle: [u8; Handle::BYTES],
+    pub src_off: u64,
+    pub len: u64,
+    pub off: u64,
+    pub value: u64,
+    pub src_arena: u32,
+    /// 0: a put; otherwise the signal's [`signal_code`].
+    pub signal: u8,
+    pub _pad: [u8; 3],
+}
+
 /// Bytes of an answer's message (a longer one is cut at a character boundary).
 const MESSAGE: usize = 192;
 
@@ -322,6 +375,24 @@ impl Answer {
             }
         }
         a
+    }
+
+    /// An answer that succeeded carries `payload` (at most a message's bytes) in its
+    /// message (an allocation's handle).
+    pub(crate) fn with_payload(mut self, payload: &[u8]) -> Self {
+        if self.error == 0 && payload.len() <= MESSAGE {
+            bytemuck::bytes_of_mut(&mut self.message)[..payload.len()].copy_from_slice(payload);
+            self.len = u32::try_from(payload.len()).unwrap_or(0);
+        }
+        self
+    }
+
+    /// What [`Answer::with_payload`] put in a successful answer.
+    pub(crate) fn payload(&self) -> &[u8] {
+        if self.error != 0 {
+            return &[];
+        }
+        &bytemuck::bytes_of(&self.message)[..(self.len as usize).min(MESSAGE)]
     }
 
     /// The result it carries.
@@ -382,6 +453,21 @@ mod tests {
             (back.kind(), back.rank(), back.message()),
             (ErrorKind::Timeout, None, "late")
         );
+    }
+
+    #[test]
+    fn successful_answers_carry_a_payload_and_signals_round_trip() {
+        let a = Answer::of(3, &Ok(Status::send())).with_payload(&[7; 32]);
+        assert_eq!(a.payload(), &[7; 32]);
+        assert!(a.result().is_ok());
+        let e = Answer::of(3, &Err(Error::new(ErrorKind::Timeout, "late"))).with_payload(&[7; 8]);
+        assert!(e.payload().is_empty() && e.result().is_err());
+        assert_eq!(std::mem::size_of::<Descriptor>(), 72);
+        for op in [None, Some(SignalOp::Set(9)), Some(SignalOp::Add(u64::MAX))] {
+            let (c, v) = signal_code(op);
+            assert_eq!(signal_of(c, v).unwrap(), op);
+        }
+        assert!(signal_of(3, 0).is_err());
     }
 
     #[test]

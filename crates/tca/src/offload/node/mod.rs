@@ -40,6 +40,7 @@ mod buf;
 mod channel;
 mod entry;
 mod serve;
+mod window;
 
 use std::cell::{Cell, RefCell};
 use std::time::Duration;
@@ -48,12 +49,15 @@ pub use buf::ProxyBuf;
 pub(crate) use channel::{Channel, Queue};
 pub(crate) use entry::{ANY, END, Entry, Kind, What, op_code};
 pub use serve::serve_node;
+pub use window::{ProxyChain, ProxyChainBuilder, ProxyWindow};
+pub(crate) use window::thread_has_world;
 
 use super::serve::{CommId, Done, Leave};
 use super::{Link, Msg, Proxy};
 use crate::coll::Element;
 use crate::env;
 use crate::error::{Error, ErrorKind, Result};
+use crate::fabric::Handle;
 use crate::transport::NodeMemory;
 use entry::{Answer, CQ_ENTRY, Place};
 
@@ -98,6 +102,8 @@ pub(crate) struct Client {
     arenas: RefCell<Vec<(u32, usize, usize)>>,
     /// A stop has been posted.
     stopping: Cell<bool>,
+    /// The payload of the last answer that carried one (an allocation's handle), by id.
+    payload: RefCell<Option<(u64, Vec<u8>)>>,
 }
 
 impl Client {
@@ -136,6 +142,7 @@ impl Client {
                 proxy,
                 arenas: RefCell::new(Vec::new()),
                 stopping: Cell::new(false),
+                payload: RefCell::new(None),
             },
             rank,
             size,
@@ -159,6 +166,10 @@ impl Client {
             return Ok(None);
         }
         let a: Answer = bytemuck::pod_read_unaligned(&a);
+        let p = a.payload();
+        if !p.is_empty() {
+            *self.payload.borrow_mut() = Some((a.id, p.to_vec()));
+        }
         Ok(Some(Done {
             id: a.id,
             result: a.result(),
@@ -256,26 +267,57 @@ pub(super) fn alloc<T: Element>(proxy: &Proxy, n: usize) -> Result<ProxyBuf<'_, 
             format!("{n} elements of {} overflow the address space", T::NAME),
         )
     })?;
-    let Link::Node(c) = &proxy.link else {
+    if !matches!(proxy.link, Link::Node(_)) || bytes == 0 {
         return Ok(ProxyBuf::heap(proxy, n));
-    };
-    if bytes == 0 {
-        return Ok(ProxyBuf::heap(proxy, 0));
     }
+    let (arena, map, _) = arena(proxy, bytes)?;
+    Ok(ProxyBuf::arena(proxy, arena, map, n))
+}
+
+/// [`Proxy::window`].
+pub(super) fn window(proxy: &Proxy, bytes: usize) -> Result<ProxyWindow<'_>> {
+    if !matches!(proxy.link, Link::Node(_)) {
+        return Err(thread_has_world("a window"));
+    }
+    if bytes == 0 {
+        return Err(Error::new(
+            ErrorKind::InvalidArgument,
+            "a window of 0 bytes takes no puts",
+        ));
+    }
+    let (arena, map, handle) = arena(proxy, bytes)?;
+    Ok(ProxyWindow::new(proxy, arena, map, handle))
+}
+
+/// A new arena of `bytes` bytes (more than 0) made by the node proxy: its number, this
+/// process's mapping of its data, its handle.
+fn arena(proxy: &Proxy, bytes: usize) -> Result<(u32, NodeMemory, Handle)> {
+    let Link::Node(c) = &proxy.link else {
+        return Err(thread_has_world("an arena"));
+    };
     let id = proxy.post(|id| {
         let mut e = Entry::new(Kind::Alloc);
         e.id = id;
         e.send.len = bytes as u64;
         Msg::Entry(e)
     })?;
-    // The answer: the arena's number, and the proxy's descriptor of it.
+    // The answer: the arena's number, the proxy's descriptor of it, its handle.
     let st = proxy.wait_for(id)?;
     let arena = st.source;
+    let handle = match c.payload.borrow_mut().take() {
+        Some((i, p)) if i == id => Handle::from_bytes(&p),
+        _ => Err(Error::new(
+            ErrorKind::Transport,
+            "the node proxy answered an allocation without its handle",
+        )),
+    };
     // A segment of the rank's world in the proxy: its data.
-    let mapped = u32::try_from(st.tag)
-        .map_err(|_| Error::new(ErrorKind::Transport, "the node proxy sent no descriptor"))
-        .and_then(|fd| NodeMemory::open_segment_data(c.proxy_pid, fd, bytes));
-    let map = match mapped {
+    let mapped = handle.and_then(|h| {
+        let fd = u32::try_from(st.tag)
+            .map_err(|_| Error::new(ErrorKind::Transport, "the node proxy sent no descriptor"))?;
+        Ok((NodeMemory::open_segment_data(c.proxy_pid, fd, bytes)?, h))
+    });
+    let (map, h) = match mapped {
         Ok(m) => m,
         Err(e) => {
             free(proxy, arena);
@@ -283,7 +325,7 @@ pub(super) fn alloc<T: Element>(proxy: &Proxy, n: usize) -> Result<ProxyBuf<'_, 
         }
     };
     c.arenas.borrow_mut().push((arena, map.addr(), bytes));
-    Ok(ProxyBuf::arena(proxy, arena, map, n))
+    Ok((arena, map, h))
 }
 
 /// [`Proxy::control`] through the node proxy: the request and the reply in arenas.

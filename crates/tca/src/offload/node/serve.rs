@@ -25,7 +25,8 @@ use super::super::scope::{Lent, LentMut};
 use super::super::serve::{self as served, Command, Done, Queues, Start, WORLD, Work};
 use super::channel::{Channel, Queue, Ring};
 use super::entry::{
-    ANY, Answer, Builtin, END, Entry, Kind, NO_ARENA, Place, WQ_ENTRY, What, leave_of,
+    ANY, Answer, Builtin, Descriptor, END, Entry, Kind, NO_ARENA, Place, WQ_ENTRY, What,
+    leave_of, signal_of,
 };
 use super::{SLICE, var_u32};
 use crate::bootstrap::{BoardSource, JobEnv};
@@ -34,8 +35,7 @@ use crate::coll::Element;
 use crate::coll::buffer::Registry;
 use crate::env;
 use crate::error::{Error, ErrorKind, Result};
-use crate::fabric::Segment;
-use crate::fabric::World;
+use crate::fabric::{Chain, Handle, Segment, World};
 use crate::p2p::Status;
 
 /// The body of the node proxy process that `tca run --offload` starts (`tca node-proxy`):
@@ -141,6 +141,10 @@ struct Served<'a> {
     proc: RefCell<Option<crate::process::Proc>>,
     /// How long an idle thread sleeps while it holds answers the rank has not made room for.
     held_nap: Cell<Duration>,
+    /// The allocation being served (its answer carries the arena's handle).
+    alloc_id: Cell<Option<u64>>,
+    /// The rank's chains, by number.
+    chains: Arc<Mutex<Vec<Option<Chain>>>>,
 }
 
 impl<'a> Served<'a> {
@@ -156,6 +160,8 @@ impl<'a> Served<'a> {
             looked: Cell::new(Instant::now()),
             proc: RefCell::new(None),
             held_nap: Cell::new(NAP),
+            alloc_id: Cell::new(None),
+            chains: Arc::default(),
         })
     }
 
@@ -229,6 +235,15 @@ impl<'a> Served<'a> {
             }
             let e: Entry = bytemuck::pod_read_unaligned(&raw);
             match e.kind() {
+                Some(Kind::Start) if e.what == What::StartChain as u8 => {
+                    match self.chain_start(&e) {
+                        Ok(f) => return Some(Work::Run(e.id, WORLD, f)),
+                        Err(err) => self.answer(Done {
+                            id: e.id,
+                            result: Err(err),
+                        }),
+                    }
+                }
                 Some(Kind::Start) => match self.start_of(&e) {
                     Ok(f) => return Some(Work::Start(e.id, e.comm, f)),
                     Err(err) => self.answer(Done {
@@ -244,6 +259,7 @@ impl<'a> Served<'a> {
                 Some(Kind::Alloc) => {
                     // A segment of the rank's world, so it needs the communicator: a command.
                     let (arenas, len) = (self.arenas.clone(), e.send.len);
+                    self.alloc_id.set(Some(e.id));
                     return Some(Work::Run(
                         e.id,
                         WORLD,
@@ -266,6 +282,24 @@ impl<'a> Served<'a> {
                     });
                 }
                 Some(Kind::FreeComm) => return Some(Work::Free(e.id, e.comm)),
+                Some(Kind::Chain) => match self.chain_build(&e) {
+                    Ok(f) => return Some(Work::Run(e.id, WORLD, f)),
+                    Err(err) => self.answer(Done {
+                        id: e.id,
+                        result: Err(err),
+                    }),
+                },
+                Some(Kind::FreeChain) => {
+                    let r = locked(&self.chains)
+                        .get_mut(e.peer as usize)
+                        .and_then(Option::take)
+                        .map(|_| Status::send())
+                        .ok_or_else(|| no_chain(e.peer));
+                    self.answer(Done {
+                        id: e.id,
+                        result: r,
+                    });
+                }
                 Some(Kind::Free) => {
                     let r = locked(&self.arenas).free(e.send.arena());
                     self.answer(Done {
@@ -301,6 +335,62 @@ impl<'a> Served<'a> {
                 tag: 0,
                 bytes: n,
             })
+        }))
+    }
+
+    /// The building of the chain `e` describes: its descriptors, copied out of the rank's
+    /// arena now, become a chain of the rank's world (every range and handle checked there)
+    /// with the rank's arenas as sources.
+    fn chain_build(&self, e: &Entry) -> Result<Command> {
+        let bytes = locked(&self.arenas).lend::<u8>(e.send)?.get().to_vec();
+        let n = e.peer as usize;
+        let size = std::mem::size_of::<Descriptor>();
+        if bytes.len() != n.saturating_mul(size) {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                format!(
+                    "a chain of {n} steps is {} bytes of descriptors, got {}",
+                    n.saturating_mul(size),
+                    bytes.len()
+                ),
+            ));
+        }
+        let steps: Vec<Descriptor> = bytes.chunks_exact(size).map(bytemuck::pod_read_unaligned).collect();
+        let (arenas, chains) = (self.arenas.clone(), self.chains.clone());
+        Ok(Box::new(move |c| {
+            let chain = locked(&arenas).chain(c.world_ref(), &steps)?;
+            let mut chains = locked(&chains);
+            let k = match chains.iter().position(Option::is_none) {
+                Some(k) => k,
+                None => {
+                    chains.push(None);
+                    chains.len() - 1
+                }
+            };
+            chains[k] = Some(chain);
+            Ok(Status {
+                source: crate::cast::rank_u32(k),
+                tag: 0,
+                bytes: 0,
+            })
+        }))
+    }
+
+    /// The start of chain `e.peer` (complete when answered: its puts are in their
+    /// destinations).
+    fn chain_start(&self, e: &Entry) -> Result<Command> {
+        let op = signal_of(e.op, e.arg as u64)?;
+        let (chains, k) = (self.chains.clone(), e.peer);
+        Ok(Box::new(move |c| {
+            let world = c.world_ref();
+            let chains = locked(&chains);
+            let chain = chains
+                .get(k as usize)
+                .and_then(Option::as_ref)
+                .ok_or_else(|| no_chain(k))?;
+            world.start_with(chain, op)?;
+            world.quiet()?;
+            Ok(Status::send())
         }))
     }
 
@@ -365,6 +455,12 @@ fn typed<T: Builtin>(what: What, e: &Entry, arenas: &Arenas) -> Result<Start> {
             let (src, tag) = (e.source(), e.tag());
             Box::new(move |s| s.comm().irecv(recv.get(), src, tag))
         }
+        What::StartChain => {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                "a chain's start is not a typed operation",
+            ));
+        }
     })
 }
 
@@ -411,7 +507,14 @@ impl Queues for Served<'_> {
     }
 
     fn answer(&self, d: Done) {
-        self.reply(Answer::of(d.id, &d.result));
+        let a = Answer::of(d.id, &d.result);
+        if self.alloc_id.get() == Some(d.id) {
+            self.alloc_id.set(None);
+            if let Some(h) = locked(&self.arenas).announce.take() {
+                return self.reply(a.with_payload(&h.to_bytes()));
+            }
+        }
+        self.reply(a);
     }
 
     fn rank_waiting(&self) -> bool {
@@ -440,10 +543,13 @@ struct Arenas {
     retired: Vec<Arena>,
     /// The rank's communicator's buffers, where the arenas are registered.
     registry: Option<Registry>,
+    /// The handle of the arena just made, for its answer.
+    announce: Option<Handle>,
 }
 
-/// The arenas, whoever holds them (the serving thread only: the lock is never contended).
-fn locked(a: &Mutex<Arenas>) -> std::sync::MutexGuard<'_, Arenas> {
+/// The arenas or chains, whoever holds them (the serving thread only: the lock is never
+/// contended).
+fn locked<T>(a: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     a.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
@@ -481,6 +587,7 @@ impl Arenas {
         if let Some(r) = &self.registry {
             r.adopt(&seg, addr);
         }
+        self.announce = Some(seg.handle());
         self.live[slot] = Some(Arena { seg, addr });
         Ok(Status {
             source: crate::cast::rank_u32(slot),
@@ -500,6 +607,25 @@ impl Arenas {
         }
         self.retired.push(a);
         Ok(())
+    }
+
+    /// A chain of `world` from `steps`, its sources the live arenas they name.
+    fn chain(&self, world: &World, steps: &[Descriptor]) -> Result<Chain> {
+        let mut b = world.chain();
+        for d in steps {
+            let h = Handle::from_bytes(&d.handle)?;
+            b = match signal_of(d.signal, d.value)? {
+                Some(op) => b.signal(&h, as_usize(d.off), op),
+                None => {
+                    let src = match self.live.get(d.src_arena as usize) {
+                        Some(Some(a)) => &a.seg,
+                        _ => return Err(no_arena(d.src_arena)),
+                    };
+                    b.put(src, as_usize(d.src_off), &h, as_usize(d.off), as_usize(d.len))
+                }
+            };
+        }
+        b.build()
     }
 
     /// The memory at `p`, checked: its arena is live, the range lies inside it, and it holds
@@ -566,6 +692,18 @@ fn disjoint(a: Place, b: Place) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// An offset or length from the rank (one beyond this machine is out of every range).
+fn as_usize(v: u64) -> usize {
+    usize::try_from(v).unwrap_or(usize::MAX)
+}
+
+fn no_chain(k: u32) -> Error {
+    Error::new(
+        ErrorKind::InvalidHandle,
+        format!("the rank has no chain {k} at its node proxy"),
+    )
 }
 
 fn no_arena(arena: u32) -> Error {
