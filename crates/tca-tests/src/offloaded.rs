@@ -444,7 +444,11 @@ fn split(proxy: &Proxy, args: &[String]) -> Result<bool> {
     let (me, p) = (proxy.rank(), proxy.size());
     let mut ok = true;
     let Some(half) = proxy.split(Some(me % 2), -i64::from(me))? else {
-        return Ok(check(false, "a split with a color gave no communicator", me));
+        return Ok(check(
+            false,
+            "a split with a color gave no communicator",
+            me,
+        ));
     };
     // Same parity, highest world rank first.
     let members: Vec<u32> = (0..p).rev().filter(|r| r % 2 == me % 2).collect();
@@ -486,7 +490,11 @@ fn split(proxy: &Proxy, args: &[String]) -> Result<bool> {
     let psum: u64 = members.iter().map(|&r| u64::from(r) + 1).sum();
     ok &= check(sum.iter().all(|&x| x == psum), "allreduce on the part", me);
     let bits = (0..p).fold(0u64, |a, r| a | 1 << r.min(40));
-    ok &= check(wsum.iter().all(|&x| x == bits), "allreduce on the world", me);
+    ok &= check(
+        wsum.iter().all(|&x| x == bits),
+        "allreduce on the world",
+        me,
+    );
     ok &= check(
         root.iter().all(|&x| x == members[0] * 10),
         "broadcast on the part",
@@ -528,13 +536,21 @@ fn split(proxy: &Proxy, args: &[String]) -> Result<bool> {
     for round in 0..arg(args, 1, 20) as u32 {
         let k = round % 3 + 1;
         let Some(c): Option<ProxyComm> = proxy.split(Some(me % k), i64::from(round))? else {
-            return Ok(check(false, "a split with a color gave no communicator", me));
+            return Ok(check(
+                false,
+                "a split with a color gave no communicator",
+                me,
+            ));
         };
         let mut x = proxy.alloc::<u32>(3)?;
         x.fill(me);
         c.scope(|s| s.iallreduce_in_place(&mut x, &Op::Max)?.wait())?;
         let top = (0..p).filter(|r| r % k == me % k).max().unwrap_or(0);
-        ok &= check(x.iter().all(|&v| v == top), "a made and dropped communicator", me);
+        ok &= check(
+            x.iter().all(|&v| v == top),
+            "a made and dropped communicator",
+            me,
+        );
     }
     Ok(ok)
 }
@@ -568,7 +584,10 @@ fn put(proxy: &Proxy, args: &[String]) -> Result<bool> {
         me,
     );
     for round in 1..=arg(args, 1, 20) {
-        src.write(0, &[(me as u8).wrapping_mul(31).wrapping_add(round as u8); 64])?;
+        src.write(
+            0,
+            &[(me as u8).wrapping_mul(31).wrapping_add(round as u8); 64],
+        )?;
         proxy.scope(|s| s.istart_with(&ring, SignalOp::Set(round))?.wait())?;
         let seen = win.wait_until(0, round)?;
         let mut got = [0u8; 64];
@@ -588,14 +607,26 @@ fn put(proxy: &Proxy, args: &[String]) -> Result<bool> {
         .build()?;
     proxy.scope(|s| s.istart(&two)?.wait())?;
     if me == 0 {
-        ok &= check(win.wait_until(8, u64::from(p))? == u64::from(p), "an adding signal", me);
+        ok &= check(
+            win.wait_until(8, u64::from(p))? == u64::from(p),
+            "an adding signal",
+            me,
+        );
     }
     proxy.scope(|s| s.ibarrier()?.wait())?;
     let mut word = [0u8; 8];
     win.read(200, &mut word)?;
-    ok &= check(u64::from_le_bytes(word) == u64::from(prev) + 100, "first put", me);
+    ok &= check(
+        u64::from_le_bytes(word) == u64::from(prev) + 100,
+        "first put",
+        me,
+    );
     win.read(208, &mut word)?;
-    ok &= check(u64::from_le_bytes(word) == u64::from(next) + 100, "second put", me);
+    ok &= check(
+        u64::from_le_bytes(word) == u64::from(next) + 100,
+        "second put",
+        me,
+    );
     // Refused: a put past the window's end, a forged handle, a misaligned signal word, a
     // read past the end.
     let past = proxy.chain().put(&src, 0, &to_next, 250, 8).build();
@@ -611,7 +642,8 @@ fn put(proxy: &Proxy, args: &[String]) -> Result<bool> {
     ok &= check(bad.is_err(), "a forged handle", me);
     ok &= check(win.signal_value(4).is_err(), "a misaligned signal word", me);
     ok &= check(
-        win.read(250, &mut [0; 8]).is_err_and(|e| e.kind() == ErrorKind::OutOfBounds),
+        win.read(250, &mut [0; 8])
+            .is_err_and(|e| e.kind() == ErrorKind::OutOfBounds),
         "a read past the end",
         me,
     );

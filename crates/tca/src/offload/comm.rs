@@ -56,9 +56,7 @@ impl<'p> ProxyComm<'p> {
     /// world's (`force COLLECTIVE NAME` forces it on this communicator only).
     pub fn control(&self, request: &str) -> Result<String> {
         match &self.proxy.link {
-            Link::Thread { .. } => {
-                self.scope(|s| s.run(|c| super::control::run(c, request)))
-            }
+            Link::Thread { .. } => self.scope(|s| s.run(|c| super::control::run(c, request))),
             Link::Node(_) => super::node::control(self.proxy, self.id, request),
         }
     }
@@ -118,7 +116,7 @@ pub(super) fn split(
             id,
             comm: parent,
             peer: color.unwrap_or(ANY),
-            arg: key,
+            arg: u64::from_le_bytes(key.to_le_bytes()),
             ..Entry::new(Kind::Split)
         }),
     })?;

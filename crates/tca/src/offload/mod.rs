@@ -20,6 +20,13 @@
 //!   the rank's communicator, the result handed back through the completion queue (the seed's
 //!   command channel for what the rank should not do itself).
 //!
+//! - **communicators** ([`Proxy::split`], [`ProxyComm`]): made by the proxy on the rank's
+//!   behalf (collective, as [`Comm::split`]) and kept until the rank drops its end; a scope of
+//!   a [`ProxyComm`] posts operations on it. The proxy opens a scope on each of the rank's
+//!   communicators for a burst of work, so operations on several are in flight together; a
+//!   split or a free runs between bursts, with nothing in flight (a split is refused while
+//!   the rank has operations in flight: a peer waiting for one of them would wait for ever).
+//!
 //! The operations are the communicator's own non-blocking collectives (`Scope::iallreduce`,
 //! ...: one algorithm source, polled by the proxy instead of the caller) and two-sided sends
 //! and receives. While any is in flight the proxy polls them all; when none moved for the
@@ -51,7 +58,11 @@
 //! With [`Proxy::connect`] the proxy is another process (module `node`): the queues are
 //! fixed-size entries in a shared memfd, buffers come from [`Proxy::alloc`] (arenas the proxy
 //! allocates and both map), reductions are the built-in ones, and commands are text
-//! ([`Proxy::control`]). The rank's side (scopes, tickets, back-pressure, faults) is this
+//! ([`Proxy::control`]). One-sided puts go through it as the seeds' chained DMA descriptors:
+//! [`Proxy::window`] is memory peers put into (reached by copies, never by reference, since a
+//! peer may write it at any time), [`Proxy::chain`] has the proxy build and keep a chain of
+//! puts from the rank's windows with a final signal, and [`ProxyScope::istart`] posts one
+//! start of it (complete when answered). The rank's side (scopes, tickets, back-pressure, faults) is this
 //! module's, for both kinds of proxy.
 //!
 //! # Which work the proxy takes (measured; BENCHMARKS.md, "The node proxy")

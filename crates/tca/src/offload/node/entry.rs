@@ -7,8 +7,8 @@ use bytemuck::{Pod, Zeroable};
 
 use super::super::serve::Leave;
 use crate::coll::{Element, Op};
-use crate::fabric::{Handle, SignalOp};
 use crate::error::{Error, ErrorKind, Result};
+use crate::fabric::{Handle, SignalOp};
 use crate::p2p::{Source, Status, Tag};
 
 /// Bytes of a work-queue entry.
@@ -160,8 +160,8 @@ pub(crate) struct Entry {
     pub comm: u16,
     pub send: Place,
     pub recv: Place,
-    /// A split's key.
-    pub arg: i64,
+    /// A split's key (its bits), a chain start's signal value.
+    pub arg: u64,
 }
 
 /// A receive from any source.
@@ -200,8 +200,8 @@ impl Entry {
         [
             Start, Cancel, Stop, Alloc, Free, Control, Split, FreeComm, Chain, FreeChain,
         ]
-            .into_iter()
-            .find(|k| *k as u8 == self.kind)
+        .into_iter()
+        .find(|k| *k as u8 == self.kind)
     }
 
     pub(crate) fn source(&self) -> Source {

@@ -25,6 +25,13 @@
 //!   code could.
 //! - **Reductions** cross as the code of a built-in operation; a program's own function
 //!   stays with a progress thread.
+//! - **Communicators** other than the world's are made by the proxy (`Kind::Split`) and named
+//!   by their index in each entry.
+//! - **One-sided puts** (module `window`): windows are arenas that peers put into, which this
+//!   process reaches by copies only; a chain is a list of [`entry::Descriptor`]s the rank
+//!   writes into an arena (the seed's descriptors in memory), which the proxy checks and
+//!   builds into a chain of the rank's world once (`Kind::Chain`) and starts whenever the
+//!   rank posts `What::StartChain`. An allocation's answer carries the arena's handle.
 //!
 //! # Faults
 //! The launcher writes each rank's pid into its slot; a serving thread whose rank is gone
@@ -49,8 +56,8 @@ pub use buf::ProxyBuf;
 pub(crate) use channel::{Channel, Queue};
 pub(crate) use entry::{ANY, END, Entry, Kind, What, op_code};
 pub use serve::serve_node;
-pub use window::{ProxyChain, ProxyChainBuilder, ProxyWindow};
 pub(crate) use window::thread_has_world;
+pub use window::{ProxyChain, ProxyChainBuilder, ProxyWindow};
 
 use super::serve::{CommId, Done, Leave};
 use super::{Link, Msg, Proxy};

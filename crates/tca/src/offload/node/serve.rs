@@ -25,8 +25,8 @@ use super::super::scope::{Lent, LentMut};
 use super::super::serve::{self as served, Command, Done, Queues, Start, WORLD, Work};
 use super::channel::{Channel, Queue, Ring};
 use super::entry::{
-    ANY, Answer, Builtin, Descriptor, END, Entry, Kind, NO_ARENA, Place, WQ_ENTRY, What,
-    leave_of, signal_of,
+    ANY, Answer, Builtin, Descriptor, END, Entry, Kind, NO_ARENA, Place, WQ_ENTRY, What, leave_of,
+    signal_of,
 };
 use super::{SLICE, var_u32};
 use crate::bootstrap::{BoardSource, JobEnv};
@@ -278,7 +278,7 @@ impl<'a> Served<'a> {
                         id: e.id,
                         parent: e.comm,
                         color: (e.peer != ANY).then_some(e.peer),
-                        key: e.arg,
+                        key: i64::from_le_bytes(e.arg.to_le_bytes()),
                     });
                 }
                 Some(Kind::FreeComm) => return Some(Work::Free(e.id, e.comm)),
@@ -355,7 +355,10 @@ impl<'a> Served<'a> {
                 ),
             ));
         }
-        let steps: Vec<Descriptor> = bytes.chunks_exact(size).map(bytemuck::pod_read_unaligned).collect();
+        let steps: Vec<Descriptor> = bytes
+            .chunks_exact(size)
+            .map(bytemuck::pod_read_unaligned)
+            .collect();
         let (arenas, chains) = (self.arenas.clone(), self.chains.clone());
         Ok(Box::new(move |c| {
             let chain = locked(&arenas).chain(c.world_ref(), &steps)?;
@@ -379,7 +382,7 @@ impl<'a> Served<'a> {
     /// The start of chain `e.peer` (complete when answered: its puts are in their
     /// destinations).
     fn chain_start(&self, e: &Entry) -> Result<Command> {
-        let op = signal_of(e.op, e.arg as u64)?;
+        let op = signal_of(e.op, e.arg)?;
         let (chains, k) = (self.chains.clone(), e.peer);
         Ok(Box::new(move |c| {
             let world = c.world_ref();
@@ -621,7 +624,13 @@ impl Arenas {
                         Some(Some(a)) => &a.seg,
                         _ => return Err(no_arena(d.src_arena)),
                     };
-                    b.put(src, as_usize(d.src_off), &h, as_usize(d.off), as_usize(d.len))
+                    b.put(
+                        src,
+                        as_usize(d.src_off),
+                        &h,
+                        as_usize(d.off),
+                        as_usize(d.len),
+                    )
                 }
             };
         }

@@ -22,6 +22,11 @@ use crate::transport::NodeMemory;
 #[cfg(doc)]
 use super::ProxyBuf;
 
+/// Looks at a window's word before it yields the core.
+const SPINS: u32 = 1000;
+/// Yields of the core before it sleeps (the proxy's serving thread may need it).
+const YIELDS: u32 = 1000;
+
 /// Memory of this rank that peers put into ([`Proxy::window`]), through the node proxy.
 /// Zeroed when made; freed (through the proxy) when dropped.
 #[derive(Debug)]
@@ -44,7 +49,7 @@ impl<'p> ProxyWindow<'p> {
 
     /// Bytes in the window.
     pub fn len(&self) -> usize {
-        usize::try_from(self.handle.len()).unwrap_or(usize::MAX)
+        self.handle.len()
     }
 
     /// Whether the window has no bytes.
@@ -87,9 +92,13 @@ impl<'p> ProxyWindow<'p> {
             if v >= value {
                 return Ok(v);
             }
-            if spins < 1000 {
+            if spins < SPINS + YIELDS {
                 spins += 1;
-                std::hint::spin_loop();
+                if spins <= SPINS {
+                    std::hint::spin_loop();
+                } else {
+                    std::thread::yield_now();
+                }
                 continue;
             }
             std::thread::sleep(nap);
@@ -209,9 +218,8 @@ impl<'p> ProxyChainBuilder<'p> {
             return Err(thread_has_world("a chain"));
         };
         let send = c.place(&desc)?;
-        let n = u32::try_from(self.steps.len()).map_err(|_| {
-            Error::new(ErrorKind::InvalidArgument, "a chain of over 4e9 steps")
-        })?;
+        let n = u32::try_from(self.steps.len())
+            .map_err(|_| Error::new(ErrorKind::InvalidArgument, "a chain of over 4e9 steps"))?;
         let id = proxy.post(|id| {
             Msg::Entry(Entry {
                 id,
@@ -275,7 +283,7 @@ impl ProxyChain<'_> {
         Ok(Entry {
             peer: self.k,
             op: code,
-            arg: value as i64,
+            arg: value,
             ..Entry::start::<u8>(super::What::StartChain)
         })
     }
