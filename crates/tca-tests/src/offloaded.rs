@@ -439,7 +439,8 @@ fn stuck(proxy: &Proxy, _args: &[String]) -> Result<bool> {
 /// Communicators the proxy makes on the rank's behalf: split by parity (reversed by key),
 /// with collectives and messages on the part and on the world outstanding at once; a split
 /// of the part with a rank taking no part; a split while an operation is in flight refused;
-/// `rounds` communicators made and dropped in turn (their indices reused).
+/// `rounds` communicators made and dropped in turn (more than a rank may hold at once: each
+/// is freed).
 fn split(proxy: &Proxy, args: &[String]) -> Result<bool> {
     let (me, p) = (proxy.rank(), proxy.size());
     let mut ok = true;
@@ -532,7 +533,21 @@ fn split(proxy: &Proxy, args: &[String]) -> Result<bool> {
         "a split with an operation in flight",
         me,
     );
-    // Made and dropped in turn: every round's communicator groups ranks by round.
+    // Dropped while an operation of the world's is in flight (freed after it), then a new one.
+    let mut w = proxy.alloc::<u64>(4)?;
+    w.fill(1);
+    proxy.scope(|s| {
+        let mut t = s.iallreduce_in_place(&mut w, &Op::Sum)?;
+        drop(half);
+        t.wait().map(drop)
+    })?;
+    ok &= check(
+        w.iter().all(|&x| x == u64::from(p)),
+        "allreduce beside a free",
+        me,
+    );
+    // Made and dropped in turn, more than a rank may hold at once (each must be freed):
+    // every round's communicator groups ranks by round.
     for round in 0..arg(args, 1, 20) as u32 {
         let k = round % 3 + 1;
         let Some(c): Option<ProxyComm> = proxy.split(Some(me % k), i64::from(round))? else {
@@ -641,6 +656,41 @@ fn put(proxy: &Proxy, args: &[String]) -> Result<bool> {
     let bad = proxy.chain().put(&src, 0, &forged, 0, 8).build();
     ok &= check(bad.is_err(), "a forged handle", me);
     ok &= check(win.signal_value(4).is_err(), "a misaligned signal word", me);
+    // A source dropped before the chain is built, or after: refused, not read.
+    let gone = proxy.window(8)?;
+    let before = proxy.chain().put(&gone, 0, &to_next, 0, 8);
+    drop(gone);
+    ok &= check(
+        before
+            .build()
+            .is_err_and(|e| e.kind() == ErrorKind::InvalidHandle),
+        "a chain of a dropped source",
+        me,
+    );
+    let later = proxy.window(8)?;
+    let built = proxy.chain().put(&later, 0, &to_next, 216, 8).build()?;
+    drop(later);
+    let started = proxy.scope(|s| s.istart(&built)?.wait());
+    ok &= check(
+        started.is_err(),
+        "a chain started after its source was dropped",
+        me,
+    );
+    // A chain without a signal takes no signal; a wait that cannot end times out.
+    let plain = proxy.chain().put(&src, 0, &to_next, 216, 8).build()?;
+    ok &= check(
+        proxy
+            .scope(|s| s.istart_with(&plain, SignalOp::Set(1)).map(drop))
+            .is_err_and(|e| e.kind() == ErrorKind::InvalidArgument),
+        "a signal for a chain without one",
+        me,
+    );
+    ok &= check(
+        win.wait_until_timeout(16, 1, Some(Duration::from_millis(20)))
+            .is_err_and(|e| e.kind() == ErrorKind::Timeout),
+        "a wait that times out",
+        me,
+    );
     ok &= check(
         win.read(250, &mut [0; 8])
             .is_err_and(|e| e.kind() == ErrorKind::OutOfBounds),

@@ -511,3 +511,22 @@ fn mpirun_and_hydra_start_jobs_across_namespaces() {
         }
     }
 }
+
+#[test]
+fn a_node_proxy_per_namespace_serves_that_nodes_ranks() {
+    let Some(n) = Nodes::make(8, 2) else { return };
+    // `tca run --offload` across nodes: the launcher starts a node proxy in each namespace
+    // through the agent, learns where it made its channel, and starts that node's ranks
+    // with it; the proxies' worlds meet at the rendezvous and talk through libfabric.
+    for (np, slots, args) in [
+        (4, "A:2,B:2", ["offload-coll", "3"]),
+        (4, "A:2,B:2", ["offload-split", "5"]),
+        (3, "A:1,B:2", ["offload-put", "5"]),
+    ] {
+        let (code, out, err) = finish(
+            n.launch(np, slots, &args, &[("RANKPROG_OFFLOAD", "1")]),
+            Duration::from_secs(120),
+        );
+        assert_eq!(code, 0, "{slots} {args:?}: {out}{err}");
+    }
+}

@@ -113,43 +113,106 @@ fn an_offloaded_rank_has_no_world_of_its_own() {
     assert!(stderr.contains("Proxy::connect"), "{stderr}");
 }
 
-#[test]
-fn a_node_proxy_serves_one_node_only() {
-    let e = Launch {
-        ranks: 2,
+/// Two "hosts" of this machine (`localhost` and `127.0.0.1`: started directly, meeting at
+/// the launcher's rendezvous), each with its node proxy serving its ranks.
+fn across_hosts(n: u32, first: u32, args: &[&str]) -> tca::bootstrap::launcher::Outcome {
+    Launch {
+        ranks: n,
         program: PROG.into(),
-        args: vec!["offload-coll".into()],
-        hosts: vec![("localhost".into(), None)],
+        args: args.iter().map(Into::into).collect(),
+        hosts: vec![
+            ("localhost".into(), Some(first)),
+            ("127.0.0.1".into(), Some(n - first)),
+        ],
         offload: Some(vec![PROG.into(), "node-proxy".into()]),
         ..Default::default()
     }
     .run()
-    .unwrap_err();
-    assert!(e.to_string().contains("--hosts"), "{e}");
+    .unwrap()
+}
+
+#[test]
+fn a_node_proxy_per_host_serves_that_hosts_ranks() {
+    let _g = SHM.lock().unwrap_or_else(|p| p.into_inner());
+    let before = tca::transport::shm_entries();
+    for (n, first) in [(4, 2), (3, 1)] {
+        for args in [
+            &["offload-coll", "3"][..],
+            &["offload-split", "5"],
+            &["offload-put", "5"],
+        ] {
+            let o = across_hosts(n, first, args);
+            assert_eq!(
+                o.status(),
+                0,
+                "{n} ranks, {first} on the first host, {args:?}: {o:?}"
+            );
+            assert_eq!(o.proxy, Some(RankExit::Code(0)), "{args:?}: {o:?}");
+        }
+    }
+    assert_eq!(
+        tca::transport::shm_entries(),
+        before,
+        "shared memory left behind"
+    );
+}
+
+#[test]
+fn a_killed_proxy_of_one_host_stops_the_job_naming_it() {
+    let _g = SHM.lock().unwrap_or_else(|p| p.into_inner());
+    let before = tca::transport::shm_entries();
+    let out = Command::new(PROG)
+        .args(["launch", "4", "offload-kill-proxy"])
+        .env("RANKPROG_OFFLOAD", "1")
+        .env("RANKPROG_HOSTS", "localhost:2,127.0.0.1:2")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // Rank 0 killed the first host's proxy: the job's status is its death, and the ranks it
+    // served fail naming it (the other host's ranks fail too, naming a rank that is gone).
+    assert_eq!(out.status.code(), Some(128 + 9), "{stdout}\n{stderr}");
+    for r in 0..2 {
+        assert!(
+            stdout.lines().any(|l| l == format!("proxy-gone {r}")),
+            "rank {r} did not fail naming the proxy:\n{stdout}\n{stderr}"
+        );
+    }
+    assert!(stderr.contains("the node proxy (pid"), "{stderr}");
+    assert_eq!(tca::transport::shm_entries(), before);
 }
 
 #[test]
 fn communicators_made_by_the_proxy_at_1_to_6_ranks_node_and_thread() {
+    let _g = SHM.lock().unwrap_or_else(|p| p.into_inner());
+    let before = tca::transport::shm_entries();
     for n in 1..=6 {
-        let o = offloaded(n, &["offload-split", "12"]);
+        // 70 made and dropped in turn: more than the 64 a rank may hold.
+        let o = offloaded(n, &["offload-split", "70"]);
         assert_eq!(o.status(), 0, "node proxy, {n} ranks: {o:?}");
+        assert_eq!(o.proxy, Some(RankExit::Code(0)), "{n} ranks: {o:?}");
         // The same scenario through a progress thread of each rank.
         let o = Launch {
             ranks: n,
             program: PROG.into(),
-            args: vec!["offload-split".into(), "12".into()],
+            args: vec!["offload-split".into(), "70".into()],
             ..Default::default()
         }
         .run()
         .unwrap();
         assert_eq!(o.status(), 0, "progress thread, {n} ranks: {o:?}");
     }
+    assert_eq!(tca::transport::shm_entries(), before);
 }
 
 #[test]
 fn chains_of_puts_through_the_node_proxy_at_1_to_5_ranks() {
+    let _g = SHM.lock().unwrap_or_else(|p| p.into_inner());
+    let before = tca::transport::shm_entries();
     for n in 1..=5 {
         let o = offloaded(n, &["offload-put", "20"]);
         assert_eq!(o.status(), 0, "{n} ranks: {o:?}");
+        assert_eq!(o.proxy, Some(RankExit::Code(0)), "{n} ranks: {o:?}");
     }
+    assert_eq!(tca::transport::shm_entries(), before);
 }

@@ -34,7 +34,8 @@
 //! | `TCA_AM_CHANNELS` | user | channels (copy engines) a large active-message put into memory of this node is split over, weights tuned per transfer pattern (default 1: no split; see `am::Endpoint::set_channels`) |
 //! | `TCA_AM_PACK` | user | pieces of a vector, indexed or strided put shorter than this (bytes) are packed through the active-message ring; longer ones go segment to segment (default `am::PACK_DEFAULT`, capped by the ring's packet size) |
 //! | `TCA_PROGRESS` | user | where communication progresses in `tca bench`'s non-blocking benchmarks and for programs that ask `offload::Progress::from_env`: `caller` (default: in the caller's tca calls), `thread` (a progress thread per rank owns the world, `offload::Proxy`) or `proxy` (the node's proxy process holds every rank's world; set by `tca run --offload`, `offload::Proxy::connect`) |
-//! | `TCA_PROXY_FD`, `TCA_PROXY_PID` | launcher | the node proxy's channel (the launcher's descriptor) and the proxy's pid, set by `tca run --offload` |
+//! | `TCA_PROXY_FD`, `TCA_PROXY_PID` | launcher | the node proxy's channel and the proxy's pid, set by `tca run --offload`: the channel is the launcher's descriptor on one node, the proxy's own across hosts (`TCA_KV` set) |
+//! | `TCA_PROXY_RANKS` | launcher | the ranks a node proxy serves across hosts (`tca run --offload --hosts`: `2,3`) |
 //! | `TCA_P2P_PROGRESS` | user | where a communicator's communication progresses while its rank computes in `Comm::overlap`: `caller` (default: nowhere; the computation runs inline) or `thread` (the rank's thread polls while the computation runs on a thread of its own; see `offload`'s `overlap`) |
 //! | `TCA_MODEL_FILE` | user | the collectives' calibrated cost models, written by `tca model calibrate` and read at the first communicator (default: `$XDG_CONFIG_HOME/tca/model.json`, else `~/.config/tca/model.json`; `none`: the built-in defaults) |
 //!
@@ -57,6 +58,8 @@ pub const PROGRESS: &str = "TCA_PROGRESS";
 pub const PROXY_FD: &str = "TCA_PROXY_FD";
 /// Pid of the node proxy, set by `tca run --offload`.
 pub const PROXY_PID: &str = "TCA_PROXY_PID";
+/// The ranks a node proxy of a job across hosts serves.
+pub const PROXY_RANKS: &str = "TCA_PROXY_RANKS";
 /// Where a communicator progresses during `Comm::overlap`: `caller` or `thread`.
 pub const P2P_PROGRESS: &str = "TCA_P2P_PROGRESS";
 /// Rank of this process, set by `tca run`.
@@ -157,6 +160,7 @@ pub const KNOWN: &[&str] = &[
     PROGRESS,
     PROXY_FD,
     PROXY_PID,
+    PROXY_RANKS,
     P2P_PROGRESS,
 ];
 

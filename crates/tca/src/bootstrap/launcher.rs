@@ -309,13 +309,6 @@ impl Launch {
             ));
         }
         if !self.hosts.is_empty() {
-            if self.offload.is_some() {
-                return Err(Error::new(
-                    ErrorKind::Launch,
-                    "a node proxy (--offload) serves the ranks of this node only: it cannot be \
-                     combined with --hosts",
-                ));
-            }
             return self.run_hosts();
         }
         let cpus = bind::plan(
@@ -344,24 +337,16 @@ impl Launch {
                 return Err(e);
             }
         };
+        let proxies: Vec<NodeProxy> = proxy.into_iter().collect();
         let spawn = |r: u32, job_cpus: u32| {
-            let child = self.spawn(r, &board_fd, job, job_cpus, proxy.as_ref())?;
-            if let Some(p) = &proxy {
-                p.channel.set_rank_pid(r, child.id())?;
+            let child = self.spawn(r, &board_fd, job, job_cpus, proxies.first())?;
+            if let Some((_, ch)) = proxies.first().and_then(|p| p.channel.as_ref()) {
+                ch.set_rank_pid(r, child.id())?;
             }
             Ok(child)
         };
-        let result = self.supervise(
-            &Control::Board(&board),
-            &spawn,
-            &cpus,
-            &caught,
-            proxy.as_ref(),
-        );
-        let result = match proxy {
-            Some(p) => p.finish(result, &caught),
-            None => result,
-        };
+        let result = self.supervise(&Control::Board(&board), &spawn, &cpus, &caught, &proxies);
+        let result = finish_proxies(proxies, result, &caught);
         for id in hooks {
             signal_hook::low_level::unregister(id);
         }
@@ -418,36 +403,64 @@ impl Launch {
                 v.to_string_lossy().into_owned(),
             )
         }));
+        // A job started inside an offloaded rank is not offloaded unless it asks.
+        pass.retain(|(k, v)| {
+            ![env::PROXY_FD, env::PROXY_PID, env::PROXY_RANKS].contains(&k.as_str())
+                && !(k == env::PROGRESS && v.trim() == "proxy")
+        });
+        let mut job_vars = pass.clone();
+        job_vars.push((env::SIZE.into(), self.ranks.to_string()));
+        job_vars.push((env::JOB_ID.into(), format!("{job:016x}")));
+        job_vars.push((env::KV.into(), kv.clone()));
         let (caught, hooks) = catch_signals()?;
-        let spawn = |r: u32, _cpus: u32| {
-            let host = &self.hosts[placement[r as usize]].0;
-            let mut vars = pass.clone();
-            vars.push((env::RANK.into(), r.to_string()));
-            vars.push((env::SIZE.into(), self.ranks.to_string()));
-            vars.push((env::JOB_ID.into(), format!("{job:016x}")));
-            vars.push((env::KV.into(), kv.clone()));
-            let mut cmd = if is_this_host(host) {
-                let mut c = Command::new(&self.program);
-                c.args(&self.args).envs(vars.iter().map(|(k, v)| (k, v)));
-                c
-            } else {
-                let mut c = Command::new(&rsh[0]);
-                c.args(&rsh[1..]).arg(host);
-                let mut words: Vec<String> = vec!["env".into()];
-                words.extend(vars.iter().map(|(k, v)| format!("{k}={v}")));
-                words.push(self.program.to_string_lossy().into_owned());
-                words.extend(self.args.iter().map(|a| a.to_string_lossy().into_owned()));
-                let ssh = std::path::Path::new(&rsh[0])
-                    .file_name()
-                    .is_some_and(|n| n == "ssh");
-                if ssh {
-                    let line: Vec<String> = words.iter().map(|w| shell_quote(w)).collect();
-                    c.arg(format!("exec {}", line.join(" ")));
-                } else {
-                    c.args(&words);
+        // With --offload, a node proxy per host first, each serving that host's ranks.
+        let mut proxies: Vec<NodeProxy> = Vec::new();
+        if let Some(cmd) = &self.offload {
+            for (h, (host, _)) in self.hosts.iter().enumerate() {
+                let mine: Vec<String> = (0..self.ranks)
+                    .filter(|&r| placement[r as usize] == h)
+                    .map(|r| r.to_string())
+                    .collect();
+                if mine.is_empty() {
+                    continue;
                 }
-                c
-            };
+                let mut vars = job_vars.clone();
+                vars.push((env::PROXY_RANKS.into(), mine.join(",")));
+                let started = self
+                    .remote_command(host, &rsh, cmd, &vars)
+                    .and_then(|c| NodeProxy::start_remote(c, host, h));
+                match started {
+                    Ok(p) => proxies.push(p),
+                    Err(e) => {
+                        for p in proxies {
+                            p.kill();
+                        }
+                        for id in hooks {
+                            signal_hook::low_level::unregister(id);
+                        }
+                        return Err(e);
+                    }
+                }
+            }
+        }
+        let spawn = |r: u32, _cpus: u32| {
+            let h = placement[r as usize];
+            let host = &self.hosts[h].0;
+            let mut vars = job_vars.clone();
+            vars.push((env::RANK.into(), r.to_string()));
+            if let Some(p) = proxies
+                .iter()
+                .find(|p| p.host.as_ref().is_some_and(|x| x.0 == h))
+            {
+                let (pid, fd) = p.at;
+                vars.push((env::PROGRESS.into(), "proxy".into()));
+                vars.push((env::PROXY_PID.into(), pid.to_string()));
+                vars.push((env::PROXY_FD.into(), fd.to_string()));
+            }
+            let program: Vec<OsString> = std::iter::once(self.program.clone())
+                .chain(self.args.iter().cloned())
+                .collect();
+            let mut cmd = self.remote_command(host, &rsh, &program, &vars)?;
             cmd.stdin(Stdio::null()).process_group(0);
             if self.tag_output {
                 cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
@@ -459,11 +472,50 @@ impl Launch {
                 )
             })
         };
-        let result = self.supervise(&Control::Kv(&server), &spawn, &[], &caught, None);
+        let result = self.supervise(&Control::Kv(&server), &spawn, &[], &caught, &proxies);
+        let result = finish_proxies(proxies, result, &caught);
         for id in hooks {
             signal_hook::low_level::unregister(id);
         }
         result
+    }
+
+    /// The command that runs `program` (its words) with `vars` on `host`: directly where it
+    /// is this host, else through the remote-shell agent `rsh` (`ssh` gets one shell-quoted
+    /// line, any other agent the words).
+    fn remote_command(
+        &self,
+        host: &str,
+        rsh: &[String],
+        program: &[OsString],
+        vars: &[(String, String)],
+    ) -> Result<Command> {
+        let (first, rest) = program
+            .split_first()
+            .ok_or_else(|| Error::new(ErrorKind::Launch, "an empty command"))?;
+        if is_this_host(host) {
+            let mut c = Command::new(first);
+            c.args(rest).envs(vars.iter().map(|(k, v)| (k, v)));
+            return Ok(c);
+        }
+        let agent = rsh
+            .first()
+            .ok_or_else(|| Error::new(ErrorKind::Launch, "the remote-shell agent is empty"))?;
+        let mut c = Command::new(agent);
+        c.args(&rsh[1..]).arg(host);
+        let mut words: Vec<String> = vec!["env".into()];
+        words.extend(vars.iter().map(|(k, v)| format!("{k}={v}")));
+        words.extend(program.iter().map(|a| a.to_string_lossy().into_owned()));
+        let ssh = std::path::Path::new(agent)
+            .file_name()
+            .is_some_and(|n| n == "ssh");
+        if ssh {
+            let line: Vec<String> = words.iter().map(|w| shell_quote(w)).collect();
+            c.arg(format!("exec {}", line.join(" ")));
+        } else {
+            c.args(&words);
+        }
+        Ok(c)
     }
 
     fn spawn(
@@ -493,8 +545,8 @@ impl Launch {
         match proxy {
             Some(p) => {
                 cmd.env(env::PROGRESS, "proxy")
-                    .env(env::PROXY_FD, p.channel_fd.as_raw_fd().to_string())
-                    .env(env::PROXY_PID, p.proc.pid().to_string());
+                    .env(env::PROXY_FD, p.at.1.to_string())
+                    .env(env::PROXY_PID, p.at.0.to_string());
             }
             None => {
                 cmd.env_remove(env::PROXY_FD).env_remove(env::PROXY_PID);
@@ -532,7 +584,7 @@ impl Launch {
         spawn: &dyn Fn(u32, u32) -> Result<Child>,
         cpus: &[usize],
         caught: &AtomicUsize,
-        proxy: Option<&NodeProxy>,
+        proxies: &[NodeProxy],
     ) -> Result<Outcome> {
         let mut ranks: Vec<Rank> = Vec::with_capacity(self.ranks as usize);
         let mut pumps = Vec::new();
@@ -608,17 +660,21 @@ impl Launch {
                     .min(Duration::from_millis(50)),
                 None => Duration::from_millis(50),
             };
-            wait_any(&ranks, &running, proxy, timeout);
-            if let Some(px) = proxy
-                && proxy_exit.is_none()
-                && let Some(how) = px.ended()
-            {
-                proxy_exit = Some(how);
-                if how.failed() && failure.is_none() && interrupted.is_none() {
+            wait_any(&ranks, &running, proxies, timeout);
+            for px in proxies {
+                if px.exit.get().is_some() {
+                    continue;
+                }
+                let Some(how) = px.ended() else { continue };
+                px.exit.set(Some(how));
+                if how.failed() && proxy_exit.is_none() {
+                    proxy_exit = Some(how);
+                }
+                if how.failed() && failure.is_none() && interrupted.is_none() && !proxy_failed {
                     let others = ranks.iter().filter(|k| k.exit.is_none()).count();
                     eprintln!(
-                        "tca run: the node proxy (pid {}) {how}; stopping the {others} rank(s)",
-                        px.pid()
+                        "tca run: the node proxy {}{how}; stopping the {others} rank(s)",
+                        px.name()
                     );
                     // The ranks waiting on it notice within a sleep slice and fail naming
                     // it: a moment for that, then they are stopped. Their failures are the
@@ -662,7 +718,7 @@ impl Launch {
                             term_at.get_or_insert(Instant::now() + NOTICE);
                         } else {
                             signal_all(&ranks, Signal::TERM);
-                            if let Some(px) = proxy {
+                            for px in proxies {
                                 px.signal(Signal::TERM);
                             }
                             kill_at.get_or_insert(Instant::now() + GRACE);
@@ -679,14 +735,24 @@ impl Launch {
                 eprintln!("tca run: caught {}; stopping all ranks", signal_name(sig));
                 let fwd = Signal::from_named_raw(sig).unwrap_or(Signal::TERM);
                 signal_all(&ranks, fwd);
-                if let Some(px) = proxy {
+                for px in proxies {
                     px.signal(fwd);
                 }
                 kill_at.get_or_insert(Instant::now() + GRACE);
             }
-            if let (Control::Kv(kv), None, None) = (control, failure, interrupted) {
+            if let (Control::Kv(kv), None, None, false) =
+                (control, failure, interrupted, proxy_failed)
+            {
                 // A rank on another node died or went silent: the rendezvous saw it.
                 if let Some((who, why)) = kv.aborted() {
+                    // A node proxy that died closed its ranks' connections before its end can
+                    // be seen: its death is the cause (looked at on the next turn).
+                    if proxies
+                        .iter()
+                        .any(|p| p.exit.get().is_none() && p.ended().is_some())
+                    {
+                        continue;
+                    }
                     eprintln!("tca run: {why}; stopping all ranks");
                     failure = Some(RankFailure {
                         rank: who.unwrap_or(0),
@@ -702,7 +768,7 @@ impl Launch {
             }
             if kill_at.is_some_and(|t| Instant::now() >= t) {
                 signal_all(&ranks, Signal::KILL);
-                if let Some(px) = proxy {
+                for px in proxies {
                     px.signal(Signal::KILL);
                 }
             }
@@ -810,11 +876,11 @@ fn signal_all(ranks: &[Rank], sig: Signal) {
     }
 }
 
-fn wait_any(ranks: &[Rank], running: &[usize], proxy: Option<&NodeProxy>, timeout: Duration) {
+fn wait_any(ranks: &[Rank], running: &[usize], proxies: &[NodeProxy], timeout: Duration) {
     // A proxy that has ended is not waited on again (its pidfd stays readable).
-    let proxy = proxy.map(|p| &p.proc).filter(|p| !p.gone());
+    let proxies = proxies.iter().map(|p| &p.proc).filter(|p| !p.gone());
     process::wait_any(
-        running.iter().map(|&i| &ranks[i].proc).chain(proxy),
+        running.iter().map(|&i| &ranks[i].proc).chain(proxies),
         timeout,
     );
 }
@@ -822,9 +888,18 @@ fn wait_any(ranks: &[Rank], running: &[usize], proxy: Option<&NodeProxy>, timeou
 /// The node proxy process of a launch with [`Launch::offload`].
 struct NodeProxy {
     child: std::cell::RefCell<Child>,
+    /// The process this launcher started: the proxy, or the remote-shell agent running it.
     proc: Proc,
-    channel_fd: OwnedFd,
-    channel: crate::offload::node::Channel,
+    /// One node: the channel this launcher made (its descriptor, and its map for the ranks'
+    /// pids). Across hosts the proxy makes its own.
+    channel: Option<(OwnedFd, crate::offload::node::Channel)>,
+    /// What the ranks are told: the proxy's pid and the descriptor of the channel in the
+    /// process that holds it (this launcher on one node, the proxy across hosts).
+    at: (u32, u32),
+    /// Across hosts: the index of its host in the host list, and the host.
+    host: Option<(usize, String)>,
+    /// How it ended, once seen.
+    exit: std::cell::Cell<Option<RankExit>>,
 }
 
 impl Launch {
@@ -868,16 +943,111 @@ impl Launch {
                 ));
             }
         };
+        let at = (
+            proc.pid(),
+            u32::try_from(channel_fd.as_raw_fd()).unwrap_or(u32::MAX),
+        );
         Ok(NodeProxy {
             child: std::cell::RefCell::new(child),
             proc,
-            channel_fd,
-            channel,
+            channel: Some((channel_fd, channel)),
+            at,
+            host: None,
+            exit: std::cell::Cell::new(None),
         })
     }
 }
 
 impl NodeProxy {
+    /// Starts `cmd`, the node proxy of host `host` (number `h` of the list) across hosts, and
+    /// reads where it made the channel (its first line of output, `READY pid fd`); the rest
+    /// of its output is passed on.
+    fn start_remote(mut cmd: Command, host: &str, h: usize) -> Result<NodeProxy> {
+        use crate::offload::node::READY;
+        cmd.env_remove(env::RANK)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .process_group(0);
+        let mut child = cmd.spawn().map_err(|e| {
+            Error::new(
+                ErrorKind::Launch,
+                format!("cannot start the node proxy of host {host}: {e}"),
+            )
+        })?;
+        let proc = Proc::open(child.id());
+        let out = child.stdout.take();
+        let fail = |child: &mut Child, why: String| {
+            let _ = rustix::process::kill_process_group(Pid::from_child(child), Signal::KILL);
+            let _ = child.kill();
+            let _ = child.wait();
+            Error::new(
+                ErrorKind::Launch,
+                format!("the node proxy of host {host}: {why}"),
+            )
+        };
+        let (proc, out) = match (proc, out) {
+            (Ok(p), Some(o)) => (p, o),
+            (Err(e), _) => return Err(fail(&mut child, format!("cannot watch it: {e}"))),
+            (_, None) => return Err(fail(&mut child, "no output to read".into())),
+        };
+        // Its first line, then the rest passed on (a thread: the proxy writes until it ends).
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut lines = BufReader::new(out).lines();
+            let _ = tx.send(lines.next());
+            let mut stdout = std::io::stdout();
+            for line in lines.map_while(std::result::Result::ok) {
+                let _ = writeln!(stdout, "{line}");
+            }
+        });
+        let wait = crate::bootstrap::boot_deadline(&crate::env::Process)
+            .map(|d| d.saturating_duration_since(Instant::now()))
+            .unwrap_or(Duration::from_secs(60));
+        let line = match rx.recv_timeout(wait) {
+            Ok(Some(Ok(l))) => l,
+            Ok(_) | Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                let how = child.try_wait().ok().flatten().map(exit_of);
+                let how = how.map_or("ended".to_string(), |h| h.to_string());
+                return Err(fail(&mut child, format!("{how} before it was ready")));
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                return Err(fail(
+                    &mut child,
+                    format!("not ready after {:.0} s", wait.as_secs_f64()),
+                ));
+            }
+        };
+        let mut words = line.split_whitespace();
+        let at = match (words.next(), words.next(), words.next()) {
+            (Some(w), Some(pid), Some(fd)) if w == READY => pid.parse().ok().zip(fd.parse().ok()),
+            _ => None,
+        };
+        let Some(at) = at else {
+            return Err(fail(
+                &mut child,
+                format!("said `{line}` instead of where its channel is (is it `tca node-proxy`?)"),
+            ));
+        };
+        Ok(NodeProxy {
+            child: std::cell::RefCell::new(child),
+            proc,
+            channel: None,
+            at,
+            host: Some((h, host.to_string())),
+            exit: std::cell::Cell::new(None),
+        })
+    }
+
+    /// How it is named in messages: its pid, and its host across hosts.
+    fn name(&self) -> String {
+        match &self.host {
+            Some((_, host)) if self.at.0 != self.pid() => {
+                format!("(pid {} on host {host}) ", self.at.0)
+            }
+            _ => format!("(pid {}) ", self.pid()),
+        }
+    }
+
     /// How it ended, once it has.
     fn exit(&self) -> Option<RankExit> {
         self.child
@@ -925,13 +1095,8 @@ impl NodeProxy {
     }
 
     /// After the ranks: waits for the proxy to leave (it does once every rank has stopped or
-    /// gone), stops it if it does not, and records how it ended.
-    fn finish(self, result: Result<Outcome>, caught: &AtomicUsize) -> Result<Outcome> {
-        if result.is_err() {
-            // The ranks did not all start: nothing for the proxy to serve.
-            self.kill();
-            return result;
-        }
+    /// gone), stops it if it does not; how it ended.
+    fn finish(self, caught: &AtomicUsize) -> RankExit {
         let deadline = Instant::now() + 4 * GRACE;
         let mut child = self.child.into_inner();
         let status = loop {
@@ -955,12 +1120,40 @@ impl NodeProxy {
                 Err(_) => break None,
             }
         };
-        let how = status.map_or(RankExit::Code(1), exit_of);
-        result.map(|mut o| {
-            o.proxy = Some(how);
-            o
-        })
+        status.map_or(RankExit::Code(1), exit_of)
     }
+}
+
+/// After the ranks: every proxy finished ([`NodeProxy::finish`]), killed if the ranks did not
+/// all start; the job's proxy exit is the first that failed, else the last.
+fn finish_proxies(
+    proxies: Vec<NodeProxy>,
+    result: Result<Outcome>,
+    caught: &AtomicUsize,
+) -> Result<Outcome> {
+    if proxies.is_empty() {
+        return result;
+    }
+    if result.is_err() {
+        // The ranks did not all start: nothing for the proxies to serve.
+        for p in proxies {
+            p.kill();
+        }
+        return result;
+    }
+    let mut how: Option<RankExit> = None;
+    for p in proxies {
+        let seen = p.exit.get();
+        let h = p.finish(caught);
+        let h = seen.unwrap_or(h);
+        if !how.is_some_and(|x| x.failed()) {
+            how = Some(h);
+        }
+    }
+    result.map(|mut o| {
+        o.proxy = o.proxy.filter(|x| x.failed()).or(how);
+        o
+    })
 }
 
 fn exit_of(st: std::process::ExitStatus) -> RankExit {

@@ -3,7 +3,7 @@
 
 use super::node::{ANY, Entry, Kind};
 use super::scope::{self, ProxyScope};
-use super::serve::{CommId, NO_COMM, Work};
+use super::serve::{CommId, MAX_COMMS, NO_COMM, Work};
 use super::{Link, Msg, Proxy};
 use crate::error::{Error, ErrorKind, Result};
 
@@ -78,6 +78,9 @@ impl Drop for ProxyComm<'_> {
         if let Ok(id) = posted {
             let _ = self.proxy.wait_for(id);
         }
+        self.proxy
+            .comms
+            .set(self.proxy.comms.get().saturating_sub(1));
     }
 }
 
@@ -95,6 +98,17 @@ pub(super) fn split(
             format!(
                 "rank {} has {n} operation(s) in flight at its proxy: wait for them (end \
                  their scope) before making a communicator",
+                proxy.rank()
+            ),
+        ));
+    }
+    let held = proxy.comms.get();
+    if held >= MAX_COMMS {
+        return Err(Error::new(
+            ErrorKind::InvalidArgument,
+            format!(
+                "rank {} holds {MAX_COMMS} communicators at its proxy (the world's included): \
+                 drop some before making more",
                 proxy.rank()
             ),
         ));
@@ -130,6 +144,7 @@ pub(super) fn split(
             format!("the proxy answered a split with {what}"),
         )
     };
+    proxy.comms.set(held + 1);
     Ok(Some(ProxyComm {
         proxy,
         id: CommId::try_from(st.source).map_err(|_| made("no communicator"))?,

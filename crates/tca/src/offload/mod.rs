@@ -178,6 +178,8 @@ pub struct Proxy {
     done: RefCell<HashMap<u64, Result<Status>>>,
     /// Why the proxy ended, once it has.
     ended: RefCell<Option<Error>>,
+    /// Communicators this rank holds at the proxy, the world's included.
+    comms: Cell<usize>,
 }
 
 /// How a rank reaches its proxy.
@@ -301,6 +303,7 @@ impl Proxy {
             pending: RefCell::new(HashSet::with_capacity(QUEUE_DEPTH)),
             done: RefCell::new(HashMap::with_capacity(QUEUE_DEPTH)),
             ended: RefCell::new(None),
+            comms: Cell::new(1),
         };
         p.pending.borrow_mut().insert(0);
         p.wait_for(0)?;
@@ -337,7 +340,8 @@ impl Proxy {
     /// `None` takes no part and gets `None`. The proxy makes the communicator on this rank's
     /// behalf (the seed's command channel) and keeps it until the [`ProxyComm`] drops.
     /// Refused while this rank has operations in flight (the proxy makes it with nothing in
-    /// flight, so a peer waiting for one of them would wait for ever).
+    /// flight, so a peer waiting for one of them would wait for ever), and beyond 64
+    /// communicators held at once, the world's included.
     pub fn split(&self, color: Option<u32>, key: i64) -> Result<Option<ProxyComm<'_>>> {
         comm::split(self, serve::WORLD, color, key)
     }

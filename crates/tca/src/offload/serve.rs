@@ -29,6 +29,10 @@ pub(crate) type CommId = u16;
 /// The world's communicator.
 pub(crate) const WORLD: CommId = 0;
 
+/// Communicators a rank may hold at its proxy at once, the world's included: a burst opens a
+/// scope on each (nested), so their number bounds its stack and its cost.
+pub(crate) const MAX_COMMS: usize = 64;
+
 /// A split's answer (`source`) for a rank that took no part (no color).
 pub(crate) const NO_COMM: u32 = u32::MAX;
 
@@ -268,7 +272,14 @@ impl<'w> Comms<'w> {
     }
 
     fn split(&mut self, parent: CommId, color: Option<u32>, key: i64) -> Result<Status> {
-        let Some(new) = self.get(parent)?.split(color, key)? else {
+        let parent = self.get(parent)?;
+        // Refused before taking part (the rank's side refuses first; a rank whose count
+        // differs from its peers' leaves them waiting in the split, as MPI's exhausted
+        // context ids end a job).
+        if self.list.iter().flatten().count() >= MAX_COMMS {
+            return Err(too_many(parent.world_ref().rank()));
+        }
+        let Some(new) = parent.split(color, key)? else {
             return Ok(Status {
                 source: NO_COMM,
                 tag: 0,
@@ -278,17 +289,9 @@ impl<'w> Comms<'w> {
         let at = match self.freed.pop() {
             Some(c) => c,
             None => {
-                let c = CommId::try_from(self.list.len()).map_err(|_| {
-                    Error::new(
-                        ErrorKind::InvalidArgument,
-                        format!(
-                            "rank {} holds {} communicators at its proxy already: free some \
-                             first",
-                            new.world_ref().rank(),
-                            self.list.len()
-                        ),
-                    )
-                })?;
+                // Below MAX_COMMS, so it fits a CommId.
+                let c = CommId::try_from(self.list.len())
+                    .map_err(|_| too_many(new.world_ref().rank()))?;
                 self.list.push(None);
                 c
             }
@@ -314,6 +317,16 @@ impl<'w> Comms<'w> {
         self.freed.push(c);
         Ok(Status::send())
     }
+}
+
+fn too_many(rank: u32) -> Error {
+    Error::new(
+        ErrorKind::InvalidArgument,
+        format!(
+            "rank {rank} holds {MAX_COMMS} communicators at its proxy (the world's included): \
+             drop some before making more"
+        ),
+    )
 }
 
 fn no_comm(c: CommId) -> Error {
@@ -598,31 +611,80 @@ impl<'a, 'r, Q: Queues> Burst<'a, 'r, Q> {
     }
 
     /// Completes what is in flight before the proxy stops (a rank stops its proxy only
-    /// outside its scopes, so this is empty unless the rank unwound or is gone): collectives
-    /// run to their end (the peers wait for them), sends and receives not done are cancelled
-    /// (as dropping their requests does: a receive no one answers must not hold the proxy).
+    /// outside its scopes, so this is empty unless the rank unwound or is gone): sends and
+    /// receives not done are cancelled (as dropping their requests does: a receive no one
+    /// answers must not hold the proxy), collectives run to their end (the peers wait for
+    /// them), all of them polled in turn: waiting for one alone could wait for a peer that
+    /// needs this rank's part of another communicator's. A dead peer, or the world's timeout
+    /// without progress, ends it with an error.
     fn drain(&mut self) -> Result<()> {
-        let mut first = Ok(());
-        for (id, mut r) in std::mem::take(&mut self.live) {
-            let res = if r.is_collective() {
-                r.wait()
-            } else {
-                match r.test() {
-                    Ok(Some(s)) => Ok(s),
-                    Err(e) => Err(e),
-                    Ok(None) => {
-                        drop(r);
-                        self.answer(id, Err(Error::new(ErrorKind::Aborted, CANCELLED)));
-                        continue;
-                    }
-                }
-            };
+        let q = self.q;
+        let mut first: Result<()> = Ok(());
+        let mut keep = |id: u64, res: Result<Status>| {
             if first.is_ok()
                 && let Err(e) = &res
             {
                 first = Err(e.clone());
             }
-            self.answer(id, res);
+            q.answer(Done { id, result: res });
+        };
+        let mut live = std::mem::take(&mut self.live);
+        live.retain_mut(|(id, r)| {
+            if r.is_collective() {
+                return true;
+            }
+            match r.test() {
+                Ok(Some(s)) => keep(*id, Ok(s)),
+                Err(e) => keep(*id, Err(e)),
+                Ok(None) => q.answer(Done {
+                    id: *id,
+                    result: Err(Error::new(ErrorKind::Aborted, CANCELLED)),
+                }),
+            }
+            false
+        });
+        let (mut idle, mut since, mut looked) = (0u32, Instant::now(), Instant::now());
+        while !live.is_empty() {
+            let before = live.len();
+            live.retain_mut(|(id, r)| match r.test() {
+                Ok(None) => true,
+                Ok(Some(s)) => {
+                    keep(*id, Ok(s));
+                    false
+                }
+                Err(e) => {
+                    keep(*id, Err(e));
+                    false
+                }
+            });
+            if live.len() != before {
+                (idle, since) = (0, Instant::now());
+                continue;
+            }
+            idle = idle.saturating_add(1);
+            if idle < 64 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(NAP);
+            }
+            if looked.elapsed() >= LIVENESS_EVERY {
+                looked = Instant::now();
+                self.world.check_alive()?;
+                if let Some(t) = self.world.timeout()
+                    && since.elapsed() >= t
+                {
+                    return Err(Error::new(
+                        ErrorKind::Timeout,
+                        format!(
+                            "rank {}'s proxy waited {:.1} s for {} collective(s) to finish \
+                             before stopping, none of which moved",
+                            self.world.rank(),
+                            t.as_secs_f64(),
+                            live.len()
+                        ),
+                    ));
+                }
+            }
         }
         first
     }

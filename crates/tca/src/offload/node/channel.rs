@@ -6,6 +6,7 @@
 //! ```text
 //! 0     rank pid (u64)                                       writer: the launcher
 //! 8     owner: the pid of the process connected as the rank  writer: the rank (once)
+//! 16    protocol: [`PROTOCOL`], checked by both sides         writer: the channel's maker
 //! 64    waiting: the rank waits for an answer                writer: the rank
 //! 128   work queue:  tail +0 (producer), head +64 (consumer), sleeping +128 (consumer)
 //! 320   completion queue: the same three words
@@ -41,6 +42,10 @@ use crate::transport::{NodeMemory, sleep_on, wake_all};
 
 const RANK_PID: usize = 0;
 const OWNER: usize = 8;
+const VERSION: usize = 16;
+/// The version of the entries' and the slots' layout: a rank and a proxy of different tca
+/// builds that disagree on it refuse each other instead of misreading entries.
+pub(crate) const PROTOCOL: u64 = 2;
 const WAITING: usize = 64;
 const WQ_CTL: usize = 128;
 const CQ_CTL: usize = 320;
@@ -73,7 +78,11 @@ impl Channel {
     /// A new channel for `ranks` ranks, and its descriptor (for the launcher's children).
     pub(crate) fn create(ranks: u32) -> Result<(OwnedFd, Self)> {
         let (fd, map) = NodeMemory::create("proxy-channel", Self::bytes(ranks)?)?;
-        Ok((fd, Self { map, ranks }))
+        let c = Self { map, ranks };
+        for r in 0..ranks {
+            c.word(r, VERSION)?.store(PROTOCOL, Ordering::Release);
+        }
+        Ok((fd, c))
     }
 
     /// The channel for `ranks` ranks made by the launcher `pid` as its descriptor `fd`.
@@ -84,7 +93,20 @@ impl Channel {
                 format!("cannot open the node proxy's channel: {}", e.message()),
             )
         })?;
-        Ok(Self { map, ranks })
+        let c = Self { map, ranks };
+        for r in 0..ranks {
+            let v = c.word(r, VERSION)?.load(Ordering::Acquire);
+            if v != PROTOCOL {
+                return Err(Error::new(
+                    ErrorKind::Bootstrap,
+                    format!(
+                        "the node proxy's channel speaks protocol {v}, this tca build {PROTOCOL}: \
+                         run the ranks and `tca node-proxy` from the same tca version"
+                    ),
+                ));
+            }
+        }
+        Ok(c)
     }
 
     fn bytes(ranks: u32) -> Result<usize> {
@@ -124,6 +146,11 @@ impl Channel {
     /// Rank `rank`'s pid, 0 until the launcher has written it.
     pub(crate) fn rank_pid(&self, rank: u32) -> Result<u32> {
         Ok(u32::try_from(self.word(rank, RANK_PID)?.load(Ordering::Acquire)).unwrap_or(0))
+    }
+
+    /// The process that claimed rank `rank`'s slot, 0 before it connected.
+    pub(crate) fn owner(&self, rank: u32) -> Result<u32> {
+        Ok(u32::try_from(self.word(rank, OWNER)?.load(Ordering::Acquire)).unwrap_or(0))
     }
 
     /// Claims rank `rank`'s slot for process `pid`: one connection per rank (a second would

@@ -27,8 +27,9 @@ pub(crate) enum Kind {
     /// Leave the job (`what`: 0 finalize, 1 drop, 2 fail); answered once the rank's world
     /// has left.
     Stop = 3,
-    /// The command channel: a new arena of `send.len` bytes, answered with its number and
-    /// the proxy's descriptor for it.
+    /// The command channel: a new arena of `send.len` bytes (`what` 1: a window, which
+    /// peers put into and which is never lent to an operation), answered with its number (in
+    /// `source`), the proxy's descriptor of it (in `tag`) and its handle (the payload).
     Alloc = 4,
     /// The command channel: arena `send.arena()` is no longer the rank's.
     Free = 5,
@@ -150,7 +151,8 @@ pub(crate) struct Entry {
     pub dtype: u8,
     /// [`op_code`].
     pub op: u8,
-    /// A collective's root, a send's destination, a receive's source ([`ANY`]).
+    /// A collective's root, a send's destination, a receive's source ([`ANY`]); a split's
+    /// color ([`ANY`]: none); a chain's number; a chain's step count when it is built.
     pub peer: u32,
     /// A send's or receive's tag.
     pub tag: i32,
@@ -317,6 +319,8 @@ pub(crate) fn signal_of(code: u8, value: u64) -> Result<Option<SignalOp>> {
 #[repr(C)]
 pub(crate) struct Descriptor {
     pub handle: [u8; Handle::BYTES],
+    /// The source window's handle (checked against the arena's).
+    pub src: [u8; Handle::BYTES],
     pub src_off: u64,
     pub len: u64,
     pub off: u64,
@@ -330,8 +334,9 @@ pub(crate) struct Descriptor {
 /// Bytes of an answer's message (a longer one is cut at a character boundary).
 const MESSAGE: usize = 192;
 
-/// A completion-queue entry. (An allocation's answer carries the arena's number in `source`
-/// and the proxy's descriptor of it in `tag`.)
+/// A completion-queue entry. (An allocation's answer carries the arena's number in `source`,
+/// the proxy's descriptor of it in `tag` and its handle as the payload, in the message's
+/// place: [`Answer::with_payload`].)
 #[derive(Debug, Clone, Copy, Pod, Zeroable)]
 #[repr(C)]
 pub(crate) struct Answer {
@@ -462,7 +467,7 @@ mod tests {
         assert!(a.result().is_ok());
         let e = Answer::of(3, &Err(Error::new(ErrorKind::Timeout, "late"))).with_payload(&[7; 8]);
         assert!(e.payload().is_empty() && e.result().is_err());
-        assert_eq!(std::mem::size_of::<Descriptor>(), 72);
+        assert_eq!(std::mem::size_of::<Descriptor>(), 104);
         for op in [None, Some(SignalOp::Set(9)), Some(SignalOp::Add(u64::MAX))] {
             let (c, v) = signal_code(op);
             assert_eq!(signal_of(c, v).unwrap(), op);

@@ -55,6 +55,7 @@ use std::time::Duration;
 pub use buf::ProxyBuf;
 pub(crate) use channel::{Channel, Queue};
 pub(crate) use entry::{ANY, END, Entry, Kind, What, op_code};
+pub(crate) use serve::READY;
 pub use serve::serve_node;
 pub(crate) use window::thread_has_world;
 pub use window::{ProxyChain, ProxyChainBuilder, ProxyWindow};
@@ -111,24 +112,28 @@ pub(crate) struct Client {
     stopping: Cell<bool>,
     /// The payload of the last answer that carried one (an allocation's handle), by id.
     payload: RefCell<Option<(u64, Vec<u8>)>>,
+    /// `TCA_TIMEOUT`: how long a window's wait may last.
+    pub(crate) timeout: Option<Duration>,
 }
 
 impl Client {
     /// Opens this rank's slot of the channel the launcher made: (client, rank, size).
     pub(crate) fn connect() -> Result<(Self, u32, u32)> {
         let (rank, size) = (var_u32(env::RANK)?, var_u32(env::SIZE)?);
-        let (launcher, fd, proxy_pid) = (
-            var_u32(env::LAUNCHER_PID)?,
-            var_u32(env::PROXY_FD)?,
-            var_u32(env::PROXY_PID)?,
-        );
+        let (fd, proxy_pid) = (var_u32(env::PROXY_FD)?, var_u32(env::PROXY_PID)?);
+        // The channel is the launcher's descriptor on one node, the proxy's across hosts.
+        let holder = if std::env::var_os(env::KV).is_some() {
+            proxy_pid
+        } else {
+            var_u32(env::LAUNCHER_PID)?
+        };
         if rank >= size {
             return Err(Error::new(
                 ErrorKind::Bootstrap,
                 format!("{}={rank} is not below {}={size}", env::RANK, env::SIZE),
             ));
         }
-        let channel = Channel::open(launcher, fd, size)?;
+        let channel = Channel::open(holder, fd, size)?;
         let proxy = crate::process::Proc::open(proxy_pid).map_err(|e| {
             let why = if crate::process::exists(proxy_pid) {
                 format!(
@@ -150,6 +155,7 @@ impl Client {
                 arenas: RefCell::new(Vec::new()),
                 stopping: Cell::new(false),
                 payload: RefCell::new(None),
+                timeout: env::timeout()?,
             },
             rank,
             size,
@@ -277,7 +283,7 @@ pub(super) fn alloc<T: Element>(proxy: &Proxy, n: usize) -> Result<ProxyBuf<'_, 
     if !matches!(proxy.link, Link::Node(_)) || bytes == 0 {
         return Ok(ProxyBuf::heap(proxy, n));
     }
-    let (arena, map, _) = arena(proxy, bytes)?;
+    let (arena, map, _) = arena(proxy, bytes, false)?;
     Ok(ProxyBuf::arena(proxy, arena, map, n))
 }
 
@@ -292,19 +298,27 @@ pub(super) fn window(proxy: &Proxy, bytes: usize) -> Result<ProxyWindow<'_>> {
             "a window of 0 bytes takes no puts",
         ));
     }
-    let (arena, map, handle) = arena(proxy, bytes)?;
+    let (arena, map, handle) = arena(proxy, bytes, true)?;
+    let Some(handle) = handle else {
+        free(proxy, arena);
+        return Err(Error::new(
+            ErrorKind::Transport,
+            "the node proxy answered a window's allocation without its handle",
+        ));
+    };
     Ok(ProxyWindow::new(proxy, arena, map, handle))
 }
 
-/// A new arena of `bytes` bytes (more than 0) made by the node proxy: its number, this
-/// process's mapping of its data, its handle.
-fn arena(proxy: &Proxy, bytes: usize) -> Result<(u32, NodeMemory, Handle)> {
+/// A new arena of `bytes` bytes (more than 0; a window or a buffer) made by the node proxy:
+/// its number, this process's mapping of its data, its handle.
+fn arena(proxy: &Proxy, bytes: usize, window: bool) -> Result<(u32, NodeMemory, Option<Handle>)> {
     let Link::Node(c) = &proxy.link else {
         return Err(thread_has_world("an arena"));
     };
     let id = proxy.post(|id| {
         let mut e = Entry::new(Kind::Alloc);
         e.id = id;
+        e.what = u8::from(window);
         e.send.len = bytes as u64;
         Msg::Entry(e)
     })?;
@@ -312,18 +326,14 @@ fn arena(proxy: &Proxy, bytes: usize) -> Result<(u32, NodeMemory, Handle)> {
     let st = proxy.wait_for(id)?;
     let arena = st.source;
     let handle = match c.payload.borrow_mut().take() {
-        Some((i, p)) if i == id => Handle::from_bytes(&p),
-        _ => Err(Error::new(
-            ErrorKind::Transport,
-            "the node proxy answered an allocation without its handle",
-        )),
+        Some((i, p)) if i == id => Handle::from_bytes(&p).ok(),
+        _ => None,
     };
     // A segment of the rank's world in the proxy: its data.
-    let mapped = handle.and_then(|h| {
-        let fd = u32::try_from(st.tag)
-            .map_err(|_| Error::new(ErrorKind::Transport, "the node proxy sent no descriptor"))?;
-        Ok((NodeMemory::open_segment_data(c.proxy_pid, fd, bytes)?, h))
-    });
+    let mapped = u32::try_from(st.tag)
+        .map_err(|_| Error::new(ErrorKind::Transport, "the node proxy sent no descriptor"))
+        .and_then(|fd| NodeMemory::open_segment_data(c.proxy_pid, fd, bytes))
+        .map(|m| (m, handle));
     let (map, h) = match mapped {
         Ok(m) => m,
         Err(e) => {

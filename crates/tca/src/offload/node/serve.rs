@@ -9,12 +9,16 @@
 //! before the borrow ends, so nothing else in the rank touches them meanwhile; and an
 //! operation whose send and receive places overlap is refused. The `Lent`/`LentMut` made
 //! here is the owner's borrow for the operation; peers (other serving threads of this process,
-//! or other processes) read or write an arena in place only inside such an operation, as for
-//! any buffer of a communicator (`coll::buffer`, "Why the views are sound").
+//! or other processes) read or write a buffer arena in place only inside such an operation,
+//! as for any buffer of a communicator (`coll::buffer`, "Why the views are sound"). A window
+//! arena, which peers put into at any time, is never lent (`span` refuses it): only a chain
+//! reads it, by copies.
 #![allow(unsafe_code)]
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
+use std::io::Write;
+use std::os::fd::AsRawFd;
 use std::ptr::NonNull;
 use std::sync::mpsc::TryRecvError;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -29,7 +33,7 @@ use super::entry::{
     signal_of,
 };
 use super::{SLICE, var_u32};
-use crate::bootstrap::{BoardSource, JobEnv};
+use crate::bootstrap::{BoardSource, JobEnv, Meet, Rendezvous};
 use crate::coll::Comm;
 use crate::coll::Element;
 use crate::coll::buffer::Registry;
@@ -40,14 +44,15 @@ use crate::p2p::Status;
 
 /// The body of the node proxy process that `tca run --offload` starts (`tca node-proxy`):
 /// joins the job as every rank of the node, one serving thread each, and serves the ranks'
-/// queues until every rank has stopped or gone. Its environment is the launcher's
-/// (`TCA_SIZE`, `TCA_JOB_ID`, `TCA_BOARD_FD`, `TCA_LAUNCHER_PID`, `TCA_PROXY_FD`). Returns
-/// the first error of a rank's serving (its rank was marked failed: its peers' waits fail
-/// naming it).
+/// queues until every rank has stopped or gone. Its environment is the launcher's: on one
+/// node `TCA_SIZE`, `TCA_JOB_ID`, `TCA_BOARD_FD`, `TCA_LAUNCHER_PID` and `TCA_PROXY_FD` (the
+/// launcher's channel); across hosts `TCA_SIZE`, `TCA_JOB_ID`, `TCA_KV` (the rendezvous the
+/// ranks' worlds meet at) and `TCA_PROXY_RANKS` (the ranks of this node), and then the proxy
+/// makes the channel itself and says where it is on its standard output ([`READY`], its pid
+/// and descriptor) before it joins. Returns the first error of a rank's serving (its rank was
+/// marked failed: its peers' waits fail naming it).
 pub fn serve_node() -> Result<()> {
     let size = var_u32(env::SIZE)?;
-    let launcher = var_u32(env::LAUNCHER_PID)?;
-    let board = var_u32(env::BOARD_FD)?;
     let job = std::env::var(env::JOB_ID)
         .ok()
         .and_then(|j| u64::from_str_radix(j.trim(), 16).ok())
@@ -57,15 +62,76 @@ pub fn serve_node() -> Result<()> {
                 format!("{} is not set to a job id", env::JOB_ID),
             )
         })?;
-    let channel = Channel::open(launcher, var_u32(env::PROXY_FD)?, size)?;
     let boot = crate::bootstrap::boot_deadline(&crate::env::Process)?;
     // Every rank's arenas are descriptors of this one process.
     raise_descriptor_limit();
-    let channel = &channel;
-    let all = crate::threads::on_rank_threads(size, "tca-node-proxy", |rank| {
-        serve_rank(channel, rank, size, job, (launcher, board), boot)
+    let (channel, ranks, join, _held) = match std::env::var(env::KV) {
+        Ok(kv) => {
+            let ranks = served_ranks(size)?;
+            let (fd, channel) = Channel::create(size)?;
+            // Where the ranks of this node find the channel: this process's descriptor.
+            let mut out = std::io::stdout().lock();
+            writeln!(out, "{READY} {} {}", std::process::id(), fd.as_raw_fd())
+                .and_then(|()| out.flush())
+                .map_err(|e| {
+                    Error::os(
+                        ErrorKind::Launch,
+                        "telling the launcher where the channel is",
+                        e,
+                    )
+                })?;
+            (channel, ranks, Join::Kv(kv), Some(fd))
+        }
+        Err(_) => {
+            let launcher = var_u32(env::LAUNCHER_PID)?;
+            let board = var_u32(env::BOARD_FD)?;
+            let channel = Channel::open(launcher, var_u32(env::PROXY_FD)?, size)?;
+            (
+                channel,
+                (0..size).collect(),
+                Join::Board(launcher, board),
+                None,
+            )
+        }
+    };
+    let (channel, ranks, join) = (&channel, &ranks, &join);
+    let n = crate::cast::rank_u32(ranks.len());
+    let all = crate::threads::on_rank_threads(n, "tca-node-proxy", |i| {
+        serve_rank(channel, ranks[i as usize], size, job, join, boot)
     });
     crate::threads::root_error(all).map(drop)
+}
+
+/// The first line a node proxy across hosts writes, then its pid and its descriptor of the
+/// channel.
+pub(crate) const READY: &str = "tca-node-proxy-ready";
+
+/// How a serving thread's world meets the others.
+enum Join {
+    /// The launcher's board (pid, descriptor): one node.
+    Board(u32, u32),
+    /// The rendezvous at this address: a job across hosts.
+    Kv(String),
+}
+
+/// `TCA_PROXY_RANKS`: the ranks this proxy serves.
+fn served_ranks(size: u32) -> Result<Vec<u32>> {
+    let bad = |m: String| Error::new(ErrorKind::Bootstrap, format!("{}: {m}", env::PROXY_RANKS));
+    let list = std::env::var(env::PROXY_RANKS).map_err(|_| bad("not set".into()))?;
+    let ranks = list
+        .split(',')
+        .map(|r| {
+            r.trim()
+                .parse::<u32>()
+                .ok()
+                .filter(|&r| r < size)
+                .ok_or_else(|| bad(format!("`{r}` is not a rank below {size}")))
+        })
+        .collect::<Result<Vec<u32>>>()?;
+    if ranks.is_empty() {
+        return Err(bad("no ranks".into()));
+    }
+    Ok(ranks)
 }
 
 /// Joins the job as `rank` and serves its queues.
@@ -74,21 +140,37 @@ fn serve_rank(
     rank: u32,
     size: u32,
     job: u64,
-    (launcher, board): (u32, u32),
+    join: &Join,
     boot_deadline: Instant,
 ) -> Result<()> {
     let q = Served::new(channel, rank)?;
-    let world = crate::transport::open_inherited(launcher, board).and_then(|fd| {
-        World::join(JobEnv {
+    let world = match join {
+        Join::Board(launcher, board) => crate::transport::open_inherited(*launcher, *board)
+            .and_then(|fd| {
+                World::join(JobEnv {
+                    rank,
+                    size,
+                    job,
+                    board: BoardSource::Fd(fd),
+                    source: "tca run --offload",
+                    boot_deadline,
+                    kv: None,
+                })
+            }),
+        Join::Kv(addr) => World::join(JobEnv {
             rank,
             size,
             job,
-            board: BoardSource::Fd(fd),
-            source: "tca run --offload",
+            board: BoardSource::Node,
+            source: "tca run --offload --hosts",
             boot_deadline,
-            kv: None,
-        })
-    });
+            kv: Some(Rendezvous {
+                at: Meet::Addr(addr.clone()),
+                serve: false,
+                owner: None,
+            }),
+        }),
+    };
     let world = match world {
         Ok(w) => w,
         Err(e) => {
@@ -144,8 +226,12 @@ struct Served<'a> {
     /// The allocation being served (its answer carries the arena's handle).
     alloc_id: Cell<Option<u64>>,
     /// The rank's chains, by number.
-    chains: Arc<Mutex<Vec<Option<Chain>>>>,
+    chains: Arc<Mutex<Vec<Option<Held>>>>,
 }
+
+/// A chain the proxy holds for a rank, and its sources (arena, handle), which must still be
+/// the rank's windows when it starts.
+type Held = (Chain, Vec<(u32, [u8; Handle::BYTES])>);
 
 impl<'a> Served<'a> {
     fn new(channel: &'a Channel, rank: u32) -> Result<Self> {
@@ -169,7 +255,16 @@ impl<'a> Served<'a> {
     fn rank_alive(&self) -> bool {
         let mut proc = self.proc.borrow_mut();
         if proc.is_none() {
-            match self.channel.rank_pid(self.rank) {
+            // The launcher writes the pid on one node; across hosts the rank's claim is all
+            // there is.
+            let pid = self.channel.rank_pid(self.rank).and_then(|p| {
+                if p == 0 {
+                    self.channel.owner(self.rank)
+                } else {
+                    Ok(p)
+                }
+            });
+            match pid {
                 Ok(0) => return true,
                 Ok(pid) => match crate::process::Proc::open(pid) {
                     Ok(p) => *proc = Some(p),
@@ -258,12 +353,12 @@ impl<'a> Served<'a> {
                 }
                 Some(Kind::Alloc) => {
                     // A segment of the rank's world, so it needs the communicator: a command.
-                    let (arenas, len) = (self.arenas.clone(), e.send.len);
+                    let (arenas, len, window) = (self.arenas.clone(), e.send.len, e.what == 1);
                     self.alloc_id.set(Some(e.id));
                     return Some(Work::Run(
                         e.id,
                         WORLD,
-                        Box::new(move |c| locked(&arenas).alloc(c, len)),
+                        Box::new(move |c| locked(&arenas).alloc(c, len, window)),
                     ));
                 }
                 Some(Kind::Control) => match self.control_of(&e) {
@@ -362,6 +457,11 @@ impl<'a> Served<'a> {
         let (arenas, chains) = (self.arenas.clone(), self.chains.clone());
         Ok(Box::new(move |c| {
             let chain = locked(&arenas).chain(c.world_ref(), &steps)?;
+            let sources = steps
+                .iter()
+                .filter(|d| d.signal == 0)
+                .map(|d| (d.src_arena, d.src))
+                .collect();
             let mut chains = locked(&chains);
             let k = match chains.iter().position(Option::is_none) {
                 Some(k) => k,
@@ -370,7 +470,7 @@ impl<'a> Served<'a> {
                     chains.len() - 1
                 }
             };
-            chains[k] = Some(chain);
+            chains[k] = Some((chain, sources));
             Ok(Status {
                 source: crate::cast::rank_u32(k),
                 tag: 0,
@@ -383,14 +483,25 @@ impl<'a> Served<'a> {
     /// destinations).
     fn chain_start(&self, e: &Entry) -> Result<Command> {
         let op = signal_of(e.op, e.arg)?;
-        let (chains, k) = (self.chains.clone(), e.peer);
+        let (chains, arenas, k) = (self.chains.clone(), self.arenas.clone(), e.peer);
         Ok(Box::new(move |c| {
             let world = c.world_ref();
             let chains = locked(&chains);
-            let chain = chains
+            let (chain, sources) = chains
                 .get(k as usize)
                 .and_then(Option::as_ref)
                 .ok_or_else(|| no_chain(k))?;
+            // Its sources are still the rank's windows (the chain keeps a freed one's memory
+            // mapped, but what it would read is no longer the rank's).
+            if let Some((a, _)) = sources
+                .iter()
+                .find(|(a, h)| !locked(&arenas).is_window(*a, h))
+            {
+                return Err(Error::new(
+                    ErrorKind::InvalidHandle,
+                    format!("chain {k} reads arena {a}, a window the rank has dropped"),
+                ));
+            }
             world.start_with(chain, op)?;
             world.quiet()?;
             Ok(Status::send())
@@ -535,6 +646,9 @@ impl Queues for Served<'_> {
 struct Arena {
     seg: Segment,
     addr: usize,
+    /// A window: peers put into it at any time, so it is never lent to an operation (no
+    /// reference is ever made into it); only chains read it, as a source.
+    window: bool,
 }
 
 /// A rank's arenas, as the proxy maps them.
@@ -560,7 +674,7 @@ impl Arenas {
     /// A new arena of `len` bytes: a segment of the rank's world, registered as a buffer of
     /// its communicator (so large collectives read it in place). Answered with its number (in
     /// `source`) and this process's descriptor of it (in `tag`).
-    fn alloc(&mut self, c: &Comm<'_>, len: u64) -> Result<Status> {
+    fn alloc(&mut self, c: &Comm<'_>, len: u64, window: bool) -> Result<Status> {
         let bytes = usize::try_from(len).map_err(|_| {
             Error::new(
                 ErrorKind::InvalidArgument,
@@ -587,11 +701,11 @@ impl Arenas {
         let (fd, addr) = seg.node_view()?;
         let fd = i32::try_from(fd)
             .map_err(|_| Error::new(ErrorKind::Transport, "descriptor out of range"))?;
-        if let Some(r) = &self.registry {
+        if !window && let Some(r) = &self.registry {
             r.adopt(&seg, addr);
         }
         self.announce = Some(seg.handle());
-        self.live[slot] = Some(Arena { seg, addr });
+        self.live[slot] = Some(Arena { seg, addr, window });
         Ok(Status {
             source: crate::cast::rank_u32(slot),
             tag: fd,
@@ -605,11 +719,18 @@ impl Arenas {
             .get_mut(arena as usize)
             .and_then(Option::take)
             .ok_or_else(|| no_arena(arena))?;
-        if let Some(r) = &self.registry {
+        if !a.window
+            && let Some(r) = &self.registry
+        {
             r.remove(a.addr);
         }
         self.retired.push(a);
         Ok(())
+    }
+
+    /// Whether `arena` is a live window with handle `h`.
+    fn is_window(&self, arena: u32, h: &[u8; Handle::BYTES]) -> bool {
+        matches!(self.live.get(arena as usize), Some(Some(a)) if a.window && a.seg.handle().to_bytes() == *h)
     }
 
     /// A chain of `world` from `steps`, its sources the live arenas they name.
@@ -620,9 +741,20 @@ impl Arenas {
             b = match signal_of(d.signal, d.value)? {
                 Some(op) => b.signal(&h, as_usize(d.off), op),
                 None => {
+                    // The source is the window the rank named, still its: its handle matches
+                    // (an arena number alone could be a later arena's).
                     let src = match self.live.get(d.src_arena as usize) {
-                        Some(Some(a)) => &a.seg,
-                        _ => return Err(no_arena(d.src_arena)),
+                        Some(Some(a)) if self.is_window(d.src_arena, &d.src) => &a.seg,
+                        _ => {
+                            return Err(Error::new(
+                                ErrorKind::InvalidHandle,
+                                format!(
+                                    "a chain's source is not a live window of the rank (arena \
+                                     {}): was it dropped before the chain was built?",
+                                    d.src_arena
+                                ),
+                            ));
+                        }
                     };
                     b.put(
                         src,
@@ -646,7 +778,16 @@ impl Arenas {
         }
         let (arena, off) = (p.arena(), p.off());
         let a = match self.live.get(arena as usize) {
-            Some(Some(a)) => a,
+            Some(Some(a)) if !a.window => a,
+            Some(Some(_)) => {
+                return Err(Error::new(
+                    ErrorKind::InvalidArgument,
+                    format!(
+                        "arena {arena} is a window (peers put into it at any time): it is \
+                         reached by copies, never lent to an operation"
+                    ),
+                ));
+            }
             _ => return Err(no_arena(arena)),
         };
         let fits = off

@@ -80,12 +80,28 @@ impl<'p> ProxyWindow<'p> {
     }
 
     /// Waits until the signal word at `off` is at least `value`; returns the value seen. The
-    /// proxy raises no doorbell here, so the wait spins briefly, then sleeps in naps that
-    /// grow to 50 us; it fails if the node proxy ends meanwhile.
+    /// proxy raises no doorbell here, so the wait spins briefly, yields the core a while, then
+    /// sleeps in naps that grow to 50 us. It fails if the node proxy ends meanwhile, and after
+    /// `TCA_TIMEOUT` (when set) with [`ErrorKind::Timeout`].
     pub fn wait_until(&self, off: usize, value: u64) -> Result<u64> {
+        let limit = match &self.proxy.link {
+            Link::Node(c) => c.timeout,
+            Link::Thread { .. } => None,
+        };
+        self.wait_until_timeout(off, value, limit)
+    }
+
+    /// [`ProxyWindow::wait_until`] for at most `timeout` (`None`: no limit).
+    pub fn wait_until_timeout(
+        &self,
+        off: usize,
+        value: u64,
+        timeout: Option<Duration>,
+    ) -> Result<u64> {
         let word = self.word(off)?;
+        let start = Instant::now();
         let mut nap = Duration::from_micros(1);
-        let mut looked = Instant::now();
+        let mut looked = start;
         let mut spins = 0u32;
         loop {
             let v = word.load(Ordering::Acquire);
@@ -110,6 +126,19 @@ impl<'p> ProxyWindow<'p> {
                 {
                     return Err(c.gone());
                 }
+            }
+            if let Some(t) = timeout
+                && start.elapsed() >= t
+            {
+                return Err(Error::new(
+                    ErrorKind::Timeout,
+                    format!(
+                        "rank {} waited {:.3} s for the signal word at {off} of its window to \
+                         reach {value} (it is {v})",
+                        self.proxy.rank(),
+                        t.as_secs_f64()
+                    ),
+                ));
             }
         }
     }
@@ -174,6 +203,7 @@ impl<'p> ProxyChainBuilder<'p> {
     ) -> Self {
         self.steps.push(Descriptor {
             handle: dst.to_bytes(),
+            src: src.handle.to_bytes(),
             src_off: src_off as u64,
             len: len as u64,
             off: dst_off as u64,
@@ -191,6 +221,7 @@ impl<'p> ProxyChainBuilder<'p> {
         self.signal = true;
         self.steps.push(Descriptor {
             handle: sig.to_bytes(),
+            src: [0; Handle::BYTES],
             src_off: 0,
             len: 0,
             off: off as u64,
@@ -277,6 +308,12 @@ impl ProxyChain<'_> {
             return Err(Error::new(
                 ErrorKind::InvalidArgument,
                 "a chain is started through the proxy that built it",
+            ));
+        }
+        if op.is_some() && !self.signal {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                "istart_with replaces a chain's final signal, and this chain has none",
             ));
         }
         let (code, value) = signal_code(op);
