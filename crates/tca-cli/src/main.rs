@@ -72,7 +72,7 @@ struct RunArgs {
     /// Start a node proxy first (seed 004's host proxy): one process that holds every rank's
     /// world and runs their posted collectives and messages, so a rank that only computes
     /// still completes them. The ranks connect with `tca::offload::Proxy::connect()`
-    /// (`TCA_PROGRESS=proxy`); one node only.
+    /// (`TCA_PROGRESS=proxy`). With --hosts, one proxy per host.
     #[arg(long)]
     offload: bool,
     /// The program and its arguments (after `--`).

@@ -524,7 +524,12 @@ fn a_node_proxy_per_namespace_serves_that_nodes_ranks() {
         (3, "A:1,B:2", ["offload-put", "5"]),
     ] {
         let (code, out, err) = finish(
-            n.launch(np, slots, &args, &[("RANKPROG_OFFLOAD", "1")]),
+            n.launch(
+                np,
+                slots,
+                &args,
+                &[("RANKPROG_OFFLOAD", "1"), ("TCA_TIMEOUT", "20")],
+            ),
             Duration::from_secs(120),
         );
         assert_eq!(code, 0, "{slots} {args:?}: {out}{err}");

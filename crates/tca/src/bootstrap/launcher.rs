@@ -36,6 +36,15 @@
 //! meet, and through its connections the launcher learns of a rank that dies on another node
 //! (the job is aborted, naming it) and the ranks learn of a launcher that dies. `TCA_*` and
 //! libfabric's `FI_*` variables of the launcher's environment are passed on to every rank.
+//!
+//! With a node proxy across hosts the launcher first starts one proxy per host (through the
+//! agent, as a rank; `TCA_KV` and `TCA_PROXY_RANKS`, that host's ranks): it makes its channel
+//! itself and writes where it is on its first line of output ([`crate::offload::serve_node`]),
+//! which the launcher reads before it starts that host's ranks with it (`TCA_PROXY_PID`,
+//! `TCA_PROXY_FD`); the rest of the proxy's output is passed on. Its worlds meet the others at
+//! the rendezvous. A rank's pid reaches the proxy through the rank's claim of its slot. A
+//! proxy that fails stops the job as on one node, and its death is the job's status even when
+//! the rendezvous saw its ranks' connections close first.
 
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, IsTerminal, Read, Write};
@@ -85,7 +94,8 @@ pub struct Launch {
     pub kv_host: Option<String>,
     /// The node proxy's command (program and arguments; a program that calls
     /// [`crate::offload::serve_node`], such as `tca node-proxy`): with it, one proxy process
-    /// holds the ranks' worlds and serves their queues (`tca run --offload`). One node only.
+    /// per node holds its ranks' worlds and serves their queues (`tca run --offload`; across
+    /// hosts one per host, started through the agent).
     pub offload: Option<Vec<OsString>>,
 }
 

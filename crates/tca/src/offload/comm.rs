@@ -12,7 +12,8 @@ use crate::Comm;
 
 /// A communicator held by the rank's proxy ([`Proxy::split`], [`ProxyComm::split`]): its
 /// operations are posted in [`ProxyComm::scope`], as the world's are in [`Proxy::scope`].
-/// Dropping it frees the proxy's communicator.
+/// Dropping it frees the proxy's communicator (which, as any communicator's drop, first
+/// delivers sends of it that were never received, for a bounded time).
 #[derive(Debug)]
 pub struct ProxyComm<'p> {
     proxy: &'p Proxy,

@@ -92,9 +92,9 @@ pub(crate) struct Done {
 /// Where a proxy takes its work and leaves its answers: the channels of a progress thread
 /// ([`Channels`]), or a rank's queues in the node proxy's shared memory (`node`).
 pub(crate) trait Queues {
-    /// The next work item, sleeping until one comes (the proxy has nothing in flight);
-    /// `None` when the rank is gone.
-    fn next(&self) -> Option<Work>;
+    /// The next work item, sleeping until one comes (the proxy has nothing in flight), or
+    /// after `tick` with nothing ([`Next::Idle`]); [`Next::Gone`] when the rank is gone.
+    fn next(&self, tick: Option<Duration>) -> Next;
     /// The next work item if there is one, waiting at most `nap` for it.
     fn poll(&self, nap: Option<Duration>) -> std::result::Result<Work, TryRecvError>;
     /// Hands an answer to the rank (never waits for it).
@@ -105,6 +105,20 @@ pub(crate) trait Queues {
     fn adopt(&self, _c: &Comm<'_>) {}
 }
 
+/// What an idle proxy's wait for work gave.
+pub(crate) enum Next {
+    Work(Work),
+    /// Nothing for a tick.
+    Idle,
+    /// The rank is gone (or dropped its end).
+    Gone,
+}
+
+/// How often an idle proxy whose world reaches peers through a network lets their traffic
+/// in: a network moves data only while polled, and a peer's put into one of the rank's
+/// windows needs nothing of the rank's to be in flight.
+const IDLE_TICK: Duration = Duration::from_micros(200);
+
 /// A progress thread's queues: channels of the rank's process.
 pub(crate) struct Channels {
     pub work: Receiver<Work>,
@@ -113,8 +127,15 @@ pub(crate) struct Channels {
 }
 
 impl Queues for Channels {
-    fn next(&self) -> Option<Work> {
-        self.work.recv().ok()
+    fn next(&self, tick: Option<Duration>) -> Next {
+        match tick {
+            None => self.work.recv().map_or(Next::Gone, Next::Work),
+            Some(t) => match self.work.recv_timeout(t) {
+                Ok(w) => Next::Work(w),
+                Err(RecvTimeoutError::Timeout) => Next::Idle,
+                Err(RecvTimeoutError::Disconnected) => Next::Gone,
+            },
+        }
     }
 
     fn poll(&self, nap: Option<Duration>) -> std::result::Result<Work, TryRecvError> {
@@ -171,12 +192,17 @@ pub(crate) fn serve(world: World, q: &impl Queues) -> Result<()> {
         // each communicator that closes when nothing is left in flight, so a long-lived proxy
         // keeps no record of the collectives it finished; communicators are made and dropped
         // between bursts, with no scope open.
+        let tick = world.network_provider().is_some().then_some(IDLE_TICK);
         loop {
-            let first = match q.next() {
-                Some(Work::Stop(how)) => return Ok(how),
-                Some(Work::Cancel(_)) => continue, // answered already: nothing in flight
-                Some(w) => w,
-                None => return Ok(Leave::Drop), // the rank dropped its end, or is gone
+            let first = match q.next(tick) {
+                Next::Work(Work::Stop(how)) => return Ok(how),
+                Next::Work(Work::Cancel(_)) => continue, // answered already: nothing in flight
+                Next::Work(w) => w,
+                Next::Idle => {
+                    world.progress()?;
+                    continue;
+                }
+                Next::Gone => return Ok(Leave::Drop), // the rank dropped its end, or is gone
             };
             let first = match comms.between(first, q) {
                 Some(w) => w,

@@ -1,13 +1,15 @@
 //! The node proxy (seed 004's host proxy on today's machines): one process per node, started
-//! by the launcher (`tca run --offload`), holds the world of every rank of the node and serves
-//! their queues in shared memory. A rank posts entries to its work queue and takes answers
+//! by the launcher (`tca run --offload`; across hosts one per host, through the launcher's
+//! agent), holds the world of every rank of the node and serves their queues in shared
+//! memory. A rank posts entries to its work queue and takes answers
 //! from its completion queue ([`Proxy::connect`]); it has no world of its own, so a rank that
 //! only computes still completes its collectives: the proxy runs them.
 //!
 //! # Shape
-//! - The **channel** ([`channel`]): one memfd the launcher makes and both sides inherit, a
-//!   slot per rank with its work queue and completion queue (fixed-size entries, a doorbell
-//!   word each, never waiting on the other side except when full).
+//! - The **channel** ([`channel`]): one memfd that the launcher makes (across hosts: the
+//!   proxy) and both sides open, a slot per rank with its work queue and completion queue
+//!   (fixed-size entries, a doorbell word each, never waiting on the other side except when
+//!   full), stamped with the entries' protocol version.
 //! - The **proxy process** ([`serve_node`]): a serving thread per rank, each joining the job
 //!   as that rank and running the same serving loop as a progress thread
 //!   (`offload::serve`), with the rank's queues decoded from shared memory.
@@ -34,7 +36,8 @@
 //!   rank posts `What::StartChain`. An allocation's answer carries the arena's handle.
 //!
 //! # Faults
-//! The launcher writes each rank's pid into its slot; a serving thread whose rank is gone
+//! The launcher writes each rank's pid into its slot (across hosts the rank's claim of its
+//! slot carries it); a serving thread whose rank is gone
 //! cancels the rank's sends and receives and leaves the job for it (dropped; the launcher has
 //! already aborted the job if the rank failed, so its peers' waits fail naming it). A serving
 //! thread that ends for any reason (stopped, or an error of its own such as `TCA_TIMEOUT`)

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use super::super::NAP;
 use super::super::scope::{Lent, LentMut};
-use super::super::serve::{self as served, Command, Done, Queues, Start, WORLD, Work};
+use super::super::serve::{self as served, Command, Done, Next, Queues, Start, WORLD, Work};
 use super::channel::{Channel, Queue, Ring};
 use super::entry::{
     ANY, Answer, Builtin, Descriptor, END, Entry, Kind, NO_ARENA, Place, WQ_ENTRY, What, leave_of,
@@ -579,22 +579,26 @@ fn typed<T: Builtin>(what: What, e: &Entry, arenas: &Arenas) -> Result<Start> {
 }
 
 impl Queues for Served<'_> {
-    fn next(&self) -> Option<Work> {
+    fn next(&self, tick: Option<Duration>) -> Next {
         // Nothing in flight: what the rank freed meanwhile can go now.
         locked(&self.arenas).retired.clear();
+        let start = Instant::now();
         loop {
             self.flush();
             if let Some(w) = self.take() {
-                return Some(w);
+                return Next::Work(w);
             }
             if self.rank_gone() {
-                return None;
+                return Next::Gone;
+            }
+            if tick.is_some_and(|t| start.elapsed() >= t) {
+                return Next::Idle;
             }
             // Answers held for room in the completion queue: look again soon (the rank's
             // takes ring no bell here), less often the longer the rank takes none.
             let held = !self.overflow.borrow().is_empty();
             let nap = if held { self.held_nap.get() } else { SLICE };
-            self.wq.sleep(nap);
+            self.wq.sleep(tick.map_or(nap, |t| nap.min(t)));
             let before = self.overflow.borrow().len();
             self.flush();
             self.held_nap.set(if self.overflow.borrow().len() < before {
