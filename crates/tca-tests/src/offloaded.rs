@@ -72,6 +72,15 @@ fn coll(proxy: &Proxy, args: &[String]) -> Result<bool> {
     let mut xor = proxy.alloc::<u64>(n)?;
     let mut msg = proxy.alloc::<u8>(70_000)?;
     let mut got = proxy.alloc::<u8>(70_000)?;
+    // Rank r gathers r + 1 elements, in reverse order of ranks.
+    let mut counts = proxy.alloc::<u64>(pu)?;
+    let mut displs = proxy.alloc::<u64>(pu)?;
+    for r in 0..pu {
+        counts[r] = r as u64 + 1;
+        displs[r] = (r + 1..pu).map(|q| q as u64 + 1).sum();
+    }
+    let total: usize = (1..=pu).sum();
+    let mut agv = proxy.alloc::<u32>(total)?;
     let (next, prev) = ((me + 1) % p, (me + p - 1) % p);
     for round in 0..arg(args, 1, 10) {
         let root = (round % u64::from(p)) as u32;
@@ -106,6 +115,11 @@ fn coll(proxy: &Proxy, args: &[String]) -> Result<bool> {
             *x = (1u64 << (mu % 64)) ^ i as u64;
         }
         msg.fill((me as u8).wrapping_add(round as u8));
+        agv.fill(u32::MAX);
+        let at = displs[mu] as usize;
+        for k in 0..=mu {
+            agv[at + k] = (mu * 100 + k) as u32 + round as u32;
+        }
         let mut status = None;
         proxy.scope(|s| {
             let mut recv = s.irecv(&mut got, prev, 5)?;
@@ -119,6 +133,7 @@ fn coll(proxy: &Proxy, args: &[String]) -> Result<bool> {
                 s.igather(&ga_in, &mut ga_out, root)?,
                 s.ireduce_scatter(&rs_in, &mut rs_out, &Op::Sum)?,
                 s.iallreduce_in_place(&mut xor, &Op::BitXor)?,
+                s.iallgatherv_in_place(&mut agv, counts.as_usize(), displs.as_usize())?,
                 s.isend(&msg, next, 5)?,
                 s.ibarrier()?,
             ];
@@ -213,6 +228,13 @@ fn coll(proxy: &Proxy, args: &[String]) -> Result<bool> {
             got.iter()
                 .all(|&x| x == (prev as u8).wrapping_add(round as u8)),
             "message",
+            me,
+        );
+        ok &= check(
+            (0..pu).all(|r| {
+                (0..=r).all(|k| agv[displs[r] as usize + k] == (r * 100 + k) as u32 + round as u32)
+            }),
+            "allgatherv in place",
             me,
         );
     }

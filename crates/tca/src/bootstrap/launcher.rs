@@ -415,8 +415,9 @@ impl Launch {
         }));
         // A job started inside an offloaded rank is not offloaded unless it asks.
         pass.retain(|(k, v)| {
-            ![env::PROXY_FD, env::PROXY_PID, env::PROXY_RANKS].contains(&k.as_str())
-                && !(k == env::PROGRESS && v.trim() == "proxy")
+            let proxy_var = [env::PROXY_FD, env::PROXY_PID, env::PROXY_RANKS].contains(&k.as_str());
+            let proxy_mode = k == env::PROGRESS && v.trim() == "proxy";
+            !(proxy_var || proxy_mode)
         });
         let mut job_vars = pass.clone();
         job_vars.push((env::SIZE.into(), self.ranks.to_string()));

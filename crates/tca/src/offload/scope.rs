@@ -474,18 +474,29 @@ impl<'p, 's> ProxyScope<'p, 's> {
     }
 
     /// Posts [`Comm::allgatherv_in_place`]: this rank's block already in place in `recv`.
+    /// Through the node proxy `counts` and `displs` lie in its memory too: a
+    /// `proxy.alloc::<u64>(p)` seen through [`super::ProxyBuf::as_usize`].
     pub fn iallgatherv_in_place<T: Element>(
         &self,
         recv: &'s mut [T],
         counts: &'s [usize],
         displs: &'s [usize],
     ) -> Result<Ticket<'p>> {
-        if self.node().is_some() {
-            return Err(Error::new(
-                ErrorKind::InvalidArgument,
-                "the node proxy does not take iallgatherv_in_place (its counts and \
-                 displacements are memory of this process); use a progress thread",
-            ));
+        if let Some(c) = self.node() {
+            if counts.len() != displs.len() {
+                return Err(Error::new(
+                    ErrorKind::InvalidArgument,
+                    format!("{} counts and {} displacements", counts.len(), displs.len()),
+                ));
+            }
+            // Counts and displacements cross in arenas too (`ProxyBuf::as_usize`).
+            let displs = c.place(displs)?;
+            return self.post_entry(Entry {
+                send: c.place(counts)?,
+                recv: c.place(recv)?,
+                arg: displs.packed(),
+                ..Entry::start::<T>(What::AllgathervInPlace)
+            });
         }
         // SAFETY: lent for `'s` to work posted in this scope (module docs).
         let (recv, counts, displs) =

@@ -56,6 +56,20 @@ impl<'p, T: Element> ProxyBuf<'p, T> {
     }
 }
 
+#[cfg(target_pointer_width = "64")]
+impl ProxyBuf<'_, u64> {
+    /// The buffer as sizes (counts, displacements: `iallgatherv_in_place`'s through the node
+    /// proxy, which must lie in its memory).
+    pub fn as_usize(&self) -> &[usize] {
+        bytemuck::cast_slice(self)
+    }
+
+    /// [`ProxyBuf::as_usize`], to fill.
+    pub fn as_usize_mut(&mut self) -> &mut [usize] {
+        bytemuck::cast_slice_mut(self)
+    }
+}
+
 impl<T: Element> Deref for ProxyBuf<'_, T> {
     type Target = [T];
     fn deref(&self) -> &[T] {

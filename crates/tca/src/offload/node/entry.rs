@@ -67,6 +67,9 @@ pub(crate) enum What {
     /// Start chain `peer`, its signal's operation replaced where `op` says so
     /// ([`signal_code`]) by one with the value `arg`.
     StartChain = 13,
+    /// An allgatherv in place into `recv`: the counts at `send`, the displacements (as many,
+    /// `u64` each) at the place whose packed arena and offset are `arg`.
+    AllgathervInPlace = 14,
 }
 
 impl What {
@@ -86,6 +89,7 @@ impl What {
             Send,
             Recv,
             StartChain,
+            AllgathervInPlace,
         ]
         .into_iter()
         .find(|w| *w as u8 == v)
@@ -137,6 +141,16 @@ impl Place {
     /// The offset in the arena.
     pub(crate) fn off(self) -> u64 {
         self.at & ((1 << OFF_BITS) - 1)
+    }
+
+    /// Its arena and offset as one word (an entry's `arg`).
+    pub(crate) fn packed(self) -> u64 {
+        self.at
+    }
+
+    /// `len` bytes at the arena and offset of [`Place::packed`].
+    pub(crate) fn unpacked(at: u64, len: u64) -> Self {
+        Self { at, len }
     }
 }
 

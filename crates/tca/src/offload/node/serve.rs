@@ -569,6 +569,14 @@ fn typed<T: Builtin>(what: What, e: &Entry, arenas: &Arenas) -> Result<Start> {
             let (src, tag) = (e.source(), e.tag());
             Box::new(move |s| s.comm().irecv(recv.get(), src, tag))
         }
+        What::AllgathervInPlace => {
+            let displs = Place::unpacked(e.arg, e.send.len);
+            disjoint(displs, e.recv)?;
+            // Read now: the collective takes its own copies when it starts.
+            let counts = usizes(arenas.lend::<u64>(e.send)?.get())?;
+            let displs = usizes(arenas.lend::<u64>(displs)?.get())?;
+            Box::new(move |s| s.iallgatherv_in_place(recv.get(), &counts, &displs))
+        }
         What::StartChain => {
             return Err(Error::new(
                 ErrorKind::InvalidArgument,
@@ -846,6 +854,20 @@ fn disjoint(a: Place, b: Place) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// Counts or displacements from the rank, as this machine's sizes.
+fn usizes(v: &[u64]) -> Result<Vec<usize>> {
+    v.iter()
+        .map(|&x| {
+            usize::try_from(x).map_err(|_| {
+                Error::new(
+                    ErrorKind::InvalidArgument,
+                    format!("{x} elements do not fit this machine"),
+                )
+            })
+        })
+        .collect()
 }
 
 /// An offset or length from the rank (one beyond this machine is out of every range).
