@@ -216,3 +216,25 @@ fn chains_of_puts_through_the_node_proxy_at_1_to_5_ranks() {
     }
     assert_eq!(tca::transport::shm_entries(), before);
 }
+
+#[test]
+fn ranks_that_never_connect_let_their_proxies_leave() {
+    // A program that is not a tca program at all: its proxies learn from the launcher (once
+    // every rank has ended) that their ranks are gone, and leave cleanly.
+    for hosts in [
+        vec![],
+        vec![("localhost".into(), Some(1)), ("127.0.0.1".into(), Some(1))],
+    ] {
+        let o = Launch {
+            ranks: 2,
+            program: "true".into(),
+            hosts: hosts.clone(),
+            offload: Some(vec![PROG.into(), "node-proxy".into()]),
+            ..Default::default()
+        }
+        .run()
+        .unwrap();
+        assert_eq!(o.status(), 0, "{hosts:?}: {o:?}");
+        assert_eq!(o.proxy, Some(RankExit::Code(0)), "{hosts:?}: {o:?}");
+    }
+}

@@ -100,7 +100,7 @@ where
         return vec![Err(Error::new(ErrorKind::Transport, "negative descriptor"))];
     };
     let (f, setup) = (&f, &setup);
-    on_rank_threads(n, "tca-rank", |rank| {
+    on_rank_threads(&(0..n).collect::<Vec<u32>>(), "tca-rank", |rank| {
         let joined = open_inherited(std::process::id(), raw).and_then(|fd| {
             World::join(JobEnv {
                 rank,
@@ -116,18 +116,19 @@ where
     })
 }
 
-/// `f(rank)` on a thread of its own for each rank `0..n` (named `{name}-{rank}`), every result
-/// indexed by rank; a thread that cannot start, or panics, is an error naming its rank. The
-/// one loop of rank threads (thread mode, the node proxy's serving threads).
+/// `f(rank)` on a thread of its own for each of `ranks` (named `{name}-{rank}`), every result
+/// in the order of `ranks`; a thread that cannot start, or panics, is an error naming its
+/// rank. The one loop of rank threads (thread mode, the node proxy's serving threads).
 pub(crate) fn on_rank_threads<T: Send>(
-    n: u32,
+    ranks: &[u32],
     name: &str,
     f: impl Fn(u32) -> Result<T> + Sync,
 ) -> Vec<Result<T>> {
     let f = &f;
     std::thread::scope(|s| {
-        let handles: Vec<_> = (0..n)
-            .map(|rank| {
+        let handles: Vec<_> = ranks
+            .iter()
+            .map(|&rank| {
                 std::thread::Builder::new()
                     .name(format!("{name}-{rank}"))
                     .spawn_scoped(s, move || f(rank))
@@ -135,8 +136,8 @@ pub(crate) fn on_rank_threads<T: Send>(
             .collect();
         handles
             .into_iter()
-            .enumerate()
-            .map(|(rank, h)| match h {
+            .zip(ranks)
+            .map(|(h, &rank)| match h {
                 Err(e) => Err(Error::os(
                     ErrorKind::Launch,
                     format!("spawning thread for rank {rank}"),
@@ -146,7 +147,7 @@ pub(crate) fn on_rank_threads<T: Send>(
                     let msg = crate::error::panic_message(&*p);
                     Err(Error::peer(
                         ErrorKind::PeerDied,
-                        crate::cast::rank_u32(rank),
+                        rank,
                         format!("rank {rank} panicked: {msg}"),
                     ))
                 }),

@@ -156,6 +156,26 @@ pub fn place(hosts: &[(String, Option<u32>)], ranks: u32) -> Result<Vec<usize>> 
     Ok(out)
 }
 
+/// Removes from `c`'s environment what this launcher's own job (if it runs inside one) set
+/// for its ranks: a job started here is not that job's rank, nor served by its node proxy,
+/// unless it says so itself.
+fn scrub(c: &mut Command) {
+    for k in [
+        env::RANK,
+        env::BOARD_FD,
+        env::LAUNCHER_PID,
+        env::KV,
+        env::PROXY_FD,
+        env::PROXY_PID,
+        env::PROXY_RANKS,
+    ] {
+        c.env_remove(k);
+    }
+    if std::env::var(env::PROGRESS).is_ok_and(|v| v.trim() == "proxy") {
+        c.env_remove(env::PROGRESS);
+    }
+}
+
 fn is_this_host(h: &str) -> bool {
     h == "localhost" || h == "127.0.0.1"
 }
@@ -403,8 +423,15 @@ impl Launch {
         let mut pass: Vec<(String, String)> = std::env::vars()
             .filter(|(k, _)| {
                 (k.starts_with("TCA_") || k.starts_with("FI_"))
-                    && ![env::RANK, env::SIZE, env::JOB_ID, env::KV, env::BOARD_FD]
-                        .contains(&k.as_str())
+                    && ![
+                        env::RANK,
+                        env::SIZE,
+                        env::JOB_ID,
+                        env::KV,
+                        env::BOARD_FD,
+                        env::LAUNCHER_PID,
+                    ]
+                    .contains(&k.as_str())
             })
             .collect();
         pass.extend(self.env.iter().map(|(k, v)| {
@@ -427,6 +454,8 @@ impl Launch {
         // With --offload, a node proxy per host first, each serving that host's ranks.
         let mut proxies: Vec<NodeProxy> = Vec::new();
         if let Some(cmd) = &self.offload {
+            let mut starting: Vec<Starting> = Vec::new();
+            let mut failed: Option<Error> = None;
             for (h, (host, _)) in self.hosts.iter().enumerate() {
                 let mine: Vec<String> = (0..self.ranks)
                     .filter(|&r| placement[r as usize] == h)
@@ -439,19 +468,38 @@ impl Launch {
                 vars.push((env::PROXY_RANKS.into(), mine.join(",")));
                 let started = self
                     .remote_command(host, &rsh, cmd, &vars)
-                    .and_then(|c| NodeProxy::start_remote(c, host, h));
+                    .and_then(|c| NodeProxy::spawn_remote(c, host, h));
                 match started {
-                    Ok(p) => proxies.push(p),
+                    Ok(s) => starting.push(s),
                     Err(e) => {
-                        for p in proxies {
-                            p.kill();
-                        }
-                        for id in hooks {
-                            signal_hook::low_level::unregister(id);
-                        }
-                        return Err(e);
+                        failed.get_or_insert(e);
+                        break;
                     }
                 }
+            }
+            // Every proxy is starting: one deadline for all of them to say where their
+            // channels are (a failed start drops the rest, which kills them).
+            let deadline = crate::bootstrap::boot_deadline(&crate::env::Process)
+                .unwrap_or_else(|_| Instant::now() + Duration::from_secs(60));
+            let mut rest = starting.into_iter();
+            for s in rest.by_ref() {
+                if failed.is_some() {
+                    break;
+                }
+                match s.ready(deadline, &caught) {
+                    Ok(p) => proxies.push(p),
+                    Err(e) => failed = Some(e),
+                }
+            }
+            drop(rest);
+            if let Some(e) = failed {
+                for p in proxies {
+                    p.kill();
+                }
+                for id in hooks {
+                    signal_hook::low_level::unregister(id);
+                }
+                return Err(e);
             }
         }
         let spawn = |r: u32, _cpus: u32| {
@@ -506,6 +554,7 @@ impl Launch {
             .ok_or_else(|| Error::new(ErrorKind::Launch, "an empty command"))?;
         if is_this_host(host) {
             let mut c = Command::new(first);
+            scrub(&mut c);
             c.args(rest).envs(vars.iter().map(|(k, v)| (k, v)));
             return Ok(c);
         }
@@ -513,6 +562,8 @@ impl Launch {
             .first()
             .ok_or_else(|| Error::new(ErrorKind::Launch, "the remote-shell agent is empty"))?;
         let mut c = Command::new(agent);
+        // (An agent such as `ip netns exec` passes its environment on.)
+        scrub(&mut c);
         c.args(&rsh[1..]).arg(host);
         let mut words: Vec<String> = vec!["env".into()];
         words.extend(vars.iter().map(|(k, v)| format!("{k}={v}")));
@@ -546,6 +597,8 @@ impl Launch {
             .env(env::BOARD_FD, board_fd.as_raw_fd().to_string())
             .env(env::LAUNCHER_PID, std::process::id().to_string())
             .env(env::JOB_CPUS, job_cpus.to_string())
+            // The board is this job's meeting place: a rendezvous of an outer job is not.
+            .env_remove(env::KV)
             .stdin(if rank == 0 {
                 Stdio::inherit()
             } else {
@@ -560,7 +613,9 @@ impl Launch {
                     .env(env::PROXY_PID, p.at.0.to_string());
             }
             None => {
-                cmd.env_remove(env::PROXY_FD).env_remove(env::PROXY_PID);
+                cmd.env_remove(env::PROXY_FD)
+                    .env_remove(env::PROXY_PID)
+                    .env_remove(env::PROXY_RANKS);
                 if std::env::var(env::PROGRESS).is_ok_and(|v| v.trim() == "proxy") {
                     cmd.env_remove(env::PROGRESS);
                 }
@@ -656,6 +711,8 @@ impl Launch {
         let mut interrupted: Option<i32> = None;
         let mut proxy_exit: Option<RankExit> = None;
         let mut proxy_failed = false;
+        // When the rendezvous first said the job was aborted.
+        let mut kv_seen: Option<Instant> = None;
         let mut kill_at: Option<Instant> = None;
         let mut term_at: Option<Instant> = None;
         loop {
@@ -755,15 +812,17 @@ impl Launch {
                 (control, failure, interrupted, proxy_failed)
             {
                 // A rank on another node died or went silent: the rendezvous saw it.
-                if let Some((who, why)) = kv.aborted() {
-                    // A node proxy that died closed its ranks' connections before its end can
-                    // be seen: its death is the cause (looked at on the next turn).
-                    if proxies
+                // A node proxy that died closed its ranks' connections before its end can be
+                // seen (through ssh, well before): its death is the cause, so a rank is not
+                // named until the proxies had a moment to be seen ending.
+                let abort = kv.aborted().filter(|_| {
+                    let first = *kv_seen.get_or_insert_with(Instant::now);
+                    let proxy_ending = proxies
                         .iter()
-                        .any(|p| p.exit.get().is_none() && p.ended().is_some())
-                    {
-                        continue;
-                    }
+                        .any(|p| p.exit.get().is_none() && p.ended().is_some());
+                    !proxy_ending && (proxies.is_empty() || first.elapsed() >= NOTICE)
+                });
+                if let Some((who, why)) = abort {
                     eprintln!("tca run: {why}; stopping all ranks");
                     failure = Some(RankFailure {
                         rank: who.unwrap_or(0),
@@ -896,6 +955,99 @@ fn wait_any(ranks: &[Rank], running: &[usize], proxies: &[NodeProxy], timeout: D
     );
 }
 
+/// A node proxy across hosts that was started and has not yet said where its channel is.
+struct Starting {
+    child: Option<Child>,
+    proc: Result<Proc>,
+    rx: Option<std::sync::mpsc::Receiver<String>>,
+    host: String,
+    h: usize,
+}
+
+impl Starting {
+    /// Kills it; the error saying why.
+    fn fail(mut self, why: String) -> Error {
+        if let Some(mut child) = self.child.take() {
+            let _ = rustix::process::kill_process_group(Pid::from_child(&child), Signal::KILL);
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        Error::new(
+            ErrorKind::Launch,
+            format!("the node proxy of host {}: {why}", self.host),
+        )
+    }
+
+    /// Waits until it says where its channel is, until `deadline` or a caught signal.
+    fn ready(mut self, deadline: Instant, caught: &AtomicUsize) -> Result<NodeProxy> {
+        use crate::offload::node::READY;
+        let line = loop {
+            let Some(rx) = &self.rx else {
+                return Err(self.fail("no output to read".into()));
+            };
+            match rx.recv_timeout(Duration::from_millis(50)) {
+                Ok(l) => break l,
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                    let how = self
+                        .child
+                        .as_mut()
+                        .and_then(|c| c.try_wait().ok().flatten())
+                        .map_or("ended".to_string(), |st| exit_of(st).to_string());
+                    return Err(self.fail(format!("{how} before it was ready")));
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    let sig = caught.load(Ordering::SeqCst);
+                    if sig != 0 {
+                        let name = signal_name(i32::try_from(sig).unwrap_or(0));
+                        return Err(self.fail(format!("the launcher caught {name} meanwhile")));
+                    }
+                    if Instant::now() >= deadline {
+                        return Err(self.fail(format!(
+                            "not ready by the start-up deadline ({})",
+                            env::BOOT_TIMEOUT
+                        )));
+                    }
+                }
+            }
+        };
+        let mut words = line.split_whitespace();
+        let at = match (words.next(), words.next(), words.next()) {
+            (Some(w), Some(pid), Some(fd)) if w == READY => pid.parse().ok().zip(fd.parse().ok()),
+            _ => None,
+        };
+        let Some(at) = at else {
+            return Err(self.fail(format!("said `{line}` instead of where its channel is")));
+        };
+        let proc = std::mem::replace(&mut self.proc, Err(Error::new(ErrorKind::Launch, "taken")));
+        let proc = match proc {
+            Ok(p) => p,
+            Err(e) => return Err(self.fail(format!("cannot watch it: {e}"))),
+        };
+        let Some(child) = self.child.take() else {
+            return Err(self.fail("no process".into()));
+        };
+        Ok(NodeProxy {
+            child: std::cell::RefCell::new(child),
+            proc,
+            channel: None,
+            at,
+            host: Some((self.h, self.host.clone())),
+            exit: std::cell::Cell::new(None),
+        })
+    }
+}
+
+impl Drop for Starting {
+    fn drop(&mut self) {
+        // Not made ready (the launch failed elsewhere): it must not outlive the launch.
+        if let Some(mut child) = self.child.take() {
+            let _ = rustix::process::kill_process_group(Pid::from_child(&child), Signal::KILL);
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
 /// The node proxy process of a launch with [`Launch::offload`].
 struct NodeProxy {
     child: std::cell::RefCell<Child>,
@@ -921,9 +1073,11 @@ impl Launch {
             .ok_or_else(|| Error::new(ErrorKind::Launch, "the node proxy's command is empty"))?;
         let (channel_fd, channel) = crate::offload::node::Channel::create(self.ranks)?;
         let mut c = Command::new(program);
+        scrub(&mut c);
         c.args(args)
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .env_remove(env::RANK)
+            .env_remove(env::KV)
             .env(env::SIZE, self.ranks.to_string())
             .env(env::JOB_ID, format!("{job:016x}"))
             .env(env::BOARD_FD, board_fd.as_raw_fd().to_string())
@@ -970,10 +1124,10 @@ impl Launch {
 }
 
 impl NodeProxy {
-    /// Starts `cmd`, the node proxy of host `host` (number `h` of the list) across hosts, and
-    /// reads where it made the channel (its first line of output, `READY pid fd`); the rest
-    /// of its output is passed on.
-    fn start_remote(mut cmd: Command, host: &str, h: usize) -> Result<NodeProxy> {
+    /// Starts `cmd`, the node proxy of host `host` (number `h` of the list) across hosts; its
+    /// output is read by a thread that hands over the line saying where it made the channel
+    /// (`READY pid fd`) and passes every other line on ([`Starting::ready`] waits for it).
+    fn spawn_remote(mut cmd: Command, host: &str, h: usize) -> Result<Starting> {
         use crate::offload::node::READY;
         cmd.env_remove(env::RANK)
             .stdin(Stdio::null())
@@ -985,68 +1139,45 @@ impl NodeProxy {
                 format!("cannot start the node proxy of host {host}: {e}"),
             )
         })?;
-        let proc = Proc::open(child.id());
-        let out = child.stdout.take();
-        let fail = |child: &mut Child, why: String| {
-            let _ = rustix::process::kill_process_group(Pid::from_child(child), Signal::KILL);
-            let _ = child.kill();
-            let _ = child.wait();
-            Error::new(
-                ErrorKind::Launch,
-                format!("the node proxy of host {host}: {why}"),
-            )
+        let mut s = Starting {
+            proc: Proc::open(child.id()),
+            rx: None,
+            host: host.to_string(),
+            h,
+            child: None,
         };
-        let (proc, out) = match (proc, out) {
-            (Ok(p), Some(o)) => (p, o),
-            (Err(e), _) => return Err(fail(&mut child, format!("cannot watch it: {e}"))),
-            (_, None) => return Err(fail(&mut child, "no output to read".into())),
+        let Some(out) = child.stdout.take() else {
+            s.child = Some(child);
+            return Err(s.fail("no output to read".into()));
         };
-        // Its first line, then the rest passed on (a thread: the proxy writes until it ends).
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
-            let mut lines = BufReader::new(out).lines();
-            let _ = tx.send(lines.next());
+            let mut reader = BufReader::new(out);
+            let mut line = Vec::with_capacity(128);
+            let mut tx = Some(tx);
             let mut stdout = std::io::stdout();
-            for line in lines.map_while(std::result::Result::ok) {
-                let _ = writeln!(stdout, "{line}");
+            loop {
+                line.clear();
+                match reader.read_until(b'\n', &mut line) {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {
+                        let text = String::from_utf8_lossy(&line);
+                        if tx.is_some() && text.starts_with(READY) {
+                            if let Some(tx) = tx.take() {
+                                let _ = tx.send(text.trim().to_string());
+                            }
+                            continue;
+                        }
+                        // Kept draining whatever happens here: a proxy must not meet a
+                        // closed pipe.
+                        let _ = stdout.write_all(&line);
+                    }
+                }
             }
         });
-        let wait = crate::bootstrap::boot_deadline(&crate::env::Process)
-            .map(|d| d.saturating_duration_since(Instant::now()))
-            .unwrap_or(Duration::from_secs(60));
-        let line = match rx.recv_timeout(wait) {
-            Ok(Some(Ok(l))) => l,
-            Ok(_) | Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
-                let how = child.try_wait().ok().flatten().map(exit_of);
-                let how = how.map_or("ended".to_string(), |h| h.to_string());
-                return Err(fail(&mut child, format!("{how} before it was ready")));
-            }
-            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-                return Err(fail(
-                    &mut child,
-                    format!("not ready after {:.0} s", wait.as_secs_f64()),
-                ));
-            }
-        };
-        let mut words = line.split_whitespace();
-        let at = match (words.next(), words.next(), words.next()) {
-            (Some(w), Some(pid), Some(fd)) if w == READY => pid.parse().ok().zip(fd.parse().ok()),
-            _ => None,
-        };
-        let Some(at) = at else {
-            return Err(fail(
-                &mut child,
-                format!("said `{line}` instead of where its channel is (is it `tca node-proxy`?)"),
-            ));
-        };
-        Ok(NodeProxy {
-            child: std::cell::RefCell::new(child),
-            proc,
-            channel: None,
-            at,
-            host: Some((h, host.to_string())),
-            exit: std::cell::Cell::new(None),
-        })
+        s.rx = Some(rx);
+        s.child = Some(child);
+        Ok(s)
     }
 
     /// How it is named in messages: its pid, and its host across hosts.
@@ -1107,8 +1238,8 @@ impl NodeProxy {
 
     /// After the ranks: waits for the proxy to leave (it does once every rank has stopped or
     /// gone), stops it if it does not; how it ended.
-    fn finish(self, caught: &AtomicUsize) -> RankExit {
-        let deadline = Instant::now() + 4 * GRACE;
+    fn finish(self, deadline: Instant, caught: &AtomicUsize) -> RankExit {
+        let name = self.name();
         let mut child = self.child.into_inner();
         let status = loop {
             match child.try_wait() {
@@ -1118,9 +1249,8 @@ impl NodeProxy {
                 }
                 Ok(None) => {
                     eprintln!(
-                        "tca run: the node proxy (pid {}) has not left {:.1} s after its ranks; \
+                        "tca run: the node proxy {name}has not left {:.1} s after its ranks; \
                          stopping it",
-                        self.proc.pid(),
                         (4 * GRACE).as_secs_f64()
                     );
                     let _ =
@@ -1152,10 +1282,18 @@ fn finish_proxies(
         }
         return result;
     }
+    // Every rank has ended: a proxy still serving a rank that never connected (across hosts
+    // nothing else tells it that rank is gone) takes SIGTERM as that word.
+    for p in &proxies {
+        if p.exit.get().is_none() && p.exit().is_none() {
+            p.signal(Signal::TERM);
+        }
+    }
+    let deadline = Instant::now() + 4 * GRACE;
     let mut how: Option<RankExit> = None;
     for p in proxies {
         let seen = p.exit.get();
-        let h = p.finish(caught);
+        let h = p.finish(deadline, caught);
         let h = seen.unwrap_or(h);
         if !how.is_some_and(|x| x.failed()) {
             how = Some(h);

@@ -118,6 +118,8 @@ pub(crate) enum Next {
 /// in: a network moves data only while polled, and a peer's put into one of the rank's
 /// windows needs nothing of the rank's to be in flight.
 const IDLE_TICK: Duration = Duration::from_micros(200);
+/// The longest tick, reached when nothing has come for a while.
+const IDLE_TICK_MAX: Duration = Duration::from_millis(1);
 
 /// A progress thread's queues: channels of the rank's process.
 pub(crate) struct Channels {
@@ -192,18 +194,26 @@ pub(crate) fn serve(world: World, q: &impl Queues) -> Result<()> {
         // each communicator that closes when nothing is left in flight, so a long-lived proxy
         // keeps no record of the collectives it finished; communicators are made and dropped
         // between bursts, with no scope open.
-        let tick = world.network_provider().is_some().then_some(IDLE_TICK);
+        let networked = world.network_provider().is_some();
+        let mut tick = IDLE_TICK;
         loop {
-            let first = match q.next(tick) {
+            let first = match q.next(networked.then_some(tick)) {
                 Next::Work(Work::Stop(how)) => return Ok(how),
                 Next::Work(Work::Cancel(_)) => continue, // answered already: nothing in flight
                 Next::Work(w) => w,
                 Next::Idle => {
-                    world.progress()?;
+                    // Longer ticks while nothing comes (back to the shortest on work). An
+                    // error of the network here is the rank's only if a peer is gone: the
+                    // next operation meets any other.
+                    tick = (tick * 2).min(IDLE_TICK_MAX);
+                    if world.progress().is_err() {
+                        world.check_alive()?;
+                    }
                     continue;
                 }
                 Next::Gone => return Ok(Leave::Drop), // the rank dropped its end, or is gone
             };
+            tick = IDLE_TICK;
             let first = match comms.between(first, q) {
                 Some(w) => w,
                 None => continue,
@@ -654,21 +664,24 @@ impl<'a, 'r, Q: Queues> Burst<'a, 'r, Q> {
             }
             q.answer(Done { id, result: res });
         };
-        let mut live = std::mem::take(&mut self.live);
-        live.retain_mut(|(id, r)| {
-            if r.is_collective() {
-                return true;
-            }
+        let (mut live, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.live)
+            .into_iter()
+            .partition(|(_, r)| r.is_collective());
+        for (id, mut r) in rest {
             match r.test() {
-                Ok(Some(s)) => keep(*id, Ok(s)),
-                Err(e) => keep(*id, Err(e)),
-                Ok(None) => q.answer(Done {
-                    id: *id,
-                    result: Err(Error::new(ErrorKind::Aborted, CANCELLED)),
-                }),
+                Ok(Some(s)) => keep(id, Ok(s)),
+                Err(e) => keep(id, Err(e)),
+                Ok(None) => {
+                    // Cancelled by its drop, before the answer says so (the rank may reuse
+                    // the buffer once answered).
+                    drop(r);
+                    q.answer(Done {
+                        id,
+                        result: Err(Error::new(ErrorKind::Aborted, CANCELLED)),
+                    });
+                }
             }
-            false
-        });
+        }
         let (mut idle, mut since, mut looked) = (0u32, Instant::now(), Instant::now());
         while !live.is_empty() {
             let before = live.len();

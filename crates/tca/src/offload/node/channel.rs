@@ -1,6 +1,8 @@
 //! The node proxy's channel: one sealed memfd, made by the launcher and inherited by the
-//! proxy and every rank, with one slot per rank: the rank's pid (written by the launcher), its
-//! work queue (the rank produces, the proxy consumes) and its completion queue (the other way).
+//! proxy and every rank (across hosts: made by the proxy and opened by its ranks through
+//! `/proc`), with one slot per rank of the job: the rank's pid (written by the launcher; across
+//! hosts only the rank's claim carries it), its work queue (the rank produces, the proxy
+//! consumes) and its completion queue (the other way).
 //!
 //! # Layout of a slot
 //! ```text

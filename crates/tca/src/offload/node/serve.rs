@@ -65,6 +65,8 @@ pub fn serve_node() -> Result<()> {
     let boot = crate::bootstrap::boot_deadline(&crate::env::Process)?;
     // Every rank's arenas are descriptors of this one process.
     raise_descriptor_limit();
+    // SIGTERM from the launcher: its ranks have ended; one that never connected is gone.
+    let _ = signal_hook::flag::register(signal_hook::consts::SIGTERM, ENDED.clone());
     let (channel, ranks, join, _held) = match std::env::var(env::KV) {
         Ok(kv) => {
             let ranks = served_ranks(size)?;
@@ -94,13 +96,16 @@ pub fn serve_node() -> Result<()> {
             )
         }
     };
-    let (channel, ranks, join) = (&channel, &ranks, &join);
-    let n = crate::cast::rank_u32(ranks.len());
-    let all = crate::threads::on_rank_threads(n, "tca-node-proxy", |i| {
-        serve_rank(channel, ranks[i as usize], size, job, join, boot)
+    let (channel, join) = (&channel, &join);
+    let all = crate::threads::on_rank_threads(&ranks, "tca-node-proxy", |rank| {
+        serve_rank(channel, rank, size, job, join, boot)
     });
     crate::threads::root_error(all).map(drop)
 }
+
+/// Set by SIGTERM: the launcher says every rank has ended.
+static ENDED: std::sync::LazyLock<Arc<std::sync::atomic::AtomicBool>> =
+    std::sync::LazyLock::new(Arc::default);
 
 /// The first line a node proxy across hosts writes, then its pid and its descriptor of the
 /// channel.
@@ -265,7 +270,8 @@ impl<'a> Served<'a> {
                 }
             });
             match pid {
-                Ok(0) => return true,
+                // Not connected (yet): alive unless the launcher said its ranks have ended.
+                Ok(0) => return !ENDED.load(std::sync::atomic::Ordering::Relaxed),
                 Ok(pid) => match crate::process::Proc::open(pid) {
                     Ok(p) => *proc = Some(p),
                     // No pidfd (descriptors short, say): asked without one, and the pidfd
