@@ -66,6 +66,10 @@ pub fn serve_node() -> Result<()> {
     // Every rank's arenas are descriptors of this one process.
     raise_descriptor_limit();
     // SIGTERM from the launcher: its ranks have ended; one that never connected is gone.
+    // (Linking libfabric installed a handler of its own that ends the process, which a
+    // registration would chain to: ours must be the only one, as the launcher's.)
+    #[cfg(feature = "ofi")]
+    tca_ofi::restore_default_signals();
     let _ = signal_hook::flag::register(signal_hook::consts::SIGTERM, ENDED.clone());
     let (channel, ranks, join, _held) = match std::env::var(env::KV) {
         Ok(kv) => {
