@@ -1282,10 +1282,11 @@ fn finish_proxies(
         }
         return result;
     }
-    // Every rank has ended: a proxy still serving a rank that never connected (across hosts
-    // nothing else tells it that rank is gone) takes SIGTERM as that word.
+    // Every rank has ended: a proxy across hosts still serving a rank that never connected
+    // (nothing else tells it that rank is gone) takes SIGTERM as that word. (It said it was
+    // ready only after it had set its handler; on one node the ranks' pids tell it.)
     for p in &proxies {
-        if p.exit.get().is_none() && p.exit().is_none() {
+        if p.host.is_some() && p.exit.get().is_none() && p.exit().is_none() {
             p.signal(Signal::TERM);
         }
     }
