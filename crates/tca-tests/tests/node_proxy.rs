@@ -61,20 +61,23 @@ fn a_rank_that_exits_stops_the_job_with_its_status() {
     assert_eq!(o.failure.map(|f| f.rank), Some(1), "{o:?}");
 }
 
-#[test]
-fn a_killed_proxy_fails_every_waiting_rank_naming_it() {
+/// Rank 0 kills its node proxy while every rank waits in a collective: the job's status is
+/// the proxy's death (SIGKILL), not the ranks' errors it caused, and the ranks it served
+/// (`named`) fail naming it; nothing is left in /dev/shm. `hosts`: as RANKPROG_HOSTS.
+fn killed_proxy(n: u32, hosts: Option<&str>, named: u32) {
     let _g = SHM.lock().unwrap_or_else(|p| p.into_inner());
     let before = tca::transport::shm_entries();
-    let out = Command::new(PROG)
-        .args(["launch", "3", "offload-kill-proxy"])
-        .env("RANKPROG_OFFLOAD", "1")
-        .output()
-        .unwrap();
+    let mut c = Command::new(PROG);
+    c.args(["launch", &n.to_string(), "offload-kill-proxy"])
+        .env("RANKPROG_OFFLOAD", "1");
+    if let Some(h) = hosts {
+        c.env("RANKPROG_HOSTS", h);
+    }
+    let out = c.output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    // The job's status is the proxy's death (SIGKILL), not the ranks' errors it caused.
     assert_eq!(out.status.code(), Some(128 + 9), "{stdout}\n{stderr}");
-    for r in 0..3 {
+    for r in 0..named {
         assert!(
             stdout.lines().any(|l| l == format!("proxy-gone {r}")),
             "rank {r} did not fail naming the proxy:\n{stdout}\n{stderr}"
@@ -82,6 +85,11 @@ fn a_killed_proxy_fails_every_waiting_rank_naming_it() {
     }
     assert!(stderr.contains("the node proxy (pid"), "{stderr}");
     assert_eq!(tca::transport::shm_entries(), before);
+}
+
+#[test]
+fn a_killed_proxy_fails_every_waiting_rank_naming_it() {
+    killed_proxy(3, None, 3);
 }
 
 #[test]
@@ -159,27 +167,9 @@ fn a_node_proxy_per_host_serves_that_hosts_ranks() {
 
 #[test]
 fn a_killed_proxy_of_one_host_stops_the_job_naming_it() {
-    let _g = SHM.lock().unwrap_or_else(|p| p.into_inner());
-    let before = tca::transport::shm_entries();
-    let out = Command::new(PROG)
-        .args(["launch", "4", "offload-kill-proxy"])
-        .env("RANKPROG_OFFLOAD", "1")
-        .env("RANKPROG_HOSTS", "localhost:2,127.0.0.1:2")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    // Rank 0 killed the first host's proxy: the job's status is its death, and the ranks it
-    // served fail naming it (the other host's ranks fail too, naming a rank that is gone).
-    assert_eq!(out.status.code(), Some(128 + 9), "{stdout}\n{stderr}");
-    for r in 0..2 {
-        assert!(
-            stdout.lines().any(|l| l == format!("proxy-gone {r}")),
-            "rank {r} did not fail naming the proxy:\n{stdout}\n{stderr}"
-        );
-    }
-    assert!(stderr.contains("the node proxy (pid"), "{stderr}");
-    assert_eq!(tca::transport::shm_entries(), before);
+    // The first host's proxy: its two ranks fail naming it (the other host's fail too, naming
+    // a rank that is gone).
+    killed_proxy(4, Some("localhost:2,127.0.0.1:2"), 2);
 }
 
 #[test]
