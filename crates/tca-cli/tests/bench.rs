@@ -228,6 +228,42 @@ fn imb_nbc_benchmarks() {
         out.contains("t_ovrl[usec]") && out.contains("# algorithms"),
         "{out}"
     );
+    // OSU's layout of the same figures: each benchmark's block, its overlap OSU's formula
+    // over the slowest rank's t_ovrl, t_CPU and t_pure.
+    for s in &secs {
+        let head = format!(
+            "# OSU's layout (osu_{}), 3 ranks",
+            s.benchmark.to_lowercase()
+        );
+        let at = out
+            .find(&head)
+            .unwrap_or_else(|| panic!("no `{head}` in {out}"));
+        let rows: Vec<Vec<f64>> = out[at..]
+            .lines()
+            .skip(2)
+            .take(s.lines.len())
+            .map(|l| {
+                l.trim_start_matches('#')
+                    .split_whitespace()
+                    .map(|w| w.parse().unwrap())
+                    .collect()
+            })
+            .collect();
+        for (row, l) in rows.iter().zip(&s.lines) {
+            // (Both layouts print rounded times: compared to the rounding.)
+            let o = l.overlap.expect("IMB-NBC columns");
+            assert_eq!(row[0], l.bytes as f64, "{row:?}");
+            assert!((row[1] - l.t_max).abs() < 0.01, "{row:?} {l:?}");
+            assert!((row[3] - o.t_pure_us).abs() < 0.01, "{row:?} {o:?}");
+            let osu = tca_model::record::Overlap {
+                t_pure_us: row[3],
+                t_cpu_us: row[2],
+                percent: 0.0,
+            }
+            .osu_percent(row[1]);
+            assert!((row[4] - osu).abs() < 3.0, "{row:?} against {osu}");
+        }
+    }
     let csv = ok(&[
         "bench",
         "Iallreduce",

@@ -59,6 +59,7 @@ pub fn render(out: &Output) -> String {
             })
             .collect();
         s += &imb::write(&pre, &sections);
+        s += &osu_overlap(&rows);
         let algs = algorithm_lines(out, im);
         if !algs.is_empty() {
             s += "\n# algorithms (tca's choice per size, or --algo):\n";
@@ -184,6 +185,38 @@ fn comparison(out: &Output, a: &str, b: &str) -> String {
         wins.0 + wins.1
     );
     s + &overlap_comparison(out, a, b)
+}
+
+/// The non-blocking benchmarks of one implementation in OSU's layout (`osu_iallreduce`,
+/// `osu_ibcast`, ...: overall, compute and pure communication time, OSU's overlap), as `#`
+/// lines after IMB-NBC's section.
+fn osu_overlap(rows: &[&Row]) -> String {
+    let mut s = String::new();
+    for bench in BENCHMARKS.iter().filter(|b| b.nonblocking()) {
+        let mine: Vec<&&Row> = rows.iter().filter(|r| r.benchmark == bench.name).collect();
+        let Some(first) = mine.first() else { continue };
+        s += &format!(
+            "# OSU's layout (osu_{}), {} ranks: overall = the slowest rank's t_ovrl\n",
+            bench.name.to_lowercase(),
+            first.ranks
+        );
+        s += &format!(
+            "# {:>10} {:>14} {:>14} {:>16} {:>12}\n",
+            "Size", "Overall(us)", "Compute(us)", "Pure Comm.(us)", "Overlap(%)"
+        );
+        for r in mine {
+            let Some(o) = r.overlap else { continue };
+            s += &format!(
+                "# {:>10} {:>14.2} {:>14.2} {:>16.2} {:>12.2}\n",
+                r.bytes,
+                r.t_max_us,
+                o.t_cpu_us,
+                o.t_pure_us,
+                o.osu_percent(r.t_max_us)
+            );
+        }
+    }
+    s
 }
 
 /// The non-blocking benchmarks side by side: each implementation's pure time, time with
