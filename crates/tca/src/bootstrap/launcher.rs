@@ -42,7 +42,9 @@
 //! itself and writes where it is on its first line of output ([`crate::offload::serve_node`]),
 //! which the launcher reads before it starts that host's ranks with it (`TCA_PROXY_PID`,
 //! `TCA_PROXY_FD`); the rest of the proxy's output is passed on. Its worlds meet the others at
-//! the rendezvous. A rank's pid reaches the proxy through the rank's claim of its slot. A
+//! the rendezvous. A rank's pid reaches the proxy through the rank's claim of its slot; the
+//! proxy's standard input stays open until every rank has ended, so a proxy whose rank never
+//! connected learns that it is gone from its end (through a remote shell too). A
 //! proxy that fails stops the job as on one node, and its death is the job's status even when
 //! the rendezvous saw its ranks' connections close first.
 
@@ -1129,8 +1131,9 @@ impl NodeProxy {
     /// (`READY pid fd`) and passes every other line on ([`Starting::ready`] waits for it).
     fn spawn_remote(mut cmd: Command, host: &str, h: usize) -> Result<Starting> {
         use crate::offload::node::READY;
+        // Its standard input stays open until every rank has ended (`finish_proxies`).
         cmd.env_remove(env::RANK)
-            .stdin(Stdio::null())
+            .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .process_group(0);
         let mut child = cmd.spawn().map_err(|e| {
@@ -1283,12 +1286,10 @@ fn finish_proxies(
         return result;
     }
     // Every rank has ended: a proxy across hosts still serving a rank that never connected
-    // (nothing else tells it that rank is gone) takes SIGTERM as that word. (It said it was
-    // ready only after it had set its handler; on one node the ranks' pids tell it.)
+    // (nothing else tells it that rank is gone) learns it from the end of its standard input
+    // (through a remote shell too). On one node the ranks' pids tell it.
     for p in &proxies {
-        if p.host.is_some() && p.exit.get().is_none() && p.exit().is_none() {
-            p.signal(Signal::TERM);
-        }
+        drop(p.child.borrow_mut().stdin.take());
     }
     let deadline = Instant::now() + 4 * GRACE;
     let mut how: Option<RankExit> = None;

@@ -65,14 +65,19 @@ pub fn serve_node() -> Result<()> {
     let boot = crate::bootstrap::boot_deadline(&crate::env::Process)?;
     // Every rank's arenas are descriptors of this one process.
     raise_descriptor_limit();
-    // SIGTERM from the launcher: its ranks have ended; one that never connected is gone.
-    // (Linking libfabric installed a handler of its own that ends the process, which a
-    // registration would chain to: ours must be the only one, as the launcher's.)
-    #[cfg(feature = "ofi")]
-    tca_ofi::restore_default_signals();
-    let _ = signal_hook::flag::register(signal_hook::consts::SIGTERM, ENDED.clone());
     let (channel, ranks, join, _held) = match std::env::var(env::KV) {
         Ok(kv) => {
+            // The launcher closes this proxy's standard input once every rank has ended
+            // (through a remote shell too): a rank that never connected is then gone.
+            std::thread::Builder::new()
+                .name("tca-node-proxy-stdin".into())
+                .spawn(|| {
+                    let mut buf = [0u8; 64];
+                    let mut stdin = std::io::stdin();
+                    while matches!(std::io::Read::read(&mut stdin, &mut buf), Ok(n) if n > 0) {}
+                    ENDED.store(true, std::sync::atomic::Ordering::Relaxed);
+                })
+                .map_err(|e| Error::os(ErrorKind::Launch, "watching standard input", e))?;
             let ranks = served_ranks(size)?;
             let (fd, channel) = Channel::create(size)?;
             // Where the ranks of this node find the channel: this process's descriptor.
@@ -107,9 +112,9 @@ pub fn serve_node() -> Result<()> {
     crate::threads::root_error(all).map(drop)
 }
 
-/// Set by SIGTERM: the launcher says every rank has ended.
-static ENDED: std::sync::LazyLock<Arc<std::sync::atomic::AtomicBool>> =
-    std::sync::LazyLock::new(Arc::default);
+/// Set when the launcher closed this proxy's standard input (across hosts): every rank has
+/// ended.
+static ENDED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// The first line a node proxy across hosts writes, then its pid and its descriptor of the
 /// channel.
