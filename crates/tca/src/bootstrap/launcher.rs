@@ -158,24 +158,30 @@ pub fn place(hosts: &[(String, Option<u32>)], ranks: u32) -> Result<Vec<usize>> 
     Ok(out)
 }
 
+/// Whether `k=v` is what an offloaded job (`--offload`) set for its ranks: a job started
+/// inside one of them is not served by that job's node proxy unless it says so itself.
+fn proxy_var(k: &str, v: &str) -> bool {
+    [env::PROXY_FD, env::PROXY_PID, env::PROXY_RANKS].contains(&k)
+        || (k == env::PROGRESS && v.trim() == "proxy")
+}
+
+/// Removes from `c`'s environment what [`proxy_var`] names, as this process has it.
+fn unproxy(c: &mut Command) {
+    for (k, v) in std::env::vars() {
+        if proxy_var(&k, &v) {
+            c.env_remove(k);
+        }
+    }
+}
+
 /// Removes from `c`'s environment what this launcher's own job (if it runs inside one) set
 /// for its ranks: a job started here is not that job's rank, nor served by its node proxy,
 /// unless it says so itself.
 fn scrub(c: &mut Command) {
-    for k in [
-        env::RANK,
-        env::BOARD_FD,
-        env::LAUNCHER_PID,
-        env::KV,
-        env::PROXY_FD,
-        env::PROXY_PID,
-        env::PROXY_RANKS,
-    ] {
+    for k in [env::RANK, env::BOARD_FD, env::LAUNCHER_PID, env::KV] {
         c.env_remove(k);
     }
-    if std::env::var(env::PROGRESS).is_ok_and(|v| v.trim() == "proxy") {
-        c.env_remove(env::PROGRESS);
-    }
+    unproxy(c);
 }
 
 fn is_this_host(h: &str) -> bool {
@@ -443,11 +449,7 @@ impl Launch {
             )
         }));
         // A job started inside an offloaded rank is not offloaded unless it asks.
-        pass.retain(|(k, v)| {
-            let proxy_var = [env::PROXY_FD, env::PROXY_PID, env::PROXY_RANKS].contains(&k.as_str());
-            let proxy_mode = k == env::PROGRESS && v.trim() == "proxy";
-            !(proxy_var || proxy_mode)
-        });
+        pass.retain(|(k, v)| !proxy_var(k, v));
         let mut job_vars = pass.clone();
         job_vars.push((env::SIZE.into(), self.ranks.to_string()));
         job_vars.push((env::JOB_ID.into(), format!("{job:016x}")));
@@ -614,14 +616,7 @@ impl Launch {
                     .env(env::PROXY_FD, p.at.1.to_string())
                     .env(env::PROXY_PID, p.at.0.to_string());
             }
-            None => {
-                cmd.env_remove(env::PROXY_FD)
-                    .env_remove(env::PROXY_PID)
-                    .env_remove(env::PROXY_RANKS);
-                if std::env::var(env::PROGRESS).is_ok_and(|v| v.trim() == "proxy") {
-                    cmd.env_remove(env::PROGRESS);
-                }
-            }
+            None => unproxy(&mut cmd),
         }
         // Each rank leads its own process group, so stopping a rank also stops whatever it
         // started (a shell's children, helper processes). Exception: rank 0 reading a terminal
@@ -682,10 +677,10 @@ impl Launch {
             };
             if self.tag_output {
                 if let Some(out) = child.stdout.take() {
-                    pumps.push(pump(out, r, false));
+                    pumps.push(pump(out, format!("[{r}] "), false, None));
                 }
                 if let Some(err) = child.stderr.take() {
-                    pumps.push(pump(err, r, true));
+                    pumps.push(pump(err, format!("[{r}] "), true, None));
                 }
             }
             let pid = Pid::from_child(&child);
@@ -957,23 +952,26 @@ fn wait_any(ranks: &[Rank], running: &[usize], proxies: &[NodeProxy], timeout: D
     );
 }
 
-/// A node proxy across hosts that was started and has not yet said where its channel is.
+/// A node proxy across hosts that was started and has not yet said where its channel is;
+/// killed if dropped so (the launch failed).
 struct Starting {
-    child: Option<Child>,
-    proc: Result<Proc>,
-    rx: Option<std::sync::mpsc::Receiver<String>>,
+    /// The process and its pidfd, until made ready.
+    live: Option<(Child, Proc)>,
+    rx: std::sync::mpsc::Receiver<String>,
     host: String,
     h: usize,
 }
 
+/// Kills `child` and its process group, and reaps it.
+fn kill_child(child: &mut Child) {
+    let _ = rustix::process::kill_process_group(Pid::from_child(child), Signal::KILL);
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
 impl Starting {
-    /// Kills it; the error saying why.
-    fn fail(mut self, why: String) -> Error {
-        if let Some(mut child) = self.child.take() {
-            let _ = rustix::process::kill_process_group(Pid::from_child(&child), Signal::KILL);
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+    /// The error saying why it failed (dropping it kills it).
+    fn fail(self, why: String) -> Error {
         Error::new(
             ErrorKind::Launch,
             format!("the node proxy of host {}: {why}", self.host),
@@ -983,21 +981,19 @@ impl Starting {
     /// Waits until it says where its channel is, until `deadline` or a caught signal.
     fn ready(mut self, deadline: Instant, caught: &AtomicUsize) -> Result<NodeProxy> {
         use crate::offload::node::READY;
+        use std::sync::mpsc::RecvTimeoutError;
         let line = loop {
-            let Some(rx) = &self.rx else {
-                return Err(self.fail("no output to read".into()));
-            };
-            match rx.recv_timeout(Duration::from_millis(50)) {
+            match self.rx.recv_timeout(Duration::from_millis(50)) {
                 Ok(l) => break l,
-                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                Err(RecvTimeoutError::Disconnected) => {
                     let how = self
-                        .child
+                        .live
                         .as_mut()
-                        .and_then(|c| c.try_wait().ok().flatten())
+                        .and_then(|(c, _)| c.try_wait().ok().flatten())
                         .map_or("ended".to_string(), |st| exit_of(st).to_string());
                     return Err(self.fail(format!("{how} before it was ready")));
                 }
-                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                Err(RecvTimeoutError::Timeout) => {
                     let sig = caught.load(Ordering::SeqCst);
                     if sig != 0 {
                         let name = signal_name(i32::try_from(sig).unwrap_or(0));
@@ -1017,16 +1013,8 @@ impl Starting {
             (Some(w), Some(pid), Some(fd)) if w == READY => pid.parse().ok().zip(fd.parse().ok()),
             _ => None,
         };
-        let Some(at) = at else {
+        let (Some(at), Some((child, proc))) = (at, self.live.take()) else {
             return Err(self.fail(format!("said `{line}` instead of where its channel is")));
-        };
-        let proc = std::mem::replace(&mut self.proc, Err(Error::new(ErrorKind::Launch, "taken")));
-        let proc = match proc {
-            Ok(p) => p,
-            Err(e) => return Err(self.fail(format!("cannot watch it: {e}"))),
-        };
-        let Some(child) = self.child.take() else {
-            return Err(self.fail("no process".into()));
         };
         Ok(NodeProxy {
             child: std::cell::RefCell::new(child),
@@ -1041,11 +1029,8 @@ impl Starting {
 
 impl Drop for Starting {
     fn drop(&mut self) {
-        // Not made ready (the launch failed elsewhere): it must not outlive the launch.
-        if let Some(mut child) = self.child.take() {
-            let _ = rustix::process::kill_process_group(Pid::from_child(&child), Signal::KILL);
-            let _ = child.kill();
-            let _ = child.wait();
+        if let Some((mut child, _)) = self.live.take() {
+            kill_child(&mut child);
         }
     }
 }
@@ -1142,45 +1127,27 @@ impl NodeProxy {
                 format!("cannot start the node proxy of host {host}: {e}"),
             )
         })?;
-        let mut s = Starting {
-            proc: Proc::open(child.id()),
-            rx: None,
-            host: host.to_string(),
-            h,
-            child: None,
-        };
-        let Some(out) = child.stdout.take() else {
-            s.child = Some(child);
-            return Err(s.fail("no output to read".into()));
+        let (proc, out) = match (Proc::open(child.id()), child.stdout.take()) {
+            (Ok(p), Some(o)) => (p, o),
+            (p, _) => {
+                kill_child(&mut child);
+                let why = p.err().map_or("no output to read".to_string(), |e| {
+                    format!("cannot watch it: {e}")
+                });
+                return Err(Error::new(
+                    ErrorKind::Launch,
+                    format!("the node proxy of host {host}: {why}"),
+                ));
+            }
         };
         let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut reader = BufReader::new(out);
-            let mut line = Vec::with_capacity(128);
-            let mut tx = Some(tx);
-            let mut stdout = std::io::stdout();
-            loop {
-                line.clear();
-                match reader.read_until(b'\n', &mut line) {
-                    Ok(0) | Err(_) => break,
-                    Ok(_) => {
-                        let text = String::from_utf8_lossy(&line);
-                        if tx.is_some() && text.starts_with(READY) {
-                            if let Some(tx) = tx.take() {
-                                let _ = tx.send(text.trim().to_string());
-                            }
-                            continue;
-                        }
-                        // Kept draining whatever happens here: a proxy must not meet a
-                        // closed pipe.
-                        let _ = stdout.write_all(&line);
-                    }
-                }
-            }
-        });
-        s.rx = Some(rx);
-        s.child = Some(child);
-        Ok(s)
+        let _ = pump(out, String::new(), false, Some((READY, tx)));
+        Ok(Starting {
+            live: Some((child, proc)),
+            rx,
+            host: host.to_string(),
+            h,
+        })
     }
 
     /// How it is named in messages: its pid, and its host across hosts.
@@ -1315,17 +1282,36 @@ fn exit_of(st: std::process::ExitStatus) -> RankExit {
     }
 }
 
-/// Copies a rank's output to ours line by line, each line prefixed with `[rank] `.
-fn pump(src: impl Read + Send + 'static, rank: u32, is_err: bool) -> std::thread::JoinHandle<()> {
+/// Copies a process's output to ours line by line, each line after `prefix` (a rank's
+/// `[rank] `); with `pick`, the first line that starts with its word is sent there instead
+/// (a node proxy's ready line), and the output is read to its end whatever happens to the
+/// copies (a proxy must not meet a closed pipe); without, a copy that fails ends it.
+fn pump(
+    src: impl Read + Send + 'static,
+    prefix: String,
+    is_err: bool,
+    mut pick: Option<(&'static str, std::sync::mpsc::Sender<String>)>,
+) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
         let mut reader = BufReader::new(src);
         let mut line = Vec::with_capacity(256);
-        let prefix = format!("[{rank}] ");
+        let (mut copy, drain) = (true, pick.is_some());
         loop {
             line.clear();
             match reader.read_until(b'\n', &mut line) {
                 Ok(0) | Err(_) => break,
                 Ok(_) => {
+                    if let Some((word, _)) = &pick
+                        && line.starts_with(word.as_bytes())
+                    {
+                        if let Some((_, tx)) = pick.take() {
+                            let _ = tx.send(String::from_utf8_lossy(&line).trim().to_string());
+                        }
+                        continue;
+                    }
+                    if !copy {
+                        continue;
+                    }
                     if line.last() != Some(&b'\n') {
                         line.push(b'\n');
                     }
@@ -1339,7 +1325,8 @@ fn pump(src: impl Read + Send + 'static, rank: u32, is_err: bool) -> std::thread
                             .and_then(|()| o.write_all(&line))
                             .and_then(|()| o.flush())
                     };
-                    if r.is_err() {
+                    copy = r.is_ok();
+                    if !copy && !drain {
                         break;
                     }
                 }

@@ -56,10 +56,7 @@ impl<'p> ProxyComm<'p> {
     /// Runs a control request with this communicator, as [`Proxy::control`] does with the
     /// world's (`force COLLECTIVE NAME` forces it on this communicator only).
     pub fn control(&self, request: &str) -> Result<String> {
-        match &self.proxy.link {
-            Link::Thread { .. } => self.scope(|s| s.run(|c| super::control::run(c, request))),
-            Link::Node(_) => super::node::control(self.proxy, self.id, request),
-        }
+        self.proxy.control_on(self.id, request)
     }
 }
 
@@ -68,7 +65,7 @@ impl Drop for ProxyComm<'_> {
         // Its scopes have ended (they borrow it), so nothing of it is in flight. An ended
         // proxy has let go of it already.
         let c = self.id;
-        let posted = self.proxy.post(|id| match self.proxy.link {
+        let _ = self.proxy.request(|id| match self.proxy.link {
             Link::Thread { .. } => Msg::Work(Work::Free(id, c)),
             Link::Node(_) => Msg::Entry(Entry {
                 id,
@@ -76,9 +73,6 @@ impl Drop for ProxyComm<'_> {
                 ..Entry::new(Kind::FreeComm)
             }),
         });
-        if let Ok(id) = posted {
-            let _ = self.proxy.wait_for(id);
-        }
         self.proxy
             .comms
             .set(self.proxy.comms.get().saturating_sub(1));
@@ -120,7 +114,7 @@ pub(super) fn split(
             format!("a color is below {ANY} (None takes no part)"),
         ));
     }
-    let id = proxy.post(|id| match proxy.link {
+    let st = proxy.request(|id| match proxy.link {
         Link::Thread { .. } => Msg::Work(Work::Split {
             id,
             parent,
@@ -135,7 +129,6 @@ pub(super) fn split(
             ..Entry::new(Kind::Split)
         }),
     })?;
-    let st = proxy.wait_for(id)?;
     if st.source == NO_COMM {
         return Ok(None);
     }

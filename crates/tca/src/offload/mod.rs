@@ -374,9 +374,14 @@ impl Proxy {
     /// BYTES`, `single-copy-calls`). Like a blocking call, it waits for the answer. As with
     /// [`Comm::force`], every rank forces the same algorithm.
     pub fn control(&self, request: &str) -> Result<String> {
+        self.control_on(serve::WORLD, request)
+    }
+
+    /// [`Proxy::control`] with communicator `comm`.
+    pub(crate) fn control_on(&self, comm: serve::CommId, request: &str) -> Result<String> {
         match &self.link {
-            Link::Thread { .. } => self.scope(|s| s.run(|c| control::run(c, request))),
-            Link::Node(_) => node::control(self, serve::WORLD, request),
+            Link::Thread { .. } => scope::run(self, comm, |s| s.run(|c| control::run(c, request))),
+            Link::Node(_) => node::control(self, comm, request),
         }
     }
 
@@ -420,6 +425,13 @@ impl Proxy {
                 r
             }
         }
+    }
+
+    /// Posts `msg` and waits for its answer: a request of the command channel, whose result
+    /// the rank needs before it goes on.
+    pub(crate) fn request(&self, msg: impl FnOnce(u64) -> Msg) -> Result<Status> {
+        let id = self.post(msg)?;
+        self.wait_for(id)
     }
 
     /// Posts `msg` under a new id; waits for room while the queue is full.

@@ -290,10 +290,8 @@ impl<'w> Comms<'w> {
     /// After a burst: drops what it freed, runs the split it took.
     fn after(&mut self, later: Later, q: &impl Queues) {
         for c in later.free {
-            if let Some(slot) = self.list.get_mut(usize::from(c)) {
-                *slot = None;
-                self.freed.push(c);
-            }
+            // (Checked when the burst took it.)
+            let _ = self.free(c);
         }
         if let Some(w) = later.split {
             let _ = self.between(w, q);
@@ -342,17 +340,23 @@ impl<'w> Comms<'w> {
     }
 
     fn free(&mut self, c: CommId) -> Result<Status> {
-        if c == WORLD {
-            return Err(Error::new(
-                ErrorKind::InvalidArgument,
-                "the world's communicator cannot be freed",
-            ));
-        }
+        not_world(c)?;
         self.get(c)?;
         self.list[usize::from(c)] = None;
         self.freed.push(c);
         Ok(Status::send())
     }
+}
+
+/// Refuses to free the world's communicator.
+fn not_world(c: CommId) -> Result<()> {
+    if c == WORLD {
+        return Err(Error::new(
+            ErrorKind::InvalidArgument,
+            "the world's communicator cannot be freed",
+        ));
+    }
+    Ok(())
 }
 
 fn too_many(rank: u32) -> Error {
@@ -494,17 +498,10 @@ impl<'a, 'r, Q: Queues> Burst<'a, 'r, Q> {
             }
             w @ Work::Split { .. } => self.later.split = Some(w),
             Work::Free(id, c) => {
-                let r = if c == WORLD {
-                    Err(Error::new(
-                        ErrorKind::InvalidArgument,
-                        "the world's communicator cannot be freed",
-                    ))
-                } else {
-                    self.scope(c).map(|_| {
-                        self.later.free.push(c);
-                        Status::send()
-                    })
-                };
+                let r = not_world(c).and_then(|()| self.scope(c)).map(|_| {
+                    self.later.free.push(c);
+                    Status::send()
+                });
                 self.answer(id, r);
             }
             Work::Cancel(id) => {

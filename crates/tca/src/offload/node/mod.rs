@@ -357,12 +357,12 @@ pub(super) fn control(proxy: &Proxy, comm: CommId, request: &str) -> Result<Stri
         return Err(Error::new(ErrorKind::InvalidArgument, "not a node proxy"));
     };
     let (send, recv) = (c.place(&req)?, c.place(&reply)?);
-    let id = proxy.post(|id| {
+    let st = proxy.request(|id| {
         let mut e = Entry::new(Kind::Control);
         (e.id, e.comm, e.send, e.recv) = (id, comm, send, recv);
         Msg::Entry(e)
     })?;
-    let n = proxy.wait_for(id)?.bytes.min(reply.len());
+    let n = st.bytes.min(reply.len());
     Ok(String::from_utf8_lossy(&reply[..n]).into_owned())
 }
 
@@ -370,14 +370,11 @@ pub(super) fn control(proxy: &Proxy, comm: CommId, request: &str) -> Result<Stri
 pub(super) fn free(proxy: &Proxy, arena: u32) {
     let Link::Node(c) = &proxy.link else { return };
     c.arenas.borrow_mut().retain(|&(a, ..)| a != arena);
-    let posted = proxy.post(|id| {
+    // An ended proxy has let go of everything already.
+    let _ = proxy.request(|id| {
         let mut e = Entry::new(Kind::Free);
         e.id = id;
         e.send = Place::new(arena, 0, 0).unwrap_or(Place::EMPTY);
         Msg::Entry(e)
     });
-    // An ended proxy has let go of everything already.
-    if let Ok(id) = posted {
-        let _ = proxy.wait_for(id);
-    }
 }

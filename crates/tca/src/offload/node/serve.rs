@@ -508,10 +508,8 @@ impl<'a> Served<'a> {
                 .ok_or_else(|| no_chain(k))?;
             // Its sources are still the rank's windows (the chain keeps a freed one's memory
             // mapped, but what it would read is no longer the rank's).
-            if let Some((a, _)) = sources
-                .iter()
-                .find(|(a, h)| !locked(&arenas).is_window(*a, h))
-            {
+            let arenas = locked(&arenas);
+            if let Some((a, _)) = sources.iter().find(|(a, h)| !arenas.is_window(*a, h)) {
                 return Err(Error::new(
                     ErrorKind::InvalidHandle,
                     format!("chain {k} reads arena {a}, a window the rank has dropped"),

@@ -251,15 +251,16 @@ impl<'p> ProxyChainBuilder<'p> {
         let send = c.place(&desc)?;
         let n = u32::try_from(self.steps.len())
             .map_err(|_| Error::new(ErrorKind::InvalidArgument, "a chain of over 4e9 steps"))?;
-        let id = proxy.post(|id| {
-            Msg::Entry(Entry {
-                id,
-                peer: n,
-                send,
-                ..Entry::new(Kind::Chain)
-            })
-        })?;
-        let k = proxy.wait_for(id)?.source;
+        let k = proxy
+            .request(|id| {
+                Msg::Entry(Entry {
+                    id,
+                    peer: n,
+                    send,
+                    ..Entry::new(Kind::Chain)
+                })
+            })?
+            .source;
         Ok(ProxyChain {
             proxy,
             k,
@@ -329,16 +330,13 @@ impl ProxyChain<'_> {
 impl Drop for ProxyChain<'_> {
     fn drop(&mut self) {
         let k = self.k;
-        let posted = self.proxy.post(|id| {
+        let _ = self.proxy.request(|id| {
             Msg::Entry(Entry {
                 id,
                 peer: k,
                 ..Entry::new(Kind::FreeChain)
             })
         });
-        if let Ok(id) = posted {
-            let _ = self.proxy.wait_for(id);
-        }
     }
 }
 
