@@ -1,87 +1,83 @@
-//! Seed 002's 3-D allreduce (the K computer's, eqs. 20-27): the ranks on a 3-D grid (the most
-//! balanced factorisation of p, [`grid`]), a reduce phase, then a broadcast phase, both
-//! pipelined chunk by chunk. Reduce: along dimension 0 every line of ranks combines toward
-//! its rank at coordinate 0 (a chain: the far end sends, each rank combines what it receives
-//! into its own and passes it on), then along dimension 1 on the plane at coordinate 0 of
-//! dimension 0, then along dimension 2 to the origin, which then holds the result. Broadcast:
-//! the same trees backwards, from the origin along dimension 2, then 1, then 0. Each rank
-//! sends and receives about 2n bytes in all (seed 002: data moved 2M), in 2(n0 + n1 + n2 - 3)
-//! steps plus one per chunk along the critical path; the result is computed once, so every
-//! rank gets the same bits.
+//! Seed 002's 3-D allreduce (the K computer's, eqs. 20-27): a pipelined reduce phase, then a
+//! pipelined broadcast phase, both over the three spanning trees of the 3-D broadcast
+//! ([`crate::coll::bcast::directions`]; the ranks on a 3-D grid, the most balanced
+//! factorisation of p, rank 0 at the origin). The vector is cut into three parts (in whole
+//! elements) and part k goes its own tree: in the reduce phase every rank combines what its
+//! children in that tree send into its own part and passes the result to its parent; the
+//! origin then holds the part's result and broadcasts it down the same tree. So every rank
+//! combines, per part, as many partial results as it has children (one on average: seed
+//! 002's d L_S + m_R/(T_C/d) per step of d segments), the trees use their own links (each
+//! part leaves and reaches the origin through one), and every rank sends and receives about
+//! 2n bytes in all (seed 002: data moved 2M). The result is computed once, so every rank gets
+//! the same bits.
 //!
-//! Every rank takes the steps in one order (at step t: the reduce of chunk t along dimension
-//! 0, 1, 2, then the broadcast of chunk t - L along 2, 1, 0, where L = 2 d, d the rank's
-//! distance from the origin: the round trip to the origin and back, so each result arrives
-//! as the rank looks for it), and each directed ring carries one phase only (reduce toward
-//! the origin, broadcast away from it). A rank at distance d waits for reduce chunk t from
-//! its further neighbour, sent at that rank's step t, which follows its broadcast receive of
-//! chunk t - 1 - 2(d + 1), sent by this rank at its step t - 3; and for broadcast chunk i from
-//! its closer neighbour, sent at that rank's step i + 2(d - 1), two steps earlier. Every wait
-//! is for an earlier step, or for credits its neighbours return as they take earlier chunks.
-//! No deadlock.
+//! Every rank takes the steps in one order. Let H be at least every tree's height and d_k the
+//! rank's depth in part k's tree. At step t the rank takes, for each part k, the reduce of
+//! chunk t - (H - d_k) (from its children, combined, then to its parent), then, for each part,
+//! the broadcast of chunk t - (H + d_k) (from its parent, then to its children). A child
+//! sends each chunk one step before its parent takes it, and a parent one step before its
+//! children, so the messages on every ordered pair of ranks are taken in the order they were
+//! sent, and every wait is for an earlier step or for credits a neighbour returns as it takes
+//! earlier chunks: no deadlock. At the origin (depth 0) a chunk's reduce and broadcast fall
+//! in the same step, the reduce first.
 //! Cost: the busiest rank's sends, receives and combines, as a chain's.
 //! Reuse: channel flow control.
 
 use crate::coll::Reducer;
-use crate::coll::coords;
-#[cfg(test)]
-use crate::coll::grid;
+use crate::coll::bcast::directions::Place;
 use crate::coll::step::{Mode, Site, Steps};
 use crate::error::Result;
 
 const D: usize = 3;
 
-/// A rank's neighbours in the phases: for each dimension, whether it takes part in that
-/// dimension's chain (its coordinates in the earlier dimensions are 0), the rank one step
-/// further from the origin (it sends to this one in the reduce, receives from it in the
-/// broadcast) and the one a step closer.
-#[derive(Debug, Clone, Copy)]
-struct Chain {
-    joins: bool,
-    further: Option<usize>,
-    closer: Option<usize>,
-}
-
-/// Rank `me`'s links on the grid `dims`.
-fn chains(dims: [usize; D], me: usize) -> [Chain; D] {
-    let at = coords(&dims, me);
-    let stride = |d: usize| dims[..d].iter().product::<usize>();
-    std::array::from_fn(|d| Chain {
-        joins: at[..d].iter().all(|&a| a == 0),
-        further: (at[d] + 1 < dims[d]).then(|| me + stride(d)),
-        closer: (at[d] > 0).then(|| me - stride(d)),
-    })
+/// Part `k` of an `n`-byte vector of `elem`-byte elements: a third, in whole elements.
+fn part(n: usize, elem: usize, k: usize) -> std::ops::Range<usize> {
+    let elems = n / elem.max(1);
+    let at = |k: usize| elem.max(1) * (elems * k / D);
+    at(k)..if k + 1 == D { n } else { at(k + 1) }
 }
 
 pub(crate) async fn run<M: Mode>(c: Steps<'_, M>, buf: &mut [u8], red: &Reducer<'_>) -> Result<()> {
     let dims = c.grid::<D>();
-    let ch = chains(dims, c.me());
-    let chunks = c.chunks(buf.len());
-    // This rank takes the broadcast of a chunk `lag` steps after its reduce: the round trip
-    // from here to the origin and back (2 x its distance, the sum of its coordinates). The
-    // origin broadcasts a chunk in the step it completes it, and every rank receives it just
-    // as it arrives; a global lag (the far corner's) made each rank wait at every step for
-    // the result of the chunk it had just sent, a full round trip per chunk.
-    let lag = 2 * coords(&dims, c.me()).iter().sum::<usize>();
-    for t in 0..chunks + lag {
-        if t < chunks {
-            for link in ch.iter().filter(|l| l.joins) {
-                if let Some(q) = link.further {
-                    c.recv_chunk(q, buf, t, Some(red)).await?;
-                }
-                if let Some(q) = link.closer {
-                    c.send_chunk(q, buf, t).await?;
-                }
+    let place = Place::<D>::on(dims, c.me());
+    let trees: [_; D] = std::array::from_fn(|k| place.tree(k));
+    let depth: [usize; D] = std::array::from_fn(|k| place.depth(k));
+    // At least every tree's height: one step from the origin to each part's sub-root, and
+    // every dimension walked at most once from there.
+    let height: usize = 1 + dims.iter().sum::<usize>();
+    let n = buf.len();
+    let parts: [_; D] = std::array::from_fn(|k| part(n, red.elem, k));
+    let chunks: [usize; D] = std::array::from_fn(|k| c.chunks(parts[k].len()));
+    let end = (0..D)
+        .map(|k| chunks[k] + height + depth[k])
+        .max()
+        .unwrap_or(0);
+    for t in 0..end {
+        for (k, (parent, children)) in trees.iter().enumerate() {
+            let Some(i) = (t + depth[k])
+                .checked_sub(height)
+                .filter(|&i| i < chunks[k])
+            else {
+                continue;
+            };
+            let bytes = &mut buf[parts[k].clone()];
+            for &q in children.iter().flatten() {
+                c.recv_chunk(q, bytes, i, Some(red)).await?;
+            }
+            if let Some(q) = parent {
+                c.send_chunk(*q, bytes, i).await?;
             }
         }
-        if let Some(i) = t.checked_sub(lag) {
-            for link in ch.iter().rev().filter(|l| l.joins) {
-                if let Some(q) = link.closer {
-                    c.recv_chunk(q, buf, i, None).await?;
-                }
-                if let Some(q) = link.further {
-                    c.send_chunk(q, buf, i).await?;
-                }
+        for (k, (parent, children)) in trees.iter().enumerate() {
+            let Some(i) = t.checked_sub(height + depth[k]).filter(|&i| i < chunks[k]) else {
+                continue;
+            };
+            let bytes = &mut buf[parts[k].clone()];
+            if let Some(q) = parent {
+                c.recv_chunk(*q, bytes, i, None).await?;
+            }
+            for &q in children.iter().flatten() {
+                c.send_chunk(q, bytes, i).await?;
             }
         }
     }
@@ -92,29 +88,20 @@ pub(crate) async fn run<M: Mode>(c: Steps<'_, M>, buf: &mut [u8], red: &Reducer<
 mod tests {
     use super::*;
 
-    /// The chains of each phase reach the origin from every rank exactly once: following
-    /// `closer` through the dimensions a rank joins ends at rank 0, and every rank that joins
-    /// a dimension's chain is its `closer`'s `further`.
+    /// The three parts cover the vector in order, in whole elements.
     #[test]
-    #[allow(clippy::needless_range_loop)] // the walk moves `at` along each dimension in turn
-    fn every_rank_reduces_into_the_origin() {
-        for p in 1..=64 {
-            let dims = grid::<D>(p);
-            let all: Vec<_> = (0..p).map(|me| chains(dims, me)).collect();
-            for me in 0..p {
-                let mut at = me;
-                for d in 0..D {
-                    let link = all[at][d];
-                    assert!(
-                        link.joins,
-                        "p {p}: {at} is not in the chain of dimension {d}"
-                    );
-                    while let Some(q) = all[at][d].closer {
-                        assert_eq!(all[q][d].further, Some(at), "p {p} dimension {d}");
-                        at = q;
-                    }
+    fn parts_are_whole_elements_in_order() {
+        for elem in [1, 2, 4, 8, 16] {
+            for elems in 0..40 {
+                let n = elems * elem;
+                let mut at = 0;
+                for k in 0..D {
+                    let r = part(n, elem, k);
+                    assert_eq!(r.start, at, "n {n} elem {elem} part {k}");
+                    assert_eq!(r.len() % elem, 0, "n {n} elem {elem} part {k}");
+                    at = r.end;
                 }
-                assert_eq!(at, 0, "p {p}: rank {me} does not reach the origin");
+                assert_eq!(at, n);
             }
         }
     }

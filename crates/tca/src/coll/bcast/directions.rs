@@ -1,17 +1,19 @@
 //! Seed 002's multi-directional pipelined broadcast (the K computer's Bcast over 2 and 3 directions
 //! of the Tofu torus; its 1-direction form is [`super::pipeline`]). The ranks are laid out on a
 //! D-dimensional grid (D = 2 or 3, a balanced factorisation of p, [`grid`]; the root at the origin)
-//! and the message is cut into D parts. Part k travels its own spanning tree: along its first
-//! dimension from the root, then from every rank reached along its second, then its third — the
-//! dimensions taken in a rotated order (k, k+1, ...) and, in two directions, for odd k the other
-//! way round each dimension (in three, see below) — so on a torus the node sends and receives
-//! in D directions at once (B' = D B in seed 002's estimates, eq. 12 and 16). In two directions the parts share no directed link when every
-//! dimension is longer than 2 (a test checks it; along a dimension of 2 one step forwards and one
-//! backwards reach the same rank); in three, the part whose tree spreads over a plane of a
-//! dimension goes the other way round it, so the parts share only the lines through the root
-//! when every dimension is longer than 2 (a test checks it at 384 ranks). Every
-//! part is pipelined chunk by chunk, as the 1-D chain is: a rank forwards chunk i of a part to its
-//! children as soon as it has it.
+//! and the message is cut into D parts. Part k travels its own spanning tree, the dimensions
+//! taken in a rotated order (k, k+1, ...): the root sends the part one step along its first
+//! dimension only, to the part's sub-root; from there the tree goes along its second dimension,
+//! then from every rank reached along its third, and last along its first, round to the root's
+//! plane. So the root injects the message once (each part through its own link), not once per
+//! child of every part, and a tree is n0 + n1 + n2 - 2 steps deep (seed 002's eq. 16; in two
+//! directions n0 + n1 - 1, eq. 12); on a torus every node sends and receives in D directions at
+//! once (B' = D B in seed 002's estimates). In two directions odd parts go the other way round
+//! each dimension; in three, the part whose first dimension it is. The parts then share no
+//! directed link when every dimension is longer than 2 (tests check it; along a dimension of 2
+//! one step forwards and one backwards reach the same rank). Every part is pipelined chunk by
+//! chunk, as the 1-D chain is: a rank forwards chunk i of a part to its children as soon as it
+//! has it.
 //!
 //! The parts are interleaved in one order on every rank (chunk i of part 0, of part 1, ...),
 //! which is what keeps the exchanges deadlock-free: a rank waits only for chunks earlier in
@@ -30,8 +32,8 @@ use crate::coll::grid;
 use crate::coll::step::{Mode, Site, Steps};
 use crate::error::Result;
 
-/// One rank's place in the trees of the parts.
-struct Place<const D: usize> {
+/// One rank's place in the trees of the parts (also the 3-D allreduce's trees).
+pub(crate) struct Place<const D: usize> {
     dims: [usize; D],
     /// This rank's coordinates relative to the root.
     at: [usize; D],
@@ -44,7 +46,7 @@ impl<const D: usize> Place<D> {
     }
 
     /// Relative rank `v` on the grid `dims`.
-    fn on(dims: [usize; D], v: usize) -> Self {
+    pub(crate) fn on(dims: [usize; D], v: usize) -> Self {
         Self {
             dims,
             at: coords(&dims, v),
@@ -61,11 +63,11 @@ impl<const D: usize> Place<D> {
 
     /// Part `k`'s order of dimensions (a rotation), and its direction in each dimension
     /// (`true`: the other way round). In two directions odd parts go the other way round
-    /// both dimensions. In three, a part's tree covers a line in its first dimension, a plane
-    /// in its second and the whole grid in its third, and each dimension is some part's
-    /// first, another's second and the third's last: the part whose plane it is goes the
-    /// other way round it, so no plane's links are shared, only the one line through the
-    /// root that the first part walks.
+    /// both dimensions. In three, each dimension is some part's first (the step from the
+    /// root, then the lines that end the tree), another's second (one line) and the third's
+    /// plane: the part whose first it is goes the other way round it, and on a torus whose
+    /// dimensions are longer than 2 the parts then share no directed link (a test checks it
+    /// at 384 ranks).
     fn order(k: usize) -> ([usize; D], [bool; D]) {
         let mut o = [0; D];
         for (j, x) in o.iter_mut().enumerate() {
@@ -73,70 +75,106 @@ impl<const D: usize> Place<D> {
         }
         let mut back = [D == 2 && k % 2 == 1; D];
         if D == 3 {
-            back[o[1]] = true;
+            back[o[0]] = true;
         }
         (o, back)
     }
 
-    /// The distance from the root along dimension `d` in part `k`'s direction.
-    fn step(&self, d: usize, backwards: bool) -> usize {
-        let n = self.dims[d];
-        if backwards {
-            (n - self.at[d]) % n
-        } else {
-            self.at[d]
-        }
+    /// This rank's distance from the root along each dimension, in the directions `back`.
+    fn dist(&self, back: &[bool; D]) -> [usize; D] {
+        std::array::from_fn(|d| along(self.dims[d], self.at[d], back[d]))
     }
 
-    /// This rank's depth in part `k`'s tree: its distance from the root, every dimension
-    /// counted in the part's direction.
-    fn depth(&self, k: usize) -> usize {
-        let back = Self::order(k).1;
-        (0..D).map(|d| self.step(d, back[d])).sum()
+    /// The relative rank `dist` away from the root in the directions `back`.
+    fn at_dist(&self, dist: &[usize; D], back: &[bool; D]) -> usize {
+        self.rank(&std::array::from_fn(|d| {
+            along(self.dims[d], dist[d], back[d])
+        }))
     }
 
-    /// The coordinates one step further along `d` in the part's direction.
-    fn moved(&self, d: usize, backwards: bool) -> [usize; D] {
-        let mut c = self.at;
-        let n = self.dims[d];
-        c[d] = if backwards {
-            (c[d] + n - 1) % n
-        } else {
-            (c[d] + 1) % n
-        };
-        c
-    }
-
-    /// Part `k`'s parent of this rank (`None` at the root) and its children: the tree goes
-    /// along the order's first dimension, then the second from every rank reached, and so on;
-    /// a rank's parent is one step back along the last dimension (in the order) in which it
-    /// is away from the root, and its children are one step on along that dimension and each
-    /// later one.
-    fn tree(&self, k: usize) -> (Option<usize>, [Option<usize>; D]) {
+    /// Part `k`'s tree seen from this rank: the part's order of dimensions from its
+    /// sub-root (`order` rotated: the first dimension last), the step `shift` from the root
+    /// to the sub-root along the first dimension (0 where that dimension is 1 long: the root
+    /// is the sub-root), the directions, and this rank's distance from the sub-root.
+    fn sub_root_view(&self, k: usize) -> ([usize; D], usize, [bool; D], [usize; D]) {
         let (order, back) = Self::order(k);
-        let last = (0..D)
-            .rev()
-            .find(|&j| self.step(order[j], back[order[j]]) > 0);
-        let parent = last.map(|j| {
-            let d = order[j];
-            let mut c = self.at;
-            let n = self.dims[d];
-            c[d] = if back[d] {
-                (c[d] + 1) % n
-            } else {
-                (c[d] + n - 1) % n
-            };
-            self.rank(&c)
-        });
+        let a = order[0];
+        let n = self.dims[a];
+        let shift = usize::from(n > 1);
+        let mut ds = self.dist(&back);
+        ds[a] = (ds[a] + n - shift) % n;
+        let mut o = [0; D];
+        for (j, x) in o.iter_mut().enumerate() {
+            *x = order[(j + 1) % D];
+        }
+        (o, shift, back, ds)
+    }
+
+    /// The relative rank at distance `ds` from part `k`'s sub-root.
+    fn rank_from_sub(&self, a: usize, shift: usize, back: &[bool; D], ds: &[usize; D]) -> usize {
+        let mut d = *ds;
+        d[a] = (d[a] + shift) % self.dims[a];
+        self.at_dist(&d, back)
+    }
+
+    /// This rank's depth in part `k`'s tree: its distance from the root along the tree.
+    pub(crate) fn depth(&self, k: usize) -> usize {
+        if self.at.iter().all(|&a| a == 0) {
+            return 0;
+        }
+        let (_, shift, _, ds) = self.sub_root_view(k);
+        shift + ds.iter().sum::<usize>()
+    }
+
+    /// Part `k`'s parent of this rank (`None` at the root) and its children. The root sends
+    /// the part one step along the order's first dimension only, to the part's sub-root
+    /// (seed 002's trees: each part leaves the root by one link, so the root injects the
+    /// message once, not once per child of every part, and a tree is n0 + n1 + n2 - 2
+    /// steps deep, eq. 16). From the sub-root the tree goes along the order's second
+    /// dimension, then the third from every rank reached, and last along the first, each
+    /// such line ending at the root's plane; the root, the last rank of the sub-root's own
+    /// line, is left out. A rank's parent is one step back along the last dimension (in the
+    /// sub-root's order) in which it is away from the sub-root, and its children are one
+    /// step on along that dimension and each later one.
+    pub(crate) fn tree(&self, k: usize) -> (Option<usize>, [Option<usize>; D]) {
+        let (o, shift, back, ds) = self.sub_root_view(k);
+        let a = o[D - 1];
         let mut children = [None; D];
+        let root = |x: &[usize; D]| {
+            shift == 1 && x[a] + 1 == self.dims[a] && (0..D).all(|d| d == a || x[d] == 0)
+        };
+        if root(&ds) {
+            children[0] = Some(self.rank_from_sub(a, shift, &back, &[0; D]));
+            return (None, children);
+        }
+        let last = (0..D).rev().find(|&j| ds[o[j]] > 0);
+        let parent = match last {
+            Some(j) => {
+                let mut x = ds;
+                x[o[j]] -= 1;
+                Some(self.rank_from_sub(a, shift, &back, &x))
+            }
+            // The sub-root: the root's child, or the root itself.
+            None => (shift == 1).then_some(0),
+        };
         for j in last.unwrap_or(0)..D {
-            let d = order[j];
-            if self.step(d, back[d]) + 1 < self.dims[d] {
-                children[j] = Some(self.rank(&self.moved(d, back[d])));
+            let d = o[j];
+            if ds[d] + 1 < self.dims[d] {
+                let mut x = ds;
+                x[d] += 1;
+                if !root(&x) {
+                    children[j] = Some(self.rank_from_sub(a, shift, &back, &x));
+                }
             }
         }
         (parent, children)
     }
+}
+
+/// A coordinate on a ring of `n` as a distance from 0 the other way round (`back`), or as it
+/// is; and back again (the map is its own inverse).
+fn along(n: usize, x: usize, back: bool) -> usize {
+    if back { (n - x) % n } else { x }
 }
 
 /// The byte range of part `k` of `D` of an `n`-byte message (the cost model asks for any n).
@@ -244,12 +282,37 @@ mod tests {
         check::<3>(384);
     }
 
-    /// In three directions on a torus the parts share directed links only along the lines
-    /// through the root (at most one line's links per dimension), never a plane's.
+    /// Where every dimension is longer than 1, the root sends each part to one child only (it
+    /// injects the message once), and a part's tree is n0 + n1 + n2 - 2 steps deep (seed
+    /// 002's eq. 16; n0 + n1 - 1 in two directions, eq. 12).
     #[test]
-    fn three_parts_share_at_most_the_lines_through_the_root() {
+    fn the_root_sends_each_part_once_and_trees_are_the_seeds_depth() {
+        fn check<const D: usize>(p: usize) {
+            let dims = grid::<D>(p);
+            for k in 0..D {
+                if dims.contains(&1) {
+                    continue;
+                }
+                let root = Place::<D>::new(p, 0).tree(k).1;
+                assert_eq!(root.iter().flatten().count(), 1, "p {p} part {k}");
+                let deepest = (0..p).map(|v| Place::<D>::new(p, v).depth(k)).max();
+                let sum: usize = dims.iter().sum();
+                assert_eq!(deepest, Some(sum + 1 - D), "p {p} part {k} dims {dims:?}");
+            }
+        }
+        for p in 1..=64 {
+            check::<2>(p);
+            check::<3>(p);
+        }
+        check::<2>(384);
+        check::<3>(384);
+    }
+
+    /// In three directions on a torus whose dimensions are longer than 2 the parts share no
+    /// directed link.
+    #[test]
+    fn three_parts_share_no_directed_link() {
         let p = 384;
-        let dims = grid::<3>(p);
         let mut uses = std::collections::HashMap::new();
         for k in 0..3 {
             for v in 0..p {
@@ -259,8 +322,7 @@ mod tests {
             }
         }
         let shared = uses.values().filter(|&&n| n > 1).count();
-        let lines: usize = dims.iter().map(|n| n - 1).sum();
-        assert!(shared <= lines, "{shared} links shared, lines {lines}");
+        assert_eq!(shared, 0, "{shared} links shared");
     }
 
     /// In two directions the parts use opposite directions of each dimension: on a torus no
