@@ -716,3 +716,32 @@ fn an_overlapped_computation_runs_inline_on_a_simulated_network() {
     .unwrap();
     assert_eq!(r.results, vec![true, true]);
 }
+
+/// Seed 002's multi-ring allgather in three parts (blocks of at least three chunks: every
+/// part takes the ring stages in its own order of the dimensions, all at once) gathers every
+/// block on grids with lines of 1, 2 and more ranks, where parts share lines and fall out of
+/// step with one another.
+#[test]
+fn the_three_part_multi_ring_allgather_gathers_every_block() {
+    let mut opts = Options::new(Network::load("tofu-8x6x8").unwrap());
+    opts.chunk = Some(1024);
+    for p in [2, 4, 6, 8, 12, 18, 24, 27, 30, 36] {
+        // 7 chunks and a bit per block: thirds of 2 and 3 chunks.
+        let b = 7 * 1024 + 40;
+        sim::run(&opts, p, |w: &World| {
+            let c = Comm::world(w)?;
+            c.force(Collective::Allgather, Some("ring_3d"))?;
+            let me = w.rank() as usize;
+            let send: Vec<u8> = (0..b).map(|i| (me * 31 + i * 7) as u8).collect();
+            let mut recv = vec![0u8; b * p as usize];
+            c.allgather(&send, &mut recv)?;
+            for (q, block) in recv.chunks(b).enumerate() {
+                for (i, &x) in block.iter().enumerate() {
+                    assert_eq!(x, (q * 31 + i * 7) as u8, "p {p}: block {q} byte {i}");
+                }
+            }
+            Ok(())
+        })
+        .unwrap_or_else(|e| panic!("p {p}: {e}"));
+    }
+}

@@ -20,12 +20,14 @@
 //! order.
 //! Long groups (every group of the stage longer than one chunk) go both ways round a stage's
 //! line at once: the first half of every group around the ring forwards, the second half
-//! backwards, their chunks interleaved, so each direction of each link carries half the bytes (seed 002's
-//! long-message regime drives several links: 2 directions here, where K's multi-ring drove
-//! 3-4).
+//! backwards, their chunks interleaved, so each direction of each link carries half the bytes.
+//! Blocks of one size and at least three chunks (an allgather's long messages) go further, as
+//! seed 002's long-message regime drives 3-4 directions: each block's chunks are cut in three
+//! parts that take the stages at once, each in its own rotated order of the dimensions
+//! ([`run_parts`]), so a node drives up to six directed links of three dimensions.
 //! Cost: (n0 + n1 + n2 - 3) ring steps, each exchanging a group of the earlier dimensions'
-//! blocks (as one message, or two halves of as many chunks in all): p - 1 blocks sent and
-//! received.
+//! blocks (as one message, two halves of as many chunks in all, or in three parts a chunk at a
+//! time): p - 1 blocks sent and received.
 //! Reuse: channel flow control.
 
 #[cfg(test)]
@@ -65,6 +67,15 @@ pub(crate) async fn run<M: Mode>(
     counts: &[usize],
     displs: &[usize],
 ) -> Result<()> {
+    let b = counts.first().copied().unwrap_or(0);
+    let uniform = counts
+        .iter()
+        .zip(displs)
+        .enumerate()
+        .all(|(r, (&n, &at))| n == b && at == r * b);
+    if uniform && c.chunks(b) >= D {
+        return run_parts(c, buf, b).await;
+    }
     let me = c.me();
     let dims = c.grid::<D>();
     let at = coords(&dims, me);
@@ -139,6 +150,172 @@ pub(crate) async fn run<M: Mode>(
             }
         }
         stride *= n;
+    }
+    Ok(())
+}
+
+/// Part `k`'s order of the dimensions: a rotation, so that at any step the three parts are
+/// mostly on three different dimensions.
+fn order(k: usize) -> [usize; D] {
+    std::array::from_fn(|j| (k + j) % D)
+}
+
+/// Part `k`'s stage and step within it at step `t` of the whole run: every part takes
+/// (n0 - 1) + (n1 - 1) + (n2 - 1) steps, its stages in its own order.
+fn stage_at(dims: &[usize; D], k: usize, mut t: usize) -> Option<(usize, usize)> {
+    for (j, d) in order(k).into_iter().enumerate() {
+        let steps = dims[d].saturating_sub(1);
+        if t < steps {
+            return Some((j, t));
+        }
+        t -= steps;
+    }
+    None
+}
+
+/// The gathered buffer seen by the parts: blocks of `b` bytes in rank order on the grid
+/// `dims`, each `chunks` chunks long; part `k` of a block is its k-th third of them.
+struct Parts {
+    dims: [usize; D],
+    b: usize,
+    chunks: usize,
+}
+
+impl Parts {
+    /// Part `k`'s first chunk of a block.
+    fn first(&self, k: usize) -> usize {
+        self.chunks * k / D
+    }
+
+    /// Part `k`'s chunks of a block.
+    fn len(&self, k: usize) -> usize {
+        self.first(k + 1) - self.first(k)
+    }
+
+    /// The rank at place `x` of part `k`'s order of the grid (its first dimension fastest).
+    fn rank_at(&self, k: usize, mut x: usize) -> usize {
+        let mut at = [0; D];
+        for d in order(k) {
+            at[d] = x % self.dims[d];
+            x /= self.dims[d];
+        }
+        at.iter()
+            .zip(&self.dims)
+            .rev()
+            .fold(0, |acc, (&a, &n)| acc * n + a)
+    }
+}
+
+/// One direction of one part's ring in one step: the chunks `units` of a group's places laid
+/// end to end (each place one rank's part of its block), walked one at a time. Both ends of
+/// a ring walk the same chunks in the same order.
+struct Walk {
+    k: usize,
+    /// The group's first place.
+    first: usize,
+    units: std::ops::Range<usize>,
+}
+
+impl Walk {
+    /// The first (`back` false) or second half of group `group`'s chunks in part `k`; on a
+    /// line of 2 ranks, where both ways round are the same link, all (forwards) or none.
+    fn half(g: &Parts, k: usize, group: std::ops::Range<usize>, n: usize, back: bool) -> Self {
+        let all = group.len() * g.len(k);
+        let mid = if n > 2 { all / 2 } else { all };
+        Self {
+            k,
+            first: group.start,
+            units: if back { mid..all } else { 0..mid },
+        }
+    }
+
+    /// The next chunk: its block's bytes in the gathered buffer and its index there.
+    fn next(&mut self, g: &Parts) -> Option<(std::ops::Range<usize>, usize)> {
+        let u = self.units.next()?;
+        let (place, i) = (u / g.len(self.k), u % g.len(self.k));
+        let r = g.rank_at(self.k, self.first + place);
+        Some((r * g.b..(r + 1) * g.b, g.first(self.k) + i))
+    }
+}
+
+/// Blocks of one size and at least three chunks (seed 002's long-message regime, where K's
+/// multi-ring drives several directions at once): every block's chunks are cut in three
+/// parts, and part k goes the three ring stages in its own rotated order of the dimensions
+/// (k, k+1, k+2), all three parts at once, each both ways round its line as the long groups
+/// of [`run`] do (the first half of a group's chunks forwards, the second half backwards).
+/// So a node sends on up to six directed links of three dimensions, where one stage at a
+/// time drives two. A part's group is the k-th thirds of the blocks of the ranks that share
+/// this rank's coordinates in the part's later dimensions; they do not lie back to back, so a
+/// group travels a chunk at a time, each chunk a chunk of its block (the block is the
+/// message both ends name, so a simulated network's timing-only mode leaves large blocks
+/// unwritten as it does whole messages).
+async fn run_parts<M: Mode>(c: Steps<'_, M>, buf: &mut [u8], b: usize) -> Result<()> {
+    let me = c.me();
+    let dims = c.grid::<D>();
+    let at = coords(&dims, me);
+    let g = Parts {
+        dims,
+        b,
+        chunks: c.chunks(b),
+    };
+    let pdims: [[usize; D]; D] = std::array::from_fn(|k| order(k).map(|d| dims[d]));
+    let pat: [[usize; D]; D] = std::array::from_fn(|k| order(k).map(|d| at[d]));
+    let stride = |d: usize| dims[..d].iter().product::<usize>();
+    // Part k's step `step`: its two neighbours, and the walks of the forward ring's send and
+    // receive (first halves of groups) and the backward ring's (second halves); `None` once
+    // the part has taken all its steps.
+    let at_step = |k: usize, step: usize| {
+        let (j, s) = stage_at(&dims, k, step)?;
+        let d = order(k)[j];
+        let (n, a) = (dims[d], at[d]);
+        let rank = |x: usize| me - a * stride(d) + (x % n) * stride(d);
+        let walk =
+            |x: usize, back: bool| Walk::half(&g, k, group(&pdims[k], &pat[k], j, x % n), n, back);
+        Some((
+            (rank(a + 1), rank(a + n - 1)),
+            [
+                walk(a + n - s, false),
+                walk(a + s, true),
+                walk(a + 2 * n - s - 1, false),
+                walk(a + s + 1, true),
+            ],
+        ))
+    };
+    // Each part goes to its next step as soon as it has taken this one (the parts' stages
+    // and thirds differ in length, so a step in lockstep would wait for the longest). Every
+    // rank walks the same number of chunks per part and step, so every rank takes the same
+    // turns: a chunk of every walk in turn, every part's sends before its receives, and the
+    // messages between two ranks are taken in the order they were sent. A turn sends at most
+    // one chunk per part to a neighbour (a line of 2 goes one way only), 3 in all, fewer than
+    // a ring's payload slots (at least [`crate::fabric::ring::SLOTS`]): a rank whose sends of
+    // a turn wait for credit waits for its neighbour to take the turns before it, and that
+    // neighbour waits only for earlier turns. No deadlock.
+    let mut steps = [0usize; D];
+    let mut parts: [_; D] = std::array::from_fn(|k| at_step(k, 0));
+    while parts.iter().any(Option::is_some) {
+        for ((right, left), [fo, bo, _, _]) in parts.iter_mut().flatten() {
+            for (walk, to) in [(fo, *right), (bo, *left)] {
+                if let Some((r, i)) = walk.next(&g) {
+                    c.send_chunk(to, &buf[r], i).await?;
+                }
+            }
+        }
+        for ((right, left), [_, _, fi, bi]) in parts.iter_mut().flatten() {
+            for (walk, from) in [(fi, *left), (bi, *right)] {
+                if let Some((r, i)) = walk.next(&g) {
+                    c.recv_chunk(from, &mut buf[r], i, None).await?;
+                }
+            }
+        }
+        for (k, part) in parts.iter_mut().enumerate() {
+            if part
+                .as_ref()
+                .is_some_and(|(_, w)| w.iter().all(|w| w.units.is_empty()))
+            {
+                steps[k] += 1;
+                *part = at_step(k, steps[k]);
+            }
+        }
     }
     Ok(())
 }
