@@ -971,6 +971,20 @@ pub(crate) fn coords<const D: usize>(dims: &[usize; D], v: usize) -> [usize; D] 
     at
 }
 
+/// The rank at coordinates `at` on the grid `dims` (the inverse of [`coords`]).
+pub(crate) fn index<const D: usize>(dims: &[usize; D], at: &[usize; D]) -> usize {
+    at.iter()
+        .zip(dims)
+        .rev()
+        .fold(0, |acc, (&a, &n)| acc * n + a)
+}
+
+/// The dimensions of a `D`-dimensional grid rotated to start at `k`: (k, k+1, ...) mod D,
+/// part k's order in seed 002's multi-directional algorithms.
+pub(crate) fn rotation<const D: usize>(k: usize) -> [usize; D] {
+    std::array::from_fn(|j| (k + j) % D)
+}
+
 impl Comm<'_> {
     /// The grid of `D` dimensions the topology-aware algorithms lay this communicator's ranks
     /// out on: the network's torus when the communicator is the whole world in order and the

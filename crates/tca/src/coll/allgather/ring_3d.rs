@@ -33,7 +33,7 @@
 #[cfg(test)]
 use crate::coll::grid;
 use crate::coll::step::{Mode, Site, Steps};
-use crate::coll::{coords, disjoint_mut, split2};
+use crate::coll::{coords, disjoint_mut, index, rotation, split2};
 use crate::error::Result;
 
 const D: usize = 3;
@@ -73,7 +73,9 @@ pub(crate) async fn run<M: Mode>(
         .zip(displs)
         .enumerate()
         .all(|(r, (&n, &at))| n == b && at == r * b);
-    if uniform && c.chunks(b) >= D {
+    // At least three chunks a block (more than two: decided by size, as the counting pass
+    // needs, which counts a block as one chunk).
+    if uniform && c.spans_chunks(b / 2) {
         return run_parts(c, buf, b).await;
     }
     let me = c.me();
@@ -157,7 +159,7 @@ pub(crate) async fn run<M: Mode>(
 /// Part `k`'s order of the dimensions: a rotation, so that at any step the three parts are
 /// mostly on three different dimensions.
 fn order(k: usize) -> [usize; D] {
-    std::array::from_fn(|j| (k + j) % D)
+    rotation::<D>(k)
 }
 
 /// Part `k`'s stage and step within it at step `t` of the whole run: every part takes
@@ -199,10 +201,7 @@ impl Parts {
             at[d] = x % self.dims[d];
             x /= self.dims[d];
         }
-        at.iter()
-            .zip(&self.dims)
-            .rev()
-            .fold(0, |acc, (&a, &n)| acc * n + a)
+        index(&self.dims, &at)
     }
 }
 
@@ -237,6 +236,11 @@ impl Walk {
         Some((r * g.b..(r + 1) * g.b, g.first(self.k) + i))
     }
 }
+
+// A turn of `run_parts` sends at most `D` chunks to one neighbour: no more than a ring takes
+// without its receiver's next credit.
+const _: () =
+    assert!(D as u64 <= crate::fabric::ring::SLOTS as u64 - crate::fabric::ring::ACK_EVERY + 1);
 
 /// Blocks of one size and at least three chunks (seed 002's long-message regime, where K's
 /// multi-ring drives several directions at once): every block's chunks are cut in three
@@ -286,28 +290,29 @@ async fn run_parts<M: Mode>(c: Steps<'_, M>, buf: &mut [u8], b: usize) -> Result
     // rank walks the same number of chunks per part and step, so every rank takes the same
     // turns: a chunk of every walk in turn, every part's sends before its receives, and the
     // messages between two ranks are taken in the order they were sent. A turn sends at most
-    // one chunk per part to a neighbour (a line of 2 goes one way only), 3 in all, fewer than
-    // a ring's payload slots (at least [`crate::fabric::ring::SLOTS`]): a rank whose sends of
-    // a turn wait for credit waits for its neighbour to take the turns before it, and that
-    // neighbour waits only for earlier turns. No deadlock.
+    // one chunk per part to a neighbour (a line of 2 goes one way only), D in all, and a
+    // ring has room for SLOTS - ACK_EVERY + 1 more once its receiver has taken every earlier
+    // turn (credits are written every ACK_EVERY packets; a constant checks it): a rank whose
+    // sends of a turn wait for credit waits for its neighbour to take the turns before it,
+    // and that neighbour waits only for earlier turns. No deadlock.
     let mut steps = [0usize; D];
-    let mut parts: [_; D] = std::array::from_fn(|k| at_step(k, 0));
-    while parts.iter().any(Option::is_some) {
-        for ((right, left), [fo, bo, _, _]) in parts.iter_mut().flatten() {
+    let mut walking: [_; D] = std::array::from_fn(|k| at_step(k, 0));
+    while walking.iter().any(Option::is_some) {
+        for ((right, left), [fo, bo, _, _]) in walking.iter_mut().flatten() {
             for (walk, to) in [(fo, *right), (bo, *left)] {
                 if let Some((r, i)) = walk.next(&g) {
                     c.send_chunk(to, &buf[r], i).await?;
                 }
             }
         }
-        for ((right, left), [_, _, fi, bi]) in parts.iter_mut().flatten() {
+        for ((right, left), [_, _, fi, bi]) in walking.iter_mut().flatten() {
             for (walk, from) in [(fi, *left), (bi, *right)] {
                 if let Some((r, i)) = walk.next(&g) {
                     c.recv_chunk(from, &mut buf[r], i, None).await?;
                 }
             }
         }
-        for (k, part) in parts.iter_mut().enumerate() {
+        for (k, part) in walking.iter_mut().enumerate() {
             if part
                 .as_ref()
                 .is_some_and(|(_, w)| w.iter().all(|w| w.units.is_empty()))

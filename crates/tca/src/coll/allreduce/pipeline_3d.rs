@@ -6,10 +6,12 @@
 //! children in that tree send into its own part and passes the result to its parent; the
 //! origin then holds the part's result and broadcasts it down the same tree. So every rank
 //! combines, per part, as many partial results as it has children (one on average: seed
-//! 002's d L_S + m_R/(T_C/d) per step of d segments), the trees use their own links (each
-//! part leaves and reaches the origin through one), and every rank sends and receives about
-//! 2n bytes in all (seed 002: data moved 2M). The result is computed once, so every rank gets
-//! the same bits.
+//! 002's d L_S + m_R/(T_C/d) per step of d segments; a rank on a sub-root's line has three in
+//! that part), each part leaves and reaches the origin through a link of its own, and every
+//! rank sends and receives about 2n bytes in all (seed 002: data moved 2M). The broadcast
+//! trees share no directed link, but a part's reduce runs up links that another part's
+//! broadcast runs down: once the phases overlap, such a link carries two chunks a step. The
+//! result is computed once, so every rank gets the same bits.
 //!
 //! Every rank takes the steps in one order. Let H be at least every tree's height and d_k the
 //! rank's depth in part k's tree. At step t the rank takes, for each part k, the reduce of
@@ -17,36 +19,32 @@
 //! the broadcast of chunk t - (H + d_k) (from its parent, then to its children). A child
 //! sends each chunk one step before its parent takes it, and a parent one step before its
 //! children, so the messages on every ordered pair of ranks are taken in the order they were
-//! sent, and every wait is for an earlier step or for credits a neighbour returns as it takes
-//! earlier chunks: no deadlock. At the origin (depth 0) a chunk's reduce and broadcast fall
-//! in the same step, the reduce first.
+//! sent. A receive waits for a message its neighbour sent a step earlier; a send waits for
+//! credit, which the neighbour returns as it takes earlier messages, and those it takes in
+//! its own steps before this one or, where two ranks meet in several trees, at an earlier
+//! place (phase, part) of the same step, receives coming before sends there. So no wait is
+//! for anything later in the order: no deadlock. At the origin (depth 0) a chunk's reduce
+//! and broadcast fall in the same step, the reduce first.
 //! Cost: the busiest rank's sends, receives and combines, as a chain's.
 //! Reuse: channel flow control.
 
-use crate::coll::Reducer;
 use crate::coll::bcast::directions::Place;
 use crate::coll::step::{Mode, Site, Steps};
+use crate::coll::{Reducer, block};
 use crate::error::Result;
 
 const D: usize = 3;
-
-/// Part `k` of an `n`-byte vector of `elem`-byte elements: a third, in whole elements.
-fn part(n: usize, elem: usize, k: usize) -> std::ops::Range<usize> {
-    let elems = n / elem.max(1);
-    let at = |k: usize| elem.max(1) * (elems * k / D);
-    at(k)..if k + 1 == D { n } else { at(k + 1) }
-}
 
 pub(crate) async fn run<M: Mode>(c: Steps<'_, M>, buf: &mut [u8], red: &Reducer<'_>) -> Result<()> {
     let dims = c.grid::<D>();
     let place = Place::<D>::on(dims, c.me());
     let trees: [_; D] = std::array::from_fn(|k| place.tree(k));
     let depth: [usize; D] = std::array::from_fn(|k| place.depth(k));
-    // At least every tree's height: one step from the origin to each part's sub-root, and
-    // every dimension walked at most once from there.
+    // More than every tree's height, which is at most 1 + the sum of n - 1 (one step from the
+    // origin to each part's sub-root, every dimension walked at most once from there).
     let height: usize = 1 + dims.iter().sum::<usize>();
     let n = buf.len();
-    let parts: [_; D] = std::array::from_fn(|k| part(n, red.elem, k));
+    let parts: [_; D] = std::array::from_fn(|k| block(n, red.elem, D, k));
     let chunks: [usize; D] = std::array::from_fn(|k| c.chunks(parts[k].len()));
     let end = (0..D)
         .map(|k| chunks[k] + height + depth[k])
@@ -82,27 +80,4 @@ pub(crate) async fn run<M: Mode>(c: Steps<'_, M>, buf: &mut [u8], red: &Reducer<
         }
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The three parts cover the vector in order, in whole elements.
-    #[test]
-    fn parts_are_whole_elements_in_order() {
-        for elem in [1, 2, 4, 8, 16] {
-            for elems in 0..40 {
-                let n = elems * elem;
-                let mut at = 0;
-                for k in 0..D {
-                    let r = part(n, elem, k);
-                    assert_eq!(r.start, at, "n {n} elem {elem} part {k}");
-                    assert_eq!(r.len() % elem, 0, "n {n} elem {elem} part {k}");
-                    at = r.end;
-                }
-                assert_eq!(at, n);
-            }
-        }
-    }
 }

@@ -15,21 +15,23 @@
 //! chunk, as the 1-D chain is: a rank forwards chunk i of a part to its children as soon as it
 //! has it.
 //!
-//! The parts are interleaved in one order on every rank (chunk i of part 0, of part 1, ...),
-//! which is what keeps the exchanges deadlock-free: a rank waits only for chunks earlier in
-//! that order, or for credits its children return once they take earlier chunks.
+//! The parts are interleaved in one order on every rank: chunk i of part k at step i +
+//! depth(k), the parts in order within a step. That is what keeps the exchanges
+//! deadlock-free: a rank waits only for chunks its parent sent a step earlier, or for
+//! credits its children return once they take earlier chunks.
 //!
-//! On shared memory the directions are not separate links: the root copies each part to up
-//! to D children, so this costs more than the chain there and Auto does not choose it; it is
+//! On shared memory the directions are not separate links: the ranks of a part's lines and
+//! planes copy it to up to D children, so this costs more than the chain there and Auto does
+//! not choose it; it is
 //! here for networks whose nodes drive several links at once (the simulated torus of
 //! seed 002, `TCA_COLL_BROADCAST=pipeline_2d|pipeline_3d` anywhere).
 //! Cost: the busiest rank's sends and receives (each chunk pipelined as the chain's).
 //! Reuse: channel flow control.
 
-use crate::coll::coords;
 #[cfg(test)]
 use crate::coll::grid;
 use crate::coll::step::{Mode, Site, Steps};
+use crate::coll::{coords, index, rotation};
 use crate::error::Result;
 
 /// One rank's place in the trees of the parts (also the 3-D allreduce's trees).
@@ -55,10 +57,7 @@ impl<const D: usize> Place<D> {
 
     /// The relative rank at `at`.
     fn rank(&self, at: &[usize; D]) -> usize {
-        at.iter()
-            .zip(&self.dims)
-            .rev()
-            .fold(0, |acc, (&a, &n)| acc * n + a)
+        index(&self.dims, at)
     }
 
     /// Part `k`'s order of dimensions (a rotation), and its direction in each dimension
@@ -69,10 +68,7 @@ impl<const D: usize> Place<D> {
     /// dimensions are longer than 2 the parts then share no directed link (a test checks it
     /// at 384 ranks).
     fn order(k: usize) -> ([usize; D], [bool; D]) {
-        let mut o = [0; D];
-        for (j, x) in o.iter_mut().enumerate() {
-            *x = (k + j) % D;
-        }
+        let o = rotation::<D>(k);
         let mut back = [D == 2 && k % 2 == 1; D];
         if D == 3 {
             back[o[0]] = true;
