@@ -99,11 +99,7 @@ impl<const D: usize> Place<D> {
         let shift = usize::from(n > 1);
         let mut ds = self.dist(&back);
         ds[a] = (ds[a] + n - shift) % n;
-        let mut o = [0; D];
-        for (j, x) in o.iter_mut().enumerate() {
-            *x = order[(j + 1) % D];
-        }
-        (o, shift, back, ds)
+        (rotation::<D>(k + 1), shift, back, ds)
     }
 
     /// The relative rank at distance `ds` from part `k`'s sub-root.
