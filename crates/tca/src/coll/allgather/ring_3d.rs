@@ -237,10 +237,11 @@ impl Walk {
     }
 }
 
-// A turn of `run_parts` sends at most `D` chunks to one neighbour: no more than a ring takes
-// without its receiver's next credit.
-const _: () =
-    assert!(D as u64 <= crate::fabric::ring::SLOTS as u64 - crate::fabric::ring::ACK_EVERY + 1);
+// In a turn of `run_parts` a rank sends at most one chunk to each neighbour and then takes
+// those its neighbours sent the turn before, so at most two of its chunks to a neighbour are
+// untaken: no more than a ring takes without its receiver's next credit (credits are written
+// every ACK_EVERY packets).
+const _: () = assert!(2 <= crate::fabric::ring::SLOTS as u64 - crate::fabric::ring::ACK_EVERY + 1);
 
 /// Blocks of one size and at least three chunks (seed 002's long-message regime, where K's
 /// multi-ring drives several directions at once): every block's chunks are cut in three
@@ -253,6 +254,11 @@ const _: () =
 /// group travels a chunk at a time, each chunk a chunk of its block (the block is the
 /// message both ends name, so a simulated network's timing-only mode leaves large blocks
 /// unwritten as it does whole messages).
+///
+/// The rings are pipelined as seed 002's estimate (eq. 29) has them, a step costing the
+/// larger of the software's sends and a chunk's flight, not their sum: a chunk sent in one
+/// turn is taken in the next, after the next turn's sends, so it flies while the sender
+/// goes on.
 async fn run_parts<M: Mode>(c: Steps<'_, M>, buf: &mut [u8], b: usize) -> Result<()> {
     let me = c.me();
     let dims = c.grid::<D>();
@@ -265,9 +271,9 @@ async fn run_parts<M: Mode>(c: Steps<'_, M>, buf: &mut [u8], b: usize) -> Result
     let pdims: [[usize; D]; D] = std::array::from_fn(|k| order(k).map(|d| dims[d]));
     let pat: [[usize; D]; D] = std::array::from_fn(|k| order(k).map(|d| at[d]));
     let stride = |d: usize| dims[..d].iter().product::<usize>();
-    // Part k's step `step`: its two neighbours, and the walks of the forward ring's send and
-    // receive (first halves of groups) and the backward ring's (second halves); `None` once
-    // the part has taken all its steps.
+    // Part k's step `step`: its dimension, its two neighbours, and the walks of the forward
+    // ring's send and receive (first halves of groups) and the backward ring's (second
+    // halves); `None` once the part has taken all its steps.
     let at_step = |k: usize, step: usize| {
         let (j, s) = stage_at(&dims, k, step)?;
         let d = order(k)[j];
@@ -276,7 +282,8 @@ async fn run_parts<M: Mode>(c: Steps<'_, M>, buf: &mut [u8], b: usize) -> Result
         let walk =
             |x: usize, back: bool| Walk::half(&g, k, group(&pdims[k], &pat[k], j, x % n), n, back);
         Some((
-            (rank(a + 1), rank(a + n - 1)),
+            d,
+            [rank(a + 1), rank(a + n - 1)],
             [
                 walk(a + n - s, false),
                 walk(a + s, true),
@@ -288,39 +295,55 @@ async fn run_parts<M: Mode>(c: Steps<'_, M>, buf: &mut [u8], b: usize) -> Result
     // Each part goes to its next step as soon as it has taken this one (the parts' stages
     // and thirds differ in length, so a step in lockstep would wait for the longest). Every
     // rank walks the same number of chunks per part and step, so every rank takes the same
-    // turns: a chunk of every walk in turn, every part's sends before its receives, and the
-    // messages between two ranks are taken in the order they were sent. A turn sends at most
-    // one chunk per part to a neighbour (a line of 2 goes one way only), D in all, and a
-    // ring has room for SLOTS - ACK_EVERY + 1 more once its receiver has taken every earlier
-    // turn (credits are written every ACK_EVERY packets; a constant checks it): a rank whose
-    // sends of a turn wait for credit waits for its neighbour to take the turns before it,
-    // and that neighbour waits only for earlier turns. No deadlock.
+    // turns and makes the same choices in them. A turn goes through the walks in order (part
+    // by part, forwards then backwards) and sends the next chunk of each whose link, a
+    // dimension and a way round, no earlier walk of the turn has taken (a line of 2 goes one
+    // way only), so at most one chunk to each neighbour; the neighbour's mirror walk takes
+    // the same turns. Then it takes the chunks its neighbours sent in the turn before. A part
+    // goes to its next step once it has taken every chunk of this one (the next step forwards
+    // them). The messages between two ranks are taken in the order they were sent.
+    //
+    // No deadlock: take the rank furthest behind, in turn t. If it waits for a chunk of turn
+    // t - 1, its neighbour, in turn t at least, has sent it. If it waits for room in a ring,
+    // the receiver, in turn t at least, has taken every chunk up to turn t - 2 and, waiting,
+    // has returned their credits: two chunks at most are untaken, and a ring has room for
+    // more (a constant above checks it).
     let mut steps = [0usize; D];
     let mut walking: [_; D] = std::array::from_fn(|k| at_step(k, 0));
+    // The chunks sent to this rank in the last turn: per part and way round, from whom,
+    // the block's bytes, the chunk's index.
+    let mut landing: [[Option<(usize, std::ops::Range<usize>, usize)>; 2]; D] = Default::default();
     while walking.iter().any(Option::is_some) {
-        for ((right, left), [fo, bo, _, _]) in walking.iter_mut().flatten() {
-            for (walk, to) in [(fo, *right), (bo, *left)] {
-                if let Some((r, i)) = walk.next(&g) {
-                    c.send_chunk(to, &buf[r], i).await?;
+        let mut taken = [[false; 2]; D];
+        let mut next: [[Option<(usize, std::ops::Range<usize>, usize)>; 2]; D] = Default::default();
+        for (k, part) in walking.iter_mut().enumerate() {
+            let Some((d, ends, [fo, bo, fi, bi])) = part else {
+                continue;
+            };
+            for (way, (send, recv)) in [(fo, fi), (bo, bi)].into_iter().enumerate() {
+                if send.units.is_empty() || taken[*d][way] {
+                    continue;
                 }
+                taken[*d][way] = true;
+                if let Some((r, i)) = send.next(&g) {
+                    c.send_chunk(ends[way], &buf[r], i).await?;
+                }
+                next[k][way] = recv.next(&g).map(|(r, i)| (ends[1 - way], r, i));
             }
         }
-        for ((right, left), [_, _, fi, bi]) in walking.iter_mut().flatten() {
-            for (walk, from) in [(fi, *left), (bi, *right)] {
-                if let Some((r, i)) = walk.next(&g) {
-                    c.recv_chunk(from, &mut buf[r], i, None).await?;
-                }
-            }
+        for (from, r, i) in landing.iter_mut().flatten().filter_map(Option::take) {
+            c.recv_chunk(from, &mut buf[r], i, None).await?;
         }
         for (k, part) in walking.iter_mut().enumerate() {
-            if part
+            let done = part
                 .as_ref()
-                .is_some_and(|(_, w)| w.iter().all(|w| w.units.is_empty()))
-            {
+                .is_some_and(|(_, _, w)| w.iter().all(|w| w.units.is_empty()));
+            if done && next[k].iter().all(Option::is_none) {
                 steps[k] += 1;
                 *part = at_step(k, steps[k]);
             }
         }
+        landing = next;
     }
     Ok(())
 }
