@@ -116,13 +116,20 @@ impl Shape {
     }
 
     /// The collectives' rings with chunks of `chunk` bytes where the job sets them (a
-    /// simulated network: seed 002's segment size), else [`chunk_bytes`].
+    /// simulated network: seed 002's segment size), else [`chunk_bytes`]. Credits every
+    /// [`ACK_EVERY`] packets, every second interval where the most slots leave room (2 ranks): a
+    /// root streaming 8-byte broadcasts to one peer pays a credit line once per four calls
+    /// (0.040-0.042 us a call against 0.043-0.045, BENCHMARKS.md, "Credits at 2 ranks").
     pub(crate) fn collectives_with(p: usize, chunk: Option<usize>) -> Self {
         let slots = collective_slots(p);
         Self {
             lines: collective_lines(p),
             slots,
-            ack_every: ACK_EVERY,
+            ack_every: if slots == MAX_SLOTS {
+                2 * ACK_EVERY
+            } else {
+                ACK_EVERY
+            },
             chunk: chunk.unwrap_or_else(|| chunk_bytes(p)),
         }
     }
