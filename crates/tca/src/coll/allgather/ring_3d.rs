@@ -237,6 +237,10 @@ impl Walk {
     }
 }
 
+/// A chunk sent to this rank in a turn of [`run_parts`], taken in the next: from whom, its
+/// block's bytes in the gathered buffer, its index there.
+type Landing = (usize, std::ops::Range<usize>, usize);
+
 // In a turn of `run_parts` a rank sends at most one chunk to each neighbour and then takes
 // those its neighbours sent the turn before, so at most two of its chunks to a neighbour are
 // untaken: no more than a ring takes without its receiver's next credit (credits are written
@@ -310,12 +314,11 @@ async fn run_parts<M: Mode>(c: Steps<'_, M>, buf: &mut [u8], b: usize) -> Result
     // more (a constant above checks it).
     let mut steps = [0usize; D];
     let mut walking: [_; D] = std::array::from_fn(|k| at_step(k, 0));
-    // The chunks sent to this rank in the last turn: per part and way round, from whom,
-    // the block's bytes, the chunk's index.
-    let mut landing: [[Option<(usize, std::ops::Range<usize>, usize)>; 2]; D] = Default::default();
+    // The chunks sent to this rank in the last turn, per part and way round.
+    let mut landing: [[Option<Landing>; 2]; D] = Default::default();
     while walking.iter().any(Option::is_some) {
         let mut taken = [[false; 2]; D];
-        let mut next: [[Option<(usize, std::ops::Range<usize>, usize)>; 2]; D] = Default::default();
+        let mut next: [[Option<Landing>; 2]; D] = Default::default();
         for (k, part) in walking.iter_mut().enumerate() {
             let Some((d, ends, [fo, bo, fi, bi])) = part else {
                 continue;
