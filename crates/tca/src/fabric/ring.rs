@@ -43,10 +43,12 @@
 //! payload for a part, the last payload of any size for a whole one (either at most n - K). So
 //! neither a line nor a payload byte is overwritten before its reader has consumed it:
 //! back-to-back operations, with ranks at any speed, cannot corrupt each other (the rule of
-//! `SHM.md`, "Reuse without overwriting"). Credits are returned every [`ACK_EVERY`] packets: a
+//! `SHM.md`, "Reuse without overwriting"). Credits are returned every A packets (the shape's
+//! `ack_every`: [`ACK_EVERY`], twice that in the two-sided rings and the 2-rank collectives'): a
 //! sender blocked at packet n has sent every packet before n, and the receiver, consuming them,
-//! acknowledges at least n - ACK_EVERY >= n - K >= n - L, so the sender always gets going
-//! again.
+//! acknowledges at least n - A >= n - K >= n - L, so the sender always gets going again. A
+//! schedule may count on K - A + 1 packets to a peer beyond those the peer has taken
+//! ([`Shape::room`]: at least 3 in every collectives' ring).
 //!
 //! # Credits off the critical path
 //! Writing a credit is a store into the sender's memory (a line moved to the writer, and a
@@ -86,9 +88,10 @@ pub(crate) type Tail<'a> = Option<(&'a Region, usize, usize)>;
 pub const SLOTS: usize = 4;
 /// The most slots per ordered pair a collectives' ring has (at 2 ranks).
 pub const MAX_SLOTS: usize = 16;
-/// A receiver returns credits after every `ACK_EVERY`-th packet, not every packet: each credit
-/// write moves a cache line to the sender, and halving them takes one line transfer off every
-/// other small message. Safe for any `ACK_EVERY <= SLOTS` (see "Flow control").
+/// A receiver returns credits after every `ACK_EVERY`-th packet (or a multiple: a shape's
+/// `ack_every`), not every packet: each credit write moves a cache line to the sender, and
+/// halving them takes one line transfer off every other small message. Safe for any shape whose
+/// `ack_every` is at most its slots (see "Flow control").
 pub const ACK_EVERY: u64 = 2;
 
 /// Header lines per ordered pair of the collectives' rings where their payload slots are fewer
@@ -145,6 +148,15 @@ impl Shape {
             ack_every: 2 * ACK_EVERY,
             chunk: (chunk_bytes(p) / 2).max(LINE) / LINE * LINE,
         }
+    }
+
+    /// Packets a sender may have written to a peer beyond those the peer has taken and
+    /// still find room without the peer's next credit: slots - ack_every + 1 (credits come
+    /// every `ack_every` packets). What the collectives' schedules count on (at least 3: a
+    /// test checks every rank count).
+    #[cfg(test)]
+    fn room(&self) -> u64 {
+        self.slots as u64 + 1 - self.ack_every
     }
 
     /// Bytes from one payload slot to the next: a chunk and a line, so that the slots'
@@ -1043,7 +1055,8 @@ mod tests {
     use super::*;
 
     /// The collectives' slots are a power of two from 4 to 16 at every rank count, their lines a
-    /// power of two and at least as many, and the ring area stays near 2 MiB up to 8 ranks.
+    /// power of two and at least as many, their room for packets past a receiver's at least 3,
+    /// and the ring area stays near 2 MiB up to 8 ranks.
     #[test]
     fn slots_by_rank_count() {
         let counts = (0..=1024).chain([usize::MAX / 2, usize::MAX]);
@@ -1061,6 +1074,10 @@ mod tests {
         for p in 0..=1024 {
             let (k, l) = (collective_slots(p), collective_lines(p));
             assert!(l.is_power_of_two() && l >= k, "{p}: {l} lines, {k} slots");
+        }
+        for p in 0..=1024 {
+            let s = Shape::collectives(p);
+            assert!(s.ack_every <= s.slots as u64 && s.room() >= 3, "{p}: {s:?}");
         }
         let lines = [(2, 16), (3, 64), (8, 64), (512, 64)];
         for (p, l) in lines {

@@ -24,10 +24,13 @@
 //! Blocks of one size and at least three chunks (an allgather's long messages) go further, as
 //! seed 002's long-message regime drives 3-4 directions: each block's chunks are cut in three
 //! parts that take the stages at once, each in its own rotated order of the dimensions
-//! ([`run_parts`]), so a node drives up to six directed links of three dimensions.
+//! ([`run_parts`]), so a node drives up to six directed links of three dimensions (where two
+//! parts need one link at once, the later waits: on a grid of one line, they go one after
+//! another); their chunks are pipelined, each taken a turn after it was sent.
 //! Cost: (n0 + n1 + n2 - 3) ring steps, each exchanging a group of the earlier dimensions'
 //! blocks (as one message, two halves of as many chunks in all, or in three parts a chunk at a
-//! time): p - 1 blocks sent and received.
+//! time, with a turn per step in which a part only takes its last chunks): p - 1 blocks sent
+//! and received.
 //! Reuse: channel flow control.
 
 #[cfg(test)]
@@ -241,16 +244,11 @@ impl Walk {
 /// block's bytes in the gathered buffer, its index there.
 type Landing = (usize, std::ops::Range<usize>, usize);
 
-// In a turn of `run_parts` a rank sends at most one chunk to each neighbour and then takes
-// those its neighbours sent the turn before, so at most two of its chunks to a neighbour are
-// untaken: no more than a ring takes without its receiver's next credit (credits are written
-// every ACK_EVERY packets).
-const _: () = assert!(2 <= crate::fabric::ring::SLOTS as u64 - crate::fabric::ring::ACK_EVERY + 1);
-
 /// Blocks of one size and at least three chunks (seed 002's long-message regime, where K's
 /// multi-ring drives several directions at once): every block's chunks are cut in three
 /// parts, and part k goes the three ring stages in its own rotated order of the dimensions
-/// (k, k+1, k+2), all three parts at once, each both ways round its line as the long groups
+/// (k, k+1, k+2), all three parts at once where their links differ, each both ways round its
+/// line as the long groups
 /// of [`run`] do (the first half of a group's chunks forwards, the second half backwards).
 /// So a node sends on up to six directed links of three dimensions, where one stage at a
 /// time drives two. A part's group is the k-th thirds of the blocks of the ranks that share
@@ -310,43 +308,46 @@ async fn run_parts<M: Mode>(c: Steps<'_, M>, buf: &mut [u8], b: usize) -> Result
     // No deadlock: take the rank furthest behind, in turn t. If it waits for a chunk of turn
     // t - 1, its neighbour, in turn t at least, has sent it. If it waits for room in a ring,
     // the receiver, in turn t at least, has taken every chunk up to turn t - 2 and, waiting,
-    // has returned their credits: two chunks at most are untaken, and a ring has room for
-    // more (a constant above checks it).
+    // has returned their credits: two of this rank's chunks at most are untaken, and every
+    // collectives' ring has room for three (`Shape::room`, checked at every rank count).
     let mut steps = [0usize; D];
     let mut walking: [_; D] = std::array::from_fn(|k| at_step(k, 0));
     // The chunks sent to this rank in the last turn, per part and way round.
     let mut landing: [[Option<Landing>; 2]; D] = Default::default();
     while walking.iter().any(Option::is_some) {
         let mut taken = [[false; 2]; D];
-        let mut next: [[Option<Landing>; 2]; D] = Default::default();
+        let mut queued: [[Option<Landing>; 2]; D] = Default::default();
         for (k, part) in walking.iter_mut().enumerate() {
             let Some((d, ends, [fo, bo, fi, bi])) = part else {
                 continue;
             };
             for (way, (send, recv)) in [(fo, fi), (bo, bi)].into_iter().enumerate() {
-                if send.units.is_empty() || taken[*d][way] {
+                // A send walk and its mirror receive are as long: a group of this step.
+                debug_assert_eq!(send.units.len(), recv.units.len());
+                if taken[*d][way] {
                     continue;
                 }
+                let Some((r, i)) = send.next(&g) else {
+                    continue;
+                };
                 taken[*d][way] = true;
-                if let Some((r, i)) = send.next(&g) {
-                    c.send_chunk(ends[way], &buf[r], i).await?;
-                }
-                next[k][way] = recv.next(&g).map(|(r, i)| (ends[1 - way], r, i));
+                c.send_chunk(ends[way], &buf[r], i).await?;
+                queued[k][way] = recv.next(&g).map(|(r, i)| (ends[1 - way], r, i));
             }
         }
-        for (from, r, i) in landing.iter_mut().flatten().filter_map(Option::take) {
+        for (from, r, i) in landing.into_iter().flatten().flatten() {
             c.recv_chunk(from, &mut buf[r], i, None).await?;
         }
         for (k, part) in walking.iter_mut().enumerate() {
             let done = part
                 .as_ref()
                 .is_some_and(|(_, _, w)| w.iter().all(|w| w.units.is_empty()));
-            if done && next[k].iter().all(Option::is_none) {
+            if done && queued[k].iter().all(Option::is_none) {
                 steps[k] += 1;
                 *part = at_step(k, steps[k]);
             }
         }
-        landing = next;
+        landing = queued;
     }
     Ok(())
 }
