@@ -605,8 +605,13 @@ mod tests {
     /// The litmus can fail: without the waiter's fence the forbidden outcome shows up (on the
     /// development machine in 4-5% of rounds: x86's store buffer lets the writer's look pass
     /// its plain store). Up to ten batches of 100,000 rounds, until one shows it; needs two
-    /// threads running at once, so it is skipped on a machine with one CPU.
+    /// threads running at once, so it is skipped on a machine with one CPU. Beside the other
+    /// tests on 2 cores its threads seldom run at once (it saw 0 of 1,000,000 rounds in a CI
+    /// run on 2026-11-30), so it is left out of `cargo test` and `.ci/run` runs it alone:
+    /// `cargo test -p tca --lib -- --ignored --exact
+    /// transport::shm::wait::tests::without_the_fence_the_lost_wake_up_occurs`.
     #[test]
+    #[ignore = "needs both cores to itself: .ci/run runs it alone"]
     fn without_the_fence_the_lost_wake_up_occurs() {
         if std::thread::available_parallelism().map_or(1, usize::from) < 2 {
             eprintln!("one CPU: two threads never race here");
