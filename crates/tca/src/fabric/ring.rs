@@ -48,7 +48,7 @@
 //! sender blocked at packet n has sent every packet before n, and the receiver, consuming them,
 //! acknowledges at least n - A >= n - K >= n - L, so the sender always gets going again. A
 //! schedule may count on K - A + 1 packets to a peer beyond those the peer has taken
-//! ([`Shape::room`]: at least 3 in every collectives' ring).
+//! (`Shape::room`: at least 3 in every collectives' ring, a test checks).
 //!
 //! # Credits off the critical path
 //! Writing a credit is a store into the sender's memory (a line moved to the writer, and a

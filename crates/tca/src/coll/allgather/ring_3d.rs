@@ -248,8 +248,8 @@ type Landing = (usize, std::ops::Range<usize>, usize);
 /// multi-ring drives several directions at once): every block's chunks are cut in three
 /// parts, and part k goes the three ring stages in its own rotated order of the dimensions
 /// (k, k+1, k+2), all three parts at once where their links differ, each both ways round its
-/// line as the long groups
-/// of [`run`] do (the first half of a group's chunks forwards, the second half backwards).
+/// line as the long groups of [`run`] do (the first half of a group's chunks forwards, the
+/// second half backwards).
 /// So a node sends on up to six directed links of three dimensions, where one stage at a
 /// time drives two. A part's group is the k-th thirds of the blocks of the ranks that share
 /// this rank's coordinates in the part's later dimensions; they do not lie back to back, so a
