@@ -48,7 +48,7 @@
 //! sender blocked at packet n has sent every packet before n, and the receiver, consuming them,
 //! acknowledges at least n - A >= n - K >= n - L, so the sender always gets going again. A
 //! schedule may count on K - A + 1 packets to a peer beyond those the peer has taken
-//! (`Shape::room`: at least 3 in every collectives' ring, a test checks).
+//! (`Shape::room`: at least 3 in every collectives' ring to 1,024 ranks, a test checks).
 //!
 //! # Credits off the critical path
 //! Writing a credit is a store into the sender's memory (a line moved to the writer, and a
@@ -153,7 +153,7 @@ impl Shape {
     /// Packets a sender may have written to a peer beyond those the peer has taken and
     /// still find room without the peer's next credit: slots - ack_every + 1 (credits come
     /// every `ack_every` packets). What the collectives' schedules count on (at least 3: a
-    /// test checks every rank count).
+    /// test checks every rank count to 1,024).
     #[cfg(test)]
     fn room(&self) -> u64 {
         self.slots as u64 + 1 - self.ack_every

@@ -309,7 +309,8 @@ async fn run_parts<M: Mode>(c: Steps<'_, M>, buf: &mut [u8], b: usize) -> Result
     // t - 1, its neighbour, in turn t at least, has sent it. If it waits for room in a ring,
     // the receiver, in turn t at least, has taken every chunk up to turn t - 2 and, waiting,
     // has returned their credits: two of this rank's chunks at most are untaken, and every
-    // collectives' ring has room for three (`Shape::room`, checked at every rank count).
+    // collectives' ring has room for three (`Shape::room`, checked at every rank count to
+    // 1,024; the shapes do not change beyond).
     let mut steps = [0usize; D];
     let mut walking: [_; D] = std::array::from_fn(|k| at_step(k, 0));
     // The chunks sent to this rank in the last turn, per part and way round.
