@@ -187,8 +187,7 @@ fn a_packet_past_its_header_line_is_one_message() {
 #[test]
 fn credits_ride_on_the_packets_going_back() {
     // Two ranks exchanging packets (allreduces: one exchange each): every fourth packet a
-    // rank takes is a credit it owes (every second on the simulated network's 2-rank rings
-    // before 2026-11-30), and it travels with the next packet to that rank, so
+    // rank takes is a credit it owes, and it travels with the next packet to that rank, so
     // 100 more allreduces are 200 more messages, not 300: small packets (8 bytes, in the
     // header line) and larger ones (1 KiB: body, header line and credit chained) alike.
     let job = |calls: usize, n: usize| {

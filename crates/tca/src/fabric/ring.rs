@@ -119,20 +119,17 @@ impl Shape {
     }
 
     /// The collectives' rings with chunks of `chunk` bytes where the job sets them (a
-    /// simulated network: seed 002's segment size), else [`chunk_bytes`]. Credits every
-    /// [`ACK_EVERY`] packets, every second interval where the most slots leave room (2 ranks): a
-    /// root streaming 8-byte broadcasts to one peer pays a credit line once per four calls
+    /// simulated network: seed 002's segment size), else [`chunk_bytes`]. Credits every quarter
+    /// of the slots, at least every [`ACK_EVERY`] packets (every 4 at 2 ranks' 16 slots, else
+    /// every 2: room for 13, 7 or 3 packets past the receiver's): a root streaming 8-byte
+    /// broadcasts to one peer at 2 ranks pays a credit line once per four calls
     /// (0.040-0.042 us a call against 0.043-0.045, BENCHMARKS.md, "Credits at 2 ranks").
     pub(crate) fn collectives_with(p: usize, chunk: Option<usize>) -> Self {
         let slots = collective_slots(p);
         Self {
             lines: collective_lines(p),
             slots,
-            ack_every: if slots == MAX_SLOTS {
-                2 * ACK_EVERY
-            } else {
-                ACK_EVERY
-            },
+            ack_every: (slots as u64 / 4).max(ACK_EVERY),
             chunk: chunk.unwrap_or_else(|| chunk_bytes(p)),
         }
     }
