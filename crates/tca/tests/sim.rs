@@ -210,6 +210,40 @@ fn credits_ride_on_the_packets_going_back() {
 }
 
 #[test]
+fn a_credit_owed_in_a_turn_of_sends_rides_with_one() {
+    // K's multi-ring allgather on a line of 3: every turn a rank sends a packet each way
+    // round, and takes one from each side; it owes a credit for every second packet from
+    // each side, 4 a call. A turn's sends go together, so a credit owed to the left-hand
+    // neighbour is not written after the packet to the right (a message of its own on a
+    // network): it rides with the packet to the left. Only one a call travels alone, paid
+    // before the rank waits for its last packet (written after every packet, two did: 3,000
+    // messages). So 100 more allgathers are their packets (3 ranks x 4 parts x 2 steps each)
+    // and 3 credits.
+    let job = |calls: usize| {
+        sim::run(
+            &Options::new(Network::load("tofu-8x6x8").unwrap()),
+            3,
+            move |w: &World| {
+                let c = Comm::world(w)?;
+                c.force(Collective::Allgather, Some("multiring"))?;
+                let me = w.rank() as u8;
+                let mut all = [0u8; 24];
+                for _ in 0..calls {
+                    c.allgather(&[me; 8], &mut all)?;
+                    assert_eq!(all[23], 2);
+                }
+                c.barrier()?;
+                Ok(())
+            },
+        )
+        .unwrap()
+        .stats
+        .messages
+    };
+    assert_eq!(job(200) - job(100), 100 * (3 * 4 * 2 + 3));
+}
+
+#[test]
 fn a_ring_of_puts_around_the_torus_shares_no_link() {
     // Ranks 0..7 form the torus's first ring of 8: each puts to its right-hand neighbour,
     // one hop on its own link, so every put costs what a put on an idle link costs.
@@ -717,31 +751,35 @@ fn an_overlapped_computation_runs_inline_on_a_simulated_network() {
     assert_eq!(r.results, vec![true, true]);
 }
 
-/// Seed 002's multi-ring allgather in three parts (blocks of at least three chunks: every
-/// part takes the ring stages in its own order of the dimensions, all at once) gathers every
-/// block on grids with lines of 1, 2 and more ranks, where parts share lines and fall out of
-/// step with one another.
+/// K's 3D-multiring (`multiring`, and `ring_3d` for blocks of more than one chunk: every
+/// block in four parts, each going one way round its lines, each pair of parts in its own
+/// order of the dimensions) gathers every block on grids with lines of 1, 2 and more ranks,
+/// where parts share lines and fall out of step with one another: blocks of fewer bytes than
+/// parts (empty parts), of sizes not divisible by four, of fewer chunks than parts (cut by
+/// bytes) and of more (cut by chunks, parts of 2 and 3 chunks).
 #[test]
-fn the_three_part_multi_ring_allgather_gathers_every_block() {
+fn the_multi_ring_allgathers_gather_every_part_of_every_block() {
     let mut opts = Options::new(Network::load("tofu-8x6x8").unwrap());
     opts.chunk = Some(1024);
-    for p in [2, 4, 6, 8, 12, 18, 24, 27, 30, 36] {
-        // 7 chunks and a bit per block: thirds of 2 and 3 chunks.
-        let b = 7 * 1024 + 40;
-        sim::run(&opts, p, |w: &World| {
-            let c = Comm::world(w)?;
-            c.force(Collective::Allgather, Some("ring_3d"))?;
-            let me = w.rank() as usize;
-            let send: Vec<u8> = (0..b).map(|i| (me * 31 + i * 7) as u8).collect();
-            let mut recv = vec![0u8; b * p as usize];
-            c.allgather(&send, &mut recv)?;
-            for (q, block) in recv.chunks(b).enumerate() {
-                for (i, &x) in block.iter().enumerate() {
-                    assert_eq!(x, (q * 31 + i * 7) as u8, "p {p}: block {q} byte {i}");
-                }
+    for alg in ["multiring", "ring_3d"] {
+        for p in [1, 2, 3, 4, 6, 8, 12, 18, 27, 30, 36] {
+            for b in [1, 3, 8, 1030, 9 * 1024 + 40] {
+                sim::run(&opts, p, |w: &World| {
+                    let c = Comm::world(w)?;
+                    c.force(Collective::Allgather, Some(alg))?;
+                    let me = w.rank() as usize;
+                    let send: Vec<u8> = (0..b).map(|i| (me * 31 + i * 7) as u8).collect();
+                    let mut recv = vec![0u8; b * p as usize];
+                    c.allgather(&send, &mut recv)?;
+                    for (q, block) in recv.chunks(b).enumerate() {
+                        for (i, &x) in block.iter().enumerate() {
+                            assert_eq!(x, (q * 31 + i * 7) as u8, "block {q} byte {i}");
+                        }
+                    }
+                    Ok(())
+                })
+                .unwrap_or_else(|e| panic!("{alg} p {p} b {b}: {e}"));
             }
-            Ok(())
-        })
-        .unwrap_or_else(|e| panic!("p {p}: {e}"));
+        }
     }
 }

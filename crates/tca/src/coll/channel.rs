@@ -193,4 +193,9 @@ impl Channels {
     pub(crate) fn pay(&self, w: &World) -> Result<()> {
         self.ring.pay(w)
     }
+
+    /// Opens (`on`) or closes a group of sends going together (`Ring::together`).
+    pub(crate) fn together(&self, on: bool) {
+        self.ring.together(on);
+    }
 }

@@ -52,7 +52,7 @@ use super::Reducer;
 use super::channel::chunk_bytes;
 use super::model::{CostModel, Sched, Work};
 use super::registry::{ALGORITHMS, Algorithm, Collective, Kernel};
-use super::step::{Mode, Site};
+use super::step::{Mode, Site, Together};
 use crate::error::{Error, ErrorKind, Result};
 
 /// Bytes of each buffer the pass can hand an algorithm: a buffer (a whole allgather's, an
@@ -264,6 +264,10 @@ impl Site for &Tally {
         self.note(Step::Combine, n * p.saturating_sub(1));
         self.add(|s| s.reduce((n * p.saturating_sub(1)) as f64));
         Ok(())
+    }
+
+    fn together(&self) -> Together<'_> {
+        Together(None)
     }
 }
 

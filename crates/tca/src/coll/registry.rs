@@ -292,6 +292,7 @@ pub static ALGORITHMS: &[Algorithm] = &[
     alg!(upto allgather::flat::AUTO_MAX, "flat", Allgather, allgather::flat, any, ""),
     alg!("ring", Allgather, allgather::ring, any, ""),
     alg!(forced "ring_3d", Allgather, allgather::ring_3d, any, ""),
+    alg!(forced "multiring", Allgather, allgather::multiring, any, ""),
     alg!(
         "dissemination",
         Allreduce,

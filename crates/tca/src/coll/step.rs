@@ -327,6 +327,22 @@ pub(crate) trait Site {
         p: usize,
         red: &Reducer<'_>,
     ) -> Result<()>;
+    /// Marks the sends from now on, until the guard drops, as going together: no credit is
+    /// written after their packets, so one owed to a member a later send goes to rides with
+    /// it (the ring's "Credits off the critical path"). Nothing to count.
+    fn together(&self) -> Together<'_>;
+}
+
+/// Sends going together ([`Site::together`]) while this lives.
+#[must_use]
+pub(crate) struct Together<'a>(pub(super) Option<&'a super::channel::Channels>);
+
+impl Drop for Together<'_> {
+    fn drop(&mut self) {
+        if let Some(ch) = self.0 {
+            ch.together(false);
+        }
+    }
 }
 
 impl Site for &Comm<'_> {
@@ -384,6 +400,11 @@ impl Site for &Comm<'_> {
             red.apply(buf, &all[q * n..(q + 1) * n])?;
         }
         Ok(())
+    }
+
+    fn together(&self) -> Together<'_> {
+        self.ch.together(true);
+        Together(Some(&self.ch))
     }
 }
 

@@ -63,6 +63,14 @@
 //! credit set before the packet's sequence word) instead of two (over TCP at 2 ranks, an
 //! 8-byte allreduce takes 0.74x the time, a 1 KiB one about half; BENCHMARKS.md, "Across
 //! nodes").
+//! An algorithm that sends to several members in a row (a turn of a multi-ring allgather, a
+//! relay's packets to its children) may mark the sends as going together (`Ring::together`,
+//! `Site::together` for the collectives): then no credit is written after their packets, so
+//! a credit owed to a member a later send of the group goes to rides with that packet, and
+//! the others wait until this rank sends outside a group, waits, or owes the next interval.
+//! Across a network a credit of its own is a message (on the simulated Tofu, L_S = 1 us of
+//! this rank's software, paid before the group's next packet otherwise). Liveness is
+//! unchanged: waits still pay first.
 //!
 //! # Memory
 //! Per rank and group of P ranks: `P*128 + P*L*64 + P*K*(CH + 64)` bytes, with K = 32 / P rounded down
@@ -250,6 +258,10 @@ struct Counters {
     /// path".
     owed: Vec<u64>,
     owing: bool,
+    /// Groups of sends going together now ([`Ring::together`]; a count, as a started
+    /// collective's group may be open while another's opens and closes): while any is, no
+    /// credit is written after a packet.
+    together: u32,
     /// Per member and slot, the number of the last packet that put a payload there: the
     /// credit that frees the whole payload (for a packet over `Protocol::part` bytes).
     slot_seq: Vec<u64>,
@@ -587,10 +599,22 @@ impl Ring {
     }
 
     /// Writes back the credits owed (see "Credits off the critical path"). Every way into
-    /// a blocking wait calls it first, and every send after its packet has gone.
+    /// a blocking wait calls it first, and every send after its packet has gone (unless
+    /// the sends go together).
     #[inline]
     pub(crate) fn pay(&self, w: &World) -> Result<()> {
         self.proto.pay(&self.mem(w))
+    }
+
+    /// Opens (`on`) or closes a group of sends going together: while one is open, no credit
+    /// is written after a packet (see "Credits off the critical path").
+    pub(crate) fn together(&self, on: bool) {
+        let mut c = self.proto.c.borrow_mut();
+        c.together = if on {
+            c.together + 1
+        } else {
+            c.together.saturating_sub(1)
+        };
     }
 }
 
@@ -651,6 +675,7 @@ impl Protocol {
                 credit: vec![0; p],
                 owed: vec![0; p],
                 owing: false,
+                together: 0,
                 // Kept only where a slot has several lines (`needed`).
                 slot_seq: vec![0; tracked],
                 whole_seq: vec![0; tracked],
@@ -768,7 +793,7 @@ impl Protocol {
             }
             self.put_packet(io, &mut c, to, (parts, tail), len, aux, meta)?;
         }
-        self.pay(io)?;
+        self.pay_after_send(io)?;
         Ok(true)
     }
 
@@ -1010,6 +1035,17 @@ impl Protocol {
         if !self.c.borrow().owing {
             return Ok(());
         }
+        self.pay_slow(io)
+    }
+
+    /// [`Protocol::pay`] after a packet, unless the sends go together.
+    #[inline]
+    fn pay_after_send(&self, io: &impl Memory) -> Result<()> {
+        let c = self.c.borrow();
+        if !c.owing || c.together != 0 {
+            return Ok(());
+        }
+        drop(c);
         self.pay_slow(io)
     }
 

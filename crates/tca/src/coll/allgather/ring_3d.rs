@@ -21,16 +21,18 @@
 //! Long groups (every group of the stage longer than one chunk) go both ways round a stage's
 //! line at once: the first half of every group around the ring forwards, the second half
 //! backwards, their chunks interleaved, so each direction of each link carries half the bytes.
-//! Blocks of one size and at least three chunks (an allgather's long messages) go further, as
-//! seed 002's long-message regime drives 3-4 directions: each block's chunks are cut in three
-//! parts that take the stages at once, each in its own rotated order of the dimensions
-//! ([`run_parts`]), so a node drives up to six directed links of three dimensions (where two
-//! parts need one link at once, the later waits: on a grid of one line, they go one after
-//! another); their chunks are pipelined, each taken a turn after it was sent.
+//! Blocks of one size and more than one chunk (an allgather's long messages) go as K's
+//! 3D-multiring does ([`run_parts`], seed 002's long-message regime): each block in four parts
+//! that take the stages at once, one way round their lines, each pair of parts in its own
+//! rotated order of the dimensions, so a node drives four directed links, one per port of the
+//! modelled Tofu. On the simulated 384-node Tofu that is faster from 32 KiB blocks (two
+//! chunks) on than the groups (1,721 against 2,256 us at 32 KiB; at 16 KiB the groups take
+//! 1,142 us and K's parts 1,591), and than the three parts both ways round that it replaced
+//! (six links for four ports: 8,337 against 9,201 us at 256 KiB; BENCHMARKS.md, "K's
+//! multi-ring").
 //! Cost: (n0 + n1 + n2 - 3) ring steps, each exchanging a group of the earlier dimensions'
-//! blocks (as one message, two halves of as many chunks in all, or in three parts a chunk at a
-//! time, with a turn per step in which a part only takes its last chunks): p - 1 blocks sent
-//! and received.
+//! blocks (as one message, or two halves of as many chunks in all): p - 1 blocks sent and
+//! received; for blocks of more than a chunk, p - 1 steps of four quarters of a block.
 //! Reuse: channel flow control.
 
 #[cfg(test)]
@@ -64,21 +66,27 @@ fn groups_adjacent(inner: usize, counts: &[usize], displs: &[usize]) -> bool {
         .all(|r| displs[r] + counts[r] == displs[r + 1])
 }
 
+/// The size of every block, where every rank's block has it and they lie back to back in
+/// rank order (an allgather's, not an allgatherv's): the same answer on every rank.
+pub(crate) fn uniform(counts: &[usize], displs: &[usize]) -> Option<usize> {
+    let b = counts.first().copied().unwrap_or(0);
+    counts
+        .iter()
+        .zip(displs)
+        .enumerate()
+        .all(|(r, (&n, &at))| n == b && at == r * b)
+        .then_some(b)
+}
+
 pub(crate) async fn run<M: Mode>(
     c: Steps<'_, M>,
     buf: &mut [u8],
     counts: &[usize],
     displs: &[usize],
 ) -> Result<()> {
-    let b = counts.first().copied().unwrap_or(0);
-    let uniform = counts
-        .iter()
-        .zip(displs)
-        .enumerate()
-        .all(|(r, (&n, &at))| n == b && at == r * b);
-    // At least three chunks a block (more than two: decided by size, as the counting pass
-    // needs, which counts a block as one chunk).
-    if uniform && c.spans_chunks(b / 2) {
+    // Blocks of one size and more than a chunk: K's parts (decided by size, as the counting
+    // pass needs, which counts a block as one chunk).
+    if let Some(b) = uniform(counts, displs).filter(|&b| c.spans_chunks(b)) {
         return run_parts(c, buf, b).await;
     }
     let me = c.me();
@@ -159,16 +167,13 @@ pub(crate) async fn run<M: Mode>(
     Ok(())
 }
 
-/// Part `k`'s order of the dimensions: a rotation, so that at any step the three parts are
-/// mostly on three different dimensions.
-fn order(k: usize) -> [usize; D] {
-    rotation::<D>(k)
-}
+/// Parts of every block in [`run_parts`]: K's four, one per network interface.
+const PARTS: usize = 4;
 
 /// Part `k`'s stage and step within it at step `t` of the whole run: every part takes
 /// (n0 - 1) + (n1 - 1) + (n2 - 1) steps, its stages in its own order.
-fn stage_at(dims: &[usize; D], k: usize, mut t: usize) -> Option<(usize, usize)> {
-    for (j, d) in order(k).into_iter().enumerate() {
+fn stage_at(dims: &[usize; D], order: [usize; D], mut t: usize) -> Option<(usize, usize)> {
+    for (j, d) in order.into_iter().enumerate() {
         let steps = dims[d].saturating_sub(1);
         if t < steps {
             return Some((j, t));
@@ -179,7 +184,11 @@ fn stage_at(dims: &[usize; D], k: usize, mut t: usize) -> Option<(usize, usize)>
 }
 
 /// The gathered buffer seen by the parts: blocks of `b` bytes in rank order on the grid
-/// `dims`, each `chunks` chunks long; part `k` of a block is its k-th third of them.
+/// `dims`, each `chunks` chunks long, in [`PARTS`] parts: by chunks where a block has a chunk
+/// for every part (the block stays the message both ends name, so a simulated network's
+/// timing-only mode leaves large blocks unwritten as it does whole messages), else by bytes,
+/// each part a message of one chunk. Parts 2j and 2j + 1 take the dimensions in the rotated
+/// order (j, j+1, j+2), the first forwards round its lines and the second backwards.
 struct Parts {
     dims: [usize; D],
     b: usize,
@@ -187,20 +196,48 @@ struct Parts {
 }
 
 impl Parts {
-    /// Part `k`'s first chunk of a block.
+    /// Part `k`'s order of the dimensions: a rotation, so that at any step the pairs of parts
+    /// are on different dimensions.
+    fn order(&self, k: usize) -> [usize; D] {
+        rotation::<D>(k / 2)
+    }
+
+    /// Whether the parts are cut by chunks.
+    fn by_chunks(&self) -> bool {
+        self.chunks >= PARTS
+    }
+
+    /// Part `k`'s first chunk of a block (cut by chunks).
     fn first(&self, k: usize) -> usize {
-        self.chunks * k / D
+        self.chunks * k / PARTS
     }
 
     /// Part `k`'s chunks of a block.
     fn len(&self, k: usize) -> usize {
-        self.first(k + 1) - self.first(k)
+        if self.by_chunks() {
+            self.first(k + 1) - self.first(k)
+        } else {
+            1
+        }
+    }
+
+    /// Part `k`'s chunk `i` of rank `r`'s block: the message's bytes in the gathered buffer
+    /// and the chunk's index in it.
+    fn chunk(&self, k: usize, r: usize, i: usize) -> (std::ops::Range<usize>, usize) {
+        let block = r * self.b;
+        if self.by_chunks() {
+            (block..block + self.b, self.first(k) + i)
+        } else {
+            // Fewer chunks than parts: every part's bytes fit in one chunk.
+            let part = |k: usize| block + self.b * k / PARTS;
+            (part(k)..part(k + 1), i)
+        }
     }
 
     /// The rank at place `x` of part `k`'s order of the grid (its first dimension fastest).
     fn rank_at(&self, k: usize, mut x: usize) -> usize {
         let mut at = [0; D];
-        for d in order(k) {
+        for d in self.order(k) {
             at[d] = x % self.dims[d];
             x /= self.dims[d];
         }
@@ -219,11 +256,12 @@ struct Walk {
 }
 
 impl Walk {
-    /// The first (`back` false) or second half of group `group`'s chunks in part `k`; on a
-    /// line of 2 ranks, where both ways round are the same link, all (forwards) or none.
+    /// The forward (`back` false) or backward walk of group `group`'s chunks in part `k`:
+    /// all and none for a part going forwards, none and all for one going backwards. On a
+    /// line of 2 ranks, where both ways round are the same link, all forwards.
     fn half(g: &Parts, k: usize, group: std::ops::Range<usize>, n: usize, back: bool) -> Self {
         let all = group.len() * g.len(k);
-        let mid = if n > 2 { all / 2 } else { all };
+        let mid = if n <= 2 || k % 2 == 0 { all } else { 0 };
         Self {
             k,
             first: group.start,
@@ -231,37 +269,32 @@ impl Walk {
         }
     }
 
-    /// The next chunk: its block's bytes in the gathered buffer and its index there.
+    /// The next chunk: its message's bytes in the gathered buffer and its index there.
     fn next(&mut self, g: &Parts) -> Option<(std::ops::Range<usize>, usize)> {
         let u = self.units.next()?;
         let (place, i) = (u / g.len(self.k), u % g.len(self.k));
-        let r = g.rank_at(self.k, self.first + place);
-        Some((r * g.b..(r + 1) * g.b, g.first(self.k) + i))
+        Some(g.chunk(self.k, g.rank_at(self.k, self.first + place), i))
     }
 }
 
 /// A chunk sent to this rank in a turn of [`run_parts`], taken in the next: from whom, its
-/// block's bytes in the gathered buffer, its index there.
+/// message's bytes in the gathered buffer, its index there.
 type Landing = (usize, std::ops::Range<usize>, usize);
 
-/// Blocks of one size and at least three chunks (seed 002's long-message regime, where K's
-/// multi-ring drives several directions at once): every block's chunks are cut in three
-/// parts, and part k goes the three ring stages in its own rotated order of the dimensions
-/// (k, k+1, k+2), all three parts at once where their links differ, each both ways round its
-/// line as the long groups of [`run`] do (the first half of a group's chunks forwards, the
-/// second half backwards).
-/// So a node sends on up to six directed links of three dimensions, where one stage at a
-/// time drives two. A part's group is the k-th thirds of the blocks of the ranks that share
-/// this rank's coordinates in the part's later dimensions; they do not lie back to back, so a
-/// group travels a chunk at a time, each chunk a chunk of its block (the block is the
-/// message both ends name, so a simulated network's timing-only mode leaves large blocks
-/// unwritten as it does whole messages).
+/// K's 3D-multiring as seed 002 describes it (§4.2.5, eq. 29), for blocks of one size `b`:
+/// every block in four parts, each part going the three ring stages in its own order of the
+/// dimensions, one way round its lines, all four at once where their links differ (K drives
+/// its four network interfaces, the modelled Tofu its four ports). A part's group is the k-th
+/// parts of the blocks of the ranks that share this rank's coordinates in the part's later
+/// dimensions; they do not lie back to back, so a group travels a chunk at a time, and a part
+/// passes p - 1 blocks' parts in all. Every turn sends up to four messages (4 L_S) of a
+/// quarter of a block.
 ///
 /// The rings are pipelined as seed 002's estimate (eq. 29) has them, a step costing the
 /// larger of the software's sends and a chunk's flight, not their sum: a chunk sent in one
 /// turn is taken in the next, after the next turn's sends, so it flies while the sender
 /// goes on.
-async fn run_parts<M: Mode>(c: Steps<'_, M>, buf: &mut [u8], b: usize) -> Result<()> {
+pub(crate) async fn run_parts<M: Mode>(c: Steps<'_, M>, buf: &mut [u8], b: usize) -> Result<()> {
     let me = c.me();
     let dims = c.grid::<D>();
     let at = coords(&dims, me);
@@ -270,15 +303,15 @@ async fn run_parts<M: Mode>(c: Steps<'_, M>, buf: &mut [u8], b: usize) -> Result
         b,
         chunks: c.chunks(b),
     };
-    let pdims: [[usize; D]; D] = std::array::from_fn(|k| order(k).map(|d| dims[d]));
-    let pat: [[usize; D]; D] = std::array::from_fn(|k| order(k).map(|d| at[d]));
+    let pdims: [[usize; D]; PARTS] = std::array::from_fn(|k| g.order(k).map(|d| dims[d]));
+    let pat: [[usize; D]; PARTS] = std::array::from_fn(|k| g.order(k).map(|d| at[d]));
     let stride = |d: usize| dims[..d].iter().product::<usize>();
     // Part k's step `step`: its dimension, its two neighbours, and the walks of the forward
-    // ring's send and receive (first halves of groups) and the backward ring's (second
-    // halves); `None` once the part has taken all its steps.
+    // ring's send and receive and the backward ring's; `None` once the part has taken all
+    // its steps (or for parts this cut does not have).
     let at_step = |k: usize, step: usize| {
-        let (j, s) = stage_at(&dims, k, step)?;
-        let d = order(k)[j];
+        let (j, s) = stage_at(&dims, g.order(k), step)?;
+        let d = g.order(k)[j];
         let (n, a) = (dims[d], at[d]);
         let rank = |x: usize| me - a * stride(d) + (x % n) * stride(d);
         let walk =
@@ -311,13 +344,16 @@ async fn run_parts<M: Mode>(c: Steps<'_, M>, buf: &mut [u8], b: usize) -> Result
     // has returned their credits: two of this rank's chunks at most are untaken, and every
     // collectives' ring has room for three (`Shape::room`, checked at every rank count to
     // 1,024; the shapes do not change beyond).
-    let mut steps = [0usize; D];
-    let mut walking: [_; D] = std::array::from_fn(|k| at_step(k, 0));
+    let mut steps = [0usize; PARTS];
+    let mut walking: [_; PARTS] = std::array::from_fn(|k| at_step(k, 0));
     // The chunks sent to this rank in the last turn, per part and way round.
-    let mut landing: [[Option<Landing>; 2]; D] = Default::default();
+    let mut landing: [[Option<Landing>; 2]; PARTS] = Default::default();
     while walking.iter().any(Option::is_some) {
         let mut taken = [[false; 2]; D];
-        let mut queued: [[Option<Landing>; 2]; D] = Default::default();
+        let mut queued: [[Option<Landing>; 2]; PARTS] = Default::default();
+        // A turn's sends go together: a credit owed to a neighbour rides with the packet
+        // this turn sends it (on a line the parts go both ways), not as a message of its own.
+        let together = c.together();
         for (k, part) in walking.iter_mut().enumerate() {
             let Some((d, ends, [fo, bo, fi, bi])) = part else {
                 continue;
@@ -336,6 +372,7 @@ async fn run_parts<M: Mode>(c: Steps<'_, M>, buf: &mut [u8], b: usize) -> Result
                 queued[k][way] = recv.next(&g).map(|(r, i)| (ends[1 - way], r, i));
             }
         }
+        drop(together);
         for (from, r, i) in landing.into_iter().flatten().flatten() {
             c.recv_chunk(from, &mut buf[r], i, None).await?;
         }

@@ -66,6 +66,7 @@ pub(crate) async fn run<M: Mode>(c: Steps<'_, M>, buf: &mut [u8], red: &Reducer<
                 c.send_chunk(*q, bytes, i).await?;
             }
         }
+        let together = c.together();
         for (k, (parent, children)) in trees.iter().enumerate() {
             let Some(i) = t.checked_sub(height + depth[k]).filter(|&i| i < chunks[k]) else {
                 continue;
@@ -78,6 +79,7 @@ pub(crate) async fn run<M: Mode>(c: Steps<'_, M>, buf: &mut [u8], red: &Reducer<
                 c.send_chunk(q, bytes, i).await?;
             }
         }
+        drop(together);
     }
     Ok(())
 }

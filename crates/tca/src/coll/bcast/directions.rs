@@ -194,6 +194,9 @@ async fn run_d<M: Mode, const D: usize>(
     // parent's plus one), so messages between a pair stay in order.
     let depth: [usize; D] = std::array::from_fn(|k| place.depth(k));
     let end = (0..D).map(|k| chunks[k] + depth[k]).max().unwrap_or(0);
+    // A relay's packets to its children go together: the credit it owes its parent is
+    // written when it waits for the parent's next chunk, not between them.
+    let _together = c.together();
     for t in 0..end {
         for (k, (parent, children)) in trees.iter().enumerate() {
             let Some(i) = t.checked_sub(depth[k]).filter(|&i| i < chunks[k]) else {
