@@ -754,16 +754,17 @@ fn an_overlapped_computation_runs_inline_on_a_simulated_network() {
 /// K's 3D-multiring (`multiring`, and `ring_3d` for blocks of more than one chunk: every
 /// block in four parts, each going one way round its lines, each pair of parts in its own
 /// order of the dimensions) gathers every block on grids with lines of 1, 2 and more ranks,
-/// where parts share lines and fall out of step with one another: blocks of fewer bytes than
-/// parts (empty parts), of sizes not divisible by four, of fewer chunks than parts (cut by
-/// bytes) and of more (cut by chunks, parts of 2 and 3 chunks).
+/// where parts share lines and fall out of step with one another: blocks of no bytes, of fewer
+/// bytes than parts (empty parts), of sizes not divisible by four, of fewer chunks than parts
+/// (cut by bytes, up to 3 chunks) and of as many or more (cut by chunks, parts of 1, 2 and 3
+/// chunks).
 #[test]
 fn the_multi_ring_allgathers_gather_every_part_of_every_block() {
     let mut opts = Options::new(Network::load("tofu-8x6x8").unwrap());
     opts.chunk = Some(1024);
     for alg in ["multiring", "ring_3d"] {
         for p in [1, 2, 3, 4, 6, 8, 12, 18, 27, 30, 36] {
-            for b in [1, 3, 8, 1030, 9 * 1024 + 40] {
+            for b in [0, 1, 3, 8, 1030, 3 * 1024, 4 * 1024, 9 * 1024 + 40] {
                 sim::run(&opts, p, |w: &World| {
                     let c = Comm::world(w)?;
                     c.force(Collective::Allgather, Some(alg))?;
@@ -771,7 +772,7 @@ fn the_multi_ring_allgathers_gather_every_part_of_every_block() {
                     let send: Vec<u8> = (0..b).map(|i| (me * 31 + i * 7) as u8).collect();
                     let mut recv = vec![0u8; b * p as usize];
                     c.allgather(&send, &mut recv)?;
-                    for (q, block) in recv.chunks(b).enumerate() {
+                    for (q, block) in recv.chunks(b.max(1)).enumerate() {
                         for (i, &x) in block.iter().enumerate() {
                             assert_eq!(x, (q * 31 + i * 7) as u8, "block {q} byte {i}");
                         }

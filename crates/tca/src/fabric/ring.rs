@@ -258,9 +258,10 @@ struct Counters {
     /// path".
     owed: Vec<u64>,
     owing: bool,
-    /// Groups of sends going together now ([`Ring::together`]; a count, as a started
-    /// collective's group may be open while another's opens and closes): while any is, no
-    /// credit is written after a packet.
+    /// Groups of sends going together now ([`Ring::together`]; a count, so that a group
+    /// opened inside another closes without closing it): while any is open, no credit is
+    /// written after a packet. Closing one pays nothing: what is owed goes with the next
+    /// packet outside a group or before the next wait.
     together: u32,
     /// Per member and slot, the number of the last packet that put a payload there: the
     /// credit that frees the whole payload (for a packet over `Protocol::part` bytes).

@@ -1,8 +1,8 @@
 //! The K computer's 3D-multiring allgather as seed 002 describes it (§4.2.5, eqs. 29-34):
 //! every block cut in four parts, each sent over its own direction of the torus (K drives its
 //! four network interfaces at once), each part taking the three ring stages of the 3-D grid
-//! one block at a time. Every step a rank sends four messages, a quarter of one block each,
-//! so a step costs max(4 L_S, L_H + M/B) (eq. 29): about 383 steps of 4 L_S at 384 ranks for
+//! one block at a time. Every step a rank sends four messages, a quarter of one block each
+//! (of a long block, a chunk of each quarter), so a step costs max(4 L_S, L_H + M/B) (eq. 29): about 383 steps of 4 L_S at 384 ranks for
 //! short blocks (seed 002's measured t_L, 1,590 us).
 //!
 //! This is the algorithm seed 002 measured, kept so that `tca sim reproduce` simulates what

@@ -196,8 +196,8 @@ struct Parts {
 }
 
 impl Parts {
-    /// Part `k`'s order of the dimensions: a rotation, so that at any step the pairs of parts
-    /// are on different dimensions.
+    /// Part `k`'s order of the dimensions: a rotation, so that the two pairs of parts start on
+    /// different dimensions (and on the 8x6x8 torus stay on different ones).
     fn order(&self, k: usize) -> [usize; D] {
         rotation::<D>(k / 2)
     }
@@ -259,7 +259,7 @@ impl Walk {
     /// The forward (`back` false) or backward walk of group `group`'s chunks in part `k`:
     /// all and none for a part going forwards, none and all for one going backwards. On a
     /// line of 2 ranks, where both ways round are the same link, all forwards.
-    fn half(g: &Parts, k: usize, group: std::ops::Range<usize>, n: usize, back: bool) -> Self {
+    fn way(g: &Parts, k: usize, group: std::ops::Range<usize>, n: usize, back: bool) -> Self {
         let all = group.len() * g.len(k);
         let mid = if n <= 2 || k % 2 == 0 { all } else { 0 };
         Self {
@@ -287,8 +287,8 @@ type Landing = (usize, std::ops::Range<usize>, usize);
 /// its four network interfaces, the modelled Tofu its four ports). A part's group is the k-th
 /// parts of the blocks of the ranks that share this rank's coordinates in the part's later
 /// dimensions; they do not lie back to back, so a group travels a chunk at a time, and a part
-/// passes p - 1 blocks' parts in all. Every turn sends up to four messages (4 L_S) of a
-/// quarter of a block.
+/// passes p - 1 blocks' parts in all. Every turn sends up to four messages (4 L_S): a quarter
+/// of a block each, or a chunk of one where the parts are cut by chunks.
 ///
 /// The rings are pipelined as seed 002's estimate (eq. 29) has them, a step costing the
 /// larger of the software's sends and a chunk's flight, not their sum: a chunk sent in one
@@ -308,14 +308,14 @@ pub(crate) async fn run_parts<M: Mode>(c: Steps<'_, M>, buf: &mut [u8], b: usize
     let stride = |d: usize| dims[..d].iter().product::<usize>();
     // Part k's step `step`: its dimension, its two neighbours, and the walks of the forward
     // ring's send and receive and the backward ring's; `None` once the part has taken all
-    // its steps (or for parts this cut does not have).
+    // its steps.
     let at_step = |k: usize, step: usize| {
         let (j, s) = stage_at(&dims, g.order(k), step)?;
         let d = g.order(k)[j];
         let (n, a) = (dims[d], at[d]);
         let rank = |x: usize| me - a * stride(d) + (x % n) * stride(d);
         let walk =
-            |x: usize, back: bool| Walk::half(&g, k, group(&pdims[k], &pat[k], j, x % n), n, back);
+            |x: usize, back: bool| Walk::way(&g, k, group(&pdims[k], &pat[k], j, x % n), n, back);
         Some((
             d,
             [rank(a + 1), rank(a + n - 1)],
@@ -328,7 +328,7 @@ pub(crate) async fn run_parts<M: Mode>(c: Steps<'_, M>, buf: &mut [u8], b: usize
         ))
     };
     // Each part goes to its next step as soon as it has taken this one (the parts' stages
-    // and thirds differ in length, so a step in lockstep would wait for the longest). Every
+    // differ in length, so a step in lockstep would wait for the longest). Every
     // rank walks the same number of chunks per part and step, so every rank takes the same
     // turns and makes the same choices in them. A turn goes through the walks in order (part
     // by part, forwards then backwards) and sends the next chunk of each whose link, a
