@@ -69,8 +69,8 @@
 //! a credit owed to a member a later send of the group goes to rides with that packet, and
 //! the others wait until this rank sends outside a group, waits, or owes the next interval.
 //! Across a network a credit of its own is a message (on the simulated Tofu, L_S = 1 us of
-//! this rank's software, paid before the group's next packet otherwise). Liveness is
-//! unchanged: waits still pay first.
+//! this rank's software): written after a group's first packet, it would delay the next.
+//! Liveness is unchanged: waits still pay first.
 //!
 //! # Memory
 //! Per rank and group of P ranks: `P*128 + P*L*64 + P*K*(CH + 64)` bytes, with K = 32 / P rounded down
