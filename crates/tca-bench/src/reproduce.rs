@@ -76,7 +76,7 @@ pub struct Point {
 }
 
 /// A simulated figure further than this from the paper's (percent) is a miss, which the data
-/// file explains (seed issue: "say which mechanism the model lacks").
+/// file explains: the mechanism the model lacks.
 pub const OFF_PCT: f64 = 15.0;
 
 /// One of seed 001's channel figures: a put of `bytes` between two ranks of `network`, on
