@@ -440,9 +440,9 @@ pub fn run(opts: &Options, mut say: impl FnMut(&str)) -> Result<Report> {
 
 /// The Table 1 columns to simulate, those with the most buffer bytes first (an allgather's
 /// receive buffer is the ranks times a block): the later, smaller columns then reuse the heap
-/// the first freed. In the data file's order glibc kept the earlier columns' freed memory and
-/// the run peaked at 21.5 GB where the largest column alone takes 13.2 (BENCHMARKS.md, "K's
-/// multi-ring").
+/// the first freed. In the data file's order glibc could keep the earlier columns' freed
+/// memory: the run peaked at 20.6 GiB in two runs of three, where the largest column alone
+/// takes 12.6 (BENCHMARKS.md, "K's multi-ring").
 fn largest_first(cols: &[Table1]) -> Vec<usize> {
     let bytes = |c: &Table1| {
         let per_rank = c.sizes.iter().max().copied().unwrap_or(0);
