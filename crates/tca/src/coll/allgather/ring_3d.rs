@@ -256,16 +256,12 @@ struct Walk {
 }
 
 impl Walk {
-    /// The forward (`back` false) or backward walk of group `group`'s chunks in part `k`:
-    /// all and none for a part going forwards, none and all for one going backwards. On a
-    /// line of 2 ranks, where both ways round are the same link, all forwards.
-    fn way(g: &Parts, k: usize, group: std::ops::Range<usize>, n: usize, back: bool) -> Self {
-        let all = group.len() * g.len(k);
-        let mid = if n <= 2 || k % 2 == 0 { all } else { 0 };
+    /// Every chunk of group `group`'s places in part `k`.
+    fn new(g: &Parts, k: usize, group: std::ops::Range<usize>) -> Self {
         Self {
             k,
             first: group.start,
-            units: if back { mid..all } else { 0..mid },
+            units: 0..group.len() * g.len(k),
         }
     }
 
@@ -306,34 +302,39 @@ pub(crate) async fn run_parts<M: Mode>(c: Steps<'_, M>, buf: &mut [u8], b: usize
     let pdims: [[usize; D]; PARTS] = std::array::from_fn(|k| g.order(k).map(|d| dims[d]));
     let pat: [[usize; D]; PARTS] = std::array::from_fn(|k| g.order(k).map(|d| at[d]));
     let stride = |d: usize| dims[..d].iter().product::<usize>();
-    // Part k's step `step`: its dimension, its two neighbours, and the walks of the forward
-    // ring's send and receive and the backward ring's; `None` once the part has taken all
-    // its steps.
+    // Part k's step `step`: its dimension, its way round the line (0 forwards, 1 backwards;
+    // a line of 2, where both ways are the same link, forwards), the neighbour it sends to
+    // and the one it takes from, and the walks of its send and its receive; `None` once the
+    // part has taken all its steps.
     let at_step = |k: usize, step: usize| {
         let (j, s) = stage_at(&dims, g.order(k), step)?;
         let d = g.order(k)[j];
         let (n, a) = (dims[d], at[d]);
         let rank = |x: usize| me - a * stride(d) + (x % n) * stride(d);
-        let walk =
-            |x: usize, back: bool| Walk::way(&g, k, group(&pdims[k], &pat[k], j, x % n), n, back);
-        Some((
-            d,
-            [rank(a + 1), rank(a + n - 1)],
-            [
-                walk(a + n - s, false),
-                walk(a + s, true),
-                walk(a + 2 * n - s - 1, false),
-                walk(a + s + 1, true),
-            ],
-        ))
+        let walk = |x: usize| Walk::new(&g, k, group(&pdims[k], &pat[k], j, x % n));
+        Some(if n <= 2 || k % 2 == 0 {
+            (
+                d,
+                0,
+                [rank(a + 1), rank(a + n - 1)],
+                [walk(a + n - s), walk(a + 2 * n - s - 1)],
+            )
+        } else {
+            (
+                d,
+                1,
+                [rank(a + n - 1), rank(a + 1)],
+                [walk(a + s), walk(a + s + 1)],
+            )
+        })
     };
     // Each part goes to its next step as soon as it has taken this one (the parts' stages
     // differ in length, so a step in lockstep would wait for the longest). Every
     // rank walks the same number of chunks per part and step, so every rank takes the same
-    // turns and makes the same choices in them. A turn goes through the walks in order (part
-    // by part, forwards then backwards) and sends the next chunk of each whose link, a
-    // dimension and a way round, no earlier walk of the turn has taken (a line of 2 goes one
-    // way only), so at most one chunk to each neighbour; the neighbour's mirror walk takes
+    // turns and makes the same choices in them. A turn goes through the parts in order and
+    // sends the next chunk of each whose link, a dimension and a way round, no earlier part
+    // of the turn has taken (a line of 2 goes one way only), so at most one chunk to each
+    // neighbour; the neighbour's mirror walk takes
     // the same turns. Then it takes the chunks its neighbours sent in the turn before. A part
     // goes to its next step once it has taken every chunk of this one (the next step forwards
     // them). The messages between two ranks are taken in the order they were sent.
@@ -346,41 +347,39 @@ pub(crate) async fn run_parts<M: Mode>(c: Steps<'_, M>, buf: &mut [u8], b: usize
     // 1,024; the shapes do not change beyond).
     let mut steps = [0usize; PARTS];
     let mut walking: [_; PARTS] = std::array::from_fn(|k| at_step(k, 0));
-    // The chunks sent to this rank in the last turn, per part and way round.
-    let mut landing: [[Option<Landing>; 2]; PARTS] = Default::default();
+    // The chunks sent to this rank in the last turn, per part.
+    let mut landing: [Option<Landing>; PARTS] = Default::default();
     while walking.iter().any(Option::is_some) {
         let mut taken = [[false; 2]; D];
-        let mut queued: [[Option<Landing>; 2]; PARTS] = Default::default();
+        let mut queued: [Option<Landing>; PARTS] = Default::default();
         // A turn's sends go together: a credit owed to a neighbour rides with the packet
         // this turn sends it (on a line the parts go both ways), not as a message of its own.
         let together = c.together();
         for (k, part) in walking.iter_mut().enumerate() {
-            let Some((d, ends, [fo, bo, fi, bi])) = part else {
+            let Some((d, way, [to, from], [send, recv])) = part else {
                 continue;
             };
-            for (way, (send, recv)) in [(fo, fi), (bo, bi)].into_iter().enumerate() {
-                // A send walk and its mirror receive are as long: a group of this step.
-                debug_assert_eq!(send.units.len(), recv.units.len());
-                if taken[*d][way] {
-                    continue;
-                }
-                let Some((r, i)) = send.next(&g) else {
-                    continue;
-                };
-                taken[*d][way] = true;
-                c.send_chunk(ends[way], &buf[r], i).await?;
-                queued[k][way] = recv.next(&g).map(|(r, i)| (ends[1 - way], r, i));
+            // A send walk and its mirror receive are as long: a group of this step.
+            debug_assert_eq!(send.units.len(), recv.units.len());
+            if taken[*d][*way] {
+                continue;
             }
+            let Some((r, i)) = send.next(&g) else {
+                continue;
+            };
+            taken[*d][*way] = true;
+            c.send_chunk(*to, &buf[r], i).await?;
+            queued[k] = recv.next(&g).map(|(r, i)| (*from, r, i));
         }
         drop(together);
-        for (from, r, i) in landing.into_iter().flatten().flatten() {
+        for (from, r, i) in landing.into_iter().flatten() {
             c.recv_chunk(from, &mut buf[r], i, None).await?;
         }
         for (k, part) in walking.iter_mut().enumerate() {
             let done = part
                 .as_ref()
-                .is_some_and(|(_, _, w)| w.iter().all(|w| w.units.is_empty()));
-            if done && queued[k].iter().all(Option::is_none) {
+                .is_some_and(|(.., w)| w.iter().all(|w| w.units.is_empty()));
+            if done && queued[k].is_none() {
                 steps[k] += 1;
                 *part = at_step(k, steps[k]);
             }
