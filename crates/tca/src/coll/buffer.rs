@@ -173,7 +173,7 @@ impl super::Comm<'_> {
     /// one copy per byte: `broadcast`, `scatter`, `gather`, `reduce`, `allgather`, `alltoall`,
     /// `allreduce` (up to [`SINGLE_COPY_ALLREDUCE_RANKS`](super::SINGLE_COPY_ALLREDUCE_RANKS)
     /// ranks with a core each, or from
-    /// [`ALLREDUCE_SCATTER_MIN`](super::ALLREDUCE_SCATTER_MIN) bytes) and `reduce_scatter`, from
+    /// [`ALLREDUCE_CROWDED_MIN`](super::ALLREDUCE_CROWDED_MIN) bytes) and `reduce_scatter`, from
     /// [`single_copy_min`](super::Comm::single_copy_min) bytes on
     /// ([`SINGLE_COPY_MIN`](super::SINGLE_COPY_MIN), or
     /// [`SINGLE_COPY_MIN_CROWDED`](super::SINGLE_COPY_MIN_CROWDED) with more ranks than cores;

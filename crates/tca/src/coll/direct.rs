@@ -22,9 +22,8 @@
 //!    broadcast of [`BCAST_SPLIT_MIN`] bytes and more is offered all to all, and every rank
 //!    (the root too) copies its part of the root's buffer into every other rank's; an
 //!    allgather's ranks offer their receive buffers and write their blocks into all of them.
-//!    With more ranks than [`SINGLE_COPY_ALLREDUCE_RANKS`] or than cores, an allreduce of
-//!    [`ALLREDUCE_SCATTER_MIN`] bytes and more offers both buffers, folds a part per rank and
-//!    then gathers the parts.
+//!    An allreduce's ranks offer both buffers, and each folds a part of every rank's vector
+//!    and writes it into every rank's receive buffer.
 //! 2. *Reads*: a reader with every offer it needs copies (or reduces) from the peers' memory.
 //!    Bounds, key and the offered length (against the length this rank expects: a mismatch
 //!    between ranks is an error here, not a wrong result) are checked first.
@@ -47,11 +46,10 @@
 //! is set on every member by the collective [`Comm::buffer`], so every member takes the same branch
 //! without a message), whose members are all on this node and reached through shared memory (a
 //! simulated or network transport has only writes: the papers' hardware), with no algorithm forced,
-//! and from [`SINGLE_COPY_MIN`] bytes on (`TCA_SINGLE_COPY`, `Comm::set_single_copy_min`). An
-//! allreduce whose every rank reads every peer's whole vector runs only up to
-//! [`SINGLE_COPY_ALLREDUCE_RANKS`] ranks, each with a core; beyond, from
-//! [`ALLREDUCE_SCATTER_MIN`] bytes, as a reduce-scatter then an allgather over the buffers.
-//! With more ranks than cores the threshold is [`SINGLE_COPY_MIN_CROWDED`]. Rank 0's settings
+//! and from [`SINGLE_COPY_MIN`] bytes on (`TCA_SINGLE_COPY`, `Comm::set_single_copy_min`); an
+//! allreduce so only up to [`SINGLE_COPY_ALLREDUCE_RANKS`] ranks, each with a core, and
+//! beyond from [`ALLREDUCE_CROWDED_MIN`] bytes. With more ranks than cores the threshold is
+//! [`SINGLE_COPY_MIN_CROWDED`]. Rank 0's settings
 //! are every member's (sent when the communicator is made). An error in the middle of the
 //! protocol aborts the job: the peers wait for this rank's offers or its "done".
 
@@ -81,19 +79,17 @@ pub const SINGLE_COPY_MIN: usize = 8 * 1024;
 /// measured).
 pub const SINGLE_COPY_MIN_CROWDED: usize = 64 * 1024;
 
-/// Most ranks a single-copy allreduce runs on in the form where every rank reduces all p
-/// vectors, p times the reads of one vector, which the channel algorithms (about 2 vectors'
-/// worth per rank) should beat from a few ranks on. An estimate: measured only at 2 ranks
-/// with a core each (0.1-0.5x the channels) and at 4 on 2 cores (1.26-1.71x at 64 KiB, hence
-/// not with more ranks than cores). Beyond it, an allreduce goes single-copy from
-/// [`ALLREDUCE_SCATTER_MIN`] bytes in two halves (about 2(p - 1)/p of a vector per rank).
+/// Most ranks among which an allreduce goes single-copy from [`SINGLE_COPY_MIN`] bytes, each
+/// with a core; beyond, from [`ALLREDUCE_CROWDED_MIN`] bytes. Set for an earlier form in which
+/// every rank folded all p vectors, and not measured again beyond 2 ranks with a core each
+/// (this machine has two).
 pub const SINGLE_COPY_ALLREDUCE_RANKS: usize = 4;
 
 /// This rank's single-copy settings for a communicator of `p` ranks: the smallest message
 /// (`TCA_SINGLE_COPY`, else [`SINGLE_COPY_MIN`], or [`SINGLE_COPY_MIN_CROWDED`] with more
-/// ranks than cores) and whether the ranks are few, each with a core (an allreduce reads
-/// every vector on every rank, a large broadcast splits its copies, an allgather pushes its
-/// blocks). Rank 0's are every member's.
+/// ranks than cores) and whether the ranks are few, each with a core (an allreduce goes
+/// single-copy from the smallest message, a large broadcast splits its copies, an allgather
+/// pushes its blocks). Rank 0's are every member's.
 pub(super) fn settings(p: usize) -> Result<(usize, bool)> {
     let crowded = p > crate::bootstrap::job_cpus() as usize;
     let min = match std::env::var(crate::env::SINGLE_COPY) {
@@ -222,7 +218,7 @@ impl Comm<'_> {
     /// [`Buffer`](super::Buffer)s of this communicator: every member on this node through
     /// shared memory, a buffer allocated ([`Comm::buffer`]), no algorithm forced, from
     /// [`Comm::single_copy_min`] bytes on, and for an allreduce few ranks with a core each
-    /// ([`SINGLE_COPY_ALLREDUCE_RANKS`]) or [`ALLREDUCE_SCATTER_MIN`] bytes. A barrier never
+    /// ([`SINGLE_COPY_ALLREDUCE_RANKS`]) or [`ALLREDUCE_CROWDED_MIN`] bytes. A barrier never
     /// does.
     pub fn single_copy_for(&self, c: Collective, bytes: usize) -> bool {
         self.direct.get()
@@ -231,7 +227,7 @@ impl Comm<'_> {
             && self.forced.borrow()[c as usize].is_none()
             && match c {
                 Collective::Barrier => false,
-                Collective::Allreduce => self.direct_few || bytes >= ALLREDUCE_SCATTER_MIN,
+                Collective::Allreduce => self.direct_few || bytes >= ALLREDUCE_CROWDED_MIN,
                 _ => true,
             }
     }
@@ -257,8 +253,8 @@ impl Comm<'_> {
             Collective::Allgather if self.direct_few && bytes >= ALLGATHER_PUSH_MIN => {
                 "single copy (blocks written into every buffer)"
             }
-            Collective::Allreduce if !self.direct_few => {
-                "single copy (a part folded per rank, then read in place)"
+            Collective::Allreduce => {
+                "single copy (a part folded per rank, written into every buffer)"
             }
             _ => "single copy (peers' buffers read in place)",
         })
@@ -383,6 +379,20 @@ impl Comm<'_> {
         out: &mut [u8],
         red: &Reducer<'_>,
     ) -> Result<()> {
+        self.fold_then(peers, own, from, out, red, |_, _| Ok(()))
+    }
+
+    /// [`Comm::fold`], calling `then(at, piece)` with each finished piece of `out` (`at`: its
+    /// byte in the slices) while it is still in the cache.
+    fn fold_then(
+        &self,
+        peers: &[Option<Peer>],
+        own: &[u8],
+        from: usize,
+        out: &mut [u8],
+        red: &Reducer<'_>,
+        mut then: impl FnMut(usize, &[u8]) -> Result<()>,
+    ) -> Result<()> {
         let mut start = 0;
         while start < out.len() {
             let end = (start + CHUNK).min(out.len());
@@ -396,6 +406,7 @@ impl Comm<'_> {
                     Some(x) => x.with(at, acc.len(), |v| red.apply(acc, v))??,
                 }
             }
+            then(at, acc)?;
             start = end;
         }
         Ok(())
@@ -529,29 +540,52 @@ async fn answer_from<M: Live>(c: Steps<'_, M>, from: usize, fallback: bool) -> R
     }
 }
 
-/// Offers `buf` to every peer, takes every peer's offer of `len` bytes and appends them to
-/// `peers` in rank order (p entries; this rank's stays `None`): the all-to-all forms' step 1.
-/// Returns whether every rank's buffer is in tca's memory, and whether this rank's is.
+/// Most buffers a rank offers to every peer at once ([`offers_all`]).
+const MAX_OFFERS: usize = 2;
+
+/// Offers `bufs` (one or two) to every peer in one message, takes every peer's offers of
+/// `len` bytes each and appends them to `peers`, p entries per buffer in rank order (this
+/// rank's stay `None`): the all-to-all forms' step 1. Returns whether every rank's buffers are
+/// all in tca's memory, and whether this rank's are.
 async fn offers_all<M: Live>(
     c: Steps<'_, M>,
-    buf: &[u8],
+    bufs: &[&[u8]],
     len: usize,
     peers: &mut Vec<Option<Peer>>,
 ) -> Result<(bool, bool)> {
-    let mine = c.offer(buf);
+    let k = bufs.len();
+    assert!(
+        (1..=MAX_OFFERS).contains(&k),
+        "one or two buffers are offered at once"
+    );
+    let mut mine = [0u8; MAX_OFFERS * OFFER];
+    let mut all_mine = true;
+    for (i, b) in bufs.iter().enumerate() {
+        let o = c.offer(b);
+        all_mine &= offered(&o);
+        mine[i * OFFER..(i + 1) * OFFER].copy_from_slice(&o);
+    }
     let (p, me) = (c.p(), c.me);
-    for k in 1..p {
-        c.ch_send((me + k) % p, &mine).await?;
+    for j in 1..p {
+        c.ch_send((me + j) % p, &mine[..k * OFFER]).await?;
     }
     let base = peers.len();
-    peers.resize_with(base + p, || None);
-    let mut all = offered(&mine);
-    for k in 1..p {
-        let q = (me + p - k) % p;
-        peers[base + q] = take_offer(c, q, len).await?;
-        all &= peers[base + q].is_some();
+    peers.resize_with(base + k * p, || None);
+    let mut all = all_mine;
+    for j in 1..p {
+        let q = (me + p - j) % p;
+        let mut theirs = [0u8; MAX_OFFERS * OFFER];
+        c.ch_recv(q, &mut theirs[..k * OFFER]).await?;
+        for i in 0..k {
+            let o = theirs[i * OFFER..(i + 1) * OFFER]
+                .try_into()
+                .expect("an offer's bytes");
+            let peer = c.resolve(q, len, o)?;
+            all &= peer.is_some();
+            peers[base + i * p + q] = peer;
+        }
     }
-    Ok((all, offered(&mine)))
+    Ok((all, all_mine))
 }
 
 /// Step 3 of the all-to-all forms: done to every peer, then every peer's done.
@@ -646,7 +680,7 @@ async fn all_to_all<M: Live>(
     read: impl FnOnce(&[Option<Peer>]) -> Result<()>,
 ) -> Result<bool> {
     let mut peers = Peers::take(&c)?;
-    if !offers_all(c, send, send.len(), &mut peers).await?.0 {
+    if !offers_all(c, &[send], send.len(), &mut peers).await?.0 {
         return Ok(false);
     }
     read(&peers)?;
@@ -714,7 +748,7 @@ async fn broadcast_split<M: Live>(c: Steps<'_, M>, buf: &mut [u8], root: usize) 
     // that took the other path by a mismatched length meets a message of the wrong kind or
     // length, an error, not a wait.
     let mut peers = Peers::take(&c)?;
-    let (all, mine) = offers_all(c, buf, n, &mut peers).await?;
+    let (all, mine) = offers_all(c, &[buf], n, &mut peers).await?;
     let root_offered = if me == root {
         mine
     } else {
@@ -873,7 +907,7 @@ pub(super) async fn reduce<M: Live>(
         // (mismatched) length then meets an offer of the wrong length, an error, not a wait
         // for a message that never comes. Each rank then knows what every other knows.
         let mut peers = Peers::take(&c)?;
-        let (all, mine) = offers_all(c, send, n, &mut peers).await?;
+        let (all, mine) = offers_all(c, &[send], n, &mut peers).await?;
         let others = (0..p).all(|q| q == root || if q == me { mine } else { peers[q].is_some() });
         // Then the root's `recv` to every other rank (they fold their parts into it).
         let mut target = None;
@@ -949,7 +983,7 @@ pub(super) async fn allgather<M: Live>(
 async fn allgather_push<M: Live>(c: Steps<'_, M>, send: &[u8], recv: &mut [u8]) -> Result<bool> {
     let (p, me, b) = (c.p(), c.me, send.len());
     let mut peers = Peers::take(&c)?;
-    if !offers_all(c, recv, p * b, &mut peers).await?.0 {
+    if !offers_all(c, &[recv], p * b, &mut peers).await?.0 {
         return Ok(false);
     }
     let mut at = 0;
@@ -1010,39 +1044,34 @@ pub(super) async fn alltoall<M: Live>(
     c.direct_end(r)
 }
 
-/// Allreduce: every rank offers `send` to all and folds all of them into `recv`.
-///
-/// With more ranks than [`SINGLE_COPY_ALLREDUCE_RANKS`] or than cores, from
-/// [`ALLREDUCE_SCATTER_MIN`] bytes, as a reduce-scatter then an allgather instead
-/// ([`allreduce_scattered`]): every rank reads about 2(p - 1)/p of a vector rather than p - 1
-/// vectors.
+/// Smallest allreduce (bytes) that goes single-copy with more ranks than
+/// [`SINGLE_COPY_ALLREDUCE_RANKS`] or than cores: below it the rounds of small messages, each
+/// a trip through the scheduler when ranks share cores, cost more than the channels' second
+/// copy. Measured at 4 and 8 ranks on 2 cores, for an earlier form with one round more
+/// (BENCHMARKS.md, "A single-copy allreduce for crowded ranks").
+pub const ALLREDUCE_CROWDED_MIN: usize = 128 * 1024;
+
+/// Allreduce, folded once and pushed: every rank offers `send` and `recv` to all (one
+/// message); rank r folds the r-th of p parts of every rank's `send` into the same part of
+/// its own `recv`, and writes each finished piece, while it is still in the cache, into the
+/// same place of every other rank's `recv`; one round of "done" ends it (no `send` is read and
+/// no `recv` written after it). Every rank reads a vector's worth and writes one, the least
+/// any form moves: folding all p vectors on every rank reads p, and folding a part then
+/// reading the others' parts from their `recv` reads 2(p - 1)/p + 1 and takes a round more
+/// (both measured slower, at 2 ranks and at 4 and 8 on 2 cores: BENCHMARKS.md, "An allreduce
+/// folded once and pushed"). False on every rank where some rank's `send` or `recv` is not in
+/// tca's memory.
 pub(super) async fn allreduce<M: Live>(
     c: Steps<'_, M>,
     send: &[u8],
     recv: &mut [u8],
     red: &Reducer<'_>,
 ) -> Result<bool> {
-    let r = if c.direct_few {
-        all_to_all(c, send, |peers| c.fold(peers, send, 0, recv, red)).await
-    } else {
-        allreduce_scattered(c, send, recv, red).await
-    };
+    let r = allreduce_pushed(c, send, recv, red).await;
     c.direct_end(r)
 }
 
-/// Smallest allreduce (bytes) that goes single-copy with more ranks than
-/// [`SINGLE_COPY_ALLREDUCE_RANKS`] or than cores, as a reduce-scatter then an allgather
-/// over the ranks' buffers: below it the four rounds of small messages, each a trip through
-/// the scheduler when ranks share cores, cost more than the channels' second copy. Measured
-/// at 4 and 8 ranks on 2 cores (BENCHMARKS.md, "A single-copy allreduce for crowded ranks").
-pub const ALLREDUCE_SCATTER_MIN: usize = 128 * 1024;
-
-/// The single-copy allreduce in two halves: every rank offers `send` and `recv` to all; rank
-/// r folds the r-th of p parts of every rank's `send` into the same part of its own `recv`;
-/// once every rank has said so (no `send` is read after that, every part is whole), rank r
-/// reads every other rank's part from that rank's `recv` into its own. False on every rank
-/// where some rank's `send` or `recv` is not in tca's memory.
-async fn allreduce_scattered<M: Live>(
+async fn allreduce_pushed<M: Live>(
     c: Steps<'_, M>,
     send: &[u8],
     recv: &mut [u8],
@@ -1050,25 +1079,22 @@ async fn allreduce_scattered<M: Live>(
 ) -> Result<bool> {
     let (p, me, n) = (c.p(), c.me, send.len());
     let mut peers = Peers::take(&c)?;
-    // Both offers from every rank before anything is read: every rank then knows whether
-    // both halves can run.
-    let sends = offers_all(c, send, n, &mut peers).await?.0;
-    let recvs = offers_all(c, recv, n, &mut peers).await?.0;
-    if !(sends && recvs) {
+    if !offers_all(c, &[send, &*recv], n, &mut peers).await?.0 {
         return Ok(false);
     }
     let (lo, hi) = part(n, p, me);
-    c.fold(&peers[..p], send, lo, &mut recv[lo..hi], red)?;
-    done_all(c).await?;
-    // Each rank writes only its own part of its `recv` before the round above, and only the
-    // others' parts after it, which is all the others read of it: no byte is read while it
-    // is written.
-    for k in 1..p {
-        let q = (me + k) % p;
-        let (a, b) = part(n, p, q);
-        let src = peers[p + q].as_ref().expect("every buffer was offered");
-        src.read(a, &mut recv[a..b])?;
-    }
+    let (sends, recvs) = peers.split_at(p);
+    // Each rank writes only its own part of every `recv` (the parts are cut from the byte
+    // length alone, which every rank checked against every offer), and reads only `send`s,
+    // which no one writes: no byte is read while it is written, and none has two writers.
+    c.fold_then(sends, send, lo, &mut recv[lo..hi], red, |at, piece| {
+        for k in 1..p {
+            let q = (me + k) % p;
+            let to = recvs[q].as_ref().expect("every buffer was offered");
+            to.write(at, piece)?;
+        }
+        Ok(())
+    })?;
     drop(peers);
     done_all(c).await?;
     Ok(true)

@@ -68,7 +68,7 @@ pub use buffer::Buffer;
 pub(crate) use buffer::Registry;
 pub use channel::{chunk_bytes, scratch_bytes};
 pub use direct::{
-    ALLGATHER_PUSH_MIN, ALLREDUCE_SCATTER_MIN, BCAST_SPLIT_MIN, REDUCE_SPLIT_MIN,
+    ALLGATHER_PUSH_MIN, ALLREDUCE_CROWDED_MIN, BCAST_SPLIT_MIN, REDUCE_SPLIT_MIN,
     REDUCE_SPLIT_MIN_CROWDED, SINGLE_COPY_ALLREDUCE_RANKS, SINGLE_COPY_MIN,
     SINGLE_COPY_MIN_CROWDED,
 };
