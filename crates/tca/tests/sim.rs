@@ -21,12 +21,13 @@ fn secs_to_ps(s: f64) -> u64 {
     (s * 1e12).round() as u64
 }
 
-/// A DMA put of `n` bytes: (sender's issue time, first-hop latency, time on the wire).
+/// A DMA put of `n` bytes: (sender's issue time, first-hop latency (the hardware's setup and
+/// the flight), time on the wire).
 fn dma(net: &Network, n: usize) -> (u64, u64, u64) {
     let gbs = net.link.gbs.min(net.link.port_gbs).min(net.dma.read_gbs);
     (
         ps(net.software.put_ns + net.dma.descriptor_ns),
-        ps(net.dma.latency_ns),
+        ps(net.dma.setup_ns) + ps(net.dma.latency_ns),
         ps(n as f64 / gbs),
     )
 }
@@ -117,6 +118,41 @@ fn two_puts_sharing_a_link_take_twice_the_serialisation() {
         issue + wire + lat + ps(net.link.hop_ns) + wire,
         "the second put waits for the shared link, then crosses one more hop"
     );
+}
+
+#[test]
+fn a_messages_hardware_setup_holds_its_link() {
+    // On Tofu a message's hardware setup (seed 002's L_H, `dma.setup_ns`) holds its sending
+    // port and link: two puts from rank 0 to its x+ neighbour land a setup and a time on the
+    // wire apart, not only the time on the wire (as they would if L_H were flight the next
+    // message could overlap): eq. 9's segment of L_H + m_B/B.
+    let opts = Options::new(Network::load("tofu-8x6x8").unwrap());
+    let net = &opts.network;
+    assert!(net.dma.setup_ns > 0.0);
+    let n = 1 << 16;
+    let t = sim::run(&opts, 2, |w: &World| {
+        let seg = w.alloc_symmetric(n + 64)?;
+        w.barrier()?;
+        w.quiet()?;
+        let t0 = w.wtime();
+        if w.rank() == 0 {
+            let h = *seg.handle(1)?;
+            let data = vec![1u8; n];
+            w.put_signal(&h, 64, &data, &h, 0, SignalOp::Set(1))?;
+            w.put_signal(&h, 64, &data, &h, 8, SignalOp::Set(1))?;
+            Ok((secs_to_ps(t0), 0, 0))
+        } else {
+            w.wait_until(seg.local(), 0, 1)?;
+            let first = secs_to_ps(w.wtime());
+            w.wait_until(seg.local(), 8, 1)?;
+            Ok((0, first, secs_to_ps(w.wtime())))
+        }
+    })
+    .unwrap()
+    .results;
+    let (issue, lat, wire) = dma(net, n + 8);
+    assert_eq!(t[1].1 - t[0].0, issue + lat + wire);
+    assert_eq!(t[1].2 - t[1].1, ps(net.dma.setup_ns) + wire);
 }
 
 #[test]

@@ -334,7 +334,10 @@ impl Engine {
             &mut links,
         );
         let route = self.net.route(8, hops);
-        let back = route.latency.saturating_add(hold(8, route.gbs));
+        let back = route
+            .setup
+            .saturating_add(route.latency)
+            .saturating_add(hold(8, route.gbs));
         st.push(
             arrival,
             Event::Atomic {
@@ -366,7 +369,7 @@ impl Engine {
             &mut links,
         );
         let route = self.net.route(n, hops);
-        let busy = hold(n, route.gbs);
+        let busy = route.setup.saturating_add(hold(n, route.gbs));
         let (start, earliest) = self.reserve(st, from, to, &links, route.issue, busy);
         let arrival = earliest.max(start.saturating_add(busy).saturating_add(route.latency));
         st.pair_last[from as usize * self.nodes.len() + to as usize] = arrival;
@@ -396,15 +399,20 @@ impl Engine {
             &mut links,
         );
         let total: usize = parts.iter().sum();
+        let setup = ps(self.net.dma.setup_ns);
         let latency = ps(self.net.dma.latency_ns + self.net.link.hop_ns * f64::from(hops));
         let descriptors = parts.iter().filter(|&&n| n > 0).count();
         let issue = ps(self.net.software.put_ns + self.net.dma.descriptor_ns * descriptors as f64);
         let mut finish = Vec::with_capacity(parts.len());
         self.net.channel_finishes(parts, &mut finish);
-        let busy = finish.iter().copied().max().unwrap_or(0);
+        let done = finish.iter().copied().max().unwrap_or(0);
+        let busy = setup.saturating_add(done);
         let (start, earliest) = self.reserve(&mut st, from, to, &links, issue, busy);
-        let arrive = |f: Ps| earliest.max(start.saturating_add(f).saturating_add(latency));
-        let last = arrive(busy);
+        let arrive = |f: Ps| {
+            let end = start.saturating_add(setup).saturating_add(f);
+            earliest.max(end.saturating_add(latency))
+        };
+        let last = arrive(done);
         st.pair_last[from as usize * self.nodes.len() + to as usize] = last;
         st.stats.messages += descriptors.saturating_sub(1) as u64;
         st.stats.bytes += total as u64;

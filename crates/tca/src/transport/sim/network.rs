@@ -16,15 +16,17 @@
 //!    and one ejection port of `b` (of `ports_per_node` each). It streams over all of them at
 //!    the slowest one's bandwidth `B` (link, port, mode, endpoint read rate).
 //! 3. It starts when it is ready and every resource is free: `s = max(ready, free_at(r))`, and
-//!    holds each resource for `n / B`: two messages that share a link take twice the time of
-//!    one (the link serialises them in the order they were issued). A resource is free from
+//!    holds each resource for `setup + n / B` (`setup`: `dma.setup_ns` for a DMA message, the
+//!    hardware's start of a transfer, 0 unless the model sets it): two messages that share a
+//!    link take twice the time of one (the link serialises them in the order they were
+//!    issued). A resource is free from
 //!    one time on (no gaps are filled), so each port is chosen once the links have said when
 //!    the message can go: one free by then, the one that became free last, else the one free
 //!    first. A message that waits for its link (a header line behind its payload) then takes
 //!    a port only from when it goes, and the node's other ports stay free for its messages to
 //!    other neighbours (seed 002's several directions at once).
-//! 4. It arrives at `s + latency + (hops - 1) hop_ns + n / B`: `latency` is the mode's one-way
-//!    latency over one hop, measured by the seeds' 8-byte ping-pongs.
+//! 4. It arrives at `s + setup + latency + (hops - 1) hop_ns + n / B`: `setup + latency` is
+//!    the mode's one-way latency over one hop, measured by the seeds' 8-byte ping-pongs.
 //!
 //! A ring packet whose payload does not ride in its header line is one message of payload and
 //! header chained (PEACH2's chained descriptors; one RDMA put with its notice on Tofu): one
@@ -168,6 +170,12 @@ pub struct Pio {
 pub struct Dma {
     /// One-way latency over one hop (ns).
     pub latency_ns: f64,
+    /// Hardware time to start each message (ns), during which it holds its sending port and
+    /// links: the next message on them starts only after it (seed 002's L_H, "the hardware
+    /// part of preparing a communication", which its pipelines pay per segment, eq. 9's
+    /// max(L_S, L_H + m_B/B)). Paid before `latency_ns`; 0 by default.
+    #[serde(default)]
+    pub setup_ns: f64,
     /// CPU time to write and start a descriptor (ns).
     pub descriptor_ns: f64,
     /// What the engine reads from the sender's memory (GB/s): host or GPU memory.
@@ -199,7 +207,9 @@ pub(crate) type Resource = u32;
 pub(crate) struct Route {
     /// Sender CPU time before the message is ready.
     pub(crate) issue: Ps,
-    /// Latency from start to the first byte's arrival.
+    /// Hardware time from start to the first byte's leaving, holding the port and links.
+    pub(crate) setup: Ps,
+    /// Latency from the first byte's leaving to its arrival.
     pub(crate) latency: Ps,
     /// Bytes per ns it streams at.
     pub(crate) gbs: f64,
@@ -273,6 +283,7 @@ impl Network {
         time(self.software.put_ns, "software.put_ns")?;
         time(self.software.poll_ns, "software.poll_ns")?;
         time(self.dma.latency_ns, "dma.latency_ns")?;
+        time(self.dma.setup_ns, "dma.setup_ns")?;
         time(self.dma.descriptor_ns, "dma.descriptor_ns")?;
         rate(self.dma.read_gbs, "dma.read_gbs")?;
         if self.dma.channels_gbs.len() > crate::fabric::MAX_PARTS {
@@ -448,11 +459,13 @@ impl Network {
         match &self.pio {
             Some(p) if n as u64 <= p.max_bytes => Route {
                 issue: ps(self.software.put_ns + bytes / p.gbs),
+                setup: 0,
                 latency: ps(p.latency_ns + hop),
                 gbs: link.min(p.gbs),
             },
             _ => Route {
                 issue: ps(self.software.put_ns + self.dma.descriptor_ns),
+                setup: ps(self.dma.setup_ns),
                 latency: ps(self.dma.latency_ns + hop),
                 gbs: link.min(self.dma.read_gbs),
             },
@@ -554,10 +567,11 @@ impl Network {
         // A chunk past its header line is its payload and header chained: one issue and two
         // descriptors.
         let chained = dma.issue + self.chained_descriptor(usize::MAX);
-        let spill = us(chained + dma.latency) - us(line.issue + line.latency);
+        let spill =
+            us(chained + dma.setup + dma.latency) - us(line.issue + line.setup + line.latency);
         let per_byte = 1e-3 / dma.gbs;
         crate::coll::model::CostModel {
-            delta: us(line.latency),
+            delta: us(line.setup + line.latency),
             alpha: small + self.software.poll_ns * 1e-3,
             alpha_spill: spill.max(0.0),
             beta: per_byte,
@@ -745,7 +759,9 @@ mod tests {
             t.cost_model().alpha_spill,
             t.dma.descriptor_ns * 1e-3
         ));
-        assert!(close(t.cost_model().delta, t.dma.latency_ns * 1e-3));
+        assert!(t.dma.setup_ns > 0.0);
+        let one_way = t.dma.setup_ns + t.dma.latency_ns;
+        assert!(close(t.cost_model().delta, one_way * 1e-3));
     }
 
     #[test]
