@@ -1045,11 +1045,13 @@ pub(super) async fn alltoall<M: Live>(
 }
 
 /// Smallest allreduce (bytes) that goes single-copy with more ranks than
-/// [`SINGLE_COPY_ALLREDUCE_RANKS`] or than cores: below it the rounds of small messages, each
-/// a trip through the scheduler when ranks share cores, cost more than the channels' second
-/// copy. Measured at 4 and 8 ranks on 2 cores, for an earlier form with one round more
-/// (BENCHMARKS.md, "A single-copy allreduce for crowded ranks").
-pub const ALLREDUCE_CROWDED_MIN: usize = 128 * 1024;
+/// [`SINGLE_COPY_ALLREDUCE_RANKS`] or than cores, as [`SINGLE_COPY_MIN_CROWDED`] is for the
+/// other collectives: below it the two rounds of small messages, each a trip through the
+/// scheduler when ranks share cores, cost more than the channels' second copy. At 4 and 8
+/// ranks on 2 cores, 64 and 96 KiB took 0.22-1.21x the channels' time, 0.58x in the median of
+/// 12 alternating rounds (BENCHMARKS.md, "An allreduce folded once and pushed"; 128 KiB for
+/// the earlier form with a round more).
+pub const ALLREDUCE_CROWDED_MIN: usize = 64 * 1024;
 
 /// Allreduce, folded once and pushed: every rank offers `send` and `recv` to all (one
 /// message); rank r folds the r-th of p parts of every rank's `send` into the same part of
