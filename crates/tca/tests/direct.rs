@@ -275,6 +275,64 @@ fn below_the_threshold_and_when_forced_the_channels_run() {
 }
 
 #[test]
+fn rooted_collectives_stream_through_the_channels_below_their_own_threshold() {
+    // By default, with a core per rank, broadcast, scatter, gather and reduce go single-copy
+    // from `SINGLE_COPY_ROOTED_MIN` (below, the root streams through the rings), the others
+    // from `SINGLE_COPY_MIN`; a threshold set applies to all. Run only where the defaults
+    // hold (no `TCA_SINGLE_COPY`, ranks not crowded, shared memory).
+    use tca::Collective::{Allgather, Broadcast, Gather, Reduce, Scatter};
+    use tca::coll::SINGLE_COPY_ROOTED_MIN;
+    if std::env::var("TCA_SINGLE_COPY").is_ok() || tca::bootstrap::job_cpus() < 2 || !on_shm() {
+        return;
+    }
+    let got = threads::run(2, |w| {
+        let c = Comm::world(w)?;
+        let mins = (c.single_copy_min(), c.single_copy_min_rooted());
+        let below = SINGLE_COPY_ROOTED_MIN / 8 - 1;
+        let at = SINGLE_COPY_ROOTED_MIN / 8;
+        let mut s = filled(&c, 2 * at, |i| v(c.rank() as usize, i))?;
+        let mut r = c.buffer::<f64>(2 * at)?;
+        let mut calls = Vec::new();
+        for n in [below, at] {
+            let before = c.single_copy_calls();
+            c.broadcast(&mut s[AT..AT + n], 0)?;
+            c.scatter(&s[AT..AT + 2 * n], &mut r[..n], 1)?;
+            c.gather(&s[AT..AT + n], &mut r[..2 * n], 0)?;
+            c.reduce(&s[AT..AT + n], &mut r[..n], &Op::Sum, 1)?;
+            calls.push(c.single_copy_calls() - before);
+        }
+        // The all-to-all forms keep the lower threshold.
+        let before = c.single_copy_calls();
+        c.allgather(&s[AT..AT + below], &mut r[..2 * below])?;
+        calls.push(c.single_copy_calls() - before);
+        // A threshold set applies to the rooted collectives too.
+        c.set_single_copy_min(Some(SINGLE_COPY_MIN));
+        let before = c.single_copy_calls();
+        c.broadcast(&mut s[AT..AT + below], 0)?;
+        calls.push(c.single_copy_calls() - before);
+        let says = [Broadcast, Scatter, Gather, Reduce]
+            .map(|k| c.single_copy_for(k, SINGLE_COPY_MIN) && c.single_copy_for(k, below * 8));
+        Ok((
+            mins,
+            calls,
+            says,
+            c.single_copy_for(Allgather, SINGLE_COPY_MIN),
+        ))
+    })
+    .unwrap();
+    for (mins, calls, says, allgather) in got {
+        assert_eq!(mins, (Some(SINGLE_COPY_MIN), Some(SINGLE_COPY_ROOTED_MIN)));
+        assert_eq!(
+            calls,
+            [0, 4, 1, 1],
+            "below, at the rooted threshold; allgather; set"
+        );
+        assert_eq!(says, [true; 4]);
+        assert!(allgather);
+    }
+}
+
+#[test]
 fn mismatched_lengths_are_an_error_on_every_rank() {
     // Rank 1 broadcasts into a longer buffer than the root's: every rank ends with an error
     // (rank 1 names the mismatch; the root waits for an answer that never comes and learns

@@ -175,7 +175,8 @@ impl super::Comm<'_> {
     /// ranks with a core each, or from
     /// [`ALLREDUCE_CROWDED_MIN`](super::ALLREDUCE_CROWDED_MIN) bytes) and `reduce_scatter`, from
     /// [`single_copy_min`](super::Comm::single_copy_min) bytes on
-    /// ([`SINGLE_COPY_MIN`](super::SINGLE_COPY_MIN), or
+    /// ([`SINGLE_COPY_MIN`](super::SINGLE_COPY_MIN); the rooted ones from
+    /// [`SINGLE_COPY_ROOTED_MIN`](super::SINGLE_COPY_ROOTED_MIN); or
     /// [`SINGLE_COPY_MIN_CROWDED`](super::SINGLE_COPY_MIN_CROWDED) with more ranks than cores;
     /// `TCA_SINGLE_COPY`). A two-sided receive into it that this rank waits in takes a large
     /// message from a rank of this node as one put.

@@ -46,7 +46,8 @@
 //! is set on every member by the collective [`Comm::buffer`], so every member takes the same branch
 //! without a message), whose members are all on this node and reached through shared memory (a
 //! simulated or network transport has only writes: the papers' hardware), with no algorithm forced,
-//! and from [`SINGLE_COPY_MIN`] bytes on (`TCA_SINGLE_COPY`, `Comm::set_single_copy_min`); an
+//! and from [`SINGLE_COPY_MIN`] bytes on (`TCA_SINGLE_COPY`, `Comm::set_single_copy_min`; a
+//! rooted collective by default from [`SINGLE_COPY_ROOTED_MIN`]); an
 //! allreduce so only up to [`SINGLE_COPY_ALLREDUCE_RANKS`] ranks, each with a core, and
 //! beyond from [`ALLREDUCE_CROWDED_MIN`] bytes. With more ranks than cores the threshold is
 //! [`SINGLE_COPY_MIN_CROWDED`]. Rank 0's settings
@@ -79,6 +80,17 @@ pub const SINGLE_COPY_MIN: usize = 8 * 1024;
 /// measured).
 pub const SINGLE_COPY_MIN_CROWDED: usize = 64 * 1024;
 
+/// Smallest message (bytes; per rank's block in a scatter and gather) that a rooted collective
+/// (broadcast, scatter, gather, reduce) sends single-copy by default with a core per rank.
+/// Through the channels the root of a stream of calls goes on as soon as its data is in the
+/// rings; single copy makes every call wait for its readers' "done". At 2 ranks 8 KiB took
+/// 0.61-0.83x single copy's time through the channels with the machine's line round trip at
+/// 21-25 ns, 0.66-0.91x at 183-207 ns; from 12-16 KiB single copy was level or faster
+/// (BENCHMARKS.md, "Rooted collectives through the channels up to 16 KiB"). With more ranks
+/// than cores, and where `TCA_SINGLE_COPY` or [`Comm::set_single_copy_min`] sets the threshold,
+/// rooted collectives use the same one as the others.
+pub const SINGLE_COPY_ROOTED_MIN: usize = 16 * 1024;
+
 /// Most ranks among which an allreduce goes single-copy from [`SINGLE_COPY_MIN`] bytes, each
 /// with a core; beyond, from [`ALLREDUCE_CROWDED_MIN`] bytes. Set for an earlier form in which
 /// every rank folded all p vectors, and not measured again beyond 2 ranks with a core each
@@ -87,18 +99,22 @@ pub const SINGLE_COPY_ALLREDUCE_RANKS: usize = 4;
 
 /// This rank's single-copy settings for a communicator of `p` ranks: the smallest message
 /// (`TCA_SINGLE_COPY`, else [`SINGLE_COPY_MIN`], or [`SINGLE_COPY_MIN_CROWDED`] with more
-/// ranks than cores) and whether the ranks are few, each with a core (an allreduce goes
-/// single-copy from the smallest message, a large broadcast splits its copies, an allgather
-/// pushes its blocks). Rank 0's are every member's.
-pub(super) fn settings(p: usize) -> Result<(usize, bool)> {
+/// ranks than cores), the same for the rooted collectives (by default
+/// [`SINGLE_COPY_ROOTED_MIN`] with a core per rank), and whether the ranks are few, each
+/// with a core (an allreduce goes single-copy from the smallest message, a large broadcast
+/// splits its copies, an allgather pushes its blocks). Rank 0's are every member's.
+pub(super) fn settings(p: usize) -> Result<(usize, usize, bool)> {
     let crowded = p > crate::bootstrap::job_cpus() as usize;
-    let min = match std::env::var(crate::env::SINGLE_COPY) {
-        Ok(v) if matches!(v.trim(), "off" | "no" | "false") => usize::MAX,
-        Ok(_) => crate::env::parse::<usize>(crate::env::SINGLE_COPY)?.unwrap_or(SINGLE_COPY_MIN),
-        Err(_) if crowded => SINGLE_COPY_MIN_CROWDED,
-        Err(_) => SINGLE_COPY_MIN,
+    let (min, rooted) = match std::env::var(crate::env::SINGLE_COPY) {
+        Ok(v) if matches!(v.trim(), "off" | "no" | "false") => (usize::MAX, usize::MAX),
+        Ok(_) => {
+            let b = crate::env::parse::<usize>(crate::env::SINGLE_COPY)?.unwrap_or(SINGLE_COPY_MIN);
+            (b, b)
+        }
+        Err(_) if crowded => (SINGLE_COPY_MIN_CROWDED, SINGLE_COPY_MIN_CROWDED),
+        Err(_) => (SINGLE_COPY_MIN, SINGLE_COPY_ROOTED_MIN),
     };
-    Ok((min, p <= SINGLE_COPY_ALLREDUCE_RANKS && !crowded))
+    Ok((min, rooted, p <= SINGLE_COPY_ALLREDUCE_RANKS && !crowded))
 }
 
 /// Bytes of a reduction's step: the accumulator's piece stays in the cache while every
@@ -217,13 +233,21 @@ impl Comm<'_> {
     /// has blocks, as [`Comm::algorithm`]) goes single-copy when its buffers are
     /// [`Buffer`](super::Buffer)s of this communicator: every member on this node through
     /// shared memory, a buffer allocated ([`Comm::buffer`]), no algorithm forced, from
-    /// [`Comm::single_copy_min`] bytes on, and for an allreduce few ranks with a core each
+    /// [`Comm::single_copy_min`] bytes on (a rooted collective from
+    /// [`Comm::single_copy_min_rooted`]), and for an allreduce few ranks with a core each
     /// ([`SINGLE_COPY_ALLREDUCE_RANKS`]) or [`ALLREDUCE_CROWDED_MIN`] bytes. A barrier never
     /// does.
     pub fn single_copy_for(&self, c: Collective, bytes: usize) -> bool {
+        let min = match c {
+            Collective::Broadcast
+            | Collective::Scatter
+            | Collective::Gather
+            | Collective::Reduce => self.direct_min_rooted.get(),
+            _ => self.direct_min.get(),
+        };
         self.direct.get()
             && self.readable
-            && bytes >= self.direct_min.get()
+            && bytes >= min
             && self.forced.borrow()[c as usize].is_none()
             && match c {
                 Collective::Barrier => false,
@@ -272,10 +296,19 @@ impl Comm<'_> {
         Some(self.direct_min.get()).filter(|&b| b != usize::MAX)
     }
 
-    /// Sets [`Comm::single_copy_min`] (`None`: never). Every member must set the same: the
-    /// members of a call must all take the single-copy protocol or all the channels.
+    /// The same for the rooted collectives (broadcast, scatter, gather, reduce): by default
+    /// [`SINGLE_COPY_ROOTED_MIN`] with a core per rank, else [`Comm::single_copy_min`].
+    pub fn single_copy_min_rooted(&self) -> Option<usize> {
+        Some(self.direct_min_rooted.get()).filter(|&b| b != usize::MAX)
+    }
+
+    /// Sets [`Comm::single_copy_min`] and [`Comm::single_copy_min_rooted`] (`None`: never).
+    /// Every member must set the same: the members of a call must all take the single-copy
+    /// protocol or all the channels.
     pub fn set_single_copy_min(&self, bytes: Option<usize>) {
-        self.direct_min.set(bytes.unwrap_or(usize::MAX));
+        let b = bytes.unwrap_or(usize::MAX);
+        self.direct_min.set(b);
+        self.direct_min_rooted.set(b);
     }
 
     /// Ends a single-copy call: an error leaves peers waiting for this rank's offers or its

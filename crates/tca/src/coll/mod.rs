@@ -70,7 +70,7 @@ pub use channel::{chunk_bytes, scratch_bytes};
 pub use direct::{
     ALLGATHER_PUSH_MIN, ALLREDUCE_CROWDED_MIN, BCAST_SPLIT_MIN, REDUCE_SPLIT_MIN,
     REDUCE_SPLIT_MIN_CROWDED, SINGLE_COPY_ALLREDUCE_RANKS, SINGLE_COPY_MIN,
-    SINGLE_COPY_MIN_CROWDED,
+    SINGLE_COPY_MIN_CROWDED, SINGLE_COPY_ROOTED_MIN,
 };
 pub use gathered::Gathered;
 pub use op::{BitOp, Element, Op, Reducer};
@@ -145,6 +145,8 @@ pub struct Comm<'w> {
     direct: Cell<bool>,
     /// Smallest message that goes single-copy (module `direct`).
     direct_min: Cell<usize>,
+    /// The same for the rooted collectives.
+    direct_min_rooted: Cell<usize>,
     /// Few ranks, a core each ([`SINGLE_COPY_ALLREDUCE_RANKS`]): an allreduce reads every
     /// vector on every rank, a large broadcast splits its copies between the ranks, and an
     /// allgather's ranks push their blocks (module `direct`).
@@ -233,7 +235,7 @@ impl<'w> Comm<'w> {
             && ranks
                 .iter()
                 .all(|&r| r == world.rank() || world.reads_peer(r));
-        let (direct_min, direct_few) = direct::settings(ranks.len())?;
+        let (direct_min, direct_min_rooted, direct_few) = direct::settings(ranks.len())?;
         let mut comm = Self {
             world,
             ranks,
@@ -251,6 +253,7 @@ impl<'w> Comm<'w> {
             buffers: buffer::Registry::default(),
             direct: Cell::new(false),
             direct_min: Cell::new(direct_min),
+            direct_min_rooted: Cell::new(direct_min_rooted),
             direct_few,
             direct_calls: Cell::new(0),
             readable,
@@ -276,6 +279,7 @@ impl<'w> Comm<'w> {
             // collective would read an offer as data.
             let mut d = [
                 comm.direct_min.get() as u64,
+                comm.direct_min_rooted.get() as u64,
                 u64::from(comm.direct_few),
                 u64::from(comm.readable),
             ];
@@ -284,10 +288,11 @@ impl<'w> Comm<'w> {
                 bytemuck::cast_slice_mut(&mut d),
                 0,
             ))?;
-            comm.direct_min
-                .set(usize::try_from(d[0]).unwrap_or(usize::MAX));
-            comm.direct_few = d[1] == 1;
-            comm.readable = d[2] == 1;
+            let bytes = |x: u64| usize::try_from(x).unwrap_or(usize::MAX);
+            comm.direct_min.set(bytes(d[0]));
+            comm.direct_min_rooted.set(bytes(d[1]));
+            comm.direct_few = d[2] == 1;
+            comm.readable = d[3] == 1;
         }
         // Two-sided messages get a segment of their own (their rings must never carry a
         // collective's chunks); its handles travel through the new communicator itself.
