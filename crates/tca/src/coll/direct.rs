@@ -4,7 +4,7 @@
 //! result (each piece stays in the cache while every input is combined into it). The
 //! channel algorithms copy every byte twice (the sender into a slot of the receiver's ring,
 //! the receiver out of it, chunk by chunk); here each byte is copied once, by its reader (or,
-//! in a gather and a large reduce, by its writer), and the only messages are a few small ones
+//! in a gather, a large reduce and an allreduce, by its writer), and the only messages are a few small ones
 //! per pair (seed 003's remote address buffer: where the data is; then: done with it). Open MPI's and MPICH's shared-memory transports do the same
 //! with XPMEM or cross-memory attach for ordinary memory; tca's own memory needs neither (and
 //! this machine's kernel copy is a quarter of `memcpy`'s speed: BENCHMARKS.md, "Single-copy
@@ -67,7 +67,8 @@ use crate::fabric::Handle;
 use crate::transport::Region;
 
 /// Smallest message (bytes; per rank's block where the collective has blocks) that goes
-/// single-copy by default: below it the two small messages per pair cost more than the
+/// single-copy by default (a rooted collective's, with a core per rank:
+/// [`SINGLE_COPY_ROOTED_MIN`]): below it the two small messages per pair cost more than the
 /// second copy saves. At 2 ranks single copy measured 0.14-1.64x the channels' time at 4 KiB
 /// and 0.08-0.95x at 8 KiB (BENCHMARKS.md, "Single-copy collectives over tca's buffers").
 pub const SINGLE_COPY_MIN: usize = 8 * 1024;
@@ -169,9 +170,9 @@ impl Peer {
     }
 
     /// Writes `src` at byte `from` of the peer's slice (a gather's root's receive buffer, a
-    /// split broadcast's reader's buffer, a pushed allgather's receive buffer, which its owner
-    /// holds as a `&mut [u8]` for the call but does not touch outside its own block or part
-    /// until every writer says it is done).
+    /// split broadcast's reader's buffer, a pushed allgather's or an allreduce's receive
+    /// buffer, which its owner holds as a `&mut [u8]` for the call but does not touch outside
+    /// its own block or part until every writer says it is done).
     fn write(&self, from: usize, src: &[u8]) -> Result<()> {
         self.check(from, src.len())?;
         self.region.map.write(self.at + from, src)
@@ -291,7 +292,8 @@ impl Comm<'_> {
     }
 
     /// The smallest message (bytes; per rank's block where the collective has blocks) that
-    /// goes single-copy on this communicator; `None`: never (`TCA_SINGLE_COPY=off`).
+    /// goes single-copy on this communicator, for the collectives without a root (the rooted
+    /// ones: [`Comm::single_copy_min_rooted`]); `None`: never (`TCA_SINGLE_COPY=off`).
     pub fn single_copy_min(&self) -> Option<usize> {
         Some(self.direct_min.get()).filter(|&b| b != usize::MAX)
     }
@@ -905,7 +907,10 @@ async fn gather_steps<M: Live>(
 /// of offers and "done"s costs more than half a fold saves. At 2 ranks, split / root alone:
 /// 8 KiB 0.73-0.79 / 0.59 us, 16 KiB 0.80-0.82 / 0.82-0.87, 32 KiB 1.06-1.11 / 1.71-1.73
 /// (BENCHMARKS.md, "A reduce folded by every rank"). Measured at 2 ranks with a core each
-/// only: the split's messages grow as p(p - 1), the root's alone as p - 1.
+/// only: the split's messages grow as p(p - 1), the root's alone as p - 1. By default a
+/// reduce goes single-copy only from [`SINGLE_COPY_ROOTED_MIN`] (the same 16 KiB) where the
+/// split applies, so the root folds alone only with more than
+/// [`SINGLE_COPY_ALLREDUCE_RANKS`] ranks, more ranks than cores, or a threshold set lower.
 pub const REDUCE_SPLIT_MIN: usize = 16 * 1024;
 
 /// The smallest reduce whose fold is split (as [`REDUCE_SPLIT_MIN`]) with more ranks than

@@ -147,9 +147,9 @@ pub struct Comm<'w> {
     direct_min: Cell<usize>,
     /// The same for the rooted collectives.
     direct_min_rooted: Cell<usize>,
-    /// Few ranks, a core each ([`SINGLE_COPY_ALLREDUCE_RANKS`]): an allreduce reads every
-    /// vector on every rank, a large broadcast splits its copies between the ranks, and an
-    /// allgather's ranks push their blocks (module `direct`).
+    /// Few ranks, a core each ([`SINGLE_COPY_ALLREDUCE_RANKS`]): an allreduce goes single-copy
+    /// from the common threshold, a large broadcast splits its copies between the ranks, and
+    /// an allgather's ranks push their blocks (module `direct`).
     direct_few: bool,
     /// Collectives that went single-copy so far.
     direct_calls: Cell<u64>,

@@ -541,6 +541,14 @@ mod tests {
     /// word; `fenced`: the waiter calls `fence_writers` (else nothing between its two steps).
     /// The two threads meet at a spinning barrier before and after each round, so that their
     /// steps overlap in time.
+    ///
+    /// Before its store of the word the writer stores to a line it has not touched for a long
+    /// while (a put's payload before its signal): stores leave the store buffer in order, so
+    /// the word's waits behind that miss while the writer's look at the count goes ahead. On
+    /// two hyperthreads of one core, whose store buffers drain into one cache within a few
+    /// cycles, the reordering was otherwise never seen (0 of 1,000,000 rounds in a CI run of
+    /// 2026-11-30, with the machine's line round trip at about 22 ns), and the litmus tested
+    /// nothing there.
     pub(super) fn forbidden_outcomes(rounds: u32, fenced: bool) -> u64 {
         struct Shared {
             word: AtomicU64,
@@ -566,13 +574,20 @@ mod tests {
             count: AtomicU32::new(0),
             arrived: AtomicU64::new(0),
         });
+        // 64 MiB of lines, visited in a scattered order (an odd multiplier is a permutation
+        // modulo a power of two), so that the prefetchers do not bring the next one in.
+        const COLD_LINES: u64 = 1 << 20;
         let writer = {
             let s = s.clone();
             std::thread::spawn(move || {
+                let cold: Vec<AtomicU64> = (0..COLD_LINES * 8).map(|_| AtomicU64::new(0)).collect();
                 let mut saw_sleeper =
                     Vec::with_capacity(rounds.try_into().expect("u32 fits usize"));
                 for i in 1..=u64::from(rounds) {
+                    let line = i.wrapping_mul(0x9E37_79B9) % COLD_LINES;
+                    let at = usize::try_from(line * 8).expect("fits");
                     meet(&s, 2 * i - 1);
+                    cold[at].store(i, Ordering::Relaxed);
                     s.word.store(i, Ordering::Release);
                     std::sync::atomic::compiler_fence(Ordering::SeqCst);
                     // The count grows by 2 a round, the second after the waiter's look: more
@@ -602,13 +617,15 @@ mod tests {
             .count() as u64
     }
 
-    /// The litmus can fail: without the waiter's fence the forbidden outcome shows up (on the
-    /// development machine in 4-5% of rounds: x86's store buffer lets the writer's look pass
-    /// its plain store). Up to ten batches of 100,000 rounds, until one shows it; needs two
-    /// threads running at once, so it is skipped on a machine with one CPU. Beside the other
-    /// tests on 2 cores its threads seldom run at once (it saw 0 of 1,000,000 rounds in a CI
-    /// run on 2026-11-30), so it is left out of `cargo test` and `.ci/run` runs it alone:
-    /// `cargo test -p tca --lib -- --ignored --exact
+    /// The litmus can fail: without the waiter's fence the forbidden outcome shows up (x86's
+    /// store buffer lets the writer's look pass its plain store: on the 2-core AMD EPYC machine
+    /// of 2026-11-30 in 24-32% of rounds with the cold store before it, 3.7% without). Up to
+    /// ten batches of 100,000 rounds, until one shows it; needs two threads running at once,
+    /// so it is skipped on a machine with one CPU. Beside the other tests on 2 cores its
+    /// threads seldom run at once (it saw 0 of 1,000,000 rounds in a CI run on 2026-11-30), so
+    /// it is left out of `cargo test` and `.ci/run` runs it alone (where, without the cold
+    /// store, it once saw none in 1,000,000 rounds too, 2026-11-30 07:45 UTC): `cargo test -p
+    /// tca --lib -- --ignored --exact
     /// transport::shm::wait::tests::without_the_fence_the_lost_wake_up_occurs`.
     #[test]
     #[ignore = "needs both cores to itself: .ci/run runs it alone"]

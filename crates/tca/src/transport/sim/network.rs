@@ -168,10 +168,12 @@ pub struct Pio {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Dma {
-    /// One-way latency over one hop (ns).
+    /// Flight time over one hop after the message's start (ns): the one-way latency over one
+    /// hop is `setup_ns + latency_ns`.
     pub latency_ns: f64,
-    /// Hardware time to start each message (ns), during which it holds its sending port and
-    /// links: the next message on them starts only after it (seed 002's L_H, "the hardware
+    /// Hardware time to start each message (ns), during which it holds every resource of its
+    /// route (its links and a port at each end, as its data does): the next message on them
+    /// starts only after it (seed 002's L_H, "the hardware
     /// part of preparing a communication", which its pipelines pay per segment, eq. 9's
     /// max(L_S, L_H + m_B/B)). Paid before `latency_ns`; 0 by default.
     #[serde(default)]
@@ -565,7 +567,9 @@ impl Network {
         let dma = self.route(usize::MAX, 0);
         let small = us(line.issue);
         // A chunk past its header line is its payload and header chained: one issue and two
-        // descriptors.
+        // descriptors. A message's setup is in the one-way latency only: that it also holds
+        // the link, so that a stream of chunks pays it per chunk, is left to the simulation
+        // (as contention is).
         let chained = dma.issue + self.chained_descriptor(usize::MAX);
         let spill =
             us(chained + dma.setup + dma.latency) - us(line.issue + line.setup + line.latency);
