@@ -624,7 +624,7 @@ mod tests {
     /// so it is skipped on a machine with one CPU. Beside the other tests on 2 cores its
     /// threads seldom run at once (it saw 0 of 1,000,000 rounds in a CI run on 2026-11-30), so
     /// it is left out of `cargo test` and `.ci/run` runs it alone (where, without the cold
-    /// store, it once saw none in 1,000,000 rounds too, 2026-11-30 07:45 UTC): `cargo test -p
+    /// store, it once saw none in 1,000,000 rounds too, 2026-11-30 07:35 UTC): `cargo test -p
     /// tca --lib -- --ignored --exact
     /// transport::shm::wait::tests::without_the_fence_the_lost_wake_up_occurs`.
     #[test]
