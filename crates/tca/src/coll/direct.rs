@@ -4,8 +4,9 @@
 //! result (each piece stays in the cache while every input is combined into it). The
 //! channel algorithms copy every byte twice (the sender into a slot of the receiver's ring,
 //! the receiver out of it, chunk by chunk); here each byte is copied once, by its reader (or,
-//! in a gather, a large reduce and an allreduce, by its writer), and the only messages are a few small ones
-//! per pair (seed 003's remote address buffer: where the data is; then: done with it). Open MPI's and MPICH's shared-memory transports do the same
+//! in a gather, a large reduce and an allreduce, by its writer), and the only messages are a
+//! few small ones per pair (seed 003's remote address buffer: where the data is; then: done
+//! with it). Open MPI's and MPICH's shared-memory transports do the same
 //! with XPMEM or cross-memory attach for ordinary memory; tca's own memory needs neither (and
 //! this machine's kernel copy is a quarter of `memcpy`'s speed: BENCHMARKS.md, "Single-copy
 //! rendezvous by cross-memory attach").
@@ -47,12 +48,12 @@
 //! without a message), whose members are all on this node and reached through shared memory (a
 //! simulated or network transport has only writes: the papers' hardware), with no algorithm forced,
 //! and from [`SINGLE_COPY_MIN`] bytes on (`TCA_SINGLE_COPY`, `Comm::set_single_copy_min`; a
-//! rooted collective by default from [`SINGLE_COPY_ROOTED_MIN`]); an
-//! allreduce so only up to [`SINGLE_COPY_ALLREDUCE_RANKS`] ranks, each with a core, and
-//! beyond from [`ALLREDUCE_CROWDED_MIN`] bytes. With more ranks than cores the threshold is
-//! [`SINGLE_COPY_MIN_CROWDED`]. Rank 0's settings
-//! are every member's (sent when the communicator is made). An error in the middle of the
-//! protocol aborts the job: the peers wait for this rank's offers or its "done".
+//! rooted collective by default from [`SINGLE_COPY_ROOTED_MIN`]); an allreduce so only up to
+//! [`SINGLE_COPY_ALLREDUCE_RANKS`] ranks, each with a core, and beyond from
+//! [`ALLREDUCE_CROWDED_MIN`] bytes. With more ranks than cores the threshold is
+//! [`SINGLE_COPY_MIN_CROWDED`]. Rank 0's settings are every member's (sent when the
+//! communicator is made). An error in the middle of the protocol aborts the job: the peers
+//! wait for this rank's offers or its "done".
 
 #![allow(unsafe_code)] // the views of peers' buffers that reductions read, argued below
 
@@ -85,8 +86,8 @@ pub const SINGLE_COPY_MIN_CROWDED: usize = 64 * 1024;
 /// (broadcast, scatter, gather, reduce) sends single-copy by default with a core per rank.
 /// Through the channels the root of a stream of calls goes on as soon as its data is in the
 /// rings; single copy makes every call wait for its readers' "done". At 2 ranks 8 KiB took
-/// 0.61-0.83x single copy's time through the channels with the machine's line round trip at
-/// 21-25 ns, 0.66-0.91x at 183-207 ns; from 12-16 KiB single copy was level or faster
+/// 0.59-0.80x single copy's time through the channels with the machine's line round trip at
+/// 21-25 ns, 0.66-0.92x at 183-207 ns; from 12-16 KiB single copy was level or faster
 /// (BENCHMARKS.md, "Rooted collectives through the channels up to 16 KiB"). With more ranks
 /// than cores, and where `TCA_SINGLE_COPY` or [`Comm::set_single_copy_min`] sets the threshold,
 /// rooted collectives use the same one as the others.

@@ -19,12 +19,12 @@
 //!    holds each resource for `setup + n / B` (`setup`: `dma.setup_ns` for a DMA message, the
 //!    hardware's start of a transfer, 0 unless the model sets it): two messages that share a
 //!    link take twice the time of one (the link serialises them in the order they were
-//!    issued). A resource is free from
-//!    one time on (no gaps are filled), so each port is chosen once the links have said when
-//!    the message can go: one free by then, the one that became free last, else the one free
-//!    first. A message that waits for its link (a header line behind its payload) then takes
-//!    a port only from when it goes, and the node's other ports stay free for its messages to
-//!    other neighbours (seed 002's several directions at once).
+//!    issued). A resource is free from one time on (no gaps are filled), so each port is
+//!    chosen once the links have said when the message can go: one free by then, the one that
+//!    became free last, else the one free first. A message that waits for its link (a header
+//!    line behind its payload) then takes a port only from when it goes, and the node's other
+//!    ports stay free for its messages to other neighbours (seed 002's several directions at
+//!    once).
 //! 4. It arrives at `s + setup + latency + (hops - 1) hop_ns + n / B`: `setup + latency` is
 //!    the mode's one-way latency over one hop, measured by the seeds' 8-byte ping-pongs.
 //!
@@ -173,9 +173,9 @@ pub struct Dma {
     pub latency_ns: f64,
     /// Hardware time to start each message (ns), during which it holds every resource of its
     /// route (its links and a port at each end, as its data does): the next message on them
-    /// starts only after it (seed 002's L_H, "the hardware
-    /// part of preparing a communication", which its pipelines pay per segment, eq. 9's
-    /// max(L_S, L_H + m_B/B)). Paid before `latency_ns`; 0 by default.
+    /// starts only after it (seed 002's L_H, "the hardware part of preparing a
+    /// communication", which its pipelines pay per segment, eq. 9's max(L_S, L_H + m_B/B)).
+    /// Paid before `latency_ns`; 0 by default.
     #[serde(default)]
     pub setup_ns: f64,
     /// CPU time to write and start a descriptor (ns).
@@ -209,7 +209,8 @@ pub(crate) type Resource = u32;
 pub(crate) struct Route {
     /// Sender CPU time before the message is ready.
     pub(crate) issue: Ps,
-    /// Hardware time from start to the first byte's leaving, holding the port and links.
+    /// Hardware time from start to the first byte's leaving, holding the route's links and
+    /// ports.
     pub(crate) setup: Ps,
     /// Latency from the first byte's leaving to its arrival.
     pub(crate) latency: Ps,
