@@ -945,9 +945,17 @@ mod tests {
 
     #[test]
     fn nobody_listening_is_a_clear_error() {
-        let l = TcpListener::bind(local()).unwrap();
-        let addr = l.local_addr().unwrap();
-        drop(l);
+        // A port bound but not listening, held for the whole test: a port freed and connected
+        // to again may meanwhile be taken by another test's listener (seen once in about 40
+        // runs of the library's tests, 2026-11-30).
+        let held = rustix::net::socket(
+            rustix::net::AddressFamily::INET,
+            rustix::net::SocketType::STREAM,
+            None,
+        )
+        .unwrap();
+        rustix::net::bind(&held, &local()).unwrap();
+        let addr = SocketAddr::try_from(rustix::net::getsockname(&held).unwrap()).unwrap();
         let e = KvClient::connect(
             &[addr],
             1,
