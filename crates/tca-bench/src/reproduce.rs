@@ -207,13 +207,23 @@ pub struct Line {
 impl Line {
     /// Simulated relative to the paper, in percent.
     pub fn error_pct(&self) -> f64 {
-        (self.simulated / self.paper - 1.0) * 100.0
+        error_pct(self.paper, self.simulated)
     }
 
     /// Whether the simulation misses the paper's figure by more than [`OFF_PCT`].
     pub fn off(&self) -> bool {
-        self.error_pct().abs() > OFF_PCT
+        off(self.paper, self.simulated)
     }
+}
+
+/// `simulated` relative to `paper`, in percent.
+fn error_pct(paper: f64, simulated: f64) -> f64 {
+    (simulated / paper - 1.0) * 100.0
+}
+
+/// Whether `simulated` misses `paper` by more than [`OFF_PCT`].
+fn off(paper: f64, simulated: f64) -> bool {
+    error_pct(paper, simulated).abs() > OFF_PCT
 }
 
 /// What to run.
@@ -559,30 +569,24 @@ impl Report {
             );
             let mut misses = Vec::new();
             for (col, cells, lacks) in &self.table1 {
-                let mut off = Vec::new();
+                let mut missed = Vec::new();
                 let quantities = [("B", "MB/s"), ("M_1/2", "B"), ("t_L", "us")];
-                for ((q, unit), (fit, est, sim)) in quantities.iter().zip(cells) {
-                    let line = Line {
-                        figure: String::new(),
-                        paper: *fit,
-                        simulated: *sim,
-                        lacks: None,
-                    };
+                for ((q, unit), &(fit, est, sim)) in quantities.iter().zip(cells) {
                     s += &format!(
                         "{:<24} {:<10} {:>11} {:>11} {:>11} {:>+7.1}%\n",
                         col,
                         format!("{q} {unit}"),
-                        sig(*fit),
-                        sig(*est),
-                        sig(*sim),
-                        line.error_pct()
+                        sig(fit),
+                        sig(est),
+                        sig(sim),
+                        error_pct(fit, sim)
                     );
-                    if line.off() {
-                        off.push(*q);
+                    if off(fit, sim) {
+                        missed.push(*q);
                     }
                 }
-                if !off.is_empty() {
-                    misses.push((format!("{col} ({})", off.join(", ")), lacks));
+                if !missed.is_empty() {
+                    misses.push((format!("{col} ({})", missed.join(", ")), lacks));
                 }
             }
             s += &explain(misses);
