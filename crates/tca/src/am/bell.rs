@@ -11,10 +11,12 @@
 //! - the sleeper ([`doze`]): it reads the bell's count, raises its flag (SeqCst), fences, takes
 //!   a last look at its rings, and only if that finds nothing sleeps until the count moves.
 //!
-//! Within a node the sequence word is by default a plain store (`World::set_seqcst_signals`):
-//! there the sleeper's fence also fences the writers (`World::fence_writers`, a `membarrier`),
-//! which orders every sender's store before its flag read as the SeqCst store did. The model
-//! below checks the SeqCst form (loom has no `membarrier`).
+//! Within a node the sequence word is a SeqCst store by default; where a process opted into
+//! plain stores (`TCA_SIGNAL_FENCE=asymmetric`, `World::set_plain_signals`) the sleeper's
+//! fence also fences the writers (`World::fence_writers`, a `membarrier`), which orders a
+//! sender's store before its flag read as the SeqCst store does, except on a CPU the kernel's
+//! `membarrier` misses (`transport::shm::wait`). The model below checks the SeqCst form
+//! (loom has no `membarrier`).
 //!
 //! In the single total order of the SeqCst accesses either the sender's flag read comes after
 //! the flag went up (it rings: the count moves past what the sleeper read), or the sleeper's

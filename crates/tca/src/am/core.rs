@@ -1260,8 +1260,8 @@ impl bell::Bell for Dozer<'_> {
 
     fn fence(&self) {
         std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
-        // Senders may store their packets' sequence words without a fence
-        // (`World::set_seqcst_signals`): this orders them before the last look too. Where it
+        // Senders may store their packets' sequence words without a fence where they opted in
+        // (`World::set_plain_signals`): this orders them before the last look too. Where it
         // cannot be done, the sleep is still bounded by NAP.
         self.w.fence_writers();
     }

@@ -508,19 +508,21 @@ impl World {
         self.name
     }
 
-    /// For measurement: makes this rank's signals into node-local memory SeqCst stores
-    /// (`true`, a locked instruction each) or returns them to the default (`false`: plain
-    /// stores where every rank could register for `membarrier`, the waiter fencing the
-    /// writers before it sleeps; `TCA_SIGNAL_FENCE`). Both are correct beside any waiter, at
-    /// any time; `tca bench PingPong` alternates them to state what the fence costs.
-    pub fn set_seqcst_signals(&self, on: bool) -> Result<()> {
-        self.shm.set_seqcst_signals(on)
+    /// For measurement: makes this rank's signals into node-local memory plain stores (`true`),
+    /// which a waiter about to sleep orders with `membarrier` (`TCA_SIGNAL_FENCE=asymmetric`),
+    /// or returns them to the process's setting (`false`; by default a SeqCst store, a locked
+    /// instruction each). Returns whether they are now plain (`false` where the process could
+    /// not register for `membarrier`). The plain form can delay a wake-up by up to one sleep
+    /// slice (10 ms) where the kernel's `membarrier` misses a CPU (`transport::shm::wait`);
+    /// `tca bench PingPong` alternates the two forms to state what the fence costs.
+    pub fn set_plain_signals(&self, on: bool) -> Result<bool> {
+        self.shm.set_plain_signals(on)
     }
 
     /// For a rank about to sleep after a last look at memory others signal into: orders
     /// every signal store of this node's ranks before that look, as a SeqCst store would
-    /// (signals into node-local memory are plain stores by default; see
-    /// [`World::set_seqcst_signals`]). `false` if it could not be done; the caller's sleep must
+    /// (signals into node-local memory may be plain stores; see
+    /// [`World::set_plain_signals`]). `false` if it could not be done; the caller's sleep must
     /// then be bounded.
     pub(crate) fn fence_writers(&self) -> bool {
         self.shm.fence_writers()

@@ -81,8 +81,9 @@ pub(crate) fn wait(word: &ModelWord, count: &ModelCount, target: u64) -> u64 {
 }
 
 /// The transport's signal: `word` set to `v`, its owner's sleepers woken. The writer with
-/// [`Fence::SeqCst`]: loom has no `membarrier`, so [`Fence::Asymmetric`]'s argument rests on
-/// the kernel's guarantee (`transport::shm::wait`) and its stress test there, not on a model.
+/// [`Fence::SeqCst`], the default form, whose guarantee is the memory model's alone: loom has
+/// no `membarrier`, and the opt-in [`Fence::Asymmetric`] rests on the kernel's, which it does
+/// not always keep (`transport::shm::wait`).
 pub(crate) fn set(word: &ModelWord, count: &ModelCount, v: u64) {
     raise(word, count, SignalOp::Set(v), Fence::SeqCst);
 }

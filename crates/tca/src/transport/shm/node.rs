@@ -11,8 +11,9 @@
 //!   this rank has written into. The fast path of a put is one probe of this table: rank, id and
 //!   key must match, and the segment must still be live.
 //!
-//! A put is one `memcpy` into the peer's mapping, a signal one store (Release where the
-//! sleepers' `membarrier` covers it, else SeqCst: `wait`'s module docs) or a SeqCst add,
+//! A put is one `memcpy` into the peer's mapping, a signal one store (SeqCst by default;
+//! Release where `TCA_SIGNAL_FENCE=asymmetric` lets the sleepers' `membarrier` cover it:
+//! `wait`'s module docs) or a SeqCst add,
 //! followed by a futex wake when the owner's sleeper count says someone sleeps. Both are
 //! complete at the target when the call returns, so `quiet` is a full fence.
 
@@ -69,8 +70,8 @@ pub(crate) struct Shm {
     cache: RefCell<Cache>,
     policy: SpinPolicy,
     /// How this rank's signals are ordered before it looks for sleepers ([`wait::Fence`]):
-    /// the process's ([`wait::writer_fence`]), or SeqCst while a measurement asks
-    /// ([`Shm::set_seqcst_signals`]).
+    /// the process's ([`wait::writer_fence`]), or plain while a measurement asks
+    /// ([`Shm::set_plain_signals`]).
     fence: Cell<wait::Fence>,
     /// `TCA_TIMEOUT` (see [`Shm::timeout`]).
     timeout: Cell<Option<Duration>>,
@@ -626,21 +627,24 @@ impl Shm {
         wait::raise(word, self.sleepers_of(owner), op, self.fence.get());
     }
 
-    /// Makes this rank's signals SeqCst stores (`true`) or returns them to the process's
-    /// fence (`false`): a SeqCst writer is correct beside any waiter, so either is safe at any
-    /// time. For measuring what the fence costs in one run.
     /// A sleeper's fence of the writers that store without one (see [`wait::fence_writers`]).
     pub(crate) fn fence_writers(&self) -> bool {
         wait::fence_writers()
     }
 
-    pub(crate) fn set_seqcst_signals(&self, on: bool) -> Result<()> {
-        self.fence.set(if on {
-            wait::Fence::SeqCst
+    /// Makes this rank's signal stores plain, ordered by the sleepers' `membarrier` (`true`:
+    /// [`wait::Fence::Asymmetric`] where the process can register, else they stay SeqCst), or
+    /// returns them to the process's fence (`false`). Every waiter fences the writers before
+    /// it sleeps, so either is as safe at any time as the fence itself (`wait`'s module docs).
+    /// For measuring what the fence costs in one run; returns whether the stores are plain.
+    pub(crate) fn set_plain_signals(&self, on: bool) -> Result<bool> {
+        let fence = if on {
+            wait::asymmetric_fence()
         } else {
             wait::writer_fence()?
-        });
-        Ok(())
+        };
+        self.fence.set(fence);
+        Ok(fence == wait::Fence::Asymmetric)
     }
 
     pub(crate) fn apply_atomic(&self, word: &AtomicU64, owner: u32, op: AtomicOp) -> u64 {
