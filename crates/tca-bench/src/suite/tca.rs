@@ -621,7 +621,10 @@ impl<'w> TcaBackend<'w> {
             let mut ts = Vec::new();
             for &form in forms {
                 self.cur = (Kind::PingPong, 8);
-                plain &= w.set_plain_signals(form == Form::Plain)? || form != Form::Plain;
+                let now_plain = w.set_plain_signals(form == Form::Plain)?;
+                if form == Form::Plain {
+                    plain &= now_plain;
+                }
                 w.barrier()?;
                 let t0 = std::time::Instant::now();
                 if w.rank() < 2 {
