@@ -64,7 +64,7 @@ fn every_benchmark_at_2_and_3_ranks() {
         assert!(out.contains("# algorithms"), "{out}");
         // The floor ratio with a core per rank; with 3 ranks on 2 cores, why it is skipped.
         assert!(
-            out.contains("one-sided/SeqCst") || out.contains("floor comparison skipped"),
+            out.contains("one-sided/plain") || out.contains("floor comparison skipped"),
             "{out}"
         );
     }
