@@ -57,9 +57,9 @@
 //! when the waiter looks, and the wake-up is lost until the sleeper's slice ends
 //! ([`SLEEP_SLICE`], 10 ms). Reproduced on Linux 6.18 (the 2-core KVM guest of 2026-11-30)
 //! by the ignored test `membarrier_gap` below: with a thread of the process ended on the
-//! writer's CPU just before, the fenced litmus saw the forbidden outcome in 28-91 of 100,000
-//! rounds in 4 of 7 runs (0 in the other three), and with the writer's CPU fresh (it last
-//! switched in from another process) in none of 7. The second way showed in a C version of
+//! writer's CPU just before, the fenced litmus saw the forbidden outcome in 5-91 of 100,000
+//! rounds in 6 of 12 runs (0 in the other six), and with the writer's CPU fresh (it last
+//! switched in from another process) in none of 12. The second way showed in a C version of
 //! the same litmus (the process run on the writer's CPU, then registered on the other): 55-638
 //! of 100,000 rounds in 7 of 8 runs, against none in 3 runs of a process started pinned to the
 //! waiter's CPU (`taskset -c 0`), which had never run on the writer's.
@@ -736,13 +736,17 @@ mod tests {
             .status()
             .expect("run `true`");
         assert!(status.success());
-        let fresh = forbidden_outcomes(
-            100_000,
-            Ordering::Release,
-            true,
-            true,
-            Some([waiter, writer]),
-        );
+        // The asymmetric form's litmus, fenced, on the two CPUs.
+        let fenced = || {
+            forbidden_outcomes(
+                100_000,
+                Ordering::Release,
+                true,
+                true,
+                Some([waiter, writer]),
+            )
+        };
+        let fresh = fenced();
         // After an exit: a thread of this process ends on the writer's CPU.
         std::thread::spawn(move || {
             pin_to(writer);
@@ -753,13 +757,7 @@ mod tests {
         })
         .join()
         .unwrap();
-        let after_exit = forbidden_outcomes(
-            100_000,
-            Ordering::Release,
-            true,
-            true,
-            Some([waiter, writer]),
-        );
+        let after_exit = fenced();
         rustix::thread::sched_setaffinity(None, &all).expect("restore this thread's CPUs");
         eprintln!(
             "forbidden outcomes with the fence, of 100000 rounds: {fresh} with the writer's CPU \
