@@ -10,9 +10,10 @@
 //! line (64 bytes, 64-aligned):  [ payload: up to 56 bytes ........ | signal word: u64 ]
 //!                                 offset 0                            offset 56
 //! ```
-//! The writer copies the payload with plain stores, then stores the sequence number with
-//! Release (ordering the payload before it; a plain store on x86, see `transport::shm::wait`
-//! for how a sleeping reader is still woken); the reader Acquire-loads the sequence word and
+//! The writer copies the payload with plain stores, then stores the sequence number SeqCst
+//! (ordering the payload before it, and its look for sleepers after it; a locked store on x86,
+//! or a plain one where `TCA_SIGNAL_FENCE=asymmetric`: see `transport::shm::wait` for how a
+//! sleeping reader is woken either way); the reader Acquire-loads the sequence word and
 //! reads the payload from the line it now holds. Slots written by different
 //! ranks should be [`SLOT_STRIDE`] apart, so that adjacent-line prefetch does not couple them.
 //!
