@@ -614,6 +614,7 @@ impl<'w> TcaBackend<'w> {
             &[Form::OneSided, Form::Plain]
         };
         let mut plain = true;
+        let mut default_plain = false;
         let mut rounds = Vec::new();
         for _ in 0..7 {
             let f = line.round(w, iters)?;
@@ -637,7 +638,7 @@ impl<'w> TcaBackend<'w> {
                 ts.push(t0.elapsed().as_secs_f64() * 1e9 / (2 * iters) as f64);
                 w.barrier()?;
             }
-            w.set_plain_signals(false)?;
+            default_plain = w.set_plain_signals(false)?;
             rounds.push((f, f2, ts));
         }
         let median = |mut v: Vec<f64>| {
@@ -661,10 +662,12 @@ impl<'w> TcaBackend<'w> {
             } else {
                 ("", String::new())
             };
-            let unplain = if plain {
-                ""
-            } else {
+            let unplain = if !plain {
                 " (no plain form: this process could not register for membarrier, both were SeqCst)"
+            } else if default_plain {
+                " (TCA_SIGNAL_FENCE=asymmetric: the default form is plain too)"
+            } else {
+                ""
             };
             format!(
                 "8 B PingPong one-sided/one-sided with plain signals{forms}/floor (one cache line)/two-line (raw atomics, a line each way as a put moves), half round trips, 7 alternating rounds, ns: {}; median ratios: one-sided/floor {to_floor:.2}, one-sided/two-line {to_two:.2}, one-sided/plain {fence:.2}{two}{unplain}",
@@ -937,11 +940,6 @@ pub fn run(world: &World, opts: &Options) -> Result<Option<Half>> {
     })?;
     bar.finish_and_clear();
     let mut notes = Vec::new();
-    if opts.benches().any(|bench| bench.kind == Kind::PingPong)
-        && let Some(n) = b.floor_note()?
-    {
-        notes.push(n);
-    }
     let max = opts.sizes.iter().copied().max().unwrap_or(0);
     // Host-time figures (registered buffers, memcpy) mean nothing beside virtual times.
     let host = world.simulated().is_none();
@@ -955,6 +953,14 @@ pub fn run(world: &World, opts: &Options) -> Result<Option<Half>> {
         && let Some(n) = b.soak_note(opts.soak)?
     {
         notes.push(n);
+    }
+    // The floor note last, printed first: its plain-store rounds register this process for
+    // `membarrier` for good (`World::set_plain_signals`), which the notes above should not run
+    // under.
+    if opts.benches().any(|bench| bench.kind == Kind::PingPong)
+        && let Some(n) = b.floor_note()?
+    {
+        notes.insert(0, n);
     }
     if world.rank() == 0 {
         let max = opts.sizes.iter().copied().max().unwrap_or(0);

@@ -1112,8 +1112,9 @@ impl Core {
         loop {
             // Spin with the flag down, the count starting again whenever packets came: a peer
             // answering at once (a ping-pong), or a stream of requests to a rank that serves
-            // them, pays no doorbell and no dozing's fence of the writers (a `membarrier`,
-            // ~15 us on a 2-core VM: paid per request, it made AM_Short's round trip 17 us).
+            // them, pays no doorbell and no dozing's fence of the writers (a `membarrier`:
+            // ~15 us on a 2-core VM where processes registered for the plain-store form, about
+            // 0.5 us where none did; paid per request, it made AM_Short's round trip 17 us).
             let mut idle = 0u32;
             loop {
                 if poll()? {

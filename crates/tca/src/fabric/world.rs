@@ -511,10 +511,13 @@ impl World {
     /// For measurement: makes this rank's signals into node-local memory plain stores (`true`),
     /// which a waiter about to sleep orders with `membarrier` (`TCA_SIGNAL_FENCE=asymmetric`),
     /// or returns them to the process's setting (`false`; by default a SeqCst store, a locked
-    /// instruction each). Returns whether they are now plain (`false` where the process could
-    /// not register for `membarrier`). The plain form can delay a wake-up by up to one sleep
-    /// slice (10 ms) where the kernel's `membarrier` misses a CPU (`transport::shm::wait`);
-    /// `tca bench PingPong` alternates the two forms to state what the fence costs.
+    /// instruction each, plain where `TCA_SIGNAL_FENCE=asymmetric`). Returns whether they are
+    /// now plain (after `true`, `false` where the process could not register for
+    /// `membarrier`). The first `true` registers the process for good: from then on every
+    /// waiter's fence on the node interrupts the CPUs running it. The plain form can delay a
+    /// wake-up by up to one sleep slice (10 ms) where the kernel's `membarrier` misses a CPU
+    /// (`transport::shm::wait`); `tca bench PingPong` alternates the two forms to state what
+    /// the fence costs.
     pub fn set_plain_signals(&self, on: bool) -> Result<bool> {
         self.shm.set_plain_signals(on)
     }

@@ -29,9 +29,9 @@
 //! A SeqCst store is a locked instruction (`xchg` on x86): the writer stalls until the line
 //! is its own, on every signal, for the rare case that someone sleeps. A root streaming
 //! 8-byte broadcasts pays that stall per packet (on the 2-core AMD EPYC KVM guest of
-//! 2026-11-30, 5-30% more time per call for 8 B to 1 KiB Bcast, Scatter, Gather and Reduce,
-//! the most when a cache line crosses fastest; the ping-pong does not move and the allreduce
-//! hardly: BENCHMARKS.md, "The fence, as a litmus test").
+//! 2026-11-30, 5-25% more time per call for 8-byte Bcast, Scatter, Gather and Reduce; the
+//! ping-pong does not move and the allreduce hardly: BENCHMARKS.md, "The fence, as a litmus
+//! test").
 //! The opt-in form moves the cost to the side that is about to sleep anyway: every rank
 //! registers for `membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED)`, a writer stores with Release
 //! (a plain store) and then looks at the count (only the compiler is fenced between), and a
