@@ -6,7 +6,7 @@
 #![allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // times of at most seconds, in ps
 
 use tca::sim::{self, Network, Options};
-use tca::{Collective, Comm, ErrorKind, Op, SignalOp, World};
+use tca::{Collective, Comm, ErrorKind, Op, SignalOp, SymmetricSegment, World};
 
 fn peach2() -> Options {
     Options::new(Network::load("peach2-2x8").unwrap())
@@ -19,6 +19,16 @@ fn ps(ns: f64) -> u64 {
 
 fn secs_to_ps(s: f64) -> u64 {
     (s * 1e12).round() as u64
+}
+
+/// The timed tests' common start: a symmetric segment of `n` payload bytes after a 64-byte
+/// header of signal words, every rank past a barrier with nothing in flight, and the virtual
+/// time then (picoseconds).
+fn start(w: &World, n: usize) -> tca::Result<(SymmetricSegment, u64)> {
+    let seg = w.alloc_symmetric(n + 64)?;
+    w.barrier()?;
+    w.quiet()?;
+    Ok((seg, secs_to_ps(w.wtime())))
 }
 
 /// A DMA put of `n` bytes: (sender's issue time, first-hop latency (the hardware's setup and
@@ -41,11 +51,8 @@ fn timed_puts(
     dest: impl Fn(u32) -> Option<u32> + Sync,
 ) -> Vec<(u64, Option<u64>)> {
     sim::run(opts, p, |w: &World| {
-        let seg = w.alloc_symmetric(n + 64)?;
         let from = (0..p).find(|&s| dest(s) == Some(w.rank()));
-        w.barrier()?;
-        w.quiet()?;
-        let t0 = w.wtime();
+        let (seg, t0) = start(w, n)?;
         if let Some(d) = dest(w.rank()) {
             let h = *seg.handle(d)?;
             w.put_signal(&h, 64, &vec![7u8; n], &h, 0, SignalOp::Set(1))?;
@@ -58,7 +65,7 @@ fn timed_puts(
             None => None,
         };
         w.barrier()?;
-        Ok((secs_to_ps(t0), seen))
+        Ok((t0, seen))
     })
     .unwrap()
     .results
@@ -92,17 +99,14 @@ fn two_puts_sharing_a_link_take_twice_the_serialisation() {
     let net = &opts.network;
     let n = 1 << 20;
     let t = sim::run(&opts, 3, |w: &World| {
-        let seg = w.alloc_symmetric(n + 64)?;
-        w.barrier()?;
-        w.quiet()?;
-        let t0 = w.wtime();
+        let (seg, t0) = start(w, n)?;
         if w.rank() == 0 {
             let data = vec![1u8; n];
             for d in [1, 2] {
                 let h = *seg.handle(d)?;
                 w.put_signal(&h, 64, &data, &h, 0, SignalOp::Set(1))?;
             }
-            Ok((secs_to_ps(t0), 0))
+            Ok((t0, 0))
         } else {
             w.wait_until(seg.local(), 0, 1)?;
             Ok((0, secs_to_ps(w.wtime())))
@@ -131,16 +135,13 @@ fn a_messages_hardware_setup_holds_its_link() {
     assert!(net.dma.setup_ns > 0.0);
     let n = 1 << 16;
     let t = sim::run(&opts, 2, |w: &World| {
-        let seg = w.alloc_symmetric(n + 64)?;
-        w.barrier()?;
-        w.quiet()?;
-        let t0 = w.wtime();
+        let (seg, t0) = start(w, n)?;
         if w.rank() == 0 {
             let h = *seg.handle(1)?;
             let data = vec![1u8; n];
             w.put_signal(&h, 64, &data, &h, 0, SignalOp::Set(1))?;
             w.put_signal(&h, 64, &data, &h, 8, SignalOp::Set(1))?;
-            Ok((secs_to_ps(t0), 0, 0))
+            Ok((t0, 0, 0))
         } else {
             w.wait_until(seg.local(), 0, 1)?;
             let first = secs_to_ps(w.wtime());
@@ -168,10 +169,7 @@ fn a_message_waiting_for_its_link_leaves_the_other_ports_free() {
     let n = 1 << 20;
     let (x, y_up, y_down, z) = (1u32, 8u32, 40u32, 48u32);
     let t = sim::run(&opts, 49, |w: &World| {
-        let seg = w.alloc_symmetric(n + 64)?;
-        w.barrier()?;
-        w.quiet()?;
-        let t0 = w.wtime();
+        let (seg, t0) = start(w, n)?;
         let data = vec![1u8; n];
         match w.rank() {
             0 => {
@@ -182,7 +180,7 @@ fn a_message_waiting_for_its_link_leaves_the_other_ports_free() {
                     let h = *seg.handle(d)?;
                     w.put_signal(&h, 64, &data, &h, 0, SignalOp::Set(1))?;
                 }
-                Ok(secs_to_ps(t0))
+                Ok(t0)
             }
             r if [x, y_up, y_down, z].contains(&r) => {
                 w.wait_until(seg.local(), 0, 1)?;

@@ -15,8 +15,8 @@
 //! plain stores (`TCA_SIGNAL_FENCE=asymmetric`, `World::set_plain_signals`) the sleeper's
 //! fence also fences the writers (`World::fence_writers`, a `membarrier`), which orders a
 //! sender's store before its flag read as the SeqCst store does, except on a CPU the kernel's
-//! `membarrier` misses (`transport::shm::wait`). The model below checks the SeqCst form
-//! (loom has no `membarrier`).
+//! `membarrier` misses (`World::set_plain_signals` says when). The model below checks the
+//! SeqCst form (loom has no `membarrier`).
 //!
 //! In the single total order of the SeqCst accesses either the sender's flag read comes after
 //! the flag went up (it rings: the count moves past what the sleeper read), or the sleeper's

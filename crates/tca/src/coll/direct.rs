@@ -240,12 +240,10 @@ impl Comm<'_> {
     /// ([`SINGLE_COPY_ALLREDUCE_RANKS`]) or [`ALLREDUCE_CROWDED_MIN`] bytes. A barrier never
     /// does.
     pub fn single_copy_for(&self, c: Collective, bytes: usize) -> bool {
-        let min = match c {
-            Collective::Broadcast
-            | Collective::Scatter
-            | Collective::Gather
-            | Collective::Reduce => self.direct_min_rooted.get(),
-            _ => self.direct_min.get(),
+        let min = if c.rooted() {
+            self.direct_min_rooted.get()
+        } else {
+            self.direct_min.get()
         };
         self.direct.get()
             && self.readable

@@ -74,6 +74,15 @@ impl Collective {
         }
     }
 
+    /// Whether one rank, the root, is the source or the destination of the data: broadcast,
+    /// scatter, gather and reduce.
+    pub fn rooted(self) -> bool {
+        matches!(
+            self,
+            Self::Broadcast | Self::Scatter | Self::Gather | Self::Reduce
+        )
+    }
+
     /// The environment variable that forces this collective's algorithm.
     pub fn env_var(self) -> String {
         format!("TCA_COLL_{}", self.name().to_uppercase())

@@ -515,9 +515,11 @@ impl World {
     /// now plain (after `true`, `false` where the process could not register for
     /// `membarrier`). The first `true` registers the process for good: from then on every
     /// waiter's fence on the node interrupts the CPUs running it. The plain form can delay a
-    /// wake-up by up to one sleep slice (10 ms) where the kernel's `membarrier` misses a CPU
-    /// (`transport::shm::wait`); `tca bench PingPong` alternates the two forms to state what
-    /// the fence costs.
+    /// wake-up by up to one sleep slice (10 ms) where the kernel's `membarrier` misses a CPU:
+    /// one where another thread of the writer's process has just ended, or where the process
+    /// ran before it registered (reproduced on Linux 6.18; the shared-memory transport's wait
+    /// module gives the mechanism); `tca bench PingPong` alternates the two forms to state
+    /// what the fence costs.
     pub fn set_plain_signals(&self, on: bool) -> Result<bool> {
         self.shm.set_plain_signals(on)
     }

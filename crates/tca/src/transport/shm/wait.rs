@@ -718,10 +718,11 @@ mod tests {
     ///   occurs (in 6 of 12 runs on the 2-core KVM guest of 2026-11-30). Printed, not asserted
     ///   (a kernel that closes the gap prints 0).
     ///
-    /// Needs two CPUs to itself and `true` on the PATH: `cargo test --release -p tca --lib --
-    /// --ignored --exact --nocapture transport::shm::wait::tests::membarrier_gap`.
+    /// Needs two CPUs to itself and `true` on the PATH, so it is left out of `cargo test` and
+    /// `.ci/run` runs it alone: `cargo test --release -p tca --lib -- --ignored --exact
+    /// --nocapture transport::shm::wait::tests::membarrier_gap`.
     #[test]
-    #[ignore = "needs two CPUs to itself; a report on the kernel, run by hand"]
+    #[ignore = "pins two threads to the two CPUs: .ci/run runs it alone"]
     fn membarrier_gap() {
         let Some([waiter, writer]) = two_cpus() else {
             eprintln!("one CPU: two threads never race here");
