@@ -34,12 +34,13 @@
 //!
 //! ## Example (ranks as threads)
 //! ```
-//! use tca_cg::{MatrixSource, Options, Precond, Problem, Rhs, Schedule, Stop};
+//! use tca_cg::{MatrixSource, Options, PartitionBy, Precond, Problem, Rhs, Schedule, Stop};
 //!
 //! let opts = Options {
 //!     problem: Problem {
 //!         matrix: MatrixSource::parse("poisson3d:6").unwrap(),
 //!         rhs: Rhs::Manufactured { seed: 1 },
+//!         partition: PartitionBy::Nnz,
 //!     },
 //!     stop: Stop::Tolerance { tol: 1e-10, max_iters: 1000 },
 //!     precond: Precond::None,
@@ -74,7 +75,7 @@ pub mod synth;
 
 pub use error::CgError;
 pub use matrix::Csr;
-pub use partition::Partition;
+pub use partition::{Partition, PartitionBy};
 pub use problem::{LocalProblem, MatrixInfo, MatrixSource, Problem, Rhs, setup};
 pub use report::{Output, Report};
 pub use run::{Options, run_rank};

@@ -14,7 +14,43 @@ use std::ops::Range;
 
 use crate::error::{CgError, Result};
 
-/// The row split of Fig. 13: n = floor(N / p) rows per rank, the last rank takes the rest.
+/// How the rows are split over the ranks (`--partition`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PartitionBy {
+    /// The paper's: floor(N / p) rows per rank, the last rank takes the rest.
+    #[default]
+    Rows,
+    /// Contiguous blocks of about equal work, a row weighing its nonzeros plus one (the SpMV's
+    /// products and the row's share of the vector updates): on a matrix whose rows differ in
+    /// length the SpMV of the heaviest rank, which every iteration waits for, is shorter.
+    Nnz,
+}
+
+impl PartitionBy {
+    /// `rows` or `nnz`.
+    pub fn parse(s: &str) -> Result<PartitionBy> {
+        match s {
+            "rows" => Ok(PartitionBy::Rows),
+            "nnz" => Ok(PartitionBy::Nnz),
+            _ => Err(CgError::Invalid(format!(
+                "--partition {s}: expected rows (the paper's) or nnz"
+            ))),
+        }
+    }
+}
+
+impl std::fmt::Display for PartitionBy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            PartitionBy::Rows => "rows",
+            PartitionBy::Nnz => "nnz",
+        })
+    }
+}
+
+/// A split of the rows into one contiguous block per rank; by default the row split of
+/// Fig. 13 (n = floor(N / p) rows per rank, the last rank takes the rest).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Partition {
     /// Rows of the whole matrix.
@@ -40,6 +76,54 @@ impl Partition {
         let mut counts = vec![each; p];
         counts[p - 1] = n - (p - 1) * each;
         let displs = (0..p).map(|r| r * each).collect();
+        Ok(Partition { n, counts, displs })
+    }
+
+    /// The split of the rows whose entries start at `row_ptr` (CSR, `n + 1` offsets) into
+    /// `p` contiguous blocks of about equal work ([`PartitionBy::Nnz`]): rank r's block
+    /// starts at the row boundary nearest r/p of the total weight, every rank keeping at
+    /// least one row. An error if a rank would get no row.
+    pub fn by_nnz(row_ptr: &[usize], p: usize) -> Result<Partition> {
+        let n = row_ptr.len().saturating_sub(1);
+        Self::new(n, p)?;
+        // Weight of rows 0..i: their entries plus one per row.
+        let before = |i: usize| (row_ptr[i] - row_ptr[0] + i) as u128;
+        let total = before(n);
+        let mut displs = vec![0usize; p];
+        for r in 1..p {
+            let target = total * r as u128 / p as u128;
+            // The first boundary at or past the target, or the one before it if nearer.
+            let (mut i, mut hi) = (0, n);
+            while i < hi {
+                let mid = (i + hi) / 2;
+                if before(mid) < target {
+                    i = mid + 1;
+                } else {
+                    hi = mid;
+                }
+            }
+            if i > 0 && target - before(i - 1) < before(i).saturating_sub(target) {
+                i -= 1;
+            }
+            displs[r] = i.clamp(displs[r - 1] + 1, n - (p - r));
+        }
+        Self::from_displs(n, displs)
+    }
+
+    /// The split whose blocks start at `displs` (rank 0's at 0, strictly increasing, each
+    /// below `n`): how the ranks other than 0 learn a split rank 0 computed.
+    pub fn from_displs(n: usize, displs: Vec<usize>) -> Result<Partition> {
+        let p = displs.len();
+        let ok =
+            p > 0 && displs[0] == 0 && displs.windows(2).all(|w| w[0] < w[1]) && displs[p - 1] < n;
+        if !ok {
+            return Err(CgError::Invalid(format!(
+                "a row split of {n} rows must start at 0 and rise to below {n}, got {displs:?}"
+            )));
+        }
+        let counts = (0..p)
+            .map(|r| displs.get(r + 1).copied().unwrap_or(n) - displs[r])
+            .collect();
         Ok(Partition { n, counts, displs })
     }
 

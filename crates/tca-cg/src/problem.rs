@@ -25,7 +25,7 @@ use tca_mpi::Backend;
 use crate::error::{CgError, Result};
 use crate::matrix::Csr;
 use crate::mm::{self, Field, Symmetry};
-use crate::partition::Partition;
+use crate::partition::{Partition, PartitionBy};
 use crate::synth::Synthetic;
 
 /// Where the matrix comes from.
@@ -127,6 +127,8 @@ pub struct Problem {
     pub matrix: MatrixSource,
     /// b.
     pub rhs: Rhs,
+    /// How the rows are split over the ranks (`--partition`; the paper's by default).
+    pub partition: PartitionBy,
 }
 
 /// What every rank knows about the matrix.
@@ -212,7 +214,16 @@ fn root_input(prob: &Problem, p: usize) -> Result<RootInput> {
         }
         MatrixSource::Synthetic(s) => (s.n(), s.nnz(), None),
     };
-    let part = Partition::new(n, p)?;
+    let part = match (prob.partition, &matrix, &prob.matrix) {
+        (PartitionBy::Rows, _, _) => Partition::new(n, p)?,
+        (PartitionBy::Nnz, Some(a), _) => Partition::by_nnz(&a.row_ptr, p)?,
+        (PartitionBy::Nnz, None, MatrixSource::Synthetic(s)) => {
+            Partition::by_nnz(&synthetic_row_ptr(s), p)?
+        }
+        (PartitionBy::Nnz, None, MatrixSource::File(_)) => {
+            unreachable!("a file's matrix is read above")
+        }
+    };
     let b = match &prob.rhs {
         Rhs::File(path) => Some(mm::read_vector(path, n)?),
         _ => None,
@@ -225,6 +236,21 @@ fn root_input(prob: &Problem, p: usize) -> Result<RootInput> {
         b,
         notes,
     })
+}
+
+/// The row offsets of a generated matrix, its rows built a block at a time (the whole matrix
+/// is never held: a generated one can be larger than this rank's memory).
+fn synthetic_row_ptr(s: &Synthetic) -> Vec<usize> {
+    const BLOCK: usize = 1 << 16;
+    let n = s.n();
+    let mut row_ptr = Vec::with_capacity(n + 1);
+    row_ptr.push(0);
+    for start in (0..n).step_by(BLOCK) {
+        let rows = s.rows(start..(start + BLOCK).min(n));
+        let base = row_ptr[row_ptr.len() - 1];
+        row_ptr.extend(rows.row_ptr[1..].iter().map(|&o| base + o));
+    }
+    row_ptr
 }
 
 /// Header words rank 0 broadcasts: status, N, nnz, u64 block, f64 block.
@@ -263,7 +289,18 @@ pub fn setup<C: Backend>(c: &mut C, prob: &Problem) -> Result<LocalProblem> {
         return Err(root_err.unwrap_or(CgError::RootFailed));
     }
     let [_, n, nnz, blk_u, blk_f] = header.map(|w| w as usize);
-    let part = Partition::new(n, p)?;
+    let part = match prob.partition {
+        PartitionBy::Rows => Partition::new(n, p)?,
+        // Rank 0 weighed the rows; the others learn where their blocks start.
+        PartitionBy::Nnz => {
+            let mut displs: Vec<u64> = match &root {
+                Some(r) => r.part.displs.iter().map(|&d| d as u64).collect(),
+                None => vec![0; p],
+            };
+            c.broadcast_u64(&mut displs)?;
+            Partition::from_displs(n, displs.into_iter().map(|d| d as usize).collect())?
+        }
+    };
     let mine = part.range(me);
     let info = MatrixInfo {
         source: prob.matrix.label(),
@@ -330,7 +367,7 @@ pub fn setup<C: Backend>(c: &mut C, prob: &Problem) -> Result<LocalProblem> {
             b
         }
         Rhs::File(_) => {
-            let blk = part.counts[p - 1];
+            let blk = part.counts.iter().copied().max().unwrap_or(0);
             let mut send = Vec::new();
             if let Some(bf) = root.as_ref().and_then(|r| r.b.as_ref()) {
                 send = vec![0.0; blk * p];

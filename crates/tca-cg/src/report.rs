@@ -35,6 +35,12 @@ impl PhaseTimes {
         }
     }
 
+    /// The rank's own work: SpMV, DOT, AXPY and the time outside the phases (no collective).
+    pub fn local(&self) -> f64 {
+        let p = &self.phases;
+        p.spmv + p.dot + p.axpy + self.other
+    }
+
     /// (name, seconds) of every row of the table: the five phases, other, total.
     pub fn rows(&self) -> [(&'static str, f64); 7] {
         let p = &self.phases;
@@ -98,6 +104,19 @@ pub struct Breakdown {
     pub clock_share: f64,
 }
 
+impl Breakdown {
+    /// Seconds of the slowest rank's own work ([`PhaseTimes::local`]). With collectives that
+    /// cost nothing no iteration could end before its slowest rank's work, so the solve could
+    /// take no less than this (a sum of per-iteration maxima is at least the maximum of the
+    /// sums): what faster communication alone can reach, measured in the same run.
+    pub fn local_max(&self) -> f64 {
+        self.per_rank
+            .iter()
+            .map(PhaseTimes::local)
+            .fold(0.0, f64::max)
+    }
+}
+
 /// One run of the solver on one transport.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Report {
@@ -120,6 +139,9 @@ pub struct Report {
     /// The preconditioner (reports written before it existed read as none).
     #[serde(default)]
     pub precond: crate::solver::Precond,
+    /// How the rows were split (reports written before it existed read as the paper's).
+    #[serde(default)]
+    pub partition: crate::partition::PartitionBy,
     /// The order of the Allgather and the SpMV (reports written before it existed read as
     /// the paper's).
     #[serde(default)]
@@ -191,6 +213,15 @@ pub struct Ratios {
     pub rank0: Option<PhaseRatios>,
     /// Per phase, maximum over ranks, with `--breakdown`.
     pub max: Option<PhaseRatios>,
+    /// With `--breakdown`: tca's solve with collectives that cost nothing (its slowest rank's
+    /// own work, [`Breakdown::local_max`]) over MPI's whole solve: the least `per_iteration`
+    /// can become by faster communication alone.
+    #[serde(default)]
+    pub free_communication: Option<f64>,
+    /// With `--breakdown`: the share of MPI's solve outside its slowest rank's own work (its
+    /// collectives and the waits in them).
+    #[serde(default)]
+    pub mpi_communication_share: Option<f64>,
 }
 
 /// What `tca cg --format json` prints.
@@ -229,6 +260,15 @@ impl Output {
                 .as_ref()
                 .zip(m.breakdown.as_ref())
                 .map(|(a, b)| PhaseRatios::of(&a.max, &b.max)),
+            free_communication: tca
+                .breakdown
+                .as_ref()
+                .zip(m.breakdown.as_ref())
+                .map(|(a, _)| ratio(per_iter(&tca, a.local_max()), per_iter(m, m.total_s))),
+            mpi_communication_share: m
+                .breakdown
+                .as_ref()
+                .map(|b| ratio(m.total_s - b.local_max(), m.total_s).max(0.0)),
         });
         Output {
             tca,
@@ -260,6 +300,7 @@ impl Output {
                 if let (Some(a), Some(b)) = (&self.tca.breakdown, &m.breakdown) {
                     s += "\n";
                     s += &compare_table(&self.tca, a, m, b, lib);
+                    s += &free_line(&self.tca, a, r, lib);
                 }
                 s += &notes(&self.tca);
                 s += &warnings("tca", &self.tca);
@@ -286,11 +327,19 @@ fn header(r: &Report) -> String {
         rows if rows.iter().all(|&x| x == rows[0]) => {
             format!("{} rows each", thousands(rows[0]))
         }
-        rows => format!(
+        rows if r.partition == crate::partition::PartitionBy::Rows => format!(
             "{} rows each, the last {}",
             thousands(rows[0]),
             thousands(rows[rows.len() - 1])
         ),
+        rows => format!(
+            "{} to {} rows",
+            thousands(rows.iter().copied().min().unwrap_or(0)),
+            thousands(rows.iter().copied().max().unwrap_or(0))
+        ),
+    } + match r.partition {
+        crate::partition::PartitionBy::Nnz if r.rows_per_rank.len() > 1 => ", split by nonzeros",
+        _ => "",
     };
     let nnz = match (r.nnz_per_rank.iter().min(), r.nnz_per_rank.iter().max()) {
         (Some(lo), Some(hi)) if r.nnz_per_rank.len() > 1 && lo == hi => {
@@ -497,6 +546,20 @@ fn compare_table(a: &Report, ab: &Breakdown, b: &Report, bb: &Breakdown, lib: &s
     let _ = write!(s, "tca {}", clock_line(ab));
     let _ = write!(s, "{lib} {}", clock_line(bb));
     s
+}
+
+/// What faster communication alone could reach ([`Ratios::free_communication`]).
+fn free_line(a: &Report, ab: &Breakdown, r: &Ratios, lib: &str) -> String {
+    let (Some(free), Some(share)) = (r.free_communication, r.mpi_communication_share) else {
+        return String::new();
+    };
+    format!(
+        "with collectives that cost nothing, tca would still take {:.2} us per iteration (its\n\
+         slowest rank's SpMV, DOT, AXPY and other): {free:.2} of {lib}'s time, the least faster\n\
+         communication can reach; {lib}'s collectives and their waits are {:.0}% of its time\n",
+        per_iter(a, ab.local_max()),
+        100.0 * share
+    )
 }
 
 fn notes(r: &Report) -> String {

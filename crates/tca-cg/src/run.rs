@@ -252,6 +252,7 @@ pub fn run_rank<C: Backend>(c: &mut C, opts: &Options) -> Result<Option<Report>>
         nnz_per_rank: all.chunks_exact(mine.len()).map(|w| w[0] as u64).collect(),
         mode: mode.into(),
         precond: opts.precond,
+        partition: opts.problem.partition,
         schedule: opts.schedule,
         max_iterations: max_iters,
         tol,

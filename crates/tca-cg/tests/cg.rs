@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use tca_cg::mm::{self, Field, Symmetry};
 use tca_cg::synth::Synthetic;
 use tca_cg::{
-    CgError, Csr, MatrixSource, Options, Outcome, Partition, Precond, Problem, Report, Rhs,
-    Schedule, Stop, run_rank, setup, solve,
+    CgError, Csr, MatrixSource, Options, Outcome, Partition, PartitionBy, Phases, Precond, Problem,
+    Report, Rhs, Schedule, Stop, run_rank, setup, solve,
 };
 
 // ---- helpers ---------------------------------------------------------------------------------
@@ -72,6 +72,7 @@ fn problem(matrix: &str, rhs: Rhs) -> Problem {
     Problem {
         matrix: MatrixSource::parse(matrix).unwrap(),
         rhs,
+        partition: PartitionBy::Rows,
     }
 }
 
@@ -160,6 +161,141 @@ fn max_rel_diff(a: &[f64], b: &[f64]) -> f64 {
 }
 
 // ---- partition and generators -------------------------------------------------------------------
+
+/// The weight (entries plus one per row) of each block of `part` over `row_ptr`.
+fn block_weights(part: &Partition, row_ptr: &[usize]) -> Vec<usize> {
+    (0..part.p())
+        .map(|r| {
+            let rg = part.range(r);
+            row_ptr[rg.end] - row_ptr[rg.start] + rg.len()
+        })
+        .collect()
+}
+
+#[test]
+fn an_nnz_split_balances_the_work() {
+    // Rows 0..10 hold 20 entries each, the 90 others 2: the paper's split at 2 ranks gives
+    // rank 0 every heavy row (330 against 150 of weight).
+    let mut row_ptr = vec![0];
+    for i in 0..100 {
+        let len = if i < 10 { 20 } else { 2 };
+        row_ptr.push(row_ptr[i] + len);
+    }
+    let total = row_ptr[100] + 100;
+    for p in 1..=7 {
+        let part = Partition::by_nnz(&row_ptr, p).unwrap();
+        assert_eq!(part.p(), p);
+        assert_eq!(part.counts.iter().sum::<usize>(), 100);
+        assert_eq!(part.displs[0], 0);
+        for r in 1..p {
+            assert_eq!(part.displs[r], part.displs[r - 1] + part.counts[r - 1]);
+        }
+        let w = block_weights(&part, &row_ptr);
+        let (lo, hi) = (*w.iter().min().unwrap(), *w.iter().max().unwrap());
+        // Each boundary is at most half a row (21 at most) from its ideal place.
+        assert!(
+            hi <= total / p + 21 && lo + 21 >= total / p,
+            "p = {p}: weights {w:?}"
+        );
+        let rows = block_weights(&Partition::new(100, p).unwrap(), &row_ptr);
+        assert!(
+            hi <= *rows.iter().max().unwrap(),
+            "p = {p}: {w:?} against {rows:?}"
+        );
+    }
+    assert_eq!(
+        block_weights(&Partition::by_nnz(&row_ptr, 2).unwrap(), &row_ptr),
+        vec![240, 240]
+    );
+    // As many ranks as rows: one row each, however heavy; more: the paper's error.
+    let part = Partition::by_nnz(&row_ptr, 100).unwrap();
+    assert!(part.counts.iter().all(|&c| c == 1));
+    assert!(matches!(
+        Partition::by_nnz(&row_ptr, 101),
+        Err(CgError::TooFewRows(_))
+    ));
+    // One row heavier than the rest together: alone on rank 0, the others share the rest.
+    let skew = [0, 1000, 1001, 1002, 1003];
+    let part = Partition::by_nnz(&skew, 3).unwrap();
+    assert_eq!(part.counts, vec![1, 1, 2]);
+}
+
+#[test]
+fn a_split_from_its_starts_is_checked() {
+    let part = Partition::from_displs(10, vec![0, 3, 4]).unwrap();
+    assert_eq!(part.counts, vec![3, 1, 6]);
+    for bad in [
+        vec![],
+        vec![1, 3],
+        vec![0, 3, 3],
+        vec![0, 5, 10],
+        vec![0, 7, 4],
+    ] {
+        assert!(
+            matches!(
+                Partition::from_displs(10, bad.clone()),
+                Err(CgError::Invalid(_))
+            ),
+            "{bad:?}"
+        );
+    }
+}
+
+/// A symmetric, diagonally dominant matrix of 40 rows whose first 10 are coupled to every
+/// other row: their rows hold 31 entries, the others 11.
+fn uneven_matrix(d: &Path) -> PathBuf {
+    let mut text = String::from("%%MatrixMarket matrix coordinate real symmetric\n");
+    let mut entries = Vec::new();
+    for i in 1..=40 {
+        entries.push(format!("{i} {i} 10"));
+    }
+    for i in 1..=10 {
+        for j in 11..=40 {
+            entries.push(format!("{j} {i} -0.1"));
+        }
+    }
+    text += &format!("40 40 {}\n{}\n", entries.len(), entries.join("\n"));
+    write(d, "uneven.mtx", &text)
+}
+
+#[test]
+fn an_nnz_split_solves_the_same_system() {
+    let d = tmpdir("nnz-split");
+    let a = uneven_matrix(&d);
+    for (spec, rhs) in [
+        (a.to_str().unwrap(), Rhs::AOnes),
+        ("poisson3d:6", Rhs::Manufactured { seed: 3 }),
+        ("banded:50:5", Rhs::Manufactured { seed: 4 }),
+    ] {
+        let mut prob = problem(spec, rhs);
+        let (x_rows, o, _) = solve_on(1, &prob, tol(1e-12)).unwrap();
+        assert_eq!(o, Outcome::Converged, "{spec}");
+        prob.partition = PartitionBy::Nnz;
+        for p in 1..=5u32 {
+            let (x, o, _) = solve_on(p, &prob, tol(1e-12)).unwrap();
+            assert_eq!(o, Outcome::Converged, "{spec}, {p} ranks");
+            let err = max_rel_diff(&x, &x_rows);
+            assert!(err < 1e-9, "{spec}, {p} ranks: {err:e}");
+        }
+    }
+    // The report says how it split: on the uneven matrix the nnz split evens the entries
+    // the paper's leaves 200 apart (rows 1-20 against 21-40), to within a heavy row.
+    let mut prob = problem(a.to_str().unwrap(), Rhs::Ones);
+    let r = run_on(2, &opts(prob.clone(), Stop::Fixed { iters: 3 }, false)).unwrap();
+    assert_eq!(r.partition, PartitionBy::Rows);
+    assert_eq!(r.nnz_per_rank, vec![420, 220]);
+    prob.partition = PartitionBy::Nnz;
+    let r = run_on(2, &opts(prob, Stop::Fixed { iters: 3 }, false)).unwrap();
+    assert_eq!(r.partition, PartitionBy::Nnz);
+    assert_eq!(r.rows_per_rank.iter().sum::<u64>(), 40);
+    let (lo, hi) = (
+        r.nnz_per_rank[0].min(r.nnz_per_rank[1]),
+        r.nnz_per_rank[0].max(r.nnz_per_rank[1]),
+    );
+    assert!(hi - lo <= 31, "{:?}", r.nnz_per_rank);
+    let text = tca_cg::Output::new(r, None).text();
+    assert!(text.contains("rows, split by nonzeros"), "{text}");
+}
 
 #[test]
 fn partition_is_the_papers_split() {
@@ -700,6 +836,64 @@ fn report_carries_residuals_error_and_breakdown() {
         assert!((back.tca.total_s - r.total_s).abs() <= 1e-12 * r.total_s);
         assert!(out.text().contains("Allreduce"));
     }
+}
+
+/// `--compare mpi --breakdown` says what faster communication alone could reach: tca's
+/// slowest rank's own work over MPI's time, and MPI's share outside its own work.
+#[test]
+fn a_comparison_says_what_free_communication_would_reach() {
+    use tca_cg::report::PhaseTimes;
+    let o = opts(
+        problem("poisson3d:5", Rhs::Ones),
+        Stop::Fixed { iters: 7 },
+        true,
+    );
+    let mut a = run_on(2, &o).unwrap();
+    assert_eq!(a.iterations, 7);
+    let mut m = a.clone();
+    let ph = |spmv, axpy, allreduce| Phases {
+        spmv,
+        dot: 0.0,
+        axpy,
+        allgather: 0.0,
+        allreduce,
+    };
+    // tca: rank 1 works 1.5 s (SpMV 1.25, AXPY 0.25), rank 0 1.0 s and waits; MPI: 4 s, its
+    // slowest rank working 1.6 s.
+    a.total_s = 2.0;
+    a.breakdown.as_mut().unwrap().per_rank = vec![
+        PhaseTimes::new(2.0, ph(1.0, 0.0, 1.0)),
+        PhaseTimes::new(2.0, ph(1.25, 0.25, 0.5)),
+    ];
+    m.total_s = 4.0;
+    m.breakdown.as_mut().unwrap().per_rank = vec![
+        PhaseTimes::new(4.0, ph(1.2, 0.0, 2.8)),
+        PhaseTimes::new(4.0, ph(1.6, 0.0, 2.4)),
+    ];
+    let out = tca_cg::Output::new(a, Some(("MPI-X".into(), m)));
+    let r = out.ratio.as_ref().unwrap();
+    assert!((r.free_communication.unwrap() - 0.375).abs() < 1e-12);
+    assert!((r.mpi_communication_share.unwrap() - 0.6).abs() < 1e-12);
+    let text = out.text();
+    assert!(
+        text.contains("would still take 214285.71 us per iteration"),
+        "{text}"
+    );
+    assert!(text.contains("0.38 of MPI-X's time"), "{text}");
+    assert!(
+        text.contains("collectives and their waits are 60% of its time"),
+        "{text}"
+    );
+    // Without a breakdown there is nothing to say.
+    let plain = opts(
+        problem("poisson3d:5", Rhs::Ones),
+        Stop::Fixed { iters: 7 },
+        false,
+    );
+    let b = run_on(2, &plain).unwrap();
+    let out = tca_cg::Output::new(b.clone(), Some(("MPI-X".into(), b)));
+    assert_eq!(out.ratio.as_ref().unwrap().free_communication, None);
+    assert!(!out.text().contains("cost nothing"));
 }
 
 #[test]

@@ -5,7 +5,9 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
 use tca_cg::job;
-use tca_cg::{MatrixSource, Options, Outcome, Output, Precond, Problem, Rhs, Schedule, Stop};
+use tca_cg::{
+    MatrixSource, Options, Outcome, Output, PartitionBy, Precond, Problem, Rhs, Schedule, Stop,
+};
 use tca_mpi::Role;
 
 /// Iterations of fixed mode when neither --iters nor --tol is given (the paper's count).
@@ -45,9 +47,15 @@ SCHEDULE
   copy (one copy per byte, seed 000's remote writes and flags); on a simulated network
   (--network) the collective algorithms gather it, as the simulation models them.
 
+PARTITION
+  --partition rows (default, the paper's): floor(N/p) rows per rank, the last rank the rest.
+  --partition nnz: contiguous blocks of about equal work (a row weighs its nonzeros plus
+  one), so that on a matrix whose rows differ in length the heaviest rank's SpMV, which
+  every iteration waits for, is shorter. The same on the MPI build with --compare mpi.
+
 RUNNING
   tca cg starts its own ranks (--np) under tca's launcher; rank 0 reads the matrix and
-  scatters the row blocks (rows: floor(N/p) each, the last rank the rest). With
+  scatters the row blocks (see PARTITION). With
   --compare mpi it then runs the same solver with MPI doing the two collectives (build
   with --features mpi), and prints both and the ratio tca/MPI.
   Fixed mode (--iters, default 1000) times the iterations (it stops early, with a
@@ -88,6 +96,9 @@ pub(crate) struct Args {
     /// Lines 14-15: the paper's order, or the Allgather overlapped with the SpMV's local part.
     #[arg(long, default_value = "paper", value_parser = parse_schedule, value_name = "paper|overlap")]
     schedule: Schedule,
+    /// The row split: rows (the paper's, floor(N/p) each) or nnz (blocks of equal work).
+    #[arg(long, default_value = "rows", value_parser = parse_partition, value_name = "rows|nnz")]
+    partition: PartitionBy,
     /// Right-hand side: ones, random[:SEED], manufactured[:SEED], a-ones or a vector file.
     #[arg(long, default_value = "ones", value_name = "RHS")]
     rhs: String,
@@ -133,6 +144,11 @@ fn parse_precond(s: &str) -> Result<Precond, String> {
     Precond::parse(s).map_err(|e| e.to_string())
 }
 
+/// `--partition`, by the solver's own parser.
+fn parse_partition(s: &str) -> Result<PartitionBy, String> {
+    PartitionBy::parse(s).map_err(|e| e.to_string())
+}
+
 /// `--schedule`, by the solver's own parser.
 fn parse_schedule(s: &str) -> Result<Schedule, String> {
     Schedule::parse(s).map_err(|e| e.to_string())
@@ -165,6 +181,7 @@ fn options(a: &Args) -> Result<Options> {
         problem: Problem {
             matrix: MatrixSource::parse(&a.matrix)?,
             rhs: Rhs::parse(&a.rhs)?,
+            partition: a.partition,
         },
         stop,
         precond: a.precond,

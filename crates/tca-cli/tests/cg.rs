@@ -132,6 +132,8 @@ fn compare_mpi_runs_both_halves() {
         "--breakdown",
         "--schedule",
         "overlap",
+        "--partition",
+        "nnz",
         "--compare",
         "mpi",
         "--format",
@@ -144,7 +146,12 @@ fn compare_mpi_runs_both_halves() {
     let m = o.mpi.as_ref().expect("an MPI half");
     // The library as the benchmarks name it ("Open MPI 4.1.4", "MPICH 4.0.2").
     assert!(m.transport.contains("MPI"), "{}", m.transport);
+    // Split by nonzeros on both halves (the tridiagonal rows weigh alike: 4 each).
     assert_eq!(m.rows_per_rank, vec![4, 4, 4]);
+    assert_eq!(
+        (o.tca.partition, m.partition),
+        (tca_cg::PartitionBy::Nnz, tca_cg::PartitionBy::Nnz)
+    );
     assert_eq!(m.iterations, o.tca.iterations);
     // Both halves overlapped the Allgather (MPI with MPI_Iallgatherv).
     assert_eq!(
@@ -154,6 +161,17 @@ fn compare_mpi_runs_both_halves() {
     assert!(m.true_relative_residual < 1e-9);
     let r = o.ratio.as_ref().unwrap();
     assert!(r.per_iteration > 0.0 && r.rank0.is_some() && r.max.is_some());
+    // What free communication would reach: tca's own work, a part of its whole time.
+    let free = r.free_communication.expect("with --breakdown");
+    assert!(
+        free > 0.0 && free <= r.per_iteration,
+        "{free} {}",
+        r.per_iteration
+    );
+    assert!(
+        r.mpi_communication_share
+            .is_some_and(|s| (0.0..1.0).contains(&s))
+    );
     assert!(o.mpi_library.is_some());
     std::fs::remove_dir_all(&d).ok();
 }
@@ -201,4 +219,7 @@ fn jacobi_preconditioner_from_the_command_line() {
     let bad = tca_cg(&["--matrix", "poisson3d:5", "--schedule", "async"]);
     assert_eq!(bad.status.code(), Some(2), "clap usage error");
     assert!(String::from_utf8_lossy(&bad.stderr).contains("overlap"));
+    let bad = tca_cg(&["--matrix", "poisson3d:5", "--partition", "cols"]);
+    assert_eq!(bad.status.code(), Some(2), "clap usage error");
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("nnz"));
 }

@@ -10,7 +10,7 @@
 
 use tca::Comm;
 use tca_cg::solver::{Outcome, Precond, Schedule, Stop};
-use tca_cg::{CgError, MatrixSource, Problem, Rhs};
+use tca_cg::{CgError, MatrixSource, PartitionBy, Problem, Rhs};
 
 use super::{Fail, Step, check};
 use crate::rng::Rng;
@@ -42,16 +42,22 @@ pub(crate) fn step(c: &mut Comm, round: u64, r: &mut Rng) -> Step {
     } else {
         Precond::None
     };
+    // From the round, not the generator, so that a seed's later draws stay as they were.
+    let partition = if round / 2 % 2 == 1 {
+        PartitionBy::Nnz
+    } else {
+        PartitionBy::Rows
+    };
     let problem = Problem {
         matrix: MatrixSource::parse(&matrix)?,
         rhs: Rhs::Manufactured { seed: round },
+        partition,
     };
     let lp = tca_cg::setup(c, &problem)?;
     let stop = Stop::Tolerance {
         tol: 1e-10,
         max_iters: 5000,
     };
-    // From the round, not the generator, so that a seed's later draws stay as they were.
     let schedule = if round % 2 == 1 {
         Schedule::Overlap
     } else {
@@ -64,7 +70,7 @@ pub(crate) fn step(c: &mut Comm, round: u64, r: &mut Rng) -> Step {
         sol.stats.outcome == Outcome::Converged && q.true_rel_residual < 1e-8 && err < 1e-6,
         || {
             format!(
-                "CG on {matrix} ({precond:?}, {schedule}), round {round}: {:?} after {} iterations, true \
+                "CG on {matrix} ({precond:?}, {schedule}, split by {partition}), round {round}: {:?} after {} iterations, true \
                  residual {:.2e}, error {err:.2e}",
                 sol.stats.outcome, sol.stats.iterations, q.true_rel_residual
             )
