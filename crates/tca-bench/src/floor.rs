@@ -227,6 +227,30 @@ impl CacheLine {
     }
 }
 
+/// The cache-line half round trip between two threads of this process, ns: the median of
+/// three rounds of 20,000 round trips (after one of warm-up), on two ranks of
+/// [`tca::threads`]. What the parent of a comparison measures before each half, so that a
+/// half that ran while the machine's cores were farther apart shows as such (this machine's
+/// virtual CPUs move: BENCHMARKS.md). `None` with fewer than two cores: a pure spin cannot
+/// share one.
+pub fn line_here() -> Result<Option<f64>> {
+    if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+        return Ok(None);
+    }
+    let all = tca::threads::run(2, |w| {
+        let mut line = CacheLine::new(w).map_err(|e| tca::Error::program(format!("{e:#}")))?;
+        let mut round = |n| {
+            line.round(w, n)
+                .map_err(|e| tca::Error::program(format!("{e:#}")))
+        };
+        round(5_000)?;
+        let mut r = [round(20_000)?, round(20_000)?, round(20_000)?];
+        r.sort_by(f64::total_cmp);
+        Ok(r[1])
+    })?;
+    Ok(all.first().copied())
+}
+
 /// Single-thread memcpy bandwidth in GB/s (10^9 bytes/s) at `n` bytes, best of 5 rounds of
 /// about 50 ms each.
 pub fn memcpy_bandwidth(n: usize) -> f64 {

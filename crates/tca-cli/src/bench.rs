@@ -60,6 +60,11 @@ pub(crate) struct Args {
     /// figures on a shared machine, where other load slows whole runs. IMB runs once.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
     repeat: u32,
+    /// Run the whole suite this many times, alternating with MPI's under --compare, and
+    /// report each cell's median round; the cache-line floor is measured before each half
+    /// (also with --compare alone) and noted, flagged where it moved.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
+    rounds: u32,
     /// Force tca algorithms: NAME (every benchmark that has it) or BENCHMARK=NAME,
     /// comma-separated (e.g. Allreduce=ring).
     #[arg(long, value_delimiter = ',')]
@@ -156,6 +161,9 @@ pub(crate) fn run(a: Args) -> Result<i32> {
     if network.is_some() && a.compare.is_some() {
         bail!("--network and --compare mpi: MPI runs on this machine only; run them apart");
     }
+    if network.is_some() && a.rounds > 1 {
+        bail!("--rounds with --network: virtual times are the same in every round");
+    }
     let iters = match a.iters.as_str() {
         "auto" => Iters::Auto,
         n => match n.parse::<u64>() {
@@ -169,6 +177,9 @@ pub(crate) fn run(a: Args) -> Result<i32> {
         }
         if a.benchmarks.len() > 1 {
             bail!("`floor` runs on its own: `tca bench floor`");
+        }
+        if a.rounds > 1 {
+            bail!("`floor` alternates its own 7 rounds; --rounds is for the suite");
         }
         let n = match iters {
             Iters::Fixed(n) => n,
@@ -253,6 +264,7 @@ pub(crate) fn run(a: Args) -> Result<i32> {
         plot: a.plot,
         fit,
         compare_mpi: a.compare.is_some(),
+        rounds: a.rounds,
         mpirun: a.mpirun,
         model: a.model,
         network,

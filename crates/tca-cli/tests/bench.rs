@@ -656,7 +656,8 @@ fn compare_mpi_put_get() {
 }
 
 /// Without the `mpi` feature, --compare mpi says how to get it; with it, a small comparison
-/// runs (CI builds with the feature for this test: see .ci/run).
+/// runs (CI builds with the feature for this test: see .ci/run), in two alternating rounds
+/// with the floor before each half.
 #[test]
 fn compare_mpi() {
     let o = tca(&[
@@ -669,6 +670,8 @@ fn compare_mpi() {
         "20",
         "--compare",
         "mpi",
+        "--rounds",
+        "2",
     ]);
     let err = text(&o.stderr);
     if !cfg!(feature = "mpi") {
@@ -690,4 +693,56 @@ fn compare_mpi() {
         4,
         "one comparison line per benchmark and size: {out}"
     );
+    let note = out
+        .lines()
+        .find(|l| l.contains("2 rounds alternating tca, then "))
+        .unwrap_or_else(|| panic!("the rounds note: {out}"));
+    assert!(
+        note.contains("round 1: tca ")
+            && note.contains("round 2: tca ")
+            && !note.contains("round 3"),
+        "{note}"
+    );
+    assert!(note.contains("after the last "), "{note}");
+}
+
+/// `--rounds` without MPI keeps each cell's median round and notes the floors; it is refused
+/// where it means nothing.
+#[test]
+fn rounds_of_the_suite() {
+    let o = tca(&[
+        "bench", "PingPong", "Bcast", "--sizes", "8", "--iters", "50", "--rounds", "3",
+    ]);
+    let (out, err) = (text(&o.stdout), text(&o.stderr));
+    assert!(o.status.success(), "{err}");
+    assert_eq!(tca_model::imb::parse(&out).unwrap().len(), 2, "{out}");
+    let note = out
+        .lines()
+        .find(|l| l.contains("3 rounds: every cell is its implementation's median round"))
+        .unwrap_or_else(|| panic!("the rounds note: {out}"));
+    for r in [
+        "round 1: tca ",
+        "round 2: tca ",
+        "round 3: tca ",
+        "after the last ",
+    ] {
+        assert!(note.contains(r), "{note}");
+    }
+    let o = tca(&["bench", "floor", "--rounds", "2"]);
+    assert!(!o.status.success());
+    assert!(text(&o.stderr).contains("--rounds is for the suite"));
+    let o = tca(&[
+        "bench",
+        "Bcast",
+        "--np",
+        "4",
+        "--network",
+        "peach2-2x8",
+        "--rounds",
+        "2",
+    ]);
+    assert!(!o.status.success());
+    assert!(text(&o.stderr).contains("the same in every round"));
+    let o = tca(&["bench", "Bcast", "--rounds", "0"]);
+    assert_eq!(o.status.code(), Some(2), "a usage error");
 }

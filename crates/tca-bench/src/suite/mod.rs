@@ -743,6 +743,43 @@ pub struct Half {
     pub notes: Vec<String>,
 }
 
+impl Half {
+    /// One half from several rounds of the same suite (`--rounds`): each row is the round
+    /// whose t_avg is the median of that cell's rounds (the lower of the middle two for an
+    /// even count), whole, so its t_min, t_max and repetitions stay one run's; the notes are
+    /// the first round's. An error if the rounds did not measure the same cells.
+    pub fn median_of(mut rounds: Vec<Half>) -> Result<Half> {
+        if rounds.len() <= 1 {
+            return rounds
+                .pop()
+                .ok_or_else(|| anyhow::anyhow!("no round was measured"));
+        }
+        let key = |r: &Row| (r.benchmark.clone(), r.bytes, r.ranks);
+        let first = &rounds[0];
+        for (i, h) in rounds.iter().enumerate().skip(1) {
+            if h.implementation != first.implementation
+                || h.rows.iter().map(key).ne(first.rows.iter().map(key))
+            {
+                bail!(
+                    "round {} of {} measured other cells than round 1",
+                    i + 1,
+                    first.implementation
+                );
+            }
+        }
+        let rows = (0..first.rows.len())
+            .map(|c| {
+                let mut cell: Vec<&Row> = rounds.iter().map(|h| &h.rows[c]).collect();
+                cell.sort_by(|a, b| a.t_avg_us.total_cmp(&b.t_avg_us));
+                cell[(cell.len() - 1) / 2].clone()
+            })
+            .collect();
+        let mut half = rounds.swap_remove(0);
+        half.rows = rows;
+        Ok(half)
+    }
+}
+
 /// Resolves `--algo`: `NAME` (every chosen benchmark whose collective has an algorithm of that
 /// name) or `BENCHMARK=NAME`, comma-separated; unknown names are errors listing valid ones.
 pub fn parse_algos(specs: &[String], benchmarks: &[usize]) -> Result<Vec<(usize, String)>> {
@@ -840,6 +877,61 @@ pub fn index_of(b: &Benchmark) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn half(times: &[(&str, u64, f64)], note: &str) -> Half {
+        let rows = times
+            .iter()
+            .map(|&(b, bytes, t)| Row {
+                implementation: "tca".into(),
+                benchmark: b.into(),
+                algorithm: "-".into(),
+                ranks: 2,
+                bytes,
+                repetitions: 10,
+                t_min_us: t - 0.5,
+                t_max_us: t + 0.5,
+                t_avg_us: t,
+                mbytes_per_sec: None,
+                overlap: None,
+            })
+            .collect();
+        Half {
+            implementation: "tca".into(),
+            transport: "shm".into(),
+            ranks: 2,
+            rows,
+            notes: vec![note.into()],
+        }
+    }
+
+    #[test]
+    fn rounds_merge_cell_by_cell_into_their_median() {
+        let rounds = vec![
+            half(&[("Bcast", 8, 3.0), ("Bcast", 64, 10.0)], "first"),
+            half(&[("Bcast", 8, 1.0), ("Bcast", 64, 30.0)], "second"),
+            half(&[("Bcast", 8, 2.0), ("Bcast", 64, 20.0)], "third"),
+        ];
+        let m = Half::median_of(rounds.clone()).unwrap();
+        let t: Vec<(f64, f64)> = m.rows.iter().map(|r| (r.t_avg_us, r.t_min_us)).collect();
+        assert_eq!(t, vec![(2.0, 1.5), (20.0, 19.5)]);
+        assert_eq!(m.notes, vec!["first".to_string()]);
+        // An even count takes the lower middle round; one round is itself.
+        let two = Half::median_of(rounds[..2].to_vec()).unwrap();
+        assert_eq!(two.rows[0].t_avg_us, 1.0);
+        assert_eq!(two.rows[1].t_avg_us, 10.0);
+        assert_eq!(
+            Half::median_of(rounds[2..].to_vec()).unwrap().rows[1].t_avg_us,
+            20.0
+        );
+        // Rounds that measured other cells are refused.
+        let other = vec![
+            rounds[0].clone(),
+            half(&[("Bcast", 8, 1.0), ("Bcast", 128, 1.0)], "x"),
+        ];
+        let e = Half::median_of(other).unwrap_err().to_string();
+        assert!(e.contains("round 2"), "{e}");
+        assert!(Half::median_of(vec![]).is_err());
+    }
 
     #[test]
     fn names_and_sizes() {
