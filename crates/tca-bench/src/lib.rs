@@ -276,17 +276,17 @@ pub fn measure(
     let offload = opts.progress == Progress::Proxy;
     let rounds = rounds.max(1);
     let floors = mpi.is_some() || rounds > 1;
-    let floor = || -> Result<Option<f64>> { if floors { floor::line_here() } else { Ok(None) } };
+    let floor = || floors.then(floor::line_here).flatten();
     let (mut ours, mut theirs, mut lines) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..rounds {
-        lines.push(floor()?);
+        lines.push(floor());
         ours.push(tca_mpi::launch_tca_with::<suite::Half>(np, offload)?);
         if let Some(run) = mpi {
-            lines.push(floor()?);
+            lines.push(floor());
             theirs.push(tca_mpi::launch::<suite::Half>(run)?.1);
         }
     }
-    lines.push(floor()?);
+    lines.push(floor());
     let mut halves = vec![suite::Half::median_of(ours)?];
     if !theirs.is_empty() {
         halves.push(suite::Half::median_of(theirs)?);
