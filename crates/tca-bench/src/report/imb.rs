@@ -139,14 +139,31 @@ fn algorithm_lines(out: &Output, im: &str) -> String {
     s
 }
 
-/// The side-by-side table: t_avg of both and the ratio, per benchmark and size.
+/// The side-by-side table: t_avg of both and the ratio, per benchmark and size; with
+/// `--rounds`, the range of the ratios of each round's pair (round k of one against round k
+/// of the other, which ran next to it).
 fn comparison(out: &Output, a: &str, b: &str) -> String {
+    let rounds = !out.rounds.is_empty();
     let mut s = format!(
-        "#----------------------------------------------------------------\n# {a} vs {b}: t_avg[usec] per call, ratio {a}/{b} (below 1: {a} is faster)\n#----------------------------------------------------------------\n"
+        "#----------------------------------------------------------------\n# {a} vs {b}: t_avg[usec] per call, ratio {a}/{b} (below 1: {a} is faster){}\n#----------------------------------------------------------------\n",
+        if rounds {
+            "; t_avg of the median round, and the ratios of the rounds' pairs"
+        } else {
+            ""
+        }
     );
     s += &format!(
-        "# {:<15} {:>10} {:>13} {:>13} {:>9}\n",
-        "benchmark", "#bytes", a, b, "ratio"
+        "# {:<15} {:>10} {:>13} {:>13} {:>9}{}\n",
+        "benchmark",
+        "#bytes",
+        a,
+        b,
+        "ratio",
+        if rounds {
+            format!(" {:>13}", "rounds")
+        } else {
+            String::new()
+        }
     );
     let mut wins = (0, 0);
     for bench in BENCHMARKS.iter().filter(|b| !b.nonblocking()) {
@@ -169,8 +186,20 @@ fn comparison(out: &Output, a: &str, b: &str) -> String {
             } else {
                 wins.1 += 1;
             }
+            let pairs = match (
+                out.round_times(a, bench.name, x.bytes),
+                out.round_times(b, bench.name, x.bytes),
+            ) {
+                (Some(p), Some(q)) if p.len() == q.len() => {
+                    let r: Vec<f64> = p.iter().zip(q).map(|(p, q)| p / q).collect();
+                    let lo = r.iter().copied().fold(f64::INFINITY, f64::min);
+                    let hi = r.iter().copied().fold(0.0, f64::max);
+                    format!(" {:>13}", format!("{lo:.2}-{hi:.2}"))
+                }
+                _ => String::new(),
+            };
             s += &format!(
-                "# {:<15} {:>10} {:>13.3} {:>13.3} {:>9.3}\n",
+                "# {:<15} {:>10} {:>13.3} {:>13.3} {:>9.3}{pairs}\n",
                 bench.name, x.bytes, x.t_avg_us, y.t_avg_us, ratio
             );
         }

@@ -96,6 +96,34 @@ pub struct Output {
     /// The cost models' predictions (`--model`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub model: Option<ModelReport>,
+    /// With `--rounds`: every row's t_avg in each round (the rows hold the median round).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub rounds: Vec<RoundTimes>,
+}
+
+/// One row's t_avg in each round of `--rounds`, in round order.
+#[derive(Debug, Clone, Serialize)]
+pub struct RoundTimes {
+    /// "tca" or the MPI's name.
+    pub implementation: String,
+    /// IMB's name of the benchmark.
+    pub benchmark: String,
+    /// `#bytes` of the row.
+    pub bytes: u64,
+    /// t_avg of each round, us.
+    pub t_avg_us: Vec<f64>,
+}
+
+impl Output {
+    /// Each round's t_avg of `implementation`'s `benchmark` at `bytes`, with `--rounds`.
+    pub fn round_times(&self, implementation: &str, benchmark: &str, bytes: u64) -> Option<&[f64]> {
+        self.rounds
+            .iter()
+            .find(|r| {
+                r.implementation == implementation && r.benchmark == benchmark && r.bytes == bytes
+            })
+            .map(|r| r.t_avg_us.as_slice())
+    }
 }
 
 impl Output {
@@ -112,6 +140,20 @@ impl Output {
             })
             .collect();
         let (fits, fit_skipped) = fit::fits(&rows, fit);
+        let rounds = halves
+            .iter()
+            .flat_map(|h| {
+                h.rows
+                    .iter()
+                    .zip(&h.round_t_avg_us)
+                    .map(|(r, t)| RoundTimes {
+                        implementation: h.implementation.clone(),
+                        benchmark: r.benchmark.clone(),
+                        bytes: r.bytes,
+                        t_avg_us: t.clone(),
+                    })
+            })
+            .collect();
         Output {
             run: Run {
                 machine,
@@ -127,6 +169,7 @@ impl Output {
             fits,
             fit_skipped,
             model: None,
+            rounds,
         }
     }
 
@@ -239,6 +282,7 @@ mod tests {
             ranks: 2,
             rows,
             notes: vec![format!("{im} note")],
+            round_t_avg_us: Vec::new(),
         };
         let (t, m): (Vec<Row>, Vec<Row>) =
             rows.into_iter().partition(|r| r.implementation == "tca");
@@ -271,6 +315,50 @@ mod tests {
         assert_eq!(json, out.run.rows);
     }
 
+    /// With `--rounds` the side-by-side table gives each round pair's ratio range beside the
+    /// median rounds' ratio.
+    #[test]
+    fn the_comparison_gives_the_rounds_ratio_range() {
+        let half = |im: &str, t: f64, each: Vec<f64>| Half {
+            implementation: im.into(),
+            transport: "shm".into(),
+            ranks: 2,
+            rows: vec![row(im, "Bcast", "-", 8, t)],
+            notes: vec![],
+            round_t_avg_us: vec![each],
+        };
+        let out = Output::new(
+            "m".into(),
+            &[
+                half("tca", 2.0, vec![2.0, 1.0, 3.0]),
+                half("MPI", 4.0, vec![4.0, 4.0, 2.0]),
+            ],
+            None,
+        );
+        assert_eq!(
+            out.round_times("MPI", "Bcast", 8),
+            Some(&[4.0, 4.0, 2.0][..])
+        );
+        let text = out.render(Format::Imb);
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("# Bcast"))
+            .unwrap_or_else(|| panic!("{text}"));
+        // Median 2/4; round pairs 0.5, 0.25, 1.5.
+        assert!(
+            line.contains("0.500") && line.ends_with("0.25-1.50"),
+            "{line}"
+        );
+        assert!(text.contains("the ratios of the rounds' pairs"), "{text}");
+        // One round: no column.
+        let one = |im: &str| Half {
+            round_t_avg_us: Vec::new(),
+            ..half(im, 1.0, vec![])
+        };
+        let out = Output::new("m".into(), &[one("tca"), one("MPI")], None);
+        assert!(!out.render(Format::Imb).contains("rounds"));
+    }
+
     #[test]
     fn too_few_points_is_reported_not_fitted() {
         let rows = vec![
@@ -285,6 +373,7 @@ mod tests {
                 ranks: 2,
                 rows,
                 notes: vec![],
+                round_t_avg_us: Vec::new(),
             }],
             None,
         );

@@ -139,6 +139,7 @@ pub fn run<B: Backend>(
         ranks: p,
         rows,
         notes: Vec::new(),
+        round_t_avg_us: Vec::new(),
     }))
 }
 

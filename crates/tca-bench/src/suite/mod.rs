@@ -741,6 +741,10 @@ pub struct Half {
     pub rows: Vec<Row>,
     /// Extra lines for the report (the floor ratio, memory soak, ...).
     pub notes: Vec<String>,
+    /// With several rounds ([`Half::median_of`]): each row's t_avg in every round, in round
+    /// order (empty for one round).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub round_t_avg_us: Vec<Vec<f64>>,
 }
 
 impl Half {
@@ -774,8 +778,12 @@ impl Half {
                 cell[(cell.len() - 1) / 2].clone()
             })
             .collect();
+        let each = (0..first.rows.len())
+            .map(|c| rounds.iter().map(|h| h.rows[c].t_avg_us).collect())
+            .collect();
         let mut half = rounds.swap_remove(0);
         half.rows = rows;
+        half.round_t_avg_us = each;
         Ok(half)
     }
 }
@@ -901,6 +909,7 @@ mod tests {
             ranks: 2,
             rows,
             notes: vec![note.into()],
+            round_t_avg_us: Vec::new(),
         }
     }
 
@@ -915,6 +924,10 @@ mod tests {
         let t: Vec<(f64, f64)> = m.rows.iter().map(|r| (r.t_avg_us, r.t_min_us)).collect();
         assert_eq!(t, vec![(2.0, 1.5), (20.0, 19.5)]);
         assert_eq!(m.notes, vec!["first".to_string()]);
+        assert_eq!(
+            m.round_t_avg_us,
+            vec![vec![3.0, 1.0, 2.0], vec![10.0, 30.0, 20.0]]
+        );
         // An even count takes the lower middle round; one round is itself.
         let two = Half::median_of(rounds[..2].to_vec()).unwrap();
         assert_eq!(two.rows[0].t_avg_us, 1.0);
