@@ -263,13 +263,24 @@ fn check_index_lengths(text: &str, what: &str, format: &str) -> Result<()> {
 /// turning its errors, and any panic inside it, into [`CgError::Read`].
 /// (It panics on a few malformed inputs; [`check_index_lengths`] keeps the known ones out,
 /// and a panic on bad input must not take the job down in any case.)
-fn load<T: nalgebra_sparse::io::MatrixMarketScalar>(
+///
+/// The reader runs on a thread of its own: its parser (pest) measures the native stack it
+/// runs on, and on a stack whose bounds it cannot find, a simulated rank's coroutine
+/// (`tca cg --network`), it refused every file with "stack limit reached".
+fn load<T: nalgebra_sparse::io::MatrixMarketScalar + Send>(
     text: &str,
     what: &str,
     format: &str,
 ) -> Result<CooMatrix<T>> {
     check_index_lengths(text, what, format)?;
-    match std::panic::catch_unwind(|| load_coo_from_matrix_market_str::<T>(text)) {
+    let read = std::thread::scope(|s| {
+        std::thread::Builder::new()
+            .name("matrix-market".into())
+            .spawn_scoped(s, || load_coo_from_matrix_market_str::<T>(text))
+            .map(|reader| reader.join())
+    })
+    .map_err(|e| CgError::Read(format!("{what}: cannot start the reader's thread: {e}")))?;
+    match read {
         Ok(Ok(m)) => Ok(m),
         Ok(Err(e)) => Err(reader_error(&e, what)),
         Err(_) => Err(CgError::Read(format!(

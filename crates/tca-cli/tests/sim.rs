@@ -84,6 +84,37 @@ fn cg_on_a_simulated_network() {
         out.contains("Allgather") && out.contains("Allreduce"),
         "{out}"
     );
+    // A Matrix Market file, read by rank 0 inside its coroutine, split by nonzeros.
+    let dir = std::env::temp_dir().join(format!("tca-sim-cg-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let f = dir.join("tri.mtx");
+    let mut text = String::from("%%MatrixMarket matrix coordinate real symmetric\n30 30 59\n");
+    for i in 1..=30 {
+        text += &format!("{i} {i} 4.0\n");
+        if i > 1 {
+            text += &format!("{i} {} -1\n", i - 1);
+        }
+    }
+    std::fs::write(&f, text).unwrap();
+    let out = ok(&[
+        "cg",
+        "--matrix",
+        f.to_str().unwrap(),
+        "--np",
+        "4",
+        "--tol",
+        "1e-10",
+        "--partition",
+        "nnz",
+        "--network",
+        "peach2-2x8",
+    ]);
+    std::fs::remove_dir_all(&dir).ok();
+    assert!(out.contains("SIMULATED on peach2-2x8"), "{out}");
+    assert!(
+        out.contains("(converged)") && out.contains("split by nonzeros"),
+        "{out}"
+    );
 }
 
 #[test]
