@@ -224,8 +224,8 @@ pub enum Measured {
 /// keeps each cell's median round ([`suite::Half::median_of`]); with MPI or several rounds it
 /// measures the cache-line floor before each half and after the last ([`floor::line_here`]),
 /// and notes them (this machine's virtual CPUs move: a half run while they were apart is
-/// slower for it, and shows by its floor). A command can offer a measurement this way as long as the ranks
-/// it starts parse the same arguments (`tca model calibrate`, which measures many forced
+/// slower for it, and shows by its floor). A command can offer a measurement this way as long
+/// as the ranks it starts parse the same arguments (`tca model calibrate`, which measures many forced
 /// runs per rank, has its own rank loop in [`calibrate`]).
 pub fn measure(
     np: u32,
@@ -242,6 +242,14 @@ pub fn measure(
             }
             #[cfg(not(feature = "mpi"))]
             return Err(tca_mpi::not_enabled());
+        }
+        // Started by `tca run` or a batch system, not by this command's parent (which names
+        // a result file for its ranks): nobody alternates the rounds.
+        Role::TcaRank if rounds > 1 && std::env::var_os(tca_mpi::TCA_RESULT_ENV).is_none() => {
+            bail!(
+                "--rounds alternates whole jobs that `tca bench` starts itself; started by \
+                 `tca run` or a batch system, run the command once per round"
+            );
         }
         Role::TcaRank => {
             let mut mine = None;
@@ -389,7 +397,10 @@ mod tests {
             "{s}"
         );
         assert!(
-            s.contains("ns: round 1: tca 24.0, Open MPI 4.1.4 25.5; round 2: tca 23.9, Open MPI 4.1.4 24.2; after the last 24.8"),
+            s.contains(
+                "ns: round 1: tca 24.0, Open MPI 4.1.4 25.5; round 2: tca 23.9, Open MPI 4.1.4 \
+                 24.2; after the last 24.8"
+            ),
             "{s}"
         );
         assert!(!s.contains("MOVED"), "{s}");

@@ -2,9 +2,11 @@
 //!
 //! Seed 000 (section 5, Fig. 13 to 15) solves A x = b, A an N x N sparse symmetric positive
 //! definite matrix in CSR, split by rows over p ranks (n = floor(N/p) rows each, the last rank
-//! takes the rest), with unpreconditioned CG (and, beyond the paper, Jacobi-preconditioned
-//! CG, `--precond jacobi`). Each iteration does one Allgather of the direction vector, one
-//! SpMV, three local dot products each followed by an 8-byte AllreduceSum, and three AXPYs. Its point is communication: the Allgather (kilobytes to
+//! takes the rest; beyond the paper, `--partition nnz` gives blocks of equal work), with
+//! unpreconditioned CG (and, beyond the paper, Jacobi-preconditioned CG, `--precond jacobi`).
+//! Each iteration does one Allgather of the direction vector, one SpMV, three local dot
+//! products each followed by an 8-byte AllreduceSum, and three AXPYs. Its point is
+//! communication: the Allgather (kilobytes to
 //! megabytes) and the three 8-byte Allreduces are latency-bound for small matrices, where
 //! TCA beat MPI/InfiniBand up to 36,000 rows, and the per-phase breakdown (Fig. 15) shows
 //! why. This crate is that solver on tca's collectives, and with the `mpi` feature the same
@@ -22,7 +24,8 @@
 //! - [`solver`]: the iteration of Fig. 13, written once, generic over [`tca_mpi::Backend`];
 //!   its module doc has the algorithm, the memory plan, the stopping rules and the timing
 //!   cost.
-//! - [`partition`]: the row [`Partition`] of the paper (equal blocks, the remainder on the last rank).
+//! - [`partition`]: the row [`Partition`]: the paper's (equal blocks, the remainder on the last
+//!   rank) or blocks of equal work ([`PartitionBy`]).
 //! - `mpi` (feature `mpi`): the MPI half (MPI's start-up around the same run).
 //! - [`problem`]: the input (matrix file or generator, right-hand side) and how it reaches
 //!   the ranks: rank 0 reads, checks and scatters; why is in its module doc.

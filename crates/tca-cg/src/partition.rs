@@ -1,4 +1,5 @@
-//! The row split of Fig. 13, and how the solver's data maps onto the collectives of
+//! The row split of Fig. 13 (or, with `--partition nnz`, blocks of equal work:
+//! [`PartitionBy`]), and how the solver's data maps onto the collectives of
 //! [`tca_mpi::Backend`] (the one "tca or MPI" trait of the tools, so that the CG is written
 //! once and runs on a `tca::Comm` or on MPI's `tca_mpi::MpiComm` unchanged).
 //!

@@ -13,6 +13,10 @@
 //! - distribution uses the same collectives layer as the solve (a broadcast of sizes, then
 //!   scatters of the padded row blocks), so the MPI half distributes through MPI likewise.
 //!
+//! The row split is the paper's by default, which every rank computes from N alone; with
+//! `--partition nnz` ([`PartitionBy::Nnz`]) rank 0 weighs the rows (a file's, or a
+//! generator's row lengths) and broadcasts where each rank's block starts, after the sizes.
+//!
 //! Synthetic matrices are not distributed at all: each rank generates its own rows. The
 //! right-hand side b is generated per row (`ones`, `random`, `manufactured`), so any rank
 //! count sees the same b; a file b is read by rank 0 and scattered like the matrix.
@@ -215,14 +219,12 @@ fn root_input(prob: &Problem, p: usize) -> Result<RootInput> {
         MatrixSource::Synthetic(s) => (s.n(), s.nnz(), None),
     };
     let part = match (prob.partition, &matrix, &prob.matrix) {
-        (PartitionBy::Rows, _, _) => Partition::new(n, p)?,
         (PartitionBy::Nnz, Some(a), _) => Partition::by_nnz(&a.row_ptr, p)?,
         (PartitionBy::Nnz, None, MatrixSource::Synthetic(s)) => {
             Partition::by_nnz(&synthetic_row_ptr(s), p)?
         }
-        (PartitionBy::Nnz, None, MatrixSource::File(_)) => {
-            unreachable!("a file's matrix is read above")
-        }
+        // (A file's matrix is read above: `matrix` is `Some` for it.)
+        _ => Partition::new(n, p)?,
     };
     let b = match &prob.rhs {
         Rhs::File(path) => Some(mm::read_vector(path, n)?),
@@ -238,17 +240,13 @@ fn root_input(prob: &Problem, p: usize) -> Result<RootInput> {
     })
 }
 
-/// The row offsets of a generated matrix, its rows built a block at a time (the whole matrix
-/// is never held: a generated one can be larger than this rank's memory).
+/// The row offsets of a generated matrix, from its row lengths (its entries are never built
+/// here: a generated matrix can be larger than one rank's memory).
 fn synthetic_row_ptr(s: &Synthetic) -> Vec<usize> {
-    const BLOCK: usize = 1 << 16;
-    let n = s.n();
-    let mut row_ptr = Vec::with_capacity(n + 1);
+    let mut row_ptr = Vec::with_capacity(s.n() + 1);
     row_ptr.push(0);
-    for start in (0..n).step_by(BLOCK) {
-        let rows = s.rows(start..(start + BLOCK).min(n));
-        let base = row_ptr[row_ptr.len() - 1];
-        row_ptr.extend(rows.row_ptr[1..].iter().map(|&o| base + o));
+    for i in 0..s.n() {
+        row_ptr.push(row_ptr[i] + s.row_len(i));
     }
     row_ptr
 }

@@ -554,9 +554,10 @@ fn free_line(a: &Report, ab: &Breakdown, r: &Ratios, lib: &str) -> String {
         return String::new();
     };
     format!(
-        "with collectives that cost nothing, tca would still take {:.2} us per iteration (its\n\
-         slowest rank's SpMV, DOT, AXPY and other): {free:.2} of {lib}'s time, the least faster\n\
-         communication can reach; {lib}'s collectives and their waits are {:.0}% of its time\n",
+        "with collectives that cost nothing, tca would still take at least {:.2} us per\n\
+         iteration (its slowest rank's SpMV, DOT, AXPY and other): {free:.2} of {lib}'s time, the\n\
+         least faster communication can reach; {lib}'s collectives and their waits are {:.0}%\n\
+         of its time\n",
         per_iter(a, ab.local_max()),
         100.0 * share
     )

@@ -134,6 +134,24 @@ impl Synthetic {
         }
     }
 
+    /// Entries of row `i` (`i < n()`), without building it: what [`Synthetic::rows`] puts in
+    /// that row.
+    pub fn row_len(&self, i: usize) -> usize {
+        match *self {
+            Synthetic::Poisson3d { m } => {
+                let (x, y, z) = (i % m, (i / m) % m, i / (m * m));
+                1 + [x, y, z]
+                    .into_iter()
+                    .map(|c| usize::from(c > 0) + usize::from(c + 1 < m))
+                    .sum::<usize>()
+            }
+            Synthetic::Banded { n, .. } => {
+                let h = self.half_band();
+                (i + h).min(n - 1) - i.saturating_sub(h) + 1
+            }
+        }
+    }
+
     /// The name shown in reports.
     pub fn label(&self) -> String {
         match *self {

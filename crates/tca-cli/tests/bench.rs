@@ -745,4 +745,10 @@ fn rounds_of_the_suite() {
     assert!(text(&o.stderr).contains("the same in every round"));
     let o = tca(&["bench", "Bcast", "--rounds", "0"]);
     assert_eq!(o.status.code(), Some(2), "a usage error");
+    // Ranks started by `tca run` have nobody to alternate their rounds.
+    let o = tca(&[
+        "run", "-n", "2", "--", common::TCA, "bench", "Bcast", "--sizes", "8", "--rounds", "2",
+    ]);
+    assert!(!o.status.success());
+    assert!(text(&o.stderr).contains("run the command once per round"), "{}", text(&o.stderr));
 }

@@ -31,6 +31,22 @@ fn tca_cg(args: &[&str]) -> Output {
 }
 
 /// A 12 x 12 SPD matrix (tridiagonal 4, -1) in symmetric storage.
+/// 40 rows, the first 10 coupled to all others (31 entries each, the others 11): a split by
+/// nonzeros differs from the paper's.
+fn uneven_matrix() -> String {
+    let mut entries: Vec<String> = (1..=40).map(|i| format!("{i} {i} 10")).collect();
+    for i in 1..=10 {
+        for j in 11..=40 {
+            entries.push(format!("{j} {i} -0.1"));
+        }
+    }
+    format!(
+        "%%MatrixMarket matrix coordinate real symmetric\n40 40 {}\n{}\n",
+        entries.len(),
+        entries.join("\n")
+    )
+}
+
 fn small_matrix() -> String {
     let mut s = String::from("%%MatrixMarket matrix coordinate real symmetric\n12 12 23\n");
     for i in 1..=12 {
@@ -121,7 +137,7 @@ fn unconverged_tolerance_run_exits_2() {
 fn compare_mpi_runs_both_halves() {
     let d = tmpdir("mpi");
     let f = d.join("a.mtx");
-    std::fs::write(&f, small_matrix()).unwrap();
+    std::fs::write(&f, uneven_matrix()).unwrap();
     let out = tca_cg(&[
         "--matrix",
         f.to_str().unwrap(),
@@ -146,8 +162,9 @@ fn compare_mpi_runs_both_halves() {
     let m = o.mpi.as_ref().expect("an MPI half");
     // The library as the benchmarks name it ("Open MPI 4.1.4", "MPICH 4.0.2").
     assert!(m.transport.contains("MPI"), "{}", m.transport);
-    // Split by nonzeros on both halves (the tridiagonal rows weigh alike: 4 each).
-    assert_eq!(m.rows_per_rank, vec![4, 4, 4]);
+    // Split by nonzeros on both halves alike (the paper's split: 13, 13, 14 rows).
+    assert_eq!(m.rows_per_rank, vec![7, 14, 19]);
+    assert_eq!(m.rows_per_rank, o.tca.rows_per_rank);
     assert_eq!(
         (o.tca.partition, m.partition),
         (tca_cg::PartitionBy::Nnz, tca_cg::PartitionBy::Nnz)

@@ -111,8 +111,9 @@ fn cg_on_a_simulated_network() {
     ]);
     std::fs::remove_dir_all(&dir).ok();
     assert!(out.contains("SIMULATED on peach2-2x8"), "{out}");
+    // The paper's split: 7, 7, 7 and 9 rows; by nonzeros 8, 7, 7, 8.
     assert!(
-        out.contains("(converged)") && out.contains("split by nonzeros"),
+        out.contains("(converged)") && out.contains("7 to 8 rows, split by nonzeros"),
         "{out}"
     );
 }

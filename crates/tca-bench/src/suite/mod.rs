@@ -751,7 +751,9 @@ impl Half {
     /// One half from several rounds of the same suite (`--rounds`): each row is the round
     /// whose t_avg is the median of that cell's rounds (the lower of the middle two for an
     /// even count), whole, so its t_min, t_max and repetitions stay one run's; the notes are
-    /// the first round's. An error if the rounds did not measure the same cells.
+    /// the first round's, then any other round's that differ (a warning raised in one round
+    /// only is kept). An error if the rounds are not of one implementation or did not measure
+    /// the same cells.
     pub fn median_of(mut rounds: Vec<Half>) -> Result<Half> {
         if rounds.len() <= 1 {
             return rounds
@@ -761,9 +763,15 @@ impl Half {
         let key = |r: &Row| (r.benchmark.clone(), r.bytes, r.ranks);
         let first = &rounds[0];
         for (i, h) in rounds.iter().enumerate().skip(1) {
-            if h.implementation != first.implementation
-                || h.rows.iter().map(key).ne(first.rows.iter().map(key))
-            {
+            if h.implementation != first.implementation {
+                bail!(
+                    "round {} is of {}, round 1 of {}",
+                    i + 1,
+                    h.implementation,
+                    first.implementation
+                );
+            }
+            if h.rows.iter().map(key).ne(first.rows.iter().map(key)) {
                 bail!(
                     "round {} of {} measured other cells than round 1",
                     i + 1,
@@ -781,9 +789,16 @@ impl Half {
         let each = (0..first.rows.len())
             .map(|c| rounds.iter().map(|h| h.rows[c].t_avg_us).collect())
             .collect();
+        let mut notes = Vec::new();
+        for n in rounds.iter().flat_map(|h| &h.notes) {
+            if !notes.contains(n) {
+                notes.push(n.clone());
+            }
+        }
         let mut half = rounds.swap_remove(0);
         half.rows = rows;
         half.round_t_avg_us = each;
+        half.notes = notes;
         Ok(half)
     }
 }
@@ -923,7 +938,7 @@ mod tests {
         let m = Half::median_of(rounds.clone()).unwrap();
         let t: Vec<(f64, f64)> = m.rows.iter().map(|r| (r.t_avg_us, r.t_min_us)).collect();
         assert_eq!(t, vec![(2.0, 1.5), (20.0, 19.5)]);
-        assert_eq!(m.notes, vec!["first".to_string()]);
+        assert_eq!(m.notes, vec!["first", "second", "third"]);
         assert_eq!(
             m.round_t_avg_us,
             vec![vec![3.0, 1.0, 2.0], vec![10.0, 30.0, 20.0]]
@@ -942,7 +957,13 @@ mod tests {
             half(&[("Bcast", 8, 1.0), ("Bcast", 128, 1.0)], "x"),
         ];
         let e = Half::median_of(other).unwrap_err().to_string();
-        assert!(e.contains("round 2"), "{e}");
+        assert!(e.contains("round 2") && e.contains("other cells"), "{e}");
+        let mut mpi = rounds[1].clone();
+        mpi.implementation = "MPI".into();
+        let e = Half::median_of(vec![rounds[0].clone(), mpi])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("round 2 is of MPI, round 1 of tca"), "{e}");
         assert!(Half::median_of(vec![]).is_err());
     }
 

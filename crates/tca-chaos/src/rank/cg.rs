@@ -4,7 +4,8 @@
 //! against x* itself, not only through the residual the solver reports.
 //!
 //! Matrices: `banded:N:K` (N 300 to 3,000, K 3 to 9) or `poisson3d:M` (M 4 to 12: 64 to
-//! 1,728 rows), with or without the Jacobi preconditioner, to 1e-10: tens to a few hundred
+//! 1,728 rows), with or without the Jacobi preconditioner, the paper's row split or blocks of
+//! equal work (`PartitionBy`, alternating by round), to 1e-10: tens to a few hundred
 //! iterations. Thresholds: true relative residual below 1e-8 and error against x* below
 //! 1e-6 (the matrices' condition numbers are at most a few hundred).
 
