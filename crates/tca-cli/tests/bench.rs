@@ -747,8 +747,22 @@ fn rounds_of_the_suite() {
     assert_eq!(o.status.code(), Some(2), "a usage error");
     // Ranks started by `tca run` have nobody to alternate their rounds.
     let o = tca(&[
-        "run", "-n", "2", "--", common::TCA, "bench", "Bcast", "--sizes", "8", "--rounds", "2",
+        "run",
+        "-n",
+        "2",
+        "--",
+        common::TCA,
+        "bench",
+        "Bcast",
+        "--sizes",
+        "8",
+        "--rounds",
+        "2",
     ]);
     assert!(!o.status.success());
-    assert!(text(&o.stderr).contains("run the command once per round"), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("run the command once per round"),
+        "{}",
+        text(&o.stderr)
+    );
 }

@@ -33,6 +33,7 @@ fn tca_cg(args: &[&str]) -> Output {
 /// A 12 x 12 SPD matrix (tridiagonal 4, -1) in symmetric storage.
 /// 40 rows, the first 10 coupled to all others (31 entries each, the others 11): a split by
 /// nonzeros differs from the paper's.
+#[cfg(feature = "mpi")]
 fn uneven_matrix() -> String {
     let mut entries: Vec<String> = (1..=40).map(|i| format!("{i} {i} 10")).collect();
     for i in 1..=10 {
