@@ -225,8 +225,8 @@ pub enum Measured {
 /// measures the cache-line floor before each half and after the last ([`floor::line_here`]),
 /// and notes them (this machine's virtual CPUs move: a half run while they were apart is
 /// slower for it, and shows by its floor). A command can offer a measurement this way as long
-/// as the ranks it starts parse the same arguments (`tca model calibrate`, which measures many forced
-/// runs per rank, has its own rank loop in [`calibrate`]).
+/// as the ranks it starts parse the same arguments (`tca model calibrate`, which measures many
+/// forced runs per rank, has its own rank loop in [`calibrate`]).
 pub fn measure(
     np: u32,
     opts: &suite::Options,
