@@ -5,6 +5,8 @@
 //!   line (rank 0 writes odd values, rank 1 answers with the next even one), spinning with
 //!   plain atomic loads, no futex, no checks. One half round trip moves the line once between
 //!   cores: nothing that communicates through shared memory can be faster.
+//!   (A comparison's parent measures the same on two threads of its own before each half:
+//!   `tca_mpi::rounds::line_floor_ns`.)
 //! - **Two-line half round trip**: the same with each direction its own word, in the
 //!   receiver's memory (rank 0 writes into rank 1's segment and polls its own, rank 1 the
 //!   other way round): the pattern of lines a put-and-signal ping-pong moves, with raw
@@ -225,69 +227,6 @@ impl CacheLine {
         world.barrier()?;
         Ok(ns)
     }
-}
-
-/// The cache-line half round trip between two threads of this process, ns: the median of
-/// three rounds of 20,000 round trips (after 5,000 of warm-up) on one word, as [`CacheLine`]
-/// bounces it between two processes. What the parent of a comparison measures before each
-/// half, so that a half that ran while the machine's cores were farther apart shows as such
-/// (this machine's virtual CPUs move: BENCHMARKS.md). `None` with fewer than two cores (a
-/// pure spin cannot share one) or when the measurement took over half a second (other load
-/// kept a thread off its core: no floor to speak of).
-pub fn line_here() -> Option<f64> {
-    use std::sync::atomic::{AtomicBool, AtomicU64};
-    use std::time::Duration;
-
-    #[repr(align(128))]
-    struct Line(AtomicU64);
-
-    if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
-        return None;
-    }
-    let line = Line(AtomicU64::new(0));
-    let stop = AtomicBool::new(false);
-    std::thread::scope(|s| {
-        // The partner answers each odd value with the next even one until told to stop.
-        s.spawn(|| {
-            let mut expect = 1;
-            loop {
-                if line.0.load(Ordering::Acquire) == expect {
-                    line.0.store(expect + 1, Ordering::Release);
-                    expect += 2;
-                } else if stop.load(Ordering::Relaxed) {
-                    break;
-                } else {
-                    std::hint::spin_loop();
-                }
-            }
-        });
-        let deadline = Instant::now() + Duration::from_millis(500);
-        let mut v = 0u64;
-        let mut rounds = Vec::new();
-        // Counted across round trips, so that the deadline is looked at however short each.
-        let mut spins = 0u32;
-        'measure: for (k, n) in [5_000u64, 20_000, 20_000, 20_000].into_iter().enumerate() {
-            let t0 = Instant::now();
-            for _ in 0..n {
-                line.0.store(v + 1, Ordering::Release);
-                v += 2;
-                while line.0.load(Ordering::Acquire) != v {
-                    std::hint::spin_loop();
-                    spins = spins.wrapping_add(1);
-                    if spins % 4096 == 0 && Instant::now() > deadline {
-                        rounds.clear();
-                        break 'measure;
-                    }
-                }
-            }
-            if k > 0 {
-                rounds.push(t0.elapsed().as_secs_f64() * 1e9 / (2 * n) as f64);
-            }
-        }
-        stop.store(true, Ordering::Relaxed);
-        rounds.sort_by(f64::total_cmp);
-        rounds.get(1).copied()
-    })
 }
 
 /// Single-thread memcpy bandwidth in GB/s (10^9 bytes/s) at `n` bytes, best of 5 rounds of

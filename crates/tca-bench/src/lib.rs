@@ -222,8 +222,8 @@ pub enum Measured {
 /// tca ranks (and then the MPI ranks, with `mpi`) and collects their halves; a rank measures
 /// and sends its half back. The parent does so `rounds` times, alternating the halves, and
 /// keeps each cell's median round ([`suite::Half::median_of`]); with MPI or several rounds it
-/// measures the cache-line floor before each half and after the last ([`floor::line_here`]),
-/// and notes them (this machine's virtual CPUs move: a half run while they were apart is
+/// measures the cache-line floor before each half and after the last
+/// ([`tca_mpi::rounds::alternate`]), and notes them (this machine's virtual CPUs move: a half run while they were apart is
 /// slower for it, and shows by its floor). A command can offer a measurement this way as long
 /// as the ranks it starts parse the same arguments (`tca model calibrate`, which measures many
 /// forced runs per rank, has its own rank loop in [`calibrate`]).
@@ -282,79 +282,27 @@ pub fn measure(
         run.flavour()?;
     }
     let offload = opts.progress == Progress::Proxy;
-    let rounds = rounds.max(1);
     let floors = mpi.is_some() || rounds > 1;
-    let floor = || floors.then(floor::line_here).flatten();
-    let (mut ours, mut theirs, mut lines) = (Vec::new(), Vec::new(), Vec::new());
-    for _ in 0..rounds {
-        lines.push(floor());
-        ours.push(tca_mpi::launch_tca_with::<suite::Half>(np, offload)?);
-        if let Some(run) = mpi {
-            lines.push(floor());
-            theirs.push(tca_mpi::launch::<suite::Half>(run)?.1);
-        }
-    }
-    lines.push(floor());
-    let mut halves = vec![suite::Half::median_of(ours)?];
-    if !theirs.is_empty() {
-        halves.push(suite::Half::median_of(theirs)?);
-    }
+    let mut ours = || tca_mpi::launch_tca_with::<suite::Half>(np, offload);
+    let mut theirs = || match mpi {
+        Some(run) => Ok(tca_mpi::launch::<suite::Half>(run)?.1),
+        None => bail!("no MPI half was asked for"),
+    };
+    let measured = match mpi {
+        Some(_) => tca_mpi::rounds::alternate(rounds, floors, &mut [&mut ours, &mut theirs])?,
+        None => tca_mpi::rounds::alternate(rounds, floors, &mut [&mut ours])?,
+    };
+    let mut halves = measured
+        .halves
+        .into_iter()
+        .map(suite::Half::median_of)
+        .collect::<Result<Vec<_>>>()?;
     if floors {
         let names: Vec<String> = halves.iter().map(|h| h.implementation.clone()).collect();
-        let note = rounds_note(rounds, &names, &lines);
+        let note = tca_mpi::rounds::note(rounds.max(1), &names, &measured.floors);
         halves[0].notes.push(note);
     }
     Ok(Measured::Parent(halves))
-}
-
-/// What `--rounds` and the floors before each half say: `lines` holds the cache-line half
-/// round trip (ns) before each half of each round in turn (`names` in order), then after the
-/// last.
-fn rounds_note(rounds: u32, names: &[String], lines: &[Option<f64>]) -> String {
-    let ns = |x: &Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.1}"));
-    let mut s = if rounds > 1 {
-        format!(
-            "{rounds} rounds{}: every cell is its implementation's median round; ",
-            if names.len() > 1 {
-                format!(" alternating {}", names.join(", then "))
-            } else {
-                String::new()
-            }
-        )
-    } else {
-        String::new()
-    };
-    let per: Vec<String> = lines
-        .chunks(names.len())
-        .take(rounds as usize)
-        .enumerate()
-        .map(|(r, l)| {
-            let each: Vec<String> = names
-                .iter()
-                .zip(l)
-                .map(|(n, x)| format!("{n} {}", ns(x)))
-                .collect();
-            format!("round {}: {}", r + 1, each.join(", "))
-        })
-        .collect();
-    s += &format!(
-        "cache-line half round trip before each half (2 threads of this command), ns: {}; after \
-         the last {}",
-        per.join("; "),
-        ns(lines.last().unwrap_or(&None))
-    );
-    let seen: Vec<f64> = lines.iter().flatten().copied().collect();
-    let (lo, hi) = seen.iter().fold((f64::INFINITY, 0.0f64), |(lo, hi), &x| {
-        (lo.min(x), hi.max(x))
-    });
-    if seen.len() > 1 && hi > 2.0 * lo {
-        s += &format!(
-            ". THE FLOOR MOVED ({lo:.1}-{hi:.1} ns): the machine's cores moved apart or together \
-             during the run, and halves measured apart compare different machines; compare \
-             rounds whose floors agree, or run again"
-        );
-    }
-    s
 }
 
 fn machine_line() -> String {
@@ -378,42 +326,4 @@ fn emit(req: &Request, out: &report::Output) -> Result<()> {
         eprintln!("tca bench: plotted {}", p.display());
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::rounds_note;
-
-    #[test]
-    fn the_rounds_note_gives_every_halfs_floor_and_flags_a_move() {
-        let names = ["tca".to_string(), "Open MPI 4.1.4".to_string()];
-        let steady = [Some(24.0), Some(25.5), Some(23.9), Some(24.2), Some(24.8)];
-        let s = rounds_note(2, &names, &steady);
-        assert!(
-            s.starts_with(
-                "2 rounds alternating tca, then Open MPI 4.1.4: every cell is its \
-                 implementation's median round; "
-            ),
-            "{s}"
-        );
-        assert!(
-            s.contains(
-                "ns: round 1: tca 24.0, Open MPI 4.1.4 25.5; round 2: tca 23.9, Open MPI 4.1.4 \
-                 24.2; after the last 24.8"
-            ),
-            "{s}"
-        );
-        assert!(!s.contains("MOVED"), "{s}");
-        let moved = [Some(24.0), Some(185.0), Some(24.5)];
-        let s = rounds_note(1, &names, &moved);
-        assert!(s.starts_with("cache-line half round trip"), "{s}");
-        assert!(s.contains("THE FLOOR MOVED (24.0-185.0 ns)"), "{s}");
-        // One implementation, no floor (a single core): dashes, nothing flagged.
-        let s = rounds_note(2, &names[..1], &[None, None, None]);
-        assert!(
-            s.contains("round 1: tca -; round 2: tca -; after the last -"),
-            "{s}"
-        );
-        assert!(!s.contains("alternating") && !s.contains("MOVED"), "{s}");
-    }
 }

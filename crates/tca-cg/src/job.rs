@@ -135,22 +135,87 @@ pub fn mpi_rank(opts: &Options) -> Result<Option<Report>> {
     }
 }
 
-/// The parent: runs the tca half on `np` ranks and, with `compare`, the MPI half; returns
-/// both for printing. A failure of either half is the error.
-pub fn launch(np: u32, compare: Option<tca_mpi::MpiRun>) -> Result<Output> {
+/// The parent: runs the tca half on `np` ranks and, with `compare`, the MPI half, `rounds`
+/// times in turn ([`tca_mpi::rounds::alternate`]); returns each half's median round by time
+/// per iteration for printing. With MPI or several rounds, the tca report gets a note with
+/// every round's time per iteration (and ratio) and the floor before each half. A failure of
+/// either half is the error.
+pub fn launch(np: u32, compare: Option<tca_mpi::MpiRun>, rounds: u32) -> Result<Output> {
     if np == 0 {
         bail!("--np must be at least 1");
     }
     if compare.is_some() && !tca_mpi::ENABLED {
         return Err(tca_mpi::not_enabled());
     }
-    let tca = tca_mpi::launch_tca::<RankResult>(np)?.into_report()?;
-    let mpi = match compare {
-        Some(run) => {
-            let (flavour, r) = tca_mpi::launch::<RankResult>(&run)?;
-            Some((flavour.label(), r.into_report()?))
-        }
-        None => None,
+    let floors = compare.is_some() || rounds > 1;
+    let mut ours = || -> Result<(String, Report)> {
+        Ok((
+            "tca".into(),
+            tca_mpi::launch_tca::<RankResult>(np)?.into_report()?,
+        ))
     };
+    let mut theirs = || -> Result<(String, Report)> {
+        let Some(run) = &compare else {
+            bail!("no MPI half was asked for")
+        };
+        let (flavour, r) = tca_mpi::launch::<RankResult>(run)?;
+        Ok((flavour.label(), r.into_report()?))
+    };
+    let measured = if compare.is_some() {
+        tca_mpi::rounds::alternate(rounds, floors, &mut [&mut ours, &mut theirs])?
+    } else {
+        tca_mpi::rounds::alternate(rounds, floors, &mut [&mut ours])?
+    };
+    let names: Vec<String> = measured.halves.iter().map(|h| h[0].0.clone()).collect();
+    let per_iter: Vec<Vec<f64>> = measured
+        .halves
+        .iter()
+        .map(|h| h.iter().map(|(_, r)| r.per_iteration_s).collect())
+        .collect();
+    let mut medians = measured
+        .halves
+        .into_iter()
+        .zip(&per_iter)
+        .map(|(mut h, t)| {
+            let i = tca_mpi::rounds::median_index(t).unwrap_or(0);
+            h.swap_remove(i)
+        });
+    let (_, mut tca) = medians.next().expect("the tca half ran");
+    let mpi = medians.next();
+    if floors {
+        tca.notes
+            .push(rounds_note(rounds, &names, &per_iter, &measured.floors));
+    }
     Ok(Output::new(tca, mpi))
+}
+
+/// The note of a comparison's rounds: each round's time per iteration (and tca's ratio to
+/// the other half), then the floors ([`tca_mpi::rounds::note`]).
+fn rounds_note(
+    rounds: u32,
+    names: &[String],
+    per_iter: &[Vec<f64>],
+    floors: &[Option<f64>],
+) -> String {
+    let us = |t: &[f64]| -> String {
+        let v: Vec<String> = t.iter().map(|s| format!("{:.2}", s * 1e6)).collect();
+        v.join(", ")
+    };
+    let mut s = String::new();
+    if rounds > 1 {
+        let times: Vec<String> = names
+            .iter()
+            .zip(per_iter)
+            .map(|(n, t)| format!("{n} {}", us(t)))
+            .collect();
+        s += &format!("time per iteration by round, us: {}", times.join("; "));
+        if let [a, b] = per_iter {
+            let r: Vec<f64> = a.iter().zip(b).map(|(a, b)| a / b).collect();
+            let lo = r.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = r.iter().copied().fold(0.0, f64::max);
+            s += &format!(" (ratio {lo:.2}-{hi:.2})");
+        }
+        s += "; ";
+    }
+    s + &tca_mpi::rounds::note(rounds.max(1), names, floors)
 }

@@ -108,6 +108,11 @@ pub(crate) struct Args {
     /// Run the same solver with MPI's collectives too and print both with the ratio.
     #[arg(long, value_name = "mpi", value_parser = ["mpi"])]
     compare: Option<String>,
+    /// Run the solve this many times, alternating with MPI's under --compare, and report each
+    /// half's median round by time per iteration; the cache-line floor is measured before
+    /// each half (also with --compare alone) and noted, flagged where it moved.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
+    rounds: u32,
     /// The mpirun for --compare mpi (default: $TCA_MPIRUN, else mpirun on the PATH).
     #[arg(long, value_name = "PATH")]
     mpirun: Option<PathBuf>,
@@ -223,6 +228,18 @@ fn status(out: &Output) -> i32 {
 
 pub(crate) fn run(a: Args) -> Result<i32> {
     let opts = options(&a)?;
+    if a.rounds > 1 && a.network.is_some() {
+        bail!("--rounds with --network: virtual times are the same in every round");
+    }
+    if a.rounds > 1
+        && tca_mpi::role() == Role::TcaRank
+        && std::env::var_os(tca_mpi::TCA_RESULT_ENV).is_none()
+    {
+        bail!(
+            "--rounds alternates whole jobs that `tca cg` starts itself; started by `tca run` \
+             or a batch system, run the command once per round"
+        );
+    }
     if let Some(net) = &a.network {
         let sim = crate::sim::options(net, a.np, false, &a.compute, None)?;
         preflight(&opts)?;
@@ -262,7 +279,7 @@ pub(crate) fn run(a: Args) -> Result<i32> {
                 np: a.np,
                 mpirun: a.mpirun.clone(),
             });
-            let out = job::launch(a.np, compare)?;
+            let out = job::launch(a.np, compare, a.rounds)?;
             print(&out, a.format);
             Ok(status(&out))
         }

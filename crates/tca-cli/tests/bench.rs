@@ -718,7 +718,7 @@ fn rounds_of_the_suite() {
     assert_eq!(tca_model::imb::parse(&out).unwrap().len(), 2, "{out}");
     let note = out
         .lines()
-        .find(|l| l.contains("3 rounds: every cell is its implementation's median round"))
+        .find(|l| l.contains("3 rounds: each figure is its implementation's median round"))
         .unwrap_or_else(|| panic!("the rounds note: {out}"));
     for r in [
         "round 1: tca ",

@@ -153,6 +153,8 @@ fn compare_mpi_runs_both_halves() {
         "nnz",
         "--compare",
         "mpi",
+        "--rounds",
+        "2",
         "--format",
         "json",
     ]);
@@ -191,6 +193,18 @@ fn compare_mpi_runs_both_halves() {
             .is_some_and(|s| (0.0..1.0).contains(&s))
     );
     assert!(o.mpi_library.is_some());
+    // Two alternating rounds, each half's median printed, every round's time in the note.
+    let note = o
+        .tca
+        .notes
+        .iter()
+        .find(|n| n.starts_with("time per iteration by round, us: tca "))
+        .unwrap_or_else(|| panic!("{:?}", o.tca.notes));
+    assert!(note.contains("2 rounds alternating tca, then "), "{note}");
+    assert!(
+        note.contains("(ratio ") && note.contains("after the last "),
+        "{note}"
+    );
     std::fs::remove_dir_all(&d).ok();
 }
 
@@ -237,6 +251,45 @@ fn jacobi_preconditioner_from_the_command_line() {
     let bad = tca_cg(&["--matrix", "poisson3d:5", "--schedule", "async"]);
     assert_eq!(bad.status.code(), Some(2), "clap usage error");
     assert!(String::from_utf8_lossy(&bad.stderr).contains("overlap"));
+    // Rounds without MPI: the median of three solves, the floor before each.
+    let out = tca_cg(&[
+        "--matrix",
+        "poisson3d:5",
+        "--np",
+        "2",
+        "--iters",
+        "20",
+        "--rounds",
+        "3",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    let note = stdout
+        .lines()
+        .find(|l| l.starts_with("note: time per iteration by round, us: tca "))
+        .unwrap_or_else(|| panic!("{stdout}"));
+    let times = note
+        .split("tca ")
+        .nth(1)
+        .and_then(|t| t.split(';').next())
+        .unwrap_or_default();
+    assert_eq!(times.split(", ").count(), 3, "three solves: {note}");
+    assert!(
+        note.contains("3 rounds: each figure is its implementation's median round"),
+        "{note}"
+    );
+    let bad = tca_cg(&[
+        "--matrix",
+        "poisson3d:5",
+        "--np",
+        "4",
+        "--rounds",
+        "2",
+        "--network",
+        "peach2-2x8",
+    ]);
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("the same in every round"));
     let bad = tca_cg(&["--matrix", "poisson3d:5", "--partition", "cols"]);
     assert_eq!(bad.status.code(), Some(2), "clap usage error");
     assert!(String::from_utf8_lossy(&bad.stderr).contains("nnz"));

@@ -29,6 +29,7 @@ pub use mpi;
 mod backend;
 #[cfg(feature = "mpi")]
 pub mod rma;
+pub mod rounds;
 
 pub use backend::{Backend, CommError, CommResult, GatheredVector, Staged, TcaGathered};
 #[cfg(feature = "mpi")]
