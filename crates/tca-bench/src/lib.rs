@@ -223,10 +223,11 @@ pub enum Measured {
 /// and sends its half back. The parent does so `rounds` times, alternating the halves, and
 /// keeps each cell's median round ([`suite::Half::median_of`]); with MPI or several rounds it
 /// measures the cache-line floor before each half and after the last
-/// ([`tca_mpi::rounds::alternate`]), and notes them (this machine's virtual CPUs move: a half run while they were apart is
-/// slower for it, and shows by its floor). A command can offer a measurement this way as long
-/// as the ranks it starts parse the same arguments (`tca model calibrate`, which measures many
-/// forced runs per rank, has its own rank loop in [`calibrate`]).
+/// ([`tca_mpi::rounds::alternate`]), and notes them (this machine's virtual CPUs move: a half
+/// run while they were apart is slower for it, and shows by its floor). A command can offer a
+/// measurement this way as long as the ranks it starts parse the same arguments (`tca model
+/// calibrate`, which measures many forced runs per rank, has its own rank loop in
+/// [`calibrate`]).
 pub fn measure(
     np: u32,
     opts: &suite::Options,

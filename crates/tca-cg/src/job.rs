@@ -137,9 +137,9 @@ pub fn mpi_rank(opts: &Options) -> Result<Option<Report>> {
 
 /// The parent: runs the tca half on `np` ranks and, with `compare`, the MPI half, `rounds`
 /// times in turn ([`tca_mpi::rounds::alternate`]); returns each half's median round by time
-/// per iteration for printing. With MPI or several rounds, the tca report gets a note with
-/// every round's time per iteration (and ratio) and the floor before each half. A failure of
-/// either half is the error.
+/// per iteration for printing. The tca report gets a note: with several rounds every round's
+/// time per iteration (and ratio), and with MPI or several rounds the floor before each half.
+/// A failure of either half is the error.
 pub fn launch(np: u32, compare: Option<tca_mpi::MpiRun>, rounds: u32) -> Result<Output> {
     if np == 0 {
         bail!("--np must be at least 1");

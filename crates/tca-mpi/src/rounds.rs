@@ -24,13 +24,14 @@ pub struct Rounds<T> {
     pub floors: Vec<Option<f64>>,
 }
 
-/// Runs `halves` in turn, `rounds` times (at least once), measuring the floor before each
-/// half and after the last where `floors` ([`line_floor_ns`]).
+/// Runs `halves` (at least one) in turn, `rounds` times (at least once), measuring the floor
+/// before each half and after the last where `floors` ([`line_floor_ns`]).
 pub fn alternate<T>(
     rounds: u32,
     floors: bool,
     halves: &mut [&mut dyn FnMut() -> Result<T>],
 ) -> Result<Rounds<T>> {
+    debug_assert!(!halves.is_empty(), "a comparison has at least one half");
     let floor = || floors.then(line_floor_ns).flatten();
     let mut out = Rounds {
         halves: halves.iter().map(|_| Vec::new()).collect(),
@@ -55,10 +56,10 @@ pub fn median_index(values: &[f64]) -> Option<usize> {
 }
 
 /// The cache-line half round trip between two threads of this process, ns: the median of
-/// three rounds of 20,000 round trips (after 5,000 of warm-up) on one word, as [`CacheLine`]
-/// bounces it between two processes (`tca bench floor`). What the parent of a comparison measures before each
-/// half, so that a half that ran while the machine's cores were farther apart shows as such
-/// (this machine's virtual CPUs move: BENCHMARKS.md). `None` with fewer than two cores (a
+/// three rounds of 20,000 round trips (after 5,000 of warm-up) on one word, as `tca bench
+/// floor` bounces one between two processes. What the parent of a comparison measures before
+/// each half, so that a half that ran while the machine's cores were farther apart shows as
+/// such (this machine's virtual CPUs move: BENCHMARKS.md). `None` with fewer than two cores (a
 /// pure spin cannot share one) or when the measurement took over half a second (other load
 /// kept a thread off its core: no floor to speak of).
 pub fn line_floor_ns() -> Option<f64> {
@@ -117,9 +118,9 @@ pub fn line_floor_ns() -> Option<f64> {
     })
 }
 
-/// What the rounds and the floors before each half say (a note for the report): `lines` holds the cache-line half
-/// round trip (ns) before each half of each round in turn (`names` in order), then after the
-/// last.
+/// What the rounds and the floors before each half say (a note for the report): `lines`
+/// holds the cache-line half round trip (ns) before each half of each round in turn (`names`
+/// in order, at least one), then after the last.
 pub fn note(rounds: u32, names: &[String], lines: &[Option<f64>]) -> String {
     let ns = |x: &Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.1}"));
     let mut s = if rounds > 1 {
@@ -208,7 +209,6 @@ mod tests {
     #[test]
     fn rounds_alternate_the_halves_and_the_median_is_the_lower_middle() {
         let (mut a, mut b) = (0, 0);
-        let mut order = Vec::new();
         let r = {
             let mut ha = || -> Result<u32> {
                 a += 1;
@@ -220,8 +220,7 @@ mod tests {
             };
             alternate(3, false, &mut [&mut ha, &mut hb]).unwrap()
         };
-        order.extend(r.halves.iter().map(|h| h.clone()));
-        assert_eq!(order, vec![vec![1, 2, 3], vec![10, 20, 30]]);
+        assert_eq!(r.halves, vec![vec![1, 2, 3], vec![10, 20, 30]]);
         assert_eq!(r.floors, vec![None; 7]);
         assert_eq!(median_index(&[3.0, 1.0, 2.0]), Some(2));
         assert_eq!(median_index(&[4.0, 1.0]), Some(1));
