@@ -209,10 +209,9 @@ fn rounds_note(
             .map(|(n, t)| format!("{n} {}", us(t)))
             .collect();
         s += &format!("time per iteration by round, us: {}", times.join("; "));
-        if let [a, b] = per_iter {
-            let r: Vec<f64> = a.iter().zip(b).map(|(a, b)| a / b).collect();
-            let lo = r.iter().copied().fold(f64::INFINITY, f64::min);
-            let hi = r.iter().copied().fold(0.0, f64::max);
+        if let [a, b] = per_iter
+            && let Some((lo, hi)) = tca_mpi::rounds::ratio_range(a, b)
+        {
             s += &format!(" (ratio {lo:.2}-{hi:.2})");
         }
         s += "; ";

@@ -47,6 +47,23 @@ pub fn alternate<T>(
     Ok(out)
 }
 
+/// The smallest and largest of `values`; `None` if there are none.
+pub fn span(values: impl IntoIterator<Item = f64>) -> Option<(f64, f64)> {
+    values.into_iter().fold(None, |acc, x| match acc {
+        None => Some((x, x)),
+        Some((lo, hi)) => Some((f64::min(lo, x), f64::max(hi, x))),
+    })
+}
+
+/// The range of the round pairs' ratios `a[k] / b[k]` (two halves' figures, round by round);
+/// `None` unless both have the same, non-zero number of rounds.
+pub fn ratio_range(a: &[f64], b: &[f64]) -> Option<(f64, f64)> {
+    if a.len() != b.len() {
+        return None;
+    }
+    span(a.iter().zip(b).map(|(a, b)| a / b))
+}
+
 /// The index of the median of `values` (the lower of the middle two for an even count);
 /// `None` if empty.
 pub fn median_index(values: &[f64]) -> Option<usize> {
@@ -154,11 +171,9 @@ pub fn note(rounds: u32, names: &[String], lines: &[Option<f64>]) -> String {
         per.join("; "),
         ns(lines.last().unwrap_or(&None))
     );
-    let seen: Vec<f64> = lines.iter().flatten().copied().collect();
-    let (lo, hi) = seen.iter().fold((f64::INFINITY, 0.0f64), |(lo, hi), &x| {
-        (lo.min(x), hi.max(x))
-    });
-    if seen.len() > 1 && hi > 2.0 * lo {
+    if let Some((lo, hi)) = span(lines.iter().flatten().copied())
+        && hi > 2.0 * lo
+    {
         s += &format!(
             ". THE FLOOR MOVED ({lo:.1}-{hi:.1} ns): the machine's cores moved apart or together \
              during the run, and halves measured apart compare different machines; compare \
@@ -170,7 +185,7 @@ pub fn note(rounds: u32, names: &[String], lines: &[Option<f64>]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{alternate, median_index, note};
+    use super::{alternate, median_index, note, ratio_range};
     use anyhow::Result;
 
     #[test]
@@ -225,6 +240,12 @@ mod tests {
         assert_eq!(median_index(&[3.0, 1.0, 2.0]), Some(2));
         assert_eq!(median_index(&[4.0, 1.0]), Some(1));
         assert_eq!(median_index(&[]), None);
+        assert_eq!(
+            ratio_range(&[1.0, 3.0, 2.0], &[2.0, 2.0, 4.0]),
+            Some((0.5, 1.5))
+        );
+        assert_eq!(ratio_range(&[1.0], &[1.0, 2.0]), None);
+        assert_eq!(ratio_range(&[], &[]), None);
         let mut fails = || -> Result<u32> { anyhow::bail!("half failed") };
         assert!(alternate(2, false, &mut [&mut fails]).is_err());
     }

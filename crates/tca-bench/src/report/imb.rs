@@ -186,18 +186,13 @@ fn comparison(out: &Output, a: &str, b: &str) -> String {
             } else {
                 wins.1 += 1;
             }
-            let pairs = match (
-                out.round_times(a, bench.name, x.bytes),
-                out.round_times(b, bench.name, x.bytes),
-            ) {
-                (Some(p), Some(q)) if p.len() == q.len() => {
-                    let r: Vec<f64> = p.iter().zip(q).map(|(p, q)| p / q).collect();
-                    let lo = r.iter().copied().fold(f64::INFINITY, f64::min);
-                    let hi = r.iter().copied().fold(0.0, f64::max);
+            let pairs = out
+                .round_times(a, bench.name, x.bytes)
+                .zip(out.round_times(b, bench.name, x.bytes))
+                .and_then(|(p, q)| tca_mpi::rounds::ratio_range(p, q))
+                .map_or(String::new(), |(lo, hi)| {
                     format!(" {:>13}", format!("{lo:.2}-{hi:.2}"))
-                }
-                _ => String::new(),
-            };
+                });
             s += &format!(
                 "# {:<15} {:>10} {:>13.3} {:>13.3} {:>9.3}{pairs}\n",
                 bench.name, x.bytes, x.t_avg_us, y.t_avg_us, ratio
