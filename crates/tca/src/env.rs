@@ -10,6 +10,7 @@
 //! | `TCA_BIND` | user | `auto` (default: bind rank i to the i-th CPU when every rank has one), `core` (always; more ranks than CPUs is an error) or `none` (see `bootstrap::bind`) |
 //! | `TCA_SPIN` | user | spin iterations before a wait yields or sleeps (overrides the adaptive default) |
 //! | `TCA_SIGNAL_FENCE` | user | how a signal on this node is ordered before its writer looks for sleepers: `seqcst` (default: a locked store on every signal) or `asymmetric` (a plain store; a rank about to sleep calls `membarrier`; faster small-message streams, but a wake-up can come up to 10 ms late where the kernel's `membarrier` misses a CPU, see `World::set_plain_signals`); the same for every rank of a node |
+//! | `TCA_RING_PREFETCH` | user | `on` (default) or `off`: whether a rank streaming small packets to a peer of this node (back-to-back rooted collectives, a window of sends) takes the header line a few packets ahead for writing (`prefetchw`) right after each packet, so that its store there does not stall on moving the line from the reader's core (see `fabric::ring`, "A stream's next lines"); `off` for measuring what it gives |
 //! | `TCA_TIMEOUT` | user | seconds (a decimal number) a blocking call may sleep, counted from its first sleep, before it gives up with `ErrorKind::Timeout` naming the culprit: a peer on this node whose process is stopped, else (a job on one node) the only other rank not waiting, else the rank it waited for where the layer knows it (collectives, two-sided, active messages): a peer that is alive but stuck (stopped, spinning in user code) then ends the job with an error instead of a hang; unset or 0: no limit (a dead peer is detected without it) |
 //! | `TCA_BOOT_TIMEOUT` | user | seconds to wait for all ranks at start-up without the launcher (default 60) |
 //! | `TCA_MAX_RANKS` | user | raises or lowers the per-node rank limit (default 1024) |
@@ -76,6 +77,8 @@ pub const LAUNCHER_PID: &str = "TCA_LAUNCHER_PID";
 pub const SPIN: &str = "TCA_SPIN";
 /// How a signal's store is ordered before its writer's look for sleepers.
 pub const SIGNAL_FENCE: &str = "TCA_SIGNAL_FENCE";
+/// Whether a ring's streaming sender takes its next header lines ahead: `on` or `off`.
+pub const RING_PREFETCH: &str = "TCA_RING_PREFETCH";
 /// Seconds a blocking wait may sleep before it gives up, naming its peer (see the table).
 pub const TIMEOUT: &str = "TCA_TIMEOUT";
 /// How the launcher binds ranks to CPUs.
@@ -131,6 +134,7 @@ pub const KNOWN: &[&str] = &[
     LAUNCHER_PID,
     SPIN,
     SIGNAL_FENCE,
+    RING_PREFETCH,
     TIMEOUT,
     BIND,
     JOB_CPUS,
@@ -219,6 +223,23 @@ pub(crate) fn parse_in<T: std::str::FromStr>(
         Some(Err(())) => Err(crate::Error::new(
             crate::ErrorKind::Bootstrap,
             format!("environment variable {name} is not valid UTF-8"),
+        )),
+    }
+}
+
+/// `TCA_RING_PREFETCH`: `on` (the default, also when unset) or `off`; anything else is an
+/// error.
+pub(crate) fn ring_prefetch() -> crate::Result<bool> {
+    match std::env::var(RING_PREFETCH).as_deref() {
+        Err(std::env::VarError::NotPresent) | Ok("" | "on") => Ok(true),
+        Ok("off") => Ok(false),
+        Ok(other) => Err(crate::Error::new(
+            crate::ErrorKind::InvalidArgument,
+            format!("{RING_PREFETCH}={other:?}: expected `on` or `off`"),
+        )),
+        Err(std::env::VarError::NotUnicode(_)) => Err(crate::Error::new(
+            crate::ErrorKind::InvalidArgument,
+            format!("{RING_PREFETCH} is not valid UTF-8"),
         )),
     }
 }

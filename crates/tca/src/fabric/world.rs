@@ -1191,6 +1191,18 @@ impl World {
             .put_signal(dst, off, src, sig, sig_off, op)
     }
 
+    /// Tells the CPU that this rank will soon write the cache line at `off` in `dst`'s segment,
+    /// where `dst` is memory of this node: the line starts moving here now, and the store
+    /// that comes later (a ring's next header line, written a packet or more ahead) does not
+    /// stall on it. A hint: it changes nothing anyone reads, and does nothing across a network,
+    /// on a simulated one (no virtual time is charged for it) or for a handle that is not good.
+    #[inline]
+    pub(crate) fn prefetch_for_write(&self, dst: &Handle, off: usize) {
+        if self.sim.is_none() && !self.is_remote(dst.rank()) {
+            self.shm.prefetch_for_write(dst, off);
+        }
+    }
+
     /// Writes packet `p` into `dst`'s segment: [`World::put`] of the body, [`World::put_signal`]
     /// of the line with the sequence word, then [`World::signal`] of the credit, except that a
     /// network sends them as one operation: libfabric as one message where it fits an eager

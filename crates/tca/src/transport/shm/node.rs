@@ -73,6 +73,9 @@ pub(crate) struct Shm {
     /// the process's ([`wait::writer_fence`]), or plain while a measurement asks
     /// ([`Shm::set_plain_signals`]).
     fence: Cell<wait::Fence>,
+    /// Whether a ring's streaming sender takes its next header lines ahead
+    /// (`TCA_RING_PREFETCH`, default on; see [`Shm::prefetch_for_write`]).
+    prefetch: bool,
     /// `TCA_TIMEOUT` (see [`Shm::timeout`]).
     timeout: Cell<Option<Duration>>,
     launcher: Option<Proc>,
@@ -137,6 +140,7 @@ impl Shm {
         let timeout = env::timeout()?;
         let policy = SpinPolicy::adaptive(size, crate::bootstrap::job_cpus(), spin);
         let fence = wait::writer_fence()?;
+        let prefetch = env::ring_prefetch()?;
         let launcher = match board.launcher_pid() {
             Some(pid) => Some(Proc::open(pid).map_err(|e| {
                 e.unless_own(|_| {
@@ -286,6 +290,7 @@ impl Shm {
                 cache: RefCell::new(cache),
                 policy,
                 fence: Cell::new(fence),
+                prefetch,
                 timeout: Cell::new(timeout),
                 launcher,
                 left: Cell::new(false),
@@ -592,6 +597,21 @@ impl Shm {
         let cache = self.cache.borrow();
         let (d, s) = (live(&cache, dst)?, live(&cache, sig)?);
         Some(self.put_signal_in(d, off, src, s, sig_off, sig.rank(), op))
+    }
+
+    /// Starts taking the line at `off` in `dst` (a live segment of this node) for writing: a
+    /// hint (`Mapping::prefetch_for_write`), nothing where the handle or offset is not good.
+    #[inline]
+    pub(crate) fn prefetch_for_write(&self, dst: &Handle, off: usize) {
+        if !self.prefetch {
+            return;
+        }
+        let cache = self.cache.borrow();
+        if let Some(d) = live(&cache, dst) {
+            if let Ok(at) = d.range(off, 1) {
+                d.map.prefetch_for_write(at);
+            }
+        }
     }
 
     /// The fast path of `put` (see [`Shm::put_signal_fast`]).
