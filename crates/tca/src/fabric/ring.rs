@@ -85,10 +85,11 @@
 //! (a ping-pong, an exchange, a relay) is paced by them and takes nothing ahead; nor does a
 //! packet with a payload slot (tried: taking the payload's lines ahead too made 64-256 B
 //! packets up to 10% slower). `TCA_RING_PREFETCH=off` turns it off for measuring.
-//! Measured on the 2-core KVM guest of 2026-11-30 (BENCHMARKS.md, "A stream's next lines"):
-//! 8-byte Bcast, Gather and Reduce at 2 ranks 0.70-0.85x the time where a line moves in
-//! about 190 ns, 0.85-1.0x where it moves in about 22 ns, Scatter level; at 8 ranks on the 2
-//! cores Bcast 0.7-0.8x.
+//! Measured on the 2-core KVM guest of 2026-11-30 (BENCHMARKS.md, "A stream's next lines"),
+//! medians at 8 bytes and 2 ranks: Gather and Scatter 0.71x the time, Reduce 0.78x and Bcast
+//! 0.84x where a line moves in about 190 ns; Reduce, Gather and Bcast 0.89-0.90x where it
+//! moves in about 22 ns, Scatter level; Bcast at 8 ranks on the 2 cores 0.77x; 64 B and more
+//! level.
 //!
 //! # Memory
 //! Per rank and group of P ranks: `P*128 + P*L*64 + P*K*(CH + 64)` bytes, with K = 32 / P rounded down
