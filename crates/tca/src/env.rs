@@ -227,17 +227,25 @@ pub(crate) fn parse_in<T: std::str::FromStr>(
     }
 }
 
-/// `TCA_RING_PREFETCH`: `on` (the default, also when unset) or `off`; anything else is an
-/// error.
+/// `TCA_RING_PREFETCH`: `on` (the default, also when unset or empty) or `off`; anything else
+/// is an error.
 pub(crate) fn ring_prefetch() -> crate::Result<bool> {
-    match std::env::var(RING_PREFETCH).as_deref() {
-        Err(std::env::VarError::NotPresent) | Ok("" | "on") => Ok(true),
-        Ok("off") => Ok(false),
-        Ok(other) => Err(crate::Error::new(
-            crate::ErrorKind::InvalidArgument,
-            format!("{RING_PREFETCH}={other:?}: expected `on` or `off`"),
-        )),
-        Err(std::env::VarError::NotUnicode(_)) => Err(crate::Error::new(
+    ring_prefetch_in(&Process)
+}
+
+/// [`ring_prefetch`] from `vars`.
+pub(crate) fn ring_prefetch_in(vars: &dyn Vars) -> crate::Result<bool> {
+    match vars.get(RING_PREFETCH) {
+        None => Ok(true),
+        Some(Ok(v)) => match v.trim() {
+            "" | "on" => Ok(true),
+            "off" => Ok(false),
+            other => Err(crate::Error::new(
+                crate::ErrorKind::InvalidArgument,
+                format!("{RING_PREFETCH}={other:?}: expected `on` or `off`"),
+            )),
+        },
+        Some(Err(())) => Err(crate::Error::new(
             crate::ErrorKind::InvalidArgument,
             format!("{RING_PREFETCH} is not valid UTF-8"),
         )),
@@ -296,4 +304,31 @@ pub fn warn_unknown() {
             );
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn vars(
+        v: Option<std::result::Result<&str, ()>>,
+    ) -> BTreeMap<String, std::result::Result<String, ()>> {
+        v.map(|v| (RING_PREFETCH.to_string(), v.map(str::to_string)))
+            .into_iter()
+            .collect()
+    }
+
+    /// `TCA_RING_PREFETCH` is on unless it says `off`, and garbage is an error naming it.
+    #[test]
+    fn ring_prefetch_reads_on_and_off() {
+        assert!(ring_prefetch_in(&vars(None)).unwrap());
+        assert!(ring_prefetch_in(&vars(Some(Ok("")))).unwrap());
+        assert!(ring_prefetch_in(&vars(Some(Ok("on")))).unwrap());
+        assert!(!ring_prefetch_in(&vars(Some(Ok(" off")))).unwrap());
+        for bad in [Some(Ok("1")), Some(Err(()))] {
+            let e = ring_prefetch_in(&vars(bad)).unwrap_err();
+            assert!(e.to_string().contains(RING_PREFETCH), "{e}");
+        }
+    }
 }
