@@ -260,6 +260,8 @@ pub struct Report {
     pub table1: Vec<(String, Table1Cells, Option<String>)>,
     /// The node-mapping comparison: (bytes per rank, naive us, chosen us).
     pub mapping: Vec<(usize, f64, f64)>,
+    /// The same step by step: (bytes per rank, step, naive us, chosen us).
+    pub mapping_steps: Vec<(usize, u32, f64, f64)>,
     /// Lines on what is missing or was skipped.
     pub notes: Vec<String>,
     /// Host seconds spent.
@@ -353,6 +355,7 @@ pub fn run(opts: &Options, mut say: impl FnMut(&str)) -> Result<Report> {
     }
     say("seed 000: node mapping of recursive-doubling allgather, 16 ranks");
     rep.mapping = mapping_effect()?;
+    rep.mapping_steps = mapping_steps(&[4 << 10, 64 << 10])?;
     for m in &f.missing {
         rep.notes
             .push(format!("not reproduced: {}: {}", m.source, m.reason));
@@ -483,13 +486,7 @@ fn bounds(rows: &[Row]) -> (u64, u64) {
 /// four and two). Per-rank message sizes from 1 KiB to 256 KiB.
 fn mapping_effect() -> Result<Vec<(usize, f64, f64)>> {
     let sizes: Vec<usize> = (10..=18).map(|k| 1usize << k).collect();
-    let chosen: Vec<u32> = (0..16u32)
-        .map(|r| {
-            let low = r & 7;
-            let rev = ((low & 1) << 2) | (low & 2) | ((low >> 2) & 1);
-            (r & 8) | rev
-        })
-        .collect();
+    let chosen = chosen_mapping();
     let run = |mapping: Option<Vec<u32>>| {
         simulate(Run {
             network: "peach2-2x8",
@@ -513,6 +510,77 @@ fn mapping_effect() -> Result<Vec<(usize, f64, f64)>> {
             };
             Some((b, t(&naive)?, t(&picked)?))
         })
+        .collect())
+}
+
+/// Which mapping took less time: "chosen", "naive", or "same" within 0.1%.
+fn faster(naive: f64, chosen: f64) -> &'static str {
+    if (naive - chosen).abs() <= 1e-3 * naive.max(chosen) {
+        "same"
+    } else if chosen < naive {
+        "chosen"
+    } else {
+        "naive"
+    }
+}
+
+/// Seed 000's chosen mapping on the 2x8 torus (see [`mapping_effect`]): rank r on the node
+/// whose x has r's three low bits reversed.
+fn chosen_mapping() -> Vec<u32> {
+    (0..16u32)
+        .map(|r| {
+            let low = r & 7;
+            let rev = ((low & 1) << 2) | (low & 2) | ((low >> 2) & 1);
+            (r & 8) | rev
+        })
+        .collect()
+}
+
+/// The two mappings of [`mapping_effect`] step by step, "which is faster at which step":
+/// each step of recursive doubling on its own, every rank at once putting the 2^k blocks it
+/// holds (one put and a signal) into its partner r ^ 2^k and waiting for its partner's, after
+/// a barrier; the slowest rank's virtual time from leaving the barrier to holding its
+/// partner's blocks. Returns (bytes per rank, step, naive us, chosen us).
+fn mapping_steps(sizes: &[usize]) -> Result<Vec<(usize, u32, f64, f64)>> {
+    const RANKS: u32 = 16;
+    let steps = RANKS.ilog2();
+    let most = sizes.iter().max().copied().unwrap_or(0) << (steps - 1);
+    let run = |mapping: Option<Vec<u32>>| -> Result<Vec<f64>> {
+        let mut sim = tca::sim::Options::new(tca::sim::Network::load("peach2-2x8")?);
+        sim.mapping = mapping;
+        let cells = sizes.len() * steps as usize;
+        let run = tca::sim::run(&sim, RANKS, |w| {
+            let seg = w.alloc_symmetric(most + 8 * cells)?;
+            let data = vec![0x5au8; most];
+            let me = w.rank();
+            let mut t = Vec::with_capacity(cells);
+            for (i, (&m, k)) in sizes
+                .iter()
+                .flat_map(|m| std::iter::repeat(m).zip(0..steps))
+                .enumerate()
+            {
+                let partner = seg.handle(me ^ (1 << k))?;
+                let sig = most + 8 * i;
+                w.barrier()?;
+                let t0 = w.wtime();
+                let d = &data[..m << k];
+                w.put_signal(partner, 0, d, partner, sig, tca::SignalOp::Set(1))?;
+                w.wait_until(seg.local(), sig, 1)?;
+                t.push(w.wtime() - t0);
+            }
+            Ok(t)
+        })?;
+        Ok((0..cells)
+            .map(|i| run.results.iter().map(|t| t[i]).fold(0.0, f64::max) * 1e6)
+            .collect())
+    };
+    let naive = run(None)?;
+    let chosen = run(Some(chosen_mapping()))?;
+    Ok(sizes
+        .iter()
+        .flat_map(|&m| (0..steps).map(move |k| (m, k)))
+        .zip(naive.into_iter().zip(chosen))
+        .map(|((m, k), (n, c))| (m, k, n, c))
         .collect())
 }
 
@@ -549,15 +617,23 @@ impl Report {
                 "{:>12} {:>12} {:>12} {:>10}\n",
                 "bytes/rank", "naive", "chosen", "faster"
             );
-            for (b, n, c) in &self.mapping {
-                let faster = if c < n {
-                    "chosen"
-                } else if n < c {
-                    "naive"
-                } else {
-                    "same"
-                };
-                s += &format!("{b:>12} {n:>12.2} {c:>12.2} {faster:>10}\n");
+            for &(b, n, c) in &self.mapping {
+                s += &format!("{b:>12} {n:>12.2} {c:>12.2} {:>10}\n", faster(n, c));
+            }
+        }
+        if !self.mapping_steps.is_empty() {
+            s += "\n# the same, step by step: step k alone (every rank puts the 2^k blocks it holds\n";
+            s += "# into rank r ^ 2^k at once), the slowest rank's time in us\n";
+            s += &format!(
+                "{:>12} {:>5} {:>12} {:>12} {:>12} {:>10}\n",
+                "bytes/rank", "step", "bytes sent", "naive", "chosen", "faster"
+            );
+            for &(b, k, n, c) in &self.mapping_steps {
+                s += &format!(
+                    "{b:>12} {k:>5} {:>12} {n:>12.2} {c:>12.2} {:>10}\n",
+                    b << k,
+                    faster(n, c)
+                );
             }
         }
         if !self.table1.is_empty() {
@@ -671,6 +747,24 @@ mod tests {
             assert_eq!(preset.paper_fit.t_l_us, c.t_l_us, "{}", c.column);
             assert!(c.skipped.is_some() || !c.sizes.is_empty(), "{}", c.column);
         }
+    }
+
+    /// Seed 000's mapping effect, step by step: the chosen mapping puts the long routes (and
+    /// their collisions) in the first two steps, where the naive one is faster, and wins the
+    /// third, where the naive mapping's partners are four hops apart; the last step crosses
+    /// the torus's short dimension in both.
+    #[test]
+    fn the_chosen_mapping_loses_the_early_steps_and_wins_the_third() {
+        let steps = mapping_steps(&[4 << 10]).unwrap();
+        let who: Vec<_> = steps.iter().map(|&(_, _, n, c)| faster(n, c)).collect();
+        assert_eq!(who, ["naive", "naive", "chosen", "same"], "{steps:?}");
+        let rep = Report {
+            mapping_steps: steps,
+            ..Report::default()
+        };
+        let out = rep.render();
+        assert!(out.contains("step by step"), "{out}");
+        assert!(out.contains("        4096     2        16384"), "{out}");
     }
 
     /// Table 1's columns run the long allgather first (the most memory), every column once.

@@ -80,11 +80,13 @@
 //! after a packet of at most [`INLINE`] bytes, when it has taken no packet from anyone since
 //! its last one to that member, it asks the CPU to take the header line of the packet
 //! [`prefetch_ahead`] on for writing (`Memory::prefetch_for_write`: `prefetchw` on shared
-//! memory, nothing on a network): that line was freed lines - ahead packets ago, and it
-//! arrives while this rank does other work. A sender that takes packets between its sends
-//! (a ping-pong, an exchange, a relay) is paced by them and takes nothing ahead; nor does a
-//! packet with a payload slot (tried: taking the payload's lines ahead too made 64-256 B
-//! packets up to 10% slower). `TCA_RING_PREFETCH=off` turns it off for measuring.
+//! memory, nothing on a network): that line last held the packet lines - ahead before this
+//! one, and it moves while this rank does other work. A sender that takes packets from this
+//! ring between its sends (a ping-pong, an exchange, a relay) is paced by them and takes
+//! nothing ahead; nor does a packet with a payload slot (tried: taking the payload's lines
+//! ahead too made 64-256 B packets up to 15% slower). Active messages' requests and replies
+//! travel on two rings, so there each direction counts as a stream (AM_Short measured level).
+//! `TCA_RING_PREFETCH=off` turns it off for measuring.
 //! Measured on the 2-core KVM guest of 2026-11-30 (BENCHMARKS.md, "A stream's next lines"),
 //! medians at 8 bytes and 2 ranks: Gather and Scatter 0.71x the time, Reduce 0.78x and Bcast
 //! 0.84x where a line moves in about 190 ns; Reduce, Gather and Bcast 0.89-0.90x where it
@@ -124,6 +126,9 @@ pub const ACK_EVERY: u64 = 2;
 /// Header lines per ordered pair of the collectives' rings where their payload slots are fewer
 /// than [`MAX_SLOTS`] (from 3 ranks on; see [`collective_lines`]).
 pub const LINES: usize = 64;
+
+/// The most packets ahead a streaming sender takes a header line ([`prefetch_ahead`]).
+pub const PREFETCH_AHEAD: usize = 4;
 
 /// A ring's dimensions: header lines and payload slots per pair, how often credits go back,
 /// packet capacity.
@@ -207,13 +212,11 @@ const CREDIT: usize = 128;
 
 /// Packets ahead of the one it has just written that a sender streaming small packets to a
 /// member takes the header line of ("A stream's next lines"): a quarter of the lines, at most
-/// [`PREFETCH_AHEAD`] (4 in the collectives' rings at 2 ranks, 2 in the two-sided ones).
+/// [`PREFETCH_AHEAD`] (4 in the collectives' rings, of 16 or 64 lines; 2 in the two-sided and
+/// active-message rings, of 8).
 pub(crate) fn prefetch_ahead(lines: usize) -> u64 {
     (lines / 4).clamp(1, PREFETCH_AHEAD) as u64
 }
-
-/// The most packets ahead a streaming sender takes a header line ([`prefetch_ahead`]).
-pub const PREFETCH_AHEAD: usize = 4;
 
 /// Slots per ordered pair of the collectives' rings in a group of `p` ranks: as many as keep the
 /// ring area near 2 MiB with full 64 KiB chunks, a power of two — 16 at 2 ranks, 8 at 3 and 4,

@@ -305,14 +305,24 @@ impl Mapping {
 }
 
 /// Whether this CPU has `prefetchw` (CPUID 0x8000_0001, ECX bit 8: AMD since the K6, Intel
-/// since Broadwell), asked once per process.
-#[cfg(target_arch = "x86_64")]
-fn has_prefetchw() -> bool {
-    use std::arch::x86_64::__cpuid;
-    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *HAS.get_or_init(|| {
-        __cpuid(0x8000_0000).eax >= 0x8000_0001 && __cpuid(0x8000_0001).ecx & (1 << 8) != 0
-    })
+/// since Broadwell), asked once per process; `false` on other architectures.
+pub fn has_prefetchw() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::__cpuid;
+        static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *HAS.get_or_init(|| {
+            // `__cpuid` is an unsafe fn in older Rust releases (the workspace supports 1.85 on).
+            #[allow(unused_unsafe)]
+            // SAFETY: every x86-64 CPU has CPUID; leaf 0x8000_0001 is read only after leaf
+            // 0x8000_0000 says it exists.
+            unsafe {
+                __cpuid(0x8000_0000).eax >= 0x8000_0001 && __cpuid(0x8000_0001).ecx & (1 << 8) != 0
+            }
+        })
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
 }
 
 /// The low 32 bits of a 64-bit signal word, as the futex word the kernel sleeps on.
@@ -402,6 +412,21 @@ mod tests {
             m.read(3, &mut back).unwrap();
             assert_eq!(back, src);
         }
+    }
+
+    /// The write hint changes no byte, inside the mapping or at its edges, and does nothing
+    /// out of range (no fault, no write).
+    #[test]
+    fn a_prefetch_for_write_changes_nothing() {
+        let m = scratch(4096);
+        let src: Vec<u8> = (0..4096usize).map(|i| (i * 13).to_le_bytes()[0]).collect();
+        m.write(0, &src).unwrap();
+        for off in [0, 63, 64, 4095, 4096, 1 << 40, usize::MAX] {
+            m.prefetch_for_write(off);
+        }
+        let mut back = vec![0; 4096];
+        m.read(0, &mut back).unwrap();
+        assert_eq!(back, src);
     }
 
     #[test]

@@ -74,7 +74,8 @@ pub(crate) struct Shm {
     /// ([`Shm::set_plain_signals`]).
     fence: Cell<wait::Fence>,
     /// Whether a ring's streaming sender takes its next header lines ahead
-    /// (`TCA_RING_PREFETCH`, default on; see [`Shm::prefetch_for_write`]).
+    /// (`TCA_RING_PREFETCH`, default on, and a CPU with `prefetchw`; see
+    /// [`Shm::prefetch_for_write`]).
     prefetch: bool,
     /// `TCA_TIMEOUT` (see [`Shm::timeout`]).
     timeout: Cell<Option<Duration>>,
@@ -140,7 +141,8 @@ impl Shm {
         let timeout = env::timeout()?;
         let policy = SpinPolicy::adaptive(size, crate::bootstrap::job_cpus(), spin);
         let fence = wait::writer_fence()?;
-        let prefetch = env::ring_prefetch()?;
+        // Where the CPU has no `prefetchw`, the hint would cost a look-up for nothing.
+        let prefetch = env::ring_prefetch()? && super::mapping::has_prefetchw();
         let launcher = match board.launcher_pid() {
             Some(pid) => Some(Proc::open(pid).map_err(|e| {
                 e.unless_own(|_| {
