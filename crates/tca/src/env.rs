@@ -233,21 +233,15 @@ pub(crate) fn ring_prefetch() -> crate::Result<bool> {
     ring_prefetch_in(&Process)
 }
 
-/// [`ring_prefetch`] from `vars`.
+/// [`ring_prefetch`] from `vars` (through [`parse_in`]: trimmed, and an error for a value
+/// that is not UTF-8).
 pub(crate) fn ring_prefetch_in(vars: &dyn Vars) -> crate::Result<bool> {
-    match vars.get(RING_PREFETCH) {
-        None => Ok(true),
-        Some(Ok(v)) => match v.trim() {
-            "" | "on" => Ok(true),
-            "off" => Ok(false),
-            other => Err(crate::Error::new(
-                crate::ErrorKind::InvalidArgument,
-                format!("{RING_PREFETCH}={other:?}: expected `on` or `off`"),
-            )),
-        },
-        Some(Err(())) => Err(crate::Error::new(
+    match parse_in::<String>(vars, RING_PREFETCH)?.as_deref() {
+        None | Some("" | "on") => Ok(true),
+        Some("off") => Ok(false),
+        Some(other) => Err(crate::Error::new(
             crate::ErrorKind::InvalidArgument,
-            format!("{RING_PREFETCH} is not valid UTF-8"),
+            format!("{RING_PREFETCH}={other:?}: expected `on` or `off`"),
         )),
     }
 }
