@@ -13,6 +13,17 @@
 //!   atomics. On the development machine it took about twice the one-line figure
 //!   (BENCHMARKS.md, "The 8-byte path"), and tca's 8-byte put_signal ping-pong 0.7-1.3x it: the
 //!   reference for what a put can reach, not a strict floor.
+//! - **Small-message stream**: rank 0 streams 8-byte messages to rank 1 through a ring of 16
+//!   cache lines in rank 1's memory, raw atomics again (a payload word, then a sequence word;
+//!   rank 1 spins on the sequence word, reads the payload and hands back a credit word in rank
+//!   0's memory every fourth message): the time per message of what a root's back-to-back
+//!   8-byte broadcasts or scatters move, with no software. Four forms: one message per line
+//!   (the layout of tca's rings, `fabric::ring`) or two (32-byte cells, as Open MPI's
+//!   shared-memory fast boxes align small messages), each with the sequence word stored plain
+//!   (Release: the store waits in the store buffer while the sender goes on) or SeqCst (a
+//!   locked store, which waits until the line is the sender's: tca's signals, so that a waiter
+//!   may sleep without losing its wake-up, `transport::shm::wait`). A waiter that never sleeps,
+//!   as MPI's spin, can be signalled by plain stores.
 //! - **memcpy bandwidth**: one thread copying between two buffers of 4 KiB, 64 KiB, 1 MiB and
 //!   16 MiB, plus 4 MiB to compare with the largest ping-pong (the buffers are reused, as IMB reuses its buffers).
 //!   Both buffers start on a page boundary, as tca's segments and slots do. Two plain `Vec`s
@@ -43,6 +54,9 @@ pub struct Floor {
     pub two_line_half_rtt_ns: f64,
     /// Median over rounds of the same.
     pub two_line_half_rtt_ns_median: f64,
+    /// Streams of 8-byte messages (see the module doc), nanoseconds per message, in the order
+    /// of [`STREAM_FORMS`].
+    pub stream_8b: Vec<StreamFloor>,
     /// (bytes, GB/s) of single-thread memcpy.
     pub memcpy_gb_s: Vec<(usize, f64)>,
     /// Cross-core streaming, GB/s: rank 0 writes 64 MiB in 256 KiB chunks through a ring of
@@ -51,25 +65,60 @@ pub struct Floor {
     pub stream_gb_s: f64,
 }
 
+/// One form of the small-message stream and its time per message.
+#[derive(Debug, Clone, Serialize)]
+pub struct StreamFloor {
+    /// Messages per cache line (1 or 2).
+    pub per_line: usize,
+    /// Whether the sequence word is stored SeqCst (a locked store) rather than Release.
+    pub seqcst: bool,
+    /// Nanoseconds per message, best of rounds.
+    pub ns: f64,
+    /// Median over rounds of the same.
+    pub ns_median: f64,
+}
+
+/// The small-message stream's forms: (messages per line, SeqCst sequence word).
+pub const STREAM_FORMS: [(usize, bool); 4] = [(1, false), (1, true), (2, false), (2, true)];
+
 /// Sizes of the memcpy measurement.
 pub const MEMCPY_SIZES: [usize; 5] = [4 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20];
 
 /// Runs on two ranks; rank 0 returns the result.
 pub fn run(world: &tca::World, iters: u64, rounds: u32) -> Result<Option<Floor>> {
     let (mut per_round, mut two) = (Vec::new(), Vec::new());
+    let mut streams = vec![Vec::new(); STREAM_FORMS.len()];
     let mut line = CacheLine::new(world)?;
+    let mut small = SmallStream::new(world)?;
     line.round(world, iters)?; // warm-up
     line.round_two_lines(world, iters)?;
+    for (per_line, seqcst) in STREAM_FORMS {
+        small.round(world, per_line, seqcst, iters)?;
+    }
     for _ in 0..rounds {
         per_round.push(line.round(world, iters)?);
         two.push(line.round_two_lines(world, iters)?);
+        for (v, (per_line, seqcst)) in streams.iter_mut().zip(STREAM_FORMS) {
+            v.push(small.round(world, per_line, seqcst, 2 * iters)?);
+        }
     }
     let stream_gb_s = stream(world, 256 << 10, 64 << 20)?;
     if world.rank() != 0 {
         return Ok(None);
     }
-    per_round.sort_by(f64::total_cmp);
-    two.sort_by(f64::total_cmp);
+    for v in streams.iter_mut().chain([&mut per_round, &mut two]) {
+        v.sort_by(f64::total_cmp);
+    }
+    let stream_8b = streams
+        .iter()
+        .zip(STREAM_FORMS)
+        .map(|(v, (per_line, seqcst))| StreamFloor {
+            per_line,
+            seqcst,
+            ns: v[0],
+            ns_median: v[v.len() / 2],
+        })
+        .collect();
     let memcpy_gb_s = MEMCPY_SIZES
         .iter()
         .map(|&n| (n, memcpy_bandwidth(n)))
@@ -80,6 +129,7 @@ pub fn run(world: &tca::World, iters: u64, rounds: u32) -> Result<Option<Floor>>
         cacheline_half_rtt_ns_median: per_round[per_round.len() / 2],
         two_line_half_rtt_ns: two[0],
         two_line_half_rtt_ns_median: two[two.len() / 2],
+        stream_8b,
         memcpy_gb_s,
         stream_gb_s,
     }))
@@ -229,6 +279,125 @@ impl CacheLine {
     }
 }
 
+/// The small-message stream of the module doc between ranks 0 and 1: the words of rank 1's
+/// ring of [`SmallStream::LINES`] lines and rank 0's credit word.
+#[derive(Debug)]
+pub struct SmallStream {
+    /// Every word of the ring's lines, in order.
+    ring: Vec<tca::RemoteWord>,
+    credit: tca::RemoteWord,
+    me: u32,
+    /// Messages sent in earlier rounds (the sequence words keep counting).
+    base: u64,
+    _seg: tca::SymmetricSegment,
+}
+
+impl SmallStream {
+    /// Cache lines in the ring (16, as a 2-rank collectives' ring of tca has).
+    pub const LINES: usize = 16;
+    /// A credit goes back every this many messages.
+    pub const ACK_EVERY: u64 = 4;
+    const CREDIT_AT: usize = 2048;
+
+    /// Collective: allocates the ring and the credit word.
+    pub fn new(world: &tca::World) -> Result<Self> {
+        let seg = world.alloc_symmetric(4096)?;
+        let (me, size) = (world.rank(), world.size());
+        let (ring, credit) = if size >= 2 && me < 2 {
+            let ring = (0..Self::LINES * 8)
+                .map(|k| world.remote_word(seg.handle(1)?, 8 * k))
+                .collect::<tca::Result<Vec<_>>>()?;
+            (ring, world.remote_word(seg.handle(0)?, Self::CREDIT_AT)?)
+        } else {
+            (
+                Vec::new(),
+                world.remote_word(seg.handle(me)?, Self::CREDIT_AT)?,
+            )
+        };
+        Ok(Self {
+            ring,
+            credit,
+            me,
+            base: 0,
+            _seg: seg,
+        })
+    }
+
+    /// One round of `n` messages, `per_line` (1 or 2) to a cache line, each sequence word
+    /// stored SeqCst or Release, between barriers: nanoseconds per message, on rank 0 (0
+    /// elsewhere).
+    pub fn round(
+        &mut self,
+        world: &tca::World,
+        per_line: usize,
+        seqcst: bool,
+        n: u64,
+    ) -> Result<f64> {
+        let local = || anyhow::anyhow!("the small-message stream needs ranks 0 and 1 on one node");
+        let active = !self.ring.is_empty();
+        let words = if active {
+            self.ring
+                .iter()
+                .map(|w| w.node_local().ok_or_else(local))
+                .collect::<Result<Vec<_>>>()?
+        } else {
+            Vec::new()
+        };
+        let credit = if active {
+            Some(self.credit.node_local().ok_or_else(local)?)
+        } else {
+            None
+        };
+        // A cell is `cw` words: the payload in its first, the sequence word in its last.
+        let cw = 8 / per_line;
+        let cells = (Self::LINES * per_line) as u64;
+        let cell = |i: u64| ((i - 1) % cells) as usize * cw;
+        let base = self.base;
+        world.barrier()?;
+        let t0 = Instant::now();
+        match (self.me, credit) {
+            (0, Some(credit)) => {
+                let mut acked = base;
+                for i in base + 1..=base + n {
+                    while i > acked + cells {
+                        acked = credit.load(Ordering::Acquire);
+                        std::hint::spin_loop();
+                    }
+                    let c = cell(i - base);
+                    words[c].store(i, Ordering::Relaxed);
+                    if seqcst {
+                        words[c + cw - 1].swap(i, Ordering::SeqCst);
+                    } else {
+                        words[c + cw - 1].store(i, Ordering::Release);
+                    }
+                }
+                while credit.load(Ordering::Acquire) < base + n {
+                    std::hint::spin_loop();
+                }
+            }
+            (1, Some(credit)) => {
+                let mut sum = 0u64;
+                for i in base + 1..=base + n {
+                    let c = cell(i - base);
+                    while words[c + cw - 1].load(Ordering::Acquire) < i {
+                        std::hint::spin_loop();
+                    }
+                    sum = sum.wrapping_add(words[c].load(Ordering::Relaxed));
+                    if (i - base) % Self::ACK_EVERY == 0 || i == base + n {
+                        credit.store(i, Ordering::Release);
+                    }
+                }
+                std::hint::black_box(sum);
+            }
+            _ => {}
+        }
+        let ns = t0.elapsed().as_secs_f64() * 1e9 / n as f64;
+        self.base += n;
+        world.barrier()?;
+        Ok(if self.me == 0 { ns } else { 0.0 })
+    }
+}
+
 /// Single-thread memcpy bandwidth in GB/s (10^9 bytes/s) at `n` bytes, best of 5 rounds of
 /// about 50 ms each.
 pub fn memcpy_bandwidth(n: usize) -> f64 {
@@ -268,6 +437,16 @@ impl crate::Report for Floor {
             "two-line half round trip (raw atomics, each direction its own line in the receiver's memory, as a put moves): {:.1} ns best, {:.1} ns median\n",
             self.two_line_half_rtt_ns, self.two_line_half_rtt_ns_median
         );
+        s += "8-byte message stream (raw atomics, 16 lines in the receiver's memory, a credit every 4), ns per message, best and median:\n";
+        for f in &self.stream_8b {
+            s += &format!(
+                "  {} per line, sequence word {:<7} {:>6.1} {:>6.1}\n",
+                f.per_line,
+                if f.seqcst { "SeqCst" } else { "Release" },
+                f.ns,
+                f.ns_median
+            );
+        }
         s += &format!(
             "cross-core streaming (one core writes 256 KiB chunks, the other copies them out): {:.2} GB/s\n",
             self.stream_gb_s

@@ -28,6 +28,26 @@ fn floor_smoke() {
         out.contains("cacheline_half_rtt_ns") && out.contains("memcpy_gb_s"),
         "{out}"
     );
+    // The small-message stream in its four forms, each a time per message.
+    let v: serde_json::Value = serde_json::from_str(&out).expect("the floor's JSON parses");
+    let forms: Vec<(u64, bool)> = v["stream_8b"]
+        .as_array()
+        .expect("stream_8b is a list")
+        .iter()
+        .map(|f| {
+            let (best, median) = (f["ns"].as_f64().unwrap(), f["ns_median"].as_f64().unwrap());
+            assert!(best > 0.0 && best <= median && median.is_finite(), "{f}");
+            (
+                f["per_line"].as_u64().unwrap(),
+                f["seqcst"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        forms,
+        [(1, false), (1, true), (2, false), (2, true)],
+        "{out}"
+    );
 }
 
 /// Every benchmark at 2 and 3 ranks with tiny sizes; the IMB text reads back as IMB text
