@@ -6,15 +6,16 @@
 //! ```text
 //! 0                     credit words, one 128-byte block per peer q: how many of my packets
 //!                       q has consumed                              writer: q
-//! P*128 + q*B           peer q's part, B = L*64 + K*(CH + 64) bytes:
+//! P*128 + q*B           peer q's part, B = S + K*(CH + 64) bytes:
 //!   +i*64      header line i (of L), for packets n with (n - 1) mod L = i:
 //!     +0   payload of small packets (<= 40 bytes)
 //!     +40  meta (8 bytes, the framing's: a tag, a kind ...)
 //!     +48  packet length (u32), aux (u32, the framing's: a message length ...)
 //!     +56  sequence word (u64)                                     writer: q
-//!   +L*64 + j*(CH + 64)  payload slot j (of K), for packets with (n - 1) mod K = j: whole for
+//!   +S + j*(CH + 64)  payload slot j (of K), for packets with (n - 1) mod K = j: whole for
 //!              a packet over PT bytes; line i's part, at + (i / K)*PT, for a smaller one
-//!              (PT = CH*K/L rounded down to whole lines)
+//!              (PT = CH*K/L rounded down to whole lines; at 2 ranks no parts: always whole)
+//!   S = L*64, at 2 ranks 5 KiB (the slots at the page offsets they had with 16 lines)
 //! ```
 //! A packet of at most [`INLINE`] bytes travels in one cache line with its sequence word (the
 //! layout of [`fabric::line`](super::line)), so a small message costs one line transfer; a
@@ -24,10 +25,11 @@
 //! fetch ahead, where lines a slot apart each cost a miss of their own (BENCHMARKS.md, "A
 //! sender's ring lines one after another"). The payload slots are a chunk and a line apart,
 //! so that they do not all begin on the same cache sets, as chunks a power of two apart would.
-//! Lines outnumber slots (L > K) where memory cut the slots: a sender then runs L packets
-//! ahead with packets that fit a line or a line's part of a payload (64 lines at 3 ranks and
-//! more; 8 KiB parts of 64 KiB chunks at 3-4 ranks, 4 KiB from 5 on), at 64 bytes per extra
-//! line, and K ahead with larger ones. On a network
+//! Lines outnumber slots (L > K): a sender runs L packets ahead with packets that fit a line
+//! (64 lines), at 64 bytes per extra line, and K ahead with larger ones; where memory cut the
+//! slots (from 3 ranks on) also with packets that fit a line's part of a payload (8 KiB parts
+//! of 64 KiB chunks at 3-4 ranks, 4 KiB from 5 on). At 2 ranks a payload takes its slot whole
+//! (parts there made 1 KiB broadcasts slower; see [`collective_lines`]). On a network
 //! either is one operation (`Memory::put_packet`) where it fits: libfabric sends a payload
 //! not in the header line and the line as one two-range message up to its largest message
 //! (32 KiB on `net`, 8 KiB on layered providers; beyond, an RMA write and then the line), the
@@ -40,7 +42,8 @@
 //! me to n. q writes packet n only when that credit word is at least n - L (which frees the line
 //! and the line's part, last written by packet n - L at the latest) and, for a payload, at least
 //! the number of the last packet of that slot that wrote what it will write: the last whole
-//! payload for a part, the last payload of any size for a whole one (either at most n - K). So
+//! payload for a part, the last payload of any size for a whole one (either at most n - K; in a
+//! ring without parts, where every payload is whole, simply n - K). So
 //! neither a line nor a payload byte is overwritten before its reader has consumed it:
 //! back-to-back operations, with ranks at any speed, cannot corrupt each other (the rule of
 //! `SHM.md`, "Reuse without overwriting"). Credits are returned every A packets (the shape's
@@ -94,9 +97,9 @@
 //! level.
 //!
 //! # Memory
-//! Per rank and group of P ranks: `P*128 + P*L*64 + P*K*(CH + 64)` bytes, with K = 32 / P rounded down
+//! Per rank and group of P ranks: `P*128 + P*S + P*K*(CH + 64)` bytes, with K = 32 / P rounded down
 //! to a power of two within 4..=16 slots ([`collective_slots`]: 16 at P = 2, 8 at P = 3 and 4, 4
-//! from P = 5 on), L = 16 lines at P = 2 and 64 from P = 3 on ([`collective_lines`]), and CH =
+//! from P = 5 on), L = 64 lines ([`collective_lines`]), and CH =
 //! clamp(8 MiB / (P*4), 4 KiB, 64 KiB) rounded to 64 bytes: 1.27-2.03 MiB from P = 2 to 8, 8.3-10.2
 //! MiB from 64 to 512 and P x 20.4 KiB beyond. It does not depend on message size: larger
 //! messages stream through the slots (or, for two-sided messages, go by rendezvous).
@@ -141,6 +144,11 @@ pub(crate) struct Shape {
     pub slots: usize,
     pub ack_every: u64,
     pub chunk: usize,
+    /// Where lines outnumber slots: whether a payload that fits a line's part of its slot goes
+    /// there (from 3 ranks on, where memory cut the slots, so that packets up to a part run a
+    /// line's depth ahead), or every payload takes its slot whole (2 ranks: 64 lines over 16
+    /// slots, so that small packets run 64 ahead while larger ones stay where they were).
+    pub parts: bool,
 }
 
 impl Shape {
@@ -163,6 +171,7 @@ impl Shape {
             slots,
             ack_every: (slots as u64 / 4).max(ACK_EVERY),
             chunk: chunk.unwrap_or_else(|| chunk_bytes(p)),
+            parts: slots < MAX_SLOTS,
         }
     }
 
@@ -176,6 +185,7 @@ impl Shape {
             slots: 2 * SLOTS,
             ack_every: 2 * ACK_EVERY,
             chunk: (chunk_bytes(p) / 2).max(LINE) / LINE * LINE,
+            parts: true,
         }
     }
 
@@ -194,9 +204,24 @@ impl Shape {
         self.chunk + LINE
     }
 
+    /// Bytes from the start of a sender's part of the ring to its first payload slot: its
+    /// header lines and, where every payload takes its slot whole (2 ranks), up to 1 KiB past
+    /// the next 4 KiB boundary. The slots then lie at the page offsets they had with 16 lines:
+    /// 64 lines end on a page boundary, and slots right after them began a few lines past one,
+    /// just behind a page-aligned source in 4 KiB terms (the aliasing `tca bench floor`'s
+    /// memcpy avoids); 8 KiB broadcasts and reduces took 1.03-1.04x the time there.
+    fn slots_at(&self) -> usize {
+        let lines = self.lines * LINE;
+        if self.parts {
+            lines
+        } else {
+            lines.next_multiple_of(4096) + 1024
+        }
+    }
+
     /// Bytes of one sender's part of the ring: its header lines, then its payload slots.
     fn block(&self) -> usize {
-        self.lines * LINE + self.slots * self.pitch()
+        self.slots_at() + self.slots * self.pitch()
     }
 
     /// Bytes of ring area one rank registers for a group of `p` ranks.
@@ -232,17 +257,20 @@ pub fn collective_slots(p: usize) -> usize {
 }
 
 /// Header lines per ordered pair of the collectives' rings in a group of `p` ranks: how many
-/// packets a sender may have in flight to one receiver when they ride in their line. As many as
-/// the payload slots at 2 ranks (16), [`LINES`] (64) where memory cut the slots to 8 or 4: a line
-/// costs 64 bytes where a slot costs a chunk. With more ranks than cores, a root streaming small
-/// broadcasts (or children streaming small gathers and reduces to it) then runs 64 calls ahead of
-/// a descheduled peer instead of 8 or 4: at 8 ranks on 2 cores an 8-byte broadcast took 0.2x the
-/// time of 4 lines, and 16 lines 0.4x. At 2 ranks (a core each) a build with 64 lines there too
-/// gained nothing and took 1.17-1.24x the time for 1 KiB broadcasts (BENCHMARKS.md, "Deeper lines
-/// for small packets").
-pub fn collective_lines(p: usize) -> usize {
-    let k = collective_slots(p);
-    if k >= MAX_SLOTS { k } else { LINES }
+/// packets a sender may have in flight to one receiver when they ride in their line: [`LINES`]
+/// (64) at every rank count, more than the payload slots (a line costs 64 bytes where a slot
+/// costs a chunk).
+/// - With more ranks than cores, a root streaming small broadcasts (or children streaming small
+///   gathers and reduces to it) runs 64 calls ahead of a descheduled peer instead of 8 or 4: at 8
+///   ranks on 2 cores an 8-byte broadcast took 0.2x the time of 4 lines, and 16 lines 0.4x
+///   (BENCHMARKS.md, "Deeper lines for small packets").
+/// - At 2 ranks, with a core each, a root's stream of 8-byte calls took 0.55-0.65x the time of
+///   16 lines where a line moves between the cores in about 200 ns (BENCHMARKS.md, "64 lines at
+///   2 ranks"): with signals stored SeqCst, a sender 16 packets ahead waits on its lines. There
+///   every payload takes its slot whole (`Shape::parts`): a first build with 64 lines whose
+///   payloads went in lines' parts took 1.17-1.24x the time for 1 KiB broadcasts.
+pub fn collective_lines(_p: usize) -> usize {
+    LINES
 }
 
 /// The packet capacity (largest payload) for a group of `p` ranks.
@@ -679,9 +707,15 @@ struct Protocol {
     block: usize,
     /// Bytes from one payload slot to the next ([`Shape::pitch`]).
     pitch: usize,
+    /// Bytes from a sender's first header line to its first payload slot ([`Shape::slots_at`]).
+    slots_at: usize,
     /// Bytes of a line's part of its payload slot (the slot split evenly between the lines
-    /// that use it, L / K of them, in whole lines; the whole slot where L = K).
+    /// that use it, L / K of them, in whole lines; the whole slot where L = K; none where the
+    /// shape has no parts: every payload takes its slot whole).
     part: usize,
+    /// Whether payloads go in lines' parts, several to a slot (lines outnumber slots and the
+    /// shape has parts): then what each slot's payload last held is kept (`payload_needs`).
+    parts: bool,
     ack_every: u64,
     /// How many packets ahead a stream's sender takes its header lines ([`prefetch_ahead`]).
     ahead: u64,
@@ -691,11 +725,8 @@ struct Protocol {
 impl Protocol {
     fn new(p: usize, me: usize, shape: Shape) -> Self {
         let ch = shape.chunk;
-        let tracked = if shape.lines == shape.slots {
-            0
-        } else {
-            p * shape.slots
-        };
+        let parts = shape.parts && shape.lines != shape.slots;
+        let tracked = if parts { p * shape.slots } else { 0 };
         assert!(
             shape.lines.is_power_of_two()
                 && shape.slots.is_power_of_two()
@@ -715,7 +746,13 @@ impl Protocol {
             slot_bits: shape.slots.trailing_zeros(),
             block: shape.block(),
             pitch: shape.pitch(),
-            part: ch / (shape.lines / shape.slots) / LINE * LINE,
+            slots_at: shape.slots_at(),
+            part: if shape.parts {
+                ch / (shape.lines / shape.slots) / LINE * LINE
+            } else {
+                0
+            },
+            parts,
             ack_every: shape.ack_every,
             ahead: prefetch_ahead(shape.lines),
             c: RefCell::new(Counters {
@@ -754,7 +791,7 @@ impl Protocol {
     fn payload_off(&self, seq: u64, line: usize, len: usize) -> usize {
         let i = self.line_index(seq);
         let sender_start = line - i * LINE;
-        let start = sender_start + self.lines * LINE + (i & (self.slots - 1)) * self.pitch;
+        let start = sender_start + self.slots_at + (i & (self.slots - 1)) * self.pitch;
         if len <= self.part {
             start + (i >> self.slot_bits) * self.part
         } else {
@@ -766,7 +803,7 @@ impl Protocol {
     /// needs: its line free and, past [`INLINE`] bytes, the payload it takes: its line's part
     /// (last written by a packet in the same line, or by a whole-payload packet of its slot),
     /// or past [`Protocol::part`] bytes the slot's whole payload. Where a slot has one line, its
-    /// line's credit implies the rest.
+    /// line's credit implies the rest; where every payload is whole, the packet K before.
     #[inline(always)]
     fn needed(&self, c: &Counters, to: usize, len: usize) -> u64 {
         let seq = c.sent[to] + 1;
@@ -774,11 +811,17 @@ impl Protocol {
         if len <= INLINE || self.lines == self.slots {
             return line;
         }
+        if !self.parts {
+            // Every payload takes its slot whole: the last packet that can have written slot
+            // (seq - 1) mod K is seq - K (its line, seq - L, is older still).
+            return seq.saturating_sub(self.slots as u64);
+        }
         line.max(self.payload_needs(c, to, seq, len))
     }
 
-    /// What a payload needs, for [`Protocol::needed`], out of line: at 2 ranks (a line per
-    /// slot) no packet comes here, and the send path stays as small as it was.
+    /// What a payload needs, for [`Protocol::needed`], out of line: where payloads take their
+    /// slots whole (2 ranks, the two-sided rings) no packet comes here, and the send path stays
+    /// as small as it was.
     #[inline(never)]
     fn payload_needs(&self, c: &Counters, to: usize, seq: u64, len: usize) -> u64 {
         let at = to * self.slots + (self.line_index(seq) & (self.slots - 1));
@@ -943,7 +986,7 @@ impl Protocol {
         }
         r?;
         c.sent[to] = seq;
-        if len > INLINE && self.lines != self.slots {
+        if len > INLINE && self.parts {
             self.wrote_payload(c, to, seq, len);
         }
         // A small packet in a stream (no packet taken from anyone since the last one to `to`):
@@ -1170,9 +1213,14 @@ mod tests {
             let s = Shape::collectives(p);
             assert!(s.ack_every <= s.slots as u64 && s.room() >= 3, "{p}: {s:?}");
         }
-        let lines = [(2, 16), (3, 64), (8, 64), (512, 64)];
+        let lines = [(2, 64), (3, 64), (8, 64), (512, 64)];
         for (p, l) in lines {
             assert_eq!(collective_lines(p), l, "{p} ranks");
+        }
+        // Parts of payloads where memory cut the slots; whole payloads at 2 ranks.
+        let parts = [(2, false), (3, true), (4, true), (5, true), (512, true)];
+        for (p, want) in parts {
+            assert_eq!(Shape::collectives(p).parts, want, "{p} ranks");
         }
         for p in 2..=8 {
             let area = Shape::collectives(p).bytes(p);
@@ -1257,6 +1305,34 @@ mod tests {
         }
     }
 
+    /// At 2 ranks every payload takes its slot whole, past the sender's 64 header lines, the
+    /// slots starting 1 KiB past a page boundary of the sender's part (as with 16 lines); a
+    /// payload packet waits for the packet a lap of slots before it, a small one for the one a
+    /// lap of lines before.
+    #[test]
+    fn two_ranks_take_whole_slots_past_64_lines() {
+        let shape = Shape::collectives(2);
+        assert_eq!((shape.lines, shape.slots, shape.parts), (64, 16, false));
+        let r = Protocol::new(2, 0, shape);
+        for from in 0..2 {
+            let start = r.line_off(from, 1);
+            let lines_end = start + shape.lines * LINE;
+            for n in 0..3 * shape.lines {
+                let seq = n as u64 + 1;
+                let at = r.payload_off(seq, r.line_off(from, seq), 8 << 10) - start;
+                let j = n % shape.slots;
+                assert_eq!(at, 5 * 1024 + j * shape.pitch(), "packet {seq}");
+                assert!(start + at >= lines_end && at + r.ch <= shape.block());
+                assert_eq!(r.payload_off(seq, r.line_off(from, seq), 41), start + at);
+            }
+        }
+        let mut c = r.c.borrow_mut();
+        c.sent[1] = 100;
+        assert_eq!(r.needed(&c, 1, 8), 101 - 64);
+        assert_eq!(r.needed(&c, 1, 41), 101 - 16);
+        assert_eq!(r.needed(&c, 1, 8 << 10), 101 - 16);
+    }
+
     /// A sender streaming small packets takes the header line `ahead` packets on after each
     /// (wrapping around the lines); one that has taken a packet from its peer since its last
     /// send (a ping-pong, an exchange) does not, nor one sending a packet past its line.
@@ -1267,6 +1343,7 @@ mod tests {
             slots: 16,
             ack_every: 4,
             chunk: 1024,
+            parts: true,
         };
         let (m0, m1) = Plain::pair(shape);
         let (r0, r1) = (Protocol::new(2, 0, shape), Protocol::new(2, 1, shape));
@@ -1334,6 +1411,7 @@ mod model {
         slots: 2,
         ack_every: 2,
         chunk: 64,
+        parts: true,
     };
     /// More lines than slots: small packets run ahead in lines, packets of up to 64 bytes in
     /// their line's half of a slot's 128-byte payload, larger ones take the whole payload.
@@ -1341,6 +1419,12 @@ mod model {
         lines: 4,
         chunk: 128,
         ..SHAPE
+    };
+    /// More lines than slots without parts (the 2-rank collectives' form): small packets run
+    /// ahead in lines, every payload takes its slot whole.
+    const WHOLE: Shape = Shape {
+        parts: false,
+        ..DEEP
     };
     /// The same with a credit after every packet.
     const EVERY: Shape = Shape {
@@ -1539,6 +1623,11 @@ mod model {
         ]
     }
 
+    /// Packet `i` with a payload past its line, every one (48 bytes).
+    fn payloads(i: u8) -> Vec<u8> {
+        vec![i; 48]
+    }
+
     /// Packet `i` of a stream of small packets only: every one in its line.
     fn small(i: u8) -> Vec<u8> {
         vec![i; 8]
@@ -1620,6 +1709,15 @@ mod model {
         assert!(explore(2, || stream(5, DEEP, Fault::None, packet)) > 1);
     }
 
+    /// With more lines than slots and every payload whole: small packets run ahead while a
+    /// payload waits for the packet a lap of slots before it (`mixed`: packets 1, 2 and 3 each
+    /// take a whole slot; packet 3 needs packet 1 read, packet 4 only its line free).
+    #[test]
+    fn a_stream_with_whole_payloads_only() {
+        assert!(explore(2, || stream(6, WHOLE, Fault::None, mixed)) > 1);
+        assert!(explore(2, || stream(5, WHOLE, Fault::None, payloads)) > 1);
+    }
+
     #[test]
     fn a_stream_with_a_credit_per_packet() {
         assert!(explore(2, || stream(4, EVERY, Fault::None, packet)) > 1);
@@ -1661,7 +1759,7 @@ mod model {
     /// bytes): lines and payloads in step, and small packets running ahead in more lines.
     #[test]
     fn a_credit_ahead_of_the_reader_is_caught() {
-        let cases: [(Shape, Make); 2] = [(SHAPE, packet), (DEEP, small)];
+        let cases: [(Shape, Make); 3] = [(SHAPE, packet), (DEEP, small), (WHOLE, payloads)];
         for (shape, make) in cases {
             let e = failure(move || stream(6, shape, Fault::CreditAhead, make));
             assert!(
