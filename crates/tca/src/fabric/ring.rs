@@ -237,7 +237,7 @@ const CREDIT: usize = 128;
 
 /// Packets ahead of the one it has just written that a sender streaming small packets to a
 /// member takes the header line of ("A stream's next lines"): a quarter of the lines, at most
-/// [`PREFETCH_AHEAD`] (4 in the collectives' rings, of 16 or 64 lines; 2 in the two-sided and
+/// [`PREFETCH_AHEAD`] (4 in the collectives' rings, of 64 lines; 2 in the two-sided and
 /// active-message rings, of 8).
 pub(crate) fn prefetch_ahead(lines: usize) -> u64 {
     (lines / 4).clamp(1, PREFETCH_AHEAD) as u64
@@ -264,11 +264,12 @@ pub fn collective_slots(p: usize) -> usize {
 ///   gathers and reduces to it) runs 64 calls ahead of a descheduled peer instead of 8 or 4: at 8
 ///   ranks on 2 cores an 8-byte broadcast took 0.2x the time of 4 lines, and 16 lines 0.4x
 ///   (BENCHMARKS.md, "Deeper lines for small packets").
-/// - At 2 ranks, with a core each, a root's stream of 8-byte calls took 0.55-0.65x the time of
-///   16 lines where a line moves between the cores in about 200 ns (BENCHMARKS.md, "64 lines at
-///   2 ranks"): with signals stored SeqCst, a sender 16 packets ahead waits on its lines. There
-///   every payload takes its slot whole (`Shape::parts`): a first build with 64 lines whose
-///   payloads went in lines' parts took 1.17-1.24x the time for 1 KiB broadcasts.
+/// - At 2 ranks, with a core each, 8-byte rooted collectives took 0.53-0.58x the time of 16
+///   lines where a line moves between the cores in about 200 ns, and 0.88-1.0x where it moves in
+///   about 25 ns (medians; BENCHMARKS.md, "Small packets in a stream"). A raw stream with SeqCst
+///   stores took 26 ns a message through 16 lines, 18-20 ns through 64. There every payload
+///   takes its slot whole (`Shape::parts`): a first build with 64 lines whose payloads went in
+///   lines' parts took 1.17-1.24x the time for 1 KiB broadcasts.
 pub fn collective_lines(_p: usize) -> usize {
     LINES
 }
