@@ -25,11 +25,12 @@
 //! fetch ahead, where lines a slot apart each cost a miss of their own (BENCHMARKS.md, "A
 //! sender's ring lines one after another"). The payload slots are a chunk and a line apart,
 //! so that they do not all begin on the same cache sets, as chunks a power of two apart would.
-//! Lines outnumber slots (L > K): a sender runs L packets ahead with packets that fit a line
+//! In the collectives' rings lines outnumber slots (L > K; in the two-sided and
+//! active-message rings they are as many): a sender runs L packets ahead with packets that fit a line
 //! (64 lines), at 64 bytes per extra line, and K ahead with larger ones; where memory cut the
 //! slots (from 3 ranks on) also with packets that fit a line's part of a payload (8 KiB parts
-//! of 64 KiB chunks at 3-4 ranks, 4 KiB from 5 on). At 2 ranks a payload takes its slot whole
-//! (parts there made 1 KiB broadcasts slower; see [`collective_lines`]). On a network
+//! of 64 KiB chunks at 3-4 ranks, 4 KiB from 5 on). At 2 ranks a payload takes its slot whole,
+//! as it did with 16 lines (see [`collective_lines`]). On a network
 //! either is one operation (`Memory::put_packet`) where it fits: libfabric sends a payload
 //! not in the header line and the line as one two-range message up to its largest message
 //! (32 KiB on `net`, 8 KiB on layered providers; beyond, an RMA write and then the line), the
@@ -126,8 +127,8 @@ pub const MAX_SLOTS: usize = 16;
 /// `ack_every` is at most its slots (see "Flow control").
 pub const ACK_EVERY: u64 = 2;
 
-/// Header lines per ordered pair of the collectives' rings where their payload slots are fewer
-/// than [`MAX_SLOTS`] (from 3 ranks on; see [`collective_lines`]).
+/// Header lines per ordered pair of the collectives' rings, at every rank count (see
+/// [`collective_lines`]).
 pub const LINES: usize = 64;
 
 /// The most packets ahead a streaming sender takes a header line ([`prefetch_ahead`]).
@@ -140,7 +141,8 @@ pub(crate) struct Shape {
     /// Header lines per ordered pair: packets in flight (a power of two, at least `slots`).
     pub lines: usize,
     /// Payload slots per ordered pair: packets too large for a line's part of a payload in
-    /// flight (where `lines == slots`, every packet over [`INLINE`] bytes).
+    /// flight (where `lines == slots` or the shape has no parts, every packet over [`INLINE`]
+    /// bytes).
     pub slots: usize,
     pub ack_every: u64,
     pub chunk: usize,
@@ -205,17 +207,17 @@ impl Shape {
     }
 
     /// Bytes from the start of a sender's part of the ring to its first payload slot: its
-    /// header lines and, where every payload takes its slot whole (2 ranks), up to 1 KiB past
-    /// the next 4 KiB boundary. The slots then lie at the page offsets they had with 16 lines:
-    /// 64 lines end on a page boundary, and slots right after them began a few lines past one,
-    /// just behind a page-aligned source in 4 KiB terms (the aliasing `tca bench floor`'s
-    /// memcpy avoids); 8 KiB broadcasts and reduces took 1.03-1.04x the time there.
+    /// header lines and, where every payload takes its slot whole and the lines fill whole
+    /// 4 KiB pages (64 lines at 2 ranks), 1 KiB more. The slots then lie at the page offsets
+    /// they had with 16 lines: slots right after 64 lines began a few lines past a page
+    /// boundary, just behind a page-aligned source in 4 KiB terms (the aliasing `tca bench
+    /// floor`'s memcpy avoids), and 8 KiB broadcasts and reduces took 1.03-1.04x the time.
     fn slots_at(&self) -> usize {
         let lines = self.lines * LINE;
-        if self.parts {
+        if self.parts || lines % 4096 != 0 {
             lines
         } else {
-            lines.next_multiple_of(4096) + 1024
+            lines + 1024
         }
     }
 
@@ -266,10 +268,12 @@ pub fn collective_slots(p: usize) -> usize {
 ///   (BENCHMARKS.md, "Deeper lines for small packets").
 /// - At 2 ranks, with a core each, 8-byte rooted collectives took 0.53-0.58x the time of 16
 ///   lines where a line moves between the cores in about 200 ns, and 0.88-1.0x where it moves in
-///   about 25 ns (medians; BENCHMARKS.md, "Small packets in a stream"). A raw stream with SeqCst
-///   stores took 26 ns a message through 16 lines, 18-20 ns through 64. There every payload
-///   takes its slot whole (`Shape::parts`): a first build with 64 lines whose payloads went in
-///   lines' parts took 1.17-1.24x the time for 1 KiB broadcasts.
+///   about 25 ns (medians; BENCHMARKS.md, "Small packets in a stream"). A scratch program's raw
+///   stream with SeqCst stores (two threads, 25 ns line) took 26 ns a message through 16 lines,
+///   18-20 ns through 64. There every payload takes its slot whole (`Shape::parts`) and the
+///   slots lie where they did with 16 lines: a first build with 64 lines, whose payloads went
+///   in lines' parts and whose slots began right after the lines, took 1.17-1.24x the time for
+///   1 KiB broadcasts (which of the two made it slower was not measured).
 pub fn collective_lines(_p: usize) -> usize {
     LINES
 }
