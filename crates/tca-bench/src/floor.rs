@@ -13,7 +13,7 @@
 //!   atomics. On the development machine it took about twice the one-line figure
 //!   (BENCHMARKS.md, "The 8-byte path"), and tca's 8-byte put_signal ping-pong 0.7-1.3x it: the
 //!   reference for what a put can reach, not a strict floor.
-//! - **Small-message stream**: rank 0 streams 8-byte messages to rank 1 through a ring of 16
+//! - **Small-message stream**: rank 0 streams 8-byte messages to rank 1 through a ring of 64
 //!   cache lines in rank 1's memory, raw atomics again (a payload word, then a sequence word;
 //!   rank 1 spins on the sequence word, reads the payload and hands back a credit word in rank
 //!   0's memory every fourth message): the time per message of what a root's back-to-back
@@ -293,15 +293,16 @@ pub struct SmallStream {
 }
 
 impl SmallStream {
-    /// Cache lines in the ring (16, as a 2-rank collectives' ring of tca has).
-    pub const LINES: usize = 16;
+    /// Cache lines in the ring (64, as a collectives' ring of tca has per pair).
+    pub const LINES: usize = 64;
     /// A credit goes back every this many messages.
     pub const ACK_EVERY: u64 = 4;
-    const CREDIT_AT: usize = 2048;
+    /// The credit word, a line of its own past the ring's lines.
+    const CREDIT_AT: usize = Self::LINES * 64 + 128;
 
     /// Collective: allocates the ring and the credit word.
     pub fn new(world: &tca::World) -> Result<Self> {
-        let seg = world.alloc_symmetric(4096)?;
+        let seg = world.alloc_symmetric(Self::CREDIT_AT + 128)?;
         let (me, size) = (world.rank(), world.size());
         let (ring, credit) = if size >= 2 && me < 2 {
             let ring = (0..Self::LINES * 8)
@@ -437,7 +438,11 @@ impl crate::Report for Floor {
             "two-line half round trip (raw atomics, each direction its own line in the receiver's memory, as a put moves): {:.1} ns best, {:.1} ns median\n",
             self.two_line_half_rtt_ns, self.two_line_half_rtt_ns_median
         );
-        s += "8-byte message stream (raw atomics, 16 lines in the receiver's memory, a credit every 4), ns per message, best and median:\n";
+        s += &format!(
+            "8-byte message stream (raw atomics, {} lines in the receiver's memory, a credit every {}), ns per message, best and median:\n",
+            SmallStream::LINES,
+            SmallStream::ACK_EVERY
+        );
         for f in &self.stream_8b {
             s += &format!(
                 "  {} per line, sequence word {:<7} {:>6.1} {:>6.1}\n",
