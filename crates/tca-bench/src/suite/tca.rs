@@ -816,14 +816,16 @@ impl<'w> Backend for TcaBackend<'w> {
             Kind::VisHaloMtoM => return self.vis_halo(n, true),
             _ => {}
         }
-        let (bs, br, fs, fr) = (
+        // The buffers' slices are taken once, not on every call: a tca `Buffer`'s slice is a
+        // checked view of its segment, as IMB's are plain pointers.
+        let (bs, br, fs, fr): (&mut [u8], &mut [u8], &[f32], &mut [f32]) = (
             &mut self.bsend,
             &mut self.brecv,
             &self.fsend,
             &mut self.frecv,
         );
         for _ in 0..n {
-            super::collective(c, kind, bytes, (bs, br, fs, fr))?;
+            super::collective(c, kind, bytes, (&mut *bs, &mut *br, fs, &mut *fr))?;
         }
         Ok(())
     }
