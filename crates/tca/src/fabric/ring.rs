@@ -26,11 +26,11 @@
 //! sender's ring lines one after another"). The payload slots are a chunk and a line apart,
 //! so that they do not all begin on the same cache sets, as chunks a power of two apart would.
 //! In the collectives' rings lines outnumber slots (L > K; in the two-sided and
-//! active-message rings they are as many): a sender runs L packets ahead with packets that fit a line
-//! (64 lines), at 64 bytes per extra line, and K ahead with larger ones; where memory cut the
-//! slots (from 3 ranks on) also with packets that fit a line's part of a payload (8 KiB parts
-//! of 64 KiB chunks at 3-4 ranks, 4 KiB from 5 on). At 2 ranks a payload takes its slot whole,
-//! as it did with 16 lines (see [`collective_lines`]). On a network
+//! active-message rings they are as many): a sender runs L packets ahead with packets that fit
+//! a line (64 lines), at 64 bytes per extra line, and K ahead with larger ones; where memory
+//! cut the slots (from 3 ranks on) also with packets that fit a line's part of a payload (8 KiB
+//! parts of 64 KiB chunks at 3-4 ranks, 4 KiB from 5 on). At 2 ranks a payload takes its slot
+//! whole, as it did with 16 lines (see [`collective_lines`]). On a network
 //! either is one operation (`Memory::put_packet`) where it fits: libfabric sends a payload
 //! not in the header line and the line as one two-range message up to its largest message
 //! (32 KiB on `net`, 8 KiB on layered providers; beyond, an RMA write and then the line), the
