@@ -21,9 +21,9 @@
 //!   (the layout of tca's rings, `fabric::ring`) or two (32-byte cells, as Open MPI's
 //!   shared-memory fast boxes align small messages), each with the sequence word stored plain
 //!   (Release: the store waits in the store buffer while the sender goes on) or SeqCst (a
-//!   locked store, which waits until the line is the sender's: tca's signals, so that a waiter
-//!   may sleep without losing its wake-up, `transport::shm::wait`). A waiter that never sleeps,
-//!   as MPI's spin, can be signalled by plain stores.
+//!   locked store, which waits until the line is the sender's: tca's signals,
+//!   [`tca::World::signal`], so that a waiter may sleep without losing its wake-up). A waiter
+//!   that never sleeps, as MPI's spin, can be signalled by plain stores.
 //! - **memcpy bandwidth**: one thread copying between two buffers of 4 KiB, 64 KiB, 1 MiB and
 //!   16 MiB, plus 4 MiB to compare with the largest ping-pong (the buffers are reused, as IMB reuses its buffers).
 //!   Both buffers start on a page boundary, as tca's segments and slots do. Two plain `Vec`s
